@@ -1,0 +1,60 @@
+/*
+ * Relay's configuration, read from the environment once at startup.
+ *
+ * One declarative table in config.c lists every variable with its rule and
+ * default (redis config.c style). config_load() validates all of them and
+ * reports every bad one, each as one line naming the variable, the bad
+ * value (redacted where it can hold a password) and what is accepted.
+ */
+#ifndef RELAY_CONFIG_H
+#define RELAY_CONFIG_H
+
+#include <stdint.h>
+
+#include "log.h"
+
+#define DEFAULT_FUNCTIONS_DIR "/functions"
+#define DEFAULT_DATA_DIR "/var/lib/relay"
+#define DEFAULT_MAX_CONCURRENCY 8
+#define DEFAULT_MAX_BUFFERED_EVENTS 16
+
+struct config {
+	char *redis_uri;
+	char *redis_stream;
+	char *redis_group;
+	int64_t stream_retention_ns; /* 0: retention disabled */
+	char *metrics_addr;          /* NULL: metrics server disabled */
+	char *webhook_addr;          /* NULL: webhook server disabled */
+	enum log_level log_level;
+	int64_t max_concurrency;
+	int64_t max_buffered_events;
+	char *functions_dir;
+	char *data_dir;
+};
+
+/* Which variables a command needs: the rest are still validated when set. */
+enum config_need {
+	CONFIG_NEED_ALL = 0,      /* relay start: REDIS_URI, REDIS_STREAM, REDIS_GROUP required */
+	CONFIG_NEED_REDIS_URI = 1 /* relay health: only REDIS_URI required */
+};
+
+/*
+ * Reads and validates the environment into c. Returns 0, or -1 with *errs
+ * set to a malloc'd array of *nerrs malloc'd one-line messages (free with
+ * config_errors_free). c is zeroed on failure and must be freed with
+ * config_free on success.
+ */
+int config_load(struct config *c, enum config_need need, char ***errs, int *nerrs);
+void config_free(struct config *c);
+void config_errors_free(char **errs, int nerrs);
+
+/* Validates a Go-style listen address: ":9090", "127.0.0.1:9090",
+ * "[::1]:9090", "localhost:9090". Returns 0 or -1. */
+int config_valid_listen_addr(const char *s);
+
+/* Loads the configuration for a command; on failure logs every error at
+ * ERROR level (regardless of LOG_LEVEL) and returns -1. Also sets the
+ * logger's level on success. */
+int config_load_or_log(struct config *c, enum config_need need);
+
+#endif

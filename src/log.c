@@ -1,0 +1,287 @@
+#include "log.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* A value longer than LOG_VALUE_MAX is cut (at a UTF-8 boundary) and marked,
+ * so a huge attribute keeps the line well-formed; a record that is still
+ * longer than LOG_LINE_MAX is cut hard as a last resort. */
+#define LOG_VALUE_MAX (8 * 1024)
+#define LOG_LINE_MAX (64 * 1024)
+
+static atomic_int log_level_ = LOG_INFO;
+static atomic_int log_fd_ = 2;
+
+int log_parse_level(const char *s, enum log_level *out)
+{
+	static const struct {
+		const char *name;
+		enum log_level level;
+	} names[] = {
+		{"DEBUG", LOG_DEBUG},
+		{"INFO", LOG_INFO},
+		{"WARN", LOG_WARN},
+		{"ERROR", LOG_ERROR},
+	};
+	if (!s)
+		return -1;
+	while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\v' || *s == '\f')
+		s++;
+	size_t n = strlen(s);
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r' ||
+		     s[n - 1] == '\v' || s[n - 1] == '\f'))
+		n--;
+	for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+		if (strlen(names[i].name) == n && strncasecmp(s, names[i].name, n) == 0) {
+			*out = names[i].level;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+const char *log_level_name(enum log_level level)
+{
+	switch (level) {
+	case LOG_DEBUG: return "DEBUG";
+	case LOG_INFO: return "INFO";
+	case LOG_WARN: return "WARN";
+	case LOG_ERROR: return "ERROR";
+	}
+	return "INFO";
+}
+
+void log_set_level(enum log_level level)
+{
+	atomic_store(&log_level_, level);
+}
+
+enum log_level log_get_level(void)
+{
+	return (enum log_level)atomic_load(&log_level_);
+}
+
+bool log_enabled(enum log_level level)
+{
+	return (int)level >= atomic_load(&log_level_);
+}
+
+void log_set_fd(int fd)
+{
+	atomic_store(&log_fd_, fd);
+}
+
+/* Decodes one UTF-8 sequence at s (n bytes available). Returns its length and
+ * the rune, or 0 when the bytes are not valid UTF-8 (Go's RuneError case). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune)
+{
+	if (s[0] < 0x80) {
+		*rune = s[0];
+		return 1;
+	}
+	size_t len;
+	uint32_t r, min;
+	if ((s[0] & 0xE0) == 0xC0) {
+		len = 2, r = s[0] & 0x1F, min = 0x80;
+	} else if ((s[0] & 0xF0) == 0xE0) {
+		len = 3, r = s[0] & 0x0F, min = 0x800;
+	} else if ((s[0] & 0xF8) == 0xF0) {
+		len = 4, r = s[0] & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		r = (r << 6) | (s[i] & 0x3F);
+	}
+	if (r < min || r > 0x10FFFF || (r >= 0xD800 && r <= 0xDFFF))
+		return 0;
+	*rune = r;
+	return len;
+}
+
+/* An approximation of Go's unicode.IsPrint for runes above ASCII: the
+ * control, format and separator code points that matter in logs are not
+ * printable; letters, marks, symbols and punctuation are. */
+static bool rune_printable(uint32_t r)
+{
+	if (r < 0x20 || r == 0x7F)
+		return false;
+	if (r < 0x7F)
+		return true;
+	if (r <= 0x9F || r == 0xA0 || r == 0xAD)
+		return false;
+	if ((r >= 0x2000 && r <= 0x200F) || (r >= 0x2028 && r <= 0x202F) ||
+	    (r >= 0x205F && r <= 0x206F) || r == 0x3000 || r == 0x1680)
+		return false;
+	if (r == 0xFEFF || (r >= 0xFFF9 && r <= 0xFFFB) || (r & 0xFFFE) == 0xFFFE)
+		return false;
+	if ((r >= 0xE000 && r <= 0xF8FF) || r >= 0xF0000)
+		return false; /* private use */
+	return true;
+}
+
+static bool needs_quoting(const char *v)
+{
+	if (*v == '\0')
+		return true;
+	const unsigned char *s = (const unsigned char *)v;
+	size_t n = strlen(v);
+	for (size_t i = 0; i < n;) {
+		uint32_t r;
+		size_t len = utf8_decode(s + i, n - i, &r);
+		if (len == 0)
+			return true;
+		if (r == ' ' || r == '=' || r == '"' || !rune_printable(r))
+			return true;
+		i += len;
+	}
+	return false;
+}
+
+/* strconv.Quote */
+static void append_quoted(struct buf *b, const char *v)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)v;
+	size_t n = strlen(v);
+	buf_append(b, "\"", 1);
+	for (size_t i = 0; i < n;) {
+		uint32_t r;
+		size_t len = utf8_decode(s + i, n - i, &r);
+		char esc[12];
+		if (len == 0) {
+			esc[0] = '\\', esc[1] = 'x', esc[2] = hex[s[i] >> 4], esc[3] = hex[s[i] & 15];
+			buf_append(b, esc, 4);
+			i++;
+			continue;
+		}
+		if (r == '"' || r == '\\') {
+			esc[0] = '\\', esc[1] = (char)r;
+			buf_append(b, esc, 2);
+		} else if (rune_printable(r)) {
+			buf_append(b, s + i, len);
+		} else {
+			const char *named = NULL;
+			switch (r) {
+			case '\a': named = "\\a"; break;
+			case '\b': named = "\\b"; break;
+			case '\f': named = "\\f"; break;
+			case '\n': named = "\\n"; break;
+			case '\r': named = "\\r"; break;
+			case '\t': named = "\\t"; break;
+			case '\v': named = "\\v"; break;
+			}
+			if (named)
+				buf_append(b, named, 2);
+			else if (r < ' ' || r == 0x7F)
+				buf_appendf(b, "\\x%02x", r);
+			else if (r < 0x10000)
+				buf_appendf(b, "\\u%04x", r);
+			else
+				buf_appendf(b, "\\U%08x", r);
+		}
+		i += len;
+	}
+	buf_append(b, "\"", 1);
+}
+
+static void append_bounded(struct buf *b, const char *value)
+{
+	size_t n = strlen(value);
+	if (n <= LOG_VALUE_MAX) {
+		log_append_value(b, value);
+		return;
+	}
+	n = LOG_VALUE_MAX;
+	while (n > 0 && ((unsigned char)value[n] & 0xC0) == 0x80)
+		n--;
+	char *cut = xmalloc(n + sizeof "...[truncated]");
+	memcpy(cut, value, n);
+	memcpy(cut + n, "...[truncated]", sizeof "...[truncated]");
+	log_append_value(b, cut);
+	free(cut);
+}
+
+void log_append_value(struct buf *b, const char *value)
+{
+	if (!value)
+		value = "";
+	if (needs_quoting(value))
+		append_quoted(b, value);
+	else
+		buf_append(b, value, strlen(value));
+}
+
+void log_render(struct buf *b, const struct tm *tm, long gmtoff, enum log_level level,
+		const char *const *attrs, const char *msg)
+{
+	buf_appendf(b, "time=%04d-%02d-%02dT%02d:%02d:%02d", tm->tm_year + 1900, tm->tm_mon + 1,
+		    tm->tm_mday, tm->tm_hour, tm->tm_min, tm->tm_sec);
+	if (gmtoff == 0) {
+		buf_append(b, "Z", 1);
+	} else {
+		long off = gmtoff < 0 ? -gmtoff : gmtoff;
+		buf_appendf(b, "%c%02ld:%02ld", gmtoff < 0 ? '-' : '+', off / 3600, (off / 60) % 60);
+	}
+	buf_appendf(b, " level=%s msg=", log_level_name(level));
+	append_bounded(b, msg);
+	for (size_t i = 0; attrs && attrs[i]; i += 2) {
+		buf_append(b, " ", 1);
+		append_bounded(b, attrs[i]);
+		buf_append(b, "=", 1);
+		append_bounded(b, attrs[i + 1]);
+	}
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+void log_record(enum log_level level, const char *const *attrs, const char *fmt, ...)
+{
+	if (!log_enabled(level))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+
+	time_t t = time(NULL);
+	struct tm tm;
+	localtime_r(&t, &tm);
+
+	struct buf b;
+	buf_init(&b, 16 * LOG_LINE_MAX);
+	log_render(&b, &tm, tm.tm_gmtoff, level, attrs, msg);
+	free(msg);
+	/* A record cut at the cap still ends in exactly one newline. */
+	char *line = b.data ? b.data : "";
+	size_t len = b.len < LOG_LINE_MAX - 1 ? b.len : LOG_LINE_MAX - 1;
+	char *out = xmalloc(len + 1);
+	memcpy(out, line, len);
+	out[len] = '\n';
+	write_all(atomic_load(&log_fd_), out, len + 1);
+	free(out);
+	buf_free(&b);
+}
+
+void log_raw(const char *line, size_t len)
+{
+	write_all(atomic_load(&log_fd_), line, len);
+}

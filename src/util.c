@@ -1,0 +1,243 @@
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void oom(size_t n)
+{
+	char msg[96];
+	int len = snprintf(msg, sizeof msg, "relay: out of memory allocating %zu bytes\n", n);
+	if (len > 0 && write(2, msg, (size_t)len) < 0) {
+		/* nothing left to do */
+	}
+	abort();
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		oom(n * size);
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		oom(n);
+	return q;
+}
+
+char *xstrdup(const char *s)
+{
+	return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+	char *p = xmalloc(n + 1);
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
+char *xvasprintf(const char *fmt, va_list ap)
+{
+	va_list aq;
+	va_copy(aq, ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
+	if (n < 0)
+		return xstrdup("");
+	char *p = xmalloc((size_t)n + 1);
+	vsnprintf(p, (size_t)n + 1, fmt, ap);
+	return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *p = xvasprintf(fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+void strlcpy_(char *dst, const char *src, size_t size)
+{
+	if (size == 0)
+		return;
+	size_t n = strnlen(src, size - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+void snprintf_(char *dst, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(dst, size, fmt, ap);
+	va_end(ap);
+	if (n < 0 && size)
+		dst[0] = '\0';
+}
+
+void buf_init(struct buf *b, size_t max)
+{
+	b->data = NULL;
+	b->len = 0;
+	b->cap = 0;
+	b->max = max;
+}
+
+int buf_append(struct buf *b, const void *p, size_t n)
+{
+	if (n > b->max - b->len)
+		return -1;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 64;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		if (cap > b->max + 1)
+			cap = b->max + 1;
+		b->data = xrealloc(b->data, cap);
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return 0;
+}
+
+int buf_appendf(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = xvasprintf(fmt, ap);
+	va_end(ap);
+	int rc = buf_append(b, s, strlen(s));
+	free(s);
+	return rc;
+}
+
+void buf_reset(struct buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+void buf_free(struct buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}
+
+char *buf_steal(struct buf *b)
+{
+	char *p = b->data ? b->data : xstrdup("");
+	b->data = NULL;
+	b->len = b->cap = 0;
+	return p;
+}
+
+int parse_int64(const char *s, int64_t *out)
+{
+	if (!s || !*s)
+		return -1;
+	const char *p = s;
+	if (*p == '-' || *p == '+')
+		p++;
+	if (!isdigit((unsigned char)*p))
+		return -1;
+	for (const char *q = p; *q; q++)
+		if (!isdigit((unsigned char)*q))
+			return -1;
+	errno = 0;
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (errno || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+char *str_trim(char *s)
+{
+	size_t n = strlen(s);
+	while (n && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	size_t i = 0;
+	while (s[i] && isspace((unsigned char)s[i]))
+		i++;
+	if (i)
+		memmove(s, s + i, n - i + 1);
+	return s;
+}
+
+bool str_has_prefix(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t now_mono_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+int64_t now_wall_ns(void)
+{
+	return clock_ns(CLOCK_REALTIME);
+}
+
+void sleep_ms_interruptible(int64_t ms, const volatile int *stop)
+{
+	int64_t end = now_mono_ns() + ms * 1000000LL;
+	for (;;) {
+		if (stop && *stop)
+			return;
+		int64_t left = end - now_mono_ns();
+		if (left <= 0)
+			return;
+		if (left > 100000000LL)
+			left = 100000000LL;
+		struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+		nanosleep(&ts, NULL);
+	}
+}
+
+uint64_t rand_below(uint64_t n)
+{
+	static _Thread_local uint64_t state;
+	if (state == 0)
+		state = (uint64_t)now_wall_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&state;
+	/* xorshift64* */
+	state ^= state >> 12;
+	state ^= state << 25;
+	state ^= state >> 27;
+	uint64_t r = state * 0x2545F4914F6CDD1DULL;
+	return n ? r % n : 0;
+}

@@ -1,0 +1,96 @@
+# Configuration: every invalid value makes `relay start` exit non-zero at
+# once with one line naming the variable. No Redis or Docker is reachable
+# here on purpose: a config error must be reported before any connection.
+
+valid_env() {
+	export REDIS_URI=127.0.0.1:1 REDIS_STREAM=events REDIS_GROUP=relay
+	export DOCKER_HOST=unix:///nonexistent
+}
+
+# expect_config_error VAR VALUE|--unset WANT-SUBSTRING
+expect_config_error() {
+	local var=$1 value=$2 want=$3
+	valid_env
+	if [ "$value" = --unset ]; then unset "$var"; else export "$var=$value"; fi
+	local t0=$SECONDS
+	run timeout 10 "$RELAY" start
+	[ "$STATUS" -ne 0 ] || fail "$var=$value: exit status 0"
+	[ "$STATUS" -ne 124 ] || fail "$var=$value: did not exit at once"
+	[ $((SECONDS - t0)) -le 3 ] || fail "$var=$value: took $((SECONDS - t0))s"
+	assert_err_lines 1
+	assert_err_contains "level=ERROR"
+	assert_err_contains "invalid configuration: $var"
+	assert_err_contains "$want"
+	assert_err_lacks "cannot reach"
+	unset "$var"
+}
+
+test_missing_required() {
+	local v
+	for v in REDIS_URI REDIS_STREAM REDIS_GROUP; do
+		expect_config_error "$v" --unset "$v is required and must not be empty"
+		expect_config_error "$v" "" "$v is required and must not be empty"
+	done
+}
+
+test_bad_max_values() {
+	local v x
+	for v in MAX_CONCURRENCY MAX_BUFFERED_EVENTS; do
+		expect_config_error "$v" 0 "$v '0' is invalid (must be positive); accepted: a positive integer"
+		expect_config_error "$v" -1 "$v '-1' is invalid (must be positive)"
+		for x in 1.5 abc 2x "" " 3" 1e3 0x10 99999999999999999999; do
+			expect_config_error "$v" "$x" "$v '$x' is invalid"
+		done
+	done
+}
+
+test_bad_log_level() {
+	expect_config_error LOG_LEVEL WARNING "LOG_LEVEL 'WARNING' is invalid (unknown log level); accepted: DEBUG, INFO, WARN or ERROR"
+	expect_config_error LOG_LEVEL verbose "LOG_LEVEL 'verbose' is invalid"
+}
+
+test_bad_retention() {
+	expect_config_error REDIS_STREAM_RETENTION 0 "REDIS_STREAM_RETENTION '0' is invalid (must be positive)"
+	expect_config_error REDIS_STREAM_RETENTION -6h "REDIS_STREAM_RETENTION '-6h' is invalid (must be positive)"
+	expect_config_error REDIS_STREAM_RETENTION 6 "REDIS_STREAM_RETENTION '6' is invalid (not a Go duration)"
+	expect_config_error REDIS_STREAM_RETENTION 1d "REDIS_STREAM_RETENTION '1d' is invalid (not a Go duration)"
+	expect_config_error REDIS_STREAM_RETENTION "6 h" "not a Go duration"
+}
+
+test_bad_listen_addresses() {
+	expect_config_error METRICS_ADDR 9090 "METRICS_ADDR '9090' is invalid (not a listen address)"
+	expect_config_error METRICS_ADDR "::1:9090" "METRICS_ADDR '::1:9090' is invalid"
+	expect_config_error GIT_WEBHOOK_ADDR "localhost:http" "GIT_WEBHOOK_ADDR 'localhost:http' is invalid"
+}
+
+test_bad_redis_uri_hides_password() {
+	expect_config_error REDIS_URI "redis://bob:Sup3rSecret@h:0" "REDIS_URI 'redis://bob:xxxxx@h:0' is invalid"
+	valid_env
+	export REDIS_URI="redis://bob:Sup3rSecret@h:0"
+	run "$RELAY" start
+	assert_err_lacks Sup3rSecret
+	expect_config_error REDIS_URI "http://h:1" "unsupported scheme 'http'"
+}
+
+test_all_errors_reported_together() {
+	valid_env
+	export MAX_CONCURRENCY=0 LOG_LEVEL=WARNING
+	unset REDIS_GROUP
+	run "$RELAY" start
+	assert_status 1
+	assert_err_lines 3
+	assert_err_contains "REDIS_GROUP"
+	assert_err_contains "MAX_CONCURRENCY"
+	assert_err_contains "LOG_LEVEL"
+}
+
+test_valid_config_goes_on_to_dependencies() {
+	valid_env
+	export LOG_LEVEL=" warn " MAX_CONCURRENCY=4 MAX_BUFFERED_EVENTS=32 REDIS_STREAM_RETENTION=90m \
+		METRICS_ADDR="[::1]:9090" GIT_WEBHOOK_ADDR=":8081"
+	run timeout 20 "$RELAY" start
+	assert_status 1
+	assert_err_lacks "invalid configuration"
+	assert_err_contains "cannot reach Redis"
+	assert_err_contains "connect: Connection refused"
+}

@@ -1,0 +1,101 @@
+# Helpers for the black-box scenarios. Each test_* function runs in its own
+# bash process (tests/run) after it_setup; a failing assertion exits it.
+# Everything a test starts is tracked and killed on exit, and its temporary
+# directory removed.
+
+RELAY=${RELAY:-$ROOT/$BUILD/relay}
+RELAY_PLAIN=$ROOT/build/relay
+
+it_setup() {
+	set -u
+	TMP=$(mktemp -d /tmp/relay-it.XXXXXX)
+	PIDS=()
+	trap it_cleanup EXIT
+	# Tests decide their own environment: nothing leaks in from the caller.
+	unset REDIS_URI REDIS_STREAM REDIS_GROUP REDIS_STREAM_RETENTION METRICS_ADDR GIT_WEBHOOK_ADDR \
+		LOG_LEVEL MAX_CONCURRENCY MAX_BUFFERED_EVENTS RELAY_FUNCTIONS_DIR RELAY_DATA_DIR \
+		DOCKER_HOST DOCKER_TLS_VERIFY DOCKER_CERT_PATH DOCKER_API_VERSION SSL_CERT_FILE
+	export RELAY_DATA_DIR=$TMP/data
+	export RELAY_FUNCTIONS_DIR=$TMP/functions
+	mkdir -p "$RELAY_FUNCTIONS_DIR"
+}
+
+it_cleanup() {
+	local rc=$? pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null
+	done
+	rm -rf "$TMP"
+	exit "$rc"
+}
+
+track() { PIDS+=("$1"); }
+
+fail() {
+	echo "assertion failed: $*"
+	for f in out err; do
+		if [ -s "$TMP/$f" ]; then
+			echo "--- std$f:"
+			head -c 4000 "$TMP/$f"
+		fi
+	done
+	exit 1
+}
+
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+wait_for() { # seconds command...
+	local deadline=$(($(date +%s) + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$deadline" ] || return 1
+		sleep 0.1
+	done
+}
+
+# start_redis [redis-server args...]: a private redis on a free port
+# (REDIS_PORT), data in $TMP. Plain TCP unless the args say otherwise.
+start_redis() {
+	REDIS_PORT=$(free_port)
+	mkdir -p "$TMP/redis-$REDIS_PORT"
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+		--dir "$TMP/redis-$REDIS_PORT" "$@" >"$TMP/redis-$REDIS_PORT.log" 2>&1 &
+	REDIS_PID=$!
+	track "$REDIS_PID"
+}
+
+wait_redis_plain() {
+	wait_for 10 redis-cli -p "$REDIS_PORT" ping || fail "redis on $REDIS_PORT did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
+}
+
+# run cmd...: runs with stdout/stderr captured in $TMP/out, $TMP/err; STATUS.
+run() {
+	"$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+	STATUS=$?
+}
+
+assert_status() { [ "$STATUS" -eq "$1" ] || fail "exit status $STATUS, want $1"; }
+assert_out_contains() { grep -qF -- "$1" "$TMP/out" || fail "stdout lacks: $1"; }
+assert_err_contains() { grep -qF -- "$1" "$TMP/err" || fail "stderr lacks: $1"; }
+assert_err_lacks() { ! grep -qF -- "$1" "$TMP/err" || fail "stderr contains: $1"; }
+assert_out_lacks() { ! grep -qF -- "$1" "$TMP/out" || fail "stdout contains: $1"; }
+assert_out_empty() { [ ! -s "$TMP/out" ] || fail "stdout not empty"; }
+assert_err_empty() { [ ! -s "$TMP/err" ] || fail "stderr not empty"; }
+assert_err_lines() { [ "$(wc -l <"$TMP/err")" -eq "$1" ] || fail "stderr has $(wc -l <"$TMP/err") lines, want $1"; }
+assert_out_eq() { # expected text
+	local want=$1
+	[ "$(cat "$TMP/out")" = "$want" ] || fail "stdout differs; want:
+$want"
+}

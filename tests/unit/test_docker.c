@@ -1,0 +1,320 @@
+/* Unit tests for the pure parts of src/docker.c: DOCKER_HOST parsing,
+ * API version checks and negotiation, daemon error messages, and the
+ * failure message of docker_open() for an unreachable daemon. */
+#include "docker.h"
+
+#include <stdlib.h>
+
+#include "t.h"
+#include "util.h"
+
+/* ---- DOCKER_HOST ------------------------------------------------------ */
+
+static const struct {
+	const char *value;
+	enum docker_transport transport;
+	const char *path_or_host;
+	unsigned port;
+} good_hosts[] = {
+	{NULL, DOCKER_TRANSPORT_UNIX, "/var/run/docker.sock", 0},
+	{"", DOCKER_TRANSPORT_UNIX, "/var/run/docker.sock", 0},
+	{"unix:///var/run/docker.sock", DOCKER_TRANSPORT_UNIX, "/var/run/docker.sock", 0},
+	{"unix:///tmp/x y.sock", DOCKER_TRANSPORT_UNIX, "/tmp/x y.sock", 0},
+	{"UNIX:///run/d.sock", DOCKER_TRANSPORT_UNIX, "/run/d.sock", 0},
+	{"tcp://127.0.0.1:2375", DOCKER_TRANSPORT_TCP, "127.0.0.1", 2375},
+	{"tcp://socket-proxy:2375", DOCKER_TRANSPORT_TCP, "socket-proxy", 2375},
+	{"tcp://socket-proxy:2375/", DOCKER_TRANSPORT_TCP, "socket-proxy", 2375},
+	{"tcp://docker.example.com:2376", DOCKER_TRANSPORT_TCP, "docker.example.com", 2376},
+	{"tcp://[::1]:2375", DOCKER_TRANSPORT_TCP, "::1", 2375},
+	{"tcp://h:1", DOCKER_TRANSPORT_TCP, "h", 1},
+	{"tcp://h:65535", DOCKER_TRANSPORT_TCP, "h", 65535},
+	{"http://127.0.0.1:23750", DOCKER_TRANSPORT_TCP, "127.0.0.1", 23750},
+};
+
+TEST(host_good)
+{
+	for (size_t i = 0; i < ARRAY_LEN(good_hosts); i++) {
+		struct docker_host h;
+		char *err = NULL;
+		int rc = docker_host_parse(good_hosts[i].value, &h, &err);
+		CHECK_INT(rc, 0);
+		if (rc != 0) {
+			printf("    value %s: %s\n", good_hosts[i].value, err ? err : "");
+			free(err);
+			continue;
+		}
+		CHECK(err == NULL);
+		CHECK_INT(h.transport, good_hosts[i].transport);
+		if (h.transport == DOCKER_TRANSPORT_UNIX) {
+			CHECK_STR(h.path, good_hosts[i].path_or_host);
+			CHECK(h.host == NULL);
+		} else {
+			CHECK_STR(h.host, good_hosts[i].path_or_host);
+			CHECK_INT(h.port, good_hosts[i].port);
+			CHECK(h.path == NULL);
+		}
+		docker_host_clear(&h);
+	}
+}
+
+/* Each bad value must fail with a message naming DOCKER_HOST, the value,
+ * and the reason. */
+static const struct {
+	const char *value;
+	const char *reason;
+} bad_hosts[] = {
+	{"/var/run/docker.sock", "missing scheme"},
+	{"localhost:2375", "missing scheme"},
+	{"ssh://user@host", "unsupported scheme \"ssh\""},
+	{"npipe:////./pipe/docker_engine", "unsupported scheme \"npipe\""},
+	{"fd://", "unsupported scheme \"fd\""},
+	{"https://h:2376", "DOCKER_TLS_VERIFY"},
+	{"unix://", "missing socket path"},
+	{"tcp://", "missing host and port"},
+	{"tcp://host", "missing port"},
+	{"tcp://host:", "missing port"},
+	{"tcp://:2375", "missing host"},
+	{"tcp://host:0", "port must be"},
+	{"tcp://host:65536", "port must be"},
+	{"tcp://host:99999999999", "port must be"},
+	{"tcp://host:23x", "port must be"},
+	{"tcp://host:-1", "port must be"},
+	{"tcp://host:2375/base", "path"},
+	{"tcp://user@host:2375", "invalid character"},
+	{"tcp://h?x=1:2375", "invalid character"},
+	{"tcp://::1:2375", "IPv6 addresses must be in brackets"},
+	{"tcp://[::1:2375", "unterminated ["},
+	{"tcp://[::1]", "missing port"},
+	{"tcp://[::1]x:2375", "unexpected text"},
+	{"unix:///" "0123456789012345678901234567890123456789012345678901234567890123456789"
+	 "0123456789012345678901234567890123456789.sock",
+	 "too long"},
+};
+
+TEST(host_bad)
+{
+	for (size_t i = 0; i < ARRAY_LEN(bad_hosts); i++) {
+		struct docker_host h;
+		char *err = NULL;
+		int rc = docker_host_parse(bad_hosts[i].value, &h, &err);
+		CHECK_INT(rc, -1);
+		REQUIRE(err != NULL);
+		char *want_prefix = NULL;
+		size_t n = strlen("invalid DOCKER_HOST \"") + strlen(bad_hosts[i].value) + 2;
+		want_prefix = malloc(n + 1);
+		snprintf(want_prefix, n + 1, "invalid DOCKER_HOST \"%s\"", bad_hosts[i].value);
+		if (strncmp(err, want_prefix, strlen(want_prefix)) != 0 ||
+		    !strstr(err, bad_hosts[i].reason))
+			T_FAIL_("value %s: message \"%s\" lacks prefix or \"%s\"",
+				bad_hosts[i].value, err, bad_hosts[i].reason);
+		CHECK(h.path == NULL && h.host == NULL);
+		free(want_prefix);
+		free(err);
+	}
+}
+
+TEST(host_bad_without_errp)
+{
+	struct docker_host h;
+	CHECK_INT(docker_host_parse("ftp://x", &h, NULL), -1);
+}
+
+/* ---- API versions ----------------------------------------------------- */
+
+TEST(version_valid)
+{
+	static const char *const good[] = {"1.41", "1.24", "1.4", "2.0", "10.100", "1.44"};
+	static const char *const bad[] = {"",      "1",     "1.",     ".41",   "v1.41", "1.41.0",
+					  " 1.41", "1.41 ", "1,41",   "a.b",   "1.-1",  "+1.41",
+					  "1.4a",  "1..41", "123456.1", NULL};
+	for (size_t i = 0; i < ARRAY_LEN(good); i++)
+		if (!docker_version_valid(good[i]))
+			T_FAIL_("\"%s\" should be valid", good[i]);
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+		if (docker_version_valid(bad[i]))
+			T_FAIL_("\"%s\" should be invalid", bad[i] ? bad[i] : "(null)");
+}
+
+TEST(version_cmp)
+{
+	static const struct {
+		const char *a, *b;
+		int sign;
+	} cases[] = {
+		{"1.41", "1.41", 0}, {"1.40", "1.41", -1}, {"1.41", "1.40", 1},
+		{"1.9", "1.10", -1}, {"1.10", "1.9", 1},   {"2.0", "1.99", 1},
+		{"1.44", "1.41", 1}, {"1.041", "1.41", 0},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		int c = docker_version_cmp(cases[i].a, cases[i].b);
+		int sign = c < 0 ? -1 : c > 0;
+		if (sign != cases[i].sign)
+			T_FAIL_("cmp(%s, %s) = %d, want sign %d", cases[i].a, cases[i].b, c,
+				cases[i].sign);
+	}
+}
+
+TEST(negotiate_picks_lower)
+{
+	static const struct {
+		const char *body;
+		const char *want;
+	} cases[] = {
+		/* An old daemon: speak its version. */
+		{"{\"ApiVersion\":\"1.40\",\"MinAPIVersion\":\"1.12\"}", "1.40"},
+		/* The daemon Relay was written against. */
+		{"{\"ApiVersion\":\"1.41\",\"MinAPIVersion\":\"1.12\"}", "1.41"},
+		/* A newer daemon: cap at DOCKER_API_MAX. */
+		{"{\"ApiVersion\":\"1.43\",\"MinAPIVersion\":\"1.12\"}", "1.41"},
+		/* Numeric, not string, comparison. */
+		{"{\"ApiVersion\":\"1.9\"}", "1.9"},
+		{"{\"Version\":\"20.10.24\",\"ApiVersion\":\"1.41\"}", "1.41"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char out[16] = "";
+		char *err = NULL;
+		int rc = docker_negotiate_version(cases[i].body, strlen(cases[i].body),
+						  DOCKER_API_MAX, out, sizeof out, &err);
+		CHECK_INT(rc, 0);
+		CHECK_STR(out, cases[i].want);
+		CHECK(err == NULL);
+		free(err);
+	}
+}
+
+TEST(negotiate_errors)
+{
+	static const struct {
+		const char *body;
+		const char *want;
+	} cases[] = {
+		{"not json", "not a JSON object"},
+		{"[1]", "not a JSON object"},
+		{"{}", "no valid ApiVersion"},
+		{"{\"ApiVersion\":141}", "no valid ApiVersion"},
+		{"{\"ApiVersion\":\"latest\"}", "no valid ApiVersion"},
+		{"{\"ApiVersion\":\"1.52\",\"MinAPIVersion\":\"1.44\"}",
+		 "Docker daemon requires API version 1.44 or newer, Relay speaks at most 1.41"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char out[16] = "";
+		char *err = NULL;
+		int rc = docker_negotiate_version(cases[i].body, strlen(cases[i].body),
+						  DOCKER_API_MAX, out, sizeof out, &err);
+		CHECK_INT(rc, -1);
+		if (!err || !strstr(err, cases[i].want))
+			T_FAIL_("body %s: got \"%s\", want \"%s\"", cases[i].body,
+				err ? err : "(null)", cases[i].want);
+		free(err);
+	}
+}
+
+/* ---- daemon error messages -------------------------------------------- */
+
+TEST(error_message)
+{
+	static const struct {
+		long status;
+		const char *body;
+		const char *want;
+	} cases[] = {
+		{404, "{\"message\":\"No such container: abc\"}\n", "No such container: abc"},
+		{409,
+		 "{\"message\":\"You cannot remove a running container 0123. Stop the "
+		 "container before attempting removal or force remove\"}",
+		 "You cannot remove a running container 0123. Stop the container before "
+		 "attempting removal or force remove"},
+		/* Escapes are decoded, the text is otherwise verbatim. */
+		{400, "{\"message\":\"bad \\\"x\\\"\\n\"}", "bad \"x\"\n"},
+		/* A socket proxy's plain-text refusal. */
+		{403, "Forbidden\n", "HTTP 403: Forbidden"},
+		{502, "  <html>\r\n<body>Bad Gateway</body></html>", "HTTP 502: <html>"},
+		{500, "", "HTTP 500"},
+		{500, " \n ", "HTTP 500"},
+		{500, "{\"message\":\"\"}", "HTTP 500: {\"message\":\"\"}"},
+		{500, "{\"message\":42}", "HTTP 500: {\"message\":42}"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *m = docker_error_message(cases[i].status, cases[i].body,
+					       strlen(cases[i].body));
+		CHECK_STR(m, cases[i].want);
+		free(m);
+	}
+}
+
+TEST(error_message_bounded)
+{
+	char body[1000];
+	memset(body, 'x', sizeof body);
+	char *m = docker_error_message(500, body, sizeof body);
+	/* "HTTP 500: " + 200 bytes */
+	CHECK_INT(strlen(m), 10 + 200);
+	free(m);
+}
+
+/* ---- docker_open failures (no daemon needed) -------------------------- */
+
+static void check_open_fails(const char *host, const char *api, const char *want)
+{
+	setenv("DOCKER_HOST", host, 1);
+	if (api)
+		setenv("DOCKER_API_VERSION", api, 1);
+	else
+		unsetenv("DOCKER_API_VERSION");
+	unsetenv("DOCKER_TLS_VERIFY");
+	struct docker *d = (struct docker *)1;
+	char *err = NULL;
+	int rc = docker_open(&d, &err);
+	CHECK_INT(rc, -1);
+	CHECK(d == NULL);
+	if (!err || strcmp(err, want) != 0)
+		T_FAIL_("DOCKER_HOST=%s: got \"%s\", want \"%s\"", host, err ? err : "(null)",
+			want);
+	free(err);
+}
+
+TEST(open_unreachable)
+{
+	check_open_fails("unix:///nonexistent/docker.sock", NULL,
+			 "cannot connect to the Docker daemon at unix:///nonexistent/docker.sock: "
+			 "No such file or directory");
+	/* Port 1 on loopback: nothing listens there. */
+	check_open_fails("tcp://127.0.0.1:1", NULL,
+			 "cannot connect to the Docker daemon at tcp://127.0.0.1:1: "
+			 "Connection refused");
+	check_open_fails("ftp://x", NULL,
+			 "invalid DOCKER_HOST \"ftp://x\": unsupported scheme \"ftp\" "
+			 "(want unix:// or tcp://)");
+	check_open_fails("unix:///nonexistent/docker.sock", "latest",
+			 "invalid DOCKER_API_VERSION \"latest\": want a version like 1.41");
+	unsetenv("DOCKER_HOST");
+	unsetenv("DOCKER_API_VERSION");
+}
+
+TEST(open_tls_missing_certs)
+{
+	setenv("DOCKER_HOST", "tcp://127.0.0.1:1", 1);
+	setenv("DOCKER_TLS_VERIFY", "1", 1);
+	setenv("DOCKER_CERT_PATH", "/nonexistent-certs", 1);
+	struct docker *d = NULL;
+	char *err = NULL;
+	CHECK_INT(docker_open(&d, &err), -1);
+	CHECK_STR(err, "DOCKER_TLS_VERIFY is set but /nonexistent-certs/ca.pem is not "
+		       "readable (DOCKER_CERT_PATH): No such file or directory");
+	free(err);
+	/* "0" means off, as for the docker CLI: back to a plain connect. */
+	setenv("DOCKER_TLS_VERIFY", "0", 1);
+	err = NULL;
+	CHECK_INT(docker_open(&d, &err), -1);
+	CHECK_STR(err, "cannot connect to the Docker daemon at tcp://127.0.0.1:1: "
+		       "Connection refused");
+	free(err);
+	unsetenv("DOCKER_HOST");
+	unsetenv("DOCKER_TLS_VERIFY");
+	unsetenv("DOCKER_CERT_PATH");
+}
+
+T_MAIN(T_CASE(host_good), T_CASE(host_bad), T_CASE(host_bad_without_errp), T_CASE(version_valid),
+       T_CASE(version_cmp), T_CASE(negotiate_picks_lower), T_CASE(negotiate_errors),
+       T_CASE(error_message), T_CASE(error_message_bounded), T_CASE(open_unreachable),
+       T_CASE(open_tls_missing_certs))
