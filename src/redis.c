@@ -758,27 +758,36 @@ int redis_connect(struct redis *r)
 	return 0;
 }
 
+int64_t redis_backoff_ms(int failures)
+{
+	int64_t cap = BACKOFF_MIN_MS;
+	for (int i = 1; i < failures && cap < BACKOFF_MAX_MS; i++)
+		cap *= 2;
+	if (cap > BACKOFF_MAX_MS)
+		cap = BACKOFF_MAX_MS;
+	/* Jitter over the upper half keeps a fleet from reconnecting in step
+	 * while never retrying faster than half the nominal delay. */
+	return cap / 2 + (int64_t)rand_below((uint64_t)(cap / 2) + 1);
+}
+
 int redis_connect_retry(struct redis *r, const volatile int *stop)
 {
-	int64_t delay = BACKOFF_MIN_MS;
 	int failures = 0;
 	for (;;) {
 		if (stop && *stop)
 			return -1;
 		if (redis_connect(r) == 0) {
 			if (failures)
-				log_info(LOG_ATTRS("addr", r->addr), "redis connection restored after %d failed attempt(s)",
-					 failures);
+				log_info(LOG_ATTRS("addr", r->addr),
+					 "redis connection restored after %d failed attempt(s)", failures);
 			return 0;
 		}
 		failures++;
-		/* Full jitter in the upper half keeps a fleet from reconnecting in step. */
-		int64_t wait = delay / 2 + (int64_t)rand_below((uint64_t)(delay / 2) + 1);
+		int64_t wait = redis_backoff_ms(failures);
 		char waitstr[DURATION_STR_MAX];
 		duration_format(wait * NS_PER_MS, waitstr);
 		log_warn(LOG_ATTRS("addr", r->addr, "error", r->err, "retry_in", waitstr),
 			 "redis connection failed");
 		sleep_ms_interruptible(wait, stop);
-		delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
 	}
 }

@@ -20,6 +20,7 @@
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct redis_uri {
 	char *host;     /* without brackets for IPv6 */
@@ -53,6 +54,9 @@ int redis_connect(struct redis *r);
 /* Connects, retrying with backoff until connected (0) or *stop (-1). */
 int redis_connect_retry(struct redis *r, const volatile int *stop);
 bool redis_is_connected(const struct redis *r);
+/* The wait before retry number `failures` (1-based): 1 s doubling up to
+ * 30 s, jittered within the upper half. Exposed for tests. */
+int64_t redis_backoff_ms(int failures);
 void redis_disconnect(struct redis *r);
 
 /* "redis://host:port" or "rediss://host:port": for messages, no credentials. */
