@@ -57,7 +57,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 fuzz: $(FUZZ_BIN)
 build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
 	@mkdir -p build-fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc $(PKG_CFLAGS) \
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc $(PKG_CFLAGS) \
 	    -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
 
 clean:

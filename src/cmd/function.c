@@ -1,17 +1,209 @@
-/* relay function ls|inspect|validate|match */
+/*
+ * relay function ls|inspect|validate|match.
+ *
+ * validate and match read only the functions directory and their
+ * arguments (c-port.md decision 8): no Redis, Docker or state database.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cmd/cmd.h"
+#include "cmd/function_state.h"
+#include "event.h"
+#include "function.h"
+#include "pattern.h"
+#include "rfc3339.h"
+#include "util.h"
+
+/* The functions directory: --dir, else RELAY_FUNCTIONS_DIR, else /functions. */
+static const char *functions_dir(const char *given)
+{
+	if (given)
+		return given;
+	const char *env = getenv("RELAY_FUNCTIONS_DIR");
+	return env && *env ? env : "/functions";
+}
+
+static int validate_exec(const struct cmd *self, int argc, char **argv)
+{
+	const char *pos[1] = {NULL};
+	int npos = 0;
+	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, pos, 0, 1, &npos);
+	const char *dir = functions_dir(npos ? pos[0] : NULL);
+
+	struct function_scan scan;
+	char *err = NULL;
+	if (function_scan_dir(dir, &scan, &err) < 0) {
+		int rc = cmd_fail("function validate: %s", err);
+		free(err);
+		return rc;
+	}
+	int bad = 0, seen = 0;
+	for (size_t i = 0; i < scan.n; i++) {
+		struct function_entry *e = &scan.v[i];
+		if (e->status == FUNCTION_NO_TEMPLATE)
+			continue;
+		seen++;
+		for (size_t k = 0; k < e->warnings.n; k++)
+			printf("%s: warning: %s\n", e->name, e->warnings.v[k]);
+		if (e->status == FUNCTION_OK) {
+			printf("%s: ok\n", e->name);
+		} else {
+			bad++;
+			for (size_t k = 0; k < e->errors.n; k++)
+				printf("%s: %s\n", e->name, e->errors.v[k]);
+		}
+	}
+	function_scan_free(&scan);
+	if (!seen)
+		fprintf(stderr, "relay: function validate: no function directories with a template.yaml in %s\n", dir);
+	return bad ? 1 : 0;
+}
+
+/* Reads the EVENT argument: JSON text, @file, or - for stdin. */
+static int read_event_arg(const char *arg, char **text, size_t *len, char **why)
+{
+	if (strcmp(arg, "-") != 0 && arg[0] != '@') {
+		*text = xstrdup(arg);
+		*len = strlen(arg);
+		return 0;
+	}
+	FILE *f = strcmp(arg, "-") == 0 ? stdin : fopen(arg + 1, "rb");
+	if (!f) {
+		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
+		return -1;
+	}
+	struct buf b;
+	buf_init(&b, EVENT_MAX_BYTES);
+	char chunk[8192];
+	size_t n;
+	int rc = 0;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+		if (buf_append(&b, chunk, n) < 0) {
+			*why = xasprintf("event larger than %d bytes", EVENT_MAX_BYTES);
+			rc = -1;
+			break;
+		}
+	}
+	if (rc == 0 && ferror(f)) {
+		*why = xasprintf("read error on %s", strcmp(arg, "-") == 0 ? "stdin" : arg + 1);
+		rc = -1;
+	}
+	if (f != stdin)
+		fclose(f);
+	if (rc < 0) {
+		buf_free(&b);
+		return -1;
+	}
+	*len = b.len;
+	*text = buf_steal(&b);
+	return 0;
+}
+
+static int match_exec(const struct cmd *self, int argc, char **argv)
+{
+	const char *dir_opt = NULL, *now_opt = NULL;
+	const struct cmd_opt opts[] = {
+		{"--dir", NULL, true, &dir_opt, NULL},
+		{"--now", NULL, true, &now_opt, NULL},
+		{NULL, NULL, false, NULL, NULL},
+	};
+	const char *pos[1];
+	int npos = 0;
+	CMD_PARSE_OR_RETURN(self, argc, argv, opts, pos, 1, 1, &npos);
+
+	int64_t now = now_wall_ns();
+	if (now_opt && rfc3339_parse_ns(now_opt, strlen(now_opt), &now) < 0) {
+		fprintf(stderr, "relay function match: --now %s is not an RFC 3339 time (e.g. 2026-09-13T22:47:41Z)\n",
+			now_opt);
+		return 2;
+	}
+	char *text = NULL, *why = NULL;
+	size_t len = 0;
+	if (read_event_arg(pos[0], &text, &len, &why) < 0) {
+		fprintf(stderr, "relay function match: %s\n", why);
+		free(why);
+		return 2;
+	}
+	struct event *ev = NULL;
+	if (event_parse_json(text, len, &ev, &why) != EVENT_OK) {
+		fprintf(stderr, "relay function match: invalid event: %s\n", why ? why : "invalid");
+		free(why);
+		free(text);
+		return 2;
+	}
+	free(text);
+
+	const char *dir = functions_dir(dir_opt);
+	struct function_scan scan;
+	char *err = NULL;
+	if (function_scan_dir(dir, &scan, &err) < 0) {
+		event_free(ev);
+		int rc = cmd_fail("function match: %s", err);
+		free(err);
+		return rc;
+	}
+	/* Execution order: functions by name, rules in file order. */
+	size_t total = 0;
+	for (size_t i = 0; i < scan.n; i++) {
+		struct function_entry *e = &scan.v[i];
+		if (e->status == FUNCTION_INVALID)
+			fprintf(stderr, "relay function match: skipping invalid function %s: %s\n", e->name,
+				e->errors.n ? e->errors.v[0] : "invalid");
+		if (e->fn)
+			total += e->fn->tpl->nrules;
+	}
+	const struct pattern **pats = xcalloc(total + 1, sizeof *pats);
+	const struct function **owner = xcalloc(total + 1, sizeof *owner);
+	const struct rule **rules = xcalloc(total + 1, sizeof *rules);
+	size_t k = 0;
+	for (size_t i = 0; i < scan.n; i++) {
+		const struct function *f = scan.v[i].fn;
+		for (size_t r = 0; f && r < f->tpl->nrules; r++, k++) {
+			pats[k] = f->tpl->rules[r].pattern;
+			owner[k] = f;
+			rules[k] = &f->tpl->rules[r];
+		}
+	}
+	struct pattern_set *set = pattern_set_new(pats, total);
+	uint32_t *ids = xcalloc(total + 1, sizeof *ids);
+	size_t n = pattern_set_match(set, ev, now, ids);
+	for (size_t i = 0; i < n; i++)
+		printf("%s\t%s\n", owner[ids[i]]->name, rules[ids[i]]->handler);
+	free(ids);
+	pattern_set_free(set);
+	free(pats);
+	free(owner);
+	free(rules);
+	function_scan_free(&scan);
+	event_free(ev);
+	return 0;
+}
 
 const struct cmd cmd_function_ls = {
-	"function ls", "", "list functions", NULL, CMD_STATE_RO, cmd_not_implemented,
+	"function ls", "", "list functions",
+	"Lists the functions in the state database: runtime, status, number of event handlers,\n"
+	"and when each was last prepared or updated.\n",
+	CMD_STATE_RO, function_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
-	"function inspect", "<name>", "show one function", NULL, CMD_STATE_RO, cmd_not_implemented,
+	"function inspect", "<name>", "show one function", NULL, CMD_STATE_RO, function_inspect_exec,
 };
 const struct cmd cmd_function_validate = {
-	"function validate", "[DIR]", "validate every function directory under DIR", NULL, CMD_PURE,
-	cmd_not_implemented,
+	"function validate", "[DIR]", "validate every function directory under DIR",
+	"Prints one line per function: \"<name>: ok\", or one \"<name>: <error>\" line per problem\n"
+	"(and \"<name>: warning: ...\" lines for unknown keys). DIR defaults to the functions\n"
+	"directory (RELAY_FUNCTIONS_DIR, else /functions). Exit 0 when every function is valid.\n",
+	CMD_PURE, validate_exec,
 };
 const struct cmd cmd_function_match = {
 	"function match", "[--dir DIR] [--now RFC3339] EVENT",
-	"print the handlers an event would run, in order", NULL, CMD_PURE, cmd_not_implemented,
+	"print the handlers an event would run, in order",
+	"EVENT is JSON text, @file, or - for stdin. Prints \"<function>\\t<handler>\" for each\n"
+	"matching rule in the order relay start would run them. --now fixes the instant used by\n"
+	"now() patterns. Exit 0 whether or not anything matched, 2 for an invalid event.\n",
+	CMD_PURE, match_exec,
 };

@@ -1,0 +1,829 @@
+/*
+ * Event decoding: a strict one-pass JSON parser into an arena.
+ *
+ * Why not jansson: see event.h. The tree here is read-only and compact:
+ * scalars inline, strings copied (unescaped) into the arena, arrays and
+ * objects as contiguous vectors built on a parser stack and copied into the
+ * arena when they close. Objects with more than SMALL_OBJECT members also get
+ * an open-addressing hash index so a hostile event with one huge object cannot
+ * make every lookup linear.
+ *
+ * UTF-8 is validated once over the whole text before parsing (that check is
+ * what distinguishes EVENT_ERR_NOT_TEXT); the parser then only has to reject
+ * non-ASCII bytes outside strings, which the grammar does anyway.
+ */
+#include "event.h"
+
+#include <errno.h>
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define SMALL_OBJECT 8
+
+struct event_object {
+	size_t n;
+	const struct event_member *members;
+	uint32_t mask;        /* slots has mask + 1 entries; 0 when not indexed */
+	const uint32_t *slots; /* member index + 1, 0 = empty */
+};
+
+struct arena_block {
+	struct arena_block *next;
+	size_t cap, used;
+	_Alignas(16) unsigned char data[];
+};
+
+struct event {
+	struct arena_block *blocks;
+	struct event_value root;
+};
+
+static void *arena_alloc(struct event *ev, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	struct arena_block *b = ev->blocks;
+	if (!b || b->cap - b->used < n) {
+		size_t cap = b ? b->cap * 2 : 4096;
+		if (cap < n)
+			cap = n;
+		b = xmalloc(sizeof *b + cap);
+		b->cap = cap;
+		b->used = 0;
+		b->next = ev->blocks;
+		ev->blocks = b;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+void event_free(struct event *ev)
+{
+	if (!ev)
+		return;
+	struct arena_block *b = ev->blocks;
+	while (b) {
+		struct arena_block *next = b->next;
+		free(b);
+		b = next;
+	}
+	free(ev);
+}
+
+static struct event *event_new(size_t hint)
+{
+	struct event *ev = xcalloc(1, sizeof *ev);
+	if (hint) {
+		/* one block usually holds the whole tree */
+		size_t cap = hint * 2 + 1024;
+		struct arena_block *b = xmalloc(sizeof *b + cap);
+		b->cap = cap;
+		b->used = 0;
+		b->next = NULL;
+		ev->blocks = b;
+	}
+	return ev;
+}
+
+const char *event_err_name(int err)
+{
+	switch (err) {
+	case EVENT_OK:
+		return "ok";
+	case EVENT_ERR_MISSING:
+		return "missing";
+	case EVENT_ERR_NOT_TEXT:
+		return "not_text";
+	case EVENT_ERR_INVALID_JSON:
+		return "invalid_json";
+	case EVENT_ERR_NOT_OBJECT:
+		return "not_object";
+	case EVENT_ERR_TOO_LARGE:
+		return "too_large";
+	case EVENT_ERR_TOO_DEEP:
+		return "too_deep";
+	}
+	return "unknown";
+}
+
+/* ---- object index ---- */
+
+static uint32_t key_hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static const struct event_object *make_object(struct event *ev, const struct event_member *src,
+					      size_t n)
+{
+	struct event_object *o = arena_alloc(ev, sizeof *o);
+	struct event_member *m = NULL;
+	if (n) {
+		m = arena_alloc(ev, n * sizeof *m);
+		memcpy(m, src, n * sizeof *m);
+	}
+	o->n = n;
+	o->members = m;
+	o->mask = 0;
+	o->slots = NULL;
+	if (n > SMALL_OBJECT) {
+		uint32_t size = 16;
+		while (size < n * 2)
+			size *= 2;
+		uint32_t *slots = arena_alloc(ev, size * sizeof *slots);
+		memset(slots, 0, size * sizeof *slots);
+		for (size_t i = 0; i < n; i++) {
+			uint32_t h = key_hash(m[i].key, m[i].klen) & (size - 1);
+			for (;;) {
+				uint32_t s = slots[h];
+				if (!s) {
+					slots[h] = (uint32_t)i + 1;
+					break;
+				}
+				const struct event_member *o2 = &m[s - 1];
+				if (o2->klen == m[i].klen && memcmp(o2->key, m[i].key, m[i].klen) == 0) {
+					slots[h] = (uint32_t)i + 1; /* last one wins */
+					break;
+				}
+				h = (h + 1) & (size - 1);
+			}
+		}
+		o->mask = size - 1;
+		o->slots = slots;
+	}
+	return o;
+}
+
+const struct event_value *event_get(const struct event_value *obj, const char *key, size_t klen)
+{
+	if (!obj || obj->type != EVENT_OBJECT)
+		return NULL;
+	const struct event_object *o = obj->u.obj;
+	if (o->slots) {
+		uint32_t h = key_hash(key, klen) & o->mask;
+		for (;;) {
+			uint32_t s = o->slots[h];
+			if (!s)
+				return NULL;
+			const struct event_member *m = &o->members[s - 1];
+			if (m->klen == klen && memcmp(m->key, key, klen) == 0)
+				return &m->value;
+			h = (h + 1) & o->mask;
+		}
+	}
+	for (size_t i = o->n; i-- > 0;) {
+		const struct event_member *m = &o->members[i];
+		if (m->klen == klen && memcmp(m->key, key, klen) == 0)
+			return &m->value;
+	}
+	return NULL;
+}
+
+const struct event_member *event_member_at(const struct event_value *obj, size_t i)
+{
+	if (!obj || obj->type != EVENT_OBJECT || i >= obj->u.obj->n)
+		return NULL;
+	return &obj->u.obj->members[i];
+}
+
+const struct event_value *event_root(const struct event *ev)
+{
+	return &ev->root;
+}
+
+/* ---- UTF-8 ---- */
+
+/* 0 when s[0..n) is valid UTF-8 without NUL bytes; else the offset + 1 of
+ * the first bad byte. */
+static size_t utf8_check(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		/* fast path: eight ASCII non-NUL bytes */
+		if (n - i >= 8) {
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			if (!(w & 0x8080808080808080ull) &&
+			    !((w - 0x0101010101010101ull) & ~w & 0x8080808080808080ull)) {
+				i += 8;
+				continue;
+			}
+		}
+		unsigned char c = s[i];
+		if (c == 0)
+			return i + 1;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t len;
+		uint32_t cp;
+		if (c >= 0xc2 && c <= 0xdf) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return i + 1;
+		}
+		if (n - i < len)
+			return i + 1;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i + 1;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return i + 1;
+		i += len;
+	}
+	return 0;
+}
+
+/* ---- parser ---- */
+
+struct parser {
+	const char *start, *p, *end;
+	struct event *ev;
+	struct event_member *ms; /* pending object members */
+	size_t mlen, mcap;
+	struct event_value *vs; /* pending array items */
+	size_t vlen, vcap;
+	int depth;
+	int err;
+	char *why;
+};
+
+static int fail(struct parser *ps, int err, const char *what)
+{
+	if (!ps->err) {
+		ps->err = err;
+		if (err == EVENT_ERR_TOO_DEEP)
+			ps->why = xasprintf("nested deeper than %d levels", EVENT_MAX_DEPTH);
+		else if (ps->p >= ps->end)
+			ps->why = xasprintf("%s at end of input", what);
+		else
+			ps->why = xasprintf("%s at offset %zu", what, (size_t)(ps->p - ps->start));
+	}
+	return -1;
+}
+
+static void skip_ws(struct parser *ps)
+{
+	while (ps->p < ps->end &&
+	       (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
+		ps->p++;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static int hex4(const char *s, const char *end, uint32_t *out)
+{
+	if (end - s < 4)
+		return -1;
+	uint32_t v = 0;
+	for (int i = 0; i < 4; i++) {
+		int h = hexval(s[i]);
+		if (h < 0)
+			return -1;
+		v = v << 4 | (uint32_t)h;
+	}
+	*out = v;
+	return 0;
+}
+
+static size_t put_utf8(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | cp >> 6);
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | cp >> 12);
+		o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | cp >> 18);
+	o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	o[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* At the opening quote. Stores the unescaped string in the arena. The text
+ * is known to be valid UTF-8 already. */
+static int parse_string(struct parser *ps, const char **out, size_t *outlen)
+{
+	const char *s = ++ps->p;
+	const char *q = s;
+	bool escapes = false;
+	for (;;) {
+		if (q >= ps->end) {
+			ps->p = q;
+			return fail(ps, EVENT_ERR_INVALID_JSON, "unterminated string");
+		}
+		unsigned char c = (unsigned char)*q;
+		if (c == '"')
+			break;
+		if (c < 0x20) {
+			ps->p = q;
+			return fail(ps, EVENT_ERR_INVALID_JSON, "control character in string");
+		}
+		if (c == '\\') {
+			escapes = true;
+			q += 2; /* the escaped byte is checked below */
+			continue;
+		}
+		q++;
+	}
+	size_t span = (size_t)(q - s);
+	char *o = arena_alloc(ps->ev, span + 1);
+	if (!escapes) {
+		memcpy(o, s, span);
+		o[span] = '\0';
+		*out = o;
+		*outlen = span;
+		ps->p = q + 1;
+		return 0;
+	}
+	size_t w = 0;
+	const char *r = s;
+	while (r < q) {
+		if (*r != '\\') {
+			o[w++] = *r++;
+			continue;
+		}
+		ps->p = r;
+		r++;
+		switch (*r) {
+		case '"': o[w++] = '"'; r++; break;
+		case '\\': o[w++] = '\\'; r++; break;
+		case '/': o[w++] = '/'; r++; break;
+		case 'b': o[w++] = '\b'; r++; break;
+		case 'f': o[w++] = '\f'; r++; break;
+		case 'n': o[w++] = '\n'; r++; break;
+		case 'r': o[w++] = '\r'; r++; break;
+		case 't': o[w++] = '\t'; r++; break;
+		case 'u': {
+			uint32_t cp, lo;
+			if (hex4(r + 1, q, &cp) < 0)
+				return fail(ps, EVENT_ERR_INVALID_JSON, "invalid \\u escape");
+			r += 5;
+			if (cp >= 0xd800 && cp <= 0xdbff) {
+				if (q - r >= 6 && r[0] == '\\' && r[1] == 'u' && hex4(r + 2, q, &lo) == 0 &&
+				    lo >= 0xdc00 && lo <= 0xdfff) {
+					cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+					r += 6;
+				} else {
+					cp = 0xfffd;
+				}
+			} else if (cp >= 0xdc00 && cp <= 0xdfff) {
+				cp = 0xfffd;
+			}
+			w += put_utf8(o + w, cp);
+			break;
+		}
+		default:
+			return fail(ps, EVENT_ERR_INVALID_JSON, "invalid escape in string");
+		}
+	}
+	o[w] = '\0';
+	*out = o;
+	*outlen = w;
+	ps->p = q + 1;
+	return 0;
+}
+
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void c_locale_init(void)
+{
+	c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+static int parse_number(struct parser *ps, struct event_value *v)
+{
+	const char *s = ps->p, *q = s;
+	bool neg = false, integral = true;
+	if (q < ps->end && *q == '-') {
+		neg = true;
+		q++;
+	}
+	if (q >= ps->end || !(*q >= '0' && *q <= '9'))
+		return fail(ps, EVENT_ERR_INVALID_JSON, "invalid number");
+	if (*q == '0') {
+		q++;
+	} else {
+		while (q < ps->end && *q >= '0' && *q <= '9')
+			q++;
+	}
+	if (q < ps->end && *q == '.') {
+		integral = false;
+		q++;
+		if (q >= ps->end || !(*q >= '0' && *q <= '9')) {
+			ps->p = q;
+			return fail(ps, EVENT_ERR_INVALID_JSON, "invalid number");
+		}
+		while (q < ps->end && *q >= '0' && *q <= '9')
+			q++;
+	}
+	if (q < ps->end && (*q == 'e' || *q == 'E')) {
+		integral = false;
+		q++;
+		if (q < ps->end && (*q == '+' || *q == '-'))
+			q++;
+		if (q >= ps->end || !(*q >= '0' && *q <= '9')) {
+			ps->p = q;
+			return fail(ps, EVENT_ERR_INVALID_JSON, "invalid number");
+		}
+		while (q < ps->end && *q >= '0' && *q <= '9')
+			q++;
+	}
+	if (integral) {
+		uint64_t x = 0;
+		bool overflow = false;
+		for (const char *d = s + neg; d < q; d++) {
+			unsigned dig = (unsigned)(*d - '0');
+			if (x > (UINT64_MAX - dig) / 10) {
+				overflow = true;
+				break;
+			}
+			x = x * 10 + dig;
+		}
+		if (!overflow && !neg && x <= (uint64_t)INT64_MAX) {
+			v->type = EVENT_INT;
+			v->u.i = (int64_t)x;
+			ps->p = q;
+			return 0;
+		}
+		if (!overflow && neg && x <= (uint64_t)INT64_MAX + 1) {
+			v->type = EVENT_INT;
+			v->u.i = x == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)x;
+			ps->p = q;
+			return 0;
+		}
+		/* beyond int64: a double, as Go would decode it */
+	}
+	char small[64];
+	size_t len = (size_t)(q - s);
+	char *tmp = len < sizeof small ? small : xmalloc(len + 1);
+	memcpy(tmp, s, len);
+	tmp[len] = '\0';
+	pthread_once(&c_locale_once, c_locale_init);
+	double d = c_locale ? strtod_l(tmp, NULL, c_locale) : strtod(tmp, NULL);
+	if (tmp != small)
+		free(tmp);
+	if (isinf(d) || isnan(d))
+		return fail(ps, EVENT_ERR_INVALID_JSON, "number out of range");
+	v->type = EVENT_REAL;
+	v->u.d = d;
+	ps->p = q;
+	return 0;
+}
+
+static int literal(struct parser *ps, const char *word, size_t n)
+{
+	if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n) != 0)
+		return fail(ps, EVENT_ERR_INVALID_JSON, "invalid literal");
+	ps->p += n;
+	return 0;
+}
+
+static int parse_value(struct parser *ps, struct event_value *v);
+
+static int parse_array(struct parser *ps, struct event_value *v)
+{
+	size_t base = ps->vlen;
+	ps->p++;
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == ']') {
+		ps->p++;
+	} else {
+		for (;;) {
+			struct event_value item;
+			if (parse_value(ps, &item) < 0)
+				return -1;
+			if (ps->vlen == ps->vcap) {
+				ps->vcap = ps->vcap ? ps->vcap * 2 : 64;
+				ps->vs = xrealloc(ps->vs, ps->vcap * sizeof *ps->vs);
+			}
+			ps->vs[ps->vlen++] = item;
+			skip_ws(ps);
+			if (ps->p < ps->end && *ps->p == ',') {
+				ps->p++;
+				continue;
+			}
+			if (ps->p < ps->end && *ps->p == ']') {
+				ps->p++;
+				break;
+			}
+			return fail(ps, EVENT_ERR_INVALID_JSON, "expected ',' or ']'");
+		}
+	}
+	size_t n = ps->vlen - base;
+	struct event_value *items = NULL;
+	if (n) {
+		items = arena_alloc(ps->ev, n * sizeof *items);
+		memcpy(items, ps->vs + base, n * sizeof *items);
+	}
+	ps->vlen = base;
+	v->type = EVENT_ARRAY;
+	v->n = n;
+	v->u.items = items;
+	return 0;
+}
+
+static int parse_object(struct parser *ps, struct event_value *v)
+{
+	size_t base = ps->mlen;
+	ps->p++;
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == '}') {
+		ps->p++;
+	} else {
+		for (;;) {
+			struct event_member m;
+			skip_ws(ps);
+			if (ps->p >= ps->end || *ps->p != '"')
+				return fail(ps, EVENT_ERR_INVALID_JSON, "expected object key");
+			if (parse_string(ps, &m.key, &m.klen) < 0)
+				return -1;
+			skip_ws(ps);
+			if (ps->p >= ps->end || *ps->p != ':')
+				return fail(ps, EVENT_ERR_INVALID_JSON, "expected ':'");
+			ps->p++;
+			if (parse_value(ps, &m.value) < 0)
+				return -1;
+			if (ps->mlen == ps->mcap) {
+				ps->mcap = ps->mcap ? ps->mcap * 2 : 64;
+				ps->ms = xrealloc(ps->ms, ps->mcap * sizeof *ps->ms);
+			}
+			ps->ms[ps->mlen++] = m;
+			skip_ws(ps);
+			if (ps->p < ps->end && *ps->p == ',') {
+				ps->p++;
+				continue;
+			}
+			if (ps->p < ps->end && *ps->p == '}') {
+				ps->p++;
+				break;
+			}
+			return fail(ps, EVENT_ERR_INVALID_JSON, "expected ',' or '}'");
+		}
+	}
+	size_t n = ps->mlen - base;
+	v->type = EVENT_OBJECT;
+	v->n = n;
+	v->u.obj = make_object(ps->ev, n ? ps->ms + base : NULL, n);
+	ps->mlen = base;
+	return 0;
+}
+
+static int parse_value(struct parser *ps, struct event_value *v)
+{
+	skip_ws(ps);
+	if (ps->p >= ps->end)
+		return fail(ps, EVENT_ERR_INVALID_JSON, "expected a value");
+	v->n = 0;
+	switch (*ps->p) {
+	case '{':
+	case '[': {
+		if (++ps->depth > EVENT_MAX_DEPTH)
+			return fail(ps, EVENT_ERR_TOO_DEEP, "");
+		int rc = *ps->p == '{' ? parse_object(ps, v) : parse_array(ps, v);
+		ps->depth--;
+		return rc;
+	}
+	case '"':
+		v->type = EVENT_STRING;
+		return parse_string(ps, &v->u.str, &v->n);
+	case 't':
+		v->type = EVENT_TRUE;
+		return literal(ps, "true", 4);
+	case 'f':
+		v->type = EVENT_FALSE;
+		return literal(ps, "false", 5);
+	case 'n':
+		v->type = EVENT_NULL;
+		return literal(ps, "null", 4);
+	default:
+		if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
+			return parse_number(ps, v);
+		return fail(ps, EVENT_ERR_INVALID_JSON, "unexpected character");
+	}
+}
+
+int event_parse_json(const char *text, size_t len, struct event **out, char **reason)
+{
+	struct parser ps = {0};
+	struct event *ev = NULL;
+	int rc;
+
+	*out = NULL;
+	if (reason)
+		*reason = NULL;
+	if (!text) {
+		rc = EVENT_ERR_NOT_TEXT;
+		if (reason)
+			*reason = xstrdup("event is not a string");
+		goto out;
+	}
+	if (len > EVENT_MAX_BYTES) {
+		rc = EVENT_ERR_TOO_LARGE;
+		if (reason)
+			*reason = xasprintf("event is %zu bytes, more than the maximum of %d", len,
+					    EVENT_MAX_BYTES);
+		goto out;
+	}
+	size_t bad = utf8_check((const unsigned char *)text, len);
+	if (bad) {
+		rc = EVENT_ERR_NOT_TEXT;
+		if (reason)
+			*reason = xasprintf("event is not UTF-8 text (%s at offset %zu)",
+					    text[bad - 1] ? "invalid byte" : "NUL byte", bad - 1);
+		goto out;
+	}
+	ev = event_new(len);
+	ps.start = ps.p = text;
+	ps.end = text + len;
+	ps.ev = ev;
+	if (parse_value(&ps, &ev->root) == 0) {
+		skip_ws(&ps);
+		if (ps.p != ps.end)
+			fail(&ps, EVENT_ERR_INVALID_JSON, "unexpected data after the JSON value");
+	}
+	if (ps.err) {
+		rc = ps.err;
+		if (reason)
+			*reason = xasprintf("event is not valid JSON: %s", ps.why);
+		if (reason && rc == EVENT_ERR_TOO_DEEP) {
+			free(*reason);
+			*reason = xasprintf("event is %s", ps.why);
+		}
+		goto out;
+	}
+	if (ev->root.type != EVENT_OBJECT) {
+		static const char *const names[] = {"null", "false", "true", "a number",
+						    "a number", "a string", "an array", "an object"};
+		rc = EVENT_ERR_NOT_OBJECT;
+		if (reason)
+			*reason = xasprintf("event is %s, not a JSON object", names[ev->root.type]);
+		goto out;
+	}
+	*out = ev;
+	ev = NULL;
+	rc = EVENT_OK;
+out:
+	free(ps.why);
+	free(ps.ms);
+	free(ps.vs);
+	event_free(ev);
+	return rc;
+}
+
+int event_decode(const char *const *fields, const size_t *lens, size_t nfields,
+		 struct event **out, char **reason)
+{
+	const char *val = NULL;
+	size_t vlen = 0;
+	bool found = false;
+
+	*out = NULL;
+	if (reason)
+		*reason = NULL;
+	for (size_t i = 0; i + 1 < nfields; i += 2) {
+		if (fields[i] && lens[i] == 5 && memcmp(fields[i], "event", 5) == 0) {
+			found = true;
+			val = fields[i + 1];
+			vlen = val ? lens[i + 1] : 0;
+		}
+	}
+	if (!found) {
+		if (reason)
+			*reason = xstrdup("message has no event field");
+		return EVENT_ERR_MISSING;
+	}
+	return event_parse_json(val, vlen, out, reason);
+}
+
+/* ---- from jansson ---- */
+
+static int from_json(struct event *ev, const json_t *j, struct event_value *v, int depth)
+{
+	v->n = 0;
+	switch (json_typeof(j)) {
+	case JSON_NULL:
+		v->type = EVENT_NULL;
+		return 0;
+	case JSON_TRUE:
+		v->type = EVENT_TRUE;
+		return 0;
+	case JSON_FALSE:
+		v->type = EVENT_FALSE;
+		return 0;
+	case JSON_INTEGER:
+		v->type = EVENT_INT;
+		v->u.i = (int64_t)json_integer_value(j);
+		return 0;
+	case JSON_REAL:
+		v->type = EVENT_REAL;
+		v->u.d = json_real_value(j);
+		return 0;
+	case JSON_STRING: {
+		size_t n = json_string_length(j);
+		char *s = arena_alloc(ev, n + 1);
+		memcpy(s, json_string_value(j), n);
+		s[n] = '\0';
+		v->type = EVENT_STRING;
+		v->u.str = s;
+		v->n = n;
+		return 0;
+	}
+	case JSON_ARRAY: {
+		if (depth >= EVENT_MAX_DEPTH)
+			return EVENT_ERR_TOO_DEEP;
+		size_t n = json_array_size(j);
+		struct event_value *items = n ? arena_alloc(ev, n * sizeof *items) : NULL;
+		for (size_t i = 0; i < n; i++)
+			if (from_json(ev, json_array_get(j, i), &items[i], depth + 1) < 0)
+				return EVENT_ERR_TOO_DEEP;
+		v->type = EVENT_ARRAY;
+		v->u.items = items;
+		v->n = n;
+		return 0;
+	}
+	case JSON_OBJECT: {
+		if (depth >= EVENT_MAX_DEPTH)
+			return EVENT_ERR_TOO_DEEP;
+		size_t n = json_object_size(j);
+		struct event_member *ms = xmalloc((n ? n : 1) * sizeof *ms);
+		size_t i = 0;
+		void *it = json_object_iter((json_t *)j);
+		for (; it && i < n; it = json_object_iter_next((json_t *)j, it), i++) {
+			size_t klen = json_object_iter_key_len(it);
+			char *k = arena_alloc(ev, klen + 1);
+			memcpy(k, json_object_iter_key(it), klen);
+			k[klen] = '\0';
+			ms[i].key = k;
+			ms[i].klen = klen;
+			if (from_json(ev, json_object_iter_value(it), &ms[i].value, depth + 1) < 0) {
+				free(ms);
+				return EVENT_ERR_TOO_DEEP;
+			}
+		}
+		v->type = EVENT_OBJECT;
+		v->n = i;
+		v->u.obj = make_object(ev, ms, i);
+		free(ms);
+		return 0;
+	}
+	}
+	v->type = EVENT_NULL;
+	return 0;
+}
+
+int event_from_json(const json_t *json, struct event **out)
+{
+	*out = NULL;
+	if (!json_is_object(json))
+		return EVENT_ERR_NOT_OBJECT;
+	struct event *ev = event_new(0);
+	int rc = from_json(ev, json, &ev->root, 0);
+	if (rc < 0) {
+		event_free(ev);
+		return rc;
+	}
+	*out = ev;
+	return EVENT_OK;
+}

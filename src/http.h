@@ -1,0 +1,92 @@
+/*
+ * Relay's small HTTP server glue over libmicrohttpd, shared by the metrics
+ * endpoint and the GitHub webhook.
+ *
+ * Relay creates the listening socket itself (so it controls address parsing,
+ * resolution, IPv6 and bind errors) and hands it to MHD, which then runs an
+ * internal polling thread plus one thread per connection. A slow or stalled
+ * client therefore only ever occupies its own thread, never the caller's or
+ * another client's; connections are bounded in number (connection_limit) and
+ * idle time (timeout_seconds), request bodies in size (max_body). Every
+ * server thread has all signals blocked.
+ *
+ * Listen addresses are Go's forms: ":9090" (every interface, IPv6 and IPv4),
+ * "127.0.0.1:9090", "[::1]:9090", "host:9090" (resolved with getaddrinfo;
+ * the first address that binds wins). Port 0 picks an ephemeral port.
+ */
+#ifndef RELAY_HTTP_H
+#define RELAY_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A request as the handler sees it. Everything is borrowed and valid only
+ * during the handler call. */
+struct http_request {
+	const char *method; /* "GET", "POST", ... */
+	const char *path;   /* without the query string */
+	const char *body;   /* NUL-terminated; "" when there is none */
+	size_t body_len;
+	void *conn_;        /* private: for http_request_header */
+};
+
+/* Value of a request header (case-insensitive name), or NULL. Borrowed. */
+const char *http_request_header(const struct http_request *req, const char *name);
+
+#define HTTP_MAX_RESPONSE_HEADERS 8
+
+/* The handler fills this in. Strings set through the helpers are copied. */
+struct http_response {
+	int status;       /* default 200 */
+	char *body;       /* malloc'd, owned by http.c once the handler returns */
+	size_t body_len;
+	char *header_names[HTTP_MAX_RESPONSE_HEADERS];
+	char *header_values[HTTP_MAX_RESPONSE_HEADERS];
+	size_t nheaders;
+};
+
+/* Adds a response header (copied; beyond HTTP_MAX_RESPONSE_HEADERS it is
+ * dropped). */
+void http_response_header(struct http_response *resp, const char *name, const char *value);
+/* Sets status, Content-Type and a copy of text as the body. */
+void http_response_text(struct http_response *resp, int status, const char *content_type,
+			const char *text);
+/* Sets the body, taking ownership of body (malloc'd). */
+void http_response_take_body(struct http_response *resp, char *body, size_t len);
+
+struct http_server_config {
+	const char *name;        /* for logs: "Metrics" → "Metrics http server ..." */
+	const char *listen_addr; /* copied */
+	/* Runs on a server thread, possibly several at once. Fills resp. */
+	void (*handler)(const struct http_request *req, struct http_response *resp, void *arg);
+	void *arg;
+	size_t max_body;          /* larger bodies get 413; 0 means 1 MiB */
+	unsigned connection_limit; /* 0 means 64 */
+	unsigned timeout_seconds; /* idle connection timeout; 0 means 10 */
+	/* When true a bind/resolve failure is logged (WARN) and retried in the
+	 * background every retry_interval_ms (0 means 2000) and start returns
+	 * 0; when false start fails with the error. */
+	bool retry_bind;
+	unsigned retry_interval_ms;
+};
+
+struct http_server;
+
+/* Parses "host:port" forms into host (without brackets, "" for any) and port.
+ * Returns 0, or -1 when malformed. host_size bounds host. */
+int http_parse_listen_addr(const char *addr, char *host, size_t host_size, unsigned *port);
+
+/* Starts a server; on success *out owns it (free with http_server_stop).
+ * Returns 0, or -1 with *err set (malloc'd message) for a malformed address,
+ * or, without retry_bind, a resolve/bind/MHD failure. */
+int http_server_start(const struct http_server_config *cfg, struct http_server **out,
+		      char **err);
+
+/* The bound port, or 0 while not listening (still retrying). Thread-safe. */
+int http_server_port(struct http_server *s);
+
+/* Stops retrying, closes the listening socket and every connection after
+ * in-flight handlers return, joins all threads and frees s. NULL is a no-op. */
+void http_server_stop(struct http_server *s);
+
+#endif

@@ -1,0 +1,1073 @@
+/*
+ * template.yaml parser. The libfyaml document tree is walked once; each
+ * field is checked against the rules below and every problem recorded with
+ * its path, so an operator sees all mistakes at once (OpenSMTPD parse.y
+ * style). A pattern is converted into a jansson tree (core-schema typed)
+ * and compiled by pattern.c.
+ *
+ * Bounds: the text is at most TEMPLATE_MAX_BYTES; converting a pattern
+ * (aliases included) visits at most NODE_BUDGET nodes and nests at most
+ * MAX_DEPTH levels, so an alias bomb or a deep nest is an error, not an
+ * explosion.
+ */
+#include "template.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <errno.h>
+#include <libfyaml.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "duration.h"
+
+#define NODE_BUDGET 100000
+#define MAX_DEPTH 64
+#define MAX_HANDLER_LEN 255
+#define MAX_ITEMS 1000
+
+void strlist_add(struct strlist *l, char *s)
+{
+	l->v = xrealloc(l->v, sizeof(char *) * (l->n + 1));
+	l->v[l->n++] = s;
+}
+
+void strlist_addf(struct strlist *l, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	strlist_add(l, xvasprintf(fmt, ap));
+	va_end(ap);
+}
+
+void strlist_free(struct strlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+/* Adds each non-empty line of text to l. */
+static void add_lines(struct strlist *l, const char *text)
+{
+	if (!text || !*text) {
+		strlist_addf(l, "invalid pattern");
+		return;
+	}
+	for (const char *p = text; *p;) {
+		size_t n = strcspn(p, "\n");
+		if (n)
+			strlist_add(l, xstrndup(p, n));
+		p += n;
+		if (*p == '\n')
+			p++;
+	}
+}
+
+/* ---- YAML scalars under the core schema ------------------------------- */
+
+enum ytype { Y_NULL, Y_BOOL, Y_INT, Y_FLOAT, Y_STR, Y_SEQ, Y_MAP, Y_BAD };
+
+struct yscalar {
+	enum ytype type;
+	const char *text; /* not NUL-terminated */
+	size_t len;
+	bool b;
+	int64_t i;
+	double f;
+	bool int_overflow; /* an integer too large for int64: kept as a float */
+};
+
+static bool text_eq(const char *t, size_t n, const char *s)
+{
+	return strlen(s) == n && memcmp(t, s, n) == 0;
+}
+
+static bool match_int(const char *t, size_t n, int64_t *out, bool *overflow)
+{
+	size_t i = 0;
+	int base = 10;
+	bool neg = false;
+	*overflow = false;
+	if (n > 2 && t[0] == '0' && t[1] == 'o') {
+		base = 8;
+		i = 2;
+	} else if (n > 2 && t[0] == '0' && t[1] == 'x') {
+		base = 16;
+		i = 2;
+	} else if (i < n && (t[i] == '-' || t[i] == '+')) {
+		neg = t[i] == '-';
+		i++;
+	}
+	if (i == n)
+		return false;
+	uint64_t v = 0;
+	for (; i < n; i++) {
+		int d;
+		char c = t[i];
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (base == 16 && c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else if (base == 16 && c >= 'A' && c <= 'F')
+			d = c - 'A' + 10;
+		else
+			return false;
+		if (d >= base)
+			return false;
+		if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			*overflow = true;
+		else
+			v = v * (uint64_t)base + (uint64_t)d;
+	}
+	if (!*overflow && (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX))
+		*overflow = true;
+	if (!*overflow)
+		*out = neg ? (int64_t)(0 - v) : (int64_t)v;
+	return true;
+}
+
+static bool match_float(const char *t, size_t n, double *out)
+{
+	size_t i = 0;
+	if (i < n && (t[i] == '-' || t[i] == '+'))
+		i++;
+	const char *rest = t + i;
+	size_t rn = n - i;
+	if (text_eq(rest, rn, ".inf") || text_eq(rest, rn, ".Inf") || text_eq(rest, rn, ".INF")) {
+		*out = t[0] == '-' ? -INFINITY : INFINITY;
+		return true;
+	}
+	if (i == 0 && (text_eq(t, n, ".nan") || text_eq(t, n, ".NaN") || text_eq(t, n, ".NAN"))) {
+		*out = NAN;
+		return true;
+	}
+	/* [-+]? ( \. [0-9]+ | [0-9]+ ( \. [0-9]* )? ) ( [eE] [-+]? [0-9]+ )? */
+	size_t digits = 0, j = i;
+	while (j < n && isdigit((unsigned char)t[j]))
+		j++, digits++;
+	if (j < n && t[j] == '.') {
+		j++;
+		while (j < n && isdigit((unsigned char)t[j]))
+			j++, digits++;
+	}
+	if (!digits)
+		return false;
+	if (j < n && (t[j] == 'e' || t[j] == 'E')) {
+		j++;
+		if (j < n && (t[j] == '-' || t[j] == '+'))
+			j++;
+		size_t e = 0;
+		while (j < n && isdigit((unsigned char)t[j]))
+			j++, e++;
+		if (!e)
+			return false;
+	}
+	if (j != n)
+		return false;
+	char *s = xstrndup(t, n);
+	errno = 0;
+	*out = strtod(s, NULL);
+	free(s);
+	return true;
+}
+
+/* Types a scalar node by the core schema. */
+static void classify(struct fy_node *n, struct yscalar *y)
+{
+	memset(y, 0, sizeof *y);
+	y->text = fy_node_get_scalar(n, &y->len);
+	if (!y->text) {
+		y->text = "";
+		y->len = 0;
+	}
+	size_t taglen = 0;
+	const char *tag = fy_node_get_tag(n, &taglen);
+	enum fy_node_style style = fy_node_get_style(n);
+	const char *t = y->text;
+	size_t len = y->len;
+
+	if (tag) {
+		if (text_eq(tag, taglen, "tag:yaml.org,2002:str") || text_eq(tag, taglen, "!!str")) {
+			y->type = Y_STR;
+			return;
+		}
+		bool ok = false;
+		if (text_eq(tag, taglen, "tag:yaml.org,2002:int") || text_eq(tag, taglen, "!!int")) {
+			ok = match_int(t, len, &y->i, &y->int_overflow) && !y->int_overflow;
+			y->type = Y_INT;
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:float") || text_eq(tag, taglen, "!!float")) {
+			ok = match_float(t, len, &y->f);
+			if (!ok && match_int(t, len, &y->i, &y->int_overflow)) {
+				ok = true;
+				y->f = (double)y->i;
+			}
+			y->type = Y_FLOAT;
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:bool") || text_eq(tag, taglen, "!!bool")) {
+			ok = true;
+			if (text_eq(t, len, "true") || text_eq(t, len, "True") || text_eq(t, len, "TRUE"))
+				y->b = true;
+			else if (!(text_eq(t, len, "false") || text_eq(t, len, "False") || text_eq(t, len, "FALSE")))
+				ok = false;
+			y->type = Y_BOOL;
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:null") || text_eq(tag, taglen, "!!null")) {
+			ok = len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") ||
+			     text_eq(t, len, "Null") || text_eq(t, len, "NULL");
+			y->type = Y_NULL;
+		}
+		if (!ok)
+			y->type = Y_BAD;
+		return;
+	}
+	if (style != FYNS_PLAIN) {
+		y->type = Y_STR;
+		return;
+	}
+	if (len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") || text_eq(t, len, "Null") ||
+	    text_eq(t, len, "NULL")) {
+		y->type = Y_NULL;
+	} else if (text_eq(t, len, "true") || text_eq(t, len, "True") || text_eq(t, len, "TRUE")) {
+		y->type = Y_BOOL;
+		y->b = true;
+	} else if (text_eq(t, len, "false") || text_eq(t, len, "False") || text_eq(t, len, "FALSE")) {
+		y->type = Y_BOOL;
+	} else if (match_int(t, len, &y->i, &y->int_overflow)) {
+		if (y->int_overflow) {
+			y->type = Y_FLOAT;
+			match_float(t, len, &y->f);
+		} else {
+			y->type = Y_INT;
+		}
+	} else if (match_float(t, len, &y->f)) {
+		y->type = Y_FLOAT;
+	} else {
+		y->type = Y_STR;
+	}
+}
+
+static const char *type_name(enum ytype t)
+{
+	switch (t) {
+	case Y_NULL: return "null";
+	case Y_BOOL: return "a boolean";
+	case Y_INT: return "an integer";
+	case Y_FLOAT: return "a number";
+	case Y_STR: return "a string";
+	case Y_SEQ: return "a list";
+	case Y_MAP: return "a map";
+	case Y_BAD: return "an invalid tagged value";
+	}
+	return "?";
+}
+
+/* Follows aliases; NULL stays NULL. */
+static struct fy_node *deref(struct fy_node *n)
+{
+	for (int i = 0; n && fy_node_is_alias(n) && i < 32; i++)
+		n = fy_node_resolve_alias(n);
+	if (n && fy_node_is_alias(n))
+		return NULL;
+	return n;
+}
+
+static enum ytype node_type(struct fy_node *n, struct yscalar *y)
+{
+	n = deref(n);
+	if (!n) {
+		if (y) {
+			memset(y, 0, sizeof *y);
+			y->text = "";
+		}
+		return Y_NULL;
+	}
+	switch (fy_node_get_type(n)) {
+	case FYNT_SEQUENCE:
+		return Y_SEQ;
+	case FYNT_MAPPING:
+		return Y_MAP;
+	default: {
+		struct yscalar tmp;
+		classify(n, y ? y : &tmp);
+		return y ? y->type : tmp.type;
+	}
+	}
+}
+
+/* A short, printable rendering of a scalar for messages. */
+static char *shown(const struct yscalar *y)
+{
+	size_t n = y->len > 80 ? 80 : y->len;
+	char *s = xstrndup(y->text, n);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == '"' || s[i] == 0x7f)
+			s[i] = '?';
+	char *out = xasprintf("\"%s%s\"", s, y->len > 80 ? "..." : "");
+	free(s);
+	return out;
+}
+
+/* ---- pattern → JSON --------------------------------------------------- */
+
+struct conv {
+	int budget;
+	struct strlist *errors;
+	const char *path;
+	bool failed;
+};
+
+static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char *path)
+{
+	if (c->failed)
+		return NULL;
+	if (--c->budget < 0 || depth > MAX_DEPTH) {
+		strlist_addf(c->errors, "%s: pattern too large or too deeply nested (limits: %d nodes, depth %d)",
+			     c->path, NODE_BUDGET, MAX_DEPTH);
+		(void)path;
+		c->failed = true;
+		return NULL;
+	}
+	struct yscalar y;
+	enum ytype t = node_type(n, &y);
+	n = deref(n);
+	switch (t) {
+	case Y_NULL:
+		return json_null();
+	case Y_BOOL:
+		return json_boolean(y.b);
+	case Y_INT:
+		return json_integer(y.i);
+	case Y_FLOAT:
+		if (!isfinite(y.f)) {
+			char *s = shown(&y);
+			strlist_addf(c->errors, "%s: %s is not a finite number", path, s);
+			free(s);
+			c->failed = true;
+			return NULL;
+		}
+		return json_real(y.f);
+	case Y_STR:
+		return json_stringn_nocheck(y.text, y.len);
+	case Y_BAD: {
+		char *s = shown(&y);
+		strlist_addf(c->errors, "%s: %s does not match its explicit tag", path, s);
+		free(s);
+		c->failed = true;
+		return NULL;
+	}
+	case Y_SEQ: {
+		json_t *a = json_array();
+		void *it = NULL;
+		struct fy_node *item;
+		size_t i = 0;
+		while ((item = fy_node_sequence_iterate(n, &it))) {
+			char *ipath = xasprintf("%s[%zu]", path, i++);
+			json_t *v = to_json(c, item, depth + 1, ipath);
+			free(ipath);
+			if (!v) {
+				json_decref(a);
+				return NULL;
+			}
+			json_array_append_new(a, v);
+		}
+		return a;
+	}
+	case Y_MAP: {
+		json_t *o = json_object();
+		void *it = NULL;
+		struct fy_node_pair *p;
+		while ((p = fy_node_mapping_iterate(n, &it))) {
+			struct yscalar k;
+			enum ytype kt = node_type(fy_node_pair_key(p), &k);
+			if (kt == Y_SEQ || kt == Y_MAP || kt == Y_BAD) {
+				strlist_addf(c->errors, "%s: a pattern key must be a scalar", path);
+				c->failed = true;
+				json_decref(o);
+				return NULL;
+			}
+			char *key = xstrndup(k.text, k.len);
+			if (strlen(key) != k.len) {
+				strlist_addf(c->errors, "%s: a pattern key contains a NUL byte", path);
+				free(key);
+				c->failed = true;
+				json_decref(o);
+				return NULL;
+			}
+			char *kpath = xasprintf("%s.%s", path, key);
+			json_t *v = to_json(c, fy_node_pair_value(p), depth + 1, kpath);
+			free(kpath);
+			if (!v) {
+				free(key);
+				json_decref(o);
+				return NULL;
+			}
+			json_object_set_new_nocheck(o, key, v);
+			free(key);
+		}
+		return o;
+	}
+	}
+	return NULL;
+}
+
+/* ---- field helpers ---------------------------------------------------- */
+
+struct ctx {
+	struct strlist *errors;
+	struct strlist *warnings;
+};
+
+static void err(struct ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void err(struct ctx *c, const char *path, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	strlist_addf(c->errors, "%s: %s", path, msg);
+	free(msg);
+}
+
+/* Looks up key in a mapping node (NULL when absent). */
+static struct fy_node *map_get(struct fy_node *map, const char *key, bool *present)
+{
+	void *it = NULL;
+	struct fy_node_pair *p;
+	*present = false;
+	while ((p = fy_node_mapping_iterate(map, &it))) {
+		struct yscalar k;
+		if (node_type(fy_node_pair_key(p), &k) == Y_STR && text_eq(k.text, k.len, key)) {
+			*present = true;
+			return fy_node_pair_value(p);
+		}
+	}
+	return NULL;
+}
+
+/* Warns about keys not in known[]; errors for non-string keys. */
+static void check_keys(struct ctx *c, struct fy_node *map, const char *path,
+		       const char *const *known)
+{
+	void *it = NULL;
+	struct fy_node_pair *p;
+	while ((p = fy_node_mapping_iterate(map, &it))) {
+		struct yscalar k;
+		enum ytype kt = node_type(fy_node_pair_key(p), &k);
+		bool ok = false;
+		if (kt == Y_STR || kt == Y_INT || kt == Y_BOOL || kt == Y_NULL || kt == Y_FLOAT) {
+			for (size_t i = 0; known[i]; i++)
+				if (kt == Y_STR && text_eq(k.text, k.len, known[i]))
+					ok = true;
+			if (!ok) {
+				char *s = shown(&k);
+				strlist_addf(c->warnings, "%s%s%s: unknown key, ignored", path, *path ? "." : "",
+					     s);
+				free(s);
+			}
+		} else {
+			err(c, *path ? path : "template", "keys must be scalars");
+		}
+	}
+}
+
+/* A Go duration string > 0 and ≤ 5m; default when absent. */
+static int64_t get_timeout(struct ctx *c, struct fy_node *parent, const char *path)
+{
+	bool present;
+	struct fy_node *n = map_get(parent, "timeout", &present);
+	if (!present)
+		return TEMPLATE_DEFAULT_TIMEOUT_NS;
+	char *p = xasprintf("%s.timeout", path);
+	struct yscalar y;
+	enum ytype t = node_type(n, &y);
+	int64_t d = TEMPLATE_DEFAULT_TIMEOUT_NS;
+	if (t != Y_STR) {
+		err(c, p, "must be a Go duration string such as 6s or 1m30s, not %s", type_name(t));
+	} else {
+		char *s = xstrndup(y.text, y.len);
+		char *q = shown(&y);
+		if (duration_parse(s, &d) < 0 || strlen(s) != y.len)
+			err(c, p, "%s is not a Go duration (such as 20s or 1m30s)", q);
+		else if (d <= 0)
+			err(c, p, "%s must be positive", q);
+		else if (d > TEMPLATE_MAX_TIMEOUT_NS)
+			err(c, p, "%.*s exceeds the maximum of 5m", (int)(y.len > 40 ? 40 : y.len), y.text);
+		free(q);
+		free(s);
+	}
+	free(p);
+	return d;
+}
+
+static int get_retries(struct ctx *c, struct fy_node *parent, const char *path)
+{
+	bool present;
+	struct fy_node *n = map_get(parent, "retries", &present);
+	if (!present)
+		return TEMPLATE_DEFAULT_RETRIES;
+	char *p = xasprintf("%s.retries", path);
+	struct yscalar y;
+	enum ytype t = node_type(n, &y);
+	int r = TEMPLATE_DEFAULT_RETRIES;
+	if (t != Y_INT) {
+		char *q = t == Y_SEQ || t == Y_MAP ? xstrdup(type_name(t)) : shown(&y);
+		err(c, p, "must be a non-negative integer, not %s", q);
+		free(q);
+	} else if (y.i < 0) {
+		err(c, p, "%" PRId64 " is negative; must be a non-negative integer", y.i);
+	} else if (y.i > 1000) {
+		err(c, p, "%" PRId64 " exceeds the maximum of 1000", y.i);
+	} else {
+		r = (int)y.i;
+	}
+	free(p);
+	return r;
+}
+
+/* handler: module.function split at the last dot, no empty segment. */
+static int get_handler(struct ctx *c, struct fy_node *parent, const char *path, char **handler,
+		       char **module, char **function)
+{
+	bool present;
+	struct fy_node *n = map_get(parent, "handler", &present);
+	char *p = xasprintf("%s.handler", path);
+	struct yscalar y;
+	enum ytype t = node_type(n, &y);
+	int rc = -1;
+	if (!present || t == Y_NULL) {
+		err(c, p, "is required (module.function, e.g. events.created.handler)");
+	} else if (t != Y_STR) {
+		err(c, p, "must be a string of the form module.function, not %s", type_name(t));
+	} else if (y.len > MAX_HANDLER_LEN) {
+		err(c, p, "longer than %d characters", MAX_HANDLER_LEN);
+	} else {
+		char *h = xstrndup(y.text, y.len);
+		char *q = shown(&y);
+		const char *dot = strrchr(h, '.');
+		bool ok = dot != NULL && strlen(h) == y.len;
+		/* Every dot-separated segment is non-empty and made of identifier
+		 * characters ('-' allowed for file names like my-handler.js). */
+		size_t seg = 0;
+		for (const char *s = h; ok && *s; s++) {
+			if (*s == '.') {
+				if (seg == 0)
+					ok = false;
+				seg = 0;
+			} else if (isalnum((unsigned char)*s) || *s == '_' || *s == '$' || *s == '-') {
+				seg++;
+			} else {
+				ok = false;
+			}
+		}
+		if (ok && seg == 0)
+			ok = false;
+		if (!ok) {
+			err(c, p, "%s is not of the form module.function (split at the last dot, no empty part)", q);
+			free(h);
+		} else {
+			*handler = h;
+			*module = xstrndup(h, (size_t)(dot - h));
+			*function = xstrdup(dot + 1);
+			rc = 0;
+		}
+		free(q);
+	}
+	free(p);
+	return rc;
+}
+
+/* ---- name rules ------------------------------------------------------- */
+
+int env_name_valid(const char *s)
+{
+	if (!(isalpha((unsigned char)s[0]) || s[0] == '_'))
+		return 0;
+	for (const char *p = s; *p; p++)
+		if (!(isalnum((unsigned char)*p) || *p == '_') || (unsigned char)*p > 0x7f)
+			return 0;
+	return 1;
+}
+
+int secret_name_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63 || s[0] == '.' || s[n - 1] == '.')
+		return 0;
+	for (const char *p = s; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+		      *p == '-'))
+			return 0;
+	return 1;
+}
+
+/* ---- sections --------------------------------------------------------- */
+
+static void parse_rules(struct ctx *c, struct fy_node *seq, struct template *t)
+{
+	int count = fy_node_sequence_item_count(seq);
+	if (count > MAX_ITEMS) {
+		err(c, "events", "more than %d rules", MAX_ITEMS);
+		return;
+	}
+	t->rules = xcalloc((size_t)count + 1, sizeof *t->rules);
+	void *it = NULL;
+	struct fy_node *item;
+	int i = 0;
+	static const char *const known[] = {"handler", "pattern", "timeout", "retries", NULL};
+	while ((item = fy_node_sequence_iterate(seq, &it))) {
+		char path[32];
+		snprintf_(path, sizeof path, "events[%d]", i);
+		item = deref(item);
+		i++;
+		if (node_type(item, NULL) != Y_MAP) {
+			err(c, path, "must be a map with handler and pattern");
+			continue;
+		}
+		check_keys(c, item, path, known);
+		struct rule r = {0};
+		r.index = i - 1;
+		int ok = get_handler(c, item, path, &r.handler, &r.module, &r.function) == 0;
+		r.timeout_ns = get_timeout(c, item, path);
+		r.retries = get_retries(c, item, path);
+
+		bool present;
+		struct fy_node *pn = map_get(item, "pattern", &present);
+		char *ppath = xasprintf("%s.pattern", path);
+		if (!present || node_type(pn, NULL) == Y_NULL) {
+			err(c, ppath, "is required (use {} to match every event)");
+			ok = 0;
+		} else {
+			struct conv cv = {NODE_BUDGET, c->errors, ppath, false};
+			json_t *j = to_json(&cv, pn, 0, ppath);
+			if (!j) {
+				ok = 0;
+			} else {
+				struct buf pe;
+				buf_init(&pe, 1 << 20);
+				if (pattern_compile(j, ppath, &r.pattern, &pe) != 0) {
+					ok = 0;
+					add_lines(c->errors, pe.data);
+				}
+				buf_free(&pe);
+				json_decref(j);
+			}
+		}
+		free(ppath);
+		t->rules[t->nrules++] = r;
+		(void)ok;
+	}
+}
+
+static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template *t)
+{
+	int count = fy_node_sequence_item_count(seq);
+	if (count > MAX_ITEMS) {
+		err(c, "schedules", "more than %d schedules", MAX_ITEMS);
+		return;
+	}
+	t->schedules = xcalloc((size_t)count + 1, sizeof *t->schedules);
+	void *it = NULL;
+	struct fy_node *item;
+	int i = 0;
+	static const char *const known[] = {"handler", "cron", "timezone", "timeout", "retries", NULL};
+	while ((item = fy_node_sequence_iterate(seq, &it))) {
+		char path[32];
+		snprintf_(path, sizeof path, "schedules[%d]", i);
+		item = deref(item);
+		i++;
+		if (node_type(item, NULL) != Y_MAP) {
+			err(c, path, "must be a map with handler and cron");
+			continue;
+		}
+		check_keys(c, item, path, known);
+		struct schedule s = {0};
+		s.index = i - 1;
+		get_handler(c, item, path, &s.handler, &s.module, &s.function);
+		s.timeout_ns = get_timeout(c, item, path);
+		s.retries = get_retries(c, item, path);
+
+		bool present;
+		struct yscalar y;
+		struct fy_node *cn = map_get(item, "cron", &present);
+		enum ytype ct = node_type(cn, &y);
+		if (!present || ct == Y_NULL) {
+			err(c, path, "cron is required (e.g. \"0 3 * * *\")");
+		} else if (ct != Y_STR) {
+			char *p = xasprintf("%s.cron", path);
+			err(c, p, "must be a string such as \"0 3 * * *\", not %s", type_name(ct));
+			free(p);
+		} else {
+			s.cron_expr = xstrndup(y.text, y.len);
+			char *why = NULL;
+			char *p = xasprintf("%s.cron", path);
+			if (strlen(s.cron_expr) != y.len)
+				err(c, p, "contains a NUL byte");
+			else if (cron_parse(s.cron_expr, &s.cron, &why) < 0)
+				err(c, p, "%s", why);
+			free(why);
+			free(p);
+		}
+
+		struct fy_node *zn = map_get(item, "timezone", &present);
+		enum ytype zt = node_type(zn, &y);
+		char *zp = xasprintf("%s.timezone", path);
+		if (!present) {
+			s.timezone = xstrdup("UTC");
+			s.tz = tz_utc();
+		} else if (zt != Y_STR) {
+			err(c, zp, "must be an IANA time zone name such as Europe/Rome, not %s", type_name(zt));
+		} else {
+			s.timezone = xstrndup(y.text, y.len);
+			char *why = NULL;
+			if (strlen(s.timezone) != y.len || tz_load(s.timezone, &s.tz, &why) < 0)
+				err(c, zp, "%s", why ? why : "invalid time zone");
+			free(why);
+		}
+		free(zp);
+		t->schedules[t->nschedules++] = s;
+	}
+}
+
+/* env / secrets: a map of variable name → scalar text. */
+static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
+		       struct env_var **out, size_t *nout)
+{
+	int count = fy_node_mapping_item_count(map);
+	if (count > MAX_ITEMS) {
+		err(c, section, "more than %d variables", MAX_ITEMS);
+		return;
+	}
+	*out = xcalloc((size_t)count + 1, sizeof **out);
+	void *it = NULL;
+	struct fy_node_pair *p;
+	bool secrets = strcmp(section, "secrets") == 0;
+	while ((p = fy_node_mapping_iterate(map, &it))) {
+		struct yscalar k, v;
+		enum ytype kt = node_type(fy_node_pair_key(p), &k);
+		if (kt == Y_SEQ || kt == Y_MAP) {
+			err(c, section, "variable names must be scalars");
+			continue;
+		}
+		char *name = xstrndup(k.text, k.len);
+		char *path = xasprintf("%s.%s", section, name);
+		enum ytype vt = node_type(fy_node_pair_value(p), &v);
+		if (strlen(name) != k.len || !env_name_valid(name)) {
+			char *q = shown(&k);
+			err(c, section, "%s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)", q);
+			free(q);
+		} else if (strcmp(name, "RELAY_HANDLER") == 0) {
+			err(c, path, "RELAY_HANDLER is reserved by Relay");
+		} else if (vt == Y_SEQ || vt == Y_MAP) {
+			err(c, path, "must be a scalar, not %s", type_name(vt));
+		} else if (secrets) {
+			char *ref = xstrndup(v.text, v.len);
+			if (vt != Y_STR || strlen(ref) != v.len || !secret_name_valid(ref)) {
+				char *q = shown(&v);
+				err(c, path,
+				    "%s is not a valid secret name (lowercase letters, digits, '.', '_', '-'; no leading or trailing '.'; at most 63)",
+				    q);
+				free(q);
+				free(ref);
+			} else {
+				(*out)[*nout].name = name;
+				(*out)[*nout].value = ref;
+				(*nout)++;
+				name = NULL;
+			}
+		} else {
+			/* Env values are literal text: `PORT: 8080` is "8080", `FLAG:` is "". */
+			(*out)[*nout].name = name;
+			(*out)[*nout].value = xstrndup(v.text, v.len);
+			(*nout)++;
+			name = NULL;
+		}
+		free(name);
+		free(path);
+	}
+}
+
+/* ---- document --------------------------------------------------------- */
+
+struct diag_ctx {
+	struct buf msg;
+};
+
+static void diag_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
+{
+	struct diag_ctx *d = user;
+	if (d->msg.len == 0)
+		buf_append(&d->msg, buf, len);
+}
+
+/* "<file>:3:5: error: duplicate key" → "line 3, column 5: duplicate key". */
+static char *yaml_error_text(const char *raw)
+{
+	char *s = xstrdup(raw ? raw : "");
+	size_t n = strlen(s);
+	while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+		s[--n] = '\0';
+	/* Keep the first line only. */
+	char *nl = strchr(s, '\n');
+	if (nl)
+		*nl = '\0';
+	int line = 0, col = 0;
+	const char *e = strstr(s, ": error: ");
+	char *out;
+	if (e && sscanf(s, "%*[^:]:%d:%d:", &line, &col) == 2)
+		out = xasprintf("invalid YAML at line %d, column %d: %s", line, col, e + 9);
+	else if (e)
+		out = xasprintf("invalid YAML: %s", e + 9);
+	else
+		out = xasprintf("invalid YAML: %s", *s ? s : "parse error");
+	free(s);
+	return out;
+}
+
+/* Offset of the first byte that is not part of valid UTF-8, or len. */
+static size_t utf8_invalid_at(const char *text, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t i = 0;
+	while (i < len) {
+		unsigned char c = s[i];
+		size_t n;
+		uint32_t r, min;
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if ((c & 0xE0) == 0xC0) {
+			n = 2, r = c & 0x1F, min = 0x80;
+		} else if ((c & 0xF0) == 0xE0) {
+			n = 3, r = c & 0x0F, min = 0x800;
+		} else if ((c & 0xF8) == 0xF0) {
+			n = 4, r = c & 0x07, min = 0x10000;
+		} else {
+			return i;
+		}
+		if (n > len - i)
+			return i;
+		for (size_t k = 1; k < n; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return i;
+			r = (r << 6) | (s[i + k] & 0x3F);
+		}
+		if (r < min || r > 0x10FFFF || (r >= 0xD800 && r <= 0xDFFF))
+			return i;
+		i += n;
+	}
+	return len;
+}
+
+/* True when text holds nothing but blank lines, comments and markers. */
+static bool yaml_is_blank(const char *text, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r'))
+			i++;
+		if (i < len && text[i] == '#') {
+			while (i < len && text[i] != '\n')
+				i++;
+		} else if (len - i >= 3 && (memcmp(text + i, "---", 3) == 0 || memcmp(text + i, "...", 3) == 0)) {
+			i += 3;
+			continue;
+		}
+		if (i < len && text[i] != '\n')
+			return false;
+		i++;
+	}
+	return true;
+}
+
+int template_parse(const char *text, size_t len, struct template **out, struct strlist *errors,
+		   struct strlist *warnings)
+{
+	*out = NULL;
+	size_t nerr0 = errors->n;
+	if (len > TEMPLATE_MAX_BYTES) {
+		strlist_addf(errors, "template.yaml: larger than %d bytes", TEMPLATE_MAX_BYTES);
+		return -1;
+	}
+	if (memchr(text, '\0', len)) {
+		strlist_addf(errors, "template.yaml: contains a NUL byte");
+		return -1;
+	}
+	/* YAML is UTF-8 text; checking first also keeps libfyaml 0.7 away from
+	 * truncated sequences, on which its scanner can loop forever. */
+	size_t bad = utf8_invalid_at(text, len);
+	if (bad < len) {
+		strlist_addf(errors, "template.yaml: not valid UTF-8 (at byte %zu)", bad);
+		return -1;
+	}
+
+	struct diag_ctx dc;
+	buf_init(&dc.msg, 4096);
+	struct fy_diag_cfg dcfg;
+	fy_diag_cfg_default(&dcfg);
+	dcfg.fp = NULL;
+	dcfg.output_fn = diag_output;
+	dcfg.user = &dc;
+	dcfg.colorize = false;
+	struct fy_diag *diag = fy_diag_create(&dcfg);
+	struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, .diag = diag};
+	struct fy_document *doc = fy_document_build_from_string(&pcfg, text, len);
+	struct template *t = NULL;
+	struct ctx c = {errors, warnings};
+
+	if (!doc) {
+		if (yaml_is_blank(text, len))
+			strlist_addf(errors, "template.yaml: empty (runtime and events or schedules are required)");
+		else
+			strlist_add(errors, yaml_error_text(dc.msg.data));
+		goto out;
+	}
+	struct fy_node *root = deref(fy_document_root(doc));
+	enum ytype rt = node_type(root, NULL);
+	if (!root || rt == Y_NULL) {
+		strlist_addf(errors, "template.yaml: empty (runtime and events or schedules are required)");
+		goto out;
+	}
+	if (rt != Y_MAP) {
+		strlist_addf(errors, "template.yaml: must be a map of runtime, events, schedules, ...; found %s",
+			     type_name(rt));
+		goto out;
+	}
+
+	t = xcalloc(1, sizeof *t);
+	static const char *const known[] = {"runtime", "concurrency", "events", "schedules", "env",
+					    "secrets", NULL};
+	check_keys(&c, root, "", known);
+
+	bool present;
+	struct yscalar y;
+	struct fy_node *n = map_get(root, "runtime", &present);
+	enum ytype ty = node_type(n, &y);
+	if (!present || ty == Y_NULL) {
+		err(&c, "runtime", "is required (one of %s)", runtime_names());
+	} else if (ty != Y_STR) {
+		err(&c, "runtime", "must be one of %s, not %s", runtime_names(), type_name(ty));
+	} else {
+		char *name = xstrndup(y.text, y.len);
+		t->runtime = runtime_find(name);
+		if (!t->runtime) {
+			char *q = shown(&y);
+			err(&c, "runtime", "unsupported runtime %s (supported: %s)", q, runtime_names());
+			free(q);
+		}
+		free(name);
+	}
+
+	t->concurrency = TEMPLATE_DEFAULT_CONCURRENCY;
+	n = map_get(root, "concurrency", &present);
+	if (present) {
+		ty = node_type(n, &y);
+		if (ty != Y_INT) {
+			char *q = ty == Y_SEQ || ty == Y_MAP ? xstrdup(type_name(ty)) : shown(&y);
+			err(&c, "concurrency", "must be a positive integer, not %s%s", q,
+			    ty == Y_STR ? " (a string)" : ty == Y_BOOL ? " (a boolean)" : "");
+			free(q);
+		} else if (y.i <= 0) {
+			err(&c, "concurrency", "%" PRId64 " is not positive; must be a positive integer", y.i);
+		} else {
+			t->concurrency = y.i;
+		}
+	}
+
+	int listed = 0;
+	n = map_get(root, "events", &present);
+	ty = node_type(n, NULL);
+	if (present && ty == Y_SEQ) {
+		listed += fy_node_sequence_item_count(deref(n));
+		parse_rules(&c, deref(n), t);
+	}
+	else if (present && ty != Y_NULL) {
+		listed++;
+		err(&c, "events", "must be a list of rules, not %s", type_name(ty));
+	}
+
+	n = map_get(root, "schedules", &present);
+	ty = node_type(n, NULL);
+	if (present && ty == Y_SEQ) {
+		listed += fy_node_sequence_item_count(deref(n));
+		parse_schedules(&c, deref(n), t);
+	}
+	else if (present && ty != Y_NULL) {
+		listed++;
+		err(&c, "schedules", "must be a list of schedules, not %s", type_name(ty));
+	}
+
+	/* Rules that failed validation were reported already; only a template
+	 * that lists neither rules nor schedules gets this error. */
+	if (listed == 0)
+		strlist_addf(errors, "events: a function needs at least one event rule or schedule");
+
+	n = map_get(root, "env", &present);
+	ty = node_type(n, NULL);
+	if (present && ty == Y_MAP)
+		parse_vars(&c, deref(n), "env", &t->env, &t->nenv);
+	else if (present && ty != Y_NULL)
+		err(&c, "env", "must be a map of NAME: value, not %s", type_name(ty));
+
+	n = map_get(root, "secrets", &present);
+	ty = node_type(n, NULL);
+	if (present && ty == Y_MAP)
+		parse_vars(&c, deref(n), "secrets", &t->secrets, &t->nsecrets);
+	else if (present && ty != Y_NULL)
+		err(&c, "secrets", "must be a map of NAME: secret-name, not %s", type_name(ty));
+
+	for (size_t i = 0; i < t->nsecrets; i++)
+		for (size_t j = 0; j < t->nenv; j++)
+			if (strcmp(t->secrets[i].name, t->env[j].name) == 0) {
+				char *p = xasprintf("secrets.%s", t->secrets[i].name);
+				err(&c, p, "%s is defined in both env and secrets", t->secrets[i].name);
+				free(p);
+			}
+
+out:
+	if (doc)
+		fy_document_destroy(doc);
+	fy_diag_destroy(diag);
+	buf_free(&dc.msg);
+	if (errors->n > nerr0) {
+		template_free(t);
+		return -1;
+	}
+	*out = t;
+	return 0;
+}
+
+void template_free(struct template *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->nrules; i++) {
+		free(t->rules[i].handler);
+		free(t->rules[i].module);
+		free(t->rules[i].function);
+		pattern_free(t->rules[i].pattern);
+	}
+	free(t->rules);
+	for (size_t i = 0; i < t->nschedules; i++) {
+		free(t->schedules[i].handler);
+		free(t->schedules[i].module);
+		free(t->schedules[i].function);
+		free(t->schedules[i].cron_expr);
+		cron_free(t->schedules[i].cron);
+		free(t->schedules[i].timezone);
+	}
+	free(t->schedules);
+	for (size_t i = 0; i < t->nenv; i++) {
+		free(t->env[i].name);
+		free(t->env[i].value);
+	}
+	free(t->env);
+	for (size_t i = 0; i < t->nsecrets; i++) {
+		free(t->secrets[i].name);
+		free(t->secrets[i].value);
+	}
+	free(t->secrets);
+	free(t);
+}

@@ -1,0 +1,94 @@
+/*
+ * template.yaml: parsing and full validation.
+ *
+ * The YAML is read with libfyaml and typed with the YAML 1.2 core schema
+ * (an explicit tag wins; any quoted scalar is a string; plain scalars are
+ * null/bool/int/float/string by the core-schema patterns), so `2` is an
+ * integer, `"2"` a string, `1.5` a float and `true` a boolean. Every
+ * problem is collected, each as one line starting with the path of the
+ * offending field ("events[1].timeout: 6m exceeds the maximum of 5m");
+ * unknown keys are warnings ("events[0].patern: unknown key, ignored").
+ * A parsed struct template is immutable and may be shared across threads.
+ */
+#ifndef RELAY_TEMPLATE_H
+#define RELAY_TEMPLATE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "cron.h"
+#include "pattern.h"
+#include "runtime.h"
+#include "tz.h"
+#include "util.h"
+
+#define TEMPLATE_MAX_BYTES (1024 * 1024)
+#define TEMPLATE_DEFAULT_CONCURRENCY 2
+#define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
+#define TEMPLATE_MAX_TIMEOUT_NS (5LL * 60 * 1000000000LL)
+#define TEMPLATE_DEFAULT_RETRIES 4
+
+/* A growable list of malloc'd strings (errors, warnings). */
+struct strlist {
+	char **v;
+	size_t n;
+};
+void strlist_add(struct strlist *l, char *s); /* takes ownership */
+void strlist_addf(struct strlist *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void strlist_free(struct strlist *l);
+
+struct rule {
+	char *handler;  /* "events.created.handler" */
+	char *module;   /* "events.created" */
+	char *function; /* "handler" */
+	struct pattern *pattern;
+	int64_t timeout_ns;
+	int retries;
+	int index; /* position in events[] */
+};
+
+struct schedule {
+	char *handler;
+	char *module;
+	char *function;
+	char *cron_expr;
+	struct cron *cron;
+	const struct tz *tz; /* shared, never freed */
+	char *timezone;      /* as written, "UTC" when omitted */
+	int64_t timeout_ns;
+	int retries;
+	int index;
+};
+
+struct env_var {
+	char *name;
+	char *value; /* env: the literal text; secrets: the reference name */
+};
+
+struct template {
+	const struct runtime *runtime;
+	int64_t concurrency;
+	struct rule *rules;
+	size_t nrules;
+	struct schedule *schedules;
+	size_t nschedules;
+	struct env_var *env;
+	size_t nenv;
+	struct env_var *secrets;
+	size_t nsecrets;
+};
+
+/*
+ * Parses and validates text[0..len). Returns 0 and a new template in *out,
+ * or -1 with at least one line in errors (and *out NULL). Warnings are
+ * added either way. Never crashes on any input.
+ */
+int template_parse(const char *text, size_t len, struct template **out, struct strlist *errors,
+		   struct strlist *warnings);
+void template_free(struct template *t);
+
+/* Name rules shared with the secret store and the CLI. */
+int env_name_valid(const char *s);
+int secret_name_valid(const char *s);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * libFuzzer target: arbitrary bytes as a stream message's event field,
+ * decoded and matched against a fixed set of patterns that use every
+ * operator. Besides crashes, leaks and hangs it checks three invariants:
+ * the pattern set agrees with rule-by-rule evaluation; a decoded event is an
+ * object; and when jansson also accepts the text, matching its tree gives the
+ * same answers as matching Relay's own decoding.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "event.h"
+#include "pattern.h"
+#include "util.h"
+
+static const char *const pattern_texts[] = {
+	"{}",
+	"{\"event_name\":[\"INSERT\",\"MODIFY\"],\"table_name\":[\"users\"]}",
+	"{\"a\":[1,1.5,\"1\",true,false,null]}",
+	"{\"a\":{\"equals\":[\"x\",9223372036854775807,-9223372036854775808]}}",
+	"{\"a\":{\"equals\":0.1}}",
+	"{\"id\":{\"prefix\":[\"user_\",\"\"]},\"f\":{\"suffix\":[\".jpg\",\"\\u00e9\"]}}",
+	"{\"a\":{\"exists\":true},\"b\":{\"exists\":false}}",
+	"{\"n\":{\"x\":{\"exists\":false}},\"m\":{\"y\":{\"z\":{\"exists\":true}}}}",
+	"{\"a\":{\"gt\":5,\"lt\":-5.5},\"b\":{\"gte\":[0,\"now()-1h30m\"],\"lte\":\"now()+0s\"}}",
+	"{\"t\":{\"gt\":\"now()-5m\"},\"u\":{\"lt\":\"now()+24h\",\"exists\":false}}",
+	"{\"a\":{\"b\":[\"x\"],\"c\":{\"d\":{\"prefix\":[\"p\"],\"gt\":1e10}}}}",
+	"{\"a\":[\"x\"],\"b\":{\"c\":[5]}}",
+	"{\"b\":{\"c\":[5.0]},\"a\":{\"prefix\":[\"x\"]}}",
+	"{\"k9\":[\"v\"],\"k10\":{\"exists\":true}}",
+};
+#define NPAT (sizeof pattern_texts / sizeof pattern_texts[0])
+
+static struct pattern *patterns[NPAT];
+static struct pattern_set *set;
+
+static void init(void)
+{
+	for (size_t i = 0; i < NPAT; i++) {
+		json_t *j = json_loads(pattern_texts[i], 0, NULL);
+		if (!j || pattern_compile(j, "fuzz", &patterns[i], NULL) != 0)
+			abort();
+		json_decref(j);
+	}
+	set = pattern_set_new((const struct pattern *const *)patterns, NPAT);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static int ready;
+	if (!ready) {
+		init();
+		ready = 1;
+	}
+	/* the first byte picks the instant, so now() cutoffs vary too */
+	int64_t now = 1789332461000000000LL;
+	if (size > 0)
+		now += ((int64_t)data[0] - 128) * 3600LL * 1000000000LL;
+
+	const char *fields[] = {"source", "x", "event", (const char *)data};
+	size_t lens[] = {6, 1, 5, size};
+	struct event *ev = NULL;
+	char *why = NULL;
+	int rc = event_decode(fields, lens, 4, &ev, &why);
+	if ((rc == EVENT_OK) != (ev != NULL) || (rc != EVENT_OK && !why))
+		abort();
+	free(why);
+	if (!ev)
+		return 0;
+	if (event_root(ev)->type != EVENT_OBJECT)
+		abort();
+
+	bool naive[NPAT];
+	for (size_t i = 0; i < NPAT; i++)
+		naive[i] = pattern_match(patterns[i], ev, now);
+	uint32_t ids[NPAT];
+	size_t n = pattern_set_match(set, ev, now, ids);
+	size_t k = 0;
+	for (size_t i = 0; i < NPAT; i++) {
+		if (!naive[i])
+			continue;
+		if (k >= n || ids[k] != i)
+			abort();
+		k++;
+	}
+	if (k != n)
+		abort();
+
+	json_t *j = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
+	if (j && json_is_object(j)) {
+		for (size_t i = 0; i < NPAT; i++)
+			if (pattern_match_json(patterns[i], j, now) != naive[i])
+				abort();
+	}
+	json_decref(j);
+	event_free(ev);
+	return 0;
+}

@@ -1,0 +1,908 @@
+/*
+ * Pattern matcher tests. Patterns and events are JSON text with ' standing
+ * for " (so rows stay readable); the pattern goes through jansson exactly as
+ * the template parser hands it over, the event through event_parse_json.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "event.h"
+#include "pattern.h"
+#include "rfc3339.h"
+#include "t.h"
+#include "util.h"
+
+#define NOW "2026-09-13T12:00:00Z"
+
+static char *unquote(const char *s)
+{
+	char *r = xstrdup(s);
+	for (char *p = r; *p; p++)
+		if (*p == '\'')
+			*p = '"';
+	return r;
+}
+
+static json_t *pjson(const char *text)
+{
+	char *t = unquote(text);
+	json_error_t e;
+	json_t *j = json_loads(t, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+	if (!j)
+		printf("  bad test JSON %s: %s\n", t, e.text);
+	free(t);
+	return j;
+}
+
+static struct event *pevent(const char *text)
+{
+	char *t = unquote(text);
+	struct event *ev = NULL;
+	char *why = NULL;
+	if (event_parse_json(t, strlen(t), &ev, &why) != EVENT_OK)
+		printf("  bad test event %s: %s\n", t, why);
+	free(why);
+	free(t);
+	return ev;
+}
+
+static int64_t ns_of(const char *ts)
+{
+	int64_t ns = 0;
+	if (rfc3339_parse_ns(ts, strlen(ts), &ns) < 0)
+		printf("  bad test time %s\n", ts);
+	return ns;
+}
+
+struct match_row {
+	const char *pattern, *event, *now;
+	int want;
+};
+
+/* clang-format off */
+static const struct match_row match_rows[] = {
+	/* implicit equality */
+	{"{'status':['COMPLETED','FAILED']}", "{'status':'COMPLETED'}", NULL, 1},
+	{"{'status':['COMPLETED','FAILED']}", "{'status':'FAILED'}", NULL, 1},
+	{"{'status':['COMPLETED','FAILED']}", "{'status':'PENDING'}", NULL, 0},
+	{"{'status':['COMPLETED','FAILED']}", "{}", NULL, 0},
+	{"{'status':['COMPLETED','FAILED']}", "{'status':null}", NULL, 0},
+	{"{'status':['COMPLETED']}", "{'status':'completed'}", NULL, 0},
+	{"{'status':['COMPLETED']}", "{'status':['COMPLETED']}", NULL, 0},
+	{"{'status':['COMPLETED']}", "{'status':{'COMPLETED':1}}", NULL, 0},
+	{"{'status':['COMPLETED']}", "{'other':'COMPLETED'}", NULL, 0},
+	{"{'n':[5]}", "{'n':5}", NULL, 1},
+	{"{'n':[5]}", "{'n':5.0}", NULL, 1},
+	{"{'n':[5.0]}", "{'n':5}", NULL, 1},
+	{"{'n':[5]}", "{'n':'5'}", NULL, 0},
+	{"{'n':['5']}", "{'n':5}", NULL, 0},
+	{"{'n':[1]}", "{'n':true}", NULL, 0},
+	{"{'n':[0]}", "{'n':false}", NULL, 0},
+	{"{'b':[true]}", "{'b':1}", NULL, 0},
+	{"{'b':[true]}", "{'b':true}", NULL, 1},
+	{"{'b':[true]}", "{'b':'true'}", NULL, 0},
+	{"{'b':[false]}", "{'b':false}", NULL, 1},
+	{"{'b':[false]}", "{'b':null}", NULL, 0},
+	{"{'b':[false]}", "{'b':0}", NULL, 0},
+	{"{'x':[null]}", "{'x':null}", NULL, 1},
+	{"{'x':[null]}", "{}", NULL, 0},
+	{"{'x':[null]}", "{'x':0}", NULL, 0},
+	{"{'x':[null]}", "{'x':''}", NULL, 0},
+	{"{'x':[null]}", "{'x':false}", NULL, 0},
+	{"{'x':[null]}", "{'x':'null'}", NULL, 0},
+	{"{'n':[9007199254740993]}", "{'n':9007199254740992}", NULL, 0},
+	{"{'n':[9007199254740993]}", "{'n':9007199254740993}", NULL, 1},
+	{"{'n':[9223372036854775807]}", "{'n':9223372036854775807}", NULL, 1},
+	{"{'n':[-9223372036854775808]}", "{'n':-9223372036854775808}", NULL, 1},
+	{"{'n':[9223372036854775807]}", "{'n':9223372036854775806}", NULL, 0},
+	{"{'n':[9007199254740993]}", "{'n':9007199254740993.0}", NULL, 0},
+	{"{'n':[9007199254740992]}", "{'n':9007199254740993.0}", NULL, 1},
+	{"{'n':[9223372036854775807]}", "{'n':9223372036854775807.0}", NULL, 0},
+	{"{'n':[1.5]}", "{'n':1.5}", NULL, 1},
+	{"{'n':[1.5]}", "{'n':1.50}", NULL, 1},
+	{"{'n':[1.5]}", "{'n':15e-1}", NULL, 1},
+	{"{'n':[0]}", "{'n':-0.0}", NULL, 1},
+	{"{'n':[0.0]}", "{'n':-0}", NULL, 1},
+	{"{'n':[0.1]}", "{'n':0.1}", NULL, 1},
+	{"{'n':[100]}", "{'n':1e2}", NULL, 1},
+	{"{'n':[100]}", "{'n':1E+2}", NULL, 1},
+	{"{'n':[1]}", "{'n':1.0000000000000002}", NULL, 0},
+	{"{'n':[1]}", "{'n':18446744073709551616}", NULL, 0},
+	{"{'n':[1e19]}", "{'n':10000000000000000000}", NULL, 1},
+	{"{'n':[-1]}", "{'n':-1}", NULL, 1},
+	{"{'n':[-1]}", "{'n':1}", NULL, 0},
+	{"{'s':['']}", "{'s':''}", NULL, 1},
+	{"{'s':['']}", "{}", NULL, 0},
+	{"{'s':['']}", "{'s':null}", NULL, 0},
+	{"{'s':['h\\u00e9llo']}", "{'s':'h\\u00e9llo'}", NULL, 1},
+	{"{'s':['h\\u00e9llo']}", "{'s':'h\xc3\xa9llo'}", NULL, 1},
+	{"{'s':['\\ud83d\\ude00']}", "{'s':'\xf0\x9f\x98\x80'}", NULL, 1},
+	{"{'s':['a\\u0000b']}", "{'s':'a\\u0000b'}", NULL, 1},
+	{"{'s':['a\\u0000b']}", "{'s':'a'}", NULL, 0},
+	{"{'s':['e\\u0301']}", "{'s':'\\u00e9'}", NULL, 0},
+	{"{'s':['a','b','c']}", "{'s':'c'}", NULL, 1},
+	{"{'v':['5',5,true,null]}", "{'v':null}", NULL, 1},
+	{"{'v':['5',5,true,null]}", "{'v':false}", NULL, 0},
+	{"{'v':['5',5,true,null]}", "{'v':5.0}", NULL, 1},
+	{"{'cl\\u00e9':['v']}", "{'cl\xc3\xa9':'v'}", NULL, 1},
+	{"{'a':['1'],'a2':['2']}", "{'a':'1','a':'2','a2':'2'}", NULL, 0},
+	{"{'a':['2']}", "{'a':'1','a':'2'}", NULL, 1},
+	{"{'a':['1']}", "{'a':'1','a':'2'}", NULL, 0},
+	{"{'k9':['v']}", "{'k1':1,'k2':2,'k3':3,'k4':4,'k5':5,'k6':6,'k7':7,'k8':8,'k9':'v','k10':10}", NULL, 1},
+	{"{'k9':['v']}", "{'k1':1,'k2':2,'k3':3,'k4':4,'k5':5,'k6':6,'k7':7,'k8':8,'k9':'v','k9':'w'}", NULL, 0},
+	{"{'k0':{'exists':true}}", "{'k1':1,'k2':2,'k3':3,'k4':4,'k5':5,'k6':6,'k7':7,'k8':8,'k9':'v','k10':10}", NULL, 0},
+
+	/* equals */
+	{"{'s':{'equals':['x']}}", "{'s':'x'}", NULL, 1},
+	{"{'s':{'equals':'x'}}", "{'s':'x'}", NULL, 1},
+	{"{'s':{'equals':['x']}}", "{'s':'y'}", NULL, 0},
+	{"{'s':{'equals':['x','y']}}", "{'s':'y'}", NULL, 1},
+	{"{'n':{'equals':[5.0]}}", "{'n':5}", NULL, 1},
+	{"{'n':{'equals':5}}", "{'n':'5'}", NULL, 0},
+	{"{'x':{'equals':[null]}}", "{'x':null}", NULL, 1},
+	{"{'x':{'equals':null}}", "{'x':null}", NULL, 1},
+	{"{'x':{'equals':[false]}}", "{}", NULL, 0},
+	{"{'x':{'equals':[true]}}", "{'x':[true]}", NULL, 0},
+
+	/* prefix */
+	{"{'id':{'prefix':['user_']}}", "{'id':'user_123'}", NULL, 1},
+	{"{'id':{'prefix':['user_']}}", "{'id':'123'}", NULL, 0},
+	{"{'id':{'prefix':['user_']}}", "{'id':'user_'}", NULL, 1},
+	{"{'id':{'prefix':['user_']}}", "{'id':'user'}", NULL, 0},
+	{"{'id':{'prefix':['user_']}}", "{'id':'USER_1'}", NULL, 0},
+	{"{'id':{'prefix':['user_']}}", "{}", NULL, 0},
+	{"{'id':{'prefix':['12']}}", "{'id':123}", NULL, 0},
+	{"{'id':{'prefix':['tr']}}", "{'id':true}", NULL, 0},
+	{"{'id':{'prefix':['n']}}", "{'id':null}", NULL, 0},
+	{"{'id':{'prefix':['a']}}", "{'id':['abc']}", NULL, 0},
+	{"{'id':{'prefix':['a']}}", "{'id':{'abc':1}}", NULL, 0},
+	{"{'id':{'prefix':['']}}", "{'id':''}", NULL, 1},
+	{"{'id':{'prefix':['']}}", "{'id':'x'}", NULL, 1},
+	{"{'id':{'prefix':['']}}", "{'id':5}", NULL, 0},
+	{"{'id':{'prefix':['']}}", "{}", NULL, 0},
+	{"{'id':{'prefix':'user_'}}", "{'id':'user_x'}", NULL, 1},
+	{"{'id':{'prefix':['a','user_']}}", "{'id':'user_x'}", NULL, 1},
+	{"{'id':{'prefix':['h\\u00e9']}}", "{'id':'h\\u00e9llo'}", NULL, 1},
+	{"{'id':{'prefix':['\xf0\x9f\x98\x80']}}", "{'id':'\\ud83d\\ude00x'}", NULL, 1},
+	{"{'id':{'prefix':['a\\u0000']}}", "{'id':'a\\u0000b'}", NULL, 1},
+	{"{'id':{'prefix':['a\\u0000']}}", "{'id':'ab'}", NULL, 0},
+
+	/* suffix */
+	{"{'f':{'suffix':['.jpg']}}", "{'f':'a.jpg'}", NULL, 1},
+	{"{'f':{'suffix':['.jpg']}}", "{'f':'a.JPG'}", NULL, 0},
+	{"{'f':{'suffix':['.jpg']}}", "{'f':'jpg'}", NULL, 0},
+	{"{'f':{'suffix':['.jpg']}}", "{'f':'.jpg'}", NULL, 1},
+	{"{'f':{'suffix':['.jpg']}}", "{'f':'a.jpg.png'}", NULL, 0},
+	{"{'f':{'suffix':['1']}}", "{'f':1}", NULL, 0},
+	{"{'f':{'suffix':['e']}}", "{'f':true}", NULL, 0},
+	{"{'f':{'suffix':['']}}", "{'f':'x'}", NULL, 1},
+	{"{'f':{'suffix':'.png'}}", "{'f':'a.png'}", NULL, 1},
+	{"{'f':{'suffix':['\\u00f6']}}", "{'f':'B\xc3\xb6'}", NULL, 1},
+	{"{'f':{'suffix':['.png'],'prefix':['img_']}}", "{'f':'img_a.jpg'}", NULL, 1},
+	{"{'f':{'suffix':['.png'],'prefix':['img_']}}", "{'f':'doc.png'}", NULL, 1},
+	{"{'f':{'suffix':['.png'],'prefix':['img_']}}", "{'f':'doc.jpg'}", NULL, 0},
+
+	/* exists */
+	{"{'name':{'exists':true}}", "{'name':'x'}", NULL, 1},
+	{"{'name':{'exists':true}}", "{'name':null}", NULL, 1},
+	{"{'name':{'exists':true}}", "{'name':false}", NULL, 1},
+	{"{'name':{'exists':true}}", "{}", NULL, 0},
+	{"{'name':{'exists':false}}", "{}", NULL, 1},
+	{"{'name':{'exists':false}}", "{'name':null}", NULL, 0},
+	{"{'name':{'exists':false}}", "{'name':'x'}", NULL, 0},
+	{"{'name':{'exists':false}}", "{'Name':1}", NULL, 1},
+	{"{'new_image':{'name':{'exists':true}}}", "{'new_image':{'name':null}}", NULL, 1},
+	{"{'new_image':{'name':{'exists':true}}}", "{'new_image':{}}", NULL, 0},
+	{"{'new_image':{'name':{'exists':true}}}", "{}", NULL, 0},
+	{"{'new_image':{'name':{'exists':true}}}", "{'new_image':null}", NULL, 0},
+	{"{'new_image':{'name':{'exists':true}}}", "{'new_image':[{'name':1}]}", NULL, 0},
+	{"{'new_image':{'name':{'exists':false}}}", "{}", NULL, 1},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':{}}", NULL, 1},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':{'name':1}}", NULL, 0},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':{'name':null}}", NULL, 0},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':null}", NULL, 1},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':[{'name':1}]}", NULL, 1},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':'str'}", NULL, 1},
+	{"{'new_image':{'name':{'exists':false}}}", "{'new_image':7}", NULL, 1},
+	{"{'new_image':{'exists':true}}", "{'new_image':{}}", NULL, 1},
+	{"{'new_image':{'exists':true}}", "{'new_image':[]}", NULL, 1},
+	{"{'new_image':{'exists':false}}", "{'new_image':{}}", NULL, 0},
+	{"{'a':{'b':{'c':{'d':{'exists':false}}}}}", "{'a':{'b':{}}}", NULL, 1},
+	{"{'a':{'b':{'c':{'d':{'exists':false}}}}}", "{'a':{'b':{'c':{'d':0}}}}", NULL, 0},
+	{"{'a':{'b':{'c':{'exists':true}}}}", "{'a':{'b':{'c':false}}}", NULL, 1},
+	{"{'a':{'b':{'c':{'exists':true}}}}", "{'a':{'b':5}}", NULL, 0},
+	{"{'name':{'exists':false,'prefix':['12']}}", "{}", NULL, 1},
+	{"{'name':{'exists':false,'prefix':['12']}}", "{'name':'123'}", NULL, 1},
+	{"{'name':{'exists':false,'prefix':['12']}}", "{'name':'23'}", NULL, 0},
+	{"{'name':{'exists':false,'prefix':['12']}}", "{'name':123}", NULL, 0},
+	{"{'name':{'exists':true,'prefix':['12']}}", "{'name':5}", NULL, 1},
+	{"{'name':{'exists':false,'equals':[null]}}", "{'name':null}", NULL, 1},
+
+	/* nesting, siblings, extra fields */
+	{"{'a':{'b':['x']}}", "{'a':{'b':'x'}}", NULL, 1},
+	{"{'a':{'b':['x']}}", "{'a':{'b':'y'}}", NULL, 0},
+	{"{'a':{'b':['x']}}", "{'a':{'c':'x'}}", NULL, 0},
+	{"{'a':{'b':['x']}}", "{'a':'x'}", NULL, 0},
+	{"{'a':{'b':['x']}}", "{'a':[{'b':'x'}]}", NULL, 0},
+	{"{'a':{'b':['x']}}", "{'a':null}", NULL, 0},
+	{"{'a':{'b':['x']}}", "{'b':'x'}", NULL, 0},
+	{"{'a':{'b':{'c':[1]}}}", "{'a':{'b':{'c':1,'d':2},'e':3},'f':4}", NULL, 1},
+	{"{'a.b':['x']}", "{'a':{'b':'x'}}", NULL, 0},
+	{"{'a.b':['x']}", "{'a.b':'x'}", NULL, 1},
+	{"{'a':['1'],'b':['2']}", "{'a':'1','b':'2'}", NULL, 1},
+	{"{'a':['1'],'b':['2']}", "{'a':'1','b':'3'}", NULL, 0},
+	{"{'a':['1'],'b':['2']}", "{'a':'1'}", NULL, 0},
+	{"{'a':['1'],'b':['2']}", "{'b':'2','a':'1','c':'3'}", NULL, 1},
+	{"{'x':{'a':['1'],'b':{'exists':false}}}", "{'x':{'a':'1'}}", NULL, 1},
+	{"{'x':{'a':['1'],'b':{'exists':false}}}", "{'x':{'a':'1','b':0}}", NULL, 0},
+	{"{}", "{}", NULL, 1},
+	{"{}", "{'a':1,'b':[1,2],'c':{'d':null}}", NULL, 1},
+	{"{'tags':['a']}", "{'tags':['a']}", NULL, 0},
+	{"{'tags':['a']}", "{'tags':'a'}", NULL, 1},
+	{"{'tags':{'exists':true}}", "{'tags':['a']}", NULL, 1},
+	{"{'tags':{'prefix':['a']}}", "{'tags':['abc']}", NULL, 0},
+	{"{'a':{'b':{'c':{'d':{'e':{'f':['deep']}}}}}}", "{'a':{'b':{'c':{'d':{'e':{'f':'deep'}}}}}}", NULL, 1},
+	{"{'a':{'b':{'c':{'d':{'e':{'f':['deep']}}}}}}", "{'a':{'b':{'c':{'d':{'e':[{'f':'deep'}]}}}}}", NULL, 0},
+
+	/* numeric comparisons */
+	{"{'age':{'gt':18}}", "{'age':19}", NULL, 1},
+	{"{'age':{'gt':18}}", "{'age':18}", NULL, 0},
+	{"{'age':{'gte':18}}", "{'age':18}", NULL, 1},
+	{"{'age':{'gte':18}}", "{'age':17}", NULL, 0},
+	{"{'age':{'lt':18}}", "{'age':17.9}", NULL, 1},
+	{"{'age':{'lt':18}}", "{'age':18}", NULL, 0},
+	{"{'age':{'lte':18}}", "{'age':18.0}", NULL, 1},
+	{"{'age':{'lte':18}}", "{'age':18.000001}", NULL, 0},
+	{"{'age':{'gt':18}}", "{'age':'19'}", NULL, 0},
+	{"{'age':{'gt':0}}", "{'age':true}", NULL, 0},
+	{"{'age':{'lt':1}}", "{'age':false}", NULL, 0},
+	{"{'age':{'gt':-1}}", "{'age':null}", NULL, 0},
+	{"{'age':{'gt':-1}}", "{}", NULL, 0},
+	{"{'age':{'gt':-1}}", "{'age':[5]}", NULL, 0},
+	{"{'age':{'gt':-1}}", "{'age':{'v':5}}", NULL, 0},
+	{"{'price':{'lte':100.5}}", "{'price':100.5}", NULL, 1},
+	{"{'price':{'lte':100.5}}", "{'price':101}", NULL, 0},
+	{"{'price':{'lt':100.5}}", "{'price':100}", NULL, 1},
+	{"{'price':{'gt':100.5}}", "{'price':100}", NULL, 0},
+	{"{'n':{'gt':9007199254740992}}", "{'n':9007199254740993}", NULL, 1},
+	{"{'n':{'gt':9007199254740992.0}}", "{'n':9007199254740993}", NULL, 1},
+	{"{'n':{'lt':9007199254740993}}", "{'n':9007199254740992.0}", NULL, 1},
+	{"{'n':{'lt':9223372036854775807}}", "{'n':9223372036854775806}", NULL, 1},
+	{"{'n':{'gt':9223372036854775806}}", "{'n':9223372036854775807}", NULL, 1},
+	{"{'n':{'lt':9223372036854775807.0}}", "{'n':9223372036854775807}", NULL, 1},
+	{"{'n':{'lt':1e300}}", "{'n':9223372036854775807}", NULL, 1},
+	{"{'n':{'gt':-1e300}}", "{'n':-9223372036854775808}", NULL, 1},
+	{"{'n':{'gt':0.5}}", "{'n':1}", NULL, 1},
+	{"{'n':{'lt':0.5}}", "{'n':0}", NULL, 1},
+	{"{'n':{'gt':-0.5}}", "{'n':-1}", NULL, 0},
+	{"{'n':{'lt':-0.5}}", "{'n':-1}", NULL, 1},
+	{"{'n':{'gt':[100,10]}}", "{'n':50}", NULL, 1},
+	{"{'n':{'gt':[100,200]}}", "{'n':50}", NULL, 0},
+	{"{'n':{'gt':100,'lt':10}}", "{'n':50}", NULL, 0},
+	{"{'n':{'gt':100,'lt':10}}", "{'n':5}", NULL, 1},
+	{"{'n':{'gt':100,'lt':10}}", "{'n':500}", NULL, 1},
+	{"{'n':{'gte':-5}}", "{'n':-5.0}", NULL, 1},
+	{"{'n':{'lt':10}}", "{'n':'5'}", NULL, 0},
+	{"{'n':{'gt':1}}", "{'n':1e308}", NULL, 1},
+	{"{'n':{'gt':1}}", "{'n':18446744073709551616}", NULL, 1},
+	{"{'n':{'lt':1}}", "{'n':-18446744073709551616}", NULL, 1},
+	{"{'n':{'gte':0}}", "{'n':-0.0}", NULL, 1},
+	{"{'n':{'lte':0}}", "{'n':4.9e-324}", NULL, 0},
+	{"{'n':{'gt':0}}", "{'n':4.9e-324}", NULL, 1},
+	{"{'n':{'gt':0}}", "{'n':'2026-09-13T12:00:01Z'}", NULL, 0},
+
+	/* temporal comparisons (now = 2026-09-13T12:00:00Z unless given) */
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:56:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:54:00Z'}", NULL, 0},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:55:00Z'}", NULL, 0},
+	{"{'t':{'gte':'now()-5m'}}", "{'t':'2026-09-13T11:55:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T13:56:00+02:00'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T07:56:00-04:00'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:56:00+02:00'}", NULL, 0},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:56:00-00:00'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T17:26:00+05:30'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T17:24:00+05:30'}", NULL, 0},
+	{"{'t':{'gt':'now()'}}", "{'t':'2026-09-13T12:00:00.000000001Z'}", NULL, 1},
+	{"{'t':{'gt':'now()'}}", "{'t':'2026-09-13T12:00:00.000000000Z'}", NULL, 0},
+	{"{'t':{'gte':'now()'}}", "{'t':'2026-09-13T12:00:00.0Z'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-09-13T11:59:59.999999999Z'}", NULL, 1},
+	{"{'t':{'gt':'now()'}}", "{'t':'2026-09-13T12:00:00.0000000009Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-09-13T11:59:59,5Z'}", NULL, 1},
+	{"{'t':{'gte':'now()+0s'}}", "{'t':'2026-09-13T12:00:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()+0s'}}", "{'t':'2026-09-13T12:00:00Z'}", NULL, 0},
+	{"{'t':{'lte':'now()-0s'}}", "{'t':'2026-09-13T12:00:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-1h30m'}}", "{'t':'2026-09-13T10:31:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-1h30m'}}", "{'t':'2026-09-13T10:29:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()+24h'}}", "{'t':'2026-09-14T11:59:59Z'}", NULL, 1},
+	{"{'t':{'lt':'now()+24h'}}", "{'t':'2026-09-14T12:00:01Z'}", NULL, 0},
+	{"{'exp':{'gt':'now()+10m'}}", "{'exp':'2026-09-13T12:10:01Z'}", NULL, 1},
+	{"{'exp':{'gt':'now()+10m'}}", "{'exp':'2026-09-13T12:09:59Z'}", NULL, 0},
+	{"{'t':{'gt':'now()-1.5h'}}", "{'t':'2026-09-13T10:31:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-300ms'}}", "{'t':'2026-09-13T11:59:59.8Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-300ms'}}", "{'t':'2026-09-13T11:59:59.7Z'}", NULL, 0},
+	{"{'t':{'gt':'now()-1\xc2\xb5s'}}", "{'t':'2026-09-13T11:59:59.9999995Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:56:00Z'}", "2026-09-13T12:10:00Z", 0},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':'2026-09-13T11:56:00Z'}", "2026-09-13T14:00:00+02:00", 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-02-30T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2024-02-29T00:00:00Z'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2025-02-29T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'1900-02-29T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2000-02-29T00:00:00Z'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-04-31T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-13-01T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-00-01T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-00T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T24:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:60:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-06-30T23:59:60Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01t00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01 00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':''}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':1700000000}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':null}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':{'a':1}}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':['2026-01-01T00:00:00Z']}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':true}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T9:00:00Z'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T09:0:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-1-01T09:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00+24:00'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00+0200'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00+25:00'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00+02'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00Z '}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':' 2026-01-01T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00.Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'12026-01-01T00:00:00Z'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00ZZ'}", NULL, 0},
+	{"{'t':{'lt':'now()'}}", "{'t':'2026-01-01T00:00:00\\u0000Z'}", NULL, 0},
+	{"{'t':{'gt':'now()'}}", "{'t':'9999-12-31T23:59:59Z'}", NULL, 1},
+	{"{'t':{'lt':'now()'}}", "{'t':'0000-01-01T00:00:00Z'}", NULL, 1},
+	{"{'t':{'gt':[100,'now()']}}", "{'t':101}", NULL, 1},
+	{"{'t':{'gt':[100,'now()']}}", "{'t':'2026-09-13T12:00:01Z'}", NULL, 1},
+	{"{'t':{'gt':[100,'now()']}}", "{'t':'2026-09-13T11:00:00Z'}", NULL, 0},
+	{"{'t':{'gt':[100,'now()']}}", "{'t':99}", NULL, 0},
+	{"{'t':{'gte':'now()-1h','lt':'now()'}}", "{'t':'2026-09-13T13:00:00Z'}", NULL, 1},
+	{"{'t':{'gte':'now()-1h','lt':'now()'}}", "{'t':'not a time'}", NULL, 0},
+	{"{'t':{'lt':'now()+2562047h'}}", "{'t':'2026-01-01T00:00:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-2562047h'}}", "{'t':'1900-01-01T00:00:00Z'}", NULL, 1},
+	{"{'t':{'gt':'now()-2562047h'}}", "{'t':'1700-01-01T00:00:00Z'}", NULL, 0},
+	{"{'event_name':['INSERT'],'new_image':{'created_at':{'gt':'now()-5m'}}}", "{'event_name':'INSERT','new_image':{'created_at':'2026-09-13T11:58:00Z'}}", NULL, 1},
+	{"{'event_name':['INSERT'],'new_image':{'created_at':{'gt':'now()-5m'}}}", "{'event_name':'MODIFY','new_image':{'created_at':'2026-09-13T11:58:00Z'}}", NULL, 0},
+	{"{'event_name':['INSERT'],'new_image':{'created_at':{'gt':'now()-5m'}}}", "{'event_name':'INSERT','new_image':{'created_at':'2026-09-13T11:50:00Z'}}", NULL, 0},
+	{"{'t':{'exists':false,'gt':'now()'}}", "{}", NULL, 1},
+	{"{'t':{'exists':false,'gt':'now()'}}", "{'t':'2020-01-01T00:00:00Z'}", NULL, 0},
+};
+/* clang-format on */
+
+TEST(match_table)
+{
+	CHECK(ARRAY_LEN(match_rows) >= 150);
+	for (size_t i = 0; i < ARRAY_LEN(match_rows); i++) {
+		const struct match_row *r = &match_rows[i];
+		json_t *pj = pjson(r->pattern);
+		struct event *ev = pevent(r->event);
+		struct pattern *p = NULL;
+		struct buf errs;
+		buf_init(&errs, 4096);
+		if (!pj || !ev || pattern_compile(pj, "events[0].pattern", &p, &errs) != 0) {
+			T_FAIL_("row %zu: setup failed: %s", i, errs.data ? errs.data : "");
+		} else {
+			int64_t now = ns_of(r->now ? r->now : NOW);
+			bool got = pattern_match(p, ev, now);
+			if (got != (r->want != 0))
+				T_FAIL_("row %zu: %s vs %s: got %d, want %d", i, r->pattern, r->event,
+					got, r->want);
+			/* the jansson entry point agrees */
+			char *t = unquote(r->event);
+			json_t *ej = json_loads(t, JSON_ALLOW_NUL, NULL);
+			if (ej && pattern_match_json(p, ej, now) != got)
+				T_FAIL_("row %zu: pattern_match_json disagrees", i);
+			json_decref(ej);
+			free(t);
+			/* and so does a one-rule set */
+			const struct pattern *ps[] = {p};
+			struct pattern_set *set = pattern_set_new(ps, 1);
+			uint32_t ids[1];
+			if (pattern_set_match(set, ev, now, ids) != (got ? 1u : 0u))
+				T_FAIL_("row %zu: pattern_set_match disagrees", i);
+			pattern_set_free(set);
+		}
+		buf_free(&errs);
+		pattern_free(p);
+		event_free(ev);
+		json_decref(pj);
+	}
+}
+
+struct invalid_row {
+	const char *pattern; /* NULL: the pattern key is missing */
+	int nerr;
+	const char *want;    /* a line of the error output, exactly */
+};
+
+/* clang-format off */
+static const struct invalid_row invalid_rows[] = {
+	{NULL, 1, "events[1].pattern: pattern is required"},
+	{"null", 1, "events[1].pattern: pattern must be a map of field conditions, got null"},
+	{"[1]", 1, "events[1].pattern: pattern must be a map of field conditions, got list"},
+	{"'x'", 1, "events[1].pattern: pattern must be a map of field conditions, got string \"x\""},
+	{"true", 1, "events[1].pattern: pattern must be a map of field conditions, got boolean true"},
+	{"{'status':'COMPLETED'}", 1, "events[1].pattern.status: condition must be a list of values, an operator map or a nested field map, got string \"COMPLETED\""},
+	{"{'status':null}", 1, "events[1].pattern.status: condition must be a list of values, an operator map or a nested field map, got null"},
+	{"{'status':5}", 1, "events[1].pattern.status: condition must be a list of values, an operator map or a nested field map, got integer 5"},
+	{"{'status':1.5}", 1, "events[1].pattern.status: condition must be a list of values, an operator map or a nested field map, got number 1.5"},
+	{"{'status':true}", 1, "events[1].pattern.status: condition must be a list of values, an operator map or a nested field map, got boolean true"},
+	{"{'status':[]}", 1, "events[1].pattern.status: empty list matches nothing"},
+	{"{'status':[['a']]}", 1, "events[1].pattern.status[0]: values must be scalars (string, number, boolean or null), got list"},
+	{"{'status':['a',{'b':1}]}", 1, "events[1].pattern.status[1]: values must be scalars (string, number, boolean or null), got map"},
+	{"{'a':{}}", 1, "events[1].pattern.a: empty map (use exists: true to test presence)"},
+	{"{'a':{'b':{}}}", 1, "events[1].pattern.a.b: empty map (use exists: true to test presence)"},
+	{"{'':['x']}", 1, "events[1].pattern[\"\"]: empty field name"},
+	{"{'a':{'':['x']}}", 1, "events[1].pattern.a[\"\"]: empty field name"},
+	{"{'a':{'equals':['x'],'foo':['y']}}", 1, "events[1].pattern.a: map mixes operator keys (\"equals\") with field keys (\"foo\")"},
+	{"{'a':{'b':{'prefix':['x'],'c':['y'],'exists':true}}}", 1, "events[1].pattern.a.b: map mixes operator keys (\"prefix\", \"exists\") with field keys (\"c\")"},
+	{"{'exists':true}", 1, "events[1].pattern.exists: operator outside a field (write field: {exists: ...})"},
+	{"{'prefix':['a'],'id':['x']}", 1, "events[1].pattern.prefix: operator outside a field (write field: {prefix: ...})"},
+	{"{'a':{'exists':'true'}}", 1, "events[1].pattern.a.exists: must be true or false, got string \"true\""},
+	{"{'a':{'exists':1}}", 1, "events[1].pattern.a.exists: must be true or false, got integer 1"},
+	{"{'a':{'exists':0}}", 1, "events[1].pattern.a.exists: must be true or false, got integer 0"},
+	{"{'a':{'exists':null}}", 1, "events[1].pattern.a.exists: must be true or false, got null"},
+	{"{'a':{'exists':[true]}}", 1, "events[1].pattern.a.exists: must be true or false, got list"},
+	{"{'a':{'equals':[]}}", 1, "events[1].pattern.a.equals: empty list matches nothing"},
+	{"{'a':{'equals':[{'x':1}]}}", 1, "events[1].pattern.a.equals[0]: values must be scalars (string, number, boolean or null), got map"},
+	{"{'a':{'equals':{'x':1}}}", 1, "events[1].pattern.a.equals: values must be scalars (string, number, boolean or null), got map"},
+	{"{'a':{'prefix':[5]}}", 1, "events[1].pattern.a.prefix[0]: must be a string, got integer 5"},
+	{"{'a':{'prefix':5}}", 1, "events[1].pattern.a.prefix: must be a string, got integer 5"},
+	{"{'a':{'prefix':[true]}}", 1, "events[1].pattern.a.prefix[0]: must be a string, got boolean true"},
+	{"{'a':{'prefix':[]}}", 1, "events[1].pattern.a.prefix: empty list matches nothing"},
+	{"{'a':{'prefix':null}}", 1, "events[1].pattern.a.prefix: must be a string, got null"},
+	{"{'a':{'suffix':[null]}}", 1, "events[1].pattern.a.suffix[0]: must be a string, got null"},
+	{"{'a':{'suffix':[]}}", 1, "events[1].pattern.a.suffix: empty list matches nothing"},
+	{"{'a':{'suffix':['x',['y']]}}", 1, "events[1].pattern.a.suffix[1]: must be a string, got list"},
+	{"{'new_image':{'created_at':{'gt':'now-5m'}}}", 1, "events[1].pattern.new_image.created_at.gt: invalid temporal operand \"now-5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'2026-09-12T10:00:00Z'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"2026-09-12T10:00:00Z\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gte':'now()-'}}", 1, "events[1].pattern.t.gte: invalid temporal operand \"now()-\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'lt':'now()5m'}}", 1, "events[1].pattern.t.lt: invalid temporal operand \"now()5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'lte':'now() - 5m'}}", 1, "events[1].pattern.t.lte: invalid temporal operand \"now() - 5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()--5m'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()--5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()+-5m'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()+-5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()-5'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()-5\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()-5x'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()-5x\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()-1d'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()-1d\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'NOW()-5m'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"NOW()-5m\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()-5m '}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()-5m \" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':' now()'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \" now()\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now( )'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now( )\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()*2'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()*2\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()-9999999999h'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()-9999999999h\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':''}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'5'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"5\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()\\n'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()\\n\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':'now()\\u0000'}}", 1, "events[1].pattern.t.gt: invalid temporal operand \"now()\\x00\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gt':true}}", 1, "events[1].pattern.t.gt: must be a number or a now() expression, got boolean true"},
+	{"{'t':{'gt':null}}", 1, "events[1].pattern.t.gt: must be a number or a now() expression, got null"},
+	{"{'t':{'gt':{'a':1}}}", 1, "events[1].pattern.t.gt: must be a number or a now() expression, got map"},
+	{"{'t':{'gt':[]}}", 1, "events[1].pattern.t.gt: empty list matches nothing"},
+	{"{'t':{'gt':[1,'now']}}", 1, "events[1].pattern.t.gt[1]: invalid temporal operand \"now\" (use now() or now()±<Go duration>)"},
+	{"{'t':{'gte':['now()',false]}}", 1, "events[1].pattern.t.gte[1]: must be a number or a now() expression, got boolean false"},
+	{"{'t':{'lt':[[1]]}}", 1, "events[1].pattern.t.lt[0]: must be a number or a now() expression, got list"},
+	{"{'a b':{'exists':'x'}}", 1, "events[1].pattern[\"a b\"].exists: must be true or false, got string \"x\""},
+	{"{'a.b':{'exists':'x'}}", 1, "events[1].pattern[\"a.b\"].exists: must be true or false, got string \"x\""},
+	{"{'cl\\u00e9':{'exists':'x'}}", 1, "events[1].pattern.cl\xc3\xa9.exists: must be true or false, got string \"x\""},
+	{"{'a':{'exists':1},'b':[],'c':{'gt':'now'}}", 3, "events[1].pattern.b: empty list matches nothing"},
+	{"{'a':{'exists':1},'b':[],'c':{'gt':'now'}}", 3, "events[1].pattern.a.exists: must be true or false, got integer 1"},
+	{"{'a':{'exists':1},'b':[],'c':{'gt':'now'}}", 3, "events[1].pattern.c.gt: invalid temporal operand \"now\" (use now() or now()±<Go duration>)"},
+	{"{'a':{'gt':['x','y',true]}}", 3, "events[1].pattern.a.gt[2]: must be a number or a now() expression, got boolean true"},
+	{"{'a':{'b':{'c':{'exists':'no'}}},'d':{'prefix':[1]}}", 2, "events[1].pattern.d.prefix[0]: must be a string, got integer 1"},
+};
+/* clang-format on */
+
+static bool has_line(const char *out, const char *line)
+{
+	size_t n = strlen(line);
+	for (const char *p = out; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		if (len == n && memcmp(p, line, n) == 0)
+			return true;
+		p = nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+TEST(validation_table)
+{
+	for (size_t i = 0; i < ARRAY_LEN(invalid_rows); i++) {
+		const struct invalid_row *r = &invalid_rows[i];
+		json_t *pj = r->pattern ? pjson(r->pattern) : NULL;
+		if (r->pattern && !pj) {
+			T_FAIL_("row %zu: bad JSON", i);
+			continue;
+		}
+		struct pattern *p = (struct pattern *)1;
+		struct buf errs;
+		buf_init(&errs, 1 << 16);
+		int rc = pattern_compile(pj, "events[1].pattern", &p, &errs);
+		if (rc != -r->nerr || p != NULL)
+			T_FAIL_("row %zu: %s: rc %d, want %d", i, r->pattern, rc, -r->nerr);
+		if (!has_line(errs.data, r->want))
+			T_FAIL_("row %zu: %s\n    got:  %s    want: %s", i, r->pattern,
+				errs.data ? errs.data : "(nothing)\n", r->want);
+		buf_free(&errs);
+		json_decref(pj);
+	}
+}
+
+/* Patterns that must compile: every valid operand form. */
+static const char *const valid_patterns[] = {
+	"{}",
+	"{'a':['x',1,1.5,true,false,null]}",
+	"{'a':{'equals':'x'}}",
+	"{'a':{'equals':[null]}}",
+	"{'a':{'prefix':['']}}",
+	"{'a':{'suffix':'x'}}",
+	"{'a':{'exists':true}}",
+	"{'a':{'exists':false,'prefix':['12']}}",
+	"{'a':{'gt':0,'gte':-1.5,'lt':1e300,'lte':9223372036854775807}}",
+	"{'a':{'gt':'now()'}}",
+	"{'a':{'gt':'now()+0s'}}",
+	"{'a':{'gt':'now()-0'}}",
+	"{'a':{'gt':'now()-5m'}}",
+	"{'a':{'gt':'now()+10m'}}",
+	"{'a':{'gt':'now()-1h'}}",
+	"{'a':{'gt':'now()+24h'}}",
+	"{'a':{'gt':'now()-1h30m'}}",
+	"{'a':{'gt':'now()-2m3.5s'}}",
+	"{'a':{'gt':'now()-1.5h'}}",
+	"{'a':{'gt':'now()-300ms'}}",
+	"{'a':{'gt':'now()-10us'}}",
+	"{'a':{'gt':'now()-10\xc2\xb5s'}}",
+	"{'a':{'gt':'now()-10\xce\xbcs'}}",
+	"{'a':{'gt':'now()-100ns'}}",
+	"{'a':{'gt':'now()-.5h'}}",
+	"{'a':{'gt':'now()-2562047h'}}",
+	"{'a':{'gt':[1,'now()-1h',2.5]}}",
+	"{'a':{'b':{'c':{'d':['x']}}}}",
+	"{'a':{'b':['x'],'c':{'exists':false}},'d':['y']}",
+	"{'equal':['x']}",
+};
+
+TEST(valid_patterns_compile)
+{
+	for (size_t i = 0; i < ARRAY_LEN(valid_patterns); i++) {
+		json_t *pj = pjson(valid_patterns[i]);
+		struct pattern *p = NULL;
+		struct buf errs;
+		buf_init(&errs, 4096);
+		int rc = pattern_compile(pj, "events[0].pattern", &p, &errs);
+		if (rc != 0 || !p)
+			T_FAIL_("%s: %s", valid_patterns[i], errs.data ? errs.data : "");
+		CHECK_INT(errs.len, 0);
+		buf_free(&errs);
+		pattern_free(p);
+		json_decref(pj);
+	}
+}
+
+TEST(depth_limit)
+{
+	/* PATTERN_MAX_DEPTH maps compile; one more is an error naming the path */
+	for (int extra = 0; extra <= 1; extra++) {
+		int levels = PATTERN_MAX_DEPTH + extra;
+		json_t *leaf = json_pack("{s:[s]}", "f", "x");
+		for (int i = 1; i < levels; i++)
+			leaf = json_pack("{s:o}", "f", leaf);
+		struct pattern *p = NULL;
+		struct buf errs;
+		buf_init(&errs, 1 << 16);
+		int rc = pattern_compile(leaf, "p", &p, &errs);
+		if (extra == 0) {
+			CHECK_INT(rc, 0);
+			struct buf ev;
+			buf_init(&ev, 1 << 16);
+			for (int i = 0; i < levels; i++)
+				buf_appendf(&ev, "{\"f\":");
+			buf_appendf(&ev, "\"x\"");
+			for (int i = 0; i < levels; i++)
+				buf_appendf(&ev, "}");
+			struct event *e = NULL;
+			CHECK_INT(event_parse_json(ev.data, ev.len, &e, NULL), EVENT_OK);
+			CHECK(pattern_match(p, e, 0));
+			event_free(e);
+			buf_free(&ev);
+		} else {
+			CHECK_INT(rc, -1);
+			CHECK(errs.data && strstr(errs.data, "nested deeper than 32 levels"));
+			CHECK(errs.data && str_has_prefix(errs.data, "p.f.f.f."));
+		}
+		buf_free(&errs);
+		pattern_free(p);
+		json_decref(leaf);
+	}
+}
+
+TEST(long_operand_is_truncated_in_message)
+{
+	char big[300];
+	memset(big, 'x', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	json_t *pj = json_pack("{s:{s:s}}", "t", "gt", big);
+	struct pattern *p = NULL;
+	struct buf errs;
+	buf_init(&errs, 4096);
+	CHECK_INT(pattern_compile(pj, "p", &p, &errs), -1);
+	CHECK(errs.data && strstr(errs.data, "xxx\"... (use now()"));
+	CHECK(errs.len < 200);
+	buf_free(&errs);
+	json_decref(pj);
+}
+
+TEST(errors_accumulate_across_rules)
+{
+	struct buf errs;
+	buf_init(&errs, 4096);
+	json_t *a = pjson("{'x':[]}"), *b = pjson("{'y':{'exists':'no'}}");
+	struct pattern *p;
+	CHECK_INT(pattern_compile(a, "events[0].pattern", &p, &errs), -1);
+	CHECK_INT(pattern_compile(b, "events[1].pattern", &p, &errs), -1);
+	CHECK_STR(errs.data, "events[0].pattern.x: empty list matches nothing\n"
+			     "events[1].pattern.y.exists: must be true or false, got string \"no\"\n");
+	/* NULL errors buffer and NULL path are allowed */
+	CHECK_INT(pattern_compile(a, NULL, &p, NULL), -1);
+	json_decref(a);
+	json_decref(b);
+	buf_free(&errs);
+}
+
+/* ---- pattern sets ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(uint32_t n)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state % n);
+}
+
+static const char *const values[] = {"1", "1.0", "'1'", "true", "false", "null", "'a'",
+				     "'b'", "2.5", "-3", "'2026-09-13T11:59:00Z'", "''"};
+static const char *const fields[] = {"f0", "f1", "f2", "f3"};
+
+static void gen_cond(struct buf *b)
+{
+	switch (rnd(7)) {
+	case 0:
+	case 1:
+	case 2: { /* implicit equality, 1-3 values */
+		int n = 1 + (int)rnd(3);
+		buf_appendf(b, "[");
+		for (int i = 0; i < n; i++)
+			buf_appendf(b, "%s%s", i ? "," : "", values[rnd(ARRAY_LEN(values))]);
+		buf_appendf(b, "]");
+		break;
+	}
+	case 3:
+		buf_appendf(b, "{'prefix':['%c']}", "ab2"[rnd(3)]);
+		break;
+	case 4:
+		buf_appendf(b, "{'exists':%s}", rnd(2) ? "true" : "false");
+		break;
+	case 5:
+		buf_appendf(b, "{'gt':%s}", rnd(2) ? "0" : "'now()-5m'");
+		break;
+	default:
+		buf_appendf(b, "{'equals':[%s],'lt':2}", values[rnd(ARRAY_LEN(values))]);
+		break;
+	}
+}
+
+static char *gen_pattern(void)
+{
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	buf_appendf(&b, "{");
+	int n = (int)rnd(4);
+	bool first = true;
+	for (int i = 0; i < (int)ARRAY_LEN(fields); i++) {
+		if ((int)rnd(4) >= n)
+			continue;
+		buf_appendf(&b, "%s'%s':", first ? "" : ",", fields[i]);
+		first = false;
+		gen_cond(&b);
+	}
+	if (rnd(2)) {
+		buf_appendf(&b, "%s'n':{'x':", first ? "" : ",");
+		gen_cond(&b);
+		buf_appendf(&b, "}");
+	}
+	buf_appendf(&b, "}");
+	char *s = unquote(b.data);
+	buf_free(&b);
+	return s;
+}
+
+static void gen_value(struct buf *b)
+{
+	switch (rnd(10)) {
+	case 0:
+		buf_appendf(b, "['a']");
+		break;
+	case 1:
+		buf_appendf(b, "{'x':1}");
+		break;
+	default:
+		buf_appendf(b, "%s", values[rnd(ARRAY_LEN(values))]);
+	}
+}
+
+static char *gen_event(void)
+{
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	buf_appendf(&b, "{");
+	bool first = true;
+	for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
+		if (rnd(5) == 0)
+			continue;
+		buf_appendf(&b, "%s'%s':", first ? "" : ",", fields[i]);
+		first = false;
+		gen_value(&b);
+	}
+	switch (rnd(4)) {
+	case 0:
+		break;
+	case 1:
+		buf_appendf(&b, "%s'n':null", first ? "" : ",");
+		break;
+	default:
+		buf_appendf(&b, "%s'n':{'x':", first ? "" : ",");
+		gen_value(&b);
+		buf_appendf(&b, "}");
+	}
+	buf_appendf(&b, "}");
+	char *s = unquote(b.data);
+	buf_free(&b);
+	return s;
+}
+
+TEST(set_equals_naive_evaluation)
+{
+	enum { NPAT = 400, NEV = 3000 };
+	struct pattern **pats = xcalloc(NPAT, sizeof *pats);
+	int64_t now = ns_of(NOW);
+	for (int i = 0; i < NPAT; i++) {
+		char *text = gen_pattern();
+		json_t *j = json_loads(text, 0, NULL);
+		REQUIRE(j);
+		struct buf errs;
+		buf_init(&errs, 4096);
+		if (pattern_compile(j, "p", &pats[i], &errs) != 0)
+			T_FAIL_("generated pattern %s: %s", text, errs.data);
+		buf_free(&errs);
+		json_decref(j);
+		free(text);
+	}
+	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, NPAT);
+	CHECK_INT(pattern_set_size(set), NPAT);
+	CHECK(pattern_set_unindexed(set) < NPAT / 2); /* the index is doing something */
+	uint32_t *ids = xmalloc(NPAT * sizeof *ids);
+	size_t total = 0;
+	for (int e = 0; e < NEV; e++) {
+		char *text = gen_event();
+		struct event *ev = NULL;
+		REQUIRE(event_parse_json(text, strlen(text), &ev, NULL) == EVENT_OK);
+		size_t n = pattern_set_match(set, ev, now, ids);
+		size_t k = 0;
+		bool ok = true;
+		for (uint32_t i = 0; i < NPAT; i++) {
+			if (!pattern_match(pats[i], ev, now))
+				continue;
+			if (k >= n || ids[k] != i)
+				ok = false;
+			k++;
+		}
+		if (!ok || k != n)
+			T_FAIL_("event %s: set found %zu, naive %zu (or order differs)", text, n, k);
+		total += n;
+		event_free(ev);
+		free(text);
+	}
+	CHECK(total > NEV); /* the generated workload actually matches things */
+	free(ids);
+	pattern_set_free(set);
+	for (int i = 0; i < NPAT; i++)
+		pattern_free(pats[i]);
+	free(pats);
+}
+
+TEST(set_keeps_order_and_duplicates)
+{
+	const char *texts[] = {
+		"{'t':['users']}",                         /* 0 indexed */
+		"{'id':{'prefix':['user_']}}",             /* 1 unindexed */
+		"{'t':['users'],'e':['INSERT']}",          /* 2 */
+		"{'t':['orders']}",                        /* 3 */
+		"{'t':['users']}",                         /* 4 same as 0: both run */
+		"{'n':{'v':[5.0]}}",                       /* 5 numeric canonical */
+		"{'t':['users','orders'],'n':{'v':[5]}}",  /* 6 */
+		"{}",                                      /* 7 matches everything */
+	};
+	enum { N = ARRAY_LEN(texts) };
+	struct pattern *pats[N];
+	for (size_t i = 0; i < N; i++) {
+		json_t *j = pjson(texts[i]);
+		REQUIRE(pattern_compile(j, "p", &pats[i], NULL) == 0);
+		json_decref(j);
+	}
+	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, N);
+	CHECK_INT(pattern_set_unindexed(set), 2);
+	uint32_t ids[N];
+	struct event *ev = pevent("{'t':'users','e':'INSERT','id':'user_1','n':{'v':5}}");
+	size_t n = pattern_set_match(set, ev, 0, ids);
+	CHECK_INT(n, 7);
+	const uint32_t want[] = {0, 1, 2, 4, 5, 6, 7};
+	for (size_t i = 0; i < n && i < ARRAY_LEN(want); i++)
+		CHECK_INT(ids[i], want[i]);
+	event_free(ev);
+	ev = pevent("{'t':'orders','n':{'v':5.0}}");
+	n = pattern_set_match(set, ev, 0, ids);
+	CHECK_INT(n, 4);
+	CHECK_INT(ids[0], 3);
+	CHECK_INT(ids[1], 5);
+	CHECK_INT(ids[2], 6);
+	CHECK_INT(ids[3], 7);
+	event_free(ev);
+	ev = pevent("{'t':['users'],'n':[5]}");
+	n = pattern_set_match(set, ev, 0, ids);
+	CHECK_INT(n, 1);
+	CHECK_INT(ids[0], 7);
+	event_free(ev);
+	pattern_set_free(set);
+	for (size_t i = 0; i < N; i++)
+		pattern_free(pats[i]);
+
+	/* an empty set */
+	set = pattern_set_new(NULL, 0);
+	ev = pevent("{}");
+	CHECK_INT(pattern_set_match(set, ev, 0, ids), 0);
+	event_free(ev);
+	pattern_set_free(set);
+}
+
+TEST(set_picks_selective_field)
+{
+	/* 100 rules share event_name; each has its own table: an INSERT on
+	 * table_7 must evaluate only its own rule, not all 100 */
+	enum { N = 100 };
+	struct pattern *pats[N];
+	for (int i = 0; i < N; i++) {
+		json_t *j = json_pack("{s:[s],s:[s]}", "event_name", "INSERT", "table_name", "");
+		json_array_set_new(json_object_get(j, "table_name"), 0,
+				   json_sprintf("table_%d", i));
+		REQUIRE(pattern_compile(j, "p", &pats[i], NULL) == 0);
+		json_decref(j);
+	}
+	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, N);
+	CHECK_INT(pattern_set_unindexed(set), 0);
+	uint32_t ids[N];
+	struct event *ev = pevent("{'event_name':'INSERT','table_name':'table_7'}");
+	CHECK_INT(pattern_set_match(set, ev, 0, ids), 1);
+	CHECK_INT(ids[0], 7);
+	event_free(ev);
+	pattern_set_free(set);
+	for (int i = 0; i < N; i++)
+		pattern_free(pats[i]);
+}
+
+T_MAIN(T_CASE(match_table), T_CASE(validation_table), T_CASE(valid_patterns_compile),
+       T_CASE(depth_limit), T_CASE(long_operand_is_truncated_in_message),
+       T_CASE(errors_accumulate_across_rules), T_CASE(set_equals_naive_evaluation),
+       T_CASE(set_keeps_order_and_duplicates), T_CASE(set_picks_selective_field))

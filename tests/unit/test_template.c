@@ -1,0 +1,301 @@
+#include "template.h"
+#include "t.h"
+
+#define HDR "runtime: python3.14\n"
+#define RULE "events:\n  - handler: m.f\n    pattern: {a: [1]}\n"
+
+/* Each row: template text, and either NULL (valid) or a substring of one of
+ * the error lines, which must start with the field path. */
+static const struct {
+	const char *yaml;
+	const char *error;
+} rows[] = {
+	/* valid */
+	{HDR RULE, NULL},
+	{"runtime: node24\n" RULE, NULL},
+	{HDR "concurrency: 1\n" RULE, NULL},
+	{HDR "concurrency: 64\n" RULE, NULL},
+	{HDR "events:\n  - handler: a.b.c.d\n    pattern: {}\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m\n    retries: 0\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 1m30s\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 300ms\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 4m59.5s\n", NULL},
+	{HDR "events:\n  - handler: my-mod.handler\n    pattern: {a: [1]}\n", NULL},
+	{HDR "schedules:\n  - handler: jobs.cleanup.handler\n    cron: \"0 3 * * *\"\n", NULL},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"*/10 * * * * *\"\n    timezone: Europe/Rome\n    timeout: 20s\n    retries: 2\n", NULL},
+	{HDR RULE "env:\n  API_URL: https://api.example.com\n  EMPTY: \"\"\n  FLAG:\n  PORT: 8080\n  _x1: true\n", NULL},
+	{HDR RULE "secrets:\n  DATABASE_URL: database-url\n  K: a.b_c-1\n", NULL},
+	{HDR RULE "env: {}\nsecrets: {}\n", NULL},
+	{HDR RULE "events_extra: 1\n", NULL}, /* unknown key: warning only */
+	{"runtime: !!str python3.14\n" RULE, NULL},
+	{"runtime: 'python3.14'\n" RULE, NULL},
+	{HDR "concurrency: !!int \"3\"\n" RULE, NULL},
+
+	/* runtime */
+	{RULE, "runtime: is required"},
+	{"runtime:\n" RULE, "runtime: is required"},
+	{"runtime: python3.12\n" RULE, "runtime: unsupported runtime \"python3.12\" (supported: python3.14, node24)"},
+	{"runtime: Python3.14\n" RULE, "runtime: unsupported runtime"},
+	{"runtime: 3.14\n" RULE, "runtime: must be one of python3.14, node24, not a number"},
+	{"runtime: [python3.14]\n" RULE, "runtime: must be one of"},
+
+	/* concurrency */
+	{HDR "concurrency: 0\n" RULE, "concurrency: 0 is not positive"},
+	{HDR "concurrency: -1\n" RULE, "concurrency: -1 is not positive"},
+	{HDR "concurrency: 1.5\n" RULE, "concurrency: must be a positive integer, not \"1.5\""},
+	{HDR "concurrency: true\n" RULE, "concurrency: must be a positive integer, not \"true\" (a boolean)"},
+	{HDR "concurrency: \"2\"\n" RULE, "concurrency: must be a positive integer, not \"2\" (a string)"},
+	{HDR "concurrency: '2'\n" RULE, "concurrency: must be a positive integer"},
+	{HDR "concurrency:\n" RULE, "concurrency: must be a positive integer"},
+	{HDR "concurrency: [2]\n" RULE, "concurrency: must be a positive integer, not a list"},
+	{HDR "concurrency: 2.0\n" RULE, "concurrency: must be a positive integer"},
+	{HDR "concurrency: 1e2\n" RULE, "concurrency: must be a positive integer"},
+
+	/* events and schedules presence */
+	{HDR, "events: a function needs at least one event rule or schedule"},
+	{HDR "events: []\n", "events: a function needs at least one event rule or schedule"},
+	{HDR "events:\n", "events: a function needs at least one event rule or schedule"},
+	{HDR "events: {handler: m.f}\n", "events: must be a list of rules, not a map"},
+	{HDR "events: [5]\n", "events[0]: must be a map with handler and pattern"},
+	{HDR "schedules: x\n", "schedules: must be a list of schedules, not a string"},
+
+	/* handler */
+	{HDR "events:\n  - pattern: {a: [1]}\n", "events[0].handler: is required"},
+	{HDR "events:\n  - handler:\n    pattern: {a: [1]}\n", "events[0].handler: is required"},
+	{HDR "events:\n  - handler: handler\n    pattern: {a: [1]}\n", "events[0].handler: \"handler\" is not of the form module.function"},
+	{HDR "events:\n  - handler: .f\n    pattern: {a: [1]}\n", "events[0].handler: \".f\" is not of the form"},
+	{HDR "events:\n  - handler: m.\n    pattern: {a: [1]}\n", "events[0].handler: \"m.\" is not of the form"},
+	{HDR "events:\n  - handler: a..f\n    pattern: {a: [1]}\n", "events[0].handler: \"a..f\" is not of the form"},
+	{HDR "events:\n  - handler: a b.f\n    pattern: {a: [1]}\n", "events[0].handler: \"a b.f\" is not of the form"},
+	{HDR "events:\n  - handler: a/b.f\n    pattern: {a: [1]}\n", "events[0].handler:"},
+	{HDR "events:\n  - handler: 12\n    pattern: {a: [1]}\n", "events[0].handler: must be a string of the form module.function, not an integer"},
+	{HDR RULE "  - handler: x\n    pattern: {a: [1]}\n", "events[1].handler: \"x\" is not of the form"},
+
+	/* pattern */
+	{HDR "events:\n  - handler: m.f\n", "events[0].pattern: is required"},
+	{HDR "events:\n  - handler: m.f\n    pattern:\n", "events[0].pattern: is required"},
+	{HDR "events:\n  - handler: m.f\n    pattern: null\n", "events[0].pattern: is required"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {exists: \"true\"}}\n", "events[0].pattern.a.exists"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: now-5m}}\n", "events[0].pattern.a.gt"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: \"2026-09-12T10:00:00Z\"}}\n", "events[0].pattern.a.gt"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {prefix: [x], b: [1]}}\n", "events[0].pattern.a"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: .inf}}\n", "events[0].pattern.a.gt: \".inf\" is not a finite number"},
+
+	/* timeout */
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 6m\n", "events[0].timeout: 6m exceeds the maximum of 5m"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m1s\n", "events[0].timeout: 5m1s exceeds the maximum of 5m"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0s\n", "events[0].timeout: \"0s\" must be positive"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: -1s\n", "events[0].timeout: \"-1s\" must be positive"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0\n", "events[0].timeout: must be a Go duration string such as 6s or 1m30s, not an integer"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 10\n", "events[0].timeout: must be a Go duration string"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 1d\n", "events[0].timeout: \"1d\" is not a Go duration"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: soon\n", "events[0].timeout: \"soon\" is not a Go duration"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout:\n", "events[0].timeout: must be a Go duration string"},
+
+	/* retries */
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: -1\n", "events[0].retries: -1 is negative"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: abc\n", "events[0].retries: must be a non-negative integer, not \"abc\""},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: 1.5\n", "events[0].retries: must be a non-negative integer, not \"1.5\""},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: true\n", "events[0].retries: must be a non-negative integer"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: \"3\"\n", "events[0].retries: must be a non-negative integer"},
+
+	/* schedules */
+	{HDR "schedules:\n  - handler: j.h\n", "schedules[0]: cron is required"},
+	{HDR "schedules:\n  - cron: \"* * * * *\"\n", "schedules[0].handler: is required"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"61 * * * *\"\n", "schedules[0].cron: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"* * * *\"\n", "schedules[0].cron: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 0 30 2 *\"\n", "schedules[0].cron: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"TZ=UTC 0 3 * * *\"\n", "schedules[0].cron: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: 5\n", "schedules[0].cron: must be a string"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Mars/Olympus\n", "schedules[0].timezone: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Local\n", "schedules[0].timezone: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: ../../etc/passwd\n", "schedules[0].timezone: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: 5\n", "schedules[0].timezone: must be an IANA time zone name"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timeout: 10m\n", "schedules[0].timeout: 10m exceeds the maximum of 5m"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    retries: -2\n", "schedules[0].retries: -2 is negative"},
+
+	/* env and secrets */
+	{HDR RULE "env:\n  1BAD: x\n", "env: \"1BAD\" is not a valid variable name"},
+	{HDR RULE "env:\n  BAD-NAME: x\n", "env: \"BAD-NAME\" is not a valid variable name"},
+	{HDR RULE "env:\n  RELAY_HANDLER: x\n", "env.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"},
+	{HDR RULE "env:\n  A: [1]\n", "env.A: must be a scalar, not a list"},
+	{HDR RULE "env:\n  A: {b: 1}\n", "env.A: must be a scalar, not a map"},
+	{HDR RULE "env: [A]\n", "env: must be a map of NAME: value, not a list"},
+	{HDR RULE "secrets:\n  RELAY_HANDLER: x\n", "secrets.RELAY_HANDLER: RELAY_HANDLER is reserved"},
+	{HDR RULE "secrets:\n  DB: Database-URL\n", "secrets.DB: \"Database-URL\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: .hidden\n", "secrets.DB: \".hidden\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: trailing.\n", "secrets.DB: \"trailing.\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: \"\"\n", "secrets.DB: \"\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: 1234567890123456789012345678901234567890123456789012345678901234\n", "secrets.DB: "},
+	{HDR RULE "secrets:\n  DB: a/b\n", "secrets.DB: \"a/b\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: 5\n", "secrets.DB: \"5\" is not a valid secret name"},
+	{HDR RULE "env:\n  DB: x\nsecrets:\n  DB: db\n", "secrets.DB: DB is defined in both env and secrets"},
+
+	/* document level */
+	{"", "template.yaml: empty"},
+	{"# only a comment\n", "template.yaml: empty"},
+	{"- a\n- b\n", "template.yaml: must be a map"},
+	{"just a string\n", "template.yaml: must be a map"},
+	{HDR "runtime: node24\n" RULE, "invalid YAML at line 2"},
+	{HDR "events: [\n", "invalid YAML"},
+	{HDR "\tevents: x\n", "invalid YAML"},
+	{HDR "concurrency: !!int abc\n" RULE, "concurrency: must be a positive integer"},
+	{"%\xc3", "template.yaml: not valid UTF-8 (at byte 1)"},
+	{HDR "env:\n  A: \xed\xa0\x80\n" RULE, "template.yaml: not valid UTF-8 (at byte 30)"},
+	{"%YAML 1.2\n---\n" HDR RULE, NULL},
+};
+
+TEST(table)
+{
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(rows[i].yaml, strlen(rows[i].yaml), &t, &errors, &warnings);
+		if (!rows[i].error) {
+			if (rc != 0 || !t || errors.n)
+				T_FAIL_("row %zu should be valid; first error: %s\n%s", i,
+					errors.n ? errors.v[0] : "(none)", rows[i].yaml);
+		} else {
+			bool found = false;
+			for (size_t k = 0; k < errors.n; k++)
+				if (strstr(errors.v[k], rows[i].error) == errors.v[k] ||
+				    (strstr(errors.v[k], rows[i].error) && rows[i].error[0] == ' '))
+					found = true;
+			if (rc == 0 || t || !found) {
+				T_FAIL_("row %zu: want an error starting \"%s\"; rc=%d, errors:", i,
+					rows[i].error, rc);
+				for (size_t k = 0; k < errors.n; k++)
+					printf("      %s\n", errors.v[k]);
+			}
+		}
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+	}
+}
+
+TEST(defaults_and_values)
+{
+	const char *y = HDR
+		"events:\n"
+		"  - handler: events.created.handler\n"
+		"    pattern: {event_name: [INSERT]}\n"
+		"  - handler: h.g\n"
+		"    pattern: {}\n"
+		"    timeout: 20s\n"
+		"    retries: 0\n"
+		"schedules:\n"
+		"  - handler: jobs.report.handler\n"
+		"    cron: \"0 8 * * 1-5\"\n"
+		"    timezone: Europe/Rome\n"
+		"env:\n  PORT: 8080\n  FLAG:\n  ON: true\n  S: 'x y'\n"
+		"secrets:\n  DATABASE_URL: database-url\n";
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	REQUIRE(template_parse(y, strlen(y), &t, &errors, &warnings) == 0);
+	CHECK_STR(t->runtime->name, "python3.14");
+	CHECK_INT(t->concurrency, 2);
+	REQUIRE(t->nrules == 2);
+	CHECK_STR(t->rules[0].handler, "events.created.handler");
+	CHECK_STR(t->rules[0].module, "events.created");
+	CHECK_STR(t->rules[0].function, "handler");
+	CHECK_INT(t->rules[0].timeout_ns, 6000000000LL);
+	CHECK_INT(t->rules[0].retries, 4);
+	CHECK_INT(t->rules[1].timeout_ns, 20000000000LL);
+	CHECK_INT(t->rules[1].retries, 0);
+	REQUIRE(t->nschedules == 1);
+	CHECK_STR(t->schedules[0].cron_expr, "0 8 * * 1-5");
+	CHECK_STR(t->schedules[0].timezone, "Europe/Rome");
+	CHECK_INT(t->schedules[0].timeout_ns, 6000000000LL);
+	REQUIRE(t->nenv == 4);
+	CHECK_STR(t->env[0].name, "PORT");
+	CHECK_STR(t->env[0].value, "8080");
+	CHECK_STR(t->env[1].value, "");
+	CHECK_STR(t->env[2].value, "true");
+	CHECK_STR(t->env[3].value, "x y");
+	REQUIRE(t->nsecrets == 1);
+	CHECK_STR(t->secrets[0].value, "database-url");
+	CHECK_INT(warnings.n, 0);
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+TEST(unknown_keys_are_warnings_with_paths)
+{
+	const char *y = HDR "evnts: []\n"
+			    "events:\n  - handler: m.f\n    patern: {a: [1]}\n    pattern: {}\n"
+			    "schedules:\n  - handler: j.h\n    cron: \"* * * * *\"\n    tz: UTC\n";
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	REQUIRE(template_parse(y, strlen(y), &t, &errors, &warnings) == 0);
+	REQUIRE(warnings.n == 3);
+	CHECK_STR(warnings.v[0], "\"evnts\": unknown key, ignored");
+	CHECK_STR(warnings.v[1], "events[0].\"patern\": unknown key, ignored");
+	CHECK_STR(warnings.v[2], "schedules[0].\"tz\": unknown key, ignored");
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+TEST(every_error_is_reported)
+{
+	const char *y = "runtime: ruby\nconcurrency: 0\n"
+			"events:\n  - handler: x\n    pattern: {a: [1]}\n    timeout: 6m\n    retries: -1\n";
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
+	CHECK_INT(errors.n, 5);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+TEST(duplicate_keys_rejected)
+{
+	const char *y = HDR "concurrency: 1\nconcurrency: 2\n" RULE;
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
+	REQUIRE(errors.n == 1);
+	CHECK(strstr(errors.v[0], "invalid YAML at line 3") != NULL);
+	CHECK(strstr(errors.v[0], "duplicate key") != NULL);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+TEST(alias_bomb_is_bounded)
+{
+	const char *y = HDR "events:\n  - handler: m.f\n    pattern:\n"
+			    "      a: &a [1,1,1,1,1,1,1,1,1,1]\n"
+			    "      b: &b {x: *a, y: *a, z: *a, w: *a, v: *a, u: *a, t: *a, s: *a, r: *a, q: *a}\n"
+			    "      c: &c {x: *b, y: *b, z: *b, w: *b, v: *b, u: *b, t: *b, s: *b, r: *b, q: *b}\n"
+			    "      d: &d {x: *c, y: *c, z: *c, w: *c, v: *c, u: *c, t: *c, s: *c, r: *c, q: *c}\n"
+			    "      e: &e {x: *d, y: *d, z: *d, w: *d, v: *d, u: *d, t: *d, s: *d, r: *d, q: *d}\n"
+			    "      f: {x: *e, y: *e, z: *e, w: *e, v: *e, u: *e, t: *e, s: *e, r: *e, q: *e}\n";
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
+	REQUIRE(errors.n >= 1);
+	CHECK(strstr(errors.v[0], "events[0].pattern: pattern too large") != NULL);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+TEST(size_bound)
+{
+	size_t n = TEMPLATE_MAX_BYTES + 1;
+	char *big = xmalloc(n);
+	memset(big, '#', n);
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(big, n, &t, &errors, &warnings) < 0);
+	REQUIRE(errors.n == 1);
+	CHECK(strstr(errors.v[0], "larger than") != NULL);
+	free(big);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
+T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warnings_with_paths),
+       T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected), T_CASE(alias_bomb_is_bounded),
+       T_CASE(size_bound))
