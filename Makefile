@@ -24,12 +24,15 @@ LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c src/cmd/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# In-process integration programs (real Redis/Docker), run by tests/run.
+ITC_SRC   := $(wildcard tests/it/*.c)
+ITC_BIN   := $(ITC_SRC:tests/it/%.c=$(BUILD)/it/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all tests bench clean fuzz
 all: $(BUILD)/relay
-tests: $(BUILD)/relay $(UNIT_BIN)
+tests: $(BUILD)/relay $(UNIT_BIN) $(ITC_BIN)
 bench: $(BENCH_BIN)
 
 $(BUILD)/relay: $(BUILD)/src/main.o $(BUILD)/librelay.a
@@ -43,6 +46,10 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/t.h $(BUILD)/librelay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/librelay.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/it/%: tests/it/%.c tests/unit/t.h $(BUILD)/librelay.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/librelay.a $(LDFLAGS) $(LDLIBS)
 

@@ -1,5 +1,7 @@
 #include "function.h"
 
+#include "log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -186,6 +188,25 @@ void function_free(struct function *f)
 	free(f->dir);
 	template_free(f->tpl);
 	free(f);
+}
+
+void function_entry_log(const struct function_entry *e)
+{
+	for (size_t i = 0; i < e->warnings.n; i++)
+		log_warn(LOG_ATTRS("function", e->name, "warning", e->warnings.v[i]),
+			 "template has an unknown key");
+	if (e->status != FUNCTION_INVALID)
+		return;
+	struct buf b;
+	buf_init(&b, 64 * 1024);
+	for (size_t i = 0; i < e->errors.n; i++) {
+		if (i)
+			buf_append(&b, "; ", 2);
+		buf_append(&b, e->errors.v[i], strlen(e->errors.v[i]));
+	}
+	log_warn(LOG_ATTRS("function", e->name, "errors", b.data ? b.data : ""),
+		 "invalid function skipped");
+	buf_free(&b);
 }
 
 static int entry_cmp(const void *a, const void *b)

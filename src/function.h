@@ -58,6 +58,11 @@ struct function_scan {
 	size_t n;
 };
 
+/* Logs an entry that cannot be served: one WARN line naming the function
+ * and every error ("; "-separated); warnings (unknown keys) one line each.
+ * Entries without a template are not logged. */
+void function_entry_log(const struct function_entry *e);
+
 /* Scans dir. Returns 0, or -1 with *err set when dir cannot be read. */
 int function_scan_dir(const char *dir, struct function_scan *out, char **err);
 void function_scan_free(struct function_scan *s);

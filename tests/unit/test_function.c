@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "function.h"
+#include "log.h"
 #include "t.h"
 
 TEST(name_rule)
@@ -95,6 +96,24 @@ TEST(scan)
 	      strcmp(s.v[4].errors.v[0], "passwd: symlink points outside the function directory") == 0);
 	CHECK_STR(s.v[5].name, "no-template");
 	CHECK_INT(s.v[5].status, FUNCTION_NO_TEMPLATE);
+	/* One WARN line naming the function and every error. */
+	int fds[2];
+	REQUIRE(pipe(fds) == 0);
+	log_set_fd(fds[1]);
+	function_entry_log(&s.v[2]);
+	function_entry_log(&s.v[1]);
+	function_entry_log(&s.v[5]);
+	log_set_fd(2);
+	close(fds[1]);
+	char out[4096];
+	ssize_t n = read(fds[0], out, sizeof out - 1);
+	close(fds[0]);
+	REQUIRE(n > 0);
+	out[n] = '\0';
+	CHECK(strchr(out, '\n') == out + n - 1);
+	CHECK(strstr(out, "level=WARN msg=\"invalid function skipped\" function=broken errors=\"runtime: "
+			  "unsupported runtime \\\"cobol\\\" (supported: python3.14, node24); events: a function "
+			  "needs at least one event rule or schedule\"") != NULL);
 	CHECK_STR(s.v[6].name, "zeta");
 	CHECK_INT(s.v[6].status, FUNCTION_OK);
 	function_scan_free(&s);
