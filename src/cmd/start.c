@@ -1,21 +1,113 @@
 /*
  * relay start: the long-running runtime, in the foreground.
  *
- * Startup order: configuration → logger → fail fast when Redis or Docker is
- * unreachable → (later issues: state database, orphan sweep, functions,
- * consumer group, background threads) → consume until SIGINT/SIGTERM.
- * Signal handling: the signals are blocked in every thread and received
- * with sigwait() by the main thread, so no handler ever runs async code.
+ * Startup order (each step logged): configuration → logger → fail fast when
+ * Redis or the Docker daemon is unreachable → orphan sweep → discover and
+ * prepare every function (one failing function never blocks the others) →
+ * image GC → consumer group → metrics server, retention, consumer threads →
+ * consume until SIGINT/SIGTERM. The first signal stops reading and lets
+ * in-flight invocations finish (bounded by their timeouts), then exits 0; a
+ * second signal stops the running containers and exits at once.
+ *
+ * Signals are blocked in every thread and received with sigwait() by the
+ * main thread (and the watcher thread after the first), so no handler runs.
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmd.h"
 #include "cmd/health.h"
 #include "config.h"
+#include "consumer.h"
+#include "docker.h"
+#include "duration.h"
+#include "executor.h"
+#include "function.h"
+#include "image.h"
 #include "log.h"
+#include "metrics.h"
+#include "redis.h"
+#include "registry.h"
+#include "retention.h"
+#include "runner.h"
+#include "secret.h"
+#include "util.h"
+
+static volatile int cancel_flag;
+static sigset_t stop_signals;
+
+/* After the first signal: a second one cancels running containers and
+ * exits at once. */
+static void *second_signal(void *arg)
+{
+	(void)arg;
+	int sig = 0;
+	sigwait(&stop_signals, &sig);
+	cancel_flag = 1;
+	log_warn(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
+		 "second signal: stopping running containers and exiting now");
+	/* Give the runners a moment to remove their containers. */
+	usleep(1500 * 1000);
+	_exit(1);
+	return NULL;
+}
+
+/* Prepares every valid function; returns the versions to serve. */
+static struct fn_version **prepare_all(struct docker *d, const char *dir, size_t *n)
+{
+	struct function_scan scan;
+	char *err = NULL;
+	*n = 0;
+	if (function_scan_dir(dir, &scan, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "cannot read the functions directory; serving no functions");
+		free(err);
+		return xcalloc(1, sizeof(struct fn_version *));
+	}
+	struct fn_version **fvs = xcalloc(scan.n + 1, sizeof *fvs);
+	for (size_t i = 0; i < scan.n; i++) {
+		struct function_entry *e = &scan.v[i];
+		function_entry_log(e);
+		if (e->status == FUNCTION_NO_TEMPLATE)
+			log_info(LOG_ATTRS("function", e->name), "directory has no template.yaml yet; not ready");
+		if (!e->fn)
+			continue;
+		struct image_result res;
+		memset(&res, 0, sizeof res);
+		char *why = NULL;
+		if (image_prepare(d, e->name, e->fn->dir, e->fn->tpl->runtime, &res, &why) < 0) {
+			log_error(LOG_ATTRS("function", e->name, "error", why ? why : ""),
+				  "image build failed; function unavailable");
+			free(why);
+			continue;
+		}
+		char secs[DURATION_STR_MAX];
+		log_info(LOG_ATTRS("function", e->name, "image", res.ref, "built", res.built ? "true" : "false",
+				   "duration", duration_format((int64_t)(res.seconds * 1000) * NS_PER_MS, secs)),
+			 "function prepared");
+		metrics_function_register(e->name);
+		fvs[(*n)++] = fn_version_new(e->fn, xstrdup(res.ref), xstrdup(res.fingerprint));
+		e->fn = NULL;
+		image_result_free(&res);
+	}
+	function_scan_free(&scan);
+	return fvs;
+}
+
+struct keep_list {
+	const char **v;
+	size_t n;
+};
+
+static void collect_image(const char *image, void *ctx)
+{
+	struct keep_list *k = ctx;
+	k->v = xrealloc(k->v, sizeof *k->v * (k->n + 1));
+	k->v[k->n++] = image;
+}
 
 static int start_exec(const struct cmd *self, int argc, char **argv)
 {
@@ -24,34 +116,129 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	if (config_load_or_log(&cfg, CONFIG_NEED_ALL) < 0)
 		return 1;
 
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+	signal(SIGPIPE, SIG_IGN);
 
-	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group, "functions_dir",
-			   cfg.functions_dir),
-		 "Relay starting");
+	int rc = 1;
+	struct docker *d = NULL;
+	struct registry *reg = NULL;
+	struct secret_provider *secrets = NULL;
+	struct consumer *consumer = NULL;
+	struct retention *retention = NULL;
+	struct redis *r = NULL;
+	struct redis_uri uri = {0};
+	char *err = NULL;
 	char why[600], addr[300], info[300];
+
+	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group, "consumer", runner_hostname(),
+			   "functions_dir", cfg.functions_dir),
+		 "Relay starting");
 	if (health_check_redis(cfg.redis_uri, why, sizeof why, addr, sizeof addr) < 0) {
 		log_error(LOG_ATTRS("error", why), "cannot reach Redis");
-		config_free(&cfg);
-		return 1;
+		goto out;
 	}
-	if (health_check_docker(why, sizeof why, info, sizeof info) < 0) {
+	if (docker_open(&d, &err) < 0 || docker_ping(d) < 0) {
+		snprintf_(why, sizeof why, "%s", err ? err : docker_errmsg(d));
 		log_error(LOG_ATTRS("error", why), "cannot reach the Docker daemon");
-		config_free(&cfg);
-		return 1;
+		goto out;
 	}
+	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(d), docker_api_version(d));
 	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
 
+	size_t swept = 0;
+	char *serr = NULL;
+	if (runner_sweep_orphans(d, NULL, RUNNER_SWEEP_TIMEOUT_MS, &swept, &serr) < 0) {
+		log_warn(LOG_ATTRS("error", serr ? serr : ""), "orphan sweep incomplete");
+		free(serr);
+	} else if (swept) {
+		char ns[16];
+		snprintf_(ns, sizeof ns, "%zu", swept);
+		log_info(LOG_ATTRS("removed", ns), "removed orphaned containers of this host");
+	}
+
+	reg = registry_new();
+	size_t nfns = 0;
+	struct fn_version **fvs = prepare_all(d, cfg.functions_dir, &nfns);
+	registry_publish(reg, fvs, nfns);
+	log_info(NULL, "Loaded %zu function(s)", nfns);
+
+	struct keep_list keep = {0};
+	registry_images_in_use(reg, collect_image, &keep);
+	size_t removed = 0;
+	char *gerr = NULL;
+	if (image_gc(d, NULL, keep.v, keep.n, &removed, &gerr) < 0) {
+		log_warn(LOG_ATTRS("error", gerr ? gerr : ""), "image cleanup failed");
+		free(gerr);
+	}
+	free(keep.v);
+
+	char *uwhy = NULL;
+	if (redis_uri_parse(cfg.redis_uri, &uri, &uwhy) < 0) {
+		log_error(LOG_ATTRS("error", uwhy), "invalid REDIS_URI");
+		free(uwhy);
+		goto out;
+	}
+	r = redis_new(&uri, NULL);
+	if (redis_connect(r) < 0 ||
+	    consumer_ensure_group(r, cfg.redis_stream, cfg.redis_group, why, sizeof why) < 0) {
+		if (!redis_is_connected(r))
+			snprintf_(why, sizeof why, "%s", redis_errmsg(r));
+		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
+		goto out;
+	}
+	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group), "consumer group ready");
+
+	if (cfg.metrics_addr)
+		metrics_server_start(cfg.metrics_addr);
+	if (cfg.stream_retention_ns)
+		retention = retention_start(&uri, cfg.redis_stream, cfg.stream_retention_ns, 0, 0);
+
+	secrets = secret_file_provider_new(cfg.data_dir);
+	struct executor exec = {.provider = secrets, .cancel = &cancel_flag};
+	struct consumer_config ccfg = {
+		.uri = &uri,
+		.stream = cfg.redis_stream,
+		.group = cfg.redis_group,
+		.consumer = runner_hostname(),
+		.max_buffered = (int)cfg.max_buffered_events,
+		.max_concurrency = (int)cfg.max_concurrency,
+		.registry = reg,
+		.invoke = executor_invoke,
+		.invoke_ctx = &exec,
+	};
+	consumer = consumer_start(&ccfg);
+	char mc[24], mb[24];
+	snprintf_(mc, sizeof mc, "%lld", (long long)cfg.max_concurrency);
+	snprintf_(mb, sizeof mb, "%lld", (long long)cfg.max_buffered_events);
+	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb), "worker started");
+
 	int sig = 0;
-	sigwait(&sigs, &sig);
-	log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"), "Relay stopping");
+	sigwait(&stop_signals, &sig);
+	log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
+		 "Relay stopping: finishing in-flight invocations");
+	pthread_t watcher;
+	pthread_create(&watcher, NULL, second_signal, NULL);
+	pthread_detach(watcher);
+	consumer_stop(consumer);
+	rc = 0;
+out:
+	if (consumer)
+		consumer_free(consumer);
+	retention_stop(retention);
+	if (cfg.metrics_addr)
+		metrics_server_stop();
+	secret_provider_free(secrets);
+	registry_free(reg);
+	redis_free(r);
+	redis_uri_free(&uri);
+	docker_close(d);
+	free(err);
 	config_free(&cfg);
-	log_info(NULL, "Relay stopped");
-	return 0;
+	log_info(NULL, rc == 0 ? "Relay stopped" : "Relay failed to start");
+	return rc;
 }
 
 const struct cmd cmd_start = {

@@ -1,0 +1,900 @@
+/*
+ * Stream consumer. See consumer.h for the thread layout; the design notes
+ * that matter when changing this file:
+ *
+ * - The buffer counts messages read (or reclaimed) and not yet released.
+ *   A message is released when its ACK is confirmed, when it was
+ *   dead-lettered and ACKed, or when it is left pending. The reader and the
+ *   reclaim loop only ask Redis for as many messages as there is room for,
+ *   so a full buffer leaves the backlog in Redis.
+ * - Per message, matching invocations run in order; the first that does not
+ *   succeed stops the rest (abort on first failure). Each is gated by its
+ *   invocation-state marker and claimed with a compare-and-set before it
+ *   runs, so a redelivery elsewhere skips live or backing-off work.
+ * - Slot waits are bounded (slot_wait_ns, well below min_pending_idle): a
+ *   message that cannot get a slot is left pending with nothing charged and
+ *   comes back through the reclaim loop.
+ * - Bookkeeping errors fail open: an unreadable state is treated as absent,
+ *   a failed claim write still runs the invocation.
+ */
+#include "consumer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "duration.h"
+#include "event.h"
+#include "invocation.h"
+#include "log.h"
+#include "metrics.h"
+#include "rfc3339.h"
+#include "slots.h"
+#include "util.h"
+
+struct msg {
+	char *id;
+	char **fields; /* alternating names and values (copies; NULL = not a string) */
+	size_t *lens;
+	size_t nfields;
+	struct msg *next;
+};
+
+struct ack {
+	char *id;
+	char *key; /* invocation-state key to delete, or NULL */
+};
+
+struct consumer {
+	struct consumer_config cfg;
+	struct redis_uri uri;
+	char *stream, *group, *name, *dlq;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;  /* a message was queued / stop */
+	pthread_cond_t space; /* buffer room / stop */
+	struct msg *head, *tail;
+	int buffered;
+	char **held; /* ids held locally, for reclaim dedup */
+	size_t nheld, capheld;
+
+	pthread_mutex_t ack_lock;
+	pthread_cond_t ack_cond;
+	struct ack *acks;
+	size_t nacks, capacks;
+	int ack_stop;
+
+	volatile int stop;
+	volatile int cancel;
+	struct slots *slots;
+
+	pthread_t reader, reclaimer, acker;
+	pthread_t *workers;
+	int nworkers;
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void msg_free(struct msg *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->nfields; i++)
+		free(m->fields[i]);
+	free(m->fields);
+	free(m->lens);
+	free(m->id);
+	free(m);
+}
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t t = (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec + ns;
+	ts.tv_sec = t / NS_PER_SEC;
+	ts.tv_nsec = t % NS_PER_SEC;
+	pthread_cond_timedwait(cv, m, &ts);
+}
+
+static void block_signals(void)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
+static bool held_locked(struct consumer *c, const char *id)
+{
+	for (size_t i = 0; i < c->nheld; i++)
+		if (strcmp(c->held[i], id) == 0)
+			return true;
+	return false;
+}
+
+/* Queues a message (takes ownership); lock held. */
+static void enqueue_locked(struct consumer *c, struct msg *m)
+{
+	if (c->nheld == c->capheld) {
+		c->capheld = c->capheld ? c->capheld * 2 : 32;
+		c->held = xrealloc(c->held, c->capheld * sizeof *c->held);
+	}
+	c->held[c->nheld++] = xstrdup(m->id);
+	c->buffered++;
+	m->next = NULL;
+	if (c->tail)
+		c->tail->next = m;
+	else
+		c->head = m;
+	c->tail = m;
+	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
+	pthread_cond_signal(&c->work);
+}
+
+/* Releases a message's buffer slot. */
+static void release(struct consumer *c, const char *id)
+{
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->nheld; i++) {
+		if (strcmp(c->held[i], id) == 0) {
+			free(c->held[i]);
+			c->held[i] = c->held[--c->nheld];
+			break;
+		}
+	}
+	if (c->buffered > 0)
+		c->buffered--;
+	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
+	pthread_cond_broadcast(&c->space);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Messages from an XREADGROUP / XAUTOCLAIM entry list. */
+static struct msg *msg_from_entry(const redisReply *e)
+{
+	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 || e->element[0]->type != REDIS_REPLY_STRING)
+		return NULL;
+	const redisReply *f = e->element[1];
+	if (f->type != REDIS_REPLY_ARRAY)
+		return NULL; /* a deleted entry (nil fields) */
+	struct msg *m = xcalloc(1, sizeof *m);
+	m->id = xstrndup(e->element[0]->str, e->element[0]->len);
+	m->nfields = f->elements;
+	m->fields = xcalloc(m->nfields + 1, sizeof *m->fields);
+	m->lens = xcalloc(m->nfields + 1, sizeof *m->lens);
+	for (size_t i = 0; i < f->elements; i++) {
+		const redisReply *v = f->element[i];
+		if (v->type == REDIS_REPLY_STRING || v->type == REDIS_REPLY_STATUS) {
+			m->fields[i] = xstrndup(v->str, v->len);
+			m->lens[i] = v->len;
+		}
+	}
+	return m;
+}
+
+static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
+{
+	struct redis_opts o = {.connect_timeout_ms = 5000, .command_timeout_ms = command_timeout_ms};
+	return redis_new(&c->uri, &o);
+}
+
+/* Connected, or -1 when stopping. */
+static int ensure_conn(struct consumer *c, struct redis *r)
+{
+	if (redis_is_connected(r))
+		return 0;
+	return redis_connect_retry(r, &c->stop);
+}
+
+int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
+			  size_t errlen)
+{
+	redisReply *rep = redis_command(r, "XGROUP CREATE %s %s 0 MKSTREAM", stream, group);
+	if (!rep) {
+		snprintf_(err, errlen, "%s", redis_errmsg(r));
+		return -1;
+	}
+	int rc = 0;
+	if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "BUSYGROUP", 9) != 0) {
+		snprintf_(err, errlen, "XGROUP CREATE %s %s: %s", stream, group, rep->str);
+		rc = -1;
+	}
+	freeReplyObject(rep);
+	return rc;
+}
+
+/* ---- reader ------------------------------------------------------------ */
+
+static void *reader_main(void *arg)
+{
+	struct consumer *c = arg;
+	block_signals();
+	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
+	char count[16], block[16];
+	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
+	while (!c->stop) {
+		if (ensure_conn(c, r) < 0)
+			break;
+		pthread_mutex_lock(&c->lock);
+		while (c->buffered >= c->cfg.max_buffered && !c->stop)
+			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
+		int room = c->cfg.max_buffered - c->buffered;
+		pthread_mutex_unlock(&c->lock);
+		if (c->stop)
+			break;
+		snprintf_(count, sizeof count, "%d", room);
+		const char *argv[] = {"XREADGROUP", "GROUP", c->group, c->name, "COUNT", count,
+				      "BLOCK",      block,   "STREAMS", c->stream, ">"};
+		redisReply *rep = redis_command_argv(r, 11, argv, NULL);
+		if (!rep) {
+			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "redis read failed; reconnecting");
+			continue;
+		}
+		if (rep->type == REDIS_REPLY_ERROR) {
+			char err[256];
+			snprintf_(err, sizeof err, "%s", rep->str);
+			freeReplyObject(rep);
+			if (strncmp(err, "NOGROUP", 7) == 0) {
+				/* Redis lost the group (restarted without persistence):
+				 * recreate it rather than stop consuming. */
+				char why[512];
+				log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
+					 "consumer group missing; recreating it");
+				if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) < 0)
+					log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
+			} else {
+				log_warn(LOG_ATTRS("error", err), "XREADGROUP failed");
+			}
+			sleep_ms_interruptible(1000, &c->stop);
+			continue;
+		}
+		if (rep->type == REDIS_REPLY_ARRAY) {
+			for (size_t s = 0; s < rep->elements; s++) {
+				const redisReply *st = rep->element[s];
+				if (st->type != REDIS_REPLY_ARRAY || st->elements < 2 ||
+				    st->element[1]->type != REDIS_REPLY_ARRAY)
+					continue;
+				const redisReply *entries = st->element[1];
+				pthread_mutex_lock(&c->lock);
+				for (size_t i = 0; i < entries->elements; i++) {
+					struct msg *m = msg_from_entry(entries->element[i]);
+					if (!m)
+						continue;
+					log_debug(LOG_ATTRS("message_id", m->id), "message read");
+					metrics_inc(METRIC_EVENTS_RECEIVED);
+					enqueue_locked(c, m);
+				}
+				pthread_mutex_unlock(&c->lock);
+			}
+		}
+		freeReplyObject(rep);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- reclaim ----------------------------------------------------------- */
+
+static void reclaim_once(struct consumer *c, struct redis *r)
+{
+	char start[64] = "0-0", idle[32], count[16];
+	snprintf_(idle, sizeof idle, "%" PRId64, (int64_t)(c->cfg.min_pending_idle_ns / NS_PER_MS));
+	for (int rounds = 0; rounds < 100 && !c->stop; rounds++) {
+		pthread_mutex_lock(&c->lock);
+		int room = c->cfg.max_buffered - c->buffered;
+		pthread_mutex_unlock(&c->lock);
+		if (room <= 0) {
+			log_debug(NULL, "reclaim skipped: local buffer full");
+			return;
+		}
+		snprintf_(count, sizeof count, "%d", room);
+		const char *argv[] = {"XAUTOCLAIM", c->stream, c->group, c->name, idle, start, "COUNT", count};
+		redisReply *rep = redis_command_argv(r, 8, argv, NULL);
+		if (!rep) {
+			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "reclaim failed");
+			return;
+		}
+		/* Redis 7 answers 3 elements (next, entries, deleted ids), 6.2 two. */
+		if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+		    rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY) {
+			if (rep->type == REDIS_REPLY_ERROR)
+				log_warn(LOG_ATTRS("error", rep->str), "XAUTOCLAIM failed");
+			freeReplyObject(rep);
+			return;
+		}
+		snprintf_(start, sizeof start, "%.*s", (int)rep->element[0]->len, rep->element[0]->str);
+		const redisReply *entries = rep->element[1];
+		int claimed = 0;
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < entries->elements; i++) {
+			struct msg *m = msg_from_entry(entries->element[i]);
+			if (!m)
+				continue;
+			if (held_locked(c, m->id)) {
+				/* Still ours and in progress here: the running marker
+				 * protects it; no second local copy. */
+				msg_free(m);
+				continue;
+			}
+			log_debug(LOG_ATTRS("message_id", m->id), "message reclaimed");
+			enqueue_locked(c, m);
+			claimed++;
+		}
+		pthread_mutex_unlock(&c->lock);
+		freeReplyObject(rep);
+		if (claimed)
+			log_debug(NULL, "reclaimed %d idle message(s)", claimed);
+		if (strcmp(start, "0-0") == 0)
+			return;
+	}
+}
+
+static void *reclaim_main(void *arg)
+{
+	struct consumer *c = arg;
+	block_signals();
+	struct redis *r = conn_new(c, 10000);
+	while (!c->stop) {
+		sleep_ms_interruptible(c->cfg.reclaim_interval_ns / NS_PER_MS, &c->stop);
+		if (c->stop || ensure_conn(c, r) < 0)
+			break;
+		reclaim_once(c, r);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- acker ------------------------------------------------------------- */
+
+static void ack_push(struct consumer *c, const char *id, const char *key)
+{
+	pthread_mutex_lock(&c->ack_lock);
+	if (c->nacks == c->capacks) {
+		c->capacks = c->capacks ? c->capacks * 2 : 64;
+		c->acks = xrealloc(c->acks, c->capacks * sizeof *c->acks);
+	}
+	c->acks[c->nacks].id = xstrdup(id);
+	c->acks[c->nacks].key = key ? xstrdup(key) : NULL;
+	c->nacks++;
+	pthread_cond_signal(&c->ack_cond);
+	pthread_mutex_unlock(&c->ack_lock);
+}
+
+static void *acker_main(void *arg)
+{
+	struct consumer *c = arg;
+	block_signals();
+	struct redis *r = conn_new(c, 10000);
+	for (;;) {
+		pthread_mutex_lock(&c->ack_lock);
+		while (c->nacks == 0 && !c->ack_stop)
+			timed_wait(&c->ack_cond, &c->ack_lock, 500 * NS_PER_MS);
+		if (c->nacks == 0 && c->ack_stop) {
+			pthread_mutex_unlock(&c->ack_lock);
+			break;
+		}
+		struct ack *batch = c->acks;
+		size_t n = c->nacks;
+		c->acks = NULL;
+		c->nacks = c->capacks = 0;
+		pthread_mutex_unlock(&c->ack_lock);
+
+		/* XACK <stream> <group> id... then DEL key...: one round trip. */
+		const char **argv = xcalloc(n + 3, sizeof *argv);
+		const char **dargv = xcalloc(n + 1, sizeof *dargv);
+		argv[0] = "XACK";
+		argv[1] = c->stream;
+		argv[2] = c->group;
+		int nd = 1;
+		dargv[0] = "DEL";
+		for (size_t i = 0; i < n; i++) {
+			argv[3 + i] = batch[i].id;
+			if (batch[i].key)
+				dargv[nd++] = batch[i].key;
+		}
+		bool sent = false;
+		for (int attempt = 0; attempt < 3 && !sent; attempt++) {
+			if (!redis_is_connected(r) && redis_connect(r) < 0) {
+				log_warn(LOG_ATTRS("error", redis_errmsg(r)), "cannot acknowledge: redis unreachable");
+				sleep_ms_interruptible(500, NULL);
+				continue;
+			}
+			if (redis_append_argv(r, (int)n + 3, argv, NULL) < 0 ||
+			    (nd > 1 && redis_append_argv(r, nd, dargv, NULL) < 0))
+				continue;
+			redisReply *rep = redis_get_reply(r, -1);
+			if (!rep)
+				continue;
+			if (rep->type == REDIS_REPLY_ERROR)
+				log_warn(LOG_ATTRS("error", rep->str), "XACK failed");
+			freeReplyObject(rep);
+			if (nd > 1) {
+				rep = redis_get_reply(r, -1);
+				if (rep)
+					freeReplyObject(rep);
+			}
+			sent = true;
+		}
+		if (!sent)
+			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+				 "acknowledgement lost; %zu message(s) stay pending and will be reclaimed", n);
+		for (size_t i = 0; i < n; i++) {
+			release(c, batch[i].id);
+			free(batch[i].id);
+			free(batch[i].key);
+		}
+		free(batch);
+		free(argv);
+		free(dargv);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- processing -------------------------------------------------------- */
+
+/* The last `event` field of a message (its payload as text), or NULL. */
+static const char *payload_of(const struct msg *m, size_t *len)
+{
+	const char *p = NULL;
+	for (size_t i = 0; i + 1 < m->nfields; i += 2) {
+		if (m->fields[i] && m->lens[i] == 5 && memcmp(m->fields[i], "event", 5) == 0) {
+			p = m->fields[i + 1];
+			*len = m->lens[i + 1];
+		}
+	}
+	return p;
+}
+
+static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m, const char *payload,
+		       size_t plen, const char *reason, int attempts)
+{
+	char ts[RFC3339_STR_MAX], att[16];
+	rfc3339_format_utc(now_wall_ns(), ts);
+	snprintf_(att, sizeof att, "%d", attempts);
+	const char *argv[] = {"XADD",  c->dlq,     "*",      "original_stream", c->stream,
+			      "original_id", m->id, "group", c->group, "consumer", c->name, "event",
+			      payload ? payload : "", "reason", reason, "attempts", att,
+			      "timestamp", ts};
+	size_t lens[ARRAY_LEN(argv)];
+	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
+		lens[i] = strlen(argv[i]);
+	lens[12] = payload ? plen : 0;
+	if (ensure_conn(c, r) < 0)
+		return -1;
+	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, lens);
+	if (!rep || rep->type == REDIS_REPLY_ERROR) {
+		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error",
+				    rep ? rep->str : redis_errmsg(r)),
+			  "DLQ write failed; the message stays pending and the write is retried");
+		if (rep)
+			freeReplyObject(rep);
+		return -1;
+	}
+	freeReplyObject(rep);
+	return 0;
+}
+
+/* What became of one matched invocation in this delivery. */
+enum inv_state { INV_PENDING, INV_OK, INV_EXHAUSTED };
+
+/* A top-level string field of the event, for logs and labels. */
+static const char *event_str(const struct event *ev, const char *key)
+{
+	const struct event_value *v = event_get(event_root(ev), key, strlen(key));
+	return v && v->type == EVENT_STRING ? v->u.str : NULL;
+}
+
+static void process(struct consumer *c, struct redis *r, struct msg *m)
+{
+	size_t plen = 0;
+	const char *payload = payload_of(m, &plen);
+	struct event *ev = NULL;
+	char *why = NULL;
+	int derr = event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, &why);
+	if (derr != EVENT_OK) {
+		char reason[600];
+		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
+			  why ? why : "");
+		free(why);
+		log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
+			 "malformed event sent to the dead-letter stream without running any handler");
+		if (dead_letter(c, r, m, payload, plen, reason, 0) == 0) {
+			metrics_inc(METRIC_DLQ_ENTRIES);
+			metrics_inc(METRIC_EVENTS_PROCESSED);
+			ack_push(c, m->id, NULL);
+		} else {
+			release(c, m->id);
+		}
+		return;
+	}
+
+	struct snapshot *snap = registry_acquire(c->cfg.registry);
+	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
+	const char *event_id = event_str(ev, "event_id");
+	const char *event_name = event_str(ev, "event_name");
+
+	if (n == 0) {
+		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
+		metrics_inc(METRIC_EVENTS_PROCESSED);
+		ack_push(c, m->id, NULL);
+		goto out;
+	}
+
+	char *key = invocation_key(c->stream, c->group, m->id);
+	struct invocation_state st;
+	if (ensure_conn(c, r) < 0 || invocation_state_load(r, key, &st) < 0) {
+		log_warn(LOG_ATTRS("message_id", m->id, "error", redis_errmsg(r)),
+			 "cannot read invocation state; treating it as empty");
+		memset(&st, 0, sizeof st);
+	}
+	enum inv_state *res = xcalloc(n, sizeof *res);
+	struct marker *loaded = xcalloc(n, sizeof *loaded);
+	char **fields = xcalloc(n, sizeof *fields);
+	/* Current raw marker per field, for compare-and-set. */
+	char **raw = xcalloc(n, sizeof *raw);
+	for (size_t i = 0; i < n; i++) {
+		const struct rule_ref *rr = &snap->rules[ids[i]];
+		fields[i] = xasprintf("%s/%s", rr->fv->fn->name, rr->rule->handler);
+		struct marker mk = invocation_state_get(&st, fields[i]);
+		loaded[i] = mk;
+		res[i] = mk.kind == MARK_OK ? INV_OK : mk.kind == MARK_EXHAUSTED ? INV_EXHAUSTED : INV_PENDING;
+		raw[i] = NULL;
+		for (size_t k = 0; k < st.n; k++)
+			if (strcmp(st.fields[k], fields[i]) == 0)
+				raw[i] = xstrdup(st.values[k]);
+	}
+	const char *last_fn = NULL;
+	for (size_t i = 0; i < n; i++) {
+		const char *fname = snap->rules[ids[i]].fv->fn->name;
+		if (!last_fn || strcmp(last_fn, fname) != 0)
+			metrics_function_event(fname);
+		last_fn = fname;
+	}
+
+	char last_error[600] = "";
+	for (size_t i = 0; i < n && !c->stop; i++) {
+		const struct rule_ref *rr = &snap->rules[ids[i]];
+		const struct fn_version *fv = rr->fv;
+		const char *fname = fv->fn->name, *handler = rr->rule->handler;
+		/* Complete on an earlier delivery: skip it. A rule repeating an
+		 * earlier rule's handler in this delivery still runs (no
+		 * deduplication): its decision uses the state as loaded.
+		 * Exhausted is terminal and, invocations being sequential,
+		 * leaves every later rule unrunnable: the message is routed to
+		 * the DLQ below. */
+		if (res[i] == INV_OK)
+			continue;
+		if (res[i] == INV_EXHAUSTED)
+			break;
+		struct marker mk = loaded[i];
+		int64_t now = now_wall_ns();
+		if (!marker_eligible(&mk, now)) {
+			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "marker",
+					    raw[i] ? raw[i] : ""),
+				  "invocation running elsewhere or backing off; leaving the message pending");
+			break;
+		}
+		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
+		log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "event_id",
+				   event_id ? event_id : "", "event_name", event_name ? event_name : ""),
+			 "rule matched");
+
+		bool waited = false;
+		int64_t timeout = rr->rule->timeout_ns;
+		if (slots_acquire(c->slots, fname, (int)fv->fn->tpl->concurrency, c->cfg.slot_wait_ns,
+				  &c->stop, &waited) < 0) {
+			if (waited)
+				metrics_inc(METRIC_CONCURRENCY_WAITS);
+			log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id),
+				 "no concurrency slot within the bounded wait; leaving the message pending");
+			break;
+		}
+		if (waited)
+			metrics_inc(METRIC_CONCURRENCY_WAITS);
+
+		/* The deadline counts from now (after any slot wait), matching the
+		 * timeout the runner enforces. */
+		struct marker running = {MARK_RUNNING, now_wall_ns() + timeout, attempt};
+		char next[64];
+		marker_format(&running, next, sizeof next);
+		char *prev = raw[i] ? xstrdup(raw[i]) : NULL;
+		int cas = invocation_cas(r, key, fields[i], raw[i], next);
+		if (cas == 0) {
+			free(prev);
+			slots_release(c->slots, fname);
+			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id),
+				  "invocation claimed by another worker; leaving the message pending");
+			break;
+		}
+		if (cas < 0)
+			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "error",
+					   redis_errmsg(r)),
+				 "cannot record the running marker; running anyway");
+		for (size_t k = 0; k < n; k++)
+			if (strcmp(fields[k], fields[i]) == 0) {
+				free(raw[k]);
+				raw[k] = xstrdup(next);
+			}
+		if (attempt > 1)
+			metrics_function_retry(fname);
+
+		struct invoke_request req = {
+			.fv = fv, .handler = handler, .timeout_ns = timeout,
+			.payload = payload, .payload_len = plen, .message_id = m->id,
+			.event_id = event_id, .event_name = event_name, .attempt = attempt,
+		};
+		struct invoke_result out = {INVOKE_FAILED, -1, ""};
+		int64_t t0 = now_mono_ns();
+		metrics_gauge_add(METRIC_IN_FLIGHT, 1);
+		c->cfg.invoke(c->cfg.invoke_ctx, &req, &out);
+		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
+		double secs = (double)(now_mono_ns() - t0) / 1e9;
+		slots_release(c->slots, fname);
+		char dur[DURATION_STR_MAX], att[16], code[16];
+		duration_format((now_mono_ns() - t0) / NS_PER_MS * NS_PER_MS, dur);
+		snprintf_(att, sizeof att, "%d", attempt);
+		snprintf_(code, sizeof code, "%d", out.exit_code);
+		const char *const attrs[] = {"function", fname, "handler", handler, "message_id", m->id,
+					     "event_id", event_id ? event_id : "", "event_name",
+					     event_name ? event_name : "", "attempt", att, "duration", dur,
+					     "exit_code", code, NULL};
+
+		struct marker after = {MARK_OK, 0, attempt};
+		if (out.outcome == INVOKE_CANCELLED) {
+			/* Shutdown interrupted it: not an attempt. Put the marker
+			 * back so the next delivery runs it with the same number. */
+			if (invocation_restore(r, key, fields[i], prev) < 0)
+				log_warn(attrs, "cannot restore the invocation marker");
+			free(prev);
+			log_info(attrs, "invocation cancelled by shutdown; the message stays pending");
+			break;
+		}
+		free(prev);
+		if (out.outcome == INVOKE_OK) {
+			metrics_handler_invocation(fname, handler, METRIC_OUTCOME_SUCCESS, secs);
+			log_info(attrs, "handler executed");
+			res[i] = INV_OK;
+		} else {
+			metrics_handler_invocation(fname, handler,
+						   out.outcome == INVOKE_TIMEOUT ? METRIC_OUTCOME_TIMEOUT
+										 : METRIC_OUTCOME_FAILURE,
+						   secs);
+			snprintf_(last_error, sizeof last_error, "%s", out.error);
+			if (attempt >= 1 + rr->rule->retries) {
+				after.kind = MARK_EXHAUSTED;
+				res[i] = INV_EXHAUSTED;
+				log_error(attrs, "handler failed; attempts exhausted: %s", out.error);
+			} else {
+				after.kind = MARK_NEXT_ATTEMPT;
+				int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
+				after.deadline_ns = now_wall_ns() + b;
+				char bs[DURATION_STR_MAX];
+				log_warn(attrs, "handler failed; retrying in %s: %s", duration_format(b, bs), out.error);
+			}
+		}
+		char mark[64];
+		marker_format(&after, mark, sizeof mark);
+		if (invocation_set(r, key, fields[i], mark) < 0)
+			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "error",
+					   redis_errmsg(r)),
+				 "cannot record the invocation outcome");
+		for (size_t k = 0; k < n; k++)
+			if (strcmp(fields[k], fields[i]) == 0) {
+				free(raw[k]);
+				raw[k] = xstrdup(mark);
+			}
+		if (out.outcome != INVOKE_OK)
+			break; /* abort on first failure */
+	}
+
+	/* The first invocation (in execution order) that is not complete
+	 * decides: none → ACK; exhausted → DLQ (nothing after it can run);
+	 * otherwise the message stays pending. */
+	bool all_ok = true, all_terminal = false;
+	int max_attempts = 0;
+	struct buf reason;
+	buf_init(&reason, 4096);
+	for (size_t i = 0; i < n; i++) {
+		if (res[i] == INV_OK)
+			continue;
+		all_ok = false;
+		if (res[i] == INV_EXHAUSTED) {
+			all_terminal = true;
+			struct marker mk = marker_parse(raw[i] ? raw[i] : "", raw[i] ? strlen(raw[i]) : 0);
+			max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
+			buf_appendf(&reason, "%s exhausted after %d attempt(s)", fields[i], max_attempts);
+		}
+		break;
+	}
+	if (all_ok) {
+		metrics_inc(METRIC_EVENTS_PROCESSED);
+		ack_push(c, m->id, key);
+	} else if (all_terminal) {
+		if (last_error[0])
+			buf_appendf(&reason, ": %s", last_error);
+		if (dead_letter(c, r, m, payload, plen, reason.data ? reason.data : "exhausted", max_attempts) == 0) {
+			log_error(LOG_ATTRS("message_id", m->id, "event_id", event_id ? event_id : "", "reason",
+					    reason.data ? reason.data : ""),
+				  "message sent to the dead-letter stream");
+			for (size_t i = 0; i < n; i++)
+				if (res[i] == INV_EXHAUSTED)
+					metrics_function_dlq(snap->rules[ids[i]].fv->fn->name);
+			metrics_inc(METRIC_EVENTS_PROCESSED);
+			ack_push(c, m->id, key);
+		} else {
+			release(c, m->id);
+		}
+	} else {
+		release(c, m->id);
+	}
+	buf_free(&reason);
+	for (size_t i = 0; i < n; i++) {
+		free(fields[i]);
+		free(raw[i]);
+	}
+	free(fields);
+	free(raw);
+	free(res);
+	free(loaded);
+	invocation_state_free(&st);
+	free(key);
+out:
+	free(ids);
+	registry_release(c->cfg.registry, snap);
+	event_free(ev);
+}
+
+static void *worker_main(void *arg)
+{
+	struct consumer *c = arg;
+	block_signals();
+	struct redis *r = conn_new(c, 10000);
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		while (!c->head && !c->stop)
+			timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
+		if (c->stop) {
+			pthread_mutex_unlock(&c->lock);
+			break;
+		}
+		struct msg *m = c->head;
+		c->head = m->next;
+		if (!c->head)
+			c->tail = NULL;
+		pthread_mutex_unlock(&c->lock);
+		process(c, r, m);
+		msg_free(m);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+struct consumer *consumer_start(const struct consumer_config *cfg)
+{
+	struct consumer *c = xcalloc(1, sizeof *c);
+	c->cfg = *cfg;
+	c->uri.host = xstrdup(cfg->uri->host);
+	c->uri.port = xstrdup(cfg->uri->port);
+	c->uri.user = cfg->uri->user ? xstrdup(cfg->uri->user) : NULL;
+	c->uri.password = cfg->uri->password ? xstrdup(cfg->uri->password) : NULL;
+	c->uri.tls = cfg->uri->tls;
+	c->uri.db = cfg->uri->db;
+	c->cfg.uri = &c->uri;
+	c->stream = xstrdup(cfg->stream);
+	c->group = xstrdup(cfg->group);
+	c->name = xstrdup(cfg->consumer);
+	c->dlq = xasprintf("relay:%s:dlq", cfg->stream);
+	c->cfg.stream = c->stream;
+	c->cfg.group = c->group;
+	c->cfg.consumer = c->name;
+	if (c->cfg.max_buffered <= 0)
+		c->cfg.max_buffered = 16;
+	if (c->cfg.max_concurrency <= 0)
+		c->cfg.max_concurrency = 8;
+	if (c->cfg.reclaim_interval_ns <= 0)
+		c->cfg.reclaim_interval_ns = CONSUMER_RECLAIM_INTERVAL_NS;
+	if (c->cfg.min_pending_idle_ns <= 0)
+		c->cfg.min_pending_idle_ns = CONSUMER_MIN_PENDING_IDLE_NS;
+	if (c->cfg.slot_wait_ns <= 0)
+		c->cfg.slot_wait_ns = CONSUMER_SLOT_WAIT_NS;
+	if (c->cfg.block_ms <= 0)
+		c->cfg.block_ms = CONSUMER_BLOCK_MS;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->ack_lock, NULL);
+	cond_init_mono(&c->work);
+	cond_init_mono(&c->space);
+	cond_init_mono(&c->ack_cond);
+	c->slots = slots_new(c->cfg.max_concurrency);
+	c->nworkers = c->cfg.max_concurrency;
+	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
+	pthread_create(&c->acker, NULL, acker_main, c);
+	for (int i = 0; i < c->nworkers; i++)
+		pthread_create(&c->workers[i], NULL, worker_main, c);
+	pthread_create(&c->reader, NULL, reader_main, c);
+	pthread_create(&c->reclaimer, NULL, reclaim_main, c);
+	return c;
+}
+
+void consumer_stop(struct consumer *c)
+{
+	c->stop = 1;
+	pthread_mutex_lock(&c->lock);
+	pthread_cond_broadcast(&c->work);
+	pthread_cond_broadcast(&c->space);
+	pthread_mutex_unlock(&c->lock);
+	slots_wake(c->slots);
+	pthread_join(c->reader, NULL);
+	pthread_join(c->reclaimer, NULL);
+	for (int i = 0; i < c->nworkers; i++)
+		pthread_join(c->workers[i], NULL);
+	pthread_mutex_lock(&c->ack_lock);
+	c->ack_stop = 1;
+	pthread_cond_broadcast(&c->ack_cond);
+	pthread_mutex_unlock(&c->ack_lock);
+	pthread_join(c->acker, NULL);
+	/* Buffered but never started: they stay pending in Redis. */
+	while (c->head) {
+		struct msg *m = c->head;
+		c->head = m->next;
+		msg_free(m);
+	}
+	c->tail = NULL;
+}
+
+void consumer_cancel(struct consumer *c)
+{
+	c->cancel = 1;
+}
+
+bool consumer_cancelled(const struct consumer *c)
+{
+	return c->cancel != 0;
+}
+
+int consumer_buffered(struct consumer *c)
+{
+	pthread_mutex_lock(&c->lock);
+	int n = c->buffered;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+void consumer_free(struct consumer *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nheld; i++)
+		free(c->held[i]);
+	free(c->held);
+	free(c->acks);
+	slots_free(c->slots);
+	free(c->workers);
+	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->space);
+	pthread_cond_destroy(&c->ack_cond);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->ack_lock);
+	redis_uri_free(&c->uri);
+	free(c->stream);
+	free(c->group);
+	free(c->name);
+	free(c->dlq);
+	free(c);
+}

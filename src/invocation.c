@@ -1,0 +1,237 @@
+#include "invocation.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "duration.h"
+#include "util.h"
+
+static int parse_u64(const char *s, size_t n, int64_t *out)
+{
+	if (n == 0 || n > 19)
+		return -1;
+	int64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		if (v > (INT64_MAX - (s[i] - '0')) / 10)
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+struct marker marker_parse(const char *s, size_t len)
+{
+	struct marker m = {MARK_ABSENT, 0, 0};
+	int64_t a, d;
+	if (len == 2 && memcmp(s, "ok", 2) == 0) {
+		m.kind = MARK_OK;
+		return m;
+	}
+	if (len > 10 && memcmp(s, "exhausted:", 10) == 0) {
+		if (parse_u64(s + 10, len - 10, &a) == 0 && a <= 1000000) {
+			m.kind = MARK_EXHAUSTED;
+			m.attempts = (int)a;
+		}
+		return m;
+	}
+	static const struct {
+		const char *prefix;
+		enum marker_kind kind;
+	} timed[] = {{"running:", MARK_RUNNING}, {"next_attempt_at:", MARK_NEXT_ATTEMPT}};
+	for (size_t i = 0; i < 2; i++) {
+		size_t pl = strlen(timed[i].prefix);
+		if (len <= pl || memcmp(s, timed[i].prefix, pl) != 0)
+			continue;
+		const char *rest = s + pl;
+		size_t rl = len - pl;
+		const char *hash = memchr(rest, '#', rl);
+		/* A deadline without #<attempts> does not parse: absent. */
+		if (!hash)
+			return m;
+		if (parse_u64(rest, (size_t)(hash - rest), &d) < 0 ||
+		    parse_u64(hash + 1, rl - (size_t)(hash - rest) - 1, &a) < 0 || a < 1 || a > 1000000)
+			return m;
+		m.kind = timed[i].kind;
+		m.deadline_ns = d;
+		m.attempts = (int)a;
+	}
+	return m;
+}
+
+void marker_format(const struct marker *m, char *out, size_t outlen)
+{
+	switch (m->kind) {
+	case MARK_OK:
+		snprintf_(out, outlen, "ok");
+		break;
+	case MARK_RUNNING:
+		snprintf_(out, outlen, "running:%" PRId64 "#%d", m->deadline_ns, m->attempts);
+		break;
+	case MARK_NEXT_ATTEMPT:
+		snprintf_(out, outlen, "next_attempt_at:%" PRId64 "#%d", m->deadline_ns, m->attempts);
+		break;
+	case MARK_EXHAUSTED:
+		snprintf_(out, outlen, "exhausted:%d", m->attempts);
+		break;
+	case MARK_ABSENT:
+		snprintf_(out, outlen, "%s", "");
+		break;
+	}
+}
+
+bool marker_eligible(const struct marker *m, int64_t now_ns)
+{
+	switch (m->kind) {
+	case MARK_ABSENT:
+		return true;
+	case MARK_OK:
+	case MARK_EXHAUSTED:
+		return false;
+	case MARK_RUNNING:
+	case MARK_NEXT_ATTEMPT:
+		return now_ns >= m->deadline_ns;
+	}
+	return true;
+}
+
+int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4])
+{
+	static const int64_t fixed[4] = {1 * NS_PER_MIN, 2 * NS_PER_MIN, 5 * NS_PER_MIN, 10 * NS_PER_MIN};
+	int i = attempt < 1 ? 0 : attempt > 4 ? 3 : attempt - 1;
+	if (backoff && backoff[i] > 0)
+		return backoff[i];
+	return fixed[i];
+}
+
+char *pct_encode(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = strlen(s);
+	char *out = xmalloc(n * 3 + 1);
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+		    c == '_' || c == '~' || c == '-') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+char *invocation_key(const char *stream, const char *group, const char *msg_id)
+{
+	char *s = pct_encode(stream), *g = pct_encode(group);
+	char *k = xasprintf("relay:invocation:%s:%s:%s", s, g, msg_id);
+	free(s);
+	free(g);
+	return k;
+}
+
+int invocation_state_load(struct redis *r, const char *key, struct invocation_state *out)
+{
+	memset(out, 0, sizeof *out);
+	redisReply *rep = redis_command(r, "HGETALL %s", key);
+	if (!rep)
+		return -1;
+	int rc = -1;
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements % 2 == 0) {
+		size_t n = rep->elements / 2;
+		out->fields = xcalloc(n + 1, sizeof(char *));
+		out->values = xcalloc(n + 1, sizeof(char *));
+		for (size_t i = 0; i < n; i++) {
+			redisReply *f = rep->element[2 * i], *v = rep->element[2 * i + 1];
+			if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+				continue;
+			out->fields[out->n] = xstrndup(f->str, f->len);
+			out->values[out->n] = xstrndup(v->str, v->len);
+			out->n++;
+		}
+		rc = 0;
+	}
+	freeReplyObject(rep);
+	return rc;
+}
+
+void invocation_state_free(struct invocation_state *st)
+{
+	for (size_t i = 0; i < st->n; i++) {
+		free(st->fields[i]);
+		free(st->values[i]);
+	}
+	free(st->fields);
+	free(st->values);
+	memset(st, 0, sizeof *st);
+}
+
+struct marker invocation_state_get(const struct invocation_state *st, const char *field)
+{
+	for (size_t i = 0; i < st->n; i++)
+		if (strcmp(st->fields[i], field) == 0)
+			return marker_parse(st->values[i], strlen(st->values[i]));
+	struct marker m = {MARK_ABSENT, 0, 0};
+	return m;
+}
+
+/* KEYS[1] hash; ARGV[1] field, ARGV[2] expected ("" = absent), ARGV[3] new
+ * value, ARGV[4] TTL seconds. */
+static const char cas_script[] =
+	"local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
+	"if cur == false then cur = '' end\n"
+	"if cur ~= ARGV[2] then return 0 end\n"
+	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+	"return 1\n";
+
+int invocation_cas(struct redis *r, const char *key, const char *field, const char *expected,
+		   const char *next)
+{
+	char ttl[24];
+	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
+	const char *argv[] = {"EVAL", cas_script, "1", key, field, expected ? expected : "", next, ttl};
+	redisReply *rep = redis_command_argv(r, 8, argv, NULL);
+	if (!rep)
+		return -1;
+	int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
+	freeReplyObject(rep);
+	return rc;
+}
+
+int invocation_set(struct redis *r, const char *key, const char *field, const char *value)
+{
+	if (redis_append(r, "HSET %s %s %s", key, field, value) < 0 ||
+	    redis_append(r, "EXPIRE %s %d", key, INVOCATION_TTL_SECONDS) < 0)
+		return -1;
+	int rc = 0;
+	for (int i = 0; i < 2; i++) {
+		redisReply *rep = redis_get_reply(r, -1);
+		if (!rep)
+			return -1;
+		if (rep->type == REDIS_REPLY_ERROR)
+			rc = -1;
+		freeReplyObject(rep);
+	}
+	return rc;
+}
+
+int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev)
+{
+	if (prev)
+		return invocation_set(r, key, field, prev);
+	redisReply *rep = redis_command(r, "HDEL %s %s", key, field);
+	if (!rep)
+		return -1;
+	int rc = rep->type == REDIS_REPLY_ERROR ? -1 : 0;
+	freeReplyObject(rep);
+	return rc;
+}

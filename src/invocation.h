@@ -1,0 +1,87 @@
+/*
+ * Per-message invocation state in Redis (relay-spec "Recovery and
+ * retries"): a hash relay:invocation:<stream>:<group>:<msgID> (stream and
+ * group percent-encoded) with one field per "<function>/<handler>" whose
+ * value is a marker:
+ *
+ *   ok                                  completed on an earlier delivery
+ *   running:<unix-nano deadline>#<n>    attempt n is (or was) executing
+ *   next_attempt_at:<unix-nano>#<n>     attempt n failed, waiting out backoff
+ *   exhausted:<n>                       terminal after n attempts
+ *   (absent / unparseable)              eligible
+ *
+ * Every write refreshes a 7-day TTL. TryStart is a compare-and-set in one
+ * Lua script so two workers can never both claim an invocation.
+ * Bookkeeping failures fail open: the caller treats an unreadable state as
+ * absent and runs the invocation (at-least-once is never given up).
+ */
+#ifndef RELAY_INVOCATION_H
+#define RELAY_INVOCATION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "redis.h"
+
+#define INVOCATION_TTL_SECONDS (7 * 24 * 3600)
+
+enum marker_kind {
+	MARK_ABSENT,
+	MARK_OK,
+	MARK_RUNNING,
+	MARK_NEXT_ATTEMPT,
+	MARK_EXHAUSTED,
+};
+
+struct marker {
+	enum marker_kind kind;
+	int64_t deadline_ns; /* running / next_attempt_at */
+	int attempts;        /* attempts made so far (0 when absent) */
+};
+
+/* Parses a marker value; anything malformed is MARK_ABSENT. */
+struct marker marker_parse(const char *s, size_t len);
+/* Formats m into out (at least 64 bytes). */
+void marker_format(const struct marker *m, char *out, size_t outlen);
+
+/* Whether an invocation with marker m may run at now_ns. */
+bool marker_eligible(const struct marker *m, int64_t now_ns);
+
+/* The fixed backoff after attempt n (1-based): 1m, 2m, 5m, then 10m.
+ * backoff[4] overrides them when non-zero (tests). */
+int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4]);
+
+/* relay:invocation:<pct(stream)>:<pct(group)>:<id> (malloc'd). */
+char *invocation_key(const char *stream, const char *group, const char *msg_id);
+/* Percent-encodes everything but [A-Za-z0-9._~-] (malloc'd). */
+char *pct_encode(const char *s);
+
+/*
+ * Reads all markers of a message: on success returns 0 and fills *fields /
+ * *values (parallel arrays of malloc'd strings, *n entries; free with
+ * invocation_state_free). -1 on a Redis error.
+ */
+struct invocation_state {
+	char **fields;
+	char **values;
+	size_t n;
+};
+int invocation_state_load(struct redis *r, const char *key, struct invocation_state *out);
+void invocation_state_free(struct invocation_state *st);
+/* The marker for field (absent when not present). */
+struct marker invocation_state_get(const struct invocation_state *st, const char *field);
+
+/*
+ * Compare-and-set: writes `next` into field only if its current value is
+ * `expected` (NULL = absent). Returns 1 when written, 0 when someone else
+ * changed it, -1 on a Redis error.
+ */
+int invocation_cas(struct redis *r, const char *key, const char *field, const char *expected,
+		   const char *next);
+/* Writes prev back into field, or deletes the field when prev is NULL. */
+int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
+/* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */
+int invocation_set(struct redis *r, const char *key, const char *field, const char *value);
+
+#endif

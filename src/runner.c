@@ -1,0 +1,914 @@
+/*
+ * The container runner; the contract is in runner.h.
+ *
+ * Why the wait is registered before start: every execution container has
+ * AutoRemove, so a POST /wait issued after the process exited may find the
+ * container already deleted (404) and the exit status lost. The docker CLI
+ * solves this the same way: wait with condition=next-exit first, start
+ * second. The wait rides a raw connection (docker_hijack): the daemon
+ * registers the wait and flushes its 200 header at once, then sends the
+ * body {"StatusCode":N} when the process exits, so the runner can hold the
+ * wait open while it pumps the attach stream on the same thread.
+ *
+ * Why secrets are scrubbed by hand: the values pass through jansson strings
+ * and the serialised request; both are overwritten before being freed so a
+ * later heap dump or reuse does not carry them. Docker itself keeps them in
+ * the container's Config.Env, which the spec accepts (visible to docker
+ * inspect of that running container only).
+ */
+#include "runner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "duration.h"
+#include "image.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#define WAIT_BODY_MAX (64u * 1024)
+/* Bytes of the last stderr line kept for the failure message. */
+#define LAST_ERR_MAX 512
+#define READ_CHUNK (64u * 1024)
+
+const char *runner_outcome_name(enum runner_outcome o)
+{
+	switch (o) {
+	case RUNNER_SUCCESS:
+		return "success";
+	case RUNNER_FAILURE:
+		return "failure";
+	case RUNNER_TIMEOUT:
+		return "timeout";
+	case RUNNER_ERROR:
+		return "error";
+	case RUNNER_CANCELLED:
+		return "cancelled";
+	}
+	return "unknown";
+}
+
+void invocation_result_free(struct invocation_result *r)
+{
+	if (!r)
+		return;
+	free(r->error);
+	r->error = NULL;
+}
+
+/* ---- hostname -------------------------------------------------------- */
+
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static char host_name[256];
+
+static void host_init(void)
+{
+	if (gethostname(host_name, sizeof host_name - 1) != 0 || !host_name[0])
+		strlcpy_(host_name, "unknown", sizeof host_name);
+	host_name[sizeof host_name - 1] = '\0';
+}
+
+const char *runner_hostname(void)
+{
+	pthread_once(&host_once, host_init);
+	return host_name;
+}
+
+/* ---- labels and prefix ----------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+	size_t len;
+	unsigned min;
+	unsigned c = p[0];
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+		min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3;
+		min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	unsigned cp = c & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+char *runner_label_value(const char *s, char *out, size_t outsz)
+{
+	size_t max = outsz - 1;
+	if (max > RUNNER_LABEL_MAX)
+		max = RUNNER_LABEL_MAX;
+	size_t o = 0;
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t n = strlen((const char *)p);
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_len(p + i, n - i);
+		if (k == 0 || (k == 1 && (p[i] < 0x20 || p[i] == 0x7f))) {
+			if (o + 1 > max)
+				break;
+			out[o++] = '?';
+			i += k ? k : 1;
+			continue;
+		}
+		if (o + k > max)
+			break;
+		memcpy(out + o, p + i, k);
+		o += k;
+		i += k;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* A label-bounded value with '"' and '\\' also replaced: for the prefix. */
+static void prefix_value(struct buf *b, const char *s)
+{
+	char v[RUNNER_LABEL_MAX + 1];
+	runner_label_value(s, v, sizeof v);
+	for (char *p = v; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '?';
+	buf_appendf(b, "\"%s\"", v);
+}
+
+char *runner_format_prefix(const struct invocation *in)
+{
+	struct buf b;
+	buf_init(&b, 4096);
+	buf_appendf(&b, "relay: function ");
+	prefix_value(&b, in->function);
+	buf_appendf(&b, " handler ");
+	prefix_value(&b, in->handler);
+	if (in->message_id && *in->message_id) {
+		buf_appendf(&b, " message ");
+		prefix_value(&b, in->message_id);
+	}
+	if (in->event_id && *in->event_id) {
+		buf_appendf(&b, " event ");
+		prefix_value(&b, in->event_id);
+	}
+	buf_appendf(&b, ": ");
+	return buf_steal(&b);
+}
+
+/* ---- demultiplexing --------------------------------------------------- */
+
+void runner_demux_init(struct runner_demux *m, runner_line_fn fn, void *ctx)
+{
+	memset(m, 0, sizeof *m);
+	m->fn = fn;
+	m->ctx = ctx;
+	m->line[0] = xmalloc(RUNNER_LINE_MAX);
+	m->line[1] = xmalloc(RUNNER_LINE_MAX);
+}
+
+void runner_demux_free(struct runner_demux *m)
+{
+	free(m->line[0]);
+	free(m->line[1]);
+	m->line[0] = m->line[1] = NULL;
+}
+
+/* Emits a full buffer in one piece, cut back to a UTF-8 boundary when a
+ * multi-byte sequence straddles the limit. */
+static void emit_full(struct runner_demux *m, int s)
+{
+	char *l = m->line[s];
+	size_t n = m->line_len[s];
+	size_t cut = n;
+	/* Back up over at most 3 continuation bytes to a lead byte whose
+	 * sequence does not fit. */
+	for (size_t back = 1; back <= 4 && back <= n; back++) {
+		unsigned char c = (unsigned char)l[n - back];
+		if ((c & 0xc0) == 0x80)
+			continue;
+		if (c >= 0xc0) {
+			size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+			if (need > back)
+				cut = n - back;
+		}
+		break;
+	}
+	if (cut == 0)
+		cut = n;
+	m->fn(m->ctx, s + 1, l, cut);
+	memmove(l, l + cut, n - cut);
+	m->line_len[s] = n - cut;
+}
+
+static void demux_bytes(struct runner_demux *m, int s, const char *p, size_t n)
+{
+	while (n > 0) {
+		const char *nl = memchr(p, '\n', n);
+		size_t take = nl ? (size_t)(nl - p) : n;
+		size_t room = RUNNER_LINE_MAX - m->line_len[s];
+		if (take > room)
+			take = room;
+		memcpy(m->line[s] + m->line_len[s], p, take);
+		m->line_len[s] += take;
+		p += take;
+		n -= take;
+		if (nl && p == nl) {
+			m->fn(m->ctx, s + 1, m->line[s], m->line_len[s]);
+			m->line_len[s] = 0;
+			p++;
+			n--;
+		} else if (m->line_len[s] == RUNNER_LINE_MAX) {
+			emit_full(m, s);
+		}
+	}
+}
+
+void runner_demux_feed(struct runner_demux *m, const void *data, size_t n)
+{
+	const unsigned char *p = data;
+	while (n > 0) {
+		if (m->frame_left == 0) {
+			size_t k = 8 - m->hdr_len;
+			if (k > n)
+				k = n;
+			memcpy(m->hdr + m->hdr_len, p, k);
+			m->hdr_len += k;
+			p += k;
+			n -= k;
+			if (m->hdr_len < 8)
+				return;
+			m->hdr_len = 0;
+			m->stream = (m->hdr[0] == 2 || m->hdr[0] == 3) ? 2 : 1;
+			m->frame_left = (uint32_t)m->hdr[4] << 24 | (uint32_t)m->hdr[5] << 16 |
+					(uint32_t)m->hdr[6] << 8 | (uint32_t)m->hdr[7];
+			continue;
+		}
+		size_t k = m->frame_left < n ? m->frame_left : n;
+		demux_bytes(m, m->stream - 1, (const char *)p, k);
+		m->frame_left -= (uint32_t)k;
+		p += k;
+		n -= k;
+	}
+}
+
+void runner_demux_flush(struct runner_demux *m)
+{
+	for (int s = 0; s < 2; s++) {
+		if (m->line_len[s]) {
+			m->fn(m->ctx, s + 1, m->line[s], m->line_len[s]);
+			m->line_len[s] = 0;
+		}
+	}
+}
+
+/* ---- wait answers ----------------------------------------------------- */
+
+/* Decodes HTTP/1.1 chunked framing from body into out. Returns 1 when
+ * the terminating chunk was seen, 0 otherwise, -1 on bad framing. */
+static int dechunk(const char *body, size_t len, struct buf *out)
+{
+	size_t i = 0;
+	for (;;) {
+		const char *crlf = memmem(body + i, len - i, "\r\n", 2);
+		if (!crlf)
+			return 0;
+		size_t size = 0;
+		const char *q = body + i;
+		if (q == crlf)
+			return -1;
+		for (; q < crlf && *q != ';'; q++) {
+			int v;
+			if (*q >= '0' && *q <= '9')
+				v = *q - '0';
+			else if (*q >= 'a' && *q <= 'f')
+				v = *q - 'a' + 10;
+			else if (*q >= 'A' && *q <= 'F')
+				v = *q - 'A' + 10;
+			else
+				return -1;
+			if (size > WAIT_BODY_MAX)
+				return -1;
+			size = size * 16 + (size_t)v;
+		}
+		i = (size_t)(crlf - body) + 2;
+		if (size == 0)
+			return 1;
+		if (len - i < size)
+			return 0;
+		if (buf_append(out, body + i, size) < 0)
+			return -1;
+		i += size;
+		if (len - i < 2)
+			return 0;
+		if (body[i] != '\r' || body[i + 1] != '\n')
+			return -1;
+		i += 2;
+	}
+}
+
+int runner_parse_wait(const char *body, size_t len, int *status, char **error)
+{
+	int rc = 0;
+	struct buf plain;
+	buf_init(&plain, WAIT_BODY_MAX);
+	size_t i = 0;
+	while (i < len && (body[i] == ' ' || body[i] == '\r' || body[i] == '\n'))
+		i++;
+	if (i == len)
+		goto out;
+	const char *json;
+	size_t jlen;
+	if (body[i] == '{') {
+		json = body + i;
+		jlen = len - i;
+	} else {
+		int d = dechunk(body + i, len - i, &plain);
+		if (d < 0) {
+			rc = -1;
+			goto out;
+		}
+		json = plain.data ? plain.data : "";
+		jlen = plain.len;
+	}
+	json_error_t je;
+	json_t *o = json_loadb(json, jlen, JSON_DISABLE_EOF_CHECK, &je);
+	if (!o)
+		goto out; /* incomplete (or garbage: the caller's deadline ends it) */
+	json_t *sc = json_object_get(o, "StatusCode");
+	if (!json_is_integer(sc)) {
+		json_decref(o);
+		rc = -1;
+		goto out;
+	}
+	*status = (int)json_integer_value(sc);
+	*error = NULL;
+	const char *msg = json_string_value(json_object_get(json_object_get(o, "Error"), "Message"));
+	if (msg && *msg)
+		*error = xstrdup(msg);
+	json_decref(o);
+	rc = 1;
+out:
+	buf_free(&plain);
+	return rc;
+}
+
+/* ---- Engine API helpers ---------------------------------------------- */
+
+int runner_remove_container(struct docker *d, const char *id, char **err)
+{
+	struct docker_response r;
+	char *path = xasprintf("/containers/%s?force=1", id);
+	int rc = -1;
+	if (docker_request(d, "DELETE", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) < 0) {
+		*err = xasprintf("removing container %.12s: %s", id, docker_errmsg(d));
+		goto out;
+	}
+	if (r.status == 204 || r.status == 200 || r.status == 404 ||
+	    (r.status == 409 && strstr(docker_errmsg(d), "already in progress")))
+		rc = 0;
+	else
+		*err = xasprintf("removing container %.12s: %s", id, docker_errmsg(d));
+out:
+	docker_response_free(&r);
+	free(path);
+	return rc;
+}
+
+static void kill_container(struct docker *d, const char *id)
+{
+	struct docker_response r;
+	char *path = xasprintf("/containers/%s/kill?signal=KILL", id);
+	if (docker_request(d, "POST", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) == 0 &&
+	    r.status != 204 && r.status != 404 && r.status != 409)
+		log_debug(LOG_ATTRS("container", id, "error", docker_errmsg(d)),
+			  "killing container failed");
+	docker_response_free(&r);
+	free(path);
+}
+
+/* Kill (when it may be running) and remove: the abnormal-path backstop. */
+static void backstop(struct docker *d, const struct invocation *in, const char *id, bool kill)
+{
+	char *e = NULL;
+	if (kill)
+		kill_container(d, id);
+	if (runner_remove_container(d, id, &e) < 0) {
+		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
+				   id, "error", e),
+			 "backstop removal of an execution container failed");
+		free(e);
+	}
+}
+
+/* Overwrites a jansson string's bytes in place before it is freed. */
+static void scrub_json_string(json_t *s)
+{
+	if (json_is_string(s)) {
+		char *p = (char *)json_string_value(s);
+		size_t n = json_string_length(s);
+		volatile char *vp = p;
+		for (size_t i = 0; i < n; i++)
+			vp[i] = 0;
+	}
+}
+
+static void scrub(void *p, size_t n)
+{
+	volatile unsigned char *vp = p;
+	for (size_t i = 0; i < n; i++)
+		vp[i] = 0;
+}
+
+/* Adds "NAME=value" to env; -1 when value is not valid UTF-8 (the JSON
+ * body cannot carry it). The temporary is scrubbed. */
+static int env_add(json_t *env, const char *name, const char *value, size_t len)
+{
+	size_t nl = strlen(name);
+	size_t total = nl + 1 + len;
+	char *tmp = xmalloc(total + 1);
+	memcpy(tmp, name, nl);
+	tmp[nl] = '=';
+	if (len)
+		memcpy(tmp + nl + 1, value, len);
+	tmp[total] = '\0';
+	json_t *s = json_stringn(tmp, total);
+	scrub(tmp, total);
+	free(tmp);
+	if (!s)
+		return -1;
+	json_array_append_new(env, s);
+	return 0;
+}
+
+static json_t *label_str(const char *s)
+{
+	char v[RUNNER_LABEL_MAX + 1];
+	return json_string(runner_label_value(s, v, sizeof v));
+}
+
+/* The create body. Secrets are resolved here. Returns the object, or NULL
+ * with *err (naming the reference, never a value). */
+static json_t *create_body(const struct invocation *in, const char *host, char **err)
+{
+	json_t *env = json_array();
+	json_t *body = NULL;
+	for (size_t i = 0; i < in->nenv; i++) {
+		const char *v = in->env[i].value ? in->env[i].value : "";
+		if (env_add(env, in->env[i].name, v, strlen(v)) < 0) {
+			*err = xasprintf("env %s is not valid UTF-8", in->env[i].name);
+			goto fail;
+		}
+	}
+	for (size_t i = 0; i < in->nsecrets; i++) {
+		const char *name = in->secrets[i].name, *ref = in->secrets[i].value;
+		char *value = NULL, *e = NULL;
+		size_t len = 0;
+		if (!in->provider) {
+			*err = xasprintf("secret \"%s\" (for %s): no secret provider", ref, name);
+			goto fail;
+		}
+		int rc = secret_get(in->provider, ref, &value, &len, &e);
+		if (rc == SECRET_NOT_FOUND) {
+			*err = xasprintf("secret \"%s\" (for %s) not found", ref, name);
+			free(e);
+			goto fail;
+		}
+		if (rc < 0) {
+			*err = xasprintf("secret \"%s\" (for %s): %s", ref, name, e ? e : "error");
+			free(e);
+			goto fail;
+		}
+		int bad = memchr(value, '\0', len) != NULL ? 1
+			  : env_add(env, name, value, len) < 0 ? 2 : 0;
+		secret_value_free(value, len);
+		if (bad) {
+			*err = xasprintf("secret \"%s\" (for %s) %s", ref, name,
+					 bad == 1 ? "contains a NUL byte, which an environment "
+						    "variable cannot carry"
+						  : "is not valid UTF-8, which the Docker API cannot carry");
+			goto fail;
+		}
+	}
+	/* Last, so nothing can shadow it (templates may not set it anyway). */
+	env_add(env, "RELAY_HANDLER", in->handler, strlen(in->handler));
+
+	json_t *labels = json_object();
+	json_object_set_new(labels, "relay.function", label_str(in->function));
+	json_object_set_new(labels, "relay.handler", label_str(in->handler));
+	json_object_set_new(labels, "relay.message_id", label_str(in->message_id));
+	json_object_set_new(labels, "relay.event_id", label_str(in->event_id));
+	json_object_set_new(labels, "relay.event_name", label_str(in->event_name));
+	json_object_set_new(labels, "relay.hostname", label_str(host));
+	json_object_set_new(labels, "relay.image", label_str(in->image));
+
+	json_t *host_config = json_pack(
+		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
+		(json_int_t)RUNNER_MEMORY_BYTES, "MemorySwap", (json_int_t)RUNNER_MEMORY_BYTES,
+		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit", (json_int_t)RUNNER_PIDS_LIMIT,
+		"CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs", "/tmp", RUNNER_TMPFS_OPTIONS,
+		"SecurityOpt", "no-new-privileges");
+	body = json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
+			 in->image, "User", IMAGE_USER, "Env", env, "Labels", labels, "AttachStdin",
+			 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
+			 "Tty", 0, "HostConfig", host_config);
+	if (!body) {
+		*err = xstrdup("cannot encode the container configuration");
+		env = NULL; /* json_pack "o" consumed it even on failure */
+		goto fail;
+	}
+	return body;
+fail:
+	if (env) {
+		size_t i;
+		json_t *s;
+		json_array_foreach(env, i, s) scrub_json_string(s);
+		json_decref(env);
+	}
+	return NULL;
+}
+
+static void scrub_body(json_t *body)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(body, "Env"), i, s) scrub_json_string(s);
+	json_decref(body);
+}
+
+/* ---- invoke ----------------------------------------------------------- */
+
+struct forward {
+	struct buf out;    /* prefix + line + '\n', reused */
+	size_t prefix_len;
+	char last_err[LAST_ERR_MAX + 1];
+};
+
+static void forward_line(void *ctx, int stream, const char *line, size_t len)
+{
+	struct forward *f = ctx;
+	f->out.len = f->prefix_len;
+	buf_append(&f->out, line, len);
+	buf_append(&f->out, "\n", 1);
+	log_raw(f->out.data, f->out.len);
+	if (stream == 2 && len) {
+		size_t n = len < LAST_ERR_MAX ? len : LAST_ERR_MAX;
+		memcpy(f->last_err, line, n);
+		f->last_err[n] = '\0';
+	}
+}
+
+static int remaining_ms(int64_t deadline)
+{
+	int64_t left = deadline - now_mono_ns();
+	if (left <= 0)
+		return 0;
+	int64_t ms = (left + NS_PER_MS - 1) / NS_PER_MS;
+	return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+static bool is_cancelled(const struct invocation *in)
+{
+	return in->cancelled && in->cancelled(in->cancel_ctx);
+}
+
+static int finish(struct invocation_result *out, enum runner_outcome o, int code, char *error)
+{
+	out->outcome = o;
+	out->exit_code = code;
+	free(out->error);
+	out->error = error;
+	return o == RUNNER_SUCCESS ? 0 : -1;
+}
+
+int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+{
+	const char *F = in->function, *H = in->handler;
+	const char *host = in->hostname ? in->hostname : runner_hostname();
+	int64_t start = now_mono_ns();
+	int64_t timeout = in->timeout_ns > 0 ? in->timeout_ns : TEMPLATE_DEFAULT_TIMEOUT_NS;
+	struct docker_conn *attach = NULL, *waitc = NULL;
+	struct docker_response r = {0};
+	json_t *body = NULL, *created = NULL;
+	char *text = NULL, *e = NULL, *path = NULL;
+	struct runner_demux demux;
+	struct forward fw;
+	struct buf waitbuf;
+	char *chunk = xmalloc(READ_CHUNK);
+
+	memset(out, 0, sizeof *out);
+	out->exit_code = -1;
+	if (!in->function || !in->handler || !in->image) {
+		free(chunk);
+		return finish(out, RUNNER_ERROR, -1,
+			      xstrdup("invocation without a function, handler or image"));
+	}
+	buf_init(&fw.out, RUNNER_LINE_MAX + 4096);
+	fw.last_err[0] = '\0';
+	char *prefix = runner_format_prefix(in);
+	buf_append(&fw.out, prefix, strlen(prefix));
+	fw.prefix_len = fw.out.len;
+	free(prefix);
+	runner_demux_init(&demux, forward_line, &fw);
+	buf_init(&waitbuf, WAIT_BODY_MAX);
+	image_hold(in->image);
+	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
+
+	/* 1-2: resolve secrets, create. */
+	body = create_body(in, host, &e);
+	if (!body) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": %s", F, H, e));
+		goto out;
+	}
+	text = json_dumps(body, JSON_COMPACT);
+	scrub_body(body);
+	body = NULL;
+	if (!text) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": cannot encode the container "
+				 "configuration", F, H));
+		goto out;
+	}
+	int rq = docker_request(d, "POST", "/containers/create", text, strlen(text), NULL,
+				RUNNER_API_TIMEOUT_MS, &r);
+	scrub(text, strlen(text));
+	free(text);
+	text = NULL;
+	if (rq < 0 || r.status != 201) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": creating container from %s: %s",
+				 F, H, in->image, docker_errmsg(d)));
+		goto out;
+	}
+	created = json_loadb(r.body, r.len, 0, NULL);
+	const char *id = json_string_value(json_object_get(created, "Id"));
+	if (!id || !*id || strlen(id) >= sizeof out->container_id) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": creating container: the "
+				 "daemon's answer has no Id", F, H));
+		goto out;
+	}
+	strlcpy_(out->container_id, id, sizeof out->container_id);
+	id = out->container_id;
+	log_debug(LOG_ATTRS("function", F, "handler", H, "container", id), "container created");
+
+	/* 3: attach and wait before start. */
+	path = xasprintf("/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
+	if (docker_hijack(d, path, &attach) < 0) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": attaching to container %.12s: %s",
+				 F, H, id, docker_errmsg(d)));
+		backstop(d, in, id, false);
+		goto out;
+	}
+	free(path);
+	path = xasprintf("/containers/%s/wait?condition=next-exit", id);
+	if (docker_hijack(d, path, &waitc) < 0) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": waiting on container %.12s: %s",
+				 F, H, id, docker_errmsg(d)));
+		backstop(d, in, id, false);
+		goto out;
+	}
+
+	/* 4: start, stdin, output. */
+	int64_t deadline = now_mono_ns() + timeout;
+	free(path);
+	path = xasprintf("/containers/%s/start", id);
+	docker_response_free(&r);
+	if (docker_request(d, "POST", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) < 0 ||
+	    (r.status != 204 && r.status != 304)) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": starting container %.12s: %s", F,
+				 H, id, docker_errmsg(d)));
+		backstop(d, in, id, true);
+		goto out;
+	}
+	if (in->payload_len) {
+		int w = docker_conn_write_timeout(attach, in->payload, in->payload_len,
+						  remaining_ms(deadline));
+		if (w < 0)
+			log_debug(LOG_ATTRS("function", F, "handler", H, "error",
+					    docker_conn_errmsg(attach)),
+				  "writing the event to the container's stdin failed");
+	}
+	if (docker_conn_close_write(attach) < 0)
+		log_debug(LOG_ATTRS("function", F, "handler", H, "error",
+				    docker_conn_errmsg(attach)),
+			  "closing the container's stdin failed");
+
+	enum runner_outcome abort_as = RUNNER_SUCCESS; /* SUCCESS = not aborted */
+	bool attach_open = true;
+	int status = -1;
+	char *wait_err = NULL;
+	for (;;) {
+		if (is_cancelled(in)) {
+			abort_as = RUNNER_CANCELLED;
+			break;
+		}
+		int left = remaining_ms(deadline);
+		if (left == 0) {
+			abort_as = RUNNER_TIMEOUT;
+			break;
+		}
+		int slice = left < RUNNER_POLL_MS ? left : RUNNER_POLL_MS;
+		if (attach_open) {
+			long n = docker_conn_read(attach, chunk, READ_CHUNK, slice);
+			if (n > 0) {
+				runner_demux_feed(&demux, chunk, (size_t)n);
+				continue;
+			}
+			if (n == -2)
+				continue;
+			if (n == -1)
+				log_debug(LOG_ATTRS("function", F, "handler", H, "error",
+						    docker_conn_errmsg(attach)),
+					  "reading the container's output failed");
+			attach_open = false; /* EOF: the process has exited */
+			runner_demux_flush(&demux);
+			continue;
+		}
+		long n = docker_conn_read(waitc, chunk, READ_CHUNK, slice);
+		if (n == -2)
+			continue;
+		if (n > 0 && buf_append(&waitbuf, chunk, (size_t)n) < 0)
+			n = -1;
+		int p = n > 0 ? runner_parse_wait(waitbuf.data, waitbuf.len, &status, &wait_err)
+			      : -1;
+		if (p == 0)
+			continue;
+		if (p < 0) {
+			abort_as = RUNNER_ERROR;
+			e = xstrdup(n == 0    ? "the daemon closed the wait without an exit status"
+				    : n < 0 ? docker_conn_errmsg(waitc)
+					    : "unreadable wait answer");
+		}
+		break;
+	}
+	runner_demux_flush(&demux);
+
+	if (abort_as != RUNNER_SUCCESS) {
+		backstop(d, in, id, true);
+		char dur[DURATION_STR_MAX];
+		if (abort_as == RUNNER_TIMEOUT)
+			finish(out, RUNNER_TIMEOUT, -1,
+			       xasprintf("function \"%s\" handler \"%s\" timed out after %s", F, H,
+					 duration_format(timeout, dur)));
+		else if (abort_as == RUNNER_CANCELLED)
+			finish(out, RUNNER_CANCELLED, -1,
+			       xasprintf("function \"%s\" handler \"%s\" cancelled by shutdown", F,
+					 H));
+		else
+			finish(out, RUNNER_ERROR, -1,
+			       xasprintf("function \"%s\" handler \"%s\": waiting for container "
+					 "%.12s: %s", F, H, id, e));
+		free(wait_err);
+		goto out;
+	}
+	if (wait_err) {
+		finish(out, RUNNER_ERROR, status,
+		       xasprintf("function \"%s\" handler \"%s\": container %.12s: %s", F, H, id,
+				 wait_err));
+		free(wait_err);
+		goto out;
+	}
+	if (status == 0)
+		finish(out, RUNNER_SUCCESS, 0, NULL);
+	else if (fw.last_err[0])
+		finish(out, RUNNER_FAILURE, status,
+		       xasprintf("function \"%s\" handler \"%s\" failed: exit status %d: %s", F, H,
+				 status, fw.last_err));
+	else
+		finish(out, RUNNER_FAILURE, status,
+		       xasprintf("function \"%s\" handler \"%s\" failed: exit status %d", F, H,
+				 status));
+out:
+	out->seconds = (double)(now_mono_ns() - start) / 1e9;
+	metrics_gauge_add(METRIC_IN_FLIGHT, -1);
+	image_release(in->image);
+	if (body)
+		scrub_body(body);
+	json_decref(created);
+	docker_response_free(&r);
+	docker_conn_free(attach);
+	docker_conn_free(waitc);
+	runner_demux_free(&demux);
+	buf_free(&fw.out);
+	buf_free(&waitbuf);
+	free(chunk);
+	free(path);
+	free(e);
+	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+/* ---- orphan sweep ----------------------------------------------------- */
+
+static char *url_encode(const char *s)
+{
+	struct buf b;
+	buf_init(&b, 16 * 1024);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~')
+			buf_append(&b, p, 1);
+		else
+			buf_appendf(&b, "%%%02X", *p);
+	}
+	return buf_steal(&b);
+}
+
+int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms, size_t *removed,
+			 char **err)
+{
+	int rc = -1;
+	size_t count = 0;
+	const char *host = hostname ? hostname : runner_hostname();
+	int64_t deadline = now_mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
+	struct docker_response r = {0};
+	json_t *list = NULL;
+	char *filters = NULL, *enc = NULL, *path = NULL;
+	struct buf errs;
+	buf_init(&errs, 4096);
+	*err = NULL;
+
+	json_t *f = json_pack("{s:[s, s+]}", "label", "relay.function", "relay.hostname=", host);
+	filters = json_dumps(f, JSON_COMPACT);
+	json_decref(f);
+	if (!filters) {
+		*err = xstrdup("orphan sweep: cannot encode the filter");
+		goto out;
+	}
+	enc = url_encode(filters);
+	path = xasprintf("/containers/json?all=1&filters=%s", enc);
+	if (docker_request(d, "GET", path, NULL, 0, NULL, remaining_ms(deadline), &r) < 0 ||
+	    r.status != 200) {
+		*err = xasprintf("orphan sweep: listing containers: %s", docker_errmsg(d));
+		goto out;
+	}
+	list = json_loadb(r.body, r.len, 0, NULL);
+	if (!json_is_array(list)) {
+		*err = xstrdup("orphan sweep: the daemon's container list is not a JSON array");
+		goto out;
+	}
+	size_t i;
+	json_t *c;
+	json_array_foreach(list, i, c) {
+		json_t *labels = json_object_get(c, "Labels");
+		const char *id = json_string_value(json_object_get(c, "Id"));
+		const char *lh = json_string_value(json_object_get(labels, "relay.hostname"));
+		/* Check again here: the filter is the daemon's, the rule is ours. */
+		if (!id || !json_object_get(labels, "relay.function") || !lh ||
+		    strcmp(lh, host) != 0)
+			continue;
+		if (remaining_ms(deadline) == 0) {
+			buf_appendf(&errs, "%stimed out after %d ms", errs.len ? "; " : "",
+				    timeout_ms);
+			break;
+		}
+		char *e = NULL;
+		if (runner_remove_container(d, id, &e) < 0) {
+			buf_appendf(&errs, "%s%s", errs.len ? "; " : "", e);
+			free(e);
+			continue;
+		}
+		count++;
+		const char *fn = json_string_value(json_object_get(labels, "relay.function"));
+		log_info(LOG_ATTRS("container", id, "function", fn ? fn : ""),
+			 "removed orphaned execution container");
+	}
+	if (errs.len) {
+		*err = xasprintf("orphan sweep: %s", errs.data);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (removed)
+		*removed = count;
+	json_decref(list);
+	docker_response_free(&r);
+	buf_free(&errs);
+	free(filters);
+	free(enc);
+	free(path);
+	return rc;
+}

@@ -1,0 +1,137 @@
+#include "slots.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+struct fslot {
+	char *name;
+	int limit;
+	int used;
+};
+
+struct slots {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int limit;
+	int used;
+	struct fslot *fns;
+	size_t nfns, cap;
+};
+
+struct slots *slots_new(int global_limit)
+{
+	struct slots *s = xcalloc(1, sizeof *s);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	s->limit = global_limit > 0 ? global_limit : 1;
+	return s;
+}
+
+void slots_free(struct slots *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nfns; i++)
+		free(s->fns[i].name);
+	free(s->fns);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static struct fslot *find(struct slots *s, const char *name, int limit, bool create)
+{
+	for (size_t i = 0; i < s->nfns; i++)
+		if (strcmp(s->fns[i].name, name) == 0)
+			return &s->fns[i];
+	if (!create)
+		return NULL;
+	if (s->nfns == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 16;
+		s->fns = xrealloc(s->fns, s->cap * sizeof *s->fns);
+	}
+	struct fslot *f = &s->fns[s->nfns++];
+	f->name = xstrdup(name);
+	f->limit = limit > 0 ? limit : 1;
+	f->used = 0;
+	return f;
+}
+
+int slots_acquire(struct slots *s, const char *function, int function_limit, int64_t wait_ns,
+		  const volatile int *stop, bool *waited)
+{
+	struct timespec now, deadline;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	int64_t end = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec + wait_ns;
+	deadline.tv_sec = end / 1000000000LL;
+	deadline.tv_nsec = end % 1000000000LL;
+	*waited = false;
+	int rc = 0;
+	pthread_mutex_lock(&s->lock);
+	struct fslot *f = find(s, function, function_limit, true);
+	while (s->used >= s->limit || f->used >= f->limit) {
+		if (stop && *stop) {
+			rc = -1;
+			break;
+		}
+		*waited = true;
+		int e = pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
+		/* the array may have grown: look the slot up again */
+		f = find(s, function, function_limit, true);
+		if (e == ETIMEDOUT && (s->used >= s->limit || f->used >= f->limit)) {
+			rc = -1;
+			break;
+		}
+	}
+	if (rc == 0) {
+		s->used++;
+		f->used++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void slots_release(struct slots *s, const char *function)
+{
+	pthread_mutex_lock(&s->lock);
+	struct fslot *f = find(s, function, 0, false);
+	if (f && f->used > 0)
+		f->used--;
+	if (s->used > 0)
+		s->used--;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+int slots_in_use(struct slots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int n = s->used;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+int slots_function_in_use(struct slots *s, const char *function)
+{
+	pthread_mutex_lock(&s->lock);
+	struct fslot *f = find(s, function, 0, false);
+	int n = f ? f->used : 0;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+void slots_wake(struct slots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}

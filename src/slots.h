@@ -1,0 +1,36 @@
+/*
+ * Concurrency slots: a global limit (MAX_CONCURRENCY) intersected with a
+ * per-function limit (the template's concurrency). A slot pair is acquired
+ * both-or-neither under one mutex and condition variable, with a bounded
+ * wait. Per-function limits are created first-wins by name and never
+ * resized while running (the spec: a changed concurrency needs a restart).
+ * Thread-safe.
+ */
+#ifndef RELAY_SLOTS_H
+#define RELAY_SLOTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct slots;
+
+struct slots *slots_new(int global_limit);
+void slots_free(struct slots *s);
+
+/*
+ * Acquires one global slot and one slot of `function` (limit used only the
+ * first time the name is seen), waiting at most wait_ns. Returns 0 when
+ * acquired, -1 on timeout or when *stop becomes true. *waited is set when
+ * the call had to block (for concurrency_waits_total).
+ */
+int slots_acquire(struct slots *s, const char *function, int function_limit, int64_t wait_ns,
+		  const volatile int *stop, bool *waited);
+void slots_release(struct slots *s, const char *function);
+
+/* Current use, for tests and gauges. */
+int slots_in_use(struct slots *s);
+int slots_function_in_use(struct slots *s, const char *function);
+/* Wakes waiters (e.g. at shutdown so they notice *stop). */
+void slots_wake(struct slots *s);
+
+#endif

@@ -1,0 +1,1045 @@
+/*
+ * The execution engine against the real Docker daemon: runtimes and
+ * bootstraps, image builds and reuse, hardened containers, output
+ * forwarding, timeouts, hygiene, the orphan sweep, env and secret injection.
+ *
+ * Needs a daemon on DOCKER_HOST and the python:3.14-slim and node:24-alpine
+ * images (scripts/standin-images makes stand-ins). Every function name
+ * carries this process id, so parallel runs never share images or
+ * containers; each image built here is removed at the end (the shared
+ * example images excepted). Images are built once and shared between cases.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "docker.h"
+#include "fingerprint.h"
+#include "image.h"
+#include "log.h"
+#include "runner.h"
+#include "runtime.h"
+#include "secret.h"
+#include "t.h"
+#include "util.h"
+
+/* ---- fixture ---------------------------------------------------------- */
+
+static struct docker *D;
+static char root[256];    /* temporary directory of this run */
+static char data_dir[300];
+static struct secret_provider *SP;
+static int pid;
+static char canary[64];
+
+/* Names of this run's functions. */
+static char fn_py[64], fn_node[64], fn_cjs[64], fn_req1[64], fn_req2[64], fn_edit[64];
+/* Image refs once built. */
+static char img_py[128], img_node[128], img_cjs[128];
+static char dep_ref_req[128];
+
+/* Captured log output: everything Relay writes through log.h. */
+static int cap_pipe[2];
+static pthread_t cap_thread;
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct buf cap;
+
+static void *cap_reader(void *arg)
+{
+	char chunk[65536];
+	for (;;) {
+		ssize_t n = read(cap_pipe[0], chunk, sizeof chunk);
+		if (n <= 0)
+			break;
+		pthread_mutex_lock(&cap_lock);
+		buf_append(&cap, chunk, (size_t)n);
+		pthread_mutex_unlock(&cap_lock);
+	}
+	return NULL;
+}
+
+/* Waits briefly for the reader to catch up, then returns a copy. */
+static char *captured(void)
+{
+	usleep(100 * 1000);
+	pthread_mutex_lock(&cap_lock);
+	char *s = xstrdup(cap.data ? cap.data : "");
+	pthread_mutex_unlock(&cap_lock);
+	return s;
+}
+
+static void cap_reset(void)
+{
+	usleep(50 * 1000);
+	pthread_mutex_lock(&cap_lock);
+	buf_reset(&cap);
+	pthread_mutex_unlock(&cap_lock);
+}
+
+static void write_file(const char *dir, const char *rel, const char *text)
+{
+	char *path = xasprintf("%s/%s", dir, rel);
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	char *mk = xasprintf("mkdir -p '%s'", path);
+	if (system(mk) != 0)
+		abort();
+	free(mk);
+	*slash = '/';
+	FILE *f = fopen(path, "w");
+	if (!f)
+		abort();
+	fputs(text, f);
+	fclose(f);
+	free(path);
+}
+
+static char *fn_dir(const char *name)
+{
+	return xasprintf("%s/functions/%s", root, name);
+}
+
+static const char py_template[] = "runtime: python3.14\nevents:\n  - handler: ok.handler\n"
+				  "    pattern: {}\n";
+static const char node_template[] = "runtime: node24\nevents:\n  - handler: ok.sync\n"
+				    "    pattern: {}\n";
+
+static void make_python_function(const char *name)
+{
+	char *d = fn_dir(name);
+	write_file(d, "template.yaml", py_template);
+	write_file(d, "ok.py", "def handler(event):\n    print('py sync ok', event['id'])\n");
+	write_file(d, "aio.py",
+		   "import asyncio\n"
+		   "async def handler(event):\n"
+		   "    await asyncio.sleep(0.01)\n"
+		   "    print('py async ok', event['id'])\n");
+	write_file(d, "fail.py",
+		   "import sys\n"
+		   "def exit3(event):\n    sys.exit(3)\n"
+		   "def boom(event):\n    raise ValueError('boom ' + str(event['id']))\n");
+	write_file(d, "events/created.py",
+		   "def handler(event):\n    print('nested created', event['id'])\n");
+	write_file(d, "out.py",
+		   "import sys\n"
+		   "def handler(event):\n"
+		   "    for i in range(3):\n"
+		   "        print('out', i, flush=True)\n"
+		   "        print('err', i, file=sys.stderr, flush=True)\n"
+		   "    sys.stdout.write('x' * 40000 + '\\n')\n"
+		   "    sys.stdout.write('tail-without-newline')\n");
+	write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
+	write_file(d, "envdump.py",
+		   "import os\n"
+		   "def handler(event):\n"
+		   "    print('API_URL=' + os.environ.get('API_URL', '<unset>'))\n"
+		   "    print('DB_URL=' + os.environ.get('DB_URL', '<unset>'))\n"
+		   "    print('UID=%d' % os.getuid())\n"
+		   "    print('HANDLER=' + os.environ['RELAY_HANDLER'])\n");
+	free(d);
+}
+
+static void make_node_function(const char *name)
+{
+	char *d = fn_dir(name);
+	write_file(d, "template.yaml", node_template);
+	/* `export` in a .js file: only valid because Relay injects
+	 * {"type":"module"} (the function has no package.json). */
+	write_file(d, "ok.js",
+		   "export function sync(event) { console.log('node sync ok', event.id); }\n"
+		   "export async function aio(event) {\n"
+		   "  await new Promise((r) => setTimeout(r, 10));\n"
+		   "  console.log('node async ok', event.id);\n"
+		   "}\n");
+	write_file(d, "fail.js",
+		   "export function exit4() { process.exit(4); }\n"
+		   "export function boom() { throw new TypeError('node boom'); }\n"
+		   "export async function reject() { throw new Error('node rejected'); }\n");
+	write_file(d, "events/created.js",
+		   "export const handler = (event) => console.log('node nested created', event.id);\n");
+	write_file(d, "out.js",
+		   "export function handler() {\n"
+		   "  for (let i = 0; i < 3; i++) { console.log('out', i); console.error('err', i); }\n"
+		   "}\n");
+	write_file(d, "slow.js", "export function handler() { return new Promise(() => setTimeout(() => {}, 60000)); }\n");
+	free(d);
+}
+
+static void make_cjs_function(const char *name)
+{
+	char *d = fn_dir(name);
+	write_file(d, "template.yaml", node_template);
+	write_file(d, "package.json", "{\"name\": \"cjs-handler\", \"version\": \"1.0.0\"}\n");
+	write_file(d, "h.js",
+		   "const path = require('path');\n"
+		   "exports.handler = function (event) {\n"
+		   "  console.log('cjs ok', event.id, typeof require, path.basename('/a/b.txt'));\n"
+		   "};\n");
+	free(d);
+}
+
+static int prepare(const char *name, const char *rtname, struct image_result *res, char **err)
+{
+	char *d = fn_dir(name);
+	int rc = image_prepare(D, name, d, runtime_find(rtname), res, err);
+	free(d);
+	return rc;
+}
+
+static bool no_cancel(void *ctx)
+{
+	return false;
+}
+
+static struct invocation inv(const char *function, const char *image, const char *handler)
+{
+	static const char payload[] = "{\"id\":\"evt-1\",\"event_name\":\"INSERT\"}";
+	return (struct invocation){
+		.function = function,
+		.handler = handler,
+		.image = image,
+		.timeout_ns = 20LL * 1000000000LL,
+		.payload = payload,
+		.payload_len = sizeof payload - 1,
+		.message_id = "1700000000000-0",
+		.event_id = "evt-1",
+		.event_name = "INSERT",
+		.cancelled = no_cancel,
+	};
+}
+
+static int invoke(const char *function, const char *image, const char *handler,
+		  struct invocation_result *res)
+{
+	struct invocation in = inv(function, image, handler);
+	return runner_invoke(D, &in, res);
+}
+
+static int container_status(const char *id)
+{
+	struct docker_response r;
+	char *path = xasprintf("/containers/%s/json", id);
+	int st = -1;
+	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0)
+		st = (int)r.status;
+	docker_response_free(&r);
+	free(path);
+	return st;
+}
+
+/* Waits up to 5 s for the container to be gone (AutoRemove is async). */
+static bool container_gone(const char *id)
+{
+	for (int i = 0; i < 50; i++) {
+		if (container_status(id) == 404)
+			return true;
+		usleep(100 * 1000);
+	}
+	return false;
+}
+
+/* Containers (all states) labelled relay.function=<name>. */
+static int count_containers(const char *name)
+{
+	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", name);
+	struct buf enc;
+	buf_init(&enc, 4096);
+	for (const char *p = q; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.')
+			buf_append(&enc, p, 1);
+		else
+			buf_appendf(&enc, "%%%02X", (unsigned char)*p);
+	}
+	char *path = xasprintf("/containers/json?all=1&filters=%s", enc.data);
+	struct docker_response r;
+	int n = -1;
+	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
+		json_t *a = json_loadb(r.body, r.len, 0, NULL);
+		n = json_is_array(a) ? (int)json_array_size(a) : -1;
+		json_decref(a);
+	}
+	docker_response_free(&r);
+	free(path);
+	buf_free(&enc);
+	free(q);
+	return n;
+}
+
+static bool has(const char *hay, const char *needle)
+{
+	return hay && strstr(hay, needle) != NULL;
+}
+
+/* ---- setup ------------------------------------------------------------ */
+
+TEST(setup)
+{
+	char *e = NULL;
+	pid = (int)getpid();
+	buf_init(&cap, 64u * 1024 * 1024);
+	REQUIRE(pipe(cap_pipe) == 0);
+	pthread_create(&cap_thread, NULL, cap_reader, NULL);
+	log_set_fd(cap_pipe[1]);
+	snprintf_(root, sizeof root, "/tmp/relay-it-engine-%d", pid);
+	snprintf_(data_dir, sizeof data_dir, "%s/data", root);
+	snprintf_(canary, sizeof canary, "canary-%d-%lu", pid, (unsigned long)now_wall_ns());
+	snprintf_(fn_py, sizeof fn_py, "it-eng-py-%d", pid);
+	snprintf_(fn_node, sizeof fn_node, "it-eng-node-%d", pid);
+	snprintf_(fn_cjs, sizeof fn_cjs, "it-eng-cjs-%d", pid);
+	snprintf_(fn_req1, sizeof fn_req1, "it-eng-req1-%d", pid);
+	snprintf_(fn_req2, sizeof fn_req2, "it-eng-req2-%d", pid);
+	snprintf_(fn_edit, sizeof fn_edit, "it-eng-edit-%d", pid);
+	REQUIRE(docker_open(&D, &e) == 0);
+	SP = secret_file_provider_new(data_dir);
+	make_python_function(fn_py);
+	make_node_function(fn_node);
+	make_cjs_function(fn_cjs);
+	REQUIRE(image_exists(D, "python:3.14-slim", &e) == 1);
+	REQUIRE(image_exists(D, "node:24-alpine", &e) == 1);
+}
+
+TEST(build_python_and_reuse)
+{
+	struct image_result a, b;
+	char *e = NULL;
+	int rc = prepare(fn_py, "python3.14", &a, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	REQUIRE(rc == 0);
+	CHECK(a.built);
+	CHECK(a.dep_ref == NULL);
+	CHECK(strlen(a.fingerprint) == 64);
+	char *want = xasprintf("relay-fn-%s:%.16s", fn_py, a.fingerprint);
+	CHECK_STR(a.ref, want);
+	free(want);
+	strlcpy_(img_py, a.ref, sizeof img_py);
+	/* Unchanged function: the existing image is reused, nothing built. */
+	REQUIRE(prepare(fn_py, "python3.14", &b, &e) == 0);
+	CHECK(!b.built);
+	CHECK_STR(b.ref, a.ref);
+	image_result_free(&a);
+	image_result_free(&b);
+}
+
+TEST(build_node_and_cjs)
+{
+	struct image_result a, b;
+	char *e = NULL;
+	int rc = prepare(fn_node, "node24", &a, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	REQUIRE(rc == 0);
+	CHECK(a.built);
+	strlcpy_(img_node, a.ref, sizeof img_node);
+	rc = prepare(fn_cjs, "node24", &b, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	REQUIRE(rc == 0);
+	/* A package.json means dependencies: npm install --omit=dev. */
+	CHECK(b.dep_ref != NULL && str_has_prefix(b.dep_ref, "relay-dep-node24-"));
+	strlcpy_(img_cjs, b.ref, sizeof img_cjs);
+	image_result_free(&a);
+	image_result_free(&b);
+}
+
+/* ---- Python handlers --------------------------------------------------- */
+
+struct expect {
+	const char *handler;
+	enum runner_outcome outcome;
+	int exit_code;
+	const char *output; /* substring of the forwarded output, or NULL */
+	const char *error;  /* substring of the error, or NULL */
+};
+
+static void run_table(const char *fn, const char *img, const struct expect *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		cap_reset();
+		struct invocation_result r;
+		invoke(fn, img, x[i].handler, &r);
+		char *out = captured();
+		if (r.outcome != x[i].outcome || r.exit_code != x[i].exit_code ||
+		    (x[i].output && !has(out, x[i].output)) || (x[i].error && !has(r.error, x[i].error))) {
+			T_FAIL_("%s: outcome %s exit %d error [%s]\n    output: %s", x[i].handler,
+				runner_outcome_name(r.outcome), r.exit_code,
+				r.error ? r.error : "", out);
+		}
+		if (x[i].outcome != RUNNER_SUCCESS && !has(r.error, x[i].handler))
+			T_FAIL_("%s: error does not name the handler: %s", x[i].handler,
+				r.error ? r.error : "(null)");
+		if (r.error && !has(r.error, fn))
+			T_FAIL_("%s: error does not name the function: %s", x[i].handler, r.error);
+		free(out);
+		invocation_result_free(&r);
+	}
+}
+
+TEST(python_handlers)
+{
+	REQUIRE(img_py[0]);
+	char *p = xasprintf("relay: function \"%s\" handler \"ok.handler\" message "
+			    "\"1700000000000-0\" event \"evt-1\": py sync ok evt-1\n", fn_py);
+	const struct expect x[] = {
+		{"ok.handler", RUNNER_SUCCESS, 0, p, NULL},
+		{"aio.handler", RUNNER_SUCCESS, 0, "py async ok evt-1", NULL},
+		{"events.created.handler", RUNNER_SUCCESS, 0, "nested created evt-1", NULL},
+		{"fail.exit3", RUNNER_FAILURE, 3, NULL, "exit status 3"},
+		{"fail.boom", RUNNER_FAILURE, 1, "raised ValueError: boom evt-1 (fail.py:5)",
+		 "ValueError: boom evt-1"},
+		{"nosuch.handler", RUNNER_FAILURE, 1, NULL, "module \"nosuch\" not found"},
+		{"ok.nosuch", RUNNER_FAILURE, 1, NULL, "module \"ok\" has no function \"nosuch\""},
+	};
+	run_table(fn_py, img_py, x, ARRAY_LEN(x));
+	free(p);
+}
+
+TEST(node_handlers)
+{
+	REQUIRE(img_node[0]);
+	const struct expect x[] = {
+		{"ok.sync", RUNNER_SUCCESS, 0, "node sync ok evt-1", NULL},
+		{"ok.aio", RUNNER_SUCCESS, 0, "node async ok evt-1", NULL},
+		{"events.created.handler", RUNNER_SUCCESS, 0, "node nested created evt-1", NULL},
+		{"fail.exit4", RUNNER_FAILURE, 4, NULL, "exit status 4"},
+		{"fail.boom", RUNNER_FAILURE, 1, NULL, "raised TypeError: node boom (fail.js:2)"},
+		{"fail.reject", RUNNER_FAILURE, 1, NULL, "raised Error: node rejected"},
+		{"nosuch.handler", RUNNER_FAILURE, 1, NULL, "module \"nosuch\" not found"},
+		{"ok.nosuch", RUNNER_FAILURE, 1, NULL, "module \"ok\" has no function \"nosuch\""},
+	};
+	run_table(fn_node, img_node, x, ARRAY_LEN(x));
+}
+
+TEST(node_commonjs_package_json)
+{
+	REQUIRE(img_cjs[0]);
+	const struct expect x[] = {
+		{"h.handler", RUNNER_SUCCESS, 0, "cjs ok evt-1 function b.txt", NULL},
+	};
+	run_table(fn_cjs, img_cjs, x, ARRAY_LEN(x));
+}
+
+/* stdout and stderr lines forwarded with their prefix, in order per
+ * stream; a 40000-byte line arrives in 16 KiB pieces; an unterminated last
+ * line is still forwarded. */
+static void check_streams(const char *fn, const char *img, bool python)
+{
+	cap_reset();
+	struct invocation_result r;
+	invoke(fn, img, "out.handler", &r);
+	CHECK_INT(r.outcome, RUNNER_SUCCESS);
+	invocation_result_free(&r);
+	char *out = captured();
+	char *pre = xasprintf("relay: function \"%s\" handler \"out.handler\" message "
+			      "\"1700000000000-0\" event \"evt-1\": ", fn);
+	const char *last_out = out, *last_err = out;
+	for (int i = 0; i < 3; i++) {
+		char *lo = xasprintf("%sout %d\n", pre, i);
+		char *le = xasprintf("%serr %d\n", pre, i);
+		const char *po = strstr(out, lo), *pe = strstr(out, le);
+		CHECK(po != NULL && po >= last_out);
+		CHECK(pe != NULL && pe >= last_err);
+		if (po)
+			last_out = po;
+		if (pe)
+			last_err = pe;
+		free(lo);
+		free(le);
+	}
+	if (python) {
+		/* 40000 x's: 16384 + 16384 + 7232, each piece its own line. */
+		size_t pieces = 0, total = 0;
+		for (const char *p = strstr(out, pre); p; p = strstr(p + 1, pre)) {
+			const char *v = p + strlen(pre);
+			size_t n = strspn(v, "x");
+			if (n && v[n] == '\n') {
+				pieces++;
+				total += n;
+				CHECK(n <= RUNNER_LINE_MAX);
+			}
+		}
+		CHECK_INT(pieces, 3);
+		CHECK_INT(total, 40000);
+		char *tail = xasprintf("%stail-without-newline\n", pre);
+		CHECK(has(out, tail));
+		free(tail);
+	}
+	free(pre);
+	free(out);
+}
+
+TEST(output_forwarding)
+{
+	REQUIRE(img_py[0] && img_node[0]);
+	check_streams(fn_py, img_py, true);
+	check_streams(fn_node, img_node, false);
+}
+
+static void check_timeout(const char *fn, const char *img)
+{
+	struct invocation in = inv(fn, img, "slow.handler");
+	in.timeout_ns = 1000000000LL;
+	struct invocation_result r;
+	int64_t t0 = now_mono_ns();
+	runner_invoke(D, &in, &r);
+	double secs = (double)(now_mono_ns() - t0) / 1e9;
+	CHECK_INT(r.outcome, RUNNER_TIMEOUT);
+	CHECK(has(r.error, "timed out after 1s"));
+	CHECK(has(r.error, "slow.handler"));
+	CHECK(secs >= 1.0 && secs < 6.0);
+	CHECK(r.container_id[0]);
+	CHECK(container_gone(r.container_id));
+	invocation_result_free(&r);
+}
+
+TEST(timeouts)
+{
+	REQUIRE(img_py[0] && img_node[0]);
+	check_timeout(fn_py, img_py);
+	check_timeout(fn_node, img_node);
+}
+
+/* ---- hardening and labels ---------------------------------------------- */
+
+struct bg {
+	struct invocation in;
+	struct invocation_result r;
+	atomic_int stop;
+	struct docker *d;
+};
+
+static bool bg_cancelled(void *ctx)
+{
+	return atomic_load(&((struct bg *)ctx)->stop) != 0;
+}
+
+static void *bg_run(void *arg)
+{
+	struct bg *b = arg;
+	runner_invoke(b->d, &b->in, &b->r);
+	return NULL;
+}
+
+/* The id of the running container labelled relay.function=fn, or NULL. */
+static char *find_running(const char *fn)
+{
+	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", fn);
+	struct buf enc;
+	buf_init(&enc, 4096);
+	for (const char *p = q; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.')
+			buf_append(&enc, p, 1);
+		else
+			buf_appendf(&enc, "%%%02X", (unsigned char)*p);
+	}
+	char *path = xasprintf("/containers/json?filters=%s", enc.data);
+	char *id = NULL;
+	struct docker_response r;
+	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
+		json_t *a = json_loadb(r.body, r.len, 0, NULL);
+		const char *s = json_string_value(json_object_get(json_array_get(a, 0), "Id"));
+		if (s)
+			id = xstrdup(s);
+		json_decref(a);
+	}
+	docker_response_free(&r);
+	free(path);
+	buf_free(&enc);
+	free(q);
+	return id;
+}
+
+TEST(hardening_labels_and_secret_placement)
+{
+	REQUIRE(img_py[0]);
+	char *e = NULL;
+	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
+	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
+	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
+	struct bg b = {.in = inv(fn_py, img_py, "slow.handler")};
+	b.in.cancelled = bg_cancelled;
+	b.in.cancel_ctx = &b;
+	b.in.env = env;
+	b.in.nenv = 1;
+	b.in.secrets = secrets;
+	b.in.nsecrets = 1;
+	b.in.provider = SP;
+	b.in.event_id = "evt-\x01with-control-and-a-very-long-tail-"
+			"0123456789012345678901234567890123456789012345678901234567890123456789"
+			"0123456789012345678901234567890123456789";
+	REQUIRE(docker_open(&b.d, &e) == 0);
+	pthread_t th;
+	pthread_create(&th, NULL, bg_run, &b);
+	char *id = NULL;
+	for (int i = 0; i < 100 && !id; i++) {
+		id = find_running(fn_py);
+		if (!id)
+			usleep(100 * 1000);
+	}
+	CHECK(id != NULL);
+	if (id) {
+		struct docker_response r;
+		char *path = xasprintf("/containers/%s/json", id);
+		REQUIRE(docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0);
+		json_t *c = json_loadb(r.body, r.len, 0, NULL);
+		json_t *hc = json_object_get(c, "HostConfig");
+		json_t *cfg = json_object_get(c, "Config");
+		CHECK(json_is_true(json_object_get(hc, "AutoRemove")));
+		CHECK_INT(json_integer_value(json_object_get(hc, "Memory")), 134217728);
+		CHECK_INT(json_integer_value(json_object_get(hc, "NanoCpus")), 1000000000);
+		CHECK_INT(json_integer_value(json_object_get(hc, "PidsLimit")), 128);
+		CHECK_STR(json_string_value(json_array_get(json_object_get(hc, "CapDrop"), 0)), "ALL");
+		CHECK_INT(json_array_size(json_object_get(hc, "CapDrop")), 1);
+		CHECK(json_is_true(json_object_get(hc, "ReadonlyRootfs")));
+		CHECK_STR(json_string_value(json_object_get(json_object_get(hc, "Tmpfs"), "/tmp")),
+			  "rw,noexec,nosuid,size=64m");
+		CHECK_STR(json_string_value(json_array_get(json_object_get(hc, "SecurityOpt"), 0)),
+			  "no-new-privileges");
+		CHECK_STR(json_string_value(json_object_get(cfg, "User")), "10001:10001");
+		CHECK(json_is_false(json_object_get(cfg, "Tty")));
+		CHECK(json_is_true(json_object_get(cfg, "OpenStdin")));
+		CHECK(json_is_true(json_object_get(cfg, "StdinOnce")));
+		json_t *l = json_object_get(cfg, "Labels");
+		CHECK_STR(json_string_value(json_object_get(l, "relay.function")), fn_py);
+		CHECK_STR(json_string_value(json_object_get(l, "relay.handler")), "slow.handler");
+		CHECK_STR(json_string_value(json_object_get(l, "relay.message_id")), "1700000000000-0");
+		CHECK_STR(json_string_value(json_object_get(l, "relay.event_name")), "INSERT");
+		CHECK_STR(json_string_value(json_object_get(l, "relay.hostname")), runner_hostname());
+		CHECK_STR(json_string_value(json_object_get(l, "relay.image")), img_py);
+		const char *ev = json_string_value(json_object_get(l, "relay.event_id"));
+		CHECK(ev && strlen(ev) == RUNNER_LABEL_MAX && str_has_prefix(ev, "evt-?with"));
+		/* Labels carry no secret; Env carries it (and only Env). */
+		char *labels = json_dumps(l, 0);
+		CHECK(labels && !has(labels, canary));
+		free(labels);
+		bool env_secret = false, env_handler = false, env_api = false;
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(cfg, "Env"), i, v) {
+			const char *s = json_string_value(v);
+			char *want = xasprintf("DB_URL=%s", canary);
+			env_secret |= s && strcmp(s, want) == 0;
+			env_handler |= s && strcmp(s, "RELAY_HANDLER=slow.handler") == 0;
+			env_api |= s && strcmp(s, "API_URL=https://api.example.com") == 0;
+			free(want);
+		}
+		CHECK(env_secret && env_handler && env_api);
+		json_decref(c);
+		docker_response_free(&r);
+		free(path);
+	}
+	atomic_store(&b.stop, 1);
+	pthread_join(th, NULL);
+	CHECK_INT(b.r.outcome, RUNNER_CANCELLED);
+	CHECK(b.r.container_id[0] && container_gone(b.r.container_id));
+	invocation_result_free(&b.r);
+	docker_close(b.d);
+	free(id);
+}
+
+/* ---- env and secrets ---------------------------------------------------- */
+
+TEST(env_and_secret_injection)
+{
+	REQUIRE(img_py[0]);
+	char *e = NULL;
+	REQUIRE(secret_set(SP, "it-db", "postgres://v1", 13, &e) == 0);
+	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
+	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
+	struct invocation in = inv(fn_py, img_py, "envdump.handler");
+	in.env = env;
+	in.nenv = 1;
+	in.secrets = secrets;
+	in.nsecrets = 1;
+	in.provider = SP;
+	struct invocation_result r;
+
+	cap_reset();
+	CHECK(runner_invoke(D, &in, &r) == 0);
+	invocation_result_free(&r);
+	char *out = captured();
+	CHECK(has(out, "envdump.handler\" message \"1700000000000-0\" event \"evt-1\": "
+		       "API_URL=https://api.example.com\n"));
+	CHECK(has(out, ": DB_URL=postgres://v1\n"));
+	CHECK(has(out, ": UID=10001\n"));
+	CHECK(has(out, ": HANDLER=envdump.handler\n"));
+	free(out);
+
+	/* Rotation: the next invocation sees the new value, same image. */
+	REQUIRE(secret_set(SP, "it-db", "postgres://v2", 13, &e) == 0);
+	cap_reset();
+	CHECK(runner_invoke(D, &in, &r) == 0);
+	invocation_result_free(&r);
+	out = captured();
+	CHECK(has(out, ": DB_URL=postgres://v2\n"));
+	CHECK(!has(out, "postgres://v1"));
+	free(out);
+	struct image_result ir;
+	REQUIRE(prepare(fn_py, "python3.14", &ir, &e) == 0);
+	CHECK(!ir.built);
+	CHECK_STR(ir.ref, img_py);
+	image_result_free(&ir);
+
+	/* A missing secret fails the invocation, naming the reference. */
+	static const struct env_var missing[] = {{"DB_URL", "it-missing-ref"}};
+	in.secrets = missing;
+	CHECK(runner_invoke(D, &in, &r) < 0);
+	CHECK_INT(r.outcome, RUNNER_ERROR);
+	CHECK(has(r.error, "secret \"it-missing-ref\""));
+	CHECK(has(r.error, "not found"));
+	CHECK(has(r.error, fn_py) && has(r.error, "envdump.handler"));
+	CHECK(!r.container_id[0]);
+	invocation_result_free(&r);
+}
+
+static bool scan_contains;
+static char scan_tail[128];
+
+static int scan_chunk(const char *data, size_t len, void *ctx)
+{
+	const char *needle = ctx;
+	size_t nl = strlen(needle);
+	/* Join the tail of the previous chunk so a match across chunks counts. */
+	size_t tl = strlen(scan_tail);
+	char *joined = xmalloc(tl + len + 1);
+	memcpy(joined, scan_tail, tl);
+	memcpy(joined + tl, data, len);
+	joined[tl + len] = '\0';
+	if (memmem(joined, tl + len, needle, nl))
+		scan_contains = true;
+	size_t keep = tl + len < nl ? tl + len : nl - 1;
+	memcpy(scan_tail, joined + tl + len - keep, keep);
+	scan_tail[keep] = '\0';
+	free(joined);
+	return 0;
+}
+
+TEST(canary_never_in_images_or_logs)
+{
+	REQUIRE(img_py[0]);
+	char *e = NULL;
+	/* Relay's own log at DEBUG while the canary is injected. */
+	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
+	log_set_level(LOG_DEBUG);
+	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
+	struct invocation in = inv(fn_py, img_py, "ok.handler");
+	in.secrets = secrets;
+	in.nsecrets = 1;
+	in.provider = SP;
+	struct invocation_result r;
+	cap_reset();
+	CHECK(runner_invoke(D, &in, &r) == 0);
+	invocation_result_free(&r);
+	log_set_level(LOG_INFO);
+	char *out = captured();
+	CHECK(has(out, "py sync ok"));
+	CHECK(!has(out, canary));
+	free(out);
+
+	/* docker image inspect */
+	struct docker_response ins;
+	char *path = xasprintf("/images/%s/json", img_py);
+	REQUIRE(docker_request(D, "GET", path, NULL, 0, NULL, 10000, &ins) == 0);
+	CHECK_INT(ins.status, 200);
+	CHECK(!has(ins.body, canary));
+	CHECK(!has(ins.body, "it-db")); /* not even the reference */
+	docker_response_free(&ins);
+	free(path);
+
+	/* every layer: docker save */
+	path = xasprintf("/images/%s/get", img_py);
+	long status = 0;
+	scan_contains = false;
+	scan_tail[0] = '\0';
+	REQUIRE(docker_request_stream(D, "GET", path, NULL, 0, NULL, 120000, scan_chunk, canary,
+				      &status) == 0);
+	CHECK_INT(status, 200);
+	CHECK(!scan_contains);
+	/* the scanner itself works: the bootstrap text is in the layers */
+	scan_contains = false;
+	scan_tail[0] = '\0';
+	REQUIRE(docker_request_stream(D, "GET", path, NULL, 0, NULL, 120000, scan_chunk,
+				      (void *)"relay bootstrap: ", &status) == 0);
+	CHECK(scan_contains);
+	free(path);
+}
+
+/* ---- images: dependencies, edits, failures, hygiene -------------------- */
+
+TEST(dependency_image_shared)
+{
+	char *req = xasprintf("# no dependencies (run %d)\n", pid);
+	char *d1 = fn_dir(fn_req1), *d2 = fn_dir(fn_req2);
+	write_file(d1, "template.yaml", py_template);
+	write_file(d1, "ok.py", "def handler(event):\n    print('req1')\n");
+	write_file(d1, "requirements.txt", req);
+	write_file(d2, "template.yaml", py_template);
+	write_file(d2, "ok.py", "def handler(event):\n    print('req2')\n");
+	write_file(d2, "requirements.txt", req);
+	struct image_result a, b;
+	char *e = NULL;
+	int rc = prepare(fn_req1, "python3.14", &a, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	REQUIRE(rc == 0);
+	CHECK(a.built && a.dep_built);
+	REQUIRE(a.dep_ref && str_has_prefix(a.dep_ref, "relay-dep-python3.14-"));
+	CHECK_INT(strlen(a.dep_ref), strlen("relay-dep-python3.14-") + 16);
+	strlcpy_(dep_ref_req, a.dep_ref, sizeof dep_ref_req);
+	CHECK(image_exists(D, a.dep_ref, &e) == 1);
+	/* Same manifest, another function: the dependency image is reused. */
+	REQUIRE(prepare(fn_req2, "python3.14", &b, &e) == 0);
+	CHECK(b.built && !b.dep_built);
+	CHECK_STR(b.dep_ref, a.dep_ref);
+	struct invocation_result r;
+	cap_reset();
+	CHECK(invoke(fn_req2, b.ref, "ok.handler", &r) == 0);
+	invocation_result_free(&r);
+	char *out = captured();
+	CHECK(has(out, ": req2\n"));
+	free(out);
+	image_result_free(&a);
+	image_result_free(&b);
+	free(req);
+	free(d1);
+	free(d2);
+}
+
+TEST(edit_rebuild_gc_and_failed_build)
+{
+	char *d = fn_dir(fn_edit);
+	char *e = NULL;
+	write_file(d, "template.yaml", py_template);
+	write_file(d, "ok.py", "def handler(event):\n    print('version one')\n");
+	struct image_result v1, v2, v3;
+	REQUIRE(prepare(fn_edit, "python3.14", &v1, &e) == 0);
+	CHECK(v1.built);
+	write_file(d, "ok.py", "def handler(event):\n    print('version two')\n");
+	REQUIRE(prepare(fn_edit, "python3.14", &v2, &e) == 0);
+	CHECK(v2.built);
+	CHECK(strcmp(v1.ref, v2.ref) != 0);
+	CHECK(image_exists(D, v1.ref, &e) == 1);
+
+	/* v1 is still in use by an in-flight execution: GC keeps it. */
+	size_t removed = 99;
+	const char *keep[] = {v2.ref};
+	image_hold(v1.ref);
+	CHECK(image_gc(D, fn_edit, keep, 1, &removed, &e) == 0);
+	CHECK_INT(removed, 0);
+	CHECK(image_exists(D, v1.ref, &e) == 1);
+	image_release(v1.ref);
+	/* Unused now: removed; the active version and other images stay. */
+	CHECK(image_gc(D, fn_edit, keep, 1, &removed, &e) == 0);
+	CHECK_INT(removed, 1);
+	CHECK(image_exists(D, v1.ref, &e) == 0);
+	CHECK(image_exists(D, v2.ref, &e) == 1);
+	CHECK(image_exists(D, img_py, &e) == 1);
+	CHECK(image_exists(D, "python:3.14-slim", &e) == 1);
+
+	/* A failing build: the error is the daemon's, v2 keeps serving. */
+	write_file(d, "requirements.txt", "-r /nonexistent-relay-requirements.txt\n");
+	CHECK(prepare(fn_edit, "python3.14", &v3, &e) < 0);
+	CHECK(has(e, fn_edit));
+	CHECK(has(e, "returned a non-zero code"));
+	if (!has(e, "returned a non-zero code"))
+		printf("  error: %s\n", e);
+	free(e);
+	e = NULL;
+	CHECK(image_exists(D, v2.ref, &e) == 1);
+	struct invocation_result r;
+	cap_reset();
+	CHECK(invoke(fn_edit, v2.ref, "ok.handler", &r) == 0);
+	invocation_result_free(&r);
+	char *out = captured();
+	CHECK(has(out, ": version two\n"));
+	free(out);
+
+	/* Function removal: all of its images go. */
+	CHECK(image_gc(D, fn_edit, NULL, 0, &removed, &e) == 0);
+	CHECK_INT(removed, 1);
+	CHECK(image_exists(D, v2.ref, &e) == 0);
+	image_result_free(&v1);
+	image_result_free(&v2);
+	free(d);
+}
+
+TEST(fifty_invocations_leave_no_container)
+{
+	REQUIRE(img_py[0]);
+	int ok = 0;
+	for (int i = 0; i < 50; i++) {
+		struct invocation_result r;
+		if (invoke(fn_py, img_py, i % 2 ? "ok.handler" : "fail.exit3", &r) == 0 ||
+		    r.outcome == RUNNER_FAILURE)
+			ok++;
+		invocation_result_free(&r);
+	}
+	CHECK_INT(ok, 50);
+	int n = -1;
+	for (int i = 0; i < 50; i++) {
+		n = count_containers(fn_py);
+		if (n == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	CHECK_INT(n, 0);
+}
+
+static char *create_labelled(const char *function, const char *host, bool start)
+{
+	json_t *body = json_pack("{s:s, s:[s,s], s:{s:s, s:s}}", "Image", "python:3.14-slim",
+				 "Cmd", "sleep", "300", "Labels", "relay.function", function,
+				 "relay.hostname", host);
+	char *text = json_dumps(body, 0);
+	json_decref(body);
+	struct docker_response r;
+	char *id = NULL;
+	if (docker_request(D, "POST", "/containers/create", text, strlen(text), NULL, 10000, &r) ==
+		    0 &&
+	    r.status == 201) {
+		json_t *o = json_loadb(r.body, r.len, 0, NULL);
+		id = xstrdup(json_string_value(json_object_get(o, "Id")));
+		json_decref(o);
+	}
+	docker_response_free(&r);
+	free(text);
+	if (id && start) {
+		char *path = xasprintf("/containers/%s/start", id);
+		docker_request(D, "POST", path, NULL, 0, NULL, 10000, &r);
+		docker_response_free(&r);
+		free(path);
+	}
+	return id;
+}
+
+TEST(orphan_sweep)
+{
+	/* A made-up hostname for "this host", so the sweep cannot touch any
+	 * other test's live containers on this machine. */
+	char host[64], other[64], fn[64];
+	snprintf_(host, sizeof host, "it-sweep-%d-here", pid);
+	snprintf_(other, sizeof other, "it-sweep-%d-elsewhere", pid);
+	snprintf_(fn, sizeof fn, "it-eng-orphan-%d", pid);
+	char *running = create_labelled(fn, host, true);
+	char *created = create_labelled(fn, host, false);
+	char *foreign = create_labelled(fn, other, true);
+	REQUIRE(running && created && foreign);
+	size_t removed = 0;
+	char *e = NULL;
+	int64_t t0 = now_mono_ns();
+	int rc = runner_sweep_orphans(D, host, RUNNER_SWEEP_TIMEOUT_MS, &removed, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	CHECK(rc == 0);
+	CHECK(now_mono_ns() - t0 < 30LL * 1000000000LL);
+	CHECK_INT(removed, 2);
+	CHECK_INT(container_status(running), 404);
+	CHECK_INT(container_status(created), 404);
+	CHECK_INT(container_status(foreign), 200);
+	/* Idempotent removal: twice is fine. */
+	CHECK(runner_remove_container(D, foreign, &e) == 0);
+	CHECK(runner_remove_container(D, foreign, &e) == 0);
+	CHECK_INT(container_status(foreign), 404);
+	free(running);
+	free(created);
+	free(foreign);
+}
+
+/* ---- the examples ------------------------------------------------------- */
+
+TEST(examples_try_it)
+{
+	static const char event[] =
+		"{\"event_id\":\"evt_123\",\"event_name\":\"INSERT\",\"table_name\":\"users\","
+		"\"new_image\":{\"id\":\"user_123\",\"name\":\"John Doe\",\"email\":\"john@example.com\"}}";
+	const char *dir = getenv("RELAY_EXAMPLES_DIR");
+	char *base = dir ? xstrdup(dir) : xstrdup("examples/functions");
+	struct {
+		const char *name, *runtime, *handler, *line;
+	} ex[] = {
+		{"user-events-python", "python3.14", "events.created.handler",
+		 "relay: function \"user-events-python\" handler \"events.created.handler\" message "
+		 "\"1700000000000-0\" event \"evt_123\": User created: user_123\n"},
+		{"welcome-email-node", "node24", "handler.handler",
+		 "relay: function \"welcome-email-node\" handler \"handler.handler\" message "
+		 "\"1700000000000-0\" event \"evt_123\": Sending welcome email to john@example.com\n"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(ex); i++) {
+		char *d = xasprintf("%s/%s", base, ex[i].name);
+		struct image_result ir;
+		char *e = NULL;
+		int rc = image_prepare(D, ex[i].name, d, runtime_find(ex[i].runtime), &ir, &e);
+		if (rc < 0)
+			printf("  %s\n", e);
+		CHECK(rc == 0);
+		if (rc == 0) {
+			struct invocation in = inv(ex[i].name, ir.ref, ex[i].handler);
+			in.payload = event;
+			in.payload_len = sizeof event - 1;
+			in.event_id = "evt_123";
+			in.timeout_ns = 0; /* the 6s default */
+			struct invocation_result r;
+			cap_reset();
+			CHECK(runner_invoke(D, &in, &r) == 0);
+			invocation_result_free(&r);
+			char *out = captured();
+			if (!has(out, ex[i].line))
+				T_FAIL_("missing line %s in:\n%s", ex[i].line, out);
+			free(out);
+		}
+		image_result_free(&ir);
+		free(d);
+	}
+	free(base);
+}
+
+TEST(cleanup)
+{
+	const char *mine[] = {fn_py, fn_node, fn_cjs, fn_req1, fn_req2, fn_edit};
+	char *e = NULL;
+	for (size_t i = 0; i < ARRAY_LEN(mine); i++) {
+		if (image_gc(D, mine[i], NULL, 0, NULL, &e) < 0) {
+			printf("  %s\n", e);
+			free(e);
+			e = NULL;
+		}
+	}
+	/* Dependency images are never removed by Relay; these two were
+	 * created by this run only (their manifests carry its pid). */
+	const char *deps[] = {dep_ref_req, NULL};
+	for (size_t i = 0; deps[i]; i++) {
+		if (!deps[i][0])
+			continue;
+		struct docker_response r;
+		char *path = xasprintf("/images/%s", deps[i]);
+		docker_request(D, "DELETE", path, NULL, 0, NULL, 30000, &r);
+		docker_response_free(&r);
+		free(path);
+	}
+	char *rm = xasprintf("rm -rf '%s'", root);
+	CHECK(system(rm) == 0);
+	free(rm);
+	secret_provider_free(SP);
+	docker_close(D);
+	log_set_fd(2);
+	close(cap_pipe[1]);
+	pthread_join(cap_thread, NULL);
+	close(cap_pipe[0]);
+	buf_free(&cap);
+}
+
+T_MAIN(T_CASE(setup), T_CASE(build_python_and_reuse), T_CASE(build_node_and_cjs),
+       T_CASE(python_handlers), T_CASE(node_handlers), T_CASE(node_commonjs_package_json),
+       T_CASE(output_forwarding), T_CASE(timeouts), T_CASE(hardening_labels_and_secret_placement),
+       T_CASE(env_and_secret_injection), T_CASE(canary_never_in_images_or_logs),
+       T_CASE(dependency_image_shared), T_CASE(edit_rebuild_gc_and_failed_build),
+       T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep),
+       T_CASE(examples_try_it), T_CASE(cleanup))

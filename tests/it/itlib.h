@@ -1,0 +1,111 @@
+/*
+ * Helpers for the in-process integration programs (tests/it/NAME.c): a
+ * private redis-server on a free port in a temporary directory, stopped at
+ * exit, and a few Redis conveniences. Real servers only.
+ */
+#ifndef RELAY_ITLIB_H
+#define RELAY_ITLIB_H
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "redis.h"
+#include "util.h"
+
+struct itredis {
+	pid_t pid;
+	int port;
+	char dir[64];
+	char portstr[16];
+	struct redis_uri uri;
+};
+
+static int it_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bind(fd, (struct sockaddr *)&a, sizeof a);
+	socklen_t len = sizeof a;
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* Starts redis-server with extra args (NULL-terminated list). */
+static int it_redis_start(struct itredis *it, const char *const *extra)
+{
+	snprintf_(it->dir, sizeof it->dir, "/tmp/relay-itc.XXXXXX");
+	if (!mkdtemp(it->dir))
+		return -1;
+	it->port = it_free_port();
+	snprintf_(it->portstr, sizeof it->portstr, "%d", it->port);
+	const char *argv[40] = {"redis-server", "--bind", "127.0.0.1", "--port", it->portstr, "--save", "",
+				"--appendonly", "no", "--dir", it->dir, "--loglevel", "warning"};
+	int argc = 13;
+	for (int i = 0; extra && extra[i] && argc < 38; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+	it->pid = fork();
+	if (it->pid == 0) {
+		/* Dies with the test, and never holds the test's output pipes. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execvp("redis-server", (char *const *)argv);
+		_exit(127);
+	}
+	memset(&it->uri, 0, sizeof it->uri);
+	it->uri.host = "127.0.0.1";
+	it->uri.port = it->portstr;
+	for (int i = 0; i < 100; i++) {
+		struct redis *r = redis_new(&it->uri, NULL);
+		int ok = redis_connect(r) == 0;
+		redis_free(r);
+		if (ok)
+			return 0;
+		usleep(50000);
+	}
+	return -1;
+}
+
+static void it_redis_stop(struct itredis *it)
+{
+	if (it->pid > 0) {
+		kill(it->pid, SIGTERM);
+		waitpid(it->pid, NULL, 0);
+		it->pid = 0;
+	}
+}
+
+static void it_redis_cleanup(struct itredis *it)
+{
+	it_redis_stop(it);
+	char *cmd = xasprintf("rm -rf '%s'", it->dir);
+	if (system(cmd) != 0) {
+		/* best effort */
+	}
+	free(cmd);
+}
+
+static struct redis *it_conn(struct itredis *it)
+{
+	struct redis *r = redis_new(&it->uri, NULL);
+	if (redis_connect(r) < 0) {
+		redis_free(r);
+		return NULL;
+	}
+	return r;
+}
+
+#endif

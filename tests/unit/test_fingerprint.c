@@ -1,0 +1,245 @@
+/* Fingerprint stability and the in-memory tree (fingerprint.h). */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fingerprint.h"
+#include "t.h"
+#include "util.h"
+
+static const unsigned char zero_recipe[32];
+
+static void fp(const struct fn_tree *t, char out[65])
+{
+	fingerprint_tree_with_recipe(t, zero_recipe, out);
+}
+
+static void base_tree(struct fn_tree *t)
+{
+	memset(t, 0, sizeof *t);
+	fn_tree_put(t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14\n", 20);
+	fn_tree_put(t, "events/created.py", FN_ENTRY_FILE, "def handler(e):\n    pass\n", 25);
+	fn_tree_put(t, "ok.py", FN_ENTRY_FILE, "x = 1\n", 6);
+}
+
+TEST(golden_value)
+{
+	/* Pins the encoding documented in fingerprint.h (checked independently
+	 * with Python's hashlib when written): changing it
+	 * changes every image tag, so it must be deliberate. */
+	struct fn_tree t;
+	base_tree(&t);
+	char a[65];
+	fp(&t, a);
+	CHECK_STR(a, "2beb9e68305854dc5ed4e5e1d5c437422151baaf34b8c728bce67b2533806fb1");
+	fn_tree_free(&t);
+}
+
+TEST(same_tree_same_hash)
+{
+	struct fn_tree t1, t2;
+	base_tree(&t1);
+	memset(&t2, 0, sizeof t2);
+	/* Inserted in another order. */
+	fn_tree_put(&t2, "ok.py", FN_ENTRY_FILE, "x = 1\n", 6);
+	fn_tree_put(&t2, "events/created.py", FN_ENTRY_FILE, "def handler(e):\n    pass\n", 25);
+	fn_tree_put(&t2, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14\n", 20);
+	char a[65], b[65];
+	fp(&t1, a);
+	fp(&t2, b);
+	CHECK_STR(a, b);
+	CHECK_INT(strlen(a), 64);
+	fingerprint_tree(&t1, a);
+	fingerprint_tree(&t2, b);
+	CHECK_STR(a, b);
+	fn_tree_free(&t1);
+	fn_tree_free(&t2);
+}
+
+TEST(every_change_changes_the_hash)
+{
+	struct fn_tree t;
+	char base[65], got[65];
+	base_tree(&t);
+	fp(&t, base);
+	fn_tree_free(&t);
+
+	/* Each case: one mutation of the base tree. */
+	for (int c = 0; c < 7; c++) {
+		base_tree(&t);
+		switch (c) {
+		case 0: /* edit one byte */
+			fn_tree_put(&t, "ok.py", FN_ENTRY_FILE, "x = 2\n", 6);
+			break;
+		case 1: /* add a file */
+			fn_tree_put(&t, "new.py", FN_ENTRY_FILE, "", 0);
+			break;
+		case 2: /* rename */
+			fn_tree_free(&t);
+			memset(&t, 0, sizeof t);
+			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14\n", 20);
+			fn_tree_put(&t, "events/created.py", FN_ENTRY_FILE,
+				    "def handler(e):\n    pass\n", 25);
+			fn_tree_put(&t, "ok2.py", FN_ENTRY_FILE, "x = 1\n", 6);
+			break;
+		case 3: /* template.yaml counts (env values live there) */
+			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14 \n", 21);
+			break;
+		case 4: /* executable bit */
+			fn_tree_put(&t, "ok.py", FN_ENTRY_EXEC, "x = 1\n", 6);
+			break;
+		case 5: /* a symlink with the same text is not the file */
+			fn_tree_put(&t, "ok.py", FN_ENTRY_SYMLINK, "x = 1\n", 6);
+			break;
+		case 6: /* append a byte */
+			fn_tree_put(&t, "ok.py", FN_ENTRY_FILE, "x = 1\n\n", 7);
+			break;
+		}
+		fp(&t, got);
+		if (strcmp(got, base) == 0)
+			T_FAIL_("mutation %d left the fingerprint unchanged", c);
+		fn_tree_free(&t);
+	}
+}
+
+TEST(no_ambiguity_between_path_and_content)
+{
+	/* "ab" + "c" vs "a" + "bc": length prefixes keep them apart. */
+	struct fn_tree t1 = {0}, t2 = {0};
+	fn_tree_put(&t1, "ab", FN_ENTRY_FILE, "c", 1);
+	fn_tree_put(&t2, "a", FN_ENTRY_FILE, "bc", 2);
+	char a[65], b[65];
+	fp(&t1, a);
+	fp(&t2, b);
+	CHECK(strcmp(a, b) != 0);
+	fn_tree_free(&t1);
+	fn_tree_free(&t2);
+	/* One file "a" holding "x" vs two files. */
+	struct fn_tree t3 = {0}, t4 = {0};
+	fn_tree_put(&t3, "a", FN_ENTRY_FILE, "xfb", 3);
+	fn_tree_put(&t4, "a", FN_ENTRY_FILE, "x", 1);
+	fn_tree_put(&t4, "b", FN_ENTRY_FILE, "", 0);
+	fp(&t3, a);
+	fp(&t4, b);
+	CHECK(strcmp(a, b) != 0);
+	fn_tree_free(&t3);
+	fn_tree_free(&t4);
+}
+
+TEST(recipe_is_part_of_the_fingerprint)
+{
+	struct fn_tree t;
+	base_tree(&t);
+	unsigned char r1[32], r2[32];
+	fingerprint_recipe(r1);
+	fingerprint_recipe(r2);
+	CHECK(memcmp(r1, r2, 32) == 0);
+	CHECK(memcmp(r1, zero_recipe, 32) != 0);
+	char a[65], b[65];
+	fp(&t, a);
+	fingerprint_tree(&t, b);
+	CHECK(strcmp(a, b) != 0);
+	fn_tree_free(&t);
+}
+
+static char *mkdtemp_(void)
+{
+	char *d = xstrdup("/tmp/relay-test-fp-XXXXXX");
+	if (!mkdtemp(d))
+		abort();
+	return d;
+}
+
+static void put(const char *dir, const char *rel, const char *text)
+{
+	char *p = xasprintf("%s/%s", dir, rel);
+	FILE *f = fopen(p, "w");
+	if (!f)
+		abort();
+	fputs(text, f);
+	fclose(f);
+	free(p);
+}
+
+static void rmtree(const char *d)
+{
+	char *c = xasprintf("rm -rf '%s'", d);
+	if (system(c) != 0)
+		abort();
+	free(c);
+}
+
+TEST(disk_order_and_location_do_not_matter)
+{
+	char *d1 = mkdtemp_(), *d2 = mkdtemp_();
+	char *s1 = xasprintf("%s/pkg", d1), *s2 = xasprintf("%s/pkg", d2);
+	mkdir(s1, 0755);
+	mkdir(s2, 0755);
+	/* Same content, created in opposite orders. */
+	put(d1, "b.py", "B");
+	put(d1, "a.py", "A");
+	put(d1, "pkg/z.py", "Z");
+	put(d1, "template.yaml", "T");
+	put(d2, "template.yaml", "T");
+	put(d2, "pkg/z.py", "Z");
+	put(d2, "a.py", "A");
+	put(d2, "b.py", "B");
+	char a[65], b[65];
+	char *e = NULL;
+	REQUIRE(fingerprint_dir(d1, a, &e) == 0);
+	REQUIRE(fingerprint_dir(d2, b, &e) == 0);
+	CHECK_STR(a, b);
+	struct fn_tree t;
+	REQUIRE(fn_tree_load(d1, &t, &e) == 0);
+	CHECK_INT(t.n, 4);
+	CHECK_STR(t.v[0].path, "a.py");
+	CHECK_STR(t.v[1].path, "b.py");
+	CHECK_STR(t.v[2].path, "pkg/z.py");
+	CHECK_STR(t.v[3].path, "template.yaml");
+	CHECK(fn_tree_get(&t, "pkg/z.py") != NULL);
+	CHECK(fn_tree_get(&t, "pkg") == NULL);
+	fn_tree_free(&t);
+	/* Editing one byte on disk changes it. */
+	put(d2, "pkg/z.py", "Y");
+	REQUIRE(fingerprint_dir(d2, b, &e) == 0);
+	CHECK(strcmp(a, b) != 0);
+	rmtree(d1);
+	rmtree(d2);
+	free(s1);
+	free(s2);
+	free(d1);
+	free(d2);
+}
+
+TEST(symlinks_recorded_special_files_refused)
+{
+	char *d = mkdtemp_();
+	put(d, "a.py", "A");
+	char *l = xasprintf("%s/link.py", d);
+	REQUIRE(symlink("a.py", l) == 0);
+	struct fn_tree t;
+	char *e = NULL;
+	REQUIRE(fn_tree_load(d, &t, &e) == 0);
+	const struct fn_entry *x = fn_tree_get(&t, "link.py");
+	REQUIRE(x != NULL);
+	CHECK_INT(x->kind, FN_ENTRY_SYMLINK);
+	CHECK_STR(x->data, "a.py");
+	fn_tree_free(&t);
+	char *fifo = xasprintf("%s/pipe", d);
+	REQUIRE(mkfifo(fifo, 0644) == 0);
+	CHECK(fn_tree_load(d, &t, &e) < 0);
+	CHECK(e && strstr(e, "pipe: not a regular file") != NULL);
+	free(e);
+	CHECK(fn_tree_load("/nonexistent-relay-dir", &t, &e) < 0);
+	free(e);
+	rmtree(d);
+	free(l);
+	free(fifo);
+	free(d);
+}
+
+T_MAIN(T_CASE(golden_value), T_CASE(same_tree_same_hash), T_CASE(every_change_changes_the_hash),
+       T_CASE(no_ambiguity_between_path_and_content), T_CASE(recipe_is_part_of_the_fingerprint),
+       T_CASE(disk_order_and_location_do_not_matter),
+       T_CASE(symlinks_recorded_special_files_refused))

@@ -1,0 +1,212 @@
+/* The runner's pure parts (runner.h): label bounding, the output prefix,
+ * stream demultiplexing and line splitting, wait answers. */
+#include "runner.h"
+#include "t.h"
+#include "util.h"
+
+TEST(label_values_are_bounded)
+{
+	char out[RUNNER_LABEL_MAX + 1];
+	CHECK_STR(runner_label_value("user-events", out, sizeof out), "user-events");
+	CHECK_STR(runner_label_value(NULL, out, sizeof out), "");
+	CHECK_STR(runner_label_value("a\nb\tc\x7f", out, sizeof out), "a?b?c?");
+	CHECK_STR(runner_label_value("bad\xff\xfe utf8 \xc3\xa9", out, sizeof out),
+		  "bad?? utf8 \xc3\xa9");
+	CHECK_STR(runner_label_value("overlong \xc0\xaf", out, sizeof out), "overlong ??");
+	char big[1000];
+	memset(big, 'x', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	CHECK_INT(strlen(runner_label_value(big, out, sizeof out)), RUNNER_LABEL_MAX);
+	/* A multi-byte character straddling the bound is dropped whole. */
+	char s[RUNNER_LABEL_MAX + 8];
+	memset(s, 'y', RUNNER_LABEL_MAX - 1);
+	memcpy(s + RUNNER_LABEL_MAX - 1, "\xe2\x82\xac", 4); /* € */
+	runner_label_value(s, out, sizeof out);
+	CHECK_INT(strlen(out), RUNNER_LABEL_MAX - 1);
+	/* A small output buffer bounds it too. */
+	char small[8];
+	CHECK_STR(runner_label_value("abcdefghij", small, sizeof small), "abcdefg");
+}
+
+TEST(prefix_format)
+{
+	struct invocation in = {.function = "welcome-email-node", .handler = "handler.handler"};
+	char *p = runner_format_prefix(&in);
+	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"handler.handler\": ");
+	free(p);
+	in.message_id = "1700000000000-0";
+	in.event_id = "evt_123";
+	p = runner_format_prefix(&in);
+	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"handler.handler\" "
+		     "message \"1700000000000-0\" event \"evt_123\": ");
+	free(p);
+	in.message_id = NULL;
+	in.event_id = "ev\"il\n";
+	p = runner_format_prefix(&in);
+	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"handler.handler\" "
+		     "event \"ev?il?\": ");
+	free(p);
+}
+
+struct lines {
+	struct buf out;
+	int count[3];
+	size_t longest;
+};
+
+static void collect(void *ctx, int stream, const char *line, size_t len)
+{
+	struct lines *l = ctx;
+	buf_appendf(&l->out, "%d:", stream);
+	buf_append(&l->out, line, len);
+	buf_append(&l->out, "|", 1);
+	l->count[stream]++;
+	if (len > l->longest)
+		l->longest = len;
+}
+
+static void frame(struct buf *b, int stream, const char *p, size_t n)
+{
+	unsigned char h[8] = {(unsigned char)stream, 0, 0, 0, (unsigned char)(n >> 24),
+			      (unsigned char)(n >> 16), (unsigned char)(n >> 8), (unsigned char)n};
+	buf_append(b, h, 8);
+	buf_append(b, p, n);
+}
+
+TEST(demux_every_split_point)
+{
+	struct buf in;
+	buf_init(&in, 1 << 20);
+	frame(&in, 1, "out 0\nout", 9);
+	frame(&in, 2, "err 0\n", 6);
+	frame(&in, 1, " 1\n", 3);
+	frame(&in, 2, "err 1\nerr 2", 11);
+	frame(&in, 1, "", 0);
+	const char *want = "1:out 0|2:err 0|1:out 1|2:err 1|2:err 2|";
+	/* Cut the byte stream at every position: the result never changes. */
+	for (size_t cut = 0; cut <= in.len; cut++) {
+		struct lines l = {0};
+		buf_init(&l.out, 1 << 20);
+		struct runner_demux m;
+		runner_demux_init(&m, collect, &l);
+		runner_demux_feed(&m, in.data, cut);
+		runner_demux_feed(&m, in.data + cut, in.len - cut);
+		runner_demux_flush(&m);
+		if (strcmp(l.out.data ? l.out.data : "", want) != 0)
+			T_FAIL_("cut %zu: %s", cut, l.out.data ? l.out.data : "");
+		runner_demux_free(&m);
+		buf_free(&l.out);
+	}
+	/* Byte by byte. */
+	struct lines l = {0};
+	buf_init(&l.out, 1 << 20);
+	struct runner_demux m;
+	runner_demux_init(&m, collect, &l);
+	for (size_t i = 0; i < in.len; i++)
+		runner_demux_feed(&m, in.data + i, 1);
+	runner_demux_flush(&m);
+	CHECK_STR(l.out.data, want);
+	runner_demux_free(&m);
+	buf_free(&l.out);
+	buf_free(&in);
+}
+
+TEST(long_lines_are_split)
+{
+	/* 40000 bytes without a newline, then a newline: 16384+16384+7232. */
+	size_t n = 40000;
+	char *big = xmalloc(n + 1);
+	memset(big, 'x', n);
+	big[n] = '\n';
+	struct buf in;
+	buf_init(&in, 1 << 20);
+	frame(&in, 1, big, n + 1);
+	struct lines l = {0};
+	buf_init(&l.out, 1 << 20);
+	struct runner_demux m;
+	runner_demux_init(&m, collect, &l);
+	runner_demux_feed(&m, in.data, in.len);
+	runner_demux_flush(&m);
+	CHECK_INT(l.count[1], 3);
+	CHECK_INT(l.longest, RUNNER_LINE_MAX);
+	runner_demux_free(&m);
+	buf_free(&l.out);
+	buf_free(&in);
+
+	/* A 3-byte character across the 16 KiB boundary is not cut. */
+	memset(big, 'y', n);
+	memcpy(big + RUNNER_LINE_MAX - 1, "\xe2\x82\xac", 3);
+	buf_init(&in, 1 << 20);
+	frame(&in, 2, big, RUNNER_LINE_MAX + 10);
+	memset(&l, 0, sizeof l);
+	buf_init(&l.out, 1 << 20);
+	runner_demux_init(&m, collect, &l);
+	runner_demux_feed(&m, in.data, in.len);
+	runner_demux_flush(&m);
+	CHECK_INT(l.count[2], 2);
+	CHECK_INT(l.longest, RUNNER_LINE_MAX - 1);
+	CHECK(strstr(l.out.data, "|2:\xe2\x82\xacyy") != NULL);
+	runner_demux_free(&m);
+	buf_free(&l.out);
+	buf_free(&in);
+	free(big);
+}
+
+TEST(huge_output_memory_is_bounded)
+{
+	/* 8 MiB on stderr in one frame, no newline: pieces, never a big buffer. */
+	size_t n = 8u << 20;
+	char *junk = xmalloc(n);
+	memset(junk, 'z', n);
+	struct buf in;
+	buf_init(&in, n + 64);
+	frame(&in, 2, junk, n);
+	struct lines l = {0};
+	buf_init(&l.out, 16u << 20);
+	struct runner_demux m;
+	runner_demux_init(&m, collect, &l);
+	for (size_t off = 0; off < in.len; off += 65536)
+		runner_demux_feed(&m, in.data + off, in.len - off < 65536 ? in.len - off : 65536);
+	runner_demux_flush(&m);
+	CHECK_INT(l.count[2], n / RUNNER_LINE_MAX);
+	CHECK_INT(l.longest, RUNNER_LINE_MAX);
+	runner_demux_free(&m);
+	buf_free(&l.out);
+	buf_free(&in);
+	free(junk);
+}
+
+TEST(wait_answers)
+{
+	int st = -7;
+	char *err = NULL;
+	const char *chunked = "1e\r\n{\"Error\":null,\"StatusCode\":3}\n\r\n0\r\n\r\n";
+	CHECK_INT(runner_parse_wait(chunked, strlen(chunked), &st, &err), 1);
+	CHECK_INT(st, 3);
+	CHECK(err == NULL);
+	/* Incomplete: more bytes needed. */
+	CHECK_INT(runner_parse_wait(chunked, 10, &st, &err), 0);
+	CHECK_INT(runner_parse_wait("", 0, &st, &err), 0);
+	const char *plain = "{\"StatusCode\":0}";
+	CHECK_INT(runner_parse_wait(plain, strlen(plain), &st, &err), 1);
+	CHECK_INT(st, 0);
+	const char *witherr = "{\"StatusCode\":137,\"Error\":{\"Message\":\"oom\"}}";
+	CHECK_INT(runner_parse_wait(witherr, strlen(witherr), &st, &err), 1);
+	CHECK_INT(st, 137);
+	CHECK_STR(err, "oom");
+	free(err);
+	CHECK_INT(runner_parse_wait("zz\r\n", 4, &st, &err), -1);
+	const char *nocode = "{\"Nope\":1}";
+	CHECK_INT(runner_parse_wait(nocode, strlen(nocode), &st, &err), -1);
+}
+
+TEST(outcome_names)
+{
+	CHECK_STR(runner_outcome_name(RUNNER_SUCCESS), "success");
+	CHECK_STR(runner_outcome_name(RUNNER_TIMEOUT), "timeout");
+	CHECK_STR(runner_outcome_name(RUNNER_CANCELLED), "cancelled");
+}
+
+T_MAIN(T_CASE(label_values_are_bounded), T_CASE(prefix_format), T_CASE(demux_every_split_point),
+       T_CASE(long_lines_are_split), T_CASE(huge_output_memory_is_bounded), T_CASE(wait_answers),
+       T_CASE(outcome_names))
