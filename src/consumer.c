@@ -488,6 +488,19 @@ static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
 	return 0;
 }
 
+/* function_events_total: once per message and matched function, counted
+ * when the message is done (ACKed or dead-lettered), not per delivery. */
+static void count_function_events(const struct snapshot *snap, const uint32_t *ids, size_t n)
+{
+	const char *last = NULL;
+	for (size_t i = 0; i < n; i++) {
+		const char *f = snap->rules[ids[i]].fv->fn->name;
+		if (!last || strcmp(last, f) != 0)
+			metrics_function_event(f);
+		last = f;
+	}
+}
+
 /* What became of one matched invocation in this delivery. */
 enum inv_state { INV_PENDING, INV_OK, INV_EXHAUSTED };
 
@@ -558,14 +571,6 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			if (strcmp(st.fields[k], fields[i]) == 0)
 				raw[i] = xstrdup(st.values[k]);
 	}
-	const char *last_fn = NULL;
-	for (size_t i = 0; i < n; i++) {
-		const char *fname = snap->rules[ids[i]].fv->fn->name;
-		if (!last_fn || strcmp(last_fn, fname) != 0)
-			metrics_function_event(fname);
-		last_fn = fname;
-	}
-
 	char last_error[600] = "";
 	for (size_t i = 0; i < n && !c->stop; i++) {
 		const struct rule_ref *rr = &snap->rules[ids[i]];
@@ -721,6 +726,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		}
 		break;
 	}
+	if (all_ok || all_terminal)
+		count_function_events(snap, ids, n);
 	if (all_ok) {
 		metrics_inc(METRIC_EVENTS_PROCESSED);
 		ack_push(c, m->id, key);

@@ -2,18 +2,24 @@
  * relay start: the long-running runtime, in the foreground.
  *
  * Startup order (each step logged): configuration → logger → fail fast when
- * Redis or the Docker daemon is unreachable → orphan sweep → discover and
- * prepare every function (one failing function never blocks the others) →
- * image GC → consumer group → metrics server, retention, consumer threads →
- * consume until SIGINT/SIGTERM. The first signal stops reading and lets
- * in-flight invocations finish (bounded by their timeouts), then exits 0; a
- * second signal stops the running containers and exits at once.
+ * Redis or the Docker daemon is unreachable → state database (never fatal:
+ * without it Relay runs and only the CLI views are empty) → orphan sweep →
+ * discover and prepare every function (reconcile.h; one failing function
+ * never blocks the others) → consumer group → reconciler (which first
+ * removes unused old images), stats flush, metrics server, retention →
+ * consumer threads → consume until SIGINT/SIGTERM. The first signal stops
+ * reading and lets in-flight invocations finish (bounded by their
+ * timeouts), stops the reconciler (an image build in progress is not waited
+ * for beyond RECONCILER_STOP_MS), writes a final stats snapshot (bounded by
+ * FINAL_FLUSH_MS), then exits 0; a second signal stops the running
+ * containers and exits at once.
  *
  * Signals are blocked in every thread and received with sigwait() by the
  * main thread (and the watcher thread after the first), so no handler runs.
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,23 +36,32 @@
 #include "image.h"
 #include "log.h"
 #include "metrics.h"
+#include "reconcile.h"
 #include "redis.h"
 #include "registry.h"
 #include "retention.h"
 #include "runner.h"
 #include "secret.h"
+#include "state.h"
+#include "statsflush.h"
 #include "util.h"
 
 static volatile int cancel_flag;
 static sigset_t stop_signals;
+/* Set once shutdown is complete: the watcher below then returns (it polls
+ * rather than being cancelled, which sanitizers do not unwind cleanly). */
+static atomic_int shutdown_done;
 
 /* After the first signal: a second one cancels running containers and
  * exits at once. */
 static void *second_signal(void *arg)
 {
 	(void)arg;
-	int sig = 0;
-	sigwait(&stop_signals, &sig);
+	int sig;
+	const struct timespec tick = {0, 100 * 1000000L};
+	while ((sig = sigtimedwait(&stop_signals, NULL, &tick)) < 0)
+		if (atomic_load(&shutdown_done))
+			return NULL;
 	cancel_flag = 1;
 	log_warn(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 		 "second signal: stopping running containers and exiting now");
@@ -56,58 +71,10 @@ static void *second_signal(void *arg)
 	return NULL;
 }
 
-/* Prepares every valid function; returns the versions to serve. */
-static struct fn_version **prepare_all(struct docker *d, const char *dir, size_t *n)
-{
-	struct function_scan scan;
-	char *err = NULL;
-	*n = 0;
-	if (function_scan_dir(dir, &scan, &err) < 0) {
-		log_error(LOG_ATTRS("error", err), "cannot read the functions directory; serving no functions");
-		free(err);
-		return xcalloc(1, sizeof(struct fn_version *));
-	}
-	struct fn_version **fvs = xcalloc(scan.n + 1, sizeof *fvs);
-	for (size_t i = 0; i < scan.n; i++) {
-		struct function_entry *e = &scan.v[i];
-		function_entry_log(e);
-		if (e->status == FUNCTION_NO_TEMPLATE)
-			log_info(LOG_ATTRS("function", e->name), "directory has no template.yaml yet; not ready");
-		if (!e->fn)
-			continue;
-		struct image_result res;
-		memset(&res, 0, sizeof res);
-		char *why = NULL;
-		if (image_prepare(d, e->name, e->fn->dir, e->fn->tpl->runtime, &res, &why) < 0) {
-			log_error(LOG_ATTRS("function", e->name, "error", why ? why : ""),
-				  "image build failed; function unavailable");
-			free(why);
-			continue;
-		}
-		char secs[DURATION_STR_MAX];
-		log_info(LOG_ATTRS("function", e->name, "image", res.ref, "built", res.built ? "true" : "false",
-				   "duration", duration_format((int64_t)(res.seconds * 1000) * NS_PER_MS, secs)),
-			 "function prepared");
-		metrics_function_register(e->name);
-		fvs[(*n)++] = fn_version_new(e->fn, xstrdup(res.ref), xstrdup(res.fingerprint));
-		e->fn = NULL;
-		image_result_free(&res);
-	}
-	function_scan_free(&scan);
-	return fvs;
-}
-
-struct keep_list {
-	const char **v;
-	size_t n;
-};
-
-static void collect_image(const char *image, void *ctx)
-{
-	struct keep_list *k = ctx;
-	k->v = xrealloc(k->v, sizeof *k->v * (k->n + 1));
-	k->v[k->n++] = image;
-}
+/* Shutdown bounds: an image build is not waited for beyond this, nor a
+ * final stats write (the database's busy timeout is 2 s). */
+#define RECONCILER_STOP_MS 5000
+#define FINAL_FLUSH_MS 3000
 
 static int start_exec(const struct cmd *self, int argc, char **argv)
 {
@@ -130,6 +97,11 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	struct retention *retention = NULL;
 	struct redis *r = NULL;
 	struct redis_uri uri = {0};
+	struct state *state = NULL;
+	struct reconciler *rec = NULL;
+	struct statsflush *flush = NULL;
+	bool leave_shared = false; /* a thread still uses the registry/state */
+	bool watching = false;     /* the second-signal watcher runs */
 	char *err = NULL;
 	char why[600], addr[300], info[300];
 
@@ -148,6 +120,15 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(d), docker_api_version(d));
 	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
 
+	char *sterr = NULL;
+	if (state_open(cfg.data_dir, &state, &sterr) < 0) {
+		log_warn(LOG_ATTRS("error", sterr ? sterr : ""),
+			 "state database unavailable; running without it");
+		free(sterr);
+	} else {
+		log_info(LOG_ATTRS("path", state_path(state)), "state database ready");
+	}
+
 	size_t swept = 0;
 	char *serr = NULL;
 	if (runner_sweep_orphans(d, NULL, RUNNER_SWEEP_TIMEOUT_MS, &swept, &serr) < 0) {
@@ -160,20 +141,14 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	}
 
 	reg = registry_new();
-	size_t nfns = 0;
-	struct fn_version **fvs = prepare_all(d, cfg.functions_dir, &nfns);
-	registry_publish(reg, fvs, nfns);
+	struct reconcile_config rcfg = {
+		.functions_dir = cfg.functions_dir,
+		.registry = reg,
+		.state = state,
+	};
+	rec = reconciler_new(&rcfg);
+	size_t nfns = reconciler_load(rec, d);
 	log_info(NULL, "Loaded %zu function(s)", nfns);
-
-	struct keep_list keep = {0};
-	registry_images_in_use(reg, collect_image, &keep);
-	size_t removed = 0;
-	char *gerr = NULL;
-	if (image_gc(d, NULL, keep.v, keep.n, &removed, &gerr) < 0) {
-		log_warn(LOG_ATTRS("error", gerr ? gerr : ""), "image cleanup failed");
-		free(gerr);
-	}
-	free(keep.v);
 
 	char *uwhy = NULL;
 	if (redis_uri_parse(cfg.redis_uri, &uri, &uwhy) < 0) {
@@ -190,6 +165,17 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 		goto out;
 	}
 	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group), "consumer group ready");
+
+	char *rerr = NULL;
+	struct docker *rd = d;
+	d = NULL; /* the reconciler thread owns it now */
+	if (reconciler_start(rec, rd, &rerr) < 0) {
+		log_error(LOG_ATTRS("error", rerr), "cannot start the reconciler");
+		free(rerr);
+		goto out;
+	}
+	log_info(LOG_ATTRS("path", cfg.functions_dir), "watching the functions directory");
+	flush = statsflush_start(state, 0);
 
 	if (cfg.metrics_addr)
 		metrics_server_start(cfg.metrics_addr);
@@ -220,24 +206,37 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 		 "Relay stopping: finishing in-flight invocations");
 	pthread_t watcher;
-	pthread_create(&watcher, NULL, second_signal, NULL);
-	pthread_detach(watcher);
+	watching = pthread_create(&watcher, NULL, second_signal, NULL) == 0;
 	consumer_stop(consumer);
 	rc = 0;
 out:
+	if (reconciler_stop(rec, RECONCILER_STOP_MS) < 0)
+		leave_shared = true;
+	if (statsflush_stop(flush, FINAL_FLUSH_MS) < 0)
+		leave_shared = true;
+	else
+		statsflush_free(flush);
 	if (consumer)
 		consumer_free(consumer);
 	retention_stop(retention);
 	if (cfg.metrics_addr)
 		metrics_server_stop();
 	secret_provider_free(secrets);
-	registry_free(reg);
+	if (!leave_shared) {
+		reconciler_free(rec);
+		registry_free(reg);
+		state_close(state);
+	}
 	redis_free(r);
 	redis_uri_free(&uri);
 	docker_close(d);
 	free(err);
 	config_free(&cfg);
 	log_info(NULL, rc == 0 ? "Relay stopped" : "Relay failed to start");
+	if (watching) {
+		atomic_store(&shutdown_done, 1);
+		pthread_join(watcher, NULL);
+	}
 	return rc;
 }
 

@@ -36,6 +36,9 @@ track() { PIDS+=("$1"); }
 
 fail() {
 	echo "assertion failed: $*"
+	# Keep the logs of the last failure for a closer look.
+	rm -rf /tmp/relay-it-last-failure && mkdir -p /tmp/relay-it-last-failure &&
+		find "$TMP" -maxdepth 1 -name '*.log' -exec cp {} /tmp/relay-it-last-failure/ \; 2>/dev/null
 	for f in out err; do
 		if [ -s "$TMP/$f" ]; then
 			echo "--- std$f:"

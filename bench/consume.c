@@ -1,0 +1,694 @@
+/*
+ * bench/consume: Relay's consume-and-ACK rate for events that match no rule,
+ * against a minimal XREADGROUP + XACK loop on the same Redis in the same run
+ * (issue 5), Relay's RSS while it does so, and the cost of the hot-path
+ * metric updates, metrics on vs off (issue 7).
+ *
+ *   build/bench/consume [RELAY_BINARY]     (default build/relay)
+ *
+ * It starts its own redis-server on a free port in a temporary directory.
+ * Each measurement gets a fresh stream of N_EVENTS events (a ~200-byte JSON
+ * object in the `event` field, pushed with pipelined XADDs) and a fresh
+ * group created at 0 before anything reads:
+ *
+ *   minimal   one connection: XREADGROUP GROUP g c COUNT 16 STREAMS s >,
+ *             then one XACK of the returned ids, until all are ACKed
+ *             (timed directly);
+ *   binary    `relay start` as a child process (REDIS_URI/STREAM/GROUP, an
+ *             empty RELAY_FUNCTIONS_DIR, a temporary RELAY_DATA_DIR,
+ *             LOG_LEVEL=WARN, default MAX_CONCURRENCY / MAX_BUFFERED_EVENTS,
+ *             METRICS_ADDR unset), then SIGTERM;
+ *   on / off  consumer_start() in this process with an empty registry and a
+ *             no-op invoke callback (the defaults relay start uses: 8
+ *             workers, 16 buffered), metrics_set_enabled(true / false).
+ *
+ * For binary and on/off a poller reads XINFO GROUPS every millisecond on its
+ * own connection: the clock starts at the first poll that sees the group
+ * has read something (so Relay's startup is excluded) and stops at the first
+ * poll that sees the last entry delivered and nothing pending. The child's
+ * VmRSS is read from /proc when 10,000 events are ACKed and when all are.
+ *
+ * The child talks to a tiny Docker API stand-in served by this program on a
+ * unix socket (GET /version, /_ping, /containers/json, /images/json), not to
+ * the real daemon: `relay start` force-removes this host's relay containers
+ * and garbage-collects relay-fn-* images at startup, which would hit other
+ * work sharing the daemon, and none of it is part of what is measured.
+ *
+ * Measurements are interleaved (minimal, binary, on, off; on/off swapped on
+ * every other round) over ROUNDS rounds and medians reported: this is a
+ * 2-core machine also running redis-server.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "consumer.h"
+#include "duration.h"
+#include "log.h"
+#include "metrics.h"
+#include "redis.h"
+#include "registry.h"
+#include "util.h"
+
+#define N_EVENTS 100000
+#define RSS_EARLY_AT 10000
+#define ROUNDS 3
+#define FILL_CHUNK 1000
+#define POLL_US 1000
+#define WAIT_LIMIT_NS (300LL * NS_PER_SEC)
+#define MINIMAL_COUNT 16
+
+extern char **environ;
+
+static char tmpdir[64];
+static pid_t redis_pid;
+static char redis_port[16];
+static struct redis_uri uri;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void die(const char *what)
+{
+	fprintf(stderr, "consume: %s\n", what);
+	exit(1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+	double s[ROUNDS];
+	memcpy(s, v, (size_t)n * sizeof *v);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	nanosleep(&ts, NULL);
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+		die("cannot find a free port");
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static struct redis *conn(void)
+{
+	struct redis_opts o = {.connect_timeout_ms = 5000, .command_timeout_ms = 30000};
+	struct redis *r = redis_new(&uri, &o);
+	if (redis_connect(r) < 0)
+		die(redis_errmsg(r));
+	return r;
+}
+
+static void command_ok(struct redis *r, int argc, const char **argv)
+{
+	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
+	if (!rep || rep->type == REDIS_REPLY_ERROR) {
+		fprintf(stderr, "consume: %s failed: %s\n", argv[0], rep ? rep->str : redis_errmsg(r));
+		exit(1);
+	}
+	freeReplyObject(rep);
+}
+
+/* ---- redis-server ------------------------------------------------------ */
+
+static void redis_start(void)
+{
+	char dir[128];
+	snprintf_(dir, sizeof dir, "%s/redis", tmpdir);
+	if (mkdir(dir, 0700) < 0)
+		die("cannot create the redis directory");
+	snprintf_(redis_port, sizeof redis_port, "%d", free_port());
+	redis_pid = fork();
+	if (redis_pid < 0)
+		die("fork failed");
+	if (redis_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("redis-server", "redis-server", "--bind", "127.0.0.1", "--port", redis_port,
+		       "--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning",
+		       (char *)NULL);
+		_exit(127);
+	}
+	uri.host = "127.0.0.1";
+	uri.port = redis_port;
+	for (int i = 0; i < 100; i++) {
+		struct redis *r = redis_new(&uri, NULL);
+		int ok = redis_connect(r) == 0;
+		redis_free(r);
+		if (ok)
+			return;
+		sleep_us(50000);
+	}
+	die("redis-server did not start");
+}
+
+static void redis_stop(void)
+{
+	if (redis_pid > 0) {
+		kill(redis_pid, SIGTERM);
+		waitpid(redis_pid, NULL, 0);
+		redis_pid = 0;
+	}
+}
+
+/* ---- Docker API stand-in ---------------------------------------------- */
+
+static char docker_sock[128];
+static int docker_fd = -1;
+static atomic_int docker_stop;
+static pthread_t docker_thread;
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+static void docker_answer(int fd)
+{
+	char req[8192];
+	size_t len = 0;
+	while (len < sizeof req - 1) {
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, 5000) <= 0)
+			return;
+		ssize_t n = read(fd, req + len, sizeof req - 1 - len);
+		if (n <= 0)
+			return;
+		len += (size_t)n;
+		req[len] = '\0';
+		if (strstr(req, "\r\n\r\n"))
+			break;
+	}
+	char method[16] = "", path[512] = "";
+	const char *sp = strchr(req, ' ');
+	const char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
+	if (sp && sp2 && (size_t)(sp - req) < sizeof method && (size_t)(sp2 - sp - 1) < sizeof path) {
+		memcpy(method, req, (size_t)(sp - req));
+		method[sp - req] = '\0';
+		memcpy(path, sp + 1, (size_t)(sp2 - sp - 1));
+		path[sp2 - sp - 1] = '\0';
+	}
+	const char *p = path;
+	if (strncmp(p, "/v1.", 4) == 0 && strchr(p + 1, '/'))
+		p = strchr(p + 1, '/'); /* drop the version prefix */
+	int status = 200;
+	const char *body;
+	if (strcmp(method, "GET") == 0 && strcmp(p, "/version") == 0)
+		body = "{\"Version\":\"bench-stub\",\"ApiVersion\":\"1.41\",\"MinAPIVersion\":\"1.12\"}";
+	else if (strcmp(method, "GET") == 0 && strcmp(p, "/_ping") == 0)
+		body = "OK";
+	else if (strcmp(method, "GET") == 0 && (str_has_prefix(p, "/containers/json") ||
+						 str_has_prefix(p, "/images/json")))
+		body = "[]";
+	else {
+		status = 404;
+		body = "{\"message\":\"not served by the bench/consume Docker stand-in\"}";
+	}
+	char head[256];
+	snprintf_(head, sizeof head,
+		  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nApi-Version: 1.41\r\n"
+		  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+		  status, status == 200 ? "OK" : "Not Found",
+		  strcmp(body, "OK") == 0 ? "text/plain" : "application/json", strlen(body));
+	write_all(fd, head, strlen(head));
+	write_all(fd, body, strlen(body));
+}
+
+static void *docker_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&docker_stop)) {
+		struct pollfd p = {docker_fd, POLLIN, 0};
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		int fd = accept(docker_fd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		docker_answer(fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void docker_stub_start(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf_(docker_sock, sizeof docker_sock, "%s/docker.sock", tmpdir);
+	strlcpy_(a.sun_path, docker_sock, sizeof a.sun_path);
+	docker_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (docker_fd < 0 || bind(docker_fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(docker_fd, 16) < 0)
+		die("cannot serve the Docker stand-in");
+	pthread_create(&docker_thread, NULL, docker_main, NULL);
+}
+
+static void docker_stub_stop(void)
+{
+	atomic_store(&docker_stop, 1);
+	pthread_join(docker_thread, NULL);
+	close(docker_fd);
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+/* Pushes N_EVENTS events to a fresh stream, creates group g at 0; the last
+ * id goes to last_id. Returns the size of one event. */
+static size_t fill(struct redis *r, const char *stream, char *last_id, size_t idlen)
+{
+	const char *unlink[] = {"UNLINK", stream};
+	command_ok(r, 2, unlink);
+	char ev[512];
+	size_t evlen = 0;
+	for (int base = 0; base < N_EVENTS; base += FILL_CHUNK) {
+		int k = N_EVENTS - base < FILL_CHUNK ? N_EVENTS - base : FILL_CHUNK;
+		for (int i = 0; i < k; i++) {
+			int seq = base + i;
+			snprintf_(ev, sizeof ev,
+				  "{\"event_id\":\"bench-%08d\",\"event_name\":\"bench.nothing_matches\","
+				  "\"source\":\"relay-bench\",\"occurred_at\":\"2026-01-01T00:00:00Z\","
+				  "\"data\":{\"order_id\":%d,\"amount\":1234,\"currency\":\"EUR\","
+				  "\"items\":[\"a\",\"b\",\"c\"],\"note\":\"no rule\"}}",
+				  seq, seq);
+			evlen = strlen(ev);
+			const char *argv[] = {"XADD", stream, "*", "event", ev};
+			if (redis_append_argv(r, 5, argv, NULL) < 0)
+				die(redis_errmsg(r));
+		}
+		for (int i = 0; i < k; i++) {
+			redisReply *rep = redis_get_reply(r, -1);
+			if (!rep || rep->type != REDIS_REPLY_STRING)
+				die(rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "XADD failed");
+			if (base + i == N_EVENTS - 1)
+				snprintf_(last_id, idlen, "%.*s", (int)rep->len, rep->str);
+			freeReplyObject(rep);
+		}
+	}
+	const char *group[] = {"XGROUP", "CREATE", stream, "g", "0"};
+	command_ok(r, 5, group);
+	return evlen;
+}
+
+static void drop(struct redis *r, const char *stream)
+{
+	const char *unlink[] = {"UNLINK", stream};
+	command_ok(r, 2, unlink);
+}
+
+/* ---- a: the minimal loop ----------------------------------------------- */
+
+static double run_minimal(struct redis *r, const char *stream)
+{
+	char count[16];
+	snprintf_(count, sizeof count, "%d", MINIMAL_COUNT);
+	const char *rd[] = {"XREADGROUP", "GROUP", "g", "c", "COUNT", count, "STREAMS", stream, ">"};
+	const char *ack[3 + MINIMAL_COUNT] = {"XACK", stream, "g"};
+	long long acked = 0;
+	int64_t t0 = now_mono_ns();
+	while (acked < N_EVENTS) {
+		redisReply *rep = redis_command_argv(r, 9, rd, NULL);
+		if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1)
+			die("minimal loop: XREADGROUP returned no entries before the end");
+		const redisReply *entries = rep->element[0]->element[1];
+		size_t k = entries->elements;
+		for (size_t i = 0; i < k; i++)
+			ack[3 + i] = entries->element[i]->element[0]->str;
+		redisReply *a = redis_command_argv(r, 3 + (int)k, ack, NULL);
+		if (!a || a->type != REDIS_REPLY_INTEGER)
+			die("minimal loop: XACK failed");
+		acked += a->integer;
+		freeReplyObject(a);
+		freeReplyObject(rep);
+	}
+	return N_EVENTS / ((double)(now_mono_ns() - t0) / 1e9);
+}
+
+/* ---- the poller ---------------------------------------------------------- */
+
+struct progress {
+	double rate;          /* events/s */
+	long rss_early_kib;   /* VmRSS at RSS_EARLY_AT ACKed (child only) */
+	long rss_end_kib;     /* VmRSS once all are ACKed */
+	long hwm_kib;         /* VmHWM then */
+};
+
+static long proc_status_kib(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	snprintf_(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long v = -1;
+	size_t kl = strlen(key);
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+			char *end;
+			v = strtol(line + kl + 1, &end, 10);
+			if (end == line + kl + 1)
+				v = -1;
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+/* Group g of stream: entries-read (-1 if nil), pending and last-delivered-id. */
+static void group_info(struct redis *r, const char *stream, long long *read, long long *pending,
+		       char *last, size_t lastlen)
+{
+	const char *argv[] = {"XINFO", "GROUPS", stream};
+	redisReply *rep = redis_command_argv(r, 3, argv, NULL);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1)
+		die("XINFO GROUPS failed");
+	const redisReply *g = rep->element[0];
+	*read = -1;
+	*pending = -1;
+	last[0] = '\0';
+	for (size_t i = 0; i + 1 < g->elements; i += 2) {
+		const char *k = g->element[i]->str;
+		const redisReply *v = g->element[i + 1];
+		if (strcmp(k, "entries-read") == 0 && v->type == REDIS_REPLY_INTEGER)
+			*read = v->integer;
+		else if (strcmp(k, "pending") == 0 && v->type == REDIS_REPLY_INTEGER)
+			*pending = v->integer;
+		else if (strcmp(k, "last-delivered-id") == 0 && v->type == REDIS_REPLY_STRING)
+			snprintf_(last, lastlen, "%.*s", (int)v->len, v->str);
+	}
+	freeReplyObject(rep);
+}
+
+/* Waits until every event of stream is delivered to g and ACKed. */
+static void wait_consumed(struct redis *r, const char *stream, const char *last_id, pid_t child,
+			  struct progress *out)
+{
+	int64_t t_start = 0, deadline = now_mono_ns() + WAIT_LIMIT_NS;
+	memset(out, 0, sizeof *out);
+	for (;;) {
+		long long read, pending;
+		char last[64];
+		group_info(r, stream, &read, &pending, last, sizeof last);
+		int64_t now = now_mono_ns();
+		bool any = strcmp(last, "0-0") != 0;
+		if (!t_start && any)
+			t_start = now;
+		if (child && !out->rss_early_kib && read >= 0 && read - pending >= RSS_EARLY_AT)
+			out->rss_early_kib = proc_status_kib(child, "VmRSS");
+		if (strcmp(last, last_id) == 0 && pending == 0) {
+			if (child) {
+				out->rss_end_kib = proc_status_kib(child, "VmRSS");
+				out->hwm_kib = proc_status_kib(child, "VmHWM");
+			}
+			out->rate = N_EVENTS / ((double)(now - t_start) / 1e9);
+			return;
+		}
+		if (now > deadline)
+			die("timed out waiting for the events to be ACKed");
+		if (child && waitpid(child, NULL, WNOHANG) == child) {
+			fprintf(stderr, "consume: relay exited early; see %s/relay.log\n", tmpdir);
+			exit(1);
+		}
+		sleep_us(POLL_US);
+	}
+}
+
+/* ---- b: the relay binary ----------------------------------------------- */
+
+static char **child_env(const char *stream)
+{
+	static const char *const drop_vars[] = {
+		"REDIS_URI=", "REDIS_STREAM=", "REDIS_GROUP=", "REDIS_STREAM_RETENTION=",
+		"METRICS_ADDR=", "GIT_WEBHOOK_ADDR=", "LOG_LEVEL=", "MAX_CONCURRENCY=",
+		"MAX_BUFFERED_EVENTS=", "RELAY_FUNCTIONS_DIR=", "RELAY_DATA_DIR=", "DOCKER_HOST=",
+		"DOCKER_TLS_VERIFY=", "DOCKER_CERT_PATH=", "DOCKER_API_VERSION="};
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = xcalloc(n + 16, sizeof *env);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool skip = false;
+		for (size_t j = 0; j < ARRAY_LEN(drop_vars) && !skip; j++)
+			skip = str_has_prefix(environ[i], drop_vars[j]);
+		if (!skip)
+			env[k++] = xstrdup(environ[i]);
+	}
+	env[k++] = xasprintf("REDIS_URI=127.0.0.1:%s", redis_port);
+	env[k++] = xasprintf("REDIS_STREAM=%s", stream);
+	env[k++] = xstrdup("REDIS_GROUP=g");
+	env[k++] = xstrdup("LOG_LEVEL=WARN");
+	env[k++] = xasprintf("RELAY_FUNCTIONS_DIR=%s/functions", tmpdir);
+	env[k++] = xasprintf("RELAY_DATA_DIR=%s/data", tmpdir);
+	env[k++] = xasprintf("DOCKER_HOST=unix://%s", docker_sock);
+	env[k] = NULL;
+	return env;
+}
+
+static void free_env(char **env)
+{
+	for (size_t i = 0; env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static void run_binary(struct redis *r, const char *relay, const char *stream, const char *last_id,
+		       struct progress *out)
+{
+	char **env = child_env(stream);
+	char log_path[128];
+	snprintf_(log_path, sizeof log_path, "%s/relay.log", tmpdir);
+	int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (logfd < 0)
+		die("cannot open relay.log");
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork failed");
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		char *const argv[] = {(char *)relay, "start", NULL};
+		execve(relay, argv, env);
+		_exit(127);
+	}
+	close(logfd);
+	free_env(env);
+	wait_consumed(r, stream, last_id, pid, out);
+	kill(pid, SIGTERM);
+	int status = 0;
+	int64_t deadline = now_mono_ns() + 15 * NS_PER_SEC;
+	while (waitpid(pid, &status, WNOHANG) != pid) {
+		if (now_mono_ns() > deadline) {
+			fprintf(stderr, "consume: relay ignored SIGTERM for 15 s; killing it\n");
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			break;
+		}
+		sleep_us(10000);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "consume: relay did not exit 0 after SIGTERM (status 0x%x); see %s\n",
+			(unsigned)status, log_path);
+}
+
+/* ---- c: the consumer in process ---------------------------------------- */
+
+static void noop_invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res)
+{
+	(void)ctx, (void)req;
+	res->outcome = INVOKE_OK;
+	res->exit_code = 0;
+}
+
+static double run_inprocess(struct redis *r, const char *stream, const char *last_id, bool metrics)
+{
+	struct registry *reg = registry_new();
+	metrics_set_enabled(metrics);
+	struct consumer_config cfg = {
+		.uri = &uri,
+		.stream = stream,
+		.group = "g",
+		.consumer = "bench",
+		.max_buffered = 16,   /* MAX_BUFFERED_EVENTS default */
+		.max_concurrency = 8, /* MAX_CONCURRENCY default */
+		.registry = reg,
+		.invoke = noop_invoke,
+	};
+	struct consumer *c = consumer_start(&cfg);
+	struct progress p;
+	wait_consumed(r, stream, last_id, 0, &p);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	metrics_set_enabled(true);
+	return p.rate;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void cleanup(void)
+{
+	redis_stop();
+	if (tmpdir[0])
+		nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(int argc, char **argv)
+{
+	const char *relay = argc > 1 ? argv[1] : "build/relay";
+	if (access(relay, X_OK) != 0) {
+		fprintf(stderr, "consume: %s is not executable (run from the repository root after make, "
+				"or pass the binary)\n", relay);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	log_set_level(LOG_WARN);
+	snprintf_(tmpdir, sizeof tmpdir, "/tmp/relay-bench.XXXXXX");
+	if (!mkdtemp(tmpdir))
+		die("mkdtemp failed");
+	atexit(cleanup);
+	char d[128];
+	snprintf_(d, sizeof d, "%s/functions", tmpdir);
+	if (mkdir(d, 0700) < 0)
+		die("cannot create the functions directory");
+	snprintf_(d, sizeof d, "%s/data", tmpdir);
+	if (mkdir(d, 0700) < 0)
+		die("cannot create the data directory");
+	redis_start();
+	docker_stub_start();
+
+	struct redis *r = conn();
+	double minimal[ROUNDS], binary[ROUNDS], on[ROUNDS], off[ROUNDS];
+	struct progress bp[ROUNDS];
+	char last[64], stream[64];
+	size_t evlen = 0;
+	printf("bench/consume: %d events per measurement, %d interleaved rounds, redis-server %s on "
+	       "127.0.0.1:%s\n", N_EVENTS, ROUNDS, "(private)", redis_port);
+	fflush(stdout);
+	for (int round = 0; round < ROUNDS; round++) {
+		snprintf_(stream, sizeof stream, "bench:minimal:%d", round);
+		evlen = fill(r, stream, last, sizeof last);
+		minimal[round] = run_minimal(r, stream);
+		drop(r, stream);
+
+		snprintf_(stream, sizeof stream, "bench:binary:%d", round);
+		fill(r, stream, last, sizeof last);
+		run_binary(r, relay, stream, last, &bp[round]);
+		binary[round] = bp[round].rate;
+		drop(r, stream);
+
+		for (int k = 0; k < 2; k++) {
+			bool metrics = (k == 0) == (round % 2 == 0);
+			snprintf_(stream, sizeof stream, "bench:inproc-%s:%d", metrics ? "on" : "off", round);
+			fill(r, stream, last, sizeof last);
+			(metrics ? on : off)[round] = run_inprocess(r, stream, last, metrics);
+			drop(r, stream);
+		}
+		printf("round %d: minimal %.0f/s, relay start %.0f/s (RSS %ld -> %ld KiB), in-process "
+		       "metrics on %.0f/s, off %.0f/s\n",
+		       round + 1, minimal[round], binary[round], bp[round].rss_early_kib,
+		       bp[round].rss_end_kib, on[round], off[round]);
+		fflush(stdout);
+	}
+	redis_free(r);
+	docker_stub_stop();
+
+	double mm = median(minimal, ROUNDS), mb = median(binary, ROUNDS), mon = median(on, ROUNDS),
+	       moff = median(off, ROUNDS);
+	printf("\nevent size %zu bytes; consumers use MAX_CONCURRENCY 8, MAX_BUFFERED_EVENTS 16\n\n",
+	       evlen);
+	printf("%-40s %10s %10s %10s %10s\n", "events/s", "round 1", "round 2", "round 3", "median");
+	const struct {
+		const char *name;
+		const double *v;
+	} rows[] = {{"minimal XREADGROUP COUNT 16 + XACK", minimal},
+		    {"relay start (child process)", binary},
+		    {"consumer in-process, metrics on", on},
+		    {"consumer in-process, metrics off", off}};
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+		printf("%-40s", rows[i].name);
+		for (int k = 0; k < ROUNDS; k++)
+			printf(" %10.0f", rows[i].v[k]);
+		printf(" %10.0f\n", median(rows[i].v, ROUNDS));
+	}
+	double ratio = mb / mm, diff = (moff - mon) / moff * 100;
+	printf("\n%-40s %10.2f   (target >= 0.80: %s)\n", "relay start / minimal", ratio,
+	       ratio >= 0.8 ? "met" : "NOT met");
+	printf("%-40s %10.2f\n", "in-process (metrics on) / minimal", mon / mm);
+	printf("%-40s %9.1f %%   (off - on) / off (target < 3 %%: %s)\n", "metrics cost", diff,
+	       diff < 3 ? "met" : "NOT met");
+	printf("\n%-40s %10s %10s %10s %10s\n", "relay start RSS (KiB)", "round 1", "round 2", "round 3",
+	       "max");
+	const char *rss_names[] = {"VmRSS after 10,000 ACKed", "VmRSS after 100,000 ACKed",
+				   "VmHWM (peak)"};
+	long worst_end = 0, worst_growth = 0;
+	for (int row = 0; row < 3; row++) {
+		printf("%-40s", rss_names[row]);
+		long mx = 0;
+		for (int k = 0; k < ROUNDS; k++) {
+			long v = row == 0 ? bp[k].rss_early_kib : row == 1 ? bp[k].rss_end_kib : bp[k].hwm_kib;
+			printf(" %10ld", v);
+			if (v > mx)
+				mx = v;
+		}
+		printf(" %10ld\n", mx);
+	}
+	for (int k = 0; k < ROUNDS; k++) {
+		if (bp[k].rss_end_kib > worst_end)
+			worst_end = bp[k].rss_end_kib;
+		if (bp[k].rss_end_kib - bp[k].rss_early_kib > worst_growth)
+			worst_growth = bp[k].rss_end_kib - bp[k].rss_early_kib;
+	}
+	printf("%-40s %10.1f MiB (target < 16 MiB: %s); growth 10k -> 100k at most %ld KiB\n",
+	       "largest VmRSS after the run", worst_end / 1024.0, worst_end < 16 * 1024 ? "met" : "NOT met",
+	       worst_growth);
+	return 0;
+}

@@ -1,0 +1,1156 @@
+/*
+ * The reconciler (reconcile.h has the behaviour; this note the mechanics).
+ *
+ * Tracks. Every directory entry of the functions directory that was ever
+ * seen has a struct track: its active version (the fn_version in the
+ * current snapshot, or NULL), the note of its last look (no template,
+ * invalid name, failed at fingerprint X) and its debounce deadline. Only
+ * this thread publishes, so an active fn_version is always in the current
+ * snapshot and safe to read here; once a snapshot without it is published
+ * it is never touched again (in-flight work may still hold it).
+ *
+ * Watches. One inotify descriptor; a table maps each watch descriptor to
+ * its function (NULL for the functions directory itself) and path. A new
+ * directory below a function is watched as soon as its IN_CREATE or
+ * IN_MOVED_TO arrives, and its contents are walked after the watch exists,
+ * so nothing created in it meanwhile is missed (the look that follows
+ * fingerprints the whole tree anyway). A renamed directory keeps its watch
+ * descriptor (same inode): adding it again only updates the table. The
+ * kernel drops watches of deleted directories (IN_IGNORED).
+ *
+ * Image hygiene. Publishing a replacement (or a removal) queues the old
+ * image; the queue is looked at every RECONCILE_GC_RETRY_NS, and once the
+ * image is in no live snapshot and held by no running container,
+ * image_gc(function) removes every unused relay-fn-<function>:* tag.
+ */
+#include "reconcile.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "duration.h"
+#include "fingerprint.h"
+#include "function.h"
+#include "image.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#define ROOT_MASK (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+#define TREE_MASK                                                                                  \
+	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |       \
+	 IN_ATTRIB | IN_DELETE_SELF)
+#define BUILD_RETRY_MIN_NS (60LL * NS_PER_SEC)
+#define BUILD_RETRY_MAX_NS (30LL * NS_PER_MIN)
+
+enum note {
+	NOTE_NONE,
+	NOTE_NO_TEMPLATE,
+	NOTE_BAD_NAME,
+	NOTE_FAILED,
+};
+
+struct track {
+	char *name;
+	struct fn_version *active; /* in the current snapshot, or NULL */
+	enum note note;
+	/* NOTE_FAILED: the fingerprint that failed ("" when the tree could not
+	 * even be read), why, and whether it was the image build. */
+	char failed_fp[FINGERPRINT_HEX_LEN + 1];
+	char *error;
+	bool build_failure;
+	int64_t retry_at_ns, retry_backoff_ns;
+	int64_t due_ns, first_ns; /* debounce: 0 when nothing is pending */
+	bool seen;                /* scratch for full passes */
+};
+
+struct watch {
+	int wd;
+	char *fn;   /* function name; NULL for the functions directory */
+	char *path;
+};
+
+struct gc_item {
+	char *fn;
+	char *image;
+};
+
+struct reconciler {
+	struct reconcile_config cfg;
+	char *dir;
+	int ifd, stopfd;
+	int root_wd;
+	bool enospc_logged;
+
+	struct track **tracks; /* sorted by name */
+	size_t ntracks;
+	struct watch *watches;
+	size_t nwatches;
+
+	struct gc_item *gc;
+	size_t ngc;
+	int64_t gc_next_ns;
+	char **startup_gc; /* names whose old images are looked at once started */
+	size_t nstartup_gc;
+
+	struct docker *d; /* the thread's */
+	pthread_t thread;
+	bool started;
+	atomic_int stopping;
+	pthread_mutex_t done_lock;
+	pthread_cond_t done_cond;
+	bool done;
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static char *join_errors(const struct strlist *l)
+{
+	struct buf b;
+	buf_init(&b, 64 * 1024);
+	for (size_t i = 0; i < l->n; i++) {
+		if (i)
+			buf_append(&b, "; ", 2);
+		buf_append(&b, l->v[i], strlen(l->v[i]));
+	}
+	return buf_steal(&b);
+}
+
+/* The state database's view of a function's definition. */
+struct state_def {
+	struct state_function f;
+	struct state_handler *h;
+	struct state_schedule *s;
+	struct state_pair *env, *sec;
+};
+
+static int64_t eff_timeout(int64_t t)
+{
+	return t > 0 ? t : TEMPLATE_DEFAULT_TIMEOUT_NS;
+}
+
+static void def_init(struct state_def *d, const struct function *fn)
+{
+	const struct template *t = fn->tpl;
+	memset(d, 0, sizeof *d);
+	d->h = xcalloc(t->nrules + 1, sizeof *d->h);
+	for (size_t i = 0; i < t->nrules; i++)
+		d->h[i] = (struct state_handler){t->rules[i].handler, eff_timeout(t->rules[i].timeout_ns)};
+	d->s = xcalloc(t->nschedules + 1, sizeof *d->s);
+	for (size_t i = 0; i < t->nschedules; i++)
+		d->s[i] = (struct state_schedule){t->schedules[i].handler, t->schedules[i].cron_expr,
+						  t->schedules[i].timezone,
+						  eff_timeout(t->schedules[i].timeout_ns)};
+	d->env = xcalloc(t->nenv + 1, sizeof *d->env);
+	for (size_t i = 0; i < t->nenv; i++)
+		d->env[i] = (struct state_pair){t->env[i].name, t->env[i].value};
+	d->sec = xcalloc(t->nsecrets + 1, sizeof *d->sec);
+	for (size_t i = 0; i < t->nsecrets; i++)
+		d->sec[i] = (struct state_pair){t->secrets[i].name, t->secrets[i].value};
+	d->f = (struct state_function){
+		.name = fn->name,
+		.runtime = t->runtime->name,
+		.handlers = d->h,
+		.nhandlers = t->nrules,
+		.schedules = d->s,
+		.nschedules = t->nschedules,
+		.env = d->env,
+		.nenv = t->nenv,
+		.secrets = d->sec,
+		.nsecrets = t->nsecrets,
+	};
+}
+
+static void def_free(struct state_def *d)
+{
+	free(d->h);
+	free(d->s);
+	free(d->env);
+	free(d->sec);
+}
+
+/* Logs a state database failure (never fatal) and frees the message. */
+static void state_failed(const char *what, const char *name, char *err)
+{
+	log_warn(LOG_ATTRS("function", name ? name : "", "error", err ? err : ""),
+		 "state database: cannot %s", what);
+	free(err);
+}
+
+static char *fp16(const char *fp, char out[17])
+{
+	strlcpy_(out, fp ? fp : "", 17);
+	return out;
+}
+
+/* ---- tracks ------------------------------------------------------------ */
+
+static size_t track_pos(const struct reconciler *rc, const char *name, bool *found)
+{
+	size_t lo = 0, hi = rc->ntracks;
+	*found = false;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(rc->tracks[mid]->name, name);
+		if (c == 0) {
+			*found = true;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct track *track_find(const struct reconciler *rc, const char *name)
+{
+	bool found;
+	size_t i = track_pos(rc, name, &found);
+	return found ? rc->tracks[i] : NULL;
+}
+
+static struct track *track_get(struct reconciler *rc, const char *name, bool *created)
+{
+	bool found;
+	size_t i = track_pos(rc, name, &found);
+	if (created)
+		*created = !found;
+	if (found)
+		return rc->tracks[i];
+	struct track *t = xcalloc(1, sizeof *t);
+	t->name = xstrdup(name);
+	rc->tracks = xrealloc(rc->tracks, sizeof *rc->tracks * (rc->ntracks + 1));
+	memmove(&rc->tracks[i + 1], &rc->tracks[i], sizeof *rc->tracks * (rc->ntracks - i));
+	rc->tracks[i] = t;
+	rc->ntracks++;
+	return t;
+}
+
+static void track_drop(struct reconciler *rc, struct track *t)
+{
+	bool found;
+	size_t i = track_pos(rc, t->name, &found);
+	if (!found)
+		return;
+	memmove(&rc->tracks[i], &rc->tracks[i + 1], sizeof *rc->tracks * (rc->ntracks - i - 1));
+	rc->ntracks--;
+	free(t->name);
+	free(t->error);
+	free(t);
+}
+
+static void track_clear_failure(struct track *t)
+{
+	t->note = NOTE_NONE;
+	t->failed_fp[0] = '\0';
+	free(t->error);
+	t->error = NULL;
+	t->build_failure = false;
+	t->retry_at_ns = t->retry_backoff_ns = 0;
+}
+
+/* ---- watches ----------------------------------------------------------- */
+
+static struct watch *watch_find(struct reconciler *rc, int wd)
+{
+	for (size_t i = 0; i < rc->nwatches; i++)
+		if (rc->watches[i].wd == wd)
+			return &rc->watches[i];
+	return NULL;
+}
+
+static void watch_set(struct reconciler *rc, int wd, const char *fn, const char *path)
+{
+	struct watch *w = watch_find(rc, wd);
+	if (!w) {
+		rc->watches = xrealloc(rc->watches, sizeof *rc->watches * (rc->nwatches + 1));
+		w = &rc->watches[rc->nwatches++];
+		w->wd = wd;
+	} else {
+		free(w->fn);
+		free(w->path);
+	}
+	w->fn = fn ? xstrdup(fn) : NULL;
+	w->path = xstrdup(path);
+}
+
+static void watch_forget(struct reconciler *rc, int wd)
+{
+	for (size_t i = 0; i < rc->nwatches; i++) {
+		if (rc->watches[i].wd == wd) {
+			free(rc->watches[i].fn);
+			free(rc->watches[i].path);
+			rc->watches[i] = rc->watches[--rc->nwatches];
+			return;
+		}
+	}
+}
+
+/* Stops watching a function's tree (a directory renamed out of reach). */
+static void watch_drop_function(struct reconciler *rc, const char *fn)
+{
+	for (size_t i = 0; i < rc->nwatches;) {
+		struct watch *w = &rc->watches[i];
+		if (w->fn && strcmp(w->fn, fn) == 0) {
+			inotify_rm_watch(rc->ifd, w->wd);
+			free(w->fn);
+			free(w->path);
+			*w = rc->watches[--rc->nwatches];
+		} else {
+			i++;
+		}
+	}
+}
+
+static int add_watch(struct reconciler *rc, const char *fn, const char *path, uint32_t mask)
+{
+	if (rc->ifd < 0)
+		return -1;
+	int wd = inotify_add_watch(rc->ifd, path, mask);
+	if (wd < 0) {
+		if (errno == ENOSPC && !rc->enospc_logged) {
+			rc->enospc_logged = true;
+			log_warn(LOG_ATTRS("path", path),
+				 "inotify watch limit reached (fs.inotify.max_user_watches); changes below "
+				 "unwatched directories are found by the 30s rescan");
+		}
+		return -1;
+	}
+	watch_set(rc, wd, fn, path);
+	return wd;
+}
+
+/* Watches path and every real directory below it (symlinks are not
+ * followed below the function's own directory). */
+static void watch_tree(struct reconciler *rc, const char *fn, const char *path, int depth)
+{
+	uint32_t mask = TREE_MASK | IN_ONLYDIR | (depth ? IN_DONT_FOLLOW : 0);
+	if (add_watch(rc, fn, path, mask) < 0 || depth >= FN_TREE_MAX_DEPTH)
+		return;
+	DIR *dir = opendir(path);
+	if (!dir)
+		return;
+	struct dirent *e;
+	while ((e = readdir(dir))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
+			continue;
+		char *sub = xasprintf("%s/%s", path, e->d_name);
+		struct stat st;
+		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+			watch_tree(rc, fn, sub, depth + 1);
+		free(sub);
+	}
+	closedir(dir);
+}
+
+static void watch_root(struct reconciler *rc)
+{
+	rc->root_wd = add_watch(rc, NULL, rc->dir, ROOT_MASK | IN_ONLYDIR);
+}
+
+/* ---- publishing and image hygiene ------------------------------------- */
+
+static size_t publish(struct reconciler *rc)
+{
+	struct fn_version **fvs = xcalloc(rc->ntracks + 1, sizeof *fvs);
+	size_t n = 0;
+	for (size_t i = 0; i < rc->ntracks; i++)
+		if (rc->tracks[i]->active)
+			fvs[n++] = rc->tracks[i]->active;
+	registry_publish(rc->cfg.registry, fvs, n);
+	return n;
+}
+
+struct keep_list {
+	char **v;
+	size_t n;
+};
+
+static void keep_add(const char *image, void *ctx)
+{
+	struct keep_list *k = ctx;
+	k->v = xrealloc(k->v, sizeof *k->v * (k->n + 1));
+	k->v[k->n++] = xstrdup(image);
+}
+
+static void keep_free(struct keep_list *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->v[i]);
+	free(k->v);
+	k->v = NULL;
+	k->n = 0;
+}
+
+static bool keep_has(const struct keep_list *k, const char *image)
+{
+	for (size_t i = 0; i < k->n; i++)
+		if (strcmp(k->v[i], image) == 0)
+			return true;
+	return false;
+}
+
+static void gc_function(struct reconciler *rc, struct docker *d, const char *fn,
+			const struct keep_list *keep)
+{
+	char *err = NULL;
+	size_t removed = 0;
+	if (image_gc(d, fn, (const char *const *)keep->v, keep->n, &removed, &err) < 0) {
+		log_warn(LOG_ATTRS("function", fn, "error", err ? err : ""),
+			 "image cleanup failed; retried later");
+		free(err);
+	}
+}
+
+static void gc_queue(struct reconciler *rc, const char *fn, const char *image)
+{
+	if (!image)
+		return;
+	rc->gc = xrealloc(rc->gc, sizeof *rc->gc * (rc->ngc + 1));
+	rc->gc[rc->ngc++] = (struct gc_item){xstrdup(fn), xstrdup(image)};
+	rc->gc_next_ns = 0; /* look now */
+}
+
+/* Collects the queued images no snapshot or container uses any more. */
+static void gc_run(struct reconciler *rc, struct docker *d, int64_t now)
+{
+	if (!rc->ngc || now < rc->gc_next_ns)
+		return;
+	rc->gc_next_ns = now + RECONCILE_GC_RETRY_NS;
+	struct keep_list keep = {0};
+	registry_images_in_use(rc->cfg.registry, keep_add, &keep);
+	for (size_t i = 0; i < rc->ngc;) {
+		struct gc_item *it = &rc->gc[i];
+		if (keep_has(&keep, it->image) || image_held(it->image)) {
+			log_debug(LOG_ATTRS("function", it->fn, "image", it->image),
+				  "old function image still in use; removal deferred");
+			i++;
+			continue;
+		}
+		/* One collection covers every queued image of the function. */
+		char *fn = xstrdup(it->fn);
+		gc_function(rc, d, fn, &keep);
+		for (size_t j = 0; j < rc->ngc;) {
+			if (strcmp(rc->gc[j].fn, fn) == 0 && !keep_has(&keep, rc->gc[j].image) &&
+			    !image_held(rc->gc[j].image)) {
+				free(rc->gc[j].fn);
+				free(rc->gc[j].image);
+				rc->gc[j] = rc->gc[--rc->ngc];
+			} else {
+				j++;
+			}
+		}
+		free(fn);
+		i = 0;
+	}
+	keep_free(&keep);
+}
+
+/* ---- looking at one function ------------------------------------------ */
+
+static void record_reconcile(struct reconciler *rc, const char *name, bool ok, const char *error)
+{
+	char *err = NULL;
+	if (rc->cfg.state &&
+	    state_record_reconcile(rc->cfg.state, name, ok, error, time(NULL), &err) < 0)
+		state_failed("record the reconcile outcome", name, err);
+}
+
+/* A failed look: keeps the active version, remembers the fingerprint so
+ * it is not retried until the function changes (or, for a build, until
+ * its backoff has passed). */
+static void note_failure(struct reconciler *rc, struct track *t, const char *fp, const char *error,
+			 bool build)
+{
+	int64_t now = now_mono_ns();
+	t->note = NOTE_FAILED;
+	strlcpy_(t->failed_fp, fp ? fp : "", sizeof t->failed_fp);
+	free(t->error);
+	t->error = xstrdup(error);
+	t->build_failure = build;
+	if (build) {
+		t->retry_backoff_ns = t->retry_backoff_ns ? t->retry_backoff_ns * 2 : BUILD_RETRY_MIN_NS;
+		if (t->retry_backoff_ns > BUILD_RETRY_MAX_NS)
+			t->retry_backoff_ns = BUILD_RETRY_MAX_NS;
+		t->retry_at_ns = now + t->retry_backoff_ns;
+	} else {
+		t->retry_backoff_ns = t->retry_at_ns = 0;
+	}
+	record_reconcile(rc, t->name, false, error);
+}
+
+/*
+ * Prepares fn's image from tree (fingerprint fp) and makes it t's active
+ * version. Takes ownership of fn. Publishes when publish_now (the startup
+ * pass publishes once at the end). Returns 0, or -1 after logging and
+ * recording the failure.
+ */
+static int prepare(struct reconciler *rc, struct docker *d, struct track *t, struct function *fn,
+		   const struct fn_tree *tree, const char *fp, bool startup)
+{
+	struct image_result res;
+	char *why = NULL, *serr = NULL;
+	struct state_def def;
+	def_init(&def, fn);
+	if (!startup && rc->cfg.state &&
+	    state_put_pending(rc->cfg.state, &def.f, time(NULL), &serr) < 0)
+		state_failed("record the function", t->name, serr);
+
+	if (image_prepare_tree(d, t->name, fn->tpl->runtime, tree, &res, &why) < 0) {
+		const char *serving = t->active ? t->active->image : NULL;
+		if (serving)
+			log_error(LOG_ATTRS("function", t->name, "error", why ? why : "", "serving",
+					    serving),
+				  "image build failed; previous version keeps serving");
+		else
+			log_error(LOG_ATTRS("function", t->name, "error", why ? why : ""),
+				  "image build failed; function unavailable");
+		note_failure(rc, t, fp, why ? why : "image build failed", true);
+		free(why);
+		def_free(&def);
+		function_free(fn);
+		return -1;
+	}
+
+	struct fn_version *old = t->active;
+	char *old_image = old && old->image ? xstrdup(old->image) : NULL;
+	bool was_failing = t->note == NOTE_FAILED;
+	t->active = fn_version_new(fn, xstrdup(res.ref), xstrdup(res.fingerprint));
+	metrics_function_register(t->name);
+	if (!startup)
+		publish(rc);
+	if (rc->cfg.state &&
+	    state_mark_ready(rc->cfg.state, t->name, &def.f, res.ref, res.fingerprint, time(NULL),
+			     time(NULL), &serr) < 0)
+		state_failed("mark the function ready", t->name, serr);
+	track_clear_failure(t);
+
+	char secs[DURATION_STR_MAX], short_fp[17];
+	duration_format((int64_t)(res.seconds * 1000) * NS_PER_MS, secs);
+	const char *built = res.built ? "true" : "false";
+	if (startup) {
+		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built, "duration", secs),
+			 "function prepared");
+	} else {
+		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built, "duration", secs),
+			 old ? "function updated" : "function discovered");
+		log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(res.fingerprint, short_fp),
+				   "recovered", was_failing ? "true" : "false"),
+			 "reconcile succeeded");
+	}
+	if (old_image && strcmp(old_image, res.ref) != 0)
+		gc_queue(rc, t->name, old_image);
+	free(old_image);
+	image_result_free(&res);
+	def_free(&def);
+	return 0;
+}
+
+/* The directory is gone: unpublish and forget. */
+static void gone(struct reconciler *rc, struct track *t)
+{
+	char *serr = NULL;
+	if (rc->cfg.state && t->note != NOTE_BAD_NAME &&
+	    state_remove_function(rc->cfg.state, t->name, &serr) < 0)
+		state_failed("remove the function", t->name, serr);
+	watch_drop_function(rc, t->name);
+	if (t->active) {
+		char *image = t->active->image ? xstrdup(t->active->image) : NULL;
+		t->active = NULL;
+		publish(rc);
+		log_info(LOG_ATTRS("function", t->name, "image", image ? image : ""), "function removed");
+		gc_queue(rc, t->name, image);
+		free(image);
+	} else {
+		log_debug(LOG_ATTRS("function", t->name), "directory removed (function was not served)");
+	}
+	track_drop(rc, t);
+}
+
+static bool template_missing(const char *fdir)
+{
+	char *p = xasprintf("%s/template.yaml", fdir);
+	struct stat st;
+	bool missing = lstat(p, &st) < 0 && errno == ENOENT;
+	free(p);
+	return missing;
+}
+
+/* One look at t (see reconcile.h). May drop t. */
+static void look(struct reconciler *rc, struct docker *d, struct track *t)
+{
+	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+	struct fn_tree tree = {0};
+	bool have_tree = false;
+	struct stat st;
+
+	if (stat(fdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		gone(rc, t);
+		goto out;
+	}
+	if (template_missing(fdir)) {
+		if (t->note != NOTE_NO_TEMPLATE) {
+			if (t->active)
+				log_info(LOG_ATTRS("function", t->name, "serving", t->active->image),
+					 "directory has no template.yaml; not ready, previous version keeps serving");
+			else
+				log_info(LOG_ATTRS("function", t->name),
+					 "directory has no template.yaml yet; not ready");
+			t->note = NOTE_NO_TEMPLATE;
+		}
+		goto out;
+	}
+	if (t->note == NOTE_BAD_NAME)
+		goto out;
+	if (!function_name_valid(t->name, NULL)) {
+		/* Logged once with every error, as at startup. */
+		struct function_entry e = {.name = t->name};
+		e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
+		function_entry_log(&e);
+		function_free(e.fn);
+		strlist_free(&e.errors);
+		strlist_free(&e.warnings);
+		t->note = NOTE_BAD_NAME;
+		goto out;
+	}
+
+	char *err = NULL;
+	if (fn_tree_load(fdir, &tree, &err) < 0) {
+		if (!(t->note == NOTE_FAILED && !t->failed_fp[0] && t->error && strcmp(t->error, err) == 0)) {
+			log_warn(LOG_ATTRS("function", t->name, "error", err),
+				 t->active ? "cannot read the function; previous version keeps serving"
+					   : "cannot read the function; skipped");
+			note_failure(rc, t, NULL, err, false);
+		}
+		free(err);
+		goto out;
+	}
+	have_tree = true;
+	char fp[FINGERPRINT_HEX_LEN + 1];
+	fingerprint_tree(&tree, fp);
+
+	if (t->active && t->active->fingerprint && strcmp(fp, t->active->fingerprint) == 0) {
+		if (t->note == NOTE_FAILED) {
+			/* Back to the version being served: the failure is over. */
+			track_clear_failure(t);
+			record_reconcile(rc, t->name, true, NULL);
+			char short_fp[17];
+			log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(fp, short_fp),
+					   "recovered", "true"),
+				 "reconcile succeeded");
+		}
+		t->note = NOTE_NONE;
+		goto out;
+	}
+	if (t->note == NOTE_FAILED && strcmp(fp, t->failed_fp) == 0 &&
+	    (!t->build_failure || now_mono_ns() < t->retry_at_ns))
+		goto out;
+	if (t->note != NOTE_FAILED || strcmp(fp, t->failed_fp) != 0)
+		t->retry_backoff_ns = 0; /* a new version starts a new backoff */
+
+	struct function_entry e = {.name = t->name};
+	e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
+	if (e.status == FUNCTION_NO_TEMPLATE) { /* removed meanwhile */
+		strlist_free(&e.errors);
+		strlist_free(&e.warnings);
+		goto out;
+	}
+	if (e.status == FUNCTION_INVALID) {
+		char *why = join_errors(&e.errors);
+		if (t->active) {
+			for (size_t i = 0; i < e.warnings.n; i++)
+				log_warn(LOG_ATTRS("function", t->name, "warning", e.warnings.v[i]),
+					 "template has an unknown key");
+			log_warn(LOG_ATTRS("function", t->name, "errors", why, "serving", t->active->image),
+				 "invalid function; previous version keeps serving");
+		} else {
+			function_entry_log(&e);
+		}
+		note_failure(rc, t, fp, why, false);
+		free(why);
+		strlist_free(&e.errors);
+		strlist_free(&e.warnings);
+		goto out;
+	}
+	function_entry_log(&e); /* warnings only */
+	strlist_free(&e.errors);
+	strlist_free(&e.warnings);
+	if (t->active) {
+		char short_fp[17];
+		log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(fp, short_fp)),
+			 "function changed; preparing the new version");
+	}
+	prepare(rc, d, t, e.fn, &tree, fp, false);
+out:
+	if (have_tree)
+		fn_tree_free(&tree);
+	free(fdir);
+}
+
+/* ---- the startup pass -------------------------------------------------- */
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Direct subdirectories of dir (symlinks followed), sorted; -1 with *err. */
+static int list_dirs(const char *dir, char ***out, size_t *n, char **err)
+{
+	*out = NULL;
+	*n = 0;
+	DIR *d = opendir(dir);
+	if (!d) {
+		*err = xasprintf("cannot read functions directory %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char *p = xasprintf("%s/%s", dir, e->d_name);
+		struct stat st;
+		bool isdir = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+		free(p);
+		if (!isdir)
+			continue;
+		*out = xrealloc(*out, sizeof **out * (*n + 1));
+		(*out)[(*n)++] = xstrdup(e->d_name);
+	}
+	closedir(d);
+	if (*n)
+		qsort(*out, *n, sizeof **out, name_cmp);
+	return 0;
+}
+
+static void free_names(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+struct reconciler *reconciler_new(const struct reconcile_config *cfg)
+{
+	struct reconciler *rc = xcalloc(1, sizeof *rc);
+	rc->cfg = *cfg;
+	if (!rc->cfg.debounce_ns)
+		rc->cfg.debounce_ns = RECONCILE_DEBOUNCE_NS;
+	if (!rc->cfg.rescan_ns)
+		rc->cfg.rescan_ns = RECONCILE_RESCAN_NS;
+	rc->dir = xstrdup(cfg->functions_dir);
+	rc->root_wd = -1;
+	rc->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	rc->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (rc->ifd < 0)
+		log_warn(LOG_ATTRS("error", strerror(errno)),
+			 "cannot watch the functions directory; changes are found by the 30s rescan");
+	pthread_mutex_init(&rc->done_lock, NULL);
+	pthread_cond_init(&rc->done_cond, NULL);
+	/* Watching starts before the first scan, so no change is missed. */
+	watch_root(rc);
+	return rc;
+}
+
+static void startup_gc_add(struct reconciler *rc, const char *name)
+{
+	for (size_t i = 0; i < rc->nstartup_gc; i++)
+		if (strcmp(rc->startup_gc[i], name) == 0)
+			return;
+	rc->startup_gc = xrealloc(rc->startup_gc, sizeof *rc->startup_gc * (rc->nstartup_gc + 1));
+	rc->startup_gc[rc->nstartup_gc++] = xstrdup(name);
+}
+
+size_t reconciler_load(struct reconciler *rc, struct docker *d)
+{
+	char *err = NULL;
+	/* Functions the previous run knew: their leftover images are collected
+	 * too, even when their directory is gone. */
+	if (rc->cfg.state) {
+		struct state_function_info *prev = NULL;
+		size_t nprev = 0;
+		if (state_list_functions(rc->cfg.state, &prev, &nprev, &err) < 0)
+			state_failed("read the previous functions", NULL, err);
+		for (size_t i = 0; i < nprev; i++)
+			if (function_name_valid(prev[i].name, NULL))
+				startup_gc_add(rc, prev[i].name);
+		state_function_infos_free(prev, nprev);
+		err = NULL;
+	}
+
+	char **names = NULL;
+	size_t nnames = 0;
+	if (list_dirs(rc->dir, &names, &nnames, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "cannot read the functions directory; serving no functions");
+		free(err);
+		publish(rc);
+		return 0;
+	}
+	struct track **ok = xcalloc(nnames + 1, sizeof *ok);
+	struct function **fns = xcalloc(nnames + 1, sizeof *fns);
+	struct state_def *defs = xcalloc(nnames + 1, sizeof *defs);
+	struct state_function *sfs = xcalloc(nnames + 1, sizeof *sfs);
+	size_t nok = 0;
+
+	for (size_t i = 0; i < nnames; i++) {
+		struct track *t = track_get(rc, names[i], NULL);
+		char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+		struct function_entry e = {.name = t->name};
+		e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
+		function_entry_log(&e);
+		bool valid_name = function_name_valid(t->name, NULL);
+		if (valid_name) {
+			watch_tree(rc, t->name, fdir, 0);
+			startup_gc_add(rc, t->name);
+		}
+		if (e.status == FUNCTION_NO_TEMPLATE) {
+			log_info(LOG_ATTRS("function", t->name), "directory has no template.yaml yet; not ready");
+			t->note = NOTE_NO_TEMPLATE;
+		} else if (e.status == FUNCTION_INVALID && !valid_name) {
+			t->note = NOTE_BAD_NAME;
+		} else if (e.status == FUNCTION_INVALID) {
+			/* Remember the failing fingerprint: not parsed again until it changes. */
+			char fp[FINGERPRINT_HEX_LEN + 1] = "";
+			char *ferr = NULL;
+			if (fingerprint_dir(fdir, fp, &ferr) < 0)
+				fp[0] = '\0';
+			free(ferr);
+			char *why = join_errors(&e.errors);
+			note_failure(rc, t, fp, why, false);
+			free(why);
+		} else {
+			ok[nok] = t;
+			fns[nok] = e.fn;
+			e.fn = NULL;
+			def_init(&defs[nok], fns[nok]);
+			sfs[nok] = defs[nok].f;
+			nok++;
+		}
+		strlist_free(&e.errors);
+		strlist_free(&e.warnings);
+		function_free(e.fn);
+		free(fdir);
+	}
+
+	if (rc->cfg.state && state_replace_all(rc->cfg.state, sfs, nok, time(NULL), &err) < 0)
+		state_failed("record the loaded functions", NULL, err);
+	for (size_t i = 0; i < nok; i++)
+		def_free(&defs[i]);
+	free(defs);
+	free(sfs);
+
+	for (size_t i = 0; i < nok; i++) {
+		struct track *t = ok[i];
+		char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+		struct fn_tree tree;
+		char *terr = NULL;
+		if (fn_tree_load(fdir, &tree, &terr) < 0) {
+			char *why = xasprintf("function \"%s\": %s", t->name, terr);
+			log_error(LOG_ATTRS("function", t->name, "error", why), "cannot read the function; skipped");
+			note_failure(rc, t, NULL, why, false);
+			free(why);
+			free(terr);
+			function_free(fns[i]);
+		} else {
+			char fp[FINGERPRINT_HEX_LEN + 1];
+			fingerprint_tree(&tree, fp);
+			prepare(rc, d, t, fns[i], &tree, fp, true);
+			fn_tree_free(&tree);
+		}
+		free(fdir);
+	}
+	free(ok);
+	free(fns);
+	free_names(names, nnames);
+	return publish(rc);
+}
+
+/* ---- the thread -------------------------------------------------------- */
+
+static void mark_dirty(struct reconciler *rc, const char *name, int64_t now)
+{
+	bool created = false;
+	struct track *t = track_get(rc, name, &created);
+	if (!t->due_ns)
+		t->first_ns = now;
+	t->due_ns = now + rc->cfg.debounce_ns;
+	if (t->due_ns > t->first_ns + RECONCILE_DEBOUNCE_MAX_NS)
+		t->due_ns = t->first_ns + RECONCILE_DEBOUNCE_MAX_NS;
+	if (created)
+		log_debug(LOG_ATTRS("function", name), "new directory in the functions directory");
+}
+
+static void handle_event(struct reconciler *rc, const struct inotify_event *ev, int64_t now,
+			 bool *rescan)
+{
+	if (ev->mask & IN_Q_OVERFLOW) {
+		log_warn(NULL, "inotify queue overflowed; rescanning every function");
+		*rescan = true;
+		return;
+	}
+	struct watch *w = watch_find(rc, ev->wd);
+	if (ev->mask & IN_IGNORED) {
+		if (ev->wd == rc->root_wd)
+			rc->root_wd = -1;
+		watch_forget(rc, ev->wd);
+		return;
+	}
+	if (!w)
+		return;
+	if (!w->fn) {
+		if (!ev->len) { /* the functions directory itself moved or went */
+			log_warn(LOG_ATTRS("path", rc->dir),
+				 "the functions directory was moved or removed; rescanning");
+			*rescan = true;
+			return;
+		}
+		char *p = xasprintf("%s/%s", rc->dir, ev->name);
+		struct stat st;
+		bool isdir = (ev->mask & IN_ISDIR) || (stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+		if (isdir || track_find(rc, ev->name))
+			mark_dirty(rc, ev->name, now);
+		if (isdir && (ev->mask & (IN_CREATE | IN_MOVED_TO)) && function_name_valid(ev->name, NULL))
+			watch_tree(rc, ev->name, p, 0);
+		free(p);
+		return;
+	}
+	char *fn = xstrdup(w->fn);
+	if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR) && ev->len) {
+		char *sub = xasprintf("%s/%s", w->path, ev->name);
+		int depth = 0;
+		for (const char *c = sub + strlen(rc->dir) + 1; *c; c++)
+			depth += *c == '/';
+		watch_tree(rc, fn, sub, depth);
+		free(sub);
+	}
+	mark_dirty(rc, fn, now);
+	free(fn);
+}
+
+/* Reads every queued inotify event. */
+static void drain_events(struct reconciler *rc, int64_t now, bool *rescan)
+{
+	char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
+	for (;;) {
+		ssize_t n = read(rc->ifd, buf, sizeof buf);
+		if (n <= 0)
+			return;
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+			handle_event(rc, ev, now, rescan);
+			p += sizeof *ev + ev->len;
+		}
+	}
+}
+
+/* The periodic backstop: every directory entry and every known function. */
+static void full_pass(struct reconciler *rc, struct docker *d)
+{
+	if (rc->root_wd < 0)
+		watch_root(rc);
+	char **names = NULL;
+	size_t n = 0;
+	char *err = NULL;
+	if (list_dirs(rc->dir, &names, &n, &err) < 0) {
+		/* A transient unmount must not unpublish everything. */
+		log_warn(LOG_ATTRS("error", err), "cannot read the functions directory; keeping the current functions");
+		free(err);
+		return;
+	}
+	for (size_t i = 0; i < rc->ntracks; i++)
+		rc->tracks[i]->seen = false;
+	for (size_t i = 0; i < n; i++) {
+		bool created = false;
+		struct track *t = track_get(rc, names[i], &created);
+		t->seen = true;
+		if (created && function_name_valid(t->name, NULL)) {
+			char *p = xasprintf("%s/%s", rc->dir, t->name);
+			watch_tree(rc, t->name, p, 0);
+			free(p);
+		}
+	}
+	free_names(names, n);
+	/* look() may drop tracks: iterate over a copy of the names. */
+	size_t nt = rc->ntracks;
+	char **todo = xcalloc(nt + 1, sizeof *todo);
+	for (size_t i = 0; i < nt; i++)
+		todo[i] = xstrdup(rc->tracks[i]->name);
+	for (size_t i = 0; i < nt && !rc->stopping; i++) {
+		struct track *t = track_find(rc, todo[i]);
+		if (t && !t->due_ns) /* a debounce in progress looks by itself */
+			look(rc, d, t);
+	}
+	free_names(todo, nt);
+}
+
+static void startup_gc(struct reconciler *rc, struct docker *d)
+{
+	if (!rc->nstartup_gc)
+		return;
+	struct keep_list keep = {0};
+	registry_images_in_use(rc->cfg.registry, keep_add, &keep);
+	for (size_t i = 0; i < rc->nstartup_gc && !rc->stopping; i++)
+		gc_function(rc, d, rc->startup_gc[i], &keep);
+	keep_free(&keep);
+	free_names(rc->startup_gc, rc->nstartup_gc);
+	rc->startup_gc = NULL;
+	rc->nstartup_gc = 0;
+}
+
+static void *reconcile_main(void *arg)
+{
+	struct reconciler *rc = arg;
+	struct docker *d = rc->d;
+	int64_t next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+	startup_gc(rc, d);
+	while (!rc->stopping) {
+		int64_t now = now_mono_ns();
+		int64_t next = next_rescan;
+		for (size_t i = 0; i < rc->ntracks; i++)
+			if (rc->tracks[i]->due_ns && rc->tracks[i]->due_ns < next)
+				next = rc->tracks[i]->due_ns;
+		if (rc->ngc && rc->gc_next_ns < next)
+			next = rc->gc_next_ns;
+		int timeout = next <= now ? 0 : (int)((next - now) / NS_PER_MS + 1);
+		struct pollfd pf[2] = {{rc->stopfd, POLLIN, 0}, {rc->ifd, POLLIN, 0}};
+		int np = rc->ifd >= 0 ? 2 : 1;
+		if (poll(pf, (nfds_t)np, timeout) < 0 && errno != EINTR)
+			break;
+		if (rc->stopping || (pf[0].revents & POLLIN))
+			break;
+		now = now_mono_ns();
+		bool rescan = false;
+		if (np == 2 && (pf[1].revents & POLLIN))
+			drain_events(rc, now, &rescan);
+		if (rescan || now >= next_rescan) {
+			full_pass(rc, d);
+			next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+		}
+		/* Debounced functions whose quiet period is over. */
+		for (;;) {
+			now = now_mono_ns();
+			struct track *due = NULL;
+			for (size_t i = 0; i < rc->ntracks && !due; i++)
+				if (rc->tracks[i]->due_ns && rc->tracks[i]->due_ns <= now)
+					due = rc->tracks[i];
+			if (!due || rc->stopping)
+				break;
+			due->due_ns = due->first_ns = 0;
+			look(rc, d, due);
+			/* Events that arrived during a build are read before the next look. */
+			if (rc->ifd >= 0)
+				drain_events(rc, now_mono_ns(), &rescan);
+		}
+		if (rescan) {
+			full_pass(rc, d);
+			next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+		}
+		gc_run(rc, d, now_mono_ns());
+	}
+	pthread_mutex_lock(&rc->done_lock);
+	rc->done = true;
+	pthread_cond_broadcast(&rc->done_cond);
+	pthread_mutex_unlock(&rc->done_lock);
+	return NULL;
+}
+
+int reconciler_start(struct reconciler *rc, struct docker *d, char **err)
+{
+	rc->d = d;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int e = pthread_create(&rc->thread, NULL, reconcile_main, rc);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0) {
+		*err = xasprintf("cannot start the reconciler thread: %s", strerror(e));
+		docker_close(d);
+		rc->d = NULL;
+		return -1;
+	}
+	pthread_setname_np(rc->thread, "reconcile");
+	rc->started = true;
+	return 0;
+}
+
+int reconciler_stop(struct reconciler *rc, int64_t timeout_ms)
+{
+	if (!rc || !rc->started)
+		return 0;
+	rc->stopping = 1;
+	uint64_t one = 1;
+	if (write(rc->stopfd, &one, sizeof one) < 0) {
+		/* The flag alone stops it at its next wake-up. */
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&rc->done_lock);
+	while (!rc->done)
+		if (pthread_cond_timedwait(&rc->done_cond, &rc->done_lock, &until) == ETIMEDOUT)
+			break;
+	bool done = rc->done;
+	pthread_mutex_unlock(&rc->done_lock);
+	if (!done) {
+		log_warn(NULL, "the reconciler is still preparing an image; not waiting for it");
+		return -1;
+	}
+	pthread_join(rc->thread, NULL);
+	rc->started = false;
+	docker_close(rc->d);
+	rc->d = NULL;
+	return 0;
+}
+
+void reconciler_free(struct reconciler *rc)
+{
+	if (!rc)
+		return;
+	for (size_t i = 0; i < rc->ntracks; i++) {
+		free(rc->tracks[i]->name);
+		free(rc->tracks[i]->error);
+		free(rc->tracks[i]);
+	}
+	free(rc->tracks);
+	for (size_t i = 0; i < rc->nwatches; i++) {
+		free(rc->watches[i].fn);
+		free(rc->watches[i].path);
+	}
+	free(rc->watches);
+	for (size_t i = 0; i < rc->ngc; i++) {
+		free(rc->gc[i].fn);
+		free(rc->gc[i].image);
+	}
+	free(rc->gc);
+	free_names(rc->startup_gc, rc->nstartup_gc);
+	if (rc->ifd >= 0)
+		close(rc->ifd);
+	if (rc->stopfd >= 0)
+		close(rc->stopfd);
+	pthread_mutex_destroy(&rc->done_lock);
+	pthread_cond_destroy(&rc->done_cond);
+	free(rc->dir);
+	free(rc);
+}

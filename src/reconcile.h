@@ -1,0 +1,106 @@
+/*
+ * The reconciler: keeps the served function registry in step with the
+ * functions directory, live (relay-spec "Hot reload", "Image lifecycle").
+ *
+ * Startup (reconciler_load, on the caller's thread, before consuming):
+ * every direct subdirectory is looked at once (name rule, template.yaml,
+ * validation); the valid ones become the state database's function set
+ * (pending), then each is fingerprinted and its image prepared (reused
+ * when it exists); a failure is logged and skips only that function. The
+ * prepared versions are published as the first snapshot.
+ *
+ * Live (reconciler_start: one thread, named "reconcile", that owns its
+ * struct docker): inotify watches the functions directory and every real
+ * directory below each function (new nested directories are added as they
+ * appear; IN_Q_OVERFLOW triggers a full rescan). An event marks its
+ * function dirty; the function is looked at once no event has arrived for
+ * RECONCILE_DEBOUNCE_NS (a burst of editor saves is one look), or at the
+ * latest RECONCILE_DEBOUNCE_MAX_NS after the first event of a burst. Every
+ * RECONCILE_RESCAN_NS a full pass looks at every function as a backstop.
+ *
+ * Looking at a function:
+ *   directory gone            unpublished; state row removed; its images
+ *                             are removed once no snapshot or container
+ *                             uses them
+ *   invalid name              logged once, never served
+ *   no template.yaml          "not ready": logged once; an active version
+ *                             keeps serving
+ *   fingerprint unchanged     nothing (not even a template parse)
+ *   fingerprint = last failed nothing: a failing version is retried on the
+ *                             next change; a failed image build (which may
+ *                             be transient) also after a backoff of 1m,
+ *                             doubling up to 30m
+ *   changed                   template parsed and validated, image
+ *                             prepared, then the new version is published
+ *                             (swap only after the image is ready) and
+ *                             older images of the function collected. A
+ *                             failure keeps the previous version serving
+ *                             and is recorded as a failed reconcile.
+ *
+ * Relay never writes into the functions directory: a function's tree is
+ * read into memory once per look (fingerprint.h) and the build context is
+ * made from that copy.
+ *
+ * Thread-safety: reconciler_new/load/start/stop/free are called from one
+ * thread (main). The reconciler is the registry's only publisher. The state
+ * database handle is shared with other writers (state.h serializes calls).
+ */
+#ifndef RELAY_RECONCILE_H
+#define RELAY_RECONCILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "docker.h"
+#include "registry.h"
+#include "state.h"
+
+#define RECONCILE_DEBOUNCE_NS (750LL * 1000000LL)
+#define RECONCILE_DEBOUNCE_MAX_NS (10LL * 1000000000LL)
+#define RECONCILE_RESCAN_NS (30LL * 1000000000LL)
+/* How often unused old images of replaced or removed versions are looked
+ * for while some snapshot or container still holds them. */
+#define RECONCILE_GC_RETRY_NS (2LL * 1000000000LL)
+
+struct reconcile_config {
+	const char *functions_dir; /* borrowed for the reconciler's life */
+	struct registry *registry; /* borrowed; the reconciler is its only publisher */
+	struct state *state;       /* borrowed; NULL: run without the state database */
+	/* Zero fields fall back to the defaults above (tests may shorten them). */
+	int64_t debounce_ns;
+	int64_t rescan_ns;
+};
+
+struct reconciler;
+
+/* A new reconciler; sets up the inotify watch of the functions directory
+ * (a failure is logged: the periodic pass still works). Never NULL. */
+struct reconciler *reconciler_new(const struct reconcile_config *cfg);
+
+/*
+ * The startup pass described above, on the calling thread with its docker
+ * handle d (borrowed). Publishes the first snapshot and returns the number
+ * of functions it serves. Call once, before reconciler_start.
+ */
+size_t reconciler_load(struct reconciler *rc, struct docker *d);
+
+/*
+ * Starts the reconciler thread, which takes ownership of d (closed when the
+ * thread ends). Its first job is removing the unused relay-fn-<name>:*
+ * images of every function it knows (functions directory and previous state
+ * database). Returns 0, or -1 with a malloc'd *err (d is then closed).
+ */
+int reconciler_start(struct reconciler *rc, struct docker *d, char **err);
+
+/*
+ * Asks the thread to stop and waits up to timeout_ms for it (an image build
+ * in progress is not interrupted). Returns 0 once the thread is gone (or was
+ * never started), -1 when it is still busy: the reconciler must then not be
+ * freed (the process is about to exit anyway).
+ */
+int reconciler_stop(struct reconciler *rc, int64_t timeout_ms);
+
+/* Frees the reconciler (stopped, or never started). NULL is fine. */
+void reconciler_free(struct reconciler *rc);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * The stats flush (statsflush.h). The thread sleeps on a condition
+ * variable with a deadline, so stopping wakes it at once; the final flush
+ * runs on the thread itself, and statsflush_stop waits for it with a
+ * timeout, which is what bounds shutdown.
+ */
+#include "statsflush.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+struct statsflush {
+	struct state *st;
+	int64_t interval_ns;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop; /* guarded by lock */
+	bool done; /* guarded by lock */
+	bool failing; /* the thread's own */
+};
+
+static int64_t gauge_int(double v)
+{
+	if (!(v > 0) || isnan(v))
+		return 0;
+	if (v > 9e18)
+		return INT64_MAX;
+	return (int64_t)v;
+}
+
+static int64_t counter_int(uint64_t v)
+{
+	return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+static void debug_line(const struct metrics_global_snapshot *g, size_t nfunctions)
+{
+	if (!log_enabled(LOG_DEBUG))
+		return;
+	char v[11][32];
+	snprintf_(v[0], sizeof v[0], "%llu", (unsigned long long)g->events_received);
+	snprintf_(v[1], sizeof v[1], "%llu", (unsigned long long)g->events_processed);
+	snprintf_(v[2], sizeof v[2], "%llu", (unsigned long long)g->handler_successes);
+	snprintf_(v[3], sizeof v[3], "%llu", (unsigned long long)g->handler_failures);
+	snprintf_(v[4], sizeof v[4], "%llu", (unsigned long long)g->retries);
+	snprintf_(v[5], sizeof v[5], "%llu", (unsigned long long)g->dlq_entries);
+	snprintf_(v[6], sizeof v[6], "%lld", (long long)gauge_int(g->pending_entries));
+	snprintf_(v[7], sizeof v[7], "%lld", (long long)gauge_int(g->pending_oldest_age_seconds));
+	snprintf_(v[8], sizeof v[8], "%lld", (long long)gauge_int(g->buffered_events));
+	snprintf_(v[9], sizeof v[9], "%lld", (long long)gauge_int(g->in_flight_invocations));
+	snprintf_(v[10], sizeof v[10], "%zu", nfunctions);
+	log_debug(LOG_ATTRS("events_received", v[0], "events_processed", v[1], "handler_successes", v[2],
+			    "handler_failures", v[3], "retries", v[4], "dlq_entries", v[5],
+			    "pending_entries", v[6], "pending_oldest_age_seconds", v[7],
+			    "buffered_events", v[8], "in_flight_invocations", v[9], "functions", v[10]),
+		  "periodic metrics snapshot");
+}
+
+/* Takes the snapshot, logs the DEBUG line and, when st is set, writes it. */
+static int flush(struct state *st, char **err)
+{
+	struct metrics_global_snapshot g;
+	struct metrics_function_snapshot *fs = NULL;
+	size_t n = 0;
+	metrics_snapshot(&g, &fs, &n);
+	debug_line(&g, n);
+	int rc = 0;
+	if (st) {
+		struct state_stats s = {
+			.events_received = counter_int(g.events_received),
+			.events_processed = counter_int(g.events_processed),
+			.handler_success = counter_int(g.handler_successes),
+			.handler_failure = counter_int(g.handler_failures),
+			.retries = counter_int(g.retries),
+			.dlq_entries = counter_int(g.dlq_entries),
+			.pending_entries = gauge_int(g.pending_entries),
+			.oldest_pending_age_seconds = gauge_int(g.pending_oldest_age_seconds),
+		};
+		struct state_function_stats *rows = xcalloc(n + 1, sizeof *rows);
+		for (size_t i = 0; i < n; i++)
+			rows[i] = (struct state_function_stats){
+				fs[i].function,
+				{counter_int(fs[i].events), counter_int(fs[i].successes),
+				 counter_int(fs[i].failures), counter_int(fs[i].retries),
+				 counter_int(fs[i].dlq_entries)},
+			};
+		rc = state_write_stats(st, &s, rows, n, time(NULL), err);
+		free(rows);
+	}
+	metrics_snapshot_free(fs, n);
+	return rc;
+}
+
+int statsflush_once(struct state *st, char **err)
+{
+	return flush(st, err);
+}
+
+static void flush_logged(struct statsflush *sf)
+{
+	char *err = NULL;
+	if (flush(sf->st, &err) < 0) {
+		if (!sf->failing)
+			log_warn(LOG_ATTRS("error", err ? err : ""),
+				 "state database: cannot write the stats snapshot; retrying every 5s");
+		sf->failing = true;
+		free(err);
+	} else if (sf->failing) {
+		sf->failing = false;
+		log_info(NULL, "state database: stats snapshot written again");
+	}
+}
+
+static void deadline_in(struct timespec *ts, int64_t ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ns += ts->tv_nsec;
+	ts->tv_sec += (time_t)(ns / 1000000000LL);
+	ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+static void *flush_main(void *arg)
+{
+	struct statsflush *sf = arg;
+	pthread_mutex_lock(&sf->lock);
+	while (!sf->stop) {
+		struct timespec until;
+		deadline_in(&until, sf->interval_ns);
+		while (!sf->stop && pthread_cond_timedwait(&sf->cond, &sf->lock, &until) != ETIMEDOUT)
+			;
+		pthread_mutex_unlock(&sf->lock);
+		flush_logged(sf); /* periodic, or the final one after stop */
+		pthread_mutex_lock(&sf->lock);
+	}
+	sf->done = true;
+	pthread_cond_broadcast(&sf->cond);
+	pthread_mutex_unlock(&sf->lock);
+	return NULL;
+}
+
+struct statsflush *statsflush_start(struct state *st, int64_t interval_ns)
+{
+	struct statsflush *sf = xcalloc(1, sizeof *sf);
+	sf->st = st;
+	sf->interval_ns = interval_ns > 0 ? interval_ns : STATSFLUSH_INTERVAL_NS;
+	pthread_mutex_init(&sf->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sf->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int e = pthread_create(&sf->thread, NULL, flush_main, sf);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0) {
+		log_warn(LOG_ATTRS("error", strerror(e)), "cannot start the stats flush thread");
+		return sf;
+	}
+	pthread_setname_np(sf->thread, "statsflush");
+	sf->started = true;
+	return sf;
+}
+
+int statsflush_stop(struct statsflush *sf, int64_t timeout_ms)
+{
+	if (!sf || !sf->started)
+		return 0;
+	struct timespec until;
+	deadline_in(&until, timeout_ms * 1000000LL);
+	pthread_mutex_lock(&sf->lock);
+	sf->stop = true;
+	pthread_cond_broadcast(&sf->cond);
+	while (!sf->done)
+		if (pthread_cond_timedwait(&sf->cond, &sf->lock, &until) == ETIMEDOUT)
+			break;
+	bool done = sf->done;
+	pthread_mutex_unlock(&sf->lock);
+	if (!done) {
+		log_warn(NULL, "state database: final stats flush did not finish in time; exiting without it");
+		return -1;
+	}
+	pthread_join(sf->thread, NULL);
+	sf->started = false;
+	return 0;
+}
+
+void statsflush_free(struct statsflush *sf)
+{
+	if (!sf)
+		return;
+	pthread_mutex_destroy(&sf->lock);
+	pthread_cond_destroy(&sf->cond);
+	free(sf);
+}
