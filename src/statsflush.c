@@ -22,6 +22,7 @@
 
 struct statsflush {
 	struct state *st;
+	struct registry *reg;
 	int64_t interval_ns;
 	pthread_t thread;
 	bool started;
@@ -70,7 +71,7 @@ static void debug_line(const struct metrics_global_snapshot *g, size_t nfunction
 }
 
 /* Takes the snapshot, logs the DEBUG line and, when st is set, writes it. */
-static int flush(struct state *st, char **err)
+static int flush(struct state *st, struct registry *reg, char **err)
 {
 	struct metrics_global_snapshot g;
 	struct metrics_function_snapshot *fs = NULL;
@@ -90,29 +91,34 @@ static int flush(struct state *st, char **err)
 			.oldest_pending_age_seconds = gauge_int(g.pending_oldest_age_seconds),
 		};
 		struct state_function_stats *rows = xcalloc(n + 1, sizeof *rows);
+		struct snapshot *snap = reg ? registry_acquire(reg) : NULL;
+		size_t nrows = 0;
 		for (size_t i = 0; i < n; i++)
-			rows[i] = (struct state_function_stats){
-				fs[i].function,
-				{counter_int(fs[i].events), counter_int(fs[i].successes),
-				 counter_int(fs[i].failures), counter_int(fs[i].retries),
-				 counter_int(fs[i].dlq_entries)},
-			};
-		rc = state_write_stats(st, &s, rows, n, time(NULL), err);
+			if (!snap || snapshot_find(snap, fs[i].function))
+				rows[nrows++] = (struct state_function_stats){
+					fs[i].function,
+					{counter_int(fs[i].events), counter_int(fs[i].successes),
+					 counter_int(fs[i].failures), counter_int(fs[i].retries),
+					 counter_int(fs[i].dlq_entries)},
+				};
+		if (snap)
+			registry_release(reg, snap);
+		rc = state_write_stats(st, &s, rows, nrows, time(NULL), err);
 		free(rows);
 	}
 	metrics_snapshot_free(fs, n);
 	return rc;
 }
 
-int statsflush_once(struct state *st, char **err)
+int statsflush_once(struct state *st, struct registry *reg, char **err)
 {
-	return flush(st, err);
+	return flush(st, reg, err);
 }
 
 static void flush_logged(struct statsflush *sf)
 {
 	char *err = NULL;
-	if (flush(sf->st, &err) < 0) {
+	if (flush(sf->st, sf->reg, &err) < 0) {
 		if (!sf->failing)
 			log_warn(LOG_ATTRS("error", err ? err : ""),
 				 "state database: cannot write the stats snapshot; retrying every 5s");
@@ -151,10 +157,11 @@ static void *flush_main(void *arg)
 	return NULL;
 }
 
-struct statsflush *statsflush_start(struct state *st, int64_t interval_ns)
+struct statsflush *statsflush_start(struct state *st, struct registry *reg, int64_t interval_ns)
 {
 	struct statsflush *sf = xcalloc(1, sizeof *sf);
 	sf->st = st;
+	sf->reg = reg;
 	sf->interval_ns = interval_ns > 0 ? interval_ns : STATSFLUSH_INTERVAL_NS;
 	pthread_mutex_init(&sf->lock, NULL);
 	pthread_condattr_t ca;

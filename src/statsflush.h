@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "registry.h"
 #include "state.h"
 
 #define STATSFLUSH_INTERVAL_NS (5LL * 1000000000LL)
@@ -26,9 +27,13 @@ struct statsflush;
 
 /*
  * Starts the thread. st may be NULL (no state database): only the DEBUG
- * line is produced. interval_ns 0 means STATSFLUSH_INTERVAL_NS. Never NULL.
+ * line is produced. function_stats rows are written for the functions of
+ * reg's current snapshot only (a removed function's series lives on in the
+ * metrics registry, but its row would outlive its functions row); reg NULL
+ * writes every known function. Both are borrowed. interval_ns 0 means
+ * STATSFLUSH_INTERVAL_NS. Never NULL.
  */
-struct statsflush *statsflush_start(struct state *st, int64_t interval_ns);
+struct statsflush *statsflush_start(struct state *st, struct registry *reg, int64_t interval_ns);
 
 /*
  * Stops the thread after one final flush, waiting at most timeout_ms.
@@ -41,8 +46,8 @@ int statsflush_stop(struct statsflush *sf, int64_t timeout_ms);
 /* Frees a stopped handle. NULL is fine. */
 void statsflush_free(struct statsflush *sf);
 
-/* One flush now, on the calling thread: 0, or -1 with a malloc'd *err
- * (exposed for tests and the final flush). */
-int statsflush_once(struct state *st, char **err);
+/* One flush now, on the calling thread, as the thread does it: 0, or -1
+ * with a malloc'd *err (exposed for tests). */
+int statsflush_once(struct state *st, struct registry *reg, char **err);
 
 #endif

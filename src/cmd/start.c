@@ -175,7 +175,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 		goto out;
 	}
 	log_info(LOG_ATTRS("path", cfg.functions_dir), "watching the functions directory");
-	flush = statsflush_start(state, 0);
+	flush = statsflush_start(state, reg, 0);
 
 	if (cfg.metrics_addr)
 		metrics_server_start(cfg.metrics_addr);
