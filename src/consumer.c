@@ -36,6 +36,9 @@
 #include "slots.h"
 #include "util.h"
 
+/* How long the reader waits for more room before a small read. */
+#define READ_COALESCE_NS (1 * NS_PER_MS)
+
 struct msg {
 	char *id;
 	char **fields; /* alternating names and values (copies; NULL = not a string) */
@@ -144,22 +147,33 @@ static void enqueue_locked(struct consumer *c, struct msg *m)
 	pthread_cond_signal(&c->work);
 }
 
-/* Releases a message's buffer slot. */
-static void release(struct consumer *c, const char *id)
+/* Releases the buffer slots of n messages: one lock and one wake-up for a
+ * whole ACK batch, so the reader is not woken (and the lock not contended)
+ * once per message. */
+static void release_ids(struct consumer *c, const char *const *ids, size_t n)
 {
 	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < c->nheld; i++) {
-		if (strcmp(c->held[i], id) == 0) {
-			free(c->held[i]);
-			c->held[i] = c->held[--c->nheld];
-			break;
+	for (size_t k = 0; k < n; k++) {
+		for (size_t i = 0; i < c->nheld; i++) {
+			if (strcmp(c->held[i], ids[k]) == 0) {
+				free(c->held[i]);
+				c->held[i] = c->held[--c->nheld];
+				break;
+			}
 		}
+		if (c->buffered > 0)
+			c->buffered--;
 	}
-	if (c->buffered > 0)
-		c->buffered--;
 	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
 	pthread_cond_broadcast(&c->space);
 	pthread_mutex_unlock(&c->lock);
+}
+
+/* Releases a message's buffer slot. */
+static void release(struct consumer *c, const char *id)
+{
+	const char *ids[1] = {id};
+	release_ids(c, ids, 1);
 }
 
 /* Messages from an XREADGROUP / XAUTOCLAIM entry list. */
@@ -231,6 +245,11 @@ static void *reader_main(void *arg)
 		pthread_mutex_lock(&c->lock);
 		while (c->buffered >= c->cfg.max_buffered && !c->stop)
 			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
+		/* Less than half the buffer free: wait a moment for the ACKs in
+		 * flight to free more, so one XREADGROUP fetches a batch rather
+		 * than a message or two (bench/consume). */
+		if (c->cfg.max_buffered - c->buffered < (c->cfg.max_buffered + 1) / 2 && !c->stop)
+			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
 		int room = c->cfg.max_buffered - c->buffered;
 		pthread_mutex_unlock(&c->lock);
 		if (c->stop)
@@ -431,8 +450,9 @@ static void *acker_main(void *arg)
 		if (!sent)
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
 				 "acknowledgement lost; %zu message(s) stay pending and will be reclaimed", n);
+		/* argv[3..] are the batch's ids, in order. */
+		release_ids(c, argv + 3, n);
 		for (size_t i = 0; i < n; i++) {
-			release(c, batch[i].id);
 			free(batch[i].id);
 			free(batch[i].key);
 		}

@@ -1,0 +1,136 @@
+# Secrets and env through `relay start`: injection, rotation without a
+# rebuild, a missing reference, and a canary secret value that must appear
+# nowhere: Relay's DEBUG log, /metrics, the state database, the image
+# (inspect and layers) and container labels.
+
+CANARY='CANARY-7f3e9b1c-do-not-leak'
+
+se_start() {
+	"$RELAY" start >"$TMP/relay.log" 2>&1 &
+	RELAY_PID=$!
+	track "$RELAY_PID"
+	wait_for 60 grep -q 'msg="worker started"' "$TMP/relay.log" || fail "relay did not start: $(tail -n 20 "$TMP/relay.log")"
+}
+
+se_stop() {
+	kill -TERM "$RELAY_PID"
+	local i
+	for i in $(seq 1 300); do kill -0 "$RELAY_PID" 2>/dev/null || return 0; sleep 0.1; done
+	fail "relay did not stop"
+}
+
+log_has() { grep -qF -- "$1" "$TMP/relay.log"; }
+log_re() { grep -q -- "$1" "$TMP/relay.log"; }
+
+test_secrets_injected_rotated_and_never_leaked() {
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
+	export LOG_LEVEL=DEBUG METRICS_ADDR=127.0.0.1:$(free_port)
+	printf '%s' "$CANARY" | "$RELAY" secret set api-token || fail "secret set"
+	printf 'first-value' | "$RELAY" secret set db-password || fail "secret set"
+	mkdir -p "$RELAY_FUNCTIONS_DIR/se-fn"
+	# The handler proves it sees the secrets by printing their SHA-256 and
+	# length, never the values.
+	cat >"$RELAY_FUNCTIONS_DIR/se-fn/h.py" <<'PY'
+import hashlib, os
+def handler(event):
+    tok = os.environ.get("API_TOKEN", "")
+    db = os.environ.get("DB_PASSWORD")
+    print("env", os.environ["API_URL"], "flag=[%s]" % os.environ["FLAG"], "handler", os.environ["RELAY_HANDLER"])
+    print("token", hashlib.sha256(tok.encode()).hexdigest(), len(tok))
+    print("db", hashlib.sha256(db.encode()).hexdigest() if db is not None else "missing")
+PY
+	cat >"$RELAY_FUNCTIONS_DIR/se-fn/template.yaml" <<'YAML'
+runtime: python3.14
+env:
+  API_URL: https://api.example.com
+  FLAG: ""
+secrets:
+  API_TOKEN: api-token
+  DB_PASSWORD: db-password
+events:
+  - handler: h.handler
+    pattern: {kind: [go]}
+    retries: 0
+YAML
+	se_start
+	local tok_sha first_sha second_sha
+	tok_sha=$(printf '%s' "$CANARY" | sha256sum | cut -d' ' -f1)
+	first_sha=$(printf 'first-value' | sha256sum | cut -d' ' -f1)
+	second_sha=$(printf 'second-value' | sha256sum | cut -d' ' -f1)
+	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":1}' >/dev/null
+	wait_for 30 log_has "db $first_sha" || fail "first invocation did not see the secret: $(tail -n 5 "$TMP/relay.log")"
+	log_has "env https://api.example.com flag=[] handler h.handler" || fail "env not injected"
+	log_has "token $tok_sha ${#CANARY}" || fail "canary secret not injected"
+
+	# Rotation: the next invocation sees the new value, with no rebuild.
+	local builds
+	builds=$(grep -c 'msg="function prepared"\|reconcile succeeded' "$TMP/relay.log")
+	printf 'second-value' | "$RELAY" secret set db-password || fail "secret set"
+	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":2}' >/dev/null
+	wait_for 30 log_has "db $second_sha" || fail "rotation not seen"
+	[ "$(grep -c 'msg="function prepared"\|reconcile succeeded' "$TMP/relay.log")" -eq "$builds" ] ||
+		fail "rotating a secret rebuilt or reloaded the function"
+
+	# A missing secret fails the invocation, naming the reference only.
+	"$RELAY" secret rm db-password || fail "secret rm"
+	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":3}' >/dev/null
+	wait_for 30 log_has 'db-password' || fail "no error naming the missing reference"
+	wait_for 10 bash -c "[ \$(redis-cli -p $REDIS_PORT XLEN relay:events:dlq) -ge 1 ]" || fail "missing secret did not fail the invocation"
+	redis-cli -p "$REDIS_PORT" XRANGE relay:events:dlq - + | grep -q 'db-password' || fail "DLQ reason does not name the reference"
+
+	# While a container runs, its labels must not carry the value.
+	printf 'third-value' | "$RELAY" secret set db-password || fail "secret set"
+	local updates
+	updates=$(grep -c 'msg="function updated"' "$TMP/relay.log")
+	cat >"$RELAY_FUNCTIONS_DIR/se-fn/h.py" <<'PY'
+import time
+def handler(event):
+    time.sleep(3)
+PY
+	updated() { [ "$(grep -c 'msg="function updated"' "$TMP/relay.log")" -gt "$updates" ]; }
+	wait_for 30 updated || fail "edit not picked up: $(grep -c 'function updated' "$TMP/relay.log")"
+	sleep 1
+	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":4}' >/dev/null
+	local cid=""
+	for _ in $(seq 1 100); do
+		cid=$(docker ps -q --filter label=relay.function=se-fn | head -n1)
+		[ -n "$cid" ] && break
+		sleep 0.1
+	done
+	[ -n "$cid" ] || fail "no running container to inspect"
+	docker inspect --format '{{json .Config.Labels}}' "$cid" >"$TMP/labels.json"
+	grep -q 'relay.function' "$TMP/labels.json" || fail "labels not read"
+	! grep -q "$CANARY" "$TMP/labels.json" || fail "canary in container labels"
+	curl -s "http://$METRICS_ADDR/metrics" >"$TMP/metrics.txt"
+	grep -q 'handler_invocations_total' "$TMP/metrics.txt" || fail "no metrics scraped"
+	se_stop
+
+	log_re 'level=DEBUG' || fail "the log is not at DEBUG"
+	! grep -q "$CANARY" "$TMP/relay.log" || fail "canary in Relay's DEBUG log"
+	! grep -q "first-value\|second-value\|third-value" "$TMP/relay.log" || fail "secret value in Relay's log"
+	! grep -q "$CANARY" "$TMP/metrics.txt" || fail "canary in /metrics"
+	local t
+	for t in $(sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT name FROM sqlite_master WHERE type='table'"); do
+		! sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT * FROM $t" | grep -q "$CANARY" || fail "canary in table $t"
+	done
+	sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT secrets FROM functions WHERE name='se-fn'" | grep -q 'api-token' ||
+		fail "the state database does not show the secret reference"
+	local img
+	for img in $(docker images --format '{{.Repository}}:{{.Tag}}' 'relay-fn-se-fn'); do
+		docker image inspect "$img" >"$TMP/inspect.json"
+		! grep -q "$CANARY" "$TMP/inspect.json" || fail "canary in image inspect"
+		docker save "$img" -o "$TMP/image.tar"
+		mkdir -p "$TMP/layers" && tar -C "$TMP/layers" -xf "$TMP/image.tar"
+		local layer seen=0
+		for layer in "$TMP"/layers/*/layer.tar; do
+			! tar -xOf "$layer" 2>/dev/null | grep -a -q "$CANARY" || fail "canary in an image layer"
+			tar -xOf "$layer" 2>/dev/null | grep -a -q "def handler" && seen=1
+		done
+		[ "$seen" = 1 ] || fail "the layers were not read (handler source not found in them)"
+		! grep -r -a -q "$CANARY" "$TMP/layers" || fail "canary in the image config"
+		rm -rf "$TMP/layers" "$TMP/image.tar"
+	done
+	docker images --format '{{.Repository}}:{{.Tag}}' 'relay-fn-se-fn' | xargs -r docker rmi -f >/dev/null 2>&1
+}
