@@ -4,7 +4,8 @@
  * (issue 5), Relay's RSS while it does so, and the cost of the hot-path
  * metric updates, metrics on vs off (issue 7).
  *
- *   build/bench/consume [RELAY_BINARY]     (default build/relay)
+ *   build/bench/consume [RELAY_BINARY [ROUNDS]]   (default build/relay, 3 rounds;
+ *                                                  at most 15)
  *
  * It starts its own redis-server on a free port in a temporary directory.
  * Each measurement gets a fresh stream of N_EVENTS events (a ~200-byte JSON
@@ -35,7 +36,7 @@
  * work sharing the daemon, and none of it is part of what is measured.
  *
  * Measurements are interleaved (minimal, binary, on, off; on/off swapped on
- * every other round) over ROUNDS rounds and medians reported: this is a
+ * every other round) over the rounds and medians reported: this is a
  * 2-core machine also running redis-server.
  */
 #include <errno.h>
@@ -68,7 +69,8 @@
 
 #define N_EVENTS 100000
 #define RSS_EARLY_AT 10000
-#define ROUNDS 3
+#define DEFAULT_ROUNDS 3
+#define MAX_ROUNDS 15
 #define FILL_CHUNK 1000
 #define POLL_US 1000
 #define WAIT_LIMIT_NS (300LL * NS_PER_SEC)
@@ -95,9 +97,11 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int rounds = DEFAULT_ROUNDS;
+
 static double median(const double *v, int n)
 {
-	double s[ROUNDS];
+	double s[MAX_ROUNDS];
 	memcpy(s, v, (size_t)n * sizeof *v);
 	qsort(s, (size_t)n, sizeof *s, cmp_double);
 	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
@@ -584,6 +588,12 @@ static void cleanup(void)
 int main(int argc, char **argv)
 {
 	const char *relay = argc > 1 ? argv[1] : "build/relay";
+	if (argc > 2) {
+		int64_t v;
+		if (parse_int64(argv[2], &v) < 0 || v < 1 || v > MAX_ROUNDS)
+			die("ROUNDS must be an integer from 1 to 15");
+		rounds = (int)v;
+	}
 	if (access(relay, X_OK) != 0) {
 		fprintf(stderr, "consume: %s is not executable (run from the repository root after make, "
 				"or pass the binary)\n", relay);
@@ -606,14 +616,14 @@ int main(int argc, char **argv)
 	docker_stub_start();
 
 	struct redis *r = conn();
-	double minimal[ROUNDS], binary[ROUNDS], on[ROUNDS], off[ROUNDS];
-	struct progress bp[ROUNDS];
+	double minimal[MAX_ROUNDS], binary[MAX_ROUNDS], on[MAX_ROUNDS], off[MAX_ROUNDS];
+	struct progress bp[MAX_ROUNDS];
 	char last[64], stream[64];
 	size_t evlen = 0;
 	printf("bench/consume: %d events per measurement, %d interleaved rounds, redis-server %s on "
-	       "127.0.0.1:%s\n", N_EVENTS, ROUNDS, "(private)", redis_port);
+	       "127.0.0.1:%s\n", N_EVENTS, rounds, "(private)", redis_port);
 	fflush(stdout);
-	for (int round = 0; round < ROUNDS; round++) {
+	for (int round = 0; round < rounds; round++) {
 		snprintf_(stream, sizeof stream, "bench:minimal:%d", round);
 		evlen = fill(r, stream, last, sizeof last);
 		minimal[round] = run_minimal(r, stream);
@@ -641,11 +651,14 @@ int main(int argc, char **argv)
 	redis_free(r);
 	docker_stub_stop();
 
-	double mm = median(minimal, ROUNDS), mb = median(binary, ROUNDS), mon = median(on, ROUNDS),
-	       moff = median(off, ROUNDS);
+	double mm = median(minimal, rounds), mb = median(binary, rounds), mon = median(on, rounds),
+	       moff = median(off, rounds);
 	printf("\nevent size %zu bytes; consumers use MAX_CONCURRENCY 8, MAX_BUFFERED_EVENTS 16\n\n",
 	       evlen);
-	printf("%-40s %10s %10s %10s %10s\n", "events/s", "round 1", "round 2", "round 3", "median");
+	printf("%-40s", "events/s");
+	for (int k = 0; k < rounds; k++)
+		printf("   round %2d", k + 1);
+	printf(" %10s\n", "median");
 	const struct {
 		const char *name;
 		const double *v;
@@ -655,9 +668,9 @@ int main(int argc, char **argv)
 		    {"consumer in-process, metrics off", off}};
 	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
 		printf("%-40s", rows[i].name);
-		for (int k = 0; k < ROUNDS; k++)
+		for (int k = 0; k < rounds; k++)
 			printf(" %10.0f", rows[i].v[k]);
-		printf(" %10.0f\n", median(rows[i].v, ROUNDS));
+		printf(" %10.0f\n", median(rows[i].v, rounds));
 	}
 	double ratio = mb / mm, diff = (moff - mon) / moff * 100;
 	printf("\n%-40s %10.2f   (target >= 0.80: %s)\n", "relay start / minimal", ratio,
@@ -665,15 +678,17 @@ int main(int argc, char **argv)
 	printf("%-40s %10.2f\n", "in-process (metrics on) / minimal", mon / mm);
 	printf("%-40s %9.1f %%   (off - on) / off (target < 3 %%: %s)\n", "metrics cost", diff,
 	       diff < 3 ? "met" : "NOT met");
-	printf("\n%-40s %10s %10s %10s %10s\n", "relay start RSS (KiB)", "round 1", "round 2", "round 3",
-	       "max");
+	printf("\n%-40s", "relay start RSS (KiB)");
+	for (int k = 0; k < rounds; k++)
+		printf("   round %2d", k + 1);
+	printf(" %10s\n", "max");
 	const char *rss_names[] = {"VmRSS after 10,000 ACKed", "VmRSS after 100,000 ACKed",
 				   "VmHWM (peak)"};
 	long worst_end = 0, worst_growth = 0;
 	for (int row = 0; row < 3; row++) {
 		printf("%-40s", rss_names[row]);
 		long mx = 0;
-		for (int k = 0; k < ROUNDS; k++) {
+		for (int k = 0; k < rounds; k++) {
 			long v = row == 0 ? bp[k].rss_early_kib : row == 1 ? bp[k].rss_end_kib : bp[k].hwm_kib;
 			printf(" %10ld", v);
 			if (v > mx)
@@ -681,7 +696,7 @@ int main(int argc, char **argv)
 		}
 		printf(" %10ld\n", mx);
 	}
-	for (int k = 0; k < ROUNDS; k++) {
+	for (int k = 0; k < rounds; k++) {
 		if (bp[k].rss_end_kib > worst_end)
 			worst_end = bp[k].rss_end_kib;
 		if (bp[k].rss_end_kib - bp[k].rss_early_kib > worst_growth)

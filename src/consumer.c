@@ -16,6 +16,13 @@
  *   comes back through the reclaim loop.
  * - Bookkeeping errors fail open: an unreadable state is treated as absent,
  *   a failed claim write still runs the invocation.
+ * - What a message runs is resolved first (resolve_work): a scheduled
+ *   occurrence (scheduler.h) runs exactly its schedule's handler and is
+ *   never pattern-matched; an event runs its matching rules. From then on
+ *   both take the same path (state, slots, timeout, retries, DLQ, handler
+ *   metrics), except that scheduled occurrences never move the event
+ *   counters, and one whose function or schedule handler is gone is
+ *   acknowledged as obsolete.
  */
 #include "consumer.h"
 
@@ -33,6 +40,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rfc3339.h"
+#include "scheduler.h"
 #include "slots.h"
 #include "util.h"
 
@@ -293,7 +301,9 @@ static void *reader_main(void *arg)
 					if (!m)
 						continue;
 					log_debug(LOG_ATTRS("message_id", m->id), "message read");
-					metrics_inc(METRIC_EVENTS_RECEIVED);
+					/* Scheduled occurrences are not events. */
+					if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
+						metrics_inc(METRIC_EVENTS_RECEIVED);
 					enqueue_locked(c, m);
 				}
 				pthread_mutex_unlock(&c->lock);
@@ -508,13 +518,22 @@ static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
 	return 0;
 }
 
+/* One invocation of a message's work list, in execution order. */
+struct target {
+	const struct fn_version *fv;
+	const char *handler;
+	int64_t timeout_ns;
+	int retries;
+};
+
 /* function_events_total: once per message and matched function, counted
- * when the message is done (ACKed or dead-lettered), not per delivery. */
-static void count_function_events(const struct snapshot *snap, const uint32_t *ids, size_t n)
+ * when the message is done (ACKed or dead-lettered), not per delivery.
+ * Never for scheduled occurrences. */
+static void count_function_events(const struct target *t, size_t n)
 {
 	const char *last = NULL;
 	for (size_t i = 0; i < n; i++) {
-		const char *f = snap->rules[ids[i]].fv->fn->name;
+		const char *f = t[i].fv->fn->name;
 		if (!last || strcmp(last, f) != 0)
 			metrics_function_event(f);
 		last = f;
@@ -531,8 +550,43 @@ static const char *event_str(const struct event *ev, const char *key)
 	return v && v->type == EVENT_STRING ? v->u.str : NULL;
 }
 
+/*
+ * What a message runs. A scheduled occurrence (route non-NULL) runs its
+ * function's schedule handler, found by name in snap, never through
+ * pattern matching; *obsolete is set when the function or the handler is
+ * gone. An event runs its matching rules in execution order. Returns the
+ * number of targets in *out (a new array, even when empty).
+ */
+static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
+			   const struct schedule_route *route, struct target **out, bool *obsolete)
+{
+	*obsolete = false;
+	if (route) {
+		*out = xcalloc(1, sizeof **out);
+		const struct fn_version *fv = snapshot_find(snap, route->function);
+		const struct schedule *sc = schedule_find(fv, route->handler);
+		if (!sc) {
+			*obsolete = true;
+			return 0;
+		}
+		(*out)[0] = (struct target){fv, sc->handler, sc->timeout_ns, sc->retries};
+		return 1;
+	}
+	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
+	*out = xcalloc(n + 1, sizeof **out);
+	for (size_t i = 0; i < n; i++) {
+		const struct rule_ref *rr = &snap->rules[ids[i]];
+		(*out)[i] = (struct target){rr->fv, rr->rule->handler, rr->rule->timeout_ns, rr->rule->retries};
+	}
+	free(ids);
+	return n;
+}
+
 static void process(struct consumer *c, struct redis *r, struct msg *m)
 {
+	struct schedule_route route;
+	bool scheduled = schedule_route_of(m->fields, m->lens, m->nfields, &route);
 	size_t plen = 0;
 	const char *payload = payload_of(m, &plen);
 	struct event *ev = NULL;
@@ -547,7 +601,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			 "malformed event sent to the dead-letter stream without running any handler");
 		if (dead_letter(c, r, m, payload, plen, reason, 0) == 0) {
 			metrics_inc(METRIC_DLQ_ENTRIES);
-			metrics_inc(METRIC_EVENTS_PROCESSED);
+			if (!scheduled)
+				metrics_inc(METRIC_EVENTS_PROCESSED);
 			ack_push(c, m->id, NULL);
 		} else {
 			release(c, m->id);
@@ -556,11 +611,24 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	}
 
 	struct snapshot *snap = registry_acquire(c->cfg.registry);
-	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
-	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
-	const char *event_id = event_str(ev, "event_id");
-	const char *event_name = event_str(ev, "event_name");
+	struct target *t = NULL;
+	bool obsolete = false;
+	size_t n = resolve_work(snap, ev, scheduled ? &route : NULL, &t, &obsolete);
+	/* A scheduled occurrence's event id is its occurrence id. */
+	const char *event_id = scheduled ? route.occurrence_id : event_str(ev, "event_id");
+	const char *event_name = scheduled ? NULL : event_str(ev, "event_name");
 
+	if (obsolete) {
+		/* Removed on purpose: terminal, never retried or dead-lettered.
+		 * Any state from an earlier delivery goes with the ACK. */
+		log_info(LOG_ATTRS("function", route.function, "handler", route.handler, "message_id", m->id,
+				   "occurrence_id", event_id ? event_id : ""),
+			 "scheduled occurrence obsolete: its function or schedule handler no longer exists; acknowledging");
+		char *okey = invocation_key(c->stream, c->group, m->id);
+		ack_push(c, m->id, okey);
+		free(okey);
+		goto out;
+	}
 	if (n == 0) {
 		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
 		metrics_inc(METRIC_EVENTS_PROCESSED);
@@ -581,8 +649,7 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	/* Current raw marker per field, for compare-and-set. */
 	char **raw = xcalloc(n, sizeof *raw);
 	for (size_t i = 0; i < n; i++) {
-		const struct rule_ref *rr = &snap->rules[ids[i]];
-		fields[i] = xasprintf("%s/%s", rr->fv->fn->name, rr->rule->handler);
+		fields[i] = xasprintf("%s/%s", t[i].fv->fn->name, t[i].handler);
 		struct marker mk = invocation_state_get(&st, fields[i]);
 		loaded[i] = mk;
 		res[i] = mk.kind == MARK_OK ? INV_OK : mk.kind == MARK_EXHAUSTED ? INV_EXHAUSTED : INV_PENDING;
@@ -593,9 +660,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	}
 	char last_error[600] = "";
 	for (size_t i = 0; i < n && !c->stop; i++) {
-		const struct rule_ref *rr = &snap->rules[ids[i]];
-		const struct fn_version *fv = rr->fv;
-		const char *fname = fv->fn->name, *handler = rr->rule->handler;
+		const struct fn_version *fv = t[i].fv;
+		const char *fname = fv->fn->name, *handler = t[i].handler;
 		/* Complete on an earlier delivery: skip it. A rule repeating an
 		 * earlier rule's handler in this delivery still runs (no
 		 * deduplication): its decision uses the state as loaded.
@@ -617,10 +683,10 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
 		log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "event_id",
 				   event_id ? event_id : "", "event_name", event_name ? event_name : ""),
-			 "rule matched");
+			 scheduled ? "scheduled occurrence" : "rule matched");
 
 		bool waited = false;
-		int64_t timeout = rr->rule->timeout_ns;
+		int64_t timeout = t[i].timeout_ns;
 		if (slots_acquire(c->slots, fname, (int)fv->fn->tpl->concurrency, c->cfg.slot_wait_ns,
 				  &c->stop, &waited) < 0) {
 			if (waited)
@@ -700,7 +766,7 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 										 : METRIC_OUTCOME_FAILURE,
 						   secs);
 			snprintf_(last_error, sizeof last_error, "%s", out.error);
-			if (attempt >= 1 + rr->rule->retries) {
+			if (attempt >= 1 + t[i].retries) {
 				after.kind = MARK_EXHAUSTED;
 				res[i] = INV_EXHAUSTED;
 				log_error(attrs, "handler failed; attempts exhausted: %s", out.error);
@@ -746,10 +812,11 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		}
 		break;
 	}
-	if (all_ok || all_terminal)
-		count_function_events(snap, ids, n);
+	if ((all_ok || all_terminal) && !scheduled)
+		count_function_events(t, n);
 	if (all_ok) {
-		metrics_inc(METRIC_EVENTS_PROCESSED);
+		if (!scheduled)
+			metrics_inc(METRIC_EVENTS_PROCESSED);
 		ack_push(c, m->id, key);
 	} else if (all_terminal) {
 		if (last_error[0])
@@ -760,8 +827,9 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 				  "message sent to the dead-letter stream");
 			for (size_t i = 0; i < n; i++)
 				if (res[i] == INV_EXHAUSTED)
-					metrics_function_dlq(snap->rules[ids[i]].fv->fn->name);
-			metrics_inc(METRIC_EVENTS_PROCESSED);
+					metrics_function_dlq(t[i].fv->fn->name);
+			if (!scheduled)
+				metrics_inc(METRIC_EVENTS_PROCESSED);
 			ack_push(c, m->id, key);
 		} else {
 			release(c, m->id);
@@ -781,7 +849,7 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	invocation_state_free(&st);
 	free(key);
 out:
-	free(ids);
+	free(t);
 	registry_release(c->cfg.registry, snap);
 	event_free(ev);
 }

@@ -41,6 +41,7 @@
 #include "registry.h"
 #include "retention.h"
 #include "runner.h"
+#include "scheduler.h"
 #include "secret.h"
 #include "state.h"
 #include "statsflush.h"
@@ -94,6 +95,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	struct registry *reg = NULL;
 	struct secret_provider *secrets = NULL;
 	struct consumer *consumer = NULL;
+	struct scheduler *scheduler = NULL;
 	struct retention *retention = NULL;
 	struct redis *r = NULL;
 	struct redis_uri uri = {0};
@@ -200,6 +202,8 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	snprintf_(mc, sizeof mc, "%lld", (long long)cfg.max_concurrency);
 	snprintf_(mb, sizeof mb, "%lld", (long long)cfg.max_buffered_events);
 	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb), "worker started");
+	struct scheduler_config scfg = {.uri = &uri, .stream = cfg.redis_stream, .registry = reg};
+	scheduler = scheduler_start(&scfg);
 
 	int sig = 0;
 	sigwait(&stop_signals, &sig);
@@ -207,6 +211,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 		 "Relay stopping: finishing in-flight invocations");
 	pthread_t watcher;
 	watching = pthread_create(&watcher, NULL, second_signal, NULL) == 0;
+	scheduler_stop(scheduler); /* first: publish nothing more while stopping */
 	consumer_stop(consumer);
 	rc = 0;
 out:

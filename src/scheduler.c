@@ -1,0 +1,340 @@
+/*
+ * Cron scheduler. See scheduler.h for the contract; the notes that matter
+ * when changing this file:
+ *
+ * - `done_s` is the evaluation horizon: every occurrence at or before it
+ *   (Unix seconds) has been handled by this worker (published, found
+ *   duplicate, failed or skipped as too late). Jobs are therefore rebuilt
+ *   from scratch on every snapshot change as cron_next(done_s): for an
+ *   unchanged schedule that is exactly the next due time it already had,
+ *   for a new or changed one it is its first occurrence not yet handled.
+ *   No identity matching between old and new jobs is needed.
+ * - A job borrows its struct cron and zone from the snapshot the scheduler
+ *   holds a reference to, so the objects stay valid until the next swap.
+ * - Everything in the loop is bounded: one cron_next per occurrence
+ *   published, and one per skipped stretch however long it is (the skip
+ *   jumps straight to the first occurrence still inside the grace).
+ */
+#include "scheduler.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cron.h"
+#include "duration.h"
+#include "function.h"
+#include "log.h"
+#include "metrics.h"
+#include "rfc3339.h"
+#include "template.h"
+#include "util.h"
+
+struct job {
+	const char *function; /* borrowed from the held snapshot */
+	const struct schedule *sched;
+	int64_t next; /* Unix seconds; -1 when it never fires again */
+};
+
+struct scheduler {
+	struct redis_uri uri;
+	char *stream;
+	struct registry *registry;
+	int64_t grace_ns, poll_ns, start_ns;
+	volatile int stop;
+	pthread_t thread;
+
+	struct snapshot *snap; /* held reference the jobs borrow from */
+	struct job *jobs;
+	size_t njobs;
+	int64_t done_s;
+	bool failing; /* last publish failed: log recovery once */
+};
+
+/* Publish-if-new. KEYS[1] dedup key, KEYS[2] stream; ARGV[1] TTL seconds,
+ * ARGV[2..] the entry's field/value pairs. Answers the new entry id, or 0
+ * when the occurrence was already published. */
+static const char publish_script[] =
+	"local t = redis.call('TYPE', KEYS[2])['ok']\n"
+	"if t ~= 'stream' and t ~= 'none' then\n"
+	"  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. t .. ', not a stream')\n"
+	"end\n"
+	"if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then\n"
+	"  return 0\n"
+	"end\n"
+	"local id = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))\n"
+	"if type(id) == 'table' and id.err then\n"
+	"  redis.call('DEL', KEYS[1])\n"
+	"end\n"
+	"return id\n";
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+	return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+char *schedule_occurrence_id(const char *function, const char *handler, int64_t at_s)
+{
+	char ts[RFC3339_STR_MAX];
+	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
+	return xasprintf("schedule:%s:%s:%s", function, handler, ts);
+}
+
+char *schedule_payload(int64_t at_s)
+{
+	char ts[RFC3339_STR_MAX];
+	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
+	return xasprintf("{\"source\":\"" SCHEDULE_SOURCE "\",\"scheduled_at\":\"%s\"}", ts);
+}
+
+enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
+					      const char *function, const char *handler,
+					      int64_t at_s, char *entry_id, size_t idlen,
+					      char *err, size_t errlen)
+{
+	char *occ = schedule_occurrence_id(function, handler, at_s);
+	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
+	char *payload = schedule_payload(at_s);
+	char ttl[16];
+	snprintf_(ttl, sizeof ttl, "%d", SCHEDULE_DEDUP_TTL_S);
+	const char *argv[] = {"EVAL", publish_script, "2", key, stream, ttl,
+			      "event", payload, SCHEDULE_FIELD_FUNCTION, function,
+			      SCHEDULE_FIELD_HANDLER, handler, SCHEDULE_FIELD_OCCURRENCE, occ};
+	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
+	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
+	if (!rep) {
+		if (err)
+			snprintf_(err, errlen, "%s", redis_errmsg(r));
+	} else if (rep->type == REDIS_REPLY_STRING) {
+		if (entry_id)
+			snprintf_(entry_id, idlen, "%.*s", (int)rep->len, rep->str);
+		res = SCHEDULE_PUBLISHED;
+	} else if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0) {
+		res = SCHEDULE_DUPLICATE;
+	} else if (err) {
+		snprintf_(err, errlen, "%s",
+			  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply to the publish script");
+	}
+	if (rep)
+		freeReplyObject(rep);
+	free(payload);
+	free(key);
+	free(occ);
+	return res;
+}
+
+bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
+		       struct schedule_route *out)
+{
+	static const size_t flen = sizeof SCHEDULE_FIELD_FUNCTION - 1;
+	static const size_t hlen = sizeof SCHEDULE_FIELD_HANDLER - 1;
+	static const size_t olen = sizeof SCHEDULE_FIELD_OCCURRENCE - 1;
+	struct schedule_route r = {NULL, "", NULL};
+	bool found = false;
+	for (size_t i = 0; i + 1 < nfields; i += 2) {
+		const char *name = fields[i], *value = fields[i + 1];
+		if (!name || !value)
+			continue;
+		if (lens[i] == flen && memcmp(name, SCHEDULE_FIELD_FUNCTION, flen) == 0) {
+			r.function = value;
+			found = true;
+		} else if (lens[i] == hlen && memcmp(name, SCHEDULE_FIELD_HANDLER, hlen) == 0) {
+			r.handler = value;
+		} else if (lens[i] == olen && memcmp(name, SCHEDULE_FIELD_OCCURRENCE, olen) == 0) {
+			r.occurrence_id = value;
+		}
+	}
+	if (found && out)
+		*out = r;
+	return found;
+}
+
+const struct schedule *schedule_find(const struct fn_version *fv, const char *handler)
+{
+	if (!fv || !handler)
+		return NULL;
+	const struct template *t = fv->fn->tpl;
+	for (size_t i = 0; i < t->nschedules; i++)
+		if (strcmp(t->schedules[i].handler, handler) == 0)
+			return &t->schedules[i];
+	return NULL;
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+/* Rebuilds the job list from s->snap (see the note on done_s above). */
+static void jobs_rebuild(struct scheduler *s)
+{
+	free(s->jobs);
+	s->jobs = NULL;
+	s->njobs = 0;
+	size_t n = 0;
+	for (size_t i = 0; i < s->snap->nfns; i++)
+		n += s->snap->fns[i]->fn->tpl->nschedules;
+	s->jobs = xcalloc(n + 1, sizeof *s->jobs);
+	for (size_t i = 0; i < s->snap->nfns; i++) {
+		const struct function *fn = s->snap->fns[i]->fn;
+		for (size_t j = 0; j < fn->tpl->nschedules; j++) {
+			const struct schedule *sc = &fn->tpl->schedules[j];
+			if (!sc->cron)
+				continue;
+			struct job *jb = &s->jobs[s->njobs++];
+			jb->function = fn->name;
+			jb->sched = sc;
+			jb->next = cron_next(sc->cron, sc->tz, s->done_s);
+		}
+	}
+}
+
+static void publish_one(struct scheduler *s, struct redis *r, const struct job *jb, int64_t at_s,
+			int64_t late_ns)
+{
+	char ts[RFC3339_STR_MAX], late[DURATION_STR_MAX], id[64] = "", err[512] = "";
+	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
+	duration_format(late_ns / NS_PER_MS * NS_PER_MS, late);
+	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
+	if (!redis_is_connected(r) && redis_connect(r) < 0)
+		snprintf_(err, sizeof err, "%s", redis_errmsg(r));
+	else
+		res = schedule_publish(r, s->stream, jb->function, jb->sched->handler, at_s, id, sizeof id,
+				       err, sizeof err);
+	const char *const attrs[] = {"function", jb->function, "handler", jb->sched->handler,
+				     "scheduled_at", ts, "late", late, NULL};
+	switch (res) {
+	case SCHEDULE_PUBLISHED:
+		metrics_inc(METRIC_SCHEDULE_PUBLISHED);
+		log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
+				    "message_id", id, "late", late),
+			  "schedule occurrence published");
+		break;
+	case SCHEDULE_DUPLICATE:
+		metrics_inc(METRIC_SCHEDULE_DUPLICATE);
+		log_debug(attrs, "schedule occurrence already published by another worker");
+		break;
+	case SCHEDULE_PUBLISH_FAILED:
+		metrics_inc(METRIC_SCHEDULE_PUBLISH_FAILURE);
+		/* One WARN when publishing starts failing, DEBUG while it goes
+		 * on (an every-second schedule would flood the log otherwise). */
+		log_record(s->failing ? LOG_DEBUG : LOG_WARN,
+			   LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
+				     "error", err),
+			   "schedule occurrence not published; other workers may still publish it");
+		s->failing = true;
+		return;
+	}
+	if (s->failing) {
+		s->failing = false;
+		log_info(attrs, "schedule publishing recovered");
+	}
+}
+
+/* Handles every occurrence of jb due at or before now. */
+static void run_job(struct scheduler *s, struct redis *r, struct job *jb, int64_t now_ns)
+{
+	int64_t now_s = floor_div(now_ns, NS_PER_SEC);
+	while (jb->next >= 0 && jb->next <= now_s && !s->stop) {
+		int64_t late = now_ns - jb->next * NS_PER_SEC;
+		if (late > s->grace_ns) {
+			/* Skip the whole stretch at once: the first occurrence still
+			 * inside the grace is the first one >= ceil(now - grace). */
+			int64_t min_s = floor_div(now_ns - s->grace_ns + NS_PER_SEC - 1, NS_PER_SEC);
+			char ts[RFC3339_STR_MAX], ls[DURATION_STR_MAX], gs[DURATION_STR_MAX];
+			rfc3339_format_utc(jb->next * NS_PER_SEC, ts);
+			log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at",
+					    ts, "late", duration_format(late / NS_PER_MS * NS_PER_MS, ls), "grace",
+					    duration_format(s->grace_ns, gs)),
+				  "schedule occurrence skipped: due while this worker was not evaluating");
+			jb->next = cron_next(jb->sched->cron, jb->sched->tz, min_s - 1);
+			continue;
+		}
+		publish_one(s, r, jb, jb->next, late);
+		jb->next = cron_next(jb->sched->cron, jb->sched->tz, jb->next);
+	}
+}
+
+static void *scheduler_main(void *arg)
+{
+	struct scheduler *s = arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	struct redis_opts o = {.connect_timeout_ms = 1000, .command_timeout_ms = 2000};
+	struct redis *r = redis_new(&s->uri, &o);
+
+	while (!s->stop) {
+		struct snapshot *cur = registry_acquire(s->registry);
+		if (cur != s->snap) {
+			registry_release(s->registry, s->snap);
+			s->snap = cur;
+			jobs_rebuild(s);
+			char n[24];
+			snprintf_(n, sizeof n, "%zu", s->njobs);
+			log_debug(LOG_ATTRS("schedules", n), "schedules reloaded from the function registry");
+		} else {
+			registry_release(s->registry, cur);
+		}
+
+		int64_t now_ns = now_wall_ns();
+		for (size_t i = 0; i < s->njobs && !s->stop; i++)
+			run_job(s, r, &s->jobs[i], now_ns);
+		int64_t now_s = floor_div(now_ns, NS_PER_SEC);
+		if (now_s > s->done_s)
+			s->done_s = now_s;
+
+		/* Sleep until the earliest due instant or the next snapshot poll. */
+		int64_t wake = now_wall_ns() + s->poll_ns;
+		for (size_t i = 0; i < s->njobs; i++)
+			if (s->jobs[i].next >= 0 && s->jobs[i].next * NS_PER_SEC < wake)
+				wake = s->jobs[i].next * NS_PER_SEC;
+		int64_t left = wake - now_wall_ns();
+		if (left > 0)
+			sleep_ms_interruptible((left + NS_PER_MS - 1) / NS_PER_MS, &s->stop);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+struct scheduler *scheduler_start(const struct scheduler_config *cfg)
+{
+	struct scheduler *s = xcalloc(1, sizeof *s);
+	s->uri.host = xstrdup(cfg->uri->host);
+	s->uri.port = xstrdup(cfg->uri->port);
+	s->uri.user = cfg->uri->user ? xstrdup(cfg->uri->user) : NULL;
+	s->uri.password = cfg->uri->password ? xstrdup(cfg->uri->password) : NULL;
+	s->uri.tls = cfg->uri->tls;
+	s->uri.db = cfg->uri->db;
+	s->stream = xstrdup(cfg->stream);
+	s->registry = cfg->registry;
+	s->grace_ns = cfg->grace_ns > 0 ? cfg->grace_ns : SCHEDULER_GRACE_NS;
+	s->poll_ns = cfg->poll_ns > 0 ? cfg->poll_ns : SCHEDULER_POLL_NS;
+	s->start_ns = cfg->start_ns > 0 ? cfg->start_ns : now_wall_ns();
+	/* Only occurrences strictly after the start instant: cron_next(floor). */
+	s->done_s = floor_div(s->start_ns, NS_PER_SEC);
+	s->snap = registry_acquire(s->registry);
+	jobs_rebuild(s);
+
+	char start[RFC3339_STR_MAX], n[24], grace[DURATION_STR_MAX];
+	rfc3339_format_utc(s->start_ns, start);
+	snprintf_(n, sizeof n, "%zu", s->njobs);
+	log_info(LOG_ATTRS("start", start, "schedules", n, "grace", duration_format(s->grace_ns, grace)),
+		 "scheduler started");
+	pthread_create(&s->thread, NULL, scheduler_main, s);
+	return s;
+}
+
+void scheduler_stop(struct scheduler *s)
+{
+	if (!s)
+		return;
+	s->stop = 1;
+	pthread_join(s->thread, NULL);
+	free(s->jobs);
+	registry_release(s->registry, s->snap);
+	redis_uri_free(&s->uri);
+	free(s->stream);
+	free(s);
+	log_info(NULL, "scheduler stopped");
+}

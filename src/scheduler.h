@@ -1,0 +1,151 @@
+/*
+ * The cron scheduler of `relay start` (relay-spec "Schedules"): one thread
+ * per worker evaluates every served function's schedules locally and, when
+ * an occurrence is due, publishes it into the event stream at most once
+ * cluster-wide. It never runs a handler: the published entry is an ordinary
+ * stream message that the consumer group hands to one worker, which routes
+ * it to exactly that schedule's handler (consumer.c).
+ *
+ * Evaluation. The thread reads the current registry snapshot (registry.h) on
+ * every pass. While it sleeps it re-checks the snapshot pointer at least
+ * every poll interval (1 s), so adding, changing or removing schedules
+ * through the reconciler replaces this worker's cron jobs in place: a job
+ * whose (function, handler, cron, timezone) is unchanged keeps its next due
+ * time, any other job is recomputed from the instant up to which
+ * occurrences were already handled. Each job's next occurrence is
+ * cron_next() on its zone's wall clock (cron.h), whole seconds; the thread
+ * sleeps until the earliest due instant or the next poll, whichever comes
+ * first.
+ *
+ * Publication. One Lua script, in one atomic step:
+ *
+ *     SET relay:schedule:<occurrence_id> 1 NX EX 604800
+ *     only if it was set:  XADD <stream> * <fields>
+ *
+ * and answers published (the new entry id) or duplicate. The script first
+ * checks that <stream> is a stream (or absent), and if the XADD fails it
+ * deletes the key it just set, so the dedup key never exists without its
+ * stream entry. Dedup keys are never deleted otherwise: they expire by
+ * their 7-day TTL only. Occurrence id:
+ *
+ *     schedule:<function>:<handler>:<scheduled_at>
+ *
+ * with scheduled_at the occurrence's absolute instant in RFC 3339 UTC,
+ * whole seconds ("2026-03-29T01:00:00Z"); 6-field schedules carry their own
+ * second. The time zone decides when a schedule fires, never the identity.
+ *
+ * Stream entry fields (in this order):
+ *
+ *     event                    {"source":"relay.schedule","scheduled_at":"<RFC3339 UTC>"}
+ *                              (exactly what the handler reads on stdin)
+ *     relay_schedule_function  the function name
+ *     relay_schedule_handler   the schedule's handler ("jobs.cleanup.handler")
+ *     relay_occurrence_id      the occurrence id above
+ *
+ * An entry carrying relay_schedule_function is a scheduled occurrence: the
+ * consumer never pattern-matches it and it does not count as an event.
+ *
+ * Catch-up policy. A worker publishes only occurrences strictly after the
+ * instant its scheduler started (for a schedule that appears later, after
+ * the instant it was first seen), and only while they are at most
+ * SCHEDULER_GRACE_NS (2 s) late when evaluated. A worker that was down at
+ * the due time therefore never publishes missed past occurrences on
+ * startup, and one that stalls (clock jump, suspended process, a slow
+ * Redis round trip) skips the occurrences it reaches more than 2 s late,
+ * logging one DEBUG line per skipped run; the other workers of the fleet
+ * still publish them.
+ *
+ * Counters (metrics.h): schedule_occurrences_published_total,
+ * schedule_occurrences_duplicate_total, schedule_publish_failures_total.
+ * A publish failure is logged (WARN) and only loses this worker's attempt
+ * at that occurrence: it is not retried, the fleet still publishes it.
+ *
+ * Thread-safety: scheduler_start/scheduler_stop from one thread (main);
+ * the other functions are pure or use only the connection passed in.
+ */
+#ifndef RELAY_SCHEDULER_H
+#define RELAY_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "redis.h"
+#include "registry.h"
+
+/* Stream entry field names of a scheduled occurrence. */
+#define SCHEDULE_FIELD_FUNCTION "relay_schedule_function"
+#define SCHEDULE_FIELD_HANDLER "relay_schedule_handler"
+#define SCHEDULE_FIELD_OCCURRENCE "relay_occurrence_id"
+
+/* The payload's source and the dedup key prefix and TTL. */
+#define SCHEDULE_SOURCE "relay.schedule"
+#define SCHEDULE_KEY_PREFIX "relay:schedule:"
+#define SCHEDULE_DEDUP_TTL_S (7 * 24 * 3600)
+
+/* Fixed defaults. */
+#define SCHEDULER_GRACE_NS (2LL * 1000000000LL)
+#define SCHEDULER_POLL_NS (1LL * 1000000000LL)
+
+struct scheduler_config {
+	const struct redis_uri *uri; /* copied */
+	const char *stream;          /* copied */
+	struct registry *registry;   /* borrowed; must outlive the scheduler */
+	/* Zero fields fall back to the fixed defaults. */
+	int64_t grace_ns;
+	int64_t poll_ns;
+	/* Tests only: the instant (Unix ns) evaluation starts from; 0 = now.
+	 * An instant in the past simulates a stall at startup. */
+	int64_t start_ns;
+};
+
+struct scheduler;
+
+/* Starts the scheduler thread (signals blocked, own Redis connection).
+ * Logs INFO "scheduler started" with the start instant. Never NULL. */
+struct scheduler *scheduler_start(const struct scheduler_config *cfg);
+/* Stops the thread (promptly: at most one Redis command in flight),
+ * joins it and frees everything. NULL is fine. */
+void scheduler_stop(struct scheduler *s);
+
+/* ---- pieces, exposed for the consumer and for tests ------------------- */
+
+/* "schedule:<function>:<handler>:<RFC3339 UTC of at_s>" (malloc'd). */
+char *schedule_occurrence_id(const char *function, const char *handler, int64_t at_s);
+/* The handler's payload for the occurrence at at_s (malloc'd JSON text). */
+char *schedule_payload(int64_t at_s);
+
+enum schedule_publish_result {
+	SCHEDULE_PUBLISHED = 1,
+	SCHEDULE_DUPLICATE = 0,
+	SCHEDULE_PUBLISH_FAILED = -1,
+};
+
+/*
+ * Runs the publish-if-new script for one occurrence on r (connected by the
+ * caller). On SCHEDULE_PUBLISHED and entry_id non-NULL, the new stream
+ * entry id is copied into entry_id[0..idlen). On failure err (if non-NULL)
+ * holds the reason. Does not touch the counters.
+ */
+enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
+					      const char *function, const char *handler,
+					      int64_t at_s, char *entry_id, size_t idlen,
+					      char *err, size_t errlen);
+
+/* Routing of a stream message: function and handler borrowed from the
+ * message's fields (alternating names and values, NULL values ignored). */
+struct schedule_route {
+	const char *function;
+	const char *handler;
+	const char *occurrence_id; /* may be NULL */
+};
+
+/* True when the fields carry SCHEDULE_FIELD_FUNCTION, i.e. the message is a
+ * scheduled occurrence; then *out is filled (handler "" when missing). */
+bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
+		       struct schedule_route *out);
+
+/* The first schedule of fv's template with this handler, or NULL. */
+const struct schedule *schedule_find(const struct fn_version *fv, const char *handler);
+
+#endif

@@ -1,0 +1,271 @@
+# Cron schedules end to end (relay-spec "Schedules"): `relay schedule next`
+# as a process, three workers in their own UTS namespaces publishing an
+# every-second schedule exactly once per occurrence (one of them killed
+# mid-run), the catch-up policy on restart, the schedule counters on
+# /metrics, and a schedule removed live while occurrences are pending.
+
+sc_fn() { # name, handler module file, handler body, template
+	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
+	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
+	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
+}
+
+# sc_start LOG HOSTNAME [METRICS_ADDR]: relay start in its own UTS namespace
+# (consumer name = hostname); RELAY_PID is the relay process.
+sc_start() {
+	local log=$1 host=$2 maddr=${3:-}
+	METRICS_ADDR=$maddr unshare --uts sh -c "hostname $host && exec '$RELAY' start" >"$log" 2>&1 &
+	RELAY_PID=$!
+	track "$RELAY_PID"
+	wait_for 90 grep -q 'msg="scheduler started"' "$log" || fail "relay did not start: $(tail -n 20 "$log")"
+}
+
+sc_stop() { # pid
+	kill -TERM "$1" 2>/dev/null
+	local i
+	for i in $(seq 1 300); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	fail "relay $1 did not stop within 30 s"
+}
+
+sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
+sc_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
+sc_pending() { sc_cli XPENDING events relay | head -n1; }
+sc_lag() { sc_cli XINFO GROUPS events | sed -n '/^lag$/{n;p}'; }
+sc_cleanup_images() {
+	local name
+	for name in "$@"; do
+		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
+	done
+}
+
+# The stream's occurrences, one "epoch-seconds occurrence-id message-id" per
+# line, in stream order.
+sc_occurrences() {
+	sc_cli XRANGE events - + | awk '
+		/^[0-9]+-[0-9]+$/ { id = $0 }
+		prev == "relay_occurrence_id" { print id, $0 }
+		{ prev = $0 }' >"$TMP/occ.raw"
+	# scheduled_at is the id's last 20 characters
+	awk '{ print substr($2, length($2) - 19) }' "$TMP/occ.raw" | date -u -f - +%s >"$TMP/occ.secs"
+	paste -d' ' "$TMP/occ.secs" <(awk '{print $2, $1}' "$TMP/occ.raw")
+}
+
+# Fails unless the occurrences are distinct and one second apart; prints
+# "first last count".
+sc_check_series() { # file of "secs occ-id msg-id"
+	local dups
+	dups=$(awk '{print $2}' "$1" | sort | uniq -d | wc -l)
+	[ "$dups" -eq 0 ] || fail "$dups occurrence id(s) published more than once"
+	awk 'NR > 1 && $1 != prev + 1 { print "gap after " prev ": next " $1; bad = 1 }
+	     { prev = $1 } END { exit bad }' "$1" || fail "gaps in the published series: $(awk 'NR>1 && $1 != p+1 {print p "->" $1} {p=$1}' "$1" | head -n5)"
+	awk 'NR == 1 { f = $1 } { l = $1; n++ } END { print f, l, n }' "$1"
+}
+
+test_schedule_next_prints_exact_occurrences() {
+	run "$RELAY" schedule next "30 2 * * *" --timezone Europe/Rome --from 2026-03-28T12:00:00Z -n 3
+	assert_status 0
+	assert_out_eq 'Description: At 02:30
+2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00
+2026-03-30T00:30:00Z  2026-03-30T02:30:00+02:00
+2026-03-31T00:30:00Z  2026-03-31T02:30:00+02:00'
+	# fall back: 02:30 happens twice on 2026-10-25 and fires once, the first time
+	run "$RELAY" schedule next "30 2 * * *" --timezone Europe/Rome --from 2026-10-24T12:00:00Z -n 2
+	assert_status 0
+	assert_out_eq 'Description: At 02:30
+2026-10-25T00:30:00Z  2026-10-25T02:30:00+02:00
+2026-10-26T01:30:00Z  2026-10-26T02:30:00+01:00'
+	# 6 fields: each occurrence carries its own second; default N is 5
+	run "$RELAY" schedule next "*/20 * * * * *" --from 2026-03-28T23:59:30Z
+	assert_status 0
+	assert_out_eq 'Description: Every 20 seconds
+2026-03-28T23:59:40Z  2026-03-28T23:59:40Z
+2026-03-29T00:00:00Z  2026-03-29T00:00:00Z
+2026-03-29T00:00:20Z  2026-03-29T00:00:20Z
+2026-03-29T00:00:40Z  2026-03-29T00:00:40Z
+2026-03-29T00:01:00Z  2026-03-29T00:01:00Z'
+	run "$RELAY" schedule next "0 8 * * 1-5" --timezone America/Sao_Paulo --from 2026-03-27T00:00:00Z -n 2
+	assert_status 0
+	assert_out_eq 'Description: At 08:00, Monday through Friday
+2026-03-27T11:00:00Z  2026-03-27T08:00:00-03:00
+2026-03-30T11:00:00Z  2026-03-30T08:00:00-03:00'
+	# --from is exclusive
+	run "$RELAY" schedule next "@hourly" --from 2026-03-28T12:00:00Z -n 1
+	assert_out_eq 'Description: Every hour
+2026-03-28T13:00:00Z  2026-03-28T13:00:00Z'
+	# from now by default: N lines after the description, all in the future
+	run "$RELAY" schedule next "* * * * * *" -n 3
+	assert_status 0
+	[ "$(wc -l <"$TMP/out")" -eq 4 ] || fail "want 4 lines"
+	local first
+	first=$(sed -n 2p "$TMP/out" | cut -d' ' -f1)
+	[ "$(date -u -d "$first" +%s)" -ge "$(($(date +%s) - 1))" ] || fail "first occurrence $first is in the past"
+
+	run "$RELAY" schedule next "61 * * * *"
+	assert_status 1
+	assert_err_contains 'cron "61 * * * *": minute 61 out of range 0-59'
+	assert_out_empty
+	run "$RELAY" schedule next "0 0 30 2 *"
+	assert_status 1
+	assert_err_contains '0 0 30 2 *'
+	run "$RELAY" schedule next "* * * * *" --timezone Europe/Nowhere
+	assert_status 1
+	assert_err_contains 'Europe/Nowhere'
+	assert_out_empty
+	run "$RELAY" schedule next "* * * * *" --timezone Local
+	assert_status 1
+	run "$RELAY" schedule next
+	assert_status 2
+	run "$RELAY" schedule next "* * * * *" -n 0
+	assert_status 2
+	run "$RELAY" schedule next "* * * * *" -n abc
+	assert_status 2
+	run "$RELAY" schedule next "* * * * *" --from yesterday
+	assert_status 2
+	assert_err_contains 'yesterday'
+	run "$RELAY" schedule next "* * * * *" --bogus
+	assert_status 2
+}
+
+test_three_workers_publish_each_occurrence_once() {
+	start_redis
+	wait_redis_plain
+	sc_env
+	sc_fn sc-tick tick.py 'def handler(event):
+    print("ran", event["scheduled_at"], event["source"], flush=True)
+' 'runtime: python3.14
+concurrency: 4
+schedules:
+  - handler: tick.handler
+    cron: "* * * * * *"
+'
+	local m1=127.0.0.1:$(free_port)
+	sc_start "$TMP/w1.log" sched-worker-1 "$m1"
+	local p1=$RELAY_PID t_start
+	t_start=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w1.log" | sed 's/.*start=//')
+	sc_start "$TMP/w2.log" sched-worker-2
+	local p2=$RELAY_PID
+	sc_start "$TMP/w3.log" sched-worker-3
+	local p3=$RELAY_PID
+	sleep 15
+	kill -9 "$p3"
+	sleep 15
+	curl -s --max-time 5 "http://$m1/metrics" >"$TMP/metrics"
+	# let the last invocations finish, then stop gracefully
+	sleep 3
+	kill -TERM "$p1" "$p2"
+	sc_stop "$p1"
+	sc_stop "$p2"
+
+	sc_occurrences >"$TMP/series"
+	local first last count
+	read -r first last count < <(sc_check_series "$TMP/series")
+	echo "published $count occurrences, $(date -u -d "@$first" +%T) to $(date -u -d "@$last" +%T); worker-3 killed mid-run"
+	[ "$count" -ge 28 ] || fail "only $count occurrences in ~33 s"
+	[ "$first" -gt "$(date -u -d "$t_start" +%s)" ] || fail "first occurrence $first not after the first start $t_start"
+	# every entry is a scheduled occurrence of sc-tick
+	[ "$(sc_cli XLEN events)" -eq "$count" ] || fail "XLEN differs from the occurrences"
+
+	# the handler ran once per occurrence: no duplicate runs; every
+	# occurrence ran or is still pending with the killed worker
+	cat "$TMP"/w[123].log | grep -o 'ran [0-9TZ:-]* relay.schedule' | awk '{print $2}' >"$TMP/ran"
+	local total distinct
+	total=$(wc -l <"$TMP/ran")
+	distinct=$(sort -u "$TMP/ran" | wc -l)
+	sc_cli XPENDING events relay - + 1000 | awk 'NR % 4 == 1' >"$TMP/pending.ids"
+	sc_cli XPENDING events relay - + 1000 | awk 'NR % 4 == 2' | sort -u >"$TMP/pending.owners"
+	local unaccounted=0 secs occ mid at
+	while read -r secs occ mid; do
+		at=${occ: -20}
+		grep -qx -- "$at" "$TMP/ran" || grep -qx -- "$mid" "$TMP/pending.ids" || unaccounted=$((unaccounted + 1))
+	done <"$TMP/series"
+	echo "handler runs: $total, distinct occurrences $distinct; pending: $(grep -c . "$TMP/pending.ids")"
+	[ "$total" -eq "$distinct" ] || fail "$((total - distinct)) duplicate handler run(s)"
+	[ "$unaccounted" -eq 0 ] || fail "$unaccounted occurrence(s) neither ran nor pending"
+	# (an entry read while its worker was stopping also stays pending for
+	# a later reclaim: accounted for, not lost)
+	echo "pending entries owned by: $(tr '\n' ' ' <"$TMP/pending.owners")"
+	local w
+	for w in 1 2; do
+		grep -q 'ran .* relay.schedule' "$TMP/w$w.log" || fail "worker-$w ran no occurrence"
+	done
+	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+
+	# /metrics of worker-1: schedule counters move, event counters do not
+	metric() { awk -v k="$1" '$1 == k {print $2}' "$TMP/metrics"; }
+	echo "worker-1: published $(metric schedule_occurrences_published_total), duplicate $(metric schedule_occurrences_duplicate_total), failures $(metric schedule_publish_failures_total)"
+	[ "$(metric schedule_occurrences_published_total)" -ge 1 ] || fail "published counter did not move"
+	[ "$(metric schedule_occurrences_duplicate_total)" -ge 1 ] || fail "duplicate counter did not move"
+	[ "$(metric schedule_publish_failures_total)" = 0 ] || fail "publish failures"
+	[ "$(metric events_received_total)" = 0 ] || fail "events_received_total moved"
+	[ "$(metric events_processed_total)" = 0 ] || fail "events_processed_total moved"
+	[ "$(metric 'function_events_total{function="sc-tick"}')" = 0 ] || fail "function_events_total moved"
+	[ "$(metric 'handler_invocations_total{function="sc-tick",handler="tick.handler",outcome="success"}')" -ge 1 ] ||
+		fail "handler_invocations_total did not move"
+
+	# catch-up: a worker that was down publishes nothing it missed
+	sleep 3
+	sc_start "$TMP/w4.log" sched-worker-1
+	local p4=$RELAY_PID t_restart
+	t_restart=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w4.log" | sed 's/.*start=//')
+	sleep 3
+	sc_stop "$p4"
+	sc_occurrences >"$TMP/series2"
+	local after
+	after=$(awk -v l="$last" '$1 > l' "$TMP/series2")
+	[ -n "$after" ] || fail "nothing published after the restart"
+	local next
+	next=$(head -n1 <<<"$after" | cut -d' ' -f1)
+	echo "down from $(date -u -d "@$last" +%T) to $t_restart; next occurrence published $(date -u -d "@$next" +%T)"
+	[ "$next" -gt "$(date -u -d "$t_restart" +%s)" ] || fail "missed occurrence $next published on restart ($t_restart)"
+	sc_cleanup_images sc-tick
+}
+
+test_removed_schedule_pending_occurrences_are_acked_obsolete() {
+	start_redis
+	wait_redis_plain
+	sc_env
+	export MAX_CONCURRENCY=1 MAX_BUFFERED_EVENTS=1
+	sc_fn sc-gone slow.py 'import time
+def handler(event):
+    time.sleep(2)
+    print("slow", event["scheduled_at"], flush=True)
+' 'runtime: python3.14
+concurrency: 1
+schedules:
+  - handler: slow.handler
+    cron: "* * * * * *"
+'
+	sc_start "$TMP/w.log" sched-obsolete
+	# occurrences pile up faster than the one slow slot runs them
+	backlog() { [ "$(sc_lag)" -ge 5 ]; }
+	wait_for 60 backlog || fail "no backlog built up: lag $(sc_lag)"
+	printf '%s' 'runtime: python3.14
+concurrency: 1
+events:
+  - handler: slow.handler
+    pattern: {kind: [never]}
+' >"$RELAY_FUNCTIONS_DIR/sc-gone/template.yaml"
+	wait_for 90 grep -q 'scheduled occurrence obsolete' "$TMP/w.log" ||
+		fail "no obsolete occurrence: $(tail -n 20 "$TMP/w.log")"
+	drained() { [ "$(sc_pending)" -eq 0 ] && [ "$(sc_lag)" -eq 0 ]; }
+	wait_for 30 drained || fail "occurrences left: pending $(sc_pending), lag $(sc_lag)"
+	# the schedule is gone: nothing more is published
+	local len
+	len=$(sc_cli XLEN events)
+	sleep 2.5
+	[ "$(sc_cli XLEN events)" -eq "$len" ] || fail "the removed schedule still publishes"
+	local obsolete ran
+	obsolete=$(grep -c 'scheduled occurrence obsolete' "$TMP/w.log")
+	ran=$(grep -c 'msg="handler executed" function=sc-gone' "$TMP/w.log")
+	echo "$len occurrences: $ran ran before the removal, $obsolete acknowledged as obsolete"
+	grep 'scheduled occurrence obsolete' "$TMP/w.log" | head -n1
+	grep -q 'level=INFO msg="scheduled occurrence obsolete' "$TMP/w.log" || fail "not an INFO line"
+	[ $((obsolete + ran)) -eq "$len" ] || fail "$len published, $ran ran + $obsolete obsolete"
+	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+	! grep -q 'function=sc-gone.*retrying' "$TMP/w.log" || fail "an obsolete occurrence was retried"
+	sc_stop "$RELAY_PID"
+	sc_cleanup_images sc-gone
+}

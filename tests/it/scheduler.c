@@ -1,0 +1,605 @@
+/*
+ * The cron scheduler and the consumer's schedule routing against a real
+ * redis-server, in process (scheduler.h, consumer.c). Time is real: the
+ * schedules here fire every second, so each case runs for a second or
+ * three. The executor is scripted by handler name as in consumer.c: ok.*
+ * succeed, fail.* fail.
+ *
+ * Cases: the publish-if-new script (fields, dedup, TTL, atomicity on a
+ * wrong-type stream); the catch-up policy (a start in the past publishes
+ * only what is within the 2 s grace; a fresh start only what is strictly
+ * after it); two schedulers on one stream publish each occurrence once;
+ * live changes through new registry snapshots; the consumer routing an
+ * occurrence to exactly its schedule handler without moving the event
+ * counters, with retries and DLQ; obsolete occurrences (fresh, and pending
+ * then reclaimed) ACKed with an INFO line.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "consumer.h"
+#include "duration.h"
+#include "function.h"
+#include "itlib.h"
+#include "log.h"
+#include "metrics.h"
+#include "rfc3339.h"
+#include "scheduler.h"
+#include "t.h"
+
+static struct itredis R;
+static char fdir[64];
+static char logpath[96];
+static int logfd = -1;
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static void write_fn(const char *dir, const char *name, const char *tpl)
+{
+	char *d = xasprintf("%s/%s", dir, name);
+	mkdir(dir, 0755);
+	mkdir(d, 0755);
+	char *p = xasprintf("%s/template.yaml", d);
+	FILE *f = fopen(p, "w");
+	fputs(tpl, f);
+	fclose(f);
+	free(p);
+	free(d);
+}
+
+/* Publishes a snapshot of every function under fdir/<sub>. */
+static void publish_dir(struct registry *reg, const char *sub)
+{
+	char *dir = xasprintf("%s/%s", fdir, sub);
+	struct function_scan scan;
+	char *err = NULL;
+	struct fn_version **fvs = NULL;
+	size_t n = 0;
+	if (function_scan_dir(dir, &scan, &err) == 0) {
+		fvs = xcalloc(scan.n + 1, sizeof *fvs);
+		for (size_t i = 0; i < scan.n; i++) {
+			if (scan.v[i].fn) {
+				fvs[n++] = fn_version_new(scan.v[i].fn, NULL, NULL);
+				scan.v[i].fn = NULL;
+			} else if (scan.v[i].status == FUNCTION_INVALID) {
+				printf("  invalid fixture %s: %s\n", scan.v[i].name, scan.v[i].errors.v[0]);
+			}
+		}
+		function_scan_free(&scan);
+	} else {
+		printf("  cannot scan %s: %s\n", dir, err ? err : "");
+		free(err);
+		fvs = xcalloc(1, sizeof *fvs);
+	}
+	registry_publish(reg, fvs, n);
+	free(dir);
+}
+
+static struct scheduler *sched(struct registry *reg, const char *stream, int64_t start_ns)
+{
+	struct scheduler_config cfg = {.uri = &R.uri, .stream = stream, .registry = reg,
+				       .poll_ns = 100 * NS_PER_MS, .start_ns = start_ns};
+	return scheduler_start(&cfg);
+}
+
+/* Log lines go to a file the cases grep. */
+static void log_to_file(void)
+{
+	snprintf_(logpath, sizeof logpath, "%s/relay.log", fdir);
+	logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+	log_set_fd(logfd);
+}
+
+static int log_count(const char *needle)
+{
+	FILE *f = fopen(logpath, "r");
+	if (!f)
+		return 0;
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		if (strstr(line, needle))
+			n++;
+	fclose(f);
+	return n;
+}
+
+/* ---- the stream as published ------------------------------------------- */
+
+struct occ {
+	char id[64];
+	char event[128];
+	char function[64];
+	char handler[64];
+	char occurrence[160];
+	int64_t at; /* scheduled_at, Unix seconds */
+	int nfields;
+};
+
+/* Reads every entry of stream (at most max) into out; returns how many. */
+static int read_stream(struct redis *r, const char *stream, struct occ *out, int max)
+{
+	redisReply *rep = redis_command(r, "XRANGE %s - +", stream);
+	int n = 0;
+	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements && n < max; i++) {
+		const redisReply *e = rep->element[i];
+		struct occ *o = &out[n++];
+		memset(o, 0, sizeof *o);
+		o->at = -1;
+		snprintf_(o->id, sizeof o->id, "%s", e->element[0]->str);
+		const redisReply *f = e->element[1];
+		o->nfields = (int)f->elements;
+		for (size_t k = 0; k + 1 < f->elements; k += 2) {
+			const char *name = f->element[k]->str, *v = f->element[k + 1]->str;
+			if (strcmp(name, "event") == 0)
+				snprintf_(o->event, sizeof o->event, "%s", v);
+			else if (strcmp(name, SCHEDULE_FIELD_FUNCTION) == 0)
+				snprintf_(o->function, sizeof o->function, "%s", v);
+			else if (strcmp(name, SCHEDULE_FIELD_HANDLER) == 0)
+				snprintf_(o->handler, sizeof o->handler, "%s", v);
+			else if (strcmp(name, SCHEDULE_FIELD_OCCURRENCE) == 0)
+				snprintf_(o->occurrence, sizeof o->occurrence, "%s", v);
+		}
+		const char *p = strstr(o->event, "\"scheduled_at\":\"");
+		int32_t ns;
+		if (p && rfc3339_parse(p + 16, 20, &o->at, &ns) < 0)
+			o->at = -1;
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static long long xlen(struct redis *r, const char *stream)
+{
+	redisReply *rep = redis_command(r, "XLEN %s", stream);
+	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static long long pending(struct redis *r, const char *stream)
+{
+	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 ? rep->element[0]->integer : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static long long integer(struct redis *r, const char *fmt, const char *arg)
+{
+	redisReply *rep = redis_command(r, fmt, arg);
+	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* Checks that the occurrences of (function, handler) in o[0..n) are
+ * distinct and every step seconds apart; returns how many there are and
+ * their first/last instants. */
+static int check_series(const struct occ *o, int n, const char *function, const char *handler, int step,
+			int64_t *first, int64_t *last)
+{
+	int k = 0;
+	int64_t prev = -1;
+	*first = *last = -1;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(o[i].function, function) != 0 || strcmp(o[i].handler, handler) != 0)
+			continue;
+		if (prev >= 0 && o[i].at != prev + step) {
+			T_FAIL_("%s/%s: occurrence %" PRId64 " follows %" PRId64 " (want +%d s)", function, handler,
+				o[i].at, prev, step);
+		}
+		if (*first < 0)
+			*first = o[i].at;
+		*last = prev = o[i].at;
+		k++;
+	}
+	return k;
+}
+
+/* ---- cases: publication ------------------------------------------------- */
+
+TEST(publish_script_deduplicates_and_writes_the_documented_fields)
+{
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	char id[64] = "", err[256] = "";
+	const int64_t at = 1774746000; /* 2026-03-29T01:00:00Z */
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, id, sizeof id, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	CHECK(id[0] != '\0');
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err), SCHEDULE_DUPLICATE);
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at + 1, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	struct occ o[4];
+	REQUIRE(read_stream(r, "pub", o, 4) == 2);
+	CHECK_STR(o[0].id, id);
+	CHECK_INT(o[0].nfields, 8);
+	CHECK_STR(o[0].event, "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}");
+	CHECK_STR(o[0].function, "fn-a");
+	CHECK_STR(o[0].handler, "jobs.h");
+	CHECK_STR(o[0].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
+	CHECK_STR(o[1].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:01Z");
+	long long ttl = integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
+	CHECK(ttl > 604700 && ttl <= 604800);
+
+	/* Never a dedup key without its entry: a key of the wrong type fails
+	 * the publish and leaves nothing behind. */
+	redisReply *rep = redis_command(r, "SET notastream x");
+	freeReplyObject(rep);
+	CHECK_INT(schedule_publish(r, "notastream", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISH_FAILED);
+	CHECK(strstr(err, "WRONGTYPE") != NULL);
+	redis_free(r);
+}
+
+/* Counts relay:schedule:* keys. */
+static long long dedup_keys(struct redis *r)
+{
+	redisReply *rep = redis_command(r, "KEYS relay:schedule:*");
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+TEST(a_failed_publish_leaves_no_dedup_key)
+{
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	long long before = dedup_keys(r);
+	char err[256] = "";
+	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISH_FAILED);
+	CHECK_INT(dedup_keys(r), before);
+	redis_free(r);
+}
+
+TEST(catch_up_publishes_only_occurrences_within_the_grace)
+{
+	metrics_reset_for_tests();
+	log_set_level(LOG_DEBUG);
+	struct registry *reg = registry_new();
+	publish_dir(reg, "tick");
+	/* Started "10 s ago": as if the worker had stalled since then. */
+	int64_t t0 = now_wall_ns();
+	struct scheduler *s = sched(reg, "catchup", t0 - 10 * NS_PER_SEC);
+	usleep(1500 * 1000);
+	scheduler_stop(s);
+	int64_t t1 = now_wall_ns();
+	log_set_level(LOG_INFO);
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	struct occ o[64];
+	int n = read_stream(r, "catchup", o, 64);
+	int64_t first, last;
+	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
+	/* The first evaluation ran just after t0: only occurrences at most 2 s
+	 * late then were published, none of the 8 older ones. */
+	int64_t min_s = (t0 - SCHEDULER_GRACE_NS + NS_PER_SEC - 1) / NS_PER_SEC;
+	CHECK(first >= min_s);
+	CHECK(first <= min_s + 1);
+	CHECK(last <= t1 / NS_PER_SEC);
+	CHECK(n >= 3);
+	CHECK_INT(metrics_counter_value(METRIC_SCHEDULE_PUBLISHED), n);
+	CHECK(log_count("schedule occurrence skipped") >= 1);
+	redis_free(r);
+	registry_free(reg);
+}
+
+TEST(a_fresh_start_publishes_only_occurrences_after_it)
+{
+	struct registry *reg = registry_new();
+	publish_dir(reg, "tick");
+	int64_t t0 = now_wall_ns();
+	struct scheduler *s = sched(reg, "fresh", 0);
+	usleep(2200 * 1000);
+	scheduler_stop(s);
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	struct occ o[64];
+	int n = read_stream(r, "fresh", o, 64);
+	int64_t first, last;
+	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
+	CHECK(n >= 2);
+	CHECK(first * NS_PER_SEC > t0 - NS_PER_SEC / 10); /* strictly after the start (its second) */
+	CHECK(first <= t0 / NS_PER_SEC + 1);
+	redis_free(r);
+	registry_free(reg);
+}
+
+TEST(two_workers_publish_each_occurrence_once)
+{
+	metrics_reset_for_tests();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "tick");
+	struct scheduler *a = sched(reg, "pair", 0), *b = sched(reg, "pair", 0);
+	usleep(3200 * 1000);
+	scheduler_stop(a);
+	scheduler_stop(b);
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	struct occ o[64];
+	int n = read_stream(r, "pair", o, 64);
+	int64_t first, last;
+	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
+	CHECK(n >= 3);
+	uint64_t pub = metrics_counter_value(METRIC_SCHEDULE_PUBLISHED);
+	uint64_t dup = metrics_counter_value(METRIC_SCHEDULE_DUPLICATE);
+	CHECK_INT(pub, n);
+	CHECK(dup + 2 >= pub && dup <= pub);
+	CHECK_INT(metrics_counter_value(METRIC_SCHEDULE_PUBLISH_FAILURE), 0);
+	redis_free(r);
+	registry_free(reg);
+}
+
+TEST(live_changes_replace_the_jobs_in_place)
+{
+	struct registry *reg = registry_new();
+	publish_dir(reg, "live1");
+	struct scheduler *s = sched(reg, "live", 0);
+	usleep(1500 * 1000);
+	int64_t swap = now_wall_ns() / NS_PER_SEC;
+	publish_dir(reg, "live2"); /* jobs.a -> jobs.b, new function lw */
+	usleep(2500 * 1000);
+	int64_t removed = now_wall_ns() / NS_PER_SEC;
+	publish_dir(reg, "live3"); /* no schedules any more */
+	usleep(1500 * 1000);
+	scheduler_stop(s);
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	struct occ o[64];
+	int n = read_stream(r, "live", o, 64);
+	int64_t fa, la, fb, lb, fc, lc;
+	int na = check_series(o, n, "lv", "jobs.a", 1, &fa, &la);
+	int nb = check_series(o, n, "lv", "jobs.b", 1, &fb, &lb);
+	int nc = check_series(o, n, "lw", "jobs.c", 2, &fc, &lc);
+	CHECK_INT(na + nb + nc, n);
+	CHECK(na >= 1 && la <= swap + 1);
+	CHECK(nb >= 2 && fb >= swap && lb <= removed + 1);
+	CHECK(nc >= 1 && fc % 2 == 0 && lc <= removed + 1);
+	/* jobs.b picks up right where jobs.a stopped: no second lost. */
+	CHECK(fb <= la + 1);
+	redis_free(r);
+	registry_free(reg);
+}
+
+/* ---- cases: the consumer ---------------------------------------------- */
+
+struct calls {
+	pthread_mutex_t lock;
+	char *names[256];
+	char *payloads[256];
+	int64_t timeouts[256];
+	int n;
+};
+static struct calls calls = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void calls_reset(void)
+{
+	pthread_mutex_lock(&calls.lock);
+	for (int i = 0; i < calls.n; i++) {
+		free(calls.names[i]);
+		free(calls.payloads[i]);
+	}
+	calls.n = 0;
+	pthread_mutex_unlock(&calls.lock);
+}
+
+static int calls_count(const char *prefix)
+{
+	int k = 0;
+	pthread_mutex_lock(&calls.lock);
+	for (int i = 0; i < calls.n; i++)
+		if (strncmp(calls.names[i], prefix, strlen(prefix)) == 0)
+			k++;
+	pthread_mutex_unlock(&calls.lock);
+	return k;
+}
+
+static void invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res)
+{
+	(void)ctx;
+	pthread_mutex_lock(&calls.lock);
+	if (calls.n < 256) {
+		calls.names[calls.n] = xasprintf("%s/%s#%d", req->fv->fn->name, req->handler, req->attempt);
+		calls.payloads[calls.n] = xstrndup(req->payload, req->payload_len);
+		calls.timeouts[calls.n] = req->timeout_ns;
+		calls.n++;
+	}
+	pthread_mutex_unlock(&calls.lock);
+	res->exit_code = 0;
+	res->outcome = INVOKE_OK;
+	if (strncmp(req->handler, "fail.", 5) == 0) {
+		res->outcome = INVOKE_FAILED;
+		res->exit_code = 1;
+		snprintf_(res->error, sizeof res->error, "function %s handler %s exited with status 1",
+			  req->fv->fn->name, req->handler);
+	}
+}
+
+static struct consumer *consumer(struct registry *reg, const char *stream)
+{
+	struct consumer_config cfg = {
+		.uri = &R.uri, .stream = stream, .group = "g", .consumer = "worker-1",
+		.max_buffered = 8, .max_concurrency = 2,
+		.reclaim_interval_ns = 200 * NS_PER_MS, .min_pending_idle_ns = 300 * NS_PER_MS,
+		.slot_wait_ns = 2 * NS_PER_SEC,
+		.backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
+		.block_ms = 100, .registry = reg, .invoke = invoke,
+	};
+	struct redis *r = it_conn(&R);
+	char err[256];
+	consumer_ensure_group(r, stream, "g", err, sizeof err);
+	redis_free(r);
+	return consumer_start(&cfg);
+}
+
+static bool settled(struct redis *r, const char *stream, long long dlq_want)
+{
+	char *dlq = xasprintf("relay:%s:dlq", stream);
+	for (int i = 0; i < 400; i++) {
+		redisReply *rep = redis_command(r, "XINFO GROUPS %s", stream);
+		long long lag = -1;
+		for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k < rep->elements; k++) {
+			const redisReply *g = rep->element[k];
+			for (size_t j = 0; j + 1 < g->elements; j += 2)
+				if (strcmp(g->element[j]->str, "lag") == 0 && g->element[j + 1]->type == REDIS_REPLY_INTEGER)
+					lag = g->element[j + 1]->integer;
+		}
+		if (rep)
+			freeReplyObject(rep);
+		if (lag == 0 && pending(r, stream) == 0 && xlen(r, dlq) == dlq_want) {
+			free(dlq);
+			return true;
+		}
+		usleep(20000);
+	}
+	free(dlq);
+	return false;
+}
+
+TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
+{
+	metrics_reset_for_tests();
+	calls_reset();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "route");
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	char err[256];
+	const int64_t at = 1774746000;
+	/* The function also has a rule matching every event: an occurrence
+	 * must never reach it. */
+	CHECK_INT(schedule_publish(r, "rt", "ra", "ok.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "ra", "fail.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "ra", "gone.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "nofn", "ok.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
+	struct consumer *c = consumer(reg, "rt");
+	CHECK(settled(r, "rt", 1));
+	CHECK_INT(calls_count("ra/ok.tick#1"), 1);
+	CHECK_INT(calls_count("ra/fail.tick#1"), 1);
+	CHECK_INT(calls_count("ra/fail.tick#2"), 1); /* retries: 1 */
+	CHECK_INT(calls_count("ra/ok.any"), 0);
+	CHECK_INT(calls.n, 3);
+	char *want = schedule_payload(at);
+	for (int i = 0; i < calls.n; i++)
+		CHECK_STR(calls.payloads[i], want);
+	free(want);
+	for (int i = 0; i < calls.n; i++)
+		if (strncmp(calls.names[i], "ra/ok.tick", 10) == 0)
+			CHECK_INT(calls.timeouts[i], 9 * NS_PER_SEC);
+	CHECK_INT(log_count("scheduled occurrence obsolete"), 2);
+	CHECK_INT(log_count("scheduled occurrence obsolete: its function or schedule handler no longer exists; "
+			    "acknowledging\" function=nofn"),
+		  1);
+
+	/* Not events: no event counter moved; handler metrics did. */
+	CHECK_INT(metrics_counter_value(METRIC_EVENTS_RECEIVED), 0);
+	CHECK_INT(metrics_counter_value(METRIC_EVENTS_PROCESSED), 0);
+	CHECK_INT(metrics_counter_value(METRIC_HANDLER_SUCCESS), 1);
+	CHECK_INT(metrics_counter_value(METRIC_HANDLER_FAILURE), 2);
+	CHECK_INT(metrics_counter_value(METRIC_DLQ_ENTRIES), 1);
+	struct metrics_global_snapshot g;
+	struct metrics_function_snapshot *fs = NULL;
+	size_t nfs = 0;
+	metrics_snapshot(&g, &fs, &nfs);
+	for (size_t i = 0; i < nfs; i++)
+		if (strcmp(fs[i].function, "ra") == 0) {
+			CHECK_INT(fs[i].events, 0);
+			CHECK_INT(fs[i].successes, 1);
+			CHECK_INT(fs[i].dlq_entries, 1);
+		}
+	metrics_snapshot_free(fs, nfs);
+
+	/* An ordinary event still goes through the patterns and counts. */
+	redisReply *rep = redis_command(r, "XADD rt * event {\"kind\":\"x\"}");
+	freeReplyObject(rep);
+	CHECK(settled(r, "rt", 1));
+	CHECK_INT(calls_count("ra/ok.any#1"), 1);
+	CHECK_INT(metrics_counter_value(METRIC_EVENTS_RECEIVED), 1);
+	CHECK_INT(metrics_counter_value(METRIC_EVENTS_PROCESSED), 1);
+	consumer_stop(c);
+	consumer_free(c);
+	redis_free(r);
+	registry_free(reg);
+}
+
+TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
+{
+	calls_reset();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "removed"); /* rb exists, without its schedule */
+	struct redis *r = it_conn(&R);
+	REQUIRE(r);
+	char err[256];
+	consumer_ensure_group(r, "obs", "g", err, sizeof err);
+	CHECK_INT(schedule_publish(r, "obs", "rb", "ok.tick", 1774746000, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	/* Delivered to a worker that then died: pending, owned by "ghost". */
+	redisReply *rep = redis_command(r, "XREADGROUP GROUP g ghost COUNT 10 STREAMS obs >");
+	freeReplyObject(rep);
+	CHECK_INT(pending(r, "obs"), 1);
+	int before = log_count("scheduled occurrence obsolete");
+	struct consumer *c = consumer(reg, "obs");
+	CHECK(settled(r, "obs", 0));
+	CHECK_INT(calls.n, 0);
+	CHECK_INT(log_count("scheduled occurrence obsolete"), before + 1);
+	CHECK_INT(xlen(r, "relay:obs:dlq"), 0);
+	consumer_stop(c);
+	consumer_free(c);
+	redis_free(r);
+	registry_free(reg);
+}
+
+int main(int argc, char **argv)
+{
+	log_set_level(LOG_WARN);
+	snprintf_(fdir, sizeof fdir, "/tmp/relay-itsched.XXXXXX");
+	if (!mkdtemp(fdir) || it_redis_start(&R, NULL) < 0) {
+		printf("FAIL scheduler/setup (redis-server)\n");
+		return 1;
+	}
+	log_to_file();
+	log_set_level(LOG_INFO);
+	char *d;
+#define FIXTURE(sub, name, tpl)                   \
+	d = xasprintf("%s/%s", fdir, sub);        \
+	write_fn(d, name, tpl);                   \
+	free(d)
+	FIXTURE("tick", "tick", "runtime: python3.14\nschedules:\n  - handler: jobs.tick\n    cron: \"* * * * * *\"\n");
+	FIXTURE("live1", "lv", "runtime: python3.14\nschedules:\n  - handler: jobs.a\n    cron: \"* * * * * *\"\n");
+	FIXTURE("live2", "lv", "runtime: python3.14\nschedules:\n  - handler: jobs.b\n    cron: \"* * * * * *\"\n");
+	FIXTURE("live2", "lw", "runtime: node24\nschedules:\n  - handler: jobs.c\n    cron: \"*/2 * * * * *\"\n"
+			       "    timezone: Europe/Rome\n");
+	FIXTURE("live3", "lv", "runtime: python3.14\nevents:\n  - handler: ev.h\n    pattern: {kind: [never]}\n");
+	FIXTURE("route", "ra", "runtime: python3.14\nevents:\n  - handler: ok.any\n    pattern: {}\n"
+			       "schedules:\n  - handler: ok.tick\n    cron: \"0 3 * * *\"\n    timeout: 9s\n"
+			       "  - handler: fail.tick\n    cron: \"0 4 * * *\"\n    retries: 1\n");
+	FIXTURE("removed", "rb", "runtime: python3.14\nevents:\n  - handler: ok.tick\n    pattern: {kind: [x]}\n");
+#undef FIXTURE
+	static const struct t_case cases[] = {
+		T_CASE(publish_script_deduplicates_and_writes_the_documented_fields),
+		T_CASE(a_failed_publish_leaves_no_dedup_key),
+		T_CASE(catch_up_publishes_only_occurrences_within_the_grace),
+		T_CASE(a_fresh_start_publishes_only_occurrences_after_it),
+		T_CASE(two_workers_publish_each_occurrence_once),
+		T_CASE(live_changes_replace_the_jobs_in_place),
+		T_CASE(consumer_routes_an_occurrence_to_exactly_its_schedule_handler),
+		T_CASE(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete),
+	};
+	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
+	calls_reset();
+	log_set_fd(2);
+	close(logfd);
+	it_redis_cleanup(&R);
+	char *cmd = xasprintf("rm -rf '%s'", fdir);
+	if (system(cmd) != 0)
+		rc = 1;
+	free(cmd);
+	return rc;
+}
