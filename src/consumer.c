@@ -83,7 +83,7 @@ struct consumer {
 	volatile int cancel;
 	struct slots *slots;
 
-	pthread_t reader, reclaimer, acker;
+	pthread_t reader, reclaimer, acker, sampler;
 	pthread_t *workers;
 	int nworkers;
 };
@@ -136,15 +136,21 @@ static bool held_locked(struct consumer *c, const char *id)
 	return false;
 }
 
-/* Queues a message (takes ownership); lock held. */
-static void enqueue_locked(struct consumer *c, struct msg *m)
+/* Counts a message in the local buffer until release(); lock held. */
+static void hold_locked(struct consumer *c, const char *id)
 {
 	if (c->nheld == c->capheld) {
 		c->capheld = c->capheld ? c->capheld * 2 : 32;
 		c->held = xrealloc(c->held, c->capheld * sizeof *c->held);
 	}
-	c->held[c->nheld++] = xstrdup(m->id);
+	c->held[c->nheld++] = xstrdup(id);
 	c->buffered++;
+}
+
+/* Queues a message for the workers (takes ownership); lock held. */
+static void enqueue_locked(struct consumer *c, struct msg *m)
+{
+	hold_locked(c, m->id);
 	m->next = NULL;
 	if (c->tail)
 		c->tail->next = m;
@@ -240,6 +246,27 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
 
 /* ---- reader ------------------------------------------------------------ */
 
+/*
+ * Whether a freshly read message matches nothing: then the reader
+ * acknowledges it itself, with the XACK pipelined ahead of its next
+ * XREADGROUP (architecture.md: "an XACK can travel with the next
+ * XREADGROUP"). No hand-off to a worker and no extra round trip keeps the
+ * no-match path close to a bare XREADGROUP + XACK loop (bench/consume).
+ * Anything else (a match, a malformed event, a scheduled occurrence) goes
+ * to the workers, which decode it again.
+ */
+static bool matches_nothing(const struct snapshot *snap, uint32_t *ids, const struct msg *m)
+{
+	if (schedule_route_of(m->fields, m->lens, m->nfields, NULL))
+		return false;
+	struct event *ev = NULL;
+	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) != EVENT_OK)
+		return false;
+	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
+	event_free(ev);
+	return n == 0;
+}
+
 static void *reader_main(void *arg)
 {
 	struct consumer *c = arg;
@@ -247,25 +274,56 @@ static void *reader_main(void *arg)
 	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
 	char count[16], block[16];
 	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
+	/* No-match messages read last time, acknowledged with the next read. */
+	char **fast = NULL;
+	size_t nfast = 0, capfast = 0;
 	while (!c->stop) {
 		if (ensure_conn(c, r) < 0)
 			break;
 		pthread_mutex_lock(&c->lock);
-		while (c->buffered >= c->cfg.max_buffered && !c->stop)
+		/* The fast ones are ACKed before the next read executes. */
+		while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
 			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
 		/* Less than half the buffer free: wait a moment for the ACKs in
 		 * flight to free more, so one XREADGROUP fetches a batch rather
 		 * than a message or two (bench/consume). */
-		if (c->cfg.max_buffered - c->buffered < (c->cfg.max_buffered + 1) / 2 && !c->stop)
+		if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 && !c->stop)
 			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-		int room = c->cfg.max_buffered - c->buffered;
+		int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
 		pthread_mutex_unlock(&c->lock);
 		if (c->stop)
 			break;
+		if (nfast) {
+			const char **argv = xcalloc(nfast + 3, sizeof *argv);
+			argv[0] = "XACK";
+			argv[1] = c->stream;
+			argv[2] = c->group;
+			for (size_t i = 0; i < nfast; i++)
+				argv[3 + i] = fast[i];
+			redis_append_argv(r, (int)nfast + 3, argv, NULL);
+			free(argv);
+		}
 		snprintf_(count, sizeof count, "%d", room);
 		const char *argv[] = {"XREADGROUP", "GROUP", c->group, c->name, "COUNT", count,
 				      "BLOCK",      block,   "STREAMS", c->stream, ">"};
-		redisReply *rep = redis_command_argv(r, 11, argv, NULL);
+		redisReply *rep = NULL;
+		if (redis_append_argv(r, 11, argv, NULL) == 0) {
+			if (nfast) {
+				redisReply *ack = redis_get_reply(r, -1);
+				if (!ack || ack->type == REDIS_REPLY_ERROR)
+					log_warn(LOG_ATTRS("error", ack ? ack->str : redis_errmsg(r)),
+						 "acknowledgement lost; the messages stay pending and will be reclaimed");
+				if (ack)
+					freeReplyObject(ack);
+			}
+			if (redis_is_connected(r))
+				rep = redis_get_reply(r, -1);
+		}
+		/* ACKed (or, on a dropped connection, left pending for reclaim). */
+		release_ids(c, (const char *const *)fast, nfast);
+		for (size_t i = 0; i < nfast; i++)
+			free(fast[i]);
+		nfast = 0;
 		if (!rep) {
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "redis read failed; reconnecting");
 			continue;
@@ -289,6 +347,8 @@ static void *reader_main(void *arg)
 			continue;
 		}
 		if (rep->type == REDIS_REPLY_ARRAY) {
+			struct snapshot *snap = registry_acquire(c->cfg.registry);
+			uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
 			for (size_t s = 0; s < rep->elements; s++) {
 				const redisReply *st = rep->element[s];
 				if (st->type != REDIS_REPLY_ARRAY || st->elements < 2 ||
@@ -304,13 +364,46 @@ static void *reader_main(void *arg)
 					/* Scheduled occurrences are not events. */
 					if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
 						metrics_inc(METRIC_EVENTS_RECEIVED);
+					if (matches_nothing(snap, ids, m)) {
+						log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
+						metrics_inc(METRIC_EVENTS_PROCESSED);
+						hold_locked(c, m->id);
+						if (nfast == capfast) {
+							capfast = capfast ? capfast * 2 : 32;
+							fast = xrealloc(fast, capfast * sizeof *fast);
+						}
+						fast[nfast++] = m->id;
+						m->id = NULL;
+						msg_free(m);
+						continue;
+					}
 					enqueue_locked(c, m);
 				}
+				metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
 				pthread_mutex_unlock(&c->lock);
 			}
+			free(ids);
+			registry_release(c->cfg.registry, snap);
 		}
 		freeReplyObject(rep);
 	}
+	/* Stopping with no-match messages read: acknowledge them now. */
+	if (nfast && redis_is_connected(r)) {
+		const char **argv = xcalloc(nfast + 3, sizeof *argv);
+		argv[0] = "XACK";
+		argv[1] = c->stream;
+		argv[2] = c->group;
+		for (size_t i = 0; i < nfast; i++)
+			argv[3 + i] = fast[i];
+		redisReply *ack = redis_command_argv(r, (int)nfast + 3, argv, NULL);
+		if (ack)
+			freeReplyObject(ack);
+		free(argv);
+	}
+	release_ids(c, (const char *const *)fast, nfast);
+	for (size_t i = 0; i < nfast; i++)
+		free(fast[i]);
+	free(fast);
 	redis_free(r);
 	return NULL;
 }
@@ -381,6 +474,46 @@ static void *reclaim_main(void *arg)
 		if (c->stop || ensure_conn(c, r) < 0)
 			break;
 		reclaim_once(c, r);
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- backlog sampler ------------------------------------------------------ */
+
+/* pending_entries and pending_oldest_age_seconds, from the group's PEL:
+ * XPENDING summary (count, smallest id); the age is now minus the smallest
+ * pending id's millisecond time, i.e. how long the oldest unacknowledged
+ * message has existed. Sampled, not per event. */
+static void sample_backlog(struct consumer *c, struct redis *r)
+{
+	redisReply *rep = redis_command(r, "XPENDING %s %s", c->stream, c->group);
+	if (!rep)
+		return;
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
+		long long count = rep->element[0]->integer;
+		double age = 0;
+		if (count > 0 && rep->element[1]->type == REDIS_REPLY_STRING) {
+			long long ms = strtoll(rep->element[1]->str, NULL, 10);
+			double now_ms = (double)(now_wall_ns() / NS_PER_MS);
+			if (ms > 0 && now_ms > (double)ms)
+				age = (now_ms - (double)ms) / 1000.0;
+		}
+		metrics_gauge_set(METRIC_PENDING_ENTRIES, (double)count);
+		metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, age);
+	}
+	freeReplyObject(rep);
+}
+
+static void *sampler_main(void *arg)
+{
+	struct consumer *c = arg;
+	block_signals();
+	struct redis *r = conn_new(c, 10000);
+	while (!c->stop) {
+		if (redis_is_connected(r) || redis_connect(r) == 0)
+			sample_backlog(c, r);
+		sleep_ms_interruptible(c->cfg.sample_interval_ns / NS_PER_MS, &c->stop);
 	}
 	redis_free(r);
 	return NULL;
@@ -911,6 +1044,8 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		c->cfg.slot_wait_ns = CONSUMER_SLOT_WAIT_NS;
 	if (c->cfg.block_ms <= 0)
 		c->cfg.block_ms = CONSUMER_BLOCK_MS;
+	if (c->cfg.sample_interval_ns <= 0)
+		c->cfg.sample_interval_ns = CONSUMER_SAMPLE_INTERVAL_NS;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->ack_lock, NULL);
 	cond_init_mono(&c->work);
@@ -924,6 +1059,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		pthread_create(&c->workers[i], NULL, worker_main, c);
 	pthread_create(&c->reader, NULL, reader_main, c);
 	pthread_create(&c->reclaimer, NULL, reclaim_main, c);
+	pthread_create(&c->sampler, NULL, sampler_main, c);
 	return c;
 }
 
@@ -937,6 +1073,7 @@ void consumer_stop(struct consumer *c)
 	slots_wake(c->slots);
 	pthread_join(c->reader, NULL);
 	pthread_join(c->reclaimer, NULL);
+	pthread_join(c->sampler, NULL);
 	for (int i = 0; i < c->nworkers; i++)
 		pthread_join(c->workers[i], NULL);
 	pthread_mutex_lock(&c->ack_lock);

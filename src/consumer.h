@@ -12,7 +12,9 @@
  *             round trip; a message's buffer slot is released once its ACK
  *             is confirmed, it is dead-lettered, or it is left pending;
  *   reclaim   XAUTOCLAIM every reclaim interval for messages idle longer
- *             than min_pending_idle, buffer-aware.
+ *             than min_pending_idle, buffer-aware;
+ *   sampler   XPENDING every 15 s for the pending_entries and
+ *             pending_oldest_age_seconds gauges.
  *
  * The consumer never runs containers itself: it calls cfg.invoke, which the
  * runtime wires to the Docker runner (and tests may wire to anything).
@@ -32,6 +34,7 @@
 #define CONSUMER_MIN_PENDING_IDLE_NS (60LL * 1000000000LL)
 #define CONSUMER_SLOT_WAIT_NS (10LL * 1000000000LL)
 #define CONSUMER_BLOCK_MS 2000
+#define CONSUMER_SAMPLE_INTERVAL_NS (15LL * 1000000000LL)
 
 /* One invocation handed to the executor. Borrowed for the call only. */
 struct invoke_request {
@@ -77,6 +80,7 @@ struct consumer_config {
 	int64_t slot_wait_ns;
 	int64_t backoff_ns[4];
 	int block_ms;
+	int64_t sample_interval_ns; /* backlog gauges (XPENDING) */
 	struct registry *registry;
 	consumer_invoke_fn invoke;
 	void *invoke_ctx;

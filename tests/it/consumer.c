@@ -18,6 +18,7 @@
 #include "invocation.h"
 #include "itlib.h"
 #include "log.h"
+#include "metrics.h"
 #include "t.h"
 
 static struct itredis R;
@@ -134,7 +135,7 @@ static struct consumer *start(struct registry *reg, const char *stream, int buff
 		.max_buffered = buffered, .max_concurrency = conc,
 		.reclaim_interval_ns = 200 * NS_PER_MS, .min_pending_idle_ns = 300 * NS_PER_MS,
 		.slot_wait_ns = 2 * NS_PER_SEC, .backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
-		.block_ms = 100, .registry = reg, .invoke = invoke,
+		.block_ms = 100, .sample_interval_ns = 100 * NS_PER_MS, .registry = reg, .invoke = invoke,
 	};
 	struct redis *r = it_conn(&R);
 	char err[256];
@@ -518,6 +519,47 @@ TEST(backpressure_bounds_buffer_and_concurrency)
 	redis_free(r);
 }
 
+struct gauge_arg {
+	enum metric_gauge g;
+	double min;
+};
+static bool gauge_at_least(void *a)
+{
+	struct gauge_arg *p = a;
+	return metrics_gauge_value(p->g) >= p->min;
+}
+
+TEST(backlog_gauges_sampled_from_xpending)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	consumer_ensure_group(r, "s8", "g", err, sizeof err);
+	/* An entry 30 s old whose invocation is "running" elsewhere: it stays
+	 * pending, and the sampler must report it. */
+	long long old_ms = (long long)(now_wall_ns() / NS_PER_MS) - 30000;
+	redisReply *rep = redis_command(r, "XADD s8 %lld-0 event %s", old_ms, "{\"kind\":\"good\"}");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
+	char *key = invocation_key("s8", "g", rep->str);
+	freeReplyObject(rep);
+	char *running = xasprintf("running:%lld#1", (long long)(now_wall_ns() + 3600 * NS_PER_SEC));
+	rep = redis_command(r, "HSET %s a-first/ok.one %s", key, running);
+	freeReplyObject(rep);
+	struct consumer *c = start(reg, "s8", 16, 4);
+	struct gauge_arg ga = {METRIC_PENDING_ENTRIES, 1};
+	CHECK(wait_until(3000, gauge_at_least, &ga));
+	CHECK(metrics_gauge_value(METRIC_PENDING_ENTRIES) == 1);
+	CHECK(metrics_gauge_value(METRIC_PENDING_OLDEST_AGE) >= 29.0);
+	CHECK(metrics_gauge_value(METRIC_PENDING_OLDEST_AGE) < 60.0);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(key);
+	free(running);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -543,6 +585,7 @@ int main(int argc, char **argv)
 		T_CASE(malformed_events_go_to_dlq_without_running_anything),
 		T_CASE(dlq_write_failure_keeps_message_pending_until_fixed),
 		T_CASE(backpressure_bounds_buffer_and_concurrency),
+		T_CASE(backlog_gauges_sampled_from_xpending),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
