@@ -1018,12 +1018,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 {
 	struct consumer *c = xcalloc(1, sizeof *c);
 	c->cfg = *cfg;
-	c->uri.host = xstrdup(cfg->uri->host);
-	c->uri.port = xstrdup(cfg->uri->port);
-	c->uri.user = cfg->uri->user ? xstrdup(cfg->uri->user) : NULL;
-	c->uri.password = cfg->uri->password ? xstrdup(cfg->uri->password) : NULL;
-	c->uri.tls = cfg->uri->tls;
-	c->uri.db = cfg->uri->db;
+	redis_uri_copy(&c->uri, cfg->uri);
 	c->cfg.uri = &c->uri;
 	c->stream = xstrdup(cfg->stream);
 	c->group = xstrdup(cfg->group);

@@ -256,6 +256,16 @@ void redis_uri_free(struct redis_uri *u)
 	memset(u, 0, sizeof *u);
 }
 
+void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src)
+{
+	dst->host = xstrdup(src->host);
+	dst->port = xstrdup(src->port);
+	dst->user = src->user ? xstrdup(src->user) : NULL;
+	dst->password = src->password ? xstrdup(src->password) : NULL;
+	dst->tls = src->tls;
+	dst->db = src->db;
+}
+
 char *redis_uri_redact(const char *s)
 {
 	const char *sep = strstr(s, "://");
@@ -307,12 +317,7 @@ static void ssl_init(void)
 struct redis *redis_new(const struct redis_uri *uri, const struct redis_opts *opts)
 {
 	struct redis *r = xcalloc(1, sizeof *r);
-	r->uri.host = xstrdup(uri->host);
-	r->uri.port = xstrdup(uri->port);
-	r->uri.user = uri->user ? xstrdup(uri->user) : NULL;
-	r->uri.password = uri->password ? xstrdup(uri->password) : NULL;
-	r->uri.tls = uri->tls;
-	r->uri.db = uri->db;
+	redis_uri_copy(&r->uri, uri);
 	if (opts)
 		r->opts = *opts;
 	if (r->opts.connect_timeout_ms <= 0)

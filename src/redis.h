@@ -35,6 +35,8 @@ struct redis_uri {
  * never contains the password). */
 int redis_uri_parse(const char *s, struct redis_uri *out, char **why);
 void redis_uri_free(struct redis_uri *u);
+/* A deep copy of src into dst (free with redis_uri_free). */
+void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src);
 /* s with any password replaced by "xxxxx" (malloc'd), for messages. */
 char *redis_uri_redact(const char *s);
 

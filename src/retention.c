@@ -82,12 +82,7 @@ struct retention *retention_start(const struct redis_uri *uri, const char *strea
 				  int64_t retention_ns, int64_t first_delay_ns, int64_t interval_ns)
 {
 	struct retention *t = xcalloc(1, sizeof *t);
-	t->uri.host = xstrdup(uri->host);
-	t->uri.port = xstrdup(uri->port);
-	t->uri.user = uri->user ? xstrdup(uri->user) : NULL;
-	t->uri.password = uri->password ? xstrdup(uri->password) : NULL;
-	t->uri.tls = uri->tls;
-	t->uri.db = uri->db;
+	redis_uri_copy(&t->uri, uri);
 	t->stream = xstrdup(stream);
 	t->retention_ns = retention_ns;
 	t->first_ns = first_delay_ns > 0 ? first_delay_ns : 5 * NS_PER_SEC;

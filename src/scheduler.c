@@ -300,12 +300,7 @@ static void *scheduler_main(void *arg)
 struct scheduler *scheduler_start(const struct scheduler_config *cfg)
 {
 	struct scheduler *s = xcalloc(1, sizeof *s);
-	s->uri.host = xstrdup(cfg->uri->host);
-	s->uri.port = xstrdup(cfg->uri->port);
-	s->uri.user = cfg->uri->user ? xstrdup(cfg->uri->user) : NULL;
-	s->uri.password = cfg->uri->password ? xstrdup(cfg->uri->password) : NULL;
-	s->uri.tls = cfg->uri->tls;
-	s->uri.db = cfg->uri->db;
+	redis_uri_copy(&s->uri, cfg->uri);
 	s->stream = xstrdup(cfg->stream);
 	s->registry = cfg->registry;
 	s->grace_ns = cfg->grace_ns > 0 ? cfg->grace_ns : SCHEDULER_GRACE_NS;

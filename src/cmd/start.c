@@ -181,6 +181,9 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 
 	if (cfg.metrics_addr)
 		metrics_server_start(cfg.metrics_addr);
+	if (cfg.webhook_addr)
+		log_warn(LOG_ATTRS("addr", cfg.webhook_addr),
+			 "webhook server not started: git sync is not part of this build");
 	if (cfg.stream_retention_ns)
 		retention = retention_start(&uri, cfg.redis_stream, cfg.stream_retention_ns, 0, 0);
 

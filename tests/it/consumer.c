@@ -232,8 +232,8 @@ TEST(ack_only_after_all_matches_succeed)
 	char *id = xadd(r, "s1", ev);
 	struct pend_arg pa = {r, "s1", 0};
 	struct count_arg ca = {"a-first/ok.one#1@", 1};
-	REQUIRE(wait_until(3000, count_is, &ca));
-	CHECK(wait_until(3000, pend_is, &pa));
+	REQUIRE(wait_until(10000, count_is, &ca));
+	CHECK(wait_until(10000, pend_is, &pa));
 	/* both functions ran, in name order, once each */
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 1);
 	CHECK_INT(calls_count("b-second/ok.two#1@"), 1);
@@ -248,7 +248,7 @@ TEST(ack_only_after_all_matches_succeed)
 	/* an event that matches nothing is acknowledged too */
 	free(id);
 	id = xadd(r, "s1", "{\"kind\":\"nothing\"}");
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -269,7 +269,7 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	char *key = invocation_key("s2", "g", id);
 	/* c-fail: ok.before, fail.mid (retries 2), ok.after */
 	struct count_arg ca = {"c-fail/fail.mid#1@", 1};
-	REQUIRE(wait_until(3000, count_is, &ca));
+	REQUIRE(wait_until(10000, count_is, &ca));
 	usleep(100000);
 	CHECK_INT(pending(r, "s2"), 1);
 	CHECK_INT(calls_count("c-fail/ok.after"), 0);
@@ -281,9 +281,9 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	free(mk);
 	/* exactly 3 attempts, then the DLQ with every field, then ACK */
 	struct len_arg la = {r, "relay:s2:dlq", 1};
-	REQUIRE(wait_until(8000, len_is, &la));
+	REQUIRE(wait_until(15000, len_is, &la));
 	struct pend_arg pa = {r, "s2", 0};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	CHECK_INT(calls_count("c-fail/fail.mid#"), 3);
 	CHECK_INT(calls_count("c-fail/fail.mid#3@"), 1);
 	CHECK_INT(calls_count("c-fail/ok.before#"), 1); /* never re-run */
@@ -327,9 +327,9 @@ TEST(retries_zero_goes_to_dlq_on_first_failure)
 	char *ev = xasprintf(EV, "once");
 	char *id = xadd(r, "s3", ev);
 	struct len_arg la = {r, "relay:s3:dlq", 1};
-	REQUIRE(wait_until(3000, len_is, &la));
+	REQUIRE(wait_until(10000, len_is, &la));
 	struct pend_arg pa = {r, "s3", 0};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	CHECK_INT(calls_count("d-once/fail.zero#"), 1);
 	consumer_stop(c);
 	consumer_free(c);
@@ -363,7 +363,7 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	freeReplyObject(rep);
 	struct consumer *c = start(reg, "s4", 16, 4);
 	struct count_arg ca = {"b-second/ok.two#1@", 1};
-	REQUIRE(wait_until(3000, count_is, &ca));
+	REQUIRE(wait_until(10000, count_is, &ca));
 	usleep(800000); /* several reclaim rounds */
 	CHECK_INT(calls_count("a-first/"), 0);
 	CHECK_INT(calls_count("b-second/"), 1);
@@ -373,9 +373,9 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	rep = redis_command(r, "HSET %s a-first/ok.one %s", k2, expired);
 	freeReplyObject(rep);
 	struct count_arg cb = {"a-first/ok.one#2@", 1};
-	CHECK(wait_until(3000, count_is, &cb));
+	CHECK(wait_until(10000, count_is, &cb));
 	struct pend_arg pa = {r, "s4", 1};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -400,9 +400,9 @@ TEST(malformed_events_go_to_dlq_without_running_anything)
 	rep = redis_command(r, "XADD s5 * event %s", "[1,2]");
 	freeReplyObject(rep);
 	struct len_arg la = {r, "relay:s5:dlq", 4};
-	REQUIRE(wait_until(3000, len_is, &la));
+	REQUIRE(wait_until(10000, len_is, &la));
 	struct pend_arg pa = {r, "s5", 0};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	CHECK_INT(calls.n, 0);
 	rep = redis_command(r, "XRANGE relay:s5:dlq - +");
 	REQUIRE(rep && rep->elements == 4);
@@ -438,15 +438,15 @@ TEST(dlq_write_failure_keeps_message_pending_until_fixed)
 	char *ev = xasprintf(EV, "once");
 	char *id = xadd(r, "s6", ev);
 	struct count_arg ca = {"d-once/fail.zero#1@", 1};
-	REQUIRE(wait_until(3000, count_is, &ca));
+	REQUIRE(wait_until(10000, count_is, &ca));
 	usleep(800000);
 	CHECK_INT(pending(r, "s6"), 1);
 	rep = redis_command(r, "DEL relay:s6:dlq");
 	freeReplyObject(rep);
 	struct len_arg la = {r, "relay:s6:dlq", 1};
-	CHECK(wait_until(5000, len_is, &la));
+	CHECK(wait_until(10000, len_is, &la));
 	struct pend_arg pa = {r, "s6", 0};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	CHECK_INT(calls_count("d-once/fail.zero#"), 1); /* the handler is not re-run */
 	consumer_stop(c);
 	consumer_free(c);
@@ -502,7 +502,7 @@ TEST(backpressure_bounds_buffer_and_concurrency)
 	ma.stop = 1;
 	pthread_join(t, NULL);
 	struct pend_arg pa = {r, "s7", 0};
-	CHECK(wait_until(3000, pend_is, &pa));
+	CHECK(wait_until(10000, pend_is, &pa));
 	CHECK(ma.max <= 6);
 	CHECK(max_pel <= 6);
 	CHECK(max_pel >= 4);
@@ -548,7 +548,7 @@ TEST(backlog_gauges_sampled_from_xpending)
 	freeReplyObject(rep);
 	struct consumer *c = start(reg, "s8", 16, 4);
 	struct gauge_arg ga = {METRIC_PENDING_ENTRIES, 1};
-	CHECK(wait_until(3000, gauge_at_least, &ga));
+	CHECK(wait_until(10000, gauge_at_least, &ga));
 	CHECK(metrics_gauge_value(METRIC_PENDING_ENTRIES) == 1);
 	CHECK(metrics_gauge_value(METRIC_PENDING_OLDEST_AGE) >= 29.0);
 	CHECK(metrics_gauge_value(METRIC_PENDING_OLDEST_AGE) < 60.0);
