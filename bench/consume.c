@@ -39,11 +39,11 @@
  * every other round) over the rounds and medians reported: this is a
  * 2-core machine also running redis-server.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -145,7 +145,8 @@ static void command_ok(struct redis *r, int argc, const char **argv)
 {
 	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
 	if (!rep || rep->type == REDIS_REPLY_ERROR) {
-		fprintf(stderr, "consume: %s failed: %s\n", argv[0], rep ? rep->str : redis_errmsg(r));
+		fprintf(stderr, "consume: %s failed: %s\n", argv[0],
+			rep ? rep->str : redis_errmsg(r));
 		exit(1);
 	}
 	freeReplyObject(rep);
@@ -234,7 +235,8 @@ static void docker_answer(int fd)
 	char method[16] = "", path[512] = "";
 	const char *sp = strchr(req, ' ');
 	const char *sp2 = sp ? strchr(sp + 1, ' ') : NULL;
-	if (sp && sp2 && (size_t)(sp - req) < sizeof method && (size_t)(sp2 - sp - 1) < sizeof path) {
+	if (sp && sp2 && (size_t)(sp - req) < sizeof method &&
+	    (size_t)(sp2 - sp - 1) < sizeof path) {
 		memcpy(method, req, (size_t)(sp - req));
 		method[sp - req] = '\0';
 		memcpy(path, sp + 1, (size_t)(sp2 - sp - 1));
@@ -246,11 +248,12 @@ static void docker_answer(int fd)
 	int status = 200;
 	const char *body;
 	if (strcmp(method, "GET") == 0 && strcmp(p, "/version") == 0)
-		body = "{\"Version\":\"bench-stub\",\"ApiVersion\":\"1.41\",\"MinAPIVersion\":\"1.12\"}";
+		body = "{\"Version\":\"bench-stub\",\"ApiVersion\":\"1.41\",\"MinAPIVersion\":\"1."
+		       "12\"}";
 	else if (strcmp(method, "GET") == 0 && strcmp(p, "/_ping") == 0)
 		body = "OK";
-	else if (strcmp(method, "GET") == 0 && (str_has_prefix(p, "/containers/json") ||
-						 str_has_prefix(p, "/images/json")))
+	else if (strcmp(method, "GET") == 0 &&
+		 (str_has_prefix(p, "/containers/json") || str_has_prefix(p, "/images/json")))
 		body = "[]";
 	else {
 		status = 404;
@@ -316,8 +319,10 @@ static size_t fill(struct redis *r, const char *stream, char *last_id, size_t id
 		for (int i = 0; i < k; i++) {
 			int seq = base + i;
 			snprintf_(ev, sizeof ev,
-				  "{\"event_id\":\"bench-%08d\",\"event_name\":\"bench.nothing_matches\","
-				  "\"source\":\"relay-bench\",\"occurred_at\":\"2026-01-01T00:00:00Z\","
+				  "{\"event_id\":\"bench-%08d\",\"event_name\":\"bench.nothing_"
+				  "matches\","
+				  "\"source\":\"relay-bench\",\"occurred_at\":\"2026-01-01T00:00:"
+				  "00Z\","
 				  "\"data\":{\"order_id\":%d,\"amount\":1234,\"currency\":\"EUR\","
 				  "\"items\":[\"a\",\"b\",\"c\"],\"note\":\"no rule\"}}",
 				  seq, seq);
@@ -329,7 +334,8 @@ static size_t fill(struct redis *r, const char *stream, char *last_id, size_t id
 		for (int i = 0; i < k; i++) {
 			redisReply *rep = redis_get_reply(r, -1);
 			if (!rep || rep->type != REDIS_REPLY_STRING)
-				die(rep && rep->type == REDIS_REPLY_ERROR ? rep->str : "XADD failed");
+				die(rep && rep->type == REDIS_REPLY_ERROR ? rep->str
+									  : "XADD failed");
 			if (base + i == N_EVENTS - 1)
 				snprintf_(last_id, idlen, "%.*s", (int)rep->len, rep->str);
 			freeReplyObject(rep);
@@ -352,7 +358,8 @@ static double run_minimal(struct redis *r, const char *stream)
 {
 	char count[16];
 	snprintf_(count, sizeof count, "%d", MINIMAL_COUNT);
-	const char *rd[] = {"XREADGROUP", "GROUP", "g", "c", "COUNT", count, "STREAMS", stream, ">"};
+	const char *rd[] = {"XREADGROUP", "GROUP",   "g",    "c", "COUNT",
+			    count,	  "STREAMS", stream, ">"};
 	const char *ack[3 + MINIMAL_COUNT] = {"XACK", stream, "g"};
 	long long acked = 0;
 	int64_t t0 = now_mono_ns();
@@ -377,10 +384,10 @@ static double run_minimal(struct redis *r, const char *stream)
 /* ---- the poller ---------------------------------------------------------- */
 
 struct progress {
-	double rate;          /* events/s */
-	long rss_early_kib;   /* VmRSS at RSS_EARLY_AT ACKed (child only) */
-	long rss_end_kib;     /* VmRSS once all are ACKed */
-	long hwm_kib;         /* VmHWM then */
+	double rate;	    /* events/s */
+	long rss_early_kib; /* VmRSS at RSS_EARLY_AT ACKed (child only) */
+	long rss_end_kib;   /* VmRSS once all are ACKed */
+	long hwm_kib;	    /* VmHWM then */
 };
 
 static long proc_status_kib(pid_t pid, const char *key)
@@ -468,11 +475,14 @@ static void wait_consumed(struct redis *r, const char *stream, const char *last_
 
 static char **child_env(const char *stream)
 {
-	static const char *const drop_vars[] = {
-		"REDIS_URI=", "REDIS_STREAM=", "REDIS_GROUP=", "REDIS_STREAM_RETENTION=",
-		"METRICS_ADDR=", "GIT_WEBHOOK_ADDR=", "LOG_LEVEL=", "MAX_CONCURRENCY=",
-		"MAX_BUFFERED_EVENTS=", "RELAY_FUNCTIONS_DIR=", "RELAY_DATA_DIR=", "DOCKER_HOST=",
-		"DOCKER_TLS_VERIFY=", "DOCKER_CERT_PATH=", "DOCKER_API_VERSION="};
+	static const char *const drop_vars[] = {"REDIS_URI=",		"REDIS_STREAM=",
+						"REDIS_GROUP=",		"REDIS_STREAM_RETENTION=",
+						"METRICS_ADDR=",	"GIT_WEBHOOK_ADDR=",
+						"LOG_LEVEL=",		"MAX_CONCURRENCY=",
+						"MAX_BUFFERED_EVENTS=", "RELAY_FUNCTIONS_DIR=",
+						"RELAY_DATA_DIR=",	"DOCKER_HOST=",
+						"DOCKER_TLS_VERIFY=",	"DOCKER_CERT_PATH=",
+						"DOCKER_API_VERSION="};
 	size_t n = 0;
 	while (environ[n])
 		n++;
@@ -539,7 +549,8 @@ static void run_binary(struct redis *r, const char *relay, const char *stream, c
 		sleep_us(10000);
 	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fprintf(stderr, "consume: relay did not exit 0 after SIGTERM (status 0x%x); see %s\n",
+		fprintf(stderr,
+			"consume: relay did not exit 0 after SIGTERM (status 0x%x); see %s\n",
 			(unsigned)status, log_path);
 }
 
@@ -595,8 +606,10 @@ int main(int argc, char **argv)
 		rounds = (int)v;
 	}
 	if (access(relay, X_OK) != 0) {
-		fprintf(stderr, "consume: %s is not executable (run from the repository root after make, "
-				"or pass the binary)\n", relay);
+		fprintf(stderr,
+			"consume: %s is not executable (run from the repository root after make, "
+			"or pass the binary)\n",
+			relay);
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -620,8 +633,10 @@ int main(int argc, char **argv)
 	struct progress bp[MAX_ROUNDS];
 	char last[64], stream[64];
 	size_t evlen = 0;
-	printf("bench/consume: %d events per measurement, %d interleaved rounds, redis-server %s on "
-	       "127.0.0.1:%s\n", N_EVENTS, rounds, "(private)", redis_port);
+	printf("bench/consume: %d events per measurement, %d interleaved rounds, redis-server %s "
+	       "on "
+	       "127.0.0.1:%s\n",
+	       N_EVENTS, rounds, "(private)", redis_port);
 	fflush(stdout);
 	for (int round = 0; round < rounds; round++) {
 		snprintf_(stream, sizeof stream, "bench:minimal:%d", round);
@@ -637,12 +652,14 @@ int main(int argc, char **argv)
 
 		for (int k = 0; k < 2; k++) {
 			bool metrics = (k == 0) == (round % 2 == 0);
-			snprintf_(stream, sizeof stream, "bench:inproc-%s:%d", metrics ? "on" : "off", round);
+			snprintf_(stream, sizeof stream, "bench:inproc-%s:%d",
+				  metrics ? "on" : "off", round);
 			fill(r, stream, last, sizeof last);
 			(metrics ? on : off)[round] = run_inprocess(r, stream, last, metrics);
 			drop(r, stream);
 		}
-		printf("round %d: minimal %.0f/s, relay start %.0f/s (RSS %ld -> %ld KiB), in-process "
+		printf("round %d: minimal %.0f/s, relay start %.0f/s (RSS %ld -> %ld KiB), "
+		       "in-process "
 		       "metrics on %.0f/s, off %.0f/s\n",
 		       round + 1, minimal[round], binary[round], bp[round].rss_early_kib,
 		       bp[round].rss_end_kib, on[round], off[round]);
@@ -653,7 +670,8 @@ int main(int argc, char **argv)
 
 	double mm = median(minimal, rounds), mb = median(binary, rounds), mon = median(on, rounds),
 	       moff = median(off, rounds);
-	printf("\nevent size %zu bytes; consumers use MAX_CONCURRENCY 8, MAX_BUFFERED_EVENTS 16\n\n",
+	printf("\nevent size %zu bytes; consumers use MAX_CONCURRENCY 8, MAX_BUFFERED_EVENTS "
+	       "16\n\n",
 	       evlen);
 	printf("%-40s", "events/s");
 	for (int k = 0; k < rounds; k++)
@@ -689,7 +707,9 @@ int main(int argc, char **argv)
 		printf("%-40s", rss_names[row]);
 		long mx = 0;
 		for (int k = 0; k < rounds; k++) {
-			long v = row == 0 ? bp[k].rss_early_kib : row == 1 ? bp[k].rss_end_kib : bp[k].hwm_kib;
+			long v = row == 0   ? bp[k].rss_early_kib
+				 : row == 1 ? bp[k].rss_end_kib
+					    : bp[k].hwm_kib;
 			printf(" %10ld", v);
 			if (v > mx)
 				mx = v;
@@ -703,7 +723,7 @@ int main(int argc, char **argv)
 			worst_growth = bp[k].rss_end_kib - bp[k].rss_early_kib;
 	}
 	printf("%-40s %10.1f MiB (target < 16 MiB: %s); growth 10k -> 100k at most %ld KiB\n",
-	       "largest VmRSS after the run", worst_end / 1024.0, worst_end < 16 * 1024 ? "met" : "NOT met",
-	       worst_growth);
+	       "largest VmRSS after the run", worst_end / 1024.0,
+	       worst_end < 16 * 1024 ? "met" : "NOT met", worst_growth);
 	return 0;
 }

@@ -17,13 +17,14 @@
 #define CALLS 200000
 #define TARGET 100000.0
 
-static const char *const zones[] = {"UTC", "Europe/Rome", "America/New_York",
-				    "America/Sao_Paulo", "Africa/Cairo", "Australia/Lord_Howe"};
+static const char *const zones[] = {
+	"UTC",		"Europe/Rome",	      "America/New_York", "America/Sao_Paulo",
+	"Africa/Cairo", "Australia/Lord_Howe"};
 
 static const char *const exprs[] = {
-	"* * * * * *",      "*/15 * * * *",  "0 3 * * *",      "0 8 * * 1-5",
-	"30 2 * * *",       "0 0 13 * 5",    "0 0 1 1 *",      "0 0 29 2 *",
-	"*/10 0 9 * * 1-5", "5/10 1-3 * * *", "@hourly",       "0 0 31 * *",
+	"* * * * * *",	    "*/15 * * * *",   "0 3 * * *", "0 8 * * 1-5",
+	"30 2 * * *",	    "0 0 13 * 5",     "0 0 1 1 *", "0 0 29 2 *",
+	"*/10 0 9 * * 1-5", "5/10 1-3 * * *", "@hourly",   "0 0 31 * *",
 };
 
 int main(void)
@@ -64,7 +65,8 @@ int main(void)
 			printf("%-22s %-20s %14.0f\n", zones[zi], exprs[ei], rate);
 			if (rate < worst) {
 				worst = rate;
-				snprintf_(worst_buf, sizeof worst_buf, "%s in %s", exprs[ei], zones[zi]);
+				snprintf_(worst_buf, sizeof worst_buf, "%s in %s", exprs[ei],
+					  zones[zi]);
 				worst_what = worst_buf;
 			}
 			zone_calls += CALLS;

@@ -57,14 +57,15 @@ static double bare_once(struct docker *d, const char *image)
 {
 	int64_t t0 = now_mono_ns();
 	json_t *body = json_pack(
-		"{s:s, s:s, s:[s], s:b, s:b, s:b, s:b, s:b, s:b, s:{s:b, s:I, s:I, s:I, s:I, s:[s], "
+		"{s:s, s:s, s:[s], s:b, s:b, s:b, s:b, s:b, s:b, s:{s:b, s:I, s:I, s:I, s:I, "
+		"s:[s], "
 		"s:b, s:{s:s}, s:[s]}}",
 		"Image", image, "User", "10001:10001", "Env", "RELAY_HANDLER=ok.handler",
 		"AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce",
 		1, "Tty", 0, "HostConfig", "AutoRemove", 1, "Memory", (json_int_t)134217728,
-		"MemorySwap", (json_int_t)134217728, "NanoCpus", (json_int_t)1000000000, "PidsLimit",
-		(json_int_t)128, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs", "/tmp",
-		"rw,noexec,nosuid,size=64m", "SecurityOpt", "no-new-privileges");
+		"MemorySwap", (json_int_t)134217728, "NanoCpus", (json_int_t)1000000000,
+		"PidsLimit", (json_int_t)128, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
+		"/tmp", "rw,noexec,nosuid,size=64m", "SecurityOpt", "no-new-privileges");
 	char *text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	struct docker_response r;
@@ -169,8 +170,9 @@ int main(int argc, char **argv)
 		die("mkdtemp", dir);
 	char *tpl = xasprintf("%s/template.yaml", dir), *ok = xasprintf("%s/ok.py", dir);
 	write_file(tpl, "runtime: python3.14\nevents:\n  - handler: ok.handler\n    pattern: {}\n");
-	char *src = xasprintf("# bench run %d %llu\ndef handler(event):\n    print('ok', event['id'])\n",
-			      (int)getpid(), (unsigned long long)now_wall_ns());
+	char *src = xasprintf(
+		"# bench run %d %llu\ndef handler(event):\n    print('ok', event['id'])\n",
+		(int)getpid(), (unsigned long long)now_wall_ns());
 	write_file(ok, src);
 	const struct runtime *rt = runtime_find("python3.14");
 

@@ -48,8 +48,7 @@ static json_t *make_rule(int i, int ntables)
 	snprintf_(next, sizeof next, "table_%d", (i + 1) % ntables);
 	const char *name = names[(i / ntables) % 3];
 	switch (i % 6) {
-	case 0:
-		return json_pack("{s:[s],s:[s]}", "event_name", name, "table_name", table);
+	case 0: return json_pack("{s:[s],s:[s]}", "event_name", name, "table_name", table);
 	case 1:
 		return json_pack("{s:[s],s:{s:{s:[s]}}}", "table_name", table, "new_image", "id",
 				 "prefix", "user_");
@@ -61,8 +60,8 @@ static json_t *make_rule(int i, int ntables)
 				 "created_at", "gt", "now()-5m");
 	case 4:
 		return json_pack("{s:[s],s:[s,s],s:{s:{s:[s,s]}}}", "source", "dynamodb",
-				 "table_name", table, next, "new_image", "address", "country",
-				 "GB", "FR");
+				 "table_name", table, next, "new_image", "address", "country", "GB",
+				 "FR");
 	default:
 		return json_pack("{s:[s],s:{s:{s:[s]},s:{s:f}},s:{s:{s:b}}}", "table_name", table,
 				 "metadata", "producer", "prefix", "users-", "attempt", "lt", 5.0,
@@ -85,7 +84,8 @@ static double run(int nrules, size_t *matches, size_t *unindexed)
 		buf_free(&errs);
 		json_decref(j);
 	}
-	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, (size_t)nrules);
+	struct pattern_set *set =
+		pattern_set_new((const struct pattern *const *)pats, (size_t)nrules);
 	*unindexed = pattern_set_unindexed(set);
 	uint32_t *ids = xmalloc((size_t)nrules * sizeof *ids);
 	size_t len = sizeof event_text - 1;

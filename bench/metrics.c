@@ -39,30 +39,25 @@ static void *run(void *arg)
 	struct metrics_handler *h = metrics_handler_get(fn, "main.handler");
 	for (long i = 0; i < j->iters; i++) {
 		switch (j->op) {
-		case OP_INC:
-			metrics_inc(METRIC_EVENTS_RECEIVED);
-			break;
-		case OP_GAUGE:
-			metrics_gauge_add(METRIC_IN_FLIGHT, 1);
-			break;
+		case OP_INC: metrics_inc(METRIC_EVENTS_RECEIVED); break;
+		case OP_GAUGE: metrics_gauge_add(METRIC_IN_FLIGHT, 1); break;
 		case OP_INVOCATION:
-			metrics_handler_invocation(fn, "main.handler", METRIC_OUTCOME_SUCCESS, 0.042);
+			metrics_handler_invocation(fn, "main.handler", METRIC_OUTCOME_SUCCESS,
+						   0.042);
 			break;
-		case OP_OBSERVE:
-			metrics_handler_observe(h, METRIC_OUTCOME_SUCCESS, 0.042);
-			break;
+		case OP_OBSERVE: metrics_handler_observe(h, METRIC_OUTCOME_SUCCESS, 0.042); break;
 		case OP_PER_EVENT:
 			metrics_inc(METRIC_EVENTS_RECEIVED);
 			metrics_gauge_add(METRIC_BUFFERED_EVENTS, 1);
 			metrics_gauge_add(METRIC_IN_FLIGHT, 1);
-			metrics_handler_invocation(fn, "main.handler", METRIC_OUTCOME_SUCCESS, 0.042);
+			metrics_handler_invocation(fn, "main.handler", METRIC_OUTCOME_SUCCESS,
+						   0.042);
 			metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 			metrics_function_event(fn);
 			metrics_inc(METRIC_EVENTS_PROCESSED);
 			metrics_gauge_add(METRIC_BUFFERED_EVENTS, -1);
 			break;
-		case OP_COUNT:
-			break;
+		case OP_COUNT: break;
 		}
 	}
 	return NULL;

@@ -70,13 +70,15 @@ static void make_function(int i, const char *marker)
 	mkdir(d, 0755);
 	snprintf_(p, sizeof p, "%s/template.yaml", d);
 	snprintf_(text, sizeof text,
-		  "runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {fn: [bench-rl-%02d]}\n",
+		  "runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {fn: "
+		  "[bench-rl-%02d]}\n",
 		  i);
 	write_file(p, text);
 	snprintf_(p, sizeof p, "%s/requirements.txt", d);
 	write_file(p, "# no third-party packages\n");
 	snprintf_(p, sizeof p, "%s/main.py", d);
-	snprintf_(text, sizeof text, "def handler(event):\n    print(\"%s \" + event[\"n\"])\n", marker);
+	snprintf_(text, sizeof text, "def handler(event):\n    print(\"%s \" + event[\"n\"])\n",
+		  marker);
 	write_file(p, text);
 }
 
@@ -97,7 +99,8 @@ static redisContext *redis_ctx(void)
 static void xadd(redisContext *c, int fn, const char *n)
 {
 	char ev[256];
-	snprintf_(ev, sizeof ev, "{\"event_id\":\"evt_%s\",\"fn\":\"bench-rl-%02d\",\"n\":\"%s\"}", n, fn, n);
+	snprintf_(ev, sizeof ev, "{\"event_id\":\"evt_%s\",\"fn\":\"bench-rl-%02d\",\"n\":\"%s\"}",
+		  n, fn, n);
 	redisReply *r = redisCommand(c, "XADD events * event %s", ev);
 	if (!r || r->type == REDIS_REPLY_ERROR)
 		die("XADD failed");
@@ -189,8 +192,8 @@ static void report(const char *what, double *v, int n, double target)
 	qsort(v, (size_t)n, sizeof *v, cmp_double);
 	printf("%-44s median %6.3f s  min %6.3f s  max %6.3f s", what, v[n / 2], v[0], v[n - 1]);
 	if (target > 0)
-		printf("  (target %.0f s: %s, %.0f%% of it)", target, v[n / 2] < target ? "met" : "MISSED",
-		       100 * v[n / 2] / target);
+		printf("  (target %.0f s: %s, %.0f%% of it)", target,
+		       v[n / 2] < target ? "met" : "MISSED", 100 * v[n / 2] / target);
 	printf("\n");
 }
 
@@ -232,8 +235,8 @@ int main(int argc, char **argv)
 		int nul = open("/dev/null", O_WRONLY);
 		dup2(nul, 1);
 		dup2(nul, 2);
-		execlp("redis-server", "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "",
-		       "--appendonly", "no", "--dir", tmpdir, (char *)NULL);
+		execlp("redis-server", "redis-server", "--bind", "127.0.0.1", "--port", port,
+		       "--save", "", "--appendonly", "no", "--dir", tmpdir, (char *)NULL);
 		_exit(127);
 	}
 	redisContext *rc = redis_ctx();
@@ -274,7 +277,8 @@ int main(int argc, char **argv)
 		snprintf_(want, sizeof want, "\": v0 %s", n);
 		t0 = now_s();
 		spawn(&p, relay);
-		if (wait_line(&p, "msg=\"worker started\"", 60, &t1) < 0 || wait_line(&p, want, 60, &t2) < 0)
+		if (wait_line(&p, "msg=\"worker started\"", 60, &t1) < 0 ||
+		    wait_line(&p, want, 60, &t2) < 0)
 			die("relay did not start or handle the waiting event");
 		ready[r] = t1 - t0;
 		first[r] = t2 - t0;

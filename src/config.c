@@ -9,7 +9,7 @@
 #include "redis.h"
 
 enum kind {
-	K_STRING,   /* required non-empty or optional */
+	K_STRING, /* required non-empty or optional */
 	K_REDIS_URI,
 	K_DURATION, /* positive Go duration */
 	K_LISTEN,
@@ -32,7 +32,8 @@ struct var {
 
 static const struct var vars[] = {
 	{"REDIS_URI", K_REDIS_URI, 1,
-	 "host:port, redis://[user[:password]@]host:port[/db] or rediss://[user[:password]@]host:port[/db]",
+	 "host:port, redis://[user[:password]@]host:port[/db] or "
+	 "rediss://[user[:password]@]host:port[/db]",
 	 OFF(redis_uri), 0, NULL},
 	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", OFF(redis_stream), 0, NULL},
 	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", OFF(redis_group), 0, NULL},
@@ -40,10 +41,12 @@ static const struct var vars[] = {
 	 "a positive Go duration such as 6h or 90m (unset or empty disables retention)",
 	 OFF(stream_retention_ns), 0, NULL},
 	{"METRICS_ADDR", K_LISTEN, 0,
-	 "a listen address such as :9090, 127.0.0.1:9090 or [::1]:9090 (unset or empty disables metrics)",
+	 "a listen address such as :9090, 127.0.0.1:9090 or [::1]:9090 (unset or empty disables "
+	 "metrics)",
 	 OFF(metrics_addr), 0, NULL},
 	{"GIT_WEBHOOK_ADDR", K_LISTEN, 0,
-	 "a listen address such as :8081, 127.0.0.1:8081 or [::1]:8081 (unset or empty disables the webhook)",
+	 "a listen address such as :8081, 127.0.0.1:8081 or [::1]:8081 (unset or empty disables "
+	 "the webhook)",
 	 OFF(webhook_addr), 0, NULL},
 	{"LOG_LEVEL", K_LOG_LEVEL, 0, "DEBUG, INFO, WARN or ERROR (case-insensitive; default INFO)",
 	 OFF(log_level), 0, NULL},
@@ -148,7 +151,8 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 		if (empty && v->kind != K_LOG_LEVEL && v->kind != K_POSITIVE_INT) {
 			if (required)
 				add_err(errs, nerrs,
-					xasprintf("%s is required and must not be empty; accepted: %s",
+					xasprintf("%s is required and must not be empty; accepted: "
+						  "%s",
 						  v->name, v->accepted));
 			continue;
 		}
@@ -215,8 +219,8 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 		if (err) {
 			char *shown = shown_value(v, raw);
 			add_err(errs, nerrs,
-				xasprintf("%s %s is invalid (%s); accepted: %s", v->name, shown, err,
-					  v->accepted));
+				xasprintf("%s %s is invalid (%s); accepted: %s", v->name, shown,
+					  err, v->accepted));
 			free(shown);
 			free(err);
 		}

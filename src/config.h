@@ -23,8 +23,8 @@ struct config {
 	char *redis_stream;
 	char *redis_group;
 	int64_t stream_retention_ns; /* 0: retention disabled */
-	char *metrics_addr;          /* NULL: metrics server disabled */
-	char *webhook_addr;          /* NULL: webhook server disabled */
+	char *metrics_addr;	     /* NULL: metrics server disabled */
+	char *webhook_addr;	     /* NULL: webhook server disabled */
 	enum log_level log_level;
 	int64_t max_concurrency;
 	int64_t max_buffered_events;
@@ -34,7 +34,7 @@ struct config {
 
 /* Which variables a command needs: the rest are still validated when set. */
 enum config_need {
-	CONFIG_NEED_ALL = 0,      /* relay start: REDIS_URI, REDIS_STREAM, REDIS_GROUP required */
+	CONFIG_NEED_ALL = 0,	  /* relay start: REDIS_URI, REDIS_STREAM, REDIS_GROUP required */
 	CONFIG_NEED_REDIS_URI = 1 /* relay health: only REDIS_URI required */
 };
 

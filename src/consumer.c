@@ -193,7 +193,8 @@ static void release(struct consumer *c, const char *id)
 /* Messages from an XREADGROUP / XAUTOCLAIM entry list. */
 static struct msg *msg_from_entry(const redisReply *e)
 {
-	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 || e->element[0]->type != REDIS_REPLY_STRING)
+	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+	    e->element[0]->type != REDIS_REPLY_STRING)
 		return NULL;
 	const redisReply *f = e->element[1];
 	if (f->type != REDIS_REPLY_ARRAY)
@@ -215,7 +216,8 @@ static struct msg *msg_from_entry(const redisReply *e)
 
 static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
 {
-	struct redis_opts o = {.connect_timeout_ms = 5000, .command_timeout_ms = command_timeout_ms};
+	struct redis_opts o = {.connect_timeout_ms = 5000,
+			       .command_timeout_ms = command_timeout_ms};
 	return redis_new(&c->uri, &o);
 }
 
@@ -260,7 +262,8 @@ static bool matches_nothing(const struct snapshot *snap, uint32_t *ids, const st
 	if (schedule_route_of(m->fields, m->lens, m->nfields, NULL))
 		return false;
 	struct event *ev = NULL;
-	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) != EVENT_OK)
+	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) !=
+	    EVENT_OK)
 		return false;
 	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
 	event_free(ev);
@@ -287,7 +290,9 @@ static void *reader_main(void *arg)
 		/* Less than half the buffer free: wait a moment for the ACKs in
 		 * flight to free more, so one XREADGROUP fetches a batch rather
 		 * than a message or two (bench/consume). */
-		if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 && !c->stop)
+		if (c->cfg.max_buffered - (c->buffered - (int)nfast) <
+			    (c->cfg.max_buffered + 1) / 2 &&
+		    !c->stop)
 			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
 		int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
 		pthread_mutex_unlock(&c->lock);
@@ -304,15 +309,17 @@ static void *reader_main(void *arg)
 			free(argv);
 		}
 		snprintf_(count, sizeof count, "%d", room);
-		const char *argv[] = {"XREADGROUP", "GROUP", c->group, c->name, "COUNT", count,
-				      "BLOCK",      block,   "STREAMS", c->stream, ">"};
+		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
+				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
 		redisReply *rep = NULL;
 		if (redis_append_argv(r, 11, argv, NULL) == 0) {
 			if (nfast) {
 				redisReply *ack = redis_get_reply(r, -1);
 				if (!ack || ack->type == REDIS_REPLY_ERROR)
-					log_warn(LOG_ATTRS("error", ack ? ack->str : redis_errmsg(r)),
-						 "acknowledgement lost; the messages stay pending and will be reclaimed");
+					log_warn(LOG_ATTRS("error",
+							   ack ? ack->str : redis_errmsg(r)),
+						 "acknowledgement lost; the messages stay pending "
+						 "and will be reclaimed");
 				if (ack)
 					freeReplyObject(ack);
 			}
@@ -325,7 +332,8 @@ static void *reader_main(void *arg)
 			free(fast[i]);
 		nfast = 0;
 		if (!rep) {
-			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "redis read failed; reconnecting");
+			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+				 "redis read failed; reconnecting");
 			continue;
 		}
 		if (rep->type == REDIS_REPLY_ERROR) {
@@ -336,10 +344,13 @@ static void *reader_main(void *arg)
 				/* Redis lost the group (restarted without persistence):
 				 * recreate it rather than stop consuming. */
 				char why[512];
-				log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
+				log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error",
+						   err),
 					 "consumer group missing; recreating it");
-				if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) < 0)
-					log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
+				if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) <
+				    0)
+					log_warn(LOG_ATTRS("error", why),
+						 "cannot recreate the consumer group");
 			} else {
 				log_warn(LOG_ATTRS("error", err), "XREADGROUP failed");
 			}
@@ -362,15 +373,18 @@ static void *reader_main(void *arg)
 						continue;
 					log_debug(LOG_ATTRS("message_id", m->id), "message read");
 					/* Scheduled occurrences are not events. */
-					if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
+					if (!schedule_route_of(m->fields, m->lens, m->nfields,
+							       NULL))
 						metrics_inc(METRIC_EVENTS_RECEIVED);
 					if (matches_nothing(snap, ids, m)) {
-						log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
+						log_debug(LOG_ATTRS("message_id", m->id),
+							  "no rule matched; acknowledging");
 						metrics_inc(METRIC_EVENTS_PROCESSED);
 						hold_locked(c, m->id);
 						if (nfast == capfast) {
 							capfast = capfast ? capfast * 2 : 32;
-							fast = xrealloc(fast, capfast * sizeof *fast);
+							fast = xrealloc(fast,
+									capfast * sizeof *fast);
 						}
 						fast[nfast++] = m->id;
 						m->id = NULL;
@@ -423,7 +437,8 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			return;
 		}
 		snprintf_(count, sizeof count, "%d", room);
-		const char *argv[] = {"XAUTOCLAIM", c->stream, c->group, c->name, idle, start, "COUNT", count};
+		const char *argv[] = {"XAUTOCLAIM", c->stream, c->group, c->name,
+				      idle,	    start,     "COUNT",	 count};
 		redisReply *rep = redis_command_argv(r, 8, argv, NULL);
 		if (!rep) {
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "reclaim failed");
@@ -431,13 +446,15 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		}
 		/* Redis 7 answers 3 elements (next, entries, deleted ids), 6.2 two. */
 		if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
-		    rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY) {
+		    rep->element[0]->type != REDIS_REPLY_STRING ||
+		    rep->element[1]->type != REDIS_REPLY_ARRAY) {
 			if (rep->type == REDIS_REPLY_ERROR)
 				log_warn(LOG_ATTRS("error", rep->str), "XAUTOCLAIM failed");
 			freeReplyObject(rep);
 			return;
 		}
-		snprintf_(start, sizeof start, "%.*s", (int)rep->element[0]->len, rep->element[0]->str);
+		snprintf_(start, sizeof start, "%.*s", (int)rep->element[0]->len,
+			  rep->element[0]->str);
 		const redisReply *entries = rep->element[1];
 		int claimed = 0;
 		pthread_mutex_lock(&c->lock);
@@ -490,7 +507,8 @@ static void sample_backlog(struct consumer *c, struct redis *r)
 	redisReply *rep = redis_command(r, "XPENDING %s %s", c->stream, c->group);
 	if (!rep)
 		return;
-	if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2 &&
+	    rep->element[0]->type == REDIS_REPLY_INTEGER) {
 		long long count = rep->element[0]->integer;
 		double age = 0;
 		if (count > 0 && rep->element[1]->type == REDIS_REPLY_STRING) {
@@ -570,7 +588,8 @@ static void *acker_main(void *arg)
 		bool sent = false;
 		for (int attempt = 0; attempt < 3 && !sent; attempt++) {
 			if (!redis_is_connected(r) && redis_connect(r) < 0) {
-				log_warn(LOG_ATTRS("error", redis_errmsg(r)), "cannot acknowledge: redis unreachable");
+				log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+					 "cannot acknowledge: redis unreachable");
 				sleep_ms_interruptible(500, NULL);
 				continue;
 			}
@@ -592,7 +611,9 @@ static void *acker_main(void *arg)
 		}
 		if (!sent)
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
-				 "acknowledgement lost; %zu message(s) stay pending and will be reclaimed", n);
+				 "acknowledgement lost; %zu message(s) stay pending and will be "
+				 "reclaimed",
+				 n);
 		/* argv[3..] are the batch's ids, in order. */
 		release_ids(c, argv + 3, n);
 		for (size_t i = 0; i < n; i++) {
@@ -622,16 +643,31 @@ static const char *payload_of(const struct msg *m, size_t *len)
 	return p;
 }
 
-static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m, const char *payload,
-		       size_t plen, const char *reason, int attempts)
+static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
+		       const char *payload, size_t plen, const char *reason, int attempts)
 {
 	char ts[RFC3339_STR_MAX], att[16];
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
-	const char *argv[] = {"XADD",  c->dlq,     "*",      "original_stream", c->stream,
-			      "original_id", m->id, "group", c->group, "consumer", c->name, "event",
-			      payload ? payload : "", "reason", reason, "attempts", att,
-			      "timestamp", ts};
+	const char *argv[] = {"XADD",
+			      c->dlq,
+			      "*",
+			      "original_stream",
+			      c->stream,
+			      "original_id",
+			      m->id,
+			      "group",
+			      c->group,
+			      "consumer",
+			      c->name,
+			      "event",
+			      payload ? payload : "",
+			      "reason",
+			      reason,
+			      "attempts",
+			      att,
+			      "timestamp",
+			      ts};
 	size_t lens[ARRAY_LEN(argv)];
 	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
 		lens[i] = strlen(argv[i]);
@@ -710,7 +746,8 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 	*out = xcalloc(n + 1, sizeof **out);
 	for (size_t i = 0; i < n; i++) {
 		const struct rule_ref *rr = &snap->rules[ids[i]];
-		(*out)[i] = (struct target){rr->fv, rr->rule->handler, rr->rule->timeout_ns, rr->rule->retries};
+		(*out)[i] = (struct target){rr->fv, rr->rule->handler, rr->rule->timeout_ns,
+					    rr->rule->retries};
 	}
 	free(ids);
 	return n;
@@ -731,7 +768,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			  why ? why : "");
 		free(why);
 		log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
-			 "malformed event sent to the dead-letter stream without running any handler");
+			 "malformed event sent to the dead-letter stream without running any "
+			 "handler");
 		if (dead_letter(c, r, m, payload, plen, reason, 0) == 0) {
 			metrics_inc(METRIC_DLQ_ENTRIES);
 			if (!scheduled)
@@ -754,9 +792,10 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	if (obsolete) {
 		/* Removed on purpose: terminal, never retried or dead-lettered.
 		 * Any state from an earlier delivery goes with the ACK. */
-		log_info(LOG_ATTRS("function", route.function, "handler", route.handler, "message_id", m->id,
-				   "occurrence_id", event_id ? event_id : ""),
-			 "scheduled occurrence obsolete: its function or schedule handler no longer exists; acknowledging");
+		log_info(LOG_ATTRS("function", route.function, "handler", route.handler,
+				   "message_id", m->id, "occurrence_id", event_id ? event_id : ""),
+			 "scheduled occurrence obsolete: its function or schedule handler no "
+			 "longer exists; acknowledging");
 		char *okey = invocation_key(c->stream, c->group, m->id);
 		ack_push(c, m->id, okey);
 		free(okey);
@@ -785,7 +824,9 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		fields[i] = xasprintf("%s/%s", t[i].fv->fn->name, t[i].handler);
 		struct marker mk = invocation_state_get(&st, fields[i]);
 		loaded[i] = mk;
-		res[i] = mk.kind == MARK_OK ? INV_OK : mk.kind == MARK_EXHAUSTED ? INV_EXHAUSTED : INV_PENDING;
+		res[i] = mk.kind == MARK_OK	     ? INV_OK
+			 : mk.kind == MARK_EXHAUSTED ? INV_EXHAUSTED
+						     : INV_PENDING;
 		raw[i] = NULL;
 		for (size_t k = 0; k < st.n; k++)
 			if (strcmp(st.fields[k], fields[i]) == 0)
@@ -808,24 +849,30 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		struct marker mk = loaded[i];
 		int64_t now = now_wall_ns();
 		if (!marker_eligible(&mk, now)) {
-			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "marker",
-					    raw[i] ? raw[i] : ""),
-				  "invocation running elsewhere or backing off; leaving the message pending");
+			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					    m->id, "marker", raw[i] ? raw[i] : ""),
+				  "invocation running elsewhere or backing off; leaving the "
+				  "message pending");
 			break;
 		}
-		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
-		log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "event_id",
-				   event_id ? event_id : "", "event_name", event_name ? event_name : ""),
+		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT)
+				      ? mk.attempts + 1
+				      : 1;
+		log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id,
+				   "event_id", event_id ? event_id : "", "event_name",
+				   event_name ? event_name : ""),
 			 scheduled ? "scheduled occurrence" : "rule matched");
 
 		bool waited = false;
 		int64_t timeout = t[i].timeout_ns;
-		if (slots_acquire(c->slots, fname, (int)fv->fn->tpl->concurrency, c->cfg.slot_wait_ns,
-				  &c->stop, &waited) < 0) {
+		if (slots_acquire(c->slots, fname, (int)fv->fn->tpl->concurrency,
+				  c->cfg.slot_wait_ns, &c->stop, &waited) < 0) {
 			if (waited)
 				metrics_inc(METRIC_CONCURRENCY_WAITS);
-			log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id),
-				 "no concurrency slot within the bounded wait; leaving the message pending");
+			log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					   m->id),
+				 "no concurrency slot within the bounded wait; leaving the message "
+				 "pending");
 			break;
 		}
 		if (waited)
@@ -841,13 +888,15 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		if (cas == 0) {
 			free(prev);
 			slots_release(c->slots, fname);
-			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id),
-				  "invocation claimed by another worker; leaving the message pending");
+			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					    m->id),
+				  "invocation claimed by another worker; leaving the message "
+				  "pending");
 			break;
 		}
 		if (cas < 0)
-			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "error",
-					   redis_errmsg(r)),
+			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					   m->id, "error", redis_errmsg(r)),
 				 "cannot record the running marker; running anyway");
 		for (size_t k = 0; k < n; k++)
 			if (strcmp(fields[k], fields[i]) == 0) {
@@ -858,9 +907,15 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			metrics_function_retry(fname);
 
 		struct invoke_request req = {
-			.fv = fv, .handler = handler, .timeout_ns = timeout,
-			.payload = payload, .payload_len = plen, .message_id = m->id,
-			.event_id = event_id, .event_name = event_name, .attempt = attempt,
+			.fv = fv,
+			.handler = handler,
+			.timeout_ns = timeout,
+			.payload = payload,
+			.payload_len = plen,
+			.message_id = m->id,
+			.event_id = event_id,
+			.event_name = event_name,
+			.attempt = attempt,
 		};
 		struct invoke_result out = {INVOKE_FAILED, -1, ""};
 		int64_t t0 = now_mono_ns();
@@ -873,10 +928,15 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		duration_format((now_mono_ns() - t0) / NS_PER_MS * NS_PER_MS, dur);
 		snprintf_(att, sizeof att, "%d", attempt);
 		snprintf_(code, sizeof code, "%d", out.exit_code);
-		const char *const attrs[] = {"function", fname, "handler", handler, "message_id", m->id,
-					     "event_id", event_id ? event_id : "", "event_name",
-					     event_name ? event_name : "", "attempt", att, "duration", dur,
-					     "exit_code", code, NULL};
+		const char *const attrs[] = {"function",   fname,
+					     "handler",	   handler,
+					     "message_id", m->id,
+					     "event_id",   event_id ? event_id : "",
+					     "event_name", event_name ? event_name : "",
+					     "attempt",	   att,
+					     "duration",   dur,
+					     "exit_code",  code,
+					     NULL};
 
 		struct marker after = {MARK_OK, 0, attempt};
 		if (out.outcome == INVOKE_CANCELLED) {
@@ -885,7 +945,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			if (invocation_restore(r, key, fields[i], prev) < 0)
 				log_warn(attrs, "cannot restore the invocation marker");
 			free(prev);
-			log_info(attrs, "invocation cancelled by shutdown; the message stays pending");
+			log_info(attrs,
+				 "invocation cancelled by shutdown; the message stays pending");
 			break;
 		}
 		free(prev);
@@ -895,27 +956,30 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			res[i] = INV_OK;
 		} else {
 			metrics_handler_invocation(fname, handler,
-						   out.outcome == INVOKE_TIMEOUT ? METRIC_OUTCOME_TIMEOUT
-										 : METRIC_OUTCOME_FAILURE,
+						   out.outcome == INVOKE_TIMEOUT
+							   ? METRIC_OUTCOME_TIMEOUT
+							   : METRIC_OUTCOME_FAILURE,
 						   secs);
 			snprintf_(last_error, sizeof last_error, "%s", out.error);
 			if (attempt >= 1 + t[i].retries) {
 				after.kind = MARK_EXHAUSTED;
 				res[i] = INV_EXHAUSTED;
-				log_error(attrs, "handler failed; attempts exhausted: %s", out.error);
+				log_error(attrs, "handler failed; attempts exhausted: %s",
+					  out.error);
 			} else {
 				after.kind = MARK_NEXT_ATTEMPT;
 				int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
 				after.deadline_ns = now_wall_ns() + b;
 				char bs[DURATION_STR_MAX];
-				log_warn(attrs, "handler failed; retrying in %s: %s", duration_format(b, bs), out.error);
+				log_warn(attrs, "handler failed; retrying in %s: %s",
+					 duration_format(b, bs), out.error);
 			}
 		}
 		char mark[64];
 		marker_format(&after, mark, sizeof mark);
 		if (invocation_set(r, key, fields[i], mark) < 0)
-			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id, "error",
-					   redis_errmsg(r)),
+			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					   m->id, "error", redis_errmsg(r)),
 				 "cannot record the invocation outcome");
 		for (size_t k = 0; k < n; k++)
 			if (strcmp(fields[k], fields[i]) == 0) {
@@ -939,9 +1003,11 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		all_ok = false;
 		if (res[i] == INV_EXHAUSTED) {
 			all_terminal = true;
-			struct marker mk = marker_parse(raw[i] ? raw[i] : "", raw[i] ? strlen(raw[i]) : 0);
+			struct marker mk =
+				marker_parse(raw[i] ? raw[i] : "", raw[i] ? strlen(raw[i]) : 0);
 			max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
-			buf_appendf(&reason, "%s exhausted after %d attempt(s)", fields[i], max_attempts);
+			buf_appendf(&reason, "%s exhausted after %d attempt(s)", fields[i],
+				    max_attempts);
 		}
 		break;
 	}
@@ -954,8 +1020,10 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	} else if (all_terminal) {
 		if (last_error[0])
 			buf_appendf(&reason, ": %s", last_error);
-		if (dead_letter(c, r, m, payload, plen, reason.data ? reason.data : "exhausted", max_attempts) == 0) {
-			log_error(LOG_ATTRS("message_id", m->id, "event_id", event_id ? event_id : "", "reason",
+		if (dead_letter(c, r, m, payload, plen, reason.data ? reason.data : "exhausted",
+				max_attempts) == 0) {
+			log_error(LOG_ATTRS("message_id", m->id, "event_id",
+					    event_id ? event_id : "", "reason",
 					    reason.data ? reason.data : ""),
 				  "message sent to the dead-letter stream");
 			for (size_t i = 0; i < n; i++)

@@ -44,23 +44,23 @@ struct invoke_request {
 	const char *payload; /* the event JSON text as received */
 	size_t payload_len;
 	const char *message_id;
-	const char *event_id;   /* may be NULL */
+	const char *event_id;	/* may be NULL */
 	const char *event_name; /* may be NULL */
-	int attempt;            /* 1-based */
-	int worker;             /* worker index, for per-thread resources */
+	int attempt;		/* 1-based */
+	int worker;		/* worker index, for per-thread resources */
 };
 
 enum invoke_outcome {
 	INVOKE_OK,
-	INVOKE_FAILED,  /* non-zero exit or a failure to run */
-	INVOKE_TIMEOUT, /* killed at its timeout */
+	INVOKE_FAILED,	  /* non-zero exit or a failure to run */
+	INVOKE_TIMEOUT,	  /* killed at its timeout */
 	INVOKE_CANCELLED, /* did not run to an outcome (shutdown, daemon unreachable):
 			     not charged as an attempt; the message stays pending */
 };
 
 struct invoke_result {
 	enum invoke_outcome outcome;
-	int exit_code;  /* -1 when none */
+	int exit_code;	 /* -1 when none */
 	char error[512]; /* why it failed, naming function and handler */
 };
 

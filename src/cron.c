@@ -33,9 +33,9 @@
 enum { F_SEC, F_MIN, F_HOUR, F_DOM, F_MON, F_DOW, F_COUNT };
 
 struct cron {
-	uint64_t bits[F_COUNT]; /* bit v set when value v matches; Sunday is bit 0 */
+	uint64_t bits[F_COUNT];	 /* bit v set when value v matches; Sunday is bit 0 */
 	bool dom_star, dow_star; /* the field was "*" or "?": unrestricted */
-	bool seconds;            /* 6-field expression */
+	bool seconds;		 /* 6-field expression */
 };
 
 static const char *const month_names[] = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
@@ -44,8 +44,8 @@ static const char *const dow_names[] = {"SUN", "MON", "TUE", "WED", "THU", "FRI"
 
 static const struct field_spec {
 	const char *name;
-	int min, max;   /* accepted values (day-of-week takes 7 for Sunday) */
-	int top;        /* upper end of "*" and "a/step" */
+	int min, max;		  /* accepted values (day-of-week takes 7 for Sunday) */
+	int top;		  /* upper end of "*" and "a/step" */
 	const char *const *names; /* names[i] is value i + name_base */
 	int name_base, nnames;
 } fields[F_COUNT] = {
@@ -66,9 +66,9 @@ static const struct {
 	{"@hourly", "0 * * * *"},
 };
 
-#define T_MIN ((int64_t)0)            /* 1970: -1 is the "none" result */
+#define T_MIN ((int64_t)0)	      /* 1970: -1 is the "none" result */
 #define T_MAX ((int64_t)253402300799) /* 9999-12-31T23:59:59Z */
-#define SEARCH_YEARS 10 /* Feb 29 can be 8 years away (2096 -> 2104) */
+#define SEARCH_YEARS 10		      /* Feb 29 can be 8 years away (2096 -> 2104) */
 
 /* ---- parsing ----------------------------------------------------------- */
 
@@ -123,8 +123,8 @@ static char upper(char ch)
  * One value of field f: digits or (months, weekdays) a three-letter name.
  * *is_name tells the caller a name was used (SUN closing a range means 7).
  */
-static int parse_value(const struct field_spec *f, const char *s, size_t n, int *out,
-		       bool *is_name, struct perr *e)
+static int parse_value(const struct field_spec *f, const char *s, size_t n, int *out, bool *is_name,
+		       struct perr *e)
 {
 	*is_name = false;
 	if (n == 0) {
@@ -172,8 +172,7 @@ static int parse_value(const struct field_spec *f, const char *s, size_t n, int 
 }
 
 /* One list item: "*", "?", "a", "a-b", each with an optional "/step". */
-static int parse_item(int fi, const char *s, size_t n, uint64_t *mask, bool *star,
-		      struct perr *e)
+static int parse_item(int fi, const char *s, size_t n, uint64_t *mask, bool *star, struct perr *e)
 {
 	const struct field_spec *f = &fields[fi];
 	const char *slash = memchr(s, '/', n);
@@ -249,8 +248,7 @@ static int parse_item(int fi, const char *s, size_t n, uint64_t *mask, bool *sta
 	return 0;
 }
 
-static int parse_field(int fi, const char *s, size_t n, uint64_t *mask, bool *star,
-		       struct perr *e)
+static int parse_field(int fi, const char *s, size_t n, uint64_t *mask, bool *star, struct perr *e)
 {
 	size_t i = 0;
 	int items = 0;
@@ -445,7 +443,7 @@ static uint64_t day_mask(const struct cron *c, int64_t y, int mo)
 	if (!c->dow_star) {
 		int64_t first = tz_days_from_civil(y, mo, 1);
 		int wd1 = (int)(((first % 7) + 7 + 4) % 7); /* 1970-01-01 was a Thursday */
-		uint64_t pat = 0;                           /* bit k: day 1 + k */
+		uint64_t pat = 0;			    /* bit k: day 1 + k */
 		for (int k = 0; k < 7; k++)
 			if (c->bits[F_DOW] & ((uint64_t)1 << ((wd1 + k) % 7)))
 				pat |= (uint64_t)1 << k;
@@ -625,15 +623,15 @@ static void fmt_hour(struct buf *b, int v)
 
 static void fmt_month(struct buf *b, int v)
 {
-	static const char *const names[] = {"January", "February", "March",     "April",
-					    "May",     "June",     "July",      "August",
-					    "September", "October", "November", "December"};
+	static const char *const names[] = {"January",	 "February", "March",	 "April",
+					    "May",	 "June",     "July",	 "August",
+					    "September", "October",  "November", "December"};
 	buf_appendf(b, "%s", names[v - 1]);
 }
 
 static void fmt_dow(struct buf *b, int v)
 {
-	static const char *const names[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
+	static const char *const names[] = {"Sunday",	"Monday", "Tuesday", "Wednesday",
 					    "Thursday", "Friday", "Saturday"};
 	buf_appendf(b, "%s", names[v]);
 }
@@ -675,12 +673,8 @@ static int append_list(struct buf *b, const struct vals *s, fmt_fn fmt)
 static int phrase_sub(struct buf *b, const struct vals *s, const char *unit, const char *of)
 {
 	switch (s->shape) {
-	case S_FULL:
-		buf_appendf(b, "every %s", unit);
-		return 0;
-	case S_STEP:
-		buf_appendf(b, "every %d %ss", s->step, unit);
-		return 0;
+	case S_FULL: buf_appendf(b, "every %s", unit); return 0;
+	case S_STEP: buf_appendf(b, "every %d %ss", s->step, unit); return 0;
 	case S_STEP_FROM:
 		buf_appendf(b, "every %d %ss, starting at %d %s%s past the %s", s->step, unit,
 			    s->v[0], unit, s->v[0] == 1 ? "" : "s", of);
@@ -705,11 +699,8 @@ static int phrase_sub(struct buf *b, const struct vals *s, const char *unit, con
 static int phrase_hour(struct buf *b, const struct vals *s)
 {
 	switch (s->shape) {
-	case S_FULL:
-		return 0;
-	case S_STEP:
-		buf_appendf(b, "every %d hours", s->step);
-		return 0;
+	case S_FULL: return 0;
+	case S_STEP: buf_appendf(b, "every %d hours", s->step); return 0;
 	case S_STEP_FROM:
 		buf_appendf(b, "every %d hours, starting at %02d:00", s->step, s->v[0]);
 		return 0;
@@ -717,9 +708,7 @@ static int phrase_hour(struct buf *b, const struct vals *s)
 	case S_RANGE:
 		buf_appendf(b, "between %02d:00 and %02d:59", s->v[0], s->v[s->n - 1]);
 		return 0;
-	case S_LIST:
-		buf_appendf(b, "during hours ");
-		return append_list(b, s, fmt_hour);
+	case S_LIST: buf_appendf(b, "during hours "); return append_list(b, s, fmt_hour);
 	}
 	return -1;
 }
@@ -733,17 +722,12 @@ static enum shape calendar_shape(const struct vals *s)
 static int phrase_dom(struct buf *b, const struct vals *s)
 {
 	switch (calendar_shape(s)) {
-	case S_FULL:
-		return 0;
-	case S_SINGLE:
-		buf_appendf(b, "on day %d of the month", s->v[0]);
-		return 0;
+	case S_FULL: return 0;
+	case S_SINGLE: buf_appendf(b, "on day %d of the month", s->v[0]); return 0;
 	case S_RANGE:
 		buf_appendf(b, "between day %d and %d of the month", s->v[0], s->v[s->n - 1]);
 		return 0;
-	case S_STEP:
-		buf_appendf(b, "every %d days", s->step);
-		return 0;
+	case S_STEP: buf_appendf(b, "every %d days", s->step); return 0;
 	case S_STEP_FROM:
 		buf_appendf(b, "every %d days, starting on day %d of the month", s->step, s->v[0]);
 		return 0;
@@ -785,8 +769,7 @@ static int phrase_dow(struct buf *b, const struct vals *s, bool in_or)
 static int phrase_month(struct buf *b, const struct vals *s)
 {
 	switch (calendar_shape(s)) {
-	case S_FULL:
-		return 0;
+	case S_FULL: return 0;
 	case S_SINGLE:
 		buf_appendf(b, "only in ");
 		fmt_month(b, s->v[0]);
@@ -796,16 +779,12 @@ static int phrase_month(struct buf *b, const struct vals *s)
 		buf_appendf(b, " through ");
 		fmt_month(b, s->v[s->n - 1]);
 		return 0;
-	case S_STEP:
-		buf_appendf(b, "every %d months", s->step);
-		return 0;
+	case S_STEP: buf_appendf(b, "every %d months", s->step); return 0;
 	case S_STEP_FROM:
 		buf_appendf(b, "every %d months, starting in ", s->step);
 		fmt_month(b, s->v[0]);
 		return 0;
-	case S_LIST:
-		buf_appendf(b, "only in ");
-		return append_list(b, s, fmt_month);
+	case S_LIST: buf_appendf(b, "only in "); return append_list(b, s, fmt_month);
 	}
 	return -1;
 }

@@ -110,7 +110,8 @@ static void set_err(struct docker *d, const char *fmt, ...)
 	d->err = msg;
 }
 
-static void conn_err(struct docker_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_err(struct docker_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 static void conn_err(struct docker_conn *c, const char *fmt, ...)
 {
 	va_list ap;
@@ -325,8 +326,8 @@ int docker_version_cmp(const char *a, const char *b)
 	return 0;
 }
 
-int docker_negotiate_version(const char *body, size_t len, const char *max, char *out,
-			     size_t outsz, char **errp)
+int docker_negotiate_version(const char *body, size_t len, const char *max, char *out, size_t outsz,
+			     char **errp)
 {
 	int rc = -1;
 	json_error_t jerr;
@@ -440,14 +441,12 @@ static bool connect_failure(CURL *h, CURLcode code)
 	case CURLE_SSL_CONNECT_ERROR:
 	case CURLE_PEER_FAILED_VERIFICATION:
 	case CURLE_SSL_CERTPROBLEM:
-	case CURLE_SSL_CACERT_BADFILE:
-		return true;
+	case CURLE_SSL_CACERT_BADFILE: return true;
 	case CURLE_OPERATION_TIMEDOUT: {
 		curl_off_t t = 0;
 		return curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t == 0;
 	}
-	default:
-		return false;
+	default: return false;
 	}
 }
 
@@ -483,11 +482,11 @@ enum sink_mode { SINK_BUFFER, SINK_STREAM };
 struct sink {
 	enum sink_mode mode;
 	CURL *curl;
-	struct buf body;    /* buffered body, or the error body in stream mode */
-	bool overflow;      /* body exceeded its cap */
+	struct buf body; /* buffered body, or the error body in stream mode */
+	bool overflow;	 /* body exceeded its cap */
 	docker_data_fn on_data;
 	void *ctx;
-	bool aborted;       /* on_data asked to stop */
+	bool aborted; /* on_data asked to stop */
 };
 
 static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -590,8 +589,8 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	CURLcode code = curl_easy_perform(d->curl);
 	curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, status);
 	if (s->overflow) {
-		set_err(d, "Docker response to %s %s exceeds the %zu-byte limit", method,
-			full_path, s->body.max);
+		set_err(d, "Docker response to %s %s exceeds the %zu-byte limit", method, full_path,
+			s->body.max);
 		goto out;
 	}
 	if (s->aborted) {
@@ -650,8 +649,8 @@ int docker_request(struct docker *d, const char *method, const char *path, const
 	char *full = xasprintf("/v%s%s", d->version, path ? path : "");
 	memset(resp, 0, sizeof *resp);
 
-	if (perform(d, method, full, body, body_len, content_type, timeout_ms, &s,
-		    &resp->status) < 0)
+	if (perform(d, method, full, body, body_len, content_type, timeout_ms, &s, &resp->status) <
+	    0)
 		goto out;
 	resp->len = s.body.len;
 	resp->body = buf_steal(&s.body);
@@ -662,9 +661,9 @@ out:
 	return rc;
 }
 
-int docker_request_stream(struct docker *d, const char *method, const char *path,
-			  const void *body, size_t body_len, const char *content_type,
-			  long timeout_ms, docker_data_fn on_data, void *ctx, long *status)
+int docker_request_stream(struct docker *d, const char *method, const char *path, const void *body,
+			  size_t body_len, const char *content_type, long timeout_ms,
+			  docker_data_fn on_data, void *ctx, long *status)
 {
 	struct sink s = {.mode = SINK_STREAM, .on_data = on_data, .ctx = ctx};
 	buf_init(&s.body, ERROR_BODY_MAX);
@@ -776,8 +775,8 @@ int docker_open(struct docker **out, char **errp)
 		if (d->tls && tls_files(d, errp) < 0)
 			goto fail;
 		bool v6 = strchr(d->host.host, ':') != NULL;
-		d->endpoint = xasprintf(v6 ? "tcp://[%s]:%u" : "tcp://%s:%u", d->host.host,
-					d->host.port);
+		d->endpoint =
+			xasprintf(v6 ? "tcp://[%s]:%u" : "tcp://%s:%u", d->host.host, d->host.port);
 		d->base_url = xasprintf(v6 ? "%s://[%s]:%u" : "%s://%s:%u",
 					d->tls ? "https" : "http", d->host.host, d->host.port);
 	}
@@ -825,8 +824,8 @@ int docker_open(struct docker **out, char **errp)
 			goto fail;
 		}
 	}
-	log_debug(LOG_ATTRS("endpoint", d->endpoint, "api_version", d->version,
-			    "pinned", pin && *pin ? "true" : "false"),
+	log_debug(LOG_ATTRS("endpoint", d->endpoint, "api_version", d->version, "pinned",
+			    pin && *pin ? "true" : "false"),
 		  "connected to the Docker daemon");
 	set_err(d, "no error");
 	buf_free(&s.body);
@@ -1094,8 +1093,8 @@ int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 		    n) {
 			set_err(d, "%.*s", (int)n, line);
 		} else {
-			char *msg = docker_error_message(status, body.data ? body.data : "",
-							 body.len);
+			char *msg =
+				docker_error_message(status, body.data ? body.data : "", body.len);
 			free(d->err);
 			d->err = msg;
 		}
@@ -1103,8 +1102,7 @@ int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 	}
 	/* Daemons before API 1.21 hijack after a plain 200. */
 	if (status != 101 && status != 200) {
-		set_err(d, "Docker attach %s at %s: unexpected HTTP %d", full, d->endpoint,
-			status);
+		set_err(d, "Docker attach %s at %s: unexpected HTTP %d", full, d->endpoint, status);
 		goto out;
 	}
 	if (extra) {

@@ -45,8 +45,8 @@ const char *docker_errmsg(const struct docker *d);
 int docker_ping(struct docker *d);
 
 struct docker_response {
-	long status;   /* HTTP status */
-	char *body;    /* NUL-terminated, malloc'd; may be "" */
+	long status; /* HTTP status */
+	char *body;  /* NUL-terminated, malloc'd; may be "" */
 	size_t len;
 };
 void docker_response_free(struct docker_response *r);
@@ -75,9 +75,9 @@ int docker_request(struct docker *d, const char *method, const char *path, const
  * are valid only during the call.
  */
 typedef int (*docker_data_fn)(const char *data, size_t len, void *ctx);
-int docker_request_stream(struct docker *d, const char *method, const char *path,
-			  const void *body, size_t body_len, const char *content_type,
-			  long timeout_ms, docker_data_fn on_data, void *ctx, long *status);
+int docker_request_stream(struct docker *d, const char *method, const char *path, const void *body,
+			  size_t body_len, const char *content_type, long timeout_ms,
+			  docker_data_fn on_data, void *ctx, long *status);
 
 /*
  * Hijacked connection (POST /containers/{id}/attach with Upgrade: tcp).
@@ -147,8 +147,8 @@ int docker_version_cmp(const char *a, const char *b);
  * that. Writes the version to out (size outsz) and returns 0, or -1 with a
  * malloc'd message in *errp.
  */
-int docker_negotiate_version(const char *body, size_t len, const char *max, char *out,
-			     size_t outsz, char **errp);
+int docker_negotiate_version(const char *body, size_t len, const char *max, char *out, size_t outsz,
+			     char **errp);
 
 /*
  * The message for an error answer: the "message" field of a JSON body

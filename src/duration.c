@@ -106,7 +106,8 @@ int duration_parse_n(const char *s, size_t n, int64_t *out)
 			return -1; /* missing unit */
 		uint64_t unit = 0;
 		for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
-			if (strlen(units[k].name) == u - i && memcmp(units[k].name, s + i, u - i) == 0) {
+			if (strlen(units[k].name) == u - i &&
+			    memcmp(units[k].name, s + i, u - i) == 0) {
 				unit = units[k].ns;
 				break;
 			}

@@ -28,7 +28,7 @@
 struct event_object {
 	size_t n;
 	const struct event_member *members;
-	uint32_t mask;        /* slots has mask + 1 entries; 0 when not indexed */
+	uint32_t mask;	       /* slots has mask + 1 entries; 0 when not indexed */
 	const uint32_t *slots; /* member index + 1, 0 = empty */
 };
 
@@ -93,20 +93,13 @@ static struct event *event_new(size_t hint)
 const char *event_err_name(int err)
 {
 	switch (err) {
-	case EVENT_OK:
-		return "ok";
-	case EVENT_ERR_MISSING:
-		return "missing";
-	case EVENT_ERR_NOT_TEXT:
-		return "not_text";
-	case EVENT_ERR_INVALID_JSON:
-		return "invalid_json";
-	case EVENT_ERR_NOT_OBJECT:
-		return "not_object";
-	case EVENT_ERR_TOO_LARGE:
-		return "too_large";
-	case EVENT_ERR_TOO_DEEP:
-		return "too_deep";
+	case EVENT_OK: return "ok";
+	case EVENT_ERR_MISSING: return "missing";
+	case EVENT_ERR_NOT_TEXT: return "not_text";
+	case EVENT_ERR_INVALID_JSON: return "invalid_json";
+	case EVENT_ERR_NOT_OBJECT: return "not_object";
+	case EVENT_ERR_TOO_LARGE: return "too_large";
+	case EVENT_ERR_TOO_DEEP: return "too_deep";
 	}
 	return "unknown";
 }
@@ -151,7 +144,8 @@ static const struct event_object *make_object(struct event *ev, const struct eve
 					break;
 				}
 				const struct event_member *o2 = &m[s - 1];
-				if (o2->klen == m[i].klen && memcmp(o2->key, m[i].key, m[i].klen) == 0) {
+				if (o2->klen == m[i].klen &&
+				    memcmp(o2->key, m[i].key, m[i].klen) == 0) {
 					slots[h] = (uint32_t)i + 1; /* last one wins */
 					break;
 				}
@@ -386,22 +380,46 @@ static int parse_string(struct parser *ps, const char **out, size_t *outlen)
 		ps->p = r;
 		r++;
 		switch (*r) {
-		case '"': o[w++] = '"'; r++; break;
-		case '\\': o[w++] = '\\'; r++; break;
-		case '/': o[w++] = '/'; r++; break;
-		case 'b': o[w++] = '\b'; r++; break;
-		case 'f': o[w++] = '\f'; r++; break;
-		case 'n': o[w++] = '\n'; r++; break;
-		case 'r': o[w++] = '\r'; r++; break;
-		case 't': o[w++] = '\t'; r++; break;
+		case '"':
+			o[w++] = '"';
+			r++;
+			break;
+		case '\\':
+			o[w++] = '\\';
+			r++;
+			break;
+		case '/':
+			o[w++] = '/';
+			r++;
+			break;
+		case 'b':
+			o[w++] = '\b';
+			r++;
+			break;
+		case 'f':
+			o[w++] = '\f';
+			r++;
+			break;
+		case 'n':
+			o[w++] = '\n';
+			r++;
+			break;
+		case 'r':
+			o[w++] = '\r';
+			r++;
+			break;
+		case 't':
+			o[w++] = '\t';
+			r++;
+			break;
 		case 'u': {
 			uint32_t cp, lo;
 			if (hex4(r + 1, q, &cp) < 0)
 				return fail(ps, EVENT_ERR_INVALID_JSON, "invalid \\u escape");
 			r += 5;
 			if (cp >= 0xd800 && cp <= 0xdbff) {
-				if (q - r >= 6 && r[0] == '\\' && r[1] == 'u' && hex4(r + 2, q, &lo) == 0 &&
-				    lo >= 0xdc00 && lo <= 0xdfff) {
+				if (q - r >= 6 && r[0] == '\\' && r[1] == 'u' &&
+				    hex4(r + 2, q, &lo) == 0 && lo >= 0xdc00 && lo <= 0xdfff) {
 					cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 					r += 6;
 				} else {
@@ -413,8 +431,7 @@ static int parse_string(struct parser *ps, const char **out, size_t *outlen)
 			w += put_utf8(o + w, cp);
 			break;
 		}
-		default:
-			return fail(ps, EVENT_ERR_INVALID_JSON, "invalid escape in string");
+		default: return fail(ps, EVENT_ERR_INVALID_JSON, "invalid escape in string");
 		}
 	}
 	o[w] = '\0';
@@ -625,18 +642,10 @@ static int parse_value(struct parser *ps, struct event_value *v)
 		ps->depth--;
 		return rc;
 	}
-	case '"':
-		v->type = EVENT_STRING;
-		return parse_string(ps, &v->u.str, &v->n);
-	case 't':
-		v->type = EVENT_TRUE;
-		return literal(ps, "true", 4);
-	case 'f':
-		v->type = EVENT_FALSE;
-		return literal(ps, "false", 5);
-	case 'n':
-		v->type = EVENT_NULL;
-		return literal(ps, "null", 4);
+	case '"': v->type = EVENT_STRING; return parse_string(ps, &v->u.str, &v->n);
+	case 't': v->type = EVENT_TRUE; return literal(ps, "true", 4);
+	case 'f': v->type = EVENT_FALSE; return literal(ps, "false", 5);
+	case 'n': v->type = EVENT_NULL; return literal(ps, "null", 4);
 	default:
 		if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
 			return parse_number(ps, v);
@@ -694,8 +703,9 @@ int event_parse_json(const char *text, size_t len, struct event **out, char **re
 		goto out;
 	}
 	if (ev->root.type != EVENT_OBJECT) {
-		static const char *const names[] = {"null", "false", "true", "a number",
-						    "a number", "a string", "an array", "an object"};
+		static const char *const names[] = {"null",	"false",    "true",
+						    "a number", "a number", "a string",
+						    "an array", "an object"};
 		rc = EVENT_ERR_NOT_OBJECT;
 		if (reason)
 			*reason = xasprintf("event is %s, not a JSON object", names[ev->root.type]);
@@ -712,8 +722,8 @@ out:
 	return rc;
 }
 
-int event_decode(const char *const *fields, const size_t *lens, size_t nfields,
-		 struct event **out, char **reason)
+int event_decode(const char *const *fields, const size_t *lens, size_t nfields, struct event **out,
+		 char **reason)
 {
 	const char *val = NULL;
 	size_t vlen = 0;
@@ -743,15 +753,9 @@ static int from_json(struct event *ev, const json_t *j, struct event_value *v, i
 {
 	v->n = 0;
 	switch (json_typeof(j)) {
-	case JSON_NULL:
-		v->type = EVENT_NULL;
-		return 0;
-	case JSON_TRUE:
-		v->type = EVENT_TRUE;
-		return 0;
-	case JSON_FALSE:
-		v->type = EVENT_FALSE;
-		return 0;
+	case JSON_NULL: v->type = EVENT_NULL; return 0;
+	case JSON_TRUE: v->type = EVENT_TRUE; return 0;
+	case JSON_FALSE: v->type = EVENT_FALSE; return 0;
 	case JSON_INTEGER:
 		v->type = EVENT_INT;
 		v->u.i = (int64_t)json_integer_value(j);
@@ -797,7 +801,8 @@ static int from_json(struct event *ev, const json_t *j, struct event_value *v, i
 			k[klen] = '\0';
 			ms[i].key = k;
 			ms[i].klen = klen;
-			if (from_json(ev, json_object_iter_value(it), &ms[i].value, depth + 1) < 0) {
+			if (from_json(ev, json_object_iter_value(it), &ms[i].value, depth + 1) <
+			    0) {
 				free(ms);
 				return EVENT_ERR_TOO_DEEP;
 			}

@@ -41,7 +41,7 @@
 
 enum event_err {
 	EVENT_OK = 0,
-	EVENT_ERR_MISSING = -1,      /* the message has no `event` field */
+	EVENT_ERR_MISSING = -1,	     /* the message has no `event` field */
 	EVENT_ERR_NOT_TEXT = -2,     /* the field is binary: invalid UTF-8 or a NUL byte */
 	EVENT_ERR_INVALID_JSON = -3, /* the text is not one valid JSON value */
 	EVENT_ERR_NOT_OBJECT = -4,   /* valid JSON, but not an object */
@@ -101,8 +101,8 @@ struct event;
  * enum event_err with *reason set to a malloc'd one-line explanation when
  * reason is not NULL (free it). Thread-safe.
  */
-int event_decode(const char *const *fields, const size_t *lens, size_t nfields,
-		 struct event **out, char **reason);
+int event_decode(const char *const *fields, const size_t *lens, size_t nfields, struct event **out,
+		 char **reason);
 
 /* Decodes JSON text (the value of the `event` field, or the EVENT argument
  * of `relay function match`). Same rules, results and ownership as

@@ -90,19 +90,11 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	if (out.error)
 		snprintf_(res->error, sizeof res->error, "%s", out.error);
 	switch (out.outcome) {
-	case RUNNER_SUCCESS:
-		res->outcome = INVOKE_OK;
-		break;
-	case RUNNER_TIMEOUT:
-		res->outcome = INVOKE_TIMEOUT;
-		break;
-	case RUNNER_CANCELLED:
-		res->outcome = INVOKE_CANCELLED;
-		break;
+	case RUNNER_SUCCESS: res->outcome = INVOKE_OK; break;
+	case RUNNER_TIMEOUT: res->outcome = INVOKE_TIMEOUT; break;
+	case RUNNER_CANCELLED: res->outcome = INVOKE_CANCELLED; break;
 	case RUNNER_FAILURE:
-	case RUNNER_ERROR:
-		res->outcome = INVOKE_FAILED;
-		break;
+	case RUNNER_ERROR: res->outcome = INVOKE_FAILED; break;
 	}
 	invocation_result_free(&out);
 }

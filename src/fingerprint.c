@@ -24,8 +24,7 @@ struct loader {
 	char *err;
 };
 
-static void tree_push(struct loader *l, char *path, enum fn_entry_kind kind, char *data,
-		      size_t len)
+static void tree_push(struct loader *l, char *path, enum fn_entry_kind kind, char *data, size_t len)
 {
 	struct fn_tree *t = l->t;
 	if (t->n == l->cap) {
@@ -134,7 +133,8 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 			}
 			if ((size_t)n > room)
 				goto too_big;
-			tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n), (size_t)n);
+			tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n),
+				  (size_t)n);
 			path = NULL;
 		} else if (S_ISREG(st.st_mode)) {
 			fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -218,8 +218,8 @@ void fn_tree_put(struct fn_tree *t, const char *path, enum fn_entry_kind kind, c
 		}
 	}
 	t->v = xrealloc(t->v, (t->n + 1) * sizeof *t->v);
-	t->v[t->n++] = (struct fn_entry){.path = xstrdup(path), .kind = kind, .data = copy,
-					 .len = len};
+	t->v[t->n++] =
+		(struct fn_entry){.path = xstrdup(path), .kind = kind, .data = copy, .len = len};
 	t->bytes += len;
 	qsort(t->v, t->n, sizeof *t->v, entry_cmp);
 }

@@ -52,16 +52,16 @@
 enum fn_entry_kind { FN_ENTRY_FILE = 'f', FN_ENTRY_EXEC = 'x', FN_ENTRY_SYMLINK = 'l' };
 
 struct fn_entry {
-	char *path;              /* relative, "events/created.py" */
+	char *path; /* relative, "events/created.py" */
 	enum fn_entry_kind kind;
-	char *data;              /* contents, or the link target; NUL-terminated */
+	char *data; /* contents, or the link target; NUL-terminated */
 	size_t len;
 };
 
 struct fn_tree {
 	struct fn_entry *v; /* sorted by path (strcmp) */
 	size_t n;
-	size_t bytes;       /* sum of len */
+	size_t bytes; /* sum of len */
 };
 
 /* Reads dir into *out. Returns 0, or -1 with a malloc'd message (naming the

@@ -25,8 +25,9 @@ int function_name_valid(const char *name, const char **why)
 		w = "must not end with a dot";
 	else
 		for (size_t i = 0; i < n && !w; i++)
-			if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
-			      name[i] == '.' || name[i] == '_' || name[i] == '-'))
+			if (!((name[i] >= 'a' && name[i] <= 'z') ||
+			      (name[i] >= '0' && name[i] <= '9') || name[i] == '.' ||
+			      name[i] == '_' || name[i] == '-'))
 				w = "only lowercase letters, digits, '.', '_' and '-' are allowed";
 	if (why)
 		*why = w;
@@ -45,12 +46,14 @@ static void check_tree(const char *root_real, const char *dir, const char *rel, 
 		       size_t *files, struct strlist *errors)
 {
 	if (depth > FUNCTION_MAX_DEPTH) {
-		strlist_addf(errors, "%s: nested deeper than %d directories", rel, FUNCTION_MAX_DEPTH);
+		strlist_addf(errors, "%s: nested deeper than %d directories", rel,
+			     FUNCTION_MAX_DEPTH);
 		return;
 	}
 	DIR *d = opendir(dir);
 	if (!d) {
-		strlist_addf(errors, "%s: cannot read directory: %s", *rel ? rel : ".", strerror(errno));
+		strlist_addf(errors, "%s: cannot read directory: %s", *rel ? rel : ".",
+			     strerror(errno));
 		return;
 	}
 	struct dirent *e;
@@ -69,9 +72,12 @@ static void check_tree(const char *root_real, const char *dir, const char *rel, 
 		} else if (S_ISLNK(st.st_mode)) {
 			char *target = realpath(path, NULL);
 			if (!target)
-				strlist_addf(errors, "%s: symlink does not resolve: %s", r, strerror(errno));
+				strlist_addf(errors, "%s: symlink does not resolve: %s", r,
+					     strerror(errno));
 			else if (!path_within(target, root_real))
-				strlist_addf(errors, "%s: symlink points outside the function directory", r);
+				strlist_addf(errors,
+					     "%s: symlink points outside the function directory",
+					     r);
 			free(target);
 		} else if (S_ISDIR(st.st_mode)) {
 			check_tree(root_real, path, r, depth + 1, files, errors);
@@ -136,7 +142,10 @@ enum function_status function_load(const char *dir, const char *name, struct fun
 	const char *why = NULL;
 	size_t nerr0 = errors->n;
 	if (!function_name_valid(name, &why))
-		strlist_addf(errors, "invalid function name: %s (the name must match [a-z0-9][a-z0-9._-]*, at most 63 characters, no trailing dot)", why);
+		strlist_addf(errors,
+			     "invalid function name: %s (the name must match [a-z0-9][a-z0-9._-]*, "
+			     "at most 63 characters, no trailing dot)",
+			     why);
 
 	char *root_real = realpath(fdir, NULL);
 	if (!root_real) {
@@ -211,7 +220,8 @@ void function_entry_log(const struct function_entry *e)
 
 static int entry_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct function_entry *)a)->name, ((const struct function_entry *)b)->name);
+	return strcmp(((const struct function_entry *)a)->name,
+		      ((const struct function_entry *)b)->name);
 }
 
 int function_scan_dir(const char *dir, struct function_scan *out, char **err)

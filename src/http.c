@@ -238,8 +238,7 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_re
 	char *body = r->body ? r->body : xstrdup("");
 	size_t len = r->body ? r->body_len : 0;
 	r->body = NULL;
-	struct MHD_Response *mr =
-		MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *mr = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
 	if (!mr) {
 		free(body);
 		return MHD_NO;
@@ -261,9 +260,8 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const 
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_data_size,
-				  void **con_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls)
 {
 	struct http_server *s = cls;
 	struct request_ctx *ctx = *con_cls;
@@ -274,8 +272,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 	if (*upload_data_size) {
-		if (!ctx->too_large &&
-		    buf_append(&ctx->body, upload_data, *upload_data_size) < 0)
+		if (!ctx->too_large && buf_append(&ctx->body, upload_data, *upload_data_size) < 0)
 			ctx->too_large = true;
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -335,15 +332,12 @@ static int try_start(struct http_server *s, char **err)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	struct MHD_Daemon *d = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-			MHD_USE_ITC |
-			MHD_USE_ERROR_LOG,
-		0, NULL, NULL, on_request, s,
-		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+			MHD_USE_ITC | MHD_USE_ERROR_LOG,
+		0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.connection_limit,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_seconds,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-		MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+		s, MHD_OPTION_END);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!d) {
 		close(fd);
@@ -389,15 +383,16 @@ static void *retry_main(void *arg)
 	return NULL;
 }
 
-int http_server_start(const struct http_server_config *cfg, struct http_server **out,
-		      char **err)
+int http_server_start(const struct http_server_config *cfg, struct http_server **out, char **err)
 {
 	char host[256];
 	unsigned port;
 	*out = NULL;
 	*err = NULL;
-	if (!cfg->handler || http_parse_listen_addr(cfg->listen_addr, host, sizeof host, &port) < 0) {
-		*err = xasprintf("invalid listen address %s", cfg->listen_addr ? cfg->listen_addr : "");
+	if (!cfg->handler ||
+	    http_parse_listen_addr(cfg->listen_addr, host, sizeof host, &port) < 0) {
+		*err = xasprintf("invalid listen address %s",
+				 cfg->listen_addr ? cfg->listen_addr : "");
 		return -1;
 	}
 	struct http_server *s = xcalloc(1, sizeof *s);

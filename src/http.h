@@ -27,7 +27,7 @@ struct http_request {
 	const char *path;   /* without the query string */
 	const char *body;   /* NUL-terminated; "" when there is none */
 	size_t body_len;
-	void *conn_;        /* private: for http_request_header */
+	void *conn_; /* private: for http_request_header */
 };
 
 /* Value of a request header (case-insensitive name), or NULL. Borrowed. */
@@ -37,8 +37,8 @@ const char *http_request_header(const struct http_request *req, const char *name
 
 /* The handler fills this in. Strings set through the helpers are copied. */
 struct http_response {
-	int status;       /* default 200 */
-	char *body;       /* malloc'd, owned by http.c once the handler returns */
+	int status; /* default 200 */
+	char *body; /* malloc'd, owned by http.c once the handler returns */
 	size_t body_len;
 	char *header_names[HTTP_MAX_RESPONSE_HEADERS];
 	char *header_values[HTTP_MAX_RESPONSE_HEADERS];
@@ -55,14 +55,14 @@ void http_response_text(struct http_response *resp, int status, const char *cont
 void http_response_take_body(struct http_response *resp, char *body, size_t len);
 
 struct http_server_config {
-	const char *name;        /* for logs: "Metrics" → "Metrics http server ..." */
+	const char *name;	 /* for logs: "Metrics" → "Metrics http server ..." */
 	const char *listen_addr; /* copied */
 	/* Runs on a server thread, possibly several at once. Fills resp. */
 	void (*handler)(const struct http_request *req, struct http_response *resp, void *arg);
 	void *arg;
-	size_t max_body;          /* larger bodies get 413; 0 means 1 MiB */
+	size_t max_body;	   /* larger bodies get 413; 0 means 1 MiB */
 	unsigned connection_limit; /* 0 means 64 */
-	unsigned timeout_seconds; /* idle connection timeout; 0 means 10 */
+	unsigned timeout_seconds;  /* idle connection timeout; 0 means 10 */
 	/* When true a bind/resolve failure is logged (WARN) and retried in the
 	 * background every retry_interval_ms (0 means 2000) and start returns
 	 * 0; when false start fails with the error. */
@@ -79,8 +79,7 @@ int http_parse_listen_addr(const char *addr, char *host, size_t host_size, unsig
 /* Starts a server; on success *out owns it (free with http_server_stop).
  * Returns 0, or -1 with *err set (malloc'd message) for a malformed address,
  * or, without retry_bind, a resolve/bind/MHD failure. */
-int http_server_start(const struct http_server_config *cfg, struct http_server **out,
-		      char **err);
+int http_server_start(const struct http_server_config *cfg, struct http_server **out, char **err);
 
 /* The bound port, or 0 while not listening (still retrying). Thread-safe. */
 int http_server_port(struct http_server *s);

@@ -383,8 +383,8 @@ static void stream_line(struct image_build_stream *s, const char *line, size_t l
 		if ((v = json_object_get(o, "error")) && json_is_string(v))
 			msg = json_string_value(v);
 		json_t *det = json_object_get(o, "errorDetail");
-		if (!msg && json_is_object(det) &&
-		    (v = json_object_get(det, "message")) && json_is_string(v))
+		if (!msg && json_is_object(det) && (v = json_object_get(det, "message")) &&
+		    json_is_string(v))
 			msg = json_string_value(v);
 		if (msg) {
 			size_t n = strlen(msg);
@@ -501,8 +501,7 @@ static int daemon_arch(struct docker *d, char *out, size_t outsz, char **err)
 		rc = 0;
 		goto out;
 	}
-	if (docker_request(d, "GET", "/version", NULL, 0, NULL, 30000, &r) < 0 ||
-	    r.status != 200) {
+	if (docker_request(d, "GET", "/version", NULL, 0, NULL, 30000, &r) < 0 || r.status != 200) {
 		*err = xasprintf("asking the Docker daemon its architecture: %s", docker_errmsg(d));
 		goto out;
 	}
@@ -728,10 +727,12 @@ int image_gc(struct docker *d, const char *function, const char *const *keep, si
 	}
 	size_t i;
 	json_t *img;
-	json_array_foreach(list, i, img) {
+	json_array_foreach(list, i, img)
+	{
 		size_t j;
 		json_t *tagv;
-		json_array_foreach(json_object_get(img, "RepoTags"), j, tagv) {
+		json_array_foreach(json_object_get(img, "RepoTags"), j, tagv)
+		{
 			const char *tag = json_string_value(tagv);
 			if (!tag || !fn_tag_matches(tag, function))
 				continue;

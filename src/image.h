@@ -65,12 +65,12 @@
 
 /* The outcome of image_prepare. Strings are owned; image_result_free. */
 struct image_result {
-	char *ref;                                /* "relay-fn-x:0123456789abcdef" */
+	char *ref;				   /* "relay-fn-x:0123456789abcdef" */
 	char fingerprint[FINGERPRINT_HEX_LEN + 1]; /* all 64 hex digits */
-	char *dep_ref;                            /* dependency image, or NULL */
-	bool built;                               /* false: existing image reused */
-	bool dep_built;                           /* the dependency image was built now */
-	double seconds;                           /* wall time of the whole call */
+	char *dep_ref;				   /* dependency image, or NULL */
+	bool built;				   /* false: existing image reused */
+	bool dep_built;				   /* the dependency image was built now */
+	double seconds;				   /* wall time of the whole call */
 };
 void image_result_free(struct image_result *r);
 
@@ -139,11 +139,11 @@ int image_context_dep(const struct runtime_dep_rule *rule, const struct fn_tree 
 /* Incremental parser of POST /build's JSON stream (one object per line). */
 struct image_build_stream {
 	const char *function; /* for DEBUG lines; borrowed */
-	char *line;           /* partial line, bounded */
+	char *line;	      /* partial line, bounded */
 	size_t len, cap;
-	char *error;          /* first "error" seen (malloc'd) */
-	char *last_output;    /* last non-empty "stream" line (malloc'd) */
-	char *image_id;       /* aux.ID when reported */
+	char *error;	   /* first "error" seen (malloc'd) */
+	char *last_output; /* last non-empty "stream" line (malloc'd) */
+	char *image_id;	   /* aux.ID when reported */
 };
 void image_build_stream_init(struct image_build_stream *s, const char *function);
 /* Feeds bytes; always returns 0 (malformed lines are ignored). */

@@ -54,7 +54,8 @@ struct marker marker_parse(const char *s, size_t len)
 		if (!hash)
 			return m;
 		if (parse_u64(rest, (size_t)(hash - rest), &d) < 0 ||
-		    parse_u64(hash + 1, rl - (size_t)(hash - rest) - 1, &a) < 0 || a < 1 || a > 1000000)
+		    parse_u64(hash + 1, rl - (size_t)(hash - rest) - 1, &a) < 0 || a < 1 ||
+		    a > 1000000)
 			return m;
 		m.kind = timed[i].kind;
 		m.deadline_ns = d;
@@ -66,42 +67,35 @@ struct marker marker_parse(const char *s, size_t len)
 void marker_format(const struct marker *m, char *out, size_t outlen)
 {
 	switch (m->kind) {
-	case MARK_OK:
-		snprintf_(out, outlen, "ok");
-		break;
+	case MARK_OK: snprintf_(out, outlen, "ok"); break;
 	case MARK_RUNNING:
 		snprintf_(out, outlen, "running:%" PRId64 "#%d", m->deadline_ns, m->attempts);
 		break;
 	case MARK_NEXT_ATTEMPT:
-		snprintf_(out, outlen, "next_attempt_at:%" PRId64 "#%d", m->deadline_ns, m->attempts);
+		snprintf_(out, outlen, "next_attempt_at:%" PRId64 "#%d", m->deadline_ns,
+			  m->attempts);
 		break;
-	case MARK_EXHAUSTED:
-		snprintf_(out, outlen, "exhausted:%d", m->attempts);
-		break;
-	case MARK_ABSENT:
-		snprintf_(out, outlen, "%s", "");
-		break;
+	case MARK_EXHAUSTED: snprintf_(out, outlen, "exhausted:%d", m->attempts); break;
+	case MARK_ABSENT: snprintf_(out, outlen, "%s", ""); break;
 	}
 }
 
 bool marker_eligible(const struct marker *m, int64_t now_ns)
 {
 	switch (m->kind) {
-	case MARK_ABSENT:
-		return true;
+	case MARK_ABSENT: return true;
 	case MARK_OK:
-	case MARK_EXHAUSTED:
-		return false;
+	case MARK_EXHAUSTED: return false;
 	case MARK_RUNNING:
-	case MARK_NEXT_ATTEMPT:
-		return now_ns >= m->deadline_ns;
+	case MARK_NEXT_ATTEMPT: return now_ns >= m->deadline_ns;
 	}
 	return true;
 }
 
 int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4])
 {
-	static const int64_t fixed[4] = {1 * NS_PER_MIN, 2 * NS_PER_MIN, 5 * NS_PER_MIN, 10 * NS_PER_MIN};
+	static const int64_t fixed[4] = {1 * NS_PER_MIN, 2 * NS_PER_MIN, 5 * NS_PER_MIN,
+					 10 * NS_PER_MIN};
 	int i = attempt < 1 ? 0 : attempt > 4 ? 3 : attempt - 1;
 	if (backoff && backoff[i] > 0)
 		return backoff[i];
@@ -116,8 +110,8 @@ char *pct_encode(const char *s)
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-		    c == '_' || c == '~' || c == '-') {
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		    c == '.' || c == '_' || c == '~' || c == '-') {
 			out[o++] = (char)c;
 		} else {
 			out[o++] = '%';
@@ -185,20 +179,20 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 
 /* KEYS[1] hash; ARGV[1] field, ARGV[2] expected ("" = absent), ARGV[3] new
  * value, ARGV[4] TTL seconds. */
-static const char cas_script[] =
-	"local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
-	"if cur == false then cur = '' end\n"
-	"if cur ~= ARGV[2] then return 0 end\n"
-	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
-	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
-	"return 1\n";
+static const char cas_script[] = "local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
+				 "if cur == false then cur = '' end\n"
+				 "if cur ~= ARGV[2] then return 0 end\n"
+				 "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+				 "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+				 "return 1\n";
 
 int invocation_cas(struct redis *r, const char *key, const char *field, const char *expected,
 		   const char *next)
 {
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
-	const char *argv[] = {"EVAL", cas_script, "1", key, field, expected ? expected : "", next, ttl};
+	const char *argv[] = {"EVAL", cas_script, "1", key, field, expected ? expected : "",
+			      next,   ttl};
 	redisReply *rep = redis_command_argv(r, 8, argv, NULL);
 	if (!rep)
 		return -1;

@@ -37,7 +37,7 @@ enum marker_kind {
 struct marker {
 	enum marker_kind kind;
 	int64_t deadline_ns; /* running / next_attempt_at */
-	int attempts;        /* attempts made so far (0 when absent) */
+	int attempts;	     /* attempts made so far (0 when absent) */
 };
 
 /* Parses a marker value; anything malformed is MARK_ABSENT. */

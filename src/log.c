@@ -159,7 +159,8 @@ static void append_quoted(struct buf *b, const char *v)
 		size_t len = utf8_decode(s + i, n - i, &r);
 		char esc[12];
 		if (len == 0) {
-			esc[0] = '\\', esc[1] = 'x', esc[2] = hex[s[i] >> 4], esc[3] = hex[s[i] & 15];
+			esc[0] = '\\', esc[1] = 'x', esc[2] = hex[s[i] >> 4],
+			esc[3] = hex[s[i] & 15];
 			buf_append(b, esc, 4);
 			i++;
 			continue;
@@ -230,7 +231,8 @@ void log_render(struct buf *b, const struct tm *tm, long gmtoff, enum log_level 
 		buf_append(b, "Z", 1);
 	} else {
 		long off = gmtoff < 0 ? -gmtoff : gmtoff;
-		buf_appendf(b, "%c%02ld:%02ld", gmtoff < 0 ? '-' : '+', off / 3600, (off / 60) % 60);
+		buf_appendf(b, "%c%02ld:%02ld", gmtoff < 0 ? '-' : '+', off / 3600,
+			    (off / 60) % 60);
 	}
 	buf_appendf(b, " level=%s msg=", log_level_name(level));
 	append_bounded(b, msg);

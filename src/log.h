@@ -46,8 +46,8 @@ void log_record(enum log_level level, const char *const *attrs, const char *fmt,
 	__attribute__((format(printf, 3, 4)));
 
 #define log_debug(attrs, ...) log_record(LOG_DEBUG, attrs, __VA_ARGS__)
-#define log_info(attrs, ...)  log_record(LOG_INFO, attrs, __VA_ARGS__)
-#define log_warn(attrs, ...)  log_record(LOG_WARN, attrs, __VA_ARGS__)
+#define log_info(attrs, ...) log_record(LOG_INFO, attrs, __VA_ARGS__)
+#define log_warn(attrs, ...) log_record(LOG_WARN, attrs, __VA_ARGS__)
 #define log_error(attrs, ...) log_record(LOG_ERROR, attrs, __VA_ARGS__)
 
 /* Renders one record (with its trailing newline) into b; exposed for tests.

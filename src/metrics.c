@@ -31,8 +31,8 @@
 #include "metrics.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@
 #define RENDER_MAX ((size_t)256 << 20)
 
 static const double handler_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-					 2.5,   5,    10,    30,   60,  120,  300};
+					2.5,   5,    10,    30,	  60,  120,  300};
 static const double build_bounds[] = {0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600};
 #define HANDLER_NB (ARRAY_LEN(handler_bounds) + 1)
 #define BUILD_NB (ARRAY_LEN(build_bounds) + 1)
@@ -94,7 +94,7 @@ static _Atomic bool enabled = true;
 static struct fn_series *_Atomic fn_table[TABLE_SIZE];
 static struct metrics_handler *_Atomic handler_table[TABLE_SIZE];
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
-static size_t nseries;  /* under create_mu */
+static size_t nseries;	  /* under create_mu */
 static bool limit_warned; /* under create_mu */
 
 static const char *const outcome_names[METRIC_OUTCOME_COUNT] = {"success", "failure", "timeout"};
@@ -124,7 +124,7 @@ static void atomic_add_double(_Atomic uint64_t *p, double delta)
 {
 	uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(p, &old, dbits(bitsd(old) + delta),
-						     memory_order_relaxed, memory_order_relaxed)) {
+						      memory_order_relaxed, memory_order_relaxed)) {
 	}
 }
 
@@ -263,8 +263,7 @@ static struct fn_series *fn_find(const char *function, uint64_t h)
 	return NULL;
 }
 
-static struct metrics_handler *handler_find(const char *function, const char *handler,
-					    uint64_t h)
+static struct metrics_handler *handler_find(const char *function, const char *handler, uint64_t h)
 {
 	struct metrics_handler *s =
 		atomic_load_explicit(&handler_table[h & (TABLE_SIZE - 1)], memory_order_acquire);
@@ -450,8 +449,7 @@ static int cmp_handler(const void *a, const void *b)
 /* Sorted arrays of every series (borrowed pointers; the arrays are owned by
  * the caller). Series are never freed outside reset_for_tests, so the
  * pointers stay valid after the lock is dropped. */
-static void collect(struct fn_series ***fns, size_t *nfn, struct metrics_handler ***hs,
-		    size_t *nh)
+static void collect(struct fn_series ***fns, size_t *nfn, struct metrics_handler ***hs, size_t *nh)
 {
 	pthread_mutex_lock(&create_mu);
 	size_t cap = nseries;
@@ -499,7 +497,6 @@ static void putf(struct out *o, const char *fmt, ...)
 	put(o, s, strlen(s));
 	free(s);
 }
-
 
 /* Go's strconv.FormatFloat(v, 'g', -1, 64), as the Go client prints floats. */
 static void format_double(char *dst, size_t size, double v)
@@ -559,8 +556,7 @@ static void append_escaped(struct out *out, const char *s, bool quote)
 	put(out, run, strlen(run));
 }
 
-static void family_header(struct out *out, const char *name, const char *type,
-			  const char *help)
+static void family_header(struct out *out, const char *name, const char *type, const char *help)
 {
 	putf(out, "# HELP %s ", name);
 	append_escaped(out, help, false);
@@ -594,8 +590,8 @@ static void series_name(struct out *out, const char *name, const char *function,
 	put(out, "}", 1);
 }
 
-static void sample_u64(struct out *out, const char *name, const char *function,
-		       const char *handler, const char *extra, uint64_t v)
+static void sample_u64(struct out *out, const char *name, const char *function, const char *handler,
+		       const char *extra, uint64_t v)
 {
 	series_name(out, name, function, handler, extra);
 	putf(out, " %llu\n", (unsigned long long)v);
@@ -637,24 +633,25 @@ static const struct {
 	const char *name;
 	const char *help;
 } counter_info[METRIC_COUNTER_COUNT] = {
-	[METRIC_EVENTS_RECEIVED] = {"events_received_total",
-				    "Events read from the Redis stream."},
+	[METRIC_EVENTS_RECEIVED] = {"events_received_total", "Events read from the Redis stream."},
 	[METRIC_EVENTS_PROCESSED] = {"events_processed_total",
 				     "Events finished (acknowledged or dead-lettered)."},
-	[METRIC_HANDLER_SUCCESS] = {"handler_success_total",
-				    "Handler invocations that succeeded."},
+	[METRIC_HANDLER_SUCCESS] = {"handler_success_total", "Handler invocations that succeeded."},
 	[METRIC_HANDLER_FAILURE] = {"handler_failure_total",
 				    "Handler invocations that failed or timed out."},
 	[METRIC_RETRIES] = {"retries_total", "Event retries scheduled."},
 	[METRIC_DLQ_ENTRIES] = {"dlq_entries_total", "Entries written to the dead-letter queue."},
-	[METRIC_CONCURRENCY_WAITS] = {"concurrency_waits_total",
-				      "Invocations whose concurrency-slot acquisition had to block."},
+	[METRIC_CONCURRENCY_WAITS] =
+		{"concurrency_waits_total",
+		 "Invocations whose concurrency-slot acquisition had to block."},
 	[METRIC_SCHEDULE_PUBLISHED] = {"schedule_occurrences_published_total",
 				       "Scheduled occurrences this worker published first."},
-	[METRIC_SCHEDULE_DUPLICATE] = {"schedule_occurrences_duplicate_total",
-				       "Scheduled occurrences already published by another worker."},
-	[METRIC_SCHEDULE_PUBLISH_FAILURE] = {"schedule_publish_failures_total",
-					     "Scheduled occurrences this worker failed to publish."},
+	[METRIC_SCHEDULE_DUPLICATE] =
+		{"schedule_occurrences_duplicate_total",
+		 "Scheduled occurrences already published by another worker."},
+	[METRIC_SCHEDULE_PUBLISH_FAILURE] =
+		{"schedule_publish_failures_total",
+		 "Scheduled occurrences this worker failed to publish."},
 };
 
 static const struct {
@@ -663,8 +660,9 @@ static const struct {
 } gauge_info[METRIC_GAUGE_COUNT] = {
 	[METRIC_PENDING_ENTRIES] = {"pending_entries",
 				    "Entries pending in the consumer group (sampled every 15s)."},
-	[METRIC_PENDING_OLDEST_AGE] = {"pending_oldest_age_seconds",
-				       "Idle time of the oldest pending entry (sampled every 15s)."},
+	[METRIC_PENDING_OLDEST_AGE] =
+		{"pending_oldest_age_seconds",
+		 "Idle time of the oldest pending entry (sampled every 15s)."},
 	[METRIC_BUFFERED_EVENTS] = {"buffered_events", "Events held in the local buffer."},
 	[METRIC_IN_FLIGHT] = {"in_flight_invocations",
 			      "Handler invocations currently executing in this worker."},
@@ -744,8 +742,8 @@ int metrics_render(struct buf *b)
 		      "Handler invocation duration in seconds.");
 	for (size_t i = 0; i < nh; i++)
 		histogram_series(out, "handler_duration_seconds", hs[i]->function, hs[i]->handler,
-				 hs[i]->duration.buckets, &hs[i]->duration.sum_bits,
-				 handler_bounds, ARRAY_LEN(handler_bounds));
+				 hs[i]->duration.buckets, &hs[i]->duration.sum_bits, handler_bounds,
+				 ARRAY_LEN(handler_bounds));
 
 	family_header(out, "function_build_seconds", "histogram",
 		      "Function image build duration in seconds.");

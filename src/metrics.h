@@ -73,25 +73,25 @@
 
 /* Unlabelled counters. */
 enum metric_counter {
-	METRIC_EVENTS_RECEIVED,          /* events_received_total */
-	METRIC_EVENTS_PROCESSED,         /* events_processed_total */
-	METRIC_HANDLER_SUCCESS,          /* handler_success_total (prefer metrics_handler_invocation) */
-	METRIC_HANDLER_FAILURE,          /* handler_failure_total (prefer metrics_handler_invocation) */
-	METRIC_RETRIES,                  /* retries_total (prefer metrics_function_retry) */
-	METRIC_DLQ_ENTRIES,              /* dlq_entries_total (prefer metrics_function_dlq) */
-	METRIC_CONCURRENCY_WAITS,        /* concurrency_waits_total */
-	METRIC_SCHEDULE_PUBLISHED,       /* schedule_occurrences_published_total */
-	METRIC_SCHEDULE_DUPLICATE,       /* schedule_occurrences_duplicate_total */
+	METRIC_EVENTS_RECEIVED,	   /* events_received_total */
+	METRIC_EVENTS_PROCESSED,   /* events_processed_total */
+	METRIC_HANDLER_SUCCESS,	   /* handler_success_total (prefer metrics_handler_invocation) */
+	METRIC_HANDLER_FAILURE,	   /* handler_failure_total (prefer metrics_handler_invocation) */
+	METRIC_RETRIES,		   /* retries_total (prefer metrics_function_retry) */
+	METRIC_DLQ_ENTRIES,	   /* dlq_entries_total (prefer metrics_function_dlq) */
+	METRIC_CONCURRENCY_WAITS,  /* concurrency_waits_total */
+	METRIC_SCHEDULE_PUBLISHED, /* schedule_occurrences_published_total */
+	METRIC_SCHEDULE_DUPLICATE, /* schedule_occurrences_duplicate_total */
 	METRIC_SCHEDULE_PUBLISH_FAILURE, /* schedule_publish_failures_total */
 	METRIC_COUNTER_COUNT
 };
 
 /* Unlabelled gauges. */
 enum metric_gauge {
-	METRIC_PENDING_ENTRIES,     /* pending_entries */
-	METRIC_PENDING_OLDEST_AGE,  /* pending_oldest_age_seconds */
-	METRIC_BUFFERED_EVENTS,     /* buffered_events */
-	METRIC_IN_FLIGHT,           /* in_flight_invocations */
+	METRIC_PENDING_ENTRIES,	   /* pending_entries */
+	METRIC_PENDING_OLDEST_AGE, /* pending_oldest_age_seconds */
+	METRIC_BUFFERED_EVENTS,	   /* buffered_events */
+	METRIC_IN_FLIGHT,	   /* in_flight_invocations */
 	METRIC_GAUGE_COUNT
 };
 
@@ -186,7 +186,7 @@ struct metrics_global_snapshot {
 	uint64_t handler_failures;
 	uint64_t retries;
 	uint64_t dlq_entries;
-	double pending_entries;            /* gauge as last sampled */
+	double pending_entries;		   /* gauge as last sampled */
 	double pending_oldest_age_seconds; /* gauge as last sampled */
 	double buffered_events;
 	double in_flight_invocations;

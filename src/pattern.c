@@ -52,7 +52,7 @@ struct cond {
 	char *key;
 	size_t klen;
 	struct node *nested; /* nested fields; NULL for an operator condition */
-	int exists;          /* -1 absent, 0 false, 1 true */
+	int exists;	     /* -1 absent, 0 false, 1 true */
 	struct scalar *eq;
 	size_t neq;
 	struct scalar *pre; /* SC_STRING */
@@ -143,20 +143,13 @@ static char *describe(const json_t *j)
 		free(q);
 		return r;
 	}
-	case JSON_INTEGER:
-		return xasprintf("integer %lld", (long long)json_integer_value(j));
-	case JSON_REAL:
-		return xasprintf("number %.17g", json_real_value(j));
-	case JSON_TRUE:
-		return xstrdup("boolean true");
-	case JSON_FALSE:
-		return xstrdup("boolean false");
-	case JSON_NULL:
-		return xstrdup("null");
-	case JSON_ARRAY:
-		return xstrdup("list");
-	case JSON_OBJECT:
-		return xstrdup("map");
+	case JSON_INTEGER: return xasprintf("integer %lld", (long long)json_integer_value(j));
+	case JSON_REAL: return xasprintf("number %.17g", json_real_value(j));
+	case JSON_TRUE: return xstrdup("boolean true");
+	case JSON_FALSE: return xstrdup("boolean false");
+	case JSON_NULL: return xstrdup("null");
+	case JSON_ARRAY: return xstrdup("list");
+	case JSON_OBJECT: return xstrdup("map");
 	}
 	return xstrdup("unknown value");
 }
@@ -182,7 +175,7 @@ static char *path_key(const char *path, const char *key, size_t klen)
 /* compilation                                                         */
 
 static const char *const operators[] = {"equals", "prefix", "suffix", "exists",
-					"gt",     "gte",    "lt",     "lte"};
+					"gt",	  "gte",    "lt",     "lte"};
 
 static int operator_index(const char *key, size_t klen)
 {
@@ -214,15 +207,9 @@ static void scalar_from_json(const json_t *j, struct scalar *s)
 		s->kind = SC_REAL;
 		s->d = json_real_value(j);
 		break;
-	case JSON_TRUE:
-		s->kind = SC_TRUE;
-		break;
-	case JSON_FALSE:
-		s->kind = SC_FALSE;
-		break;
-	default:
-		s->kind = SC_NULL;
-		break;
+	case JSON_TRUE: s->kind = SC_TRUE; break;
+	case JSON_FALSE: s->kind = SC_FALSE; break;
+	default: s->kind = SC_NULL; break;
 	}
 }
 
@@ -287,8 +274,9 @@ static void add_scalar(struct compiler *c, const json_t *v, const char *path, vo
 	if (ss->strings_only ? !json_is_string(v) : !is_scalar(v)) {
 		char *d = describe(v);
 		report(c, path, "%s, got %s",
-		       ss->strings_only ? "must be a string"
-					: "values must be scalars (string, number, boolean or null)",
+		       ss->strings_only
+			       ? "must be a string"
+			       : "values must be scalars (string, number, boolean or null)",
 		       d);
 		free(d);
 		return;
@@ -310,10 +298,11 @@ static void add_cmp(struct compiler *c, const json_t *v, const char *path, void 
 	if (json_is_number(v)) {
 		scalar_from_json(v, &cm.num);
 	} else if (json_is_string(v)) {
-		if (parse_temporal(json_string_value(v), json_string_length(v), &cm.offset_ns) < 0) {
+		if (parse_temporal(json_string_value(v), json_string_length(v), &cm.offset_ns) <
+		    0) {
 			char *q = quote(json_string_value(v), json_string_length(v));
-			report(c, path, "invalid temporal operand %s (use now() or now()±<Go duration>)",
-			       q);
+			report(c, path,
+			       "invalid temporal operand %s (use now() or now()±<Go duration>)", q);
 			free(q);
 			return;
 		}
@@ -336,7 +325,8 @@ static void compile_ops(struct compiler *c, const json_t *obj, const char *path,
 	const char *key;
 	size_t klen;
 	const json_t *v;
-	json_object_keylen_foreach((json_t *)obj, key, klen, v) {
+	json_object_keylen_foreach((json_t *)obj, key, klen, v)
+	{
 		int op = operator_index(key, klen);
 		char *p = path_key(path, key, klen);
 		switch (op) {
@@ -392,7 +382,8 @@ static char *key_names(const json_t *obj, bool want_ops)
 	size_t klen;
 	const json_t *v;
 	int shown = 0, total = 0;
-	json_object_keylen_foreach((json_t *)obj, key, klen, v) {
+	json_object_keylen_foreach((json_t *)obj, key, klen, v)
+	{
 		if ((operator_index(key, klen) >= 0) != want_ops)
 			continue;
 		if (total++ >= 3)
@@ -434,7 +425,8 @@ static void compile_cond(struct compiler *c, const json_t *v, const char *path, 
 	const char *key;
 	size_t klen;
 	const json_t *sub;
-	json_object_keylen_foreach((json_t *)v, key, klen, sub) {
+	json_object_keylen_foreach((json_t *)v, key, klen, sub)
+	{
 		if (operator_index(key, klen) >= 0)
 			nops++;
 	}
@@ -471,8 +463,8 @@ static void compile_node(struct compiler *c, const json_t *obj, const char *path
 		if (klen == 0) {
 			report(c, p, "empty field name");
 		} else if (depth == 1 && operator_index(key, klen) >= 0) {
-			report(c, p, "operator outside a field (write field: {%.*s: ...})", (int)klen,
-			       key);
+			report(c, p, "operator outside a field (write field: {%.*s: ...})",
+			       (int)klen, key);
 		} else {
 			struct cond *cd = &out->conds[out->n++];
 			cd->key = xstrndup(key, klen);
@@ -515,8 +507,7 @@ void pattern_free(struct pattern *p)
 	free(p);
 }
 
-int pattern_compile(const json_t *node, const char *path, struct pattern **out,
-		    struct buf *errors)
+int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors)
 {
 	struct compiler c = {.errors = errors};
 	struct pattern *p = NULL;
@@ -579,17 +570,14 @@ static int num_cmp(const struct event_value *v, const struct scalar *s)
 static bool scalar_eq(const struct event_value *v, const struct scalar *s)
 {
 	switch (s->kind) {
-	case SC_NULL:
-		return v->type == EVENT_NULL;
-	case SC_TRUE:
-		return v->type == EVENT_TRUE;
-	case SC_FALSE:
-		return v->type == EVENT_FALSE;
+	case SC_NULL: return v->type == EVENT_NULL;
+	case SC_TRUE: return v->type == EVENT_TRUE;
+	case SC_FALSE: return v->type == EVENT_FALSE;
 	case SC_STRING:
-		return v->type == EVENT_STRING && v->n == s->len && memcmp(v->u.str, s->s, s->len) == 0;
+		return v->type == EVENT_STRING && v->n == s->len &&
+		       memcmp(v->u.str, s->s, s->len) == 0;
 	case SC_INT:
-	case SC_REAL:
-		return num_cmp(v, s) == 0;
+	case SC_REAL: return num_cmp(v, s) == 0;
 	}
 	return false;
 }
@@ -597,14 +585,10 @@ static bool scalar_eq(const struct event_value *v, const struct scalar *s)
 static bool op_holds(enum cmp_op op, int c)
 {
 	switch (op) {
-	case CMP_GT:
-		return c > 0;
-	case CMP_GTE:
-		return c >= 0;
-	case CMP_LT:
-		return c < 0;
-	case CMP_LTE:
-		return c <= 0;
+	case CMP_GT: return c > 0;
+	case CMP_GTE: return c >= 0;
+	case CMP_LT: return c < 0;
+	case CMP_LTE: return c <= 0;
 	}
 	return false;
 }
@@ -632,11 +616,12 @@ static bool ops_match(const struct cond *cd, const struct event_value *v, int64_
 			return true;
 	if (v->type == EVENT_STRING) {
 		for (size_t i = 0; i < cd->npre; i++)
-			if (v->n >= cd->pre[i].len && memcmp(v->u.str, cd->pre[i].s, cd->pre[i].len) == 0)
+			if (v->n >= cd->pre[i].len &&
+			    memcmp(v->u.str, cd->pre[i].s, cd->pre[i].len) == 0)
 				return true;
 		for (size_t i = 0; i < cd->nsuf; i++)
-			if (v->n >= cd->suf[i].len &&
-			    memcmp(v->u.str + v->n - cd->suf[i].len, cd->suf[i].s, cd->suf[i].len) == 0)
+			if (v->n >= cd->suf[i].len && memcmp(v->u.str + v->n - cd->suf[i].len,
+							     cd->suf[i].s, cd->suf[i].len) == 0)
 				return true;
 	}
 	int parsed = 0; /* 0 not yet, 1 ok, -1 not a timestamp */
@@ -651,7 +636,8 @@ static bool ops_match(const struct cond *cd, const struct event_value *v, int64_
 			continue;
 		}
 		if (!parsed)
-			parsed = v->type == EVENT_STRING && rfc3339_parse(v->u.str, v->n, &vs, &vn) == 0
+			parsed = v->type == EVENT_STRING &&
+						 rfc3339_parse(v->u.str, v->n, &vs, &vn) == 0
 					 ? 1
 					 : -1;
 		if (parsed < 0)
@@ -732,28 +718,20 @@ static bool canon_event(const struct event_value *v, struct ckey *k)
 {
 	memset(k, 0, sizeof *k);
 	switch (v->type) {
-	case EVENT_NULL:
-		k->kind = SC_NULL;
-		return true;
-	case EVENT_TRUE:
-		k->kind = SC_TRUE;
-		return true;
-	case EVENT_FALSE:
-		k->kind = SC_FALSE;
-		return true;
+	case EVENT_NULL: k->kind = SC_NULL; return true;
+	case EVENT_TRUE: k->kind = SC_TRUE; return true;
+	case EVENT_FALSE: k->kind = SC_FALSE; return true;
 	case EVENT_INT:
 		k->kind = SC_INT;
 		k->i = v->u.i;
 		return true;
-	case EVENT_REAL:
-		return canon_real(v->u.d, k);
+	case EVENT_REAL: return canon_real(v->u.d, k);
 	case EVENT_STRING:
 		k->kind = SC_STRING;
 		k->s = v->u.str;
 		k->len = v->n;
 		return true;
-	default:
-		return false; /* arrays and objects equal no scalar */
+	default: return false; /* arrays and objects equal no scalar */
 	}
 }
 
@@ -785,9 +763,7 @@ static uint64_t ckey_hash(uint32_t path, const struct ckey *k)
 {
 	uint64_t h = mix64(((uint64_t)path << 8) | (uint64_t)k->kind);
 	switch (k->kind) {
-	case SC_INT:
-		h ^= mix64((uint64_t)k->i);
-		break;
+	case SC_INT: h ^= mix64((uint64_t)k->i); break;
 	case SC_REAL: {
 		uint64_t bits;
 		memcpy(&bits, &k->d, sizeof bits);
@@ -803,8 +779,7 @@ static uint64_t ckey_hash(uint32_t path, const struct ckey *k)
 		h ^= mix64(x);
 		break;
 	}
-	default:
-		break;
+	default: break;
 	}
 	return h;
 }
@@ -814,14 +789,10 @@ static bool ckey_eq(const struct ckey *a, const struct ckey *b)
 	if (a->kind != b->kind)
 		return false;
 	switch (a->kind) {
-	case SC_INT:
-		return a->i == b->i;
-	case SC_REAL:
-		return a->d == b->d;
-	case SC_STRING:
-		return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
-	default:
-		return true;
+	case SC_INT: return a->i == b->i;
+	case SC_REAL: return a->d == b->d;
+	case SC_STRING: return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
+	default: return true;
 	}
 }
 
@@ -829,7 +800,7 @@ struct entry {
 	uint64_t hash;
 	uint32_t path;
 	struct ckey key; /* strings borrowed from the patterns */
-	uint32_t count;  /* rules that could be filed here (selectivity) */
+	uint32_t count;	 /* rules that could be filed here (selectivity) */
 	uint32_t *ids;
 	uint32_t nids, cap;
 	bool used;
@@ -1055,8 +1026,8 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-size_t pattern_set_match(const struct pattern_set *set, const struct event *ev,
-			 int64_t now_unix_ns, uint32_t *ids)
+size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, int64_t now_unix_ns,
+			 uint32_t *ids)
 {
 	if (!ev)
 		return 0;

@@ -70,8 +70,7 @@ struct pattern;
  * Returns 0 with *out set (free with pattern_free), or -n where n >= 1 is
  * the number of errors, with *out NULL.
  */
-int pattern_compile(const json_t *node, const char *path, struct pattern **out,
-		    struct buf *errors);
+int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors);
 void pattern_free(struct pattern *p);
 
 /* Whether event matches p, with now() = now_unix_ns (nanoseconds since the
@@ -103,7 +102,7 @@ size_t pattern_set_unindexed(const struct pattern_set *set);
 /* Stores the ids of the matching patterns in ascending order into ids, which
  * must have room for pattern_set_size(set) entries, and returns how many.
  * Equivalent to calling pattern_match on every pattern in order. */
-size_t pattern_set_match(const struct pattern_set *set, const struct event *ev,
-			 int64_t now_unix_ns, uint32_t *ids);
+size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, int64_t now_unix_ns,
+			 uint32_t *ids);
 
 #endif

@@ -49,9 +49,10 @@
 #include "metrics.h"
 #include "util.h"
 
-#define ROOT_MASK (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
-#define TREE_MASK                                                                                  \
-	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |       \
+#define ROOT_MASK \
+	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF)
+#define TREE_MASK                                                                           \
+	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | \
 	 IN_ATTRIB | IN_DELETE_SELF)
 #define BUILD_RETRY_MIN_NS (60LL * NS_PER_SEC)
 #define BUILD_RETRY_MAX_NS (30LL * NS_PER_MIN)
@@ -74,12 +75,12 @@ struct track {
 	bool build_failure;
 	int64_t retry_at_ns, retry_backoff_ns;
 	int64_t due_ns, first_ns; /* debounce: 0 when nothing is pending */
-	bool seen;                /* scratch for full passes */
+	bool seen;		  /* scratch for full passes */
 };
 
 struct watch {
 	int wd;
-	char *fn;   /* function name; NULL for the functions directory */
+	char *fn; /* function name; NULL for the functions directory */
 	char *path;
 };
 
@@ -148,12 +149,13 @@ static void def_init(struct state_def *d, const struct function *fn)
 	memset(d, 0, sizeof *d);
 	d->h = xcalloc(t->nrules + 1, sizeof *d->h);
 	for (size_t i = 0; i < t->nrules; i++)
-		d->h[i] = (struct state_handler){t->rules[i].handler, eff_timeout(t->rules[i].timeout_ns)};
+		d->h[i] = (struct state_handler){t->rules[i].handler,
+						 eff_timeout(t->rules[i].timeout_ns)};
 	d->s = xcalloc(t->nschedules + 1, sizeof *d->s);
 	for (size_t i = 0; i < t->nschedules; i++)
-		d->s[i] = (struct state_schedule){t->schedules[i].handler, t->schedules[i].cron_expr,
-						  t->schedules[i].timezone,
-						  eff_timeout(t->schedules[i].timeout_ns)};
+		d->s[i] = (struct state_schedule){
+			t->schedules[i].handler, t->schedules[i].cron_expr,
+			t->schedules[i].timezone, eff_timeout(t->schedules[i].timeout_ns)};
 	d->env = xcalloc(t->nenv + 1, sizeof *d->env);
 	for (size_t i = 0; i < t->nenv; i++)
 		d->env[i] = (struct state_pair){t->env[i].name, t->env[i].value};
@@ -326,7 +328,8 @@ static int add_watch(struct reconciler *rc, const char *fn, const char *path, ui
 		if (errno == ENOSPC && !rc->enospc_logged) {
 			rc->enospc_logged = true;
 			log_warn(LOG_ATTRS("path", path),
-				 "inotify watch limit reached (fs.inotify.max_user_watches); changes below "
+				 "inotify watch limit reached (fs.inotify.max_user_watches); "
+				 "changes below "
 				 "unwatched directories are found by the 30s rescan");
 		}
 		return -1;
@@ -486,7 +489,8 @@ static void note_failure(struct reconciler *rc, struct track *t, const char *fp,
 	t->error = xstrdup(error);
 	t->build_failure = build;
 	if (build) {
-		t->retry_backoff_ns = t->retry_backoff_ns ? t->retry_backoff_ns * 2 : BUILD_RETRY_MIN_NS;
+		t->retry_backoff_ns =
+			t->retry_backoff_ns ? t->retry_backoff_ns * 2 : BUILD_RETRY_MIN_NS;
 		if (t->retry_backoff_ns > BUILD_RETRY_MAX_NS)
 			t->retry_backoff_ns = BUILD_RETRY_MAX_NS;
 		t->retry_at_ns = now + t->retry_backoff_ns;
@@ -536,9 +540,8 @@ static int prepare(struct reconciler *rc, struct docker *d, struct track *t, str
 	metrics_function_register(t->name);
 	if (!startup)
 		publish(rc);
-	if (rc->cfg.state &&
-	    state_mark_ready(rc->cfg.state, t->name, &def.f, res.ref, res.fingerprint, time(NULL),
-			     time(NULL), &serr) < 0)
+	if (rc->cfg.state && state_mark_ready(rc->cfg.state, t->name, &def.f, res.ref,
+					      res.fingerprint, time(NULL), time(NULL), &serr) < 0)
 		state_failed("mark the function ready", t->name, serr);
 	track_clear_failure(t);
 
@@ -546,13 +549,16 @@ static int prepare(struct reconciler *rc, struct docker *d, struct track *t, str
 	duration_format((int64_t)(res.seconds * 1000) * NS_PER_MS, secs);
 	const char *built = res.built ? "true" : "false";
 	if (startup) {
-		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built, "duration", secs),
+		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built,
+				   "duration", secs),
 			 "function prepared");
 	} else {
-		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built, "duration", secs),
+		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built,
+				   "duration", secs),
 			 old ? "function updated" : "function discovered");
-		log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(res.fingerprint, short_fp),
-				   "recovered", was_failing ? "true" : "false"),
+		log_info(LOG_ATTRS("function", t->name, "fingerprint",
+				   fp16(res.fingerprint, short_fp), "recovered",
+				   was_failing ? "true" : "false"),
 			 "reconcile succeeded");
 	}
 	if (old_image && strcmp(old_image, res.ref) != 0)
@@ -575,11 +581,13 @@ static void gone(struct reconciler *rc, struct track *t)
 		char *image = t->active->image ? xstrdup(t->active->image) : NULL;
 		t->active = NULL;
 		publish(rc);
-		log_info(LOG_ATTRS("function", t->name, "image", image ? image : ""), "function removed");
+		log_info(LOG_ATTRS("function", t->name, "image", image ? image : ""),
+			 "function removed");
 		gc_queue(rc, t->name, image);
 		free(image);
 	} else {
-		log_debug(LOG_ATTRS("function", t->name), "directory removed (function was not served)");
+		log_debug(LOG_ATTRS("function", t->name),
+			  "directory removed (function was not served)");
 	}
 	track_drop(rc, t);
 }
@@ -608,8 +616,10 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 	if (template_missing(fdir)) {
 		if (t->note != NOTE_NO_TEMPLATE) {
 			if (t->active)
-				log_info(LOG_ATTRS("function", t->name, "serving", t->active->image),
-					 "directory has no template.yaml; not ready, previous version keeps serving");
+				log_info(
+					LOG_ATTRS("function", t->name, "serving", t->active->image),
+					"directory has no template.yaml; not ready, previous "
+					"version keeps serving");
 			else
 				log_info(LOG_ATTRS("function", t->name),
 					 "directory has no template.yaml yet; not ready");
@@ -633,10 +643,13 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 
 	char *err = NULL;
 	if (fn_tree_load(fdir, &tree, &err) < 0) {
-		if (!(t->note == NOTE_FAILED && !t->failed_fp[0] && t->error && strcmp(t->error, err) == 0)) {
-			log_warn(LOG_ATTRS("function", t->name, "error", err),
-				 t->active ? "cannot read the function; previous version keeps serving"
-					   : "cannot read the function; skipped");
+		if (!(t->note == NOTE_FAILED && !t->failed_fp[0] && t->error &&
+		      strcmp(t->error, err) == 0)) {
+			log_warn(
+				LOG_ATTRS("function", t->name, "error", err),
+				t->active
+					? "cannot read the function; previous version keeps serving"
+					: "cannot read the function; skipped");
 			note_failure(rc, t, NULL, err, false);
 		}
 		free(err);
@@ -678,7 +691,8 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 			for (size_t i = 0; i < e.warnings.n; i++)
 				log_warn(LOG_ATTRS("function", t->name, "warning", e.warnings.v[i]),
 					 "template has an unknown key");
-			log_warn(LOG_ATTRS("function", t->name, "errors", why, "serving", t->active->image),
+			log_warn(LOG_ATTRS("function", t->name, "errors", why, "serving",
+					   t->active->image),
 				 "invalid function; previous version keeps serving");
 		} else {
 			function_entry_log(&e);
@@ -761,7 +775,8 @@ struct reconciler *reconciler_new(const struct reconcile_config *cfg)
 	rc->ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
 	if (rc->ifd < 0)
 		log_warn(LOG_ATTRS("error", strerror(errno)),
-			 "cannot watch the functions directory; changes are found by the 30s rescan");
+			 "cannot watch the functions directory; changes are found by the 30s "
+			 "rescan");
 	pthread_mutex_init(&rc->done_lock, NULL);
 	pthread_cond_init(&rc->done_cond, NULL);
 	/* Watching starts before the first scan, so no change is missed. */
@@ -798,7 +813,8 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 	char **names = NULL;
 	size_t nnames = 0;
 	if (list_dirs(rc->dir, &names, &nnames, &err) < 0) {
-		log_error(LOG_ATTRS("error", err), "cannot read the functions directory; serving no functions");
+		log_error(LOG_ATTRS("error", err),
+			  "cannot read the functions directory; serving no functions");
 		free(err);
 		publish(rc);
 		return 0;
@@ -821,7 +837,8 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 			startup_gc_add(rc, t->name);
 		}
 		if (e.status == FUNCTION_NO_TEMPLATE) {
-			log_info(LOG_ATTRS("function", t->name), "directory has no template.yaml yet; not ready");
+			log_info(LOG_ATTRS("function", t->name),
+				 "directory has no template.yaml yet; not ready");
 			t->note = NOTE_NO_TEMPLATE;
 		} else if (e.status == FUNCTION_INVALID && !valid_name) {
 			t->note = NOTE_BAD_NAME;
@@ -863,7 +880,8 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 		char *terr = NULL;
 		if (fn_tree_load(fdir, &tree, &terr) < 0) {
 			char *why = xasprintf("function \"%s\": %s", t->name, terr);
-			log_error(LOG_ATTRS("function", t->name, "error", why), "cannot read the function; skipped");
+			log_error(LOG_ATTRS("function", t->name, "error", why),
+				  "cannot read the function; skipped");
 			note_failure(rc, t, NULL, why, false);
 			free(why);
 			free(terr);
@@ -926,7 +944,8 @@ static void handle_event(struct reconciler *rc, const struct inotify_event *ev, 
 		bool isdir = (ev->mask & IN_ISDIR) || (stat(p, &st) == 0 && S_ISDIR(st.st_mode));
 		if (isdir || track_find(rc, ev->name))
 			mark_dirty(rc, ev->name, now);
-		if (isdir && (ev->mask & (IN_CREATE | IN_MOVED_TO)) && function_name_valid(ev->name, NULL))
+		if (isdir && (ev->mask & (IN_CREATE | IN_MOVED_TO)) &&
+		    function_name_valid(ev->name, NULL))
 			watch_tree(rc, ev->name, p, 0);
 		free(p);
 		return;
@@ -970,7 +989,8 @@ static void full_pass(struct reconciler *rc, struct docker *d)
 	char *err = NULL;
 	if (list_dirs(rc->dir, &names, &n, &err) < 0) {
 		/* A transient unmount must not unpublish everything. */
-		log_warn(LOG_ATTRS("error", err), "cannot read the functions directory; keeping the current functions");
+		log_warn(LOG_ATTRS("error", err),
+			 "cannot read the functions directory; keeping the current functions");
 		free(err);
 		return;
 	}

@@ -65,7 +65,7 @@
 struct reconcile_config {
 	const char *functions_dir; /* borrowed for the reconciler's life */
 	struct registry *registry; /* borrowed; the reconciler is its only publisher */
-	struct state *state;       /* borrowed; NULL: run without the state database */
+	struct state *state;	   /* borrowed; NULL: run without the state database */
 	/* Zero fields fall back to the defaults above (tests may shorten them). */
 	int64_t debounce_ns;
 	int64_t rescan_ns;

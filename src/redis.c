@@ -135,9 +135,10 @@ static int parse_hostport(const char *s, size_t n, const char *default_port, str
 		}
 		for (size_t i = 0; i < hostlen; i++) {
 			unsigned char c = (unsigned char)host[i];
-			if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
-			    c != '.' && c != '-' && c != '_') {
-				*why = xasprintf("invalid character '%c' in host", c >= 0x20 && c < 0x7f ? c : '?');
+			if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
+			    !(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '_') {
+				*why = xasprintf("invalid character '%c' in host",
+						 c >= 0x20 && c < 0x7f ? c : '?');
 				return -1;
 			}
 		}
@@ -441,7 +442,8 @@ static int tcp_connect(struct redis *r, int64_t deadline)
 	int fd = -1;
 	int last_errno = 0;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			    ai->ai_protocol);
 		if (fd < 0) {
 			last_errno = errno;
 			continue;
@@ -452,7 +454,8 @@ static int tcp_connect(struct redis *r, int64_t deadline)
 			int w = wait_fd(fd, POLLOUT, deadline);
 			int soerr = 0;
 			socklen_t len = sizeof soerr;
-			if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0)
+			if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 &&
+			    soerr == 0)
 				break;
 			last_errno = w == 0 ? ETIMEDOUT : soerr ? soerr : errno;
 		} else {
@@ -463,7 +466,8 @@ static int tcp_connect(struct redis *r, int64_t deadline)
 	}
 	freeaddrinfo(res);
 	if (fd < 0) {
-		set_err(r, "connect: %s", last_errno == ETIMEDOUT ? "connection timed out" : strerror(last_errno));
+		set_err(r, "connect: %s",
+			last_errno == ETIMEDOUT ? "connection timed out" : strerror(last_errno));
 		return -1;
 	}
 	int one = 1;
@@ -503,7 +507,9 @@ static int tls_handshake(struct redis *r, int64_t deadline)
 		if (rc == 1)
 			return 0;
 		int e = SSL_get_error(r->ssl, rc);
-		short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+		short ev = e == SSL_ERROR_WANT_READ    ? POLLIN
+			   : e == SSL_ERROR_WANT_WRITE ? POLLOUT
+						       : 0;
 		if (!ev) {
 			long vr = SSL_get_verify_result(r->ssl);
 			if (vr != X509_V_OK)
@@ -585,7 +591,10 @@ static int fill_reader(struct redis *r, int64_t deadline)
 				if (e == SSL_ERROR_WANT_WRITE)
 					ev = POLLOUT;
 				else if (e != SSL_ERROR_WANT_READ) {
-					fail(r, "read: %s", e == SSL_ERROR_SYSCALL && rc == 0 ? "connection closed by server" : ssl_reason());
+					fail(r, "read: %s",
+					     e == SSL_ERROR_SYSCALL && rc == 0
+						     ? "connection closed by server"
+						     : ssl_reason());
 					return -1;
 				}
 				n = -1;
@@ -631,8 +640,9 @@ redisReply *redis_get_reply(struct redis *r, int timeout_ms)
 			set_err(r, "not connected");
 		return NULL;
 	}
-	int64_t deadline = now_mono_ns() +
-			   (int64_t)(timeout_ms < 0 ? r->opts.command_timeout_ms : timeout_ms) * NS_PER_MS;
+	int64_t deadline =
+		now_mono_ns() +
+		(int64_t)(timeout_ms < 0 ? r->opts.command_timeout_ms : timeout_ms) * NS_PER_MS;
 	if (r->out.len && flush_out(r, deadline) < 0)
 		return NULL;
 	for (;;) {
@@ -784,7 +794,8 @@ int redis_connect_retry(struct redis *r, const volatile int *stop)
 		if (redis_connect(r) == 0) {
 			if (failures)
 				log_info(LOG_ATTRS("addr", r->addr),
-					 "redis connection restored after %d failed attempt(s)", failures);
+					 "redis connection restored after %d failed attempt(s)",
+					 failures);
 			return 0;
 		}
 		failures++;

@@ -23,9 +23,9 @@
 #include <stdint.h>
 
 struct redis_uri {
-	char *host;     /* without brackets for IPv6 */
+	char *host; /* without brackets for IPv6 */
 	char *port;
-	char *user;     /* NULL when absent */
+	char *user;	/* NULL when absent */
 	char *password; /* NULL when absent */
 	bool tls;
 	int db;

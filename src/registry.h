@@ -23,9 +23,9 @@
 /* One served function version. */
 struct fn_version {
 	struct function *fn; /* owned */
-	char *image;         /* "relay-fn-name:0123456789abcdef" (owned), or NULL */
+	char *image;	     /* "relay-fn-name:0123456789abcdef" (owned), or NULL */
 	char *fingerprint;   /* full hex (owned), or NULL */
-	int refs;            /* snapshots holding it (guarded by the registry lock) */
+	int refs;	     /* snapshots holding it (guarded by the registry lock) */
 };
 
 /* A rule of the snapshot in execution order: functions by name, rules in
@@ -40,7 +40,7 @@ struct snapshot {
 	size_t nfns;
 	struct rule_ref *rules;
 	size_t nrules;
-	struct pattern_set *set; /* pattern i = rules[i] */
+	struct pattern_set *set;     /* pattern i = rules[i] */
 	const struct pattern **pats; /* the set borrows this array */
 	int refs;
 };
@@ -72,6 +72,7 @@ struct fn_version *snapshot_find(const struct snapshot *s, const char *name);
 /* Calls fn for every image referenced by any live snapshot (current or held
  * by in-flight work), under the registry lock: image GC uses it to know what
  * is still in use. */
-void registry_images_in_use(struct registry *r, void (*fn)(const char *image, void *ctx), void *ctx);
+void registry_images_in_use(struct registry *r, void (*fn)(const char *image, void *ctx),
+			    void *ctx);
 
 #endif

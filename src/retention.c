@@ -37,7 +37,8 @@ long long retention_trim(struct redis *r, const char *stream, int64_t retention_
 	snprintf_(minid, sizeof minid, "%" PRId64 "-0", cutoff_ms);
 	redisReply *rep = redis_command(r, "XTRIM %s MINID ~ %s", stream, minid);
 	if (!rep) {
-		log_warn(LOG_ATTRS("stream", stream, "error", redis_errmsg(r)), "stream trim failed; retrying next tick");
+		log_warn(LOG_ATTRS("stream", stream, "error", redis_errmsg(r)),
+			 "stream trim failed; retrying next tick");
 		return -1;
 	}
 	long long n = -1;
@@ -45,9 +46,11 @@ long long retention_trim(struct redis *r, const char *stream, int64_t retention_
 		n = rep->integer;
 		char ns[24];
 		snprintf_(ns, sizeof ns, "%lld", n);
-		log_debug(LOG_ATTRS("stream", stream, "minid", minid, "removed", ns), "stream trimmed");
+		log_debug(LOG_ATTRS("stream", stream, "minid", minid, "removed", ns),
+			  "stream trimmed");
 	} else {
-		log_warn(LOG_ATTRS("stream", stream, "error", rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply"),
+		log_warn(LOG_ATTRS("stream", stream, "error",
+				   rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply"),
 			 "stream trim failed; retrying next tick");
 	}
 	freeReplyObject(rep);
@@ -88,8 +91,8 @@ struct retention *retention_start(const struct redis_uri *uri, const char *strea
 	t->first_ns = first_delay_ns > 0 ? first_delay_ns : 5 * NS_PER_SEC;
 	t->interval_ns = interval_ns > 0 ? interval_ns : retention_interval_ns(retention_ns);
 	char iv[DURATION_STR_MAX], rv[DURATION_STR_MAX];
-	log_info(LOG_ATTRS("stream", stream, "retention", duration_format(retention_ns, rv), "interval",
-			   duration_format(t->interval_ns, iv)),
+	log_info(LOG_ATTRS("stream", stream, "retention", duration_format(retention_ns, rv),
+			   "interval", duration_format(t->interval_ns, iv)),
 		 "stream retention enabled");
 	pthread_create(&t->thread, NULL, retention_main, t);
 	return t;

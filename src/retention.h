@@ -18,7 +18,8 @@ int64_t retention_interval_ns(int64_t retention_ns);
 
 /* first_delay_ns / interval_ns of 0 use 5 s / retention_interval_ns(). */
 struct retention *retention_start(const struct redis_uri *uri, const char *stream,
-				  int64_t retention_ns, int64_t first_delay_ns, int64_t interval_ns);
+				  int64_t retention_ns, int64_t first_delay_ns,
+				  int64_t interval_ns);
 void retention_stop(struct retention *r);
 
 /* One trim now (exposed for tests). Returns entries removed or -1. */

@@ -42,16 +42,11 @@
 const char *runner_outcome_name(enum runner_outcome o)
 {
 	switch (o) {
-	case RUNNER_SUCCESS:
-		return "success";
-	case RUNNER_FAILURE:
-		return "failure";
-	case RUNNER_TIMEOUT:
-		return "timeout";
-	case RUNNER_ERROR:
-		return "error";
-	case RUNNER_CANCELLED:
-		return "cancelled";
+	case RUNNER_SUCCESS: return "success";
+	case RUNNER_FAILURE: return "failure";
+	case RUNNER_TIMEOUT: return "timeout";
+	case RUNNER_ERROR: return "error";
+	case RUNNER_CANCELLED: return "cancelled";
 	}
 	return "unknown";
 }
@@ -362,7 +357,8 @@ int runner_parse_wait(const char *body, size_t len, int *status, char **error)
 	}
 	*status = (int)json_integer_value(sc);
 	*error = NULL;
-	const char *msg = json_string_value(json_object_get(json_object_get(o, "Error"), "Message"));
+	const char *msg =
+		json_string_value(json_object_get(json_object_get(o, "Error"), "Message"));
 	if (msg && *msg)
 		*error = xstrdup(msg);
 	json_decref(o);
@@ -498,14 +494,16 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 			free(e);
 			goto fail;
 		}
-		int bad = memchr(value, '\0', len) != NULL ? 1
-			  : env_add(env, name, value, len) < 0 ? 2 : 0;
+		int bad = memchr(value, '\0', len) != NULL     ? 1
+			  : env_add(env, name, value, len) < 0 ? 2
+							       : 0;
 		secret_value_free(value, len);
 		if (bad) {
-			*err = xasprintf("secret \"%s\" (for %s) %s", ref, name,
-					 bad == 1 ? "contains a NUL byte, which an environment "
-						    "variable cannot carry"
-						  : "is not valid UTF-8, which the Docker API cannot carry");
+			*err = xasprintf(
+				"secret \"%s\" (for %s) %s", ref, name,
+				bad == 1 ? "contains a NUL byte, which an environment "
+					   "variable cannot carry"
+					 : "is not valid UTF-8, which the Docker API cannot carry");
 			goto fail;
 		}
 	}
@@ -524,9 +522,9 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_t *host_config = json_pack(
 		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
 		(json_int_t)RUNNER_MEMORY_BYTES, "MemorySwap", (json_int_t)RUNNER_MEMORY_BYTES,
-		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit", (json_int_t)RUNNER_PIDS_LIMIT,
-		"CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs", "/tmp", RUNNER_TMPFS_OPTIONS,
-		"SecurityOpt", "no-new-privileges");
+		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
+		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
+		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
 	body = json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
 			 in->image, "User", IMAGE_USER, "Env", env, "Labels", labels, "AttachStdin",
 			 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
@@ -558,7 +556,7 @@ static void scrub_body(json_t *body)
 /* ---- invoke ----------------------------------------------------------- */
 
 struct forward {
-	struct buf out;    /* prefix + line + '\n', reused */
+	struct buf out; /* prefix + line + '\n', reused */
 	size_t prefix_len;
 	char last_err[LAST_ERR_MAX + 1];
 };
@@ -646,7 +644,8 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	if (!text) {
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": cannot encode the container "
-				 "configuration", F, H));
+				 "configuration",
+				 F, H));
 		goto out;
 	}
 	int rq = docker_request(d, "POST", "/containers/create", text, strlen(text), NULL,
@@ -665,7 +664,8 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	if (!id || !*id || strlen(id) >= sizeof out->container_id) {
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": creating container: the "
-				 "daemon's answer has no Id", F, H));
+				 "daemon's answer has no Id",
+				 F, H));
 		goto out;
 	}
 	strlcpy_(out->container_id, id, sizeof out->container_id);
@@ -713,9 +713,9 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 				  "writing the event to the container's stdin failed");
 	}
 	if (docker_conn_close_write(attach) < 0)
-		log_debug(LOG_ATTRS("function", F, "handler", H, "error",
-				    docker_conn_errmsg(attach)),
-			  "closing the container's stdin failed");
+		log_debug(
+			LOG_ATTRS("function", F, "handler", H, "error", docker_conn_errmsg(attach)),
+			"closing the container's stdin failed");
 
 	enum runner_outcome abort_as = RUNNER_SUCCESS; /* SUCCESS = not aborted */
 	bool attach_open = true;
@@ -759,7 +759,7 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 			continue;
 		if (p < 0) {
 			abort_as = RUNNER_ERROR;
-			e = xstrdup(n == 0    ? "the daemon closed the wait without an exit status"
+			e = xstrdup(n == 0  ? "the daemon closed the wait without an exit status"
 				    : n < 0 ? docker_conn_errmsg(waitc)
 					    : "unreadable wait answer");
 		}
@@ -781,7 +781,8 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 		else
 			finish(out, RUNNER_ERROR, -1,
 			       xasprintf("function \"%s\" handler \"%s\": waiting for container "
-					 "%.12s: %s", F, H, id, e));
+					 "%.12s: %s",
+					 F, H, id, e));
 		free(wait_err);
 		goto out;
 	}
@@ -872,7 +873,8 @@ int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms,
 	}
 	size_t i;
 	json_t *c;
-	json_array_foreach(list, i, c) {
+	json_array_foreach(list, i, c)
+	{
 		json_t *labels = json_object_get(c, "Labels");
 		const char *id = json_string_value(json_object_get(c, "Id"));
 		const char *lh = json_string_value(json_object_get(labels, "relay.hostname"));

@@ -61,7 +61,7 @@
 
 /* Hardening, as the spec fixes it. */
 #define RUNNER_MEMORY_BYTES 134217728LL /* 128 MiB */
-#define RUNNER_NANO_CPUS 1000000000LL   /* 1 CPU */
+#define RUNNER_NANO_CPUS 1000000000LL	/* 1 CPU */
 #define RUNNER_PIDS_LIMIT 128
 #define RUNNER_TMPFS_OPTIONS "rw,noexec,nosuid,size=64m"
 
@@ -76,10 +76,10 @@
 #define RUNNER_SWEEP_TIMEOUT_MS 30000
 
 enum runner_outcome {
-	RUNNER_SUCCESS,   /* exit status 0 */
-	RUNNER_FAILURE,   /* non-zero exit status */
-	RUNNER_TIMEOUT,   /* killed at its timeout: a failure */
-	RUNNER_ERROR,     /* could not run: a secret, the daemon, the image ...: a failure */
+	RUNNER_SUCCESS,	  /* exit status 0 */
+	RUNNER_FAILURE,	  /* non-zero exit status */
+	RUNNER_TIMEOUT,	  /* killed at its timeout: a failure */
+	RUNNER_ERROR,	  /* could not run: a secret, the daemon, the image ...: a failure */
 	RUNNER_CANCELLED, /* shutdown asked for it: not the handler's fault */
 };
 
@@ -113,9 +113,9 @@ struct invocation {
 
 struct invocation_result {
 	enum runner_outcome outcome;
-	int exit_code;      /* the container's status; -1 when there is none */
-	double seconds;     /* from create to exit (or to giving up) */
-	char *error;        /* NULL on success; else malloc'd, naming function and
+	int exit_code;	       /* the container's status; -1 when there is none */
+	double seconds;	       /* from create to exit (or to giving up) */
+	char *error;	       /* NULL on success; else malloc'd, naming function and
 			       handler (and the secret reference, never a value) */
 	char container_id[72]; /* "" when none was created */
 };

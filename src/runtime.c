@@ -9,8 +9,7 @@ static const char *const python_command[] = {"python3", RUNTIME_BOOTSTRAP_DIR "/
 					     NULL};
 /* The root filesystem is read-only: no .pyc writes. Unbuffered so output is
  * forwarded as it is printed, not when the handler exits. */
-static const char *const python_env[] = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
-					 NULL};
+static const char *const python_env[] = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", NULL};
 static const char *const python_req_files[] = {"requirements.txt", NULL};
 static const struct runtime_dep_rule python_deps[] = {
 	{"requirements.txt", python_req_files, "pip install --no-cache-dir -r requirements.txt"},

@@ -16,21 +16,21 @@
 /* One way of installing dependencies: the first rule (in table order)
  * whose manifest exists at the root of the function directory applies. */
 struct runtime_dep_rule {
-	const char *manifest;            /* "package-lock.json": the trigger */
-	const char *const *files;        /* NULL-terminated: every file copied into the
+	const char *manifest;	  /* "package-lock.json": the trigger */
+	const char *const *files; /* NULL-terminated: every file copied into the
 					    dependency image (manifest included) that exists */
-	const char *command;             /* "npm ci --omit=dev", run in /app */
+	const char *command;	  /* "npm ci --omit=dev", run in /app */
 };
 
 /* A file Relay adds to the function's source in the image. */
 struct runtime_file {
-	const char *path;     /* relative to /app */
+	const char *path; /* relative to /app */
 	const char *content;
 	bool only_if_missing; /* skipped when the function has its own */
 };
 
 struct runtime {
-	const char *name;       /* "python3.14" */
+	const char *name;	/* "python3.14" */
 	const char *base_image; /* "python:3.14-slim" */
 	/* The embedded bootstrap: copied to /opt/relay/<bootstrap_name>. */
 	const char *bootstrap_name;

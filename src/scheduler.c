@@ -59,7 +59,8 @@ struct scheduler {
 static const char publish_script[] =
 	"local t = redis.call('TYPE', KEYS[2])['ok']\n"
 	"if t ~= 'stream' and t ~= 'none' then\n"
-	"  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. t .. ', not a stream')\n"
+	"  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. t .. ', not a "
+	"stream')\n"
 	"end\n"
 	"if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then\n"
 	"  return 0\n"
@@ -92,17 +93,28 @@ char *schedule_payload(int64_t at_s)
 
 enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
 					      const char *function, const char *handler,
-					      int64_t at_s, char *entry_id, size_t idlen,
-					      char *err, size_t errlen)
+					      int64_t at_s, char *entry_id, size_t idlen, char *err,
+					      size_t errlen)
 {
 	char *occ = schedule_occurrence_id(function, handler, at_s);
 	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
 	char *payload = schedule_payload(at_s);
 	char ttl[16];
 	snprintf_(ttl, sizeof ttl, "%d", SCHEDULE_DEDUP_TTL_S);
-	const char *argv[] = {"EVAL", publish_script, "2", key, stream, ttl,
-			      "event", payload, SCHEDULE_FIELD_FUNCTION, function,
-			      SCHEDULE_FIELD_HANDLER, handler, SCHEDULE_FIELD_OCCURRENCE, occ};
+	const char *argv[] = {"EVAL",
+			      publish_script,
+			      "2",
+			      key,
+			      stream,
+			      ttl,
+			      "event",
+			      payload,
+			      SCHEDULE_FIELD_FUNCTION,
+			      function,
+			      SCHEDULE_FIELD_HANDLER,
+			      handler,
+			      SCHEDULE_FIELD_OCCURRENCE,
+			      occ};
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
 	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep) {
@@ -116,7 +128,9 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 		res = SCHEDULE_DUPLICATE;
 	} else if (err) {
 		snprintf_(err, errlen, "%s",
-			  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply to the publish script");
+			  rep->type == REDIS_REPLY_ERROR
+				  ? rep->str
+				  : "unexpected reply to the publish script");
 	}
 	if (rep)
 		freeReplyObject(rep);
@@ -199,15 +213,16 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 	if (!redis_is_connected(r) && redis_connect(r) < 0)
 		snprintf_(err, sizeof err, "%s", redis_errmsg(r));
 	else
-		res = schedule_publish(r, s->stream, jb->function, jb->sched->handler, at_s, id, sizeof id,
-				       err, sizeof err);
-	const char *const attrs[] = {"function", jb->function, "handler", jb->sched->handler,
-				     "scheduled_at", ts, "late", late, NULL};
+		res = schedule_publish(r, s->stream, jb->function, jb->sched->handler, at_s, id,
+				       sizeof id, err, sizeof err);
+	const char *const attrs[] = {
+		"function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
+		"late",	    late,	  NULL};
 	switch (res) {
 	case SCHEDULE_PUBLISHED:
 		metrics_inc(METRIC_SCHEDULE_PUBLISHED);
-		log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
-				    "message_id", id, "late", late),
+		log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
+				    "scheduled_at", ts, "message_id", id, "late", late),
 			  "schedule occurrence published");
 		break;
 	case SCHEDULE_DUPLICATE:
@@ -219,8 +234,8 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 		/* One WARN when publishing starts failing, DEBUG while it goes
 		 * on (an every-second schedule would flood the log otherwise). */
 		log_record(s->failing ? LOG_DEBUG : LOG_WARN,
-			   LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
-				     "error", err),
+			   LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
+				     "scheduled_at", ts, "error", err),
 			   "schedule occurrence not published; other workers may still publish it");
 		s->failing = true;
 		return;
@@ -240,13 +255,16 @@ static void run_job(struct scheduler *s, struct redis *r, struct job *jb, int64_
 		if (late > s->grace_ns) {
 			/* Skip the whole stretch at once: the first occurrence still
 			 * inside the grace is the first one >= ceil(now - grace). */
-			int64_t min_s = floor_div(now_ns - s->grace_ns + NS_PER_SEC - 1, NS_PER_SEC);
+			int64_t min_s =
+				floor_div(now_ns - s->grace_ns + NS_PER_SEC - 1, NS_PER_SEC);
 			char ts[RFC3339_STR_MAX], ls[DURATION_STR_MAX], gs[DURATION_STR_MAX];
 			rfc3339_format_utc(jb->next * NS_PER_SEC, ts);
-			log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler, "scheduled_at",
-					    ts, "late", duration_format(late / NS_PER_MS * NS_PER_MS, ls), "grace",
-					    duration_format(s->grace_ns, gs)),
-				  "schedule occurrence skipped: due while this worker was not evaluating");
+			log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
+					    "scheduled_at", ts, "late",
+					    duration_format(late / NS_PER_MS * NS_PER_MS, ls),
+					    "grace", duration_format(s->grace_ns, gs)),
+				  "schedule occurrence skipped: due while this worker was not "
+				  "evaluating");
 			jb->next = cron_next(jb->sched->cron, jb->sched->tz, min_s - 1);
 			continue;
 		}
@@ -272,7 +290,8 @@ static void *scheduler_main(void *arg)
 			jobs_rebuild(s);
 			char n[24];
 			snprintf_(n, sizeof n, "%zu", s->njobs);
-			log_debug(LOG_ATTRS("schedules", n), "schedules reloaded from the function registry");
+			log_debug(LOG_ATTRS("schedules", n),
+				  "schedules reloaded from the function registry");
 		} else {
 			registry_release(s->registry, cur);
 		}
@@ -314,7 +333,8 @@ struct scheduler *scheduler_start(const struct scheduler_config *cfg)
 	char start[RFC3339_STR_MAX], n[24], grace[DURATION_STR_MAX];
 	rfc3339_format_utc(s->start_ns, start);
 	snprintf_(n, sizeof n, "%zu", s->njobs);
-	log_info(LOG_ATTRS("start", start, "schedules", n, "grace", duration_format(s->grace_ns, grace)),
+	log_info(LOG_ATTRS("start", start, "schedules", n, "grace",
+			   duration_format(s->grace_ns, grace)),
 		 "scheduler started");
 	pthread_create(&s->thread, NULL, scheduler_main, s);
 	return s;

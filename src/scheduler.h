@@ -89,7 +89,7 @@
 
 struct scheduler_config {
 	const struct redis_uri *uri; /* copied */
-	const char *stream;          /* copied */
+	const char *stream;	     /* copied */
 	struct registry *registry;   /* borrowed; must outlive the scheduler */
 	/* Zero fields fall back to the fixed defaults. */
 	int64_t grace_ns;
@@ -129,8 +129,8 @@ enum schedule_publish_result {
  */
 enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
 					      const char *function, const char *handler,
-					      int64_t at_s, char *entry_id, size_t idlen,
-					      char *err, size_t errlen);
+					      int64_t at_s, char *entry_id, size_t idlen, char *err,
+					      size_t errlen);
 
 /* Routing of a stream message: function and handler borrowed from the
  * message's fields (alternating names and values, NULL values ignored). */

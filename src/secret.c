@@ -111,8 +111,9 @@ int secret_set(const struct secret_provider *p, const char *name, const void *va
 	if (!p->set)
 		return unsupported(p, "store", err);
 	if (len > SECRET_VALUE_MAX) {
-		*err = xasprintf("secret \"%s\": value of %zu bytes exceeds the maximum of %d bytes",
-				 name, len, SECRET_VALUE_MAX);
+		*err = xasprintf(
+			"secret \"%s\": value of %zu bytes exceeds the maximum of %d bytes", name,
+			len, SECRET_VALUE_MAX);
 		return SECRET_ERROR;
 	}
 	return p->set(p->ctx, name, value, len, err);
@@ -213,9 +214,10 @@ static int check_file_stat(const struct stat *st, const char *path, char **err)
 		return SECRET_ERROR;
 	}
 	if (st->st_uid != geteuid()) {
-		*err = xasprintf("secret file %s: owned by uid %u, not by the current user (uid %u); "
-				 "refusing to read it",
-				 path, (unsigned)st->st_uid, (unsigned)geteuid());
+		*err = xasprintf(
+			"secret file %s: owned by uid %u, not by the current user (uid %u); "
+			"refusing to read it",
+			path, (unsigned)st->st_uid, (unsigned)geteuid());
 		return SECRET_ERROR;
 	}
 	if (st->st_mode & 077) {
@@ -283,9 +285,11 @@ static int open_dir(const struct file_store *fs, bool create, int *fd, char **er
 		struct stat st;
 		if (e == ENOENT && !create)
 			return SECRET_NOT_FOUND;
-		if ((e == ELOOP || e == ENOTDIR) && lstat(fs->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
-			*err = xasprintf("secrets directory %s: is a symbolic link; refusing to use it",
-					 fs->dir);
+		if ((e == ELOOP || e == ENOTDIR) && lstat(fs->dir, &st) == 0 &&
+		    S_ISLNK(st.st_mode)) {
+			*err = xasprintf(
+				"secrets directory %s: is a symbolic link; refusing to use it",
+				fs->dir);
 			return SECRET_ERROR;
 		}
 		return sys_error(err, "cannot open secrets directory", fs->dir, e);
@@ -349,8 +353,9 @@ static int file_get(void *ctx, const char *name, char **value, size_t *len, char
 			goto out;
 		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 		if (fd < 0) {
-			rc = errno == ENOENT ? not_found(name, err)
-					     : sys_error(err, "cannot open secret file", path, errno);
+			rc = errno == ENOENT
+				     ? not_found(name, err)
+				     : sys_error(err, "cannot open secret file", path, errno);
 			goto out;
 		}
 		if (fstat(fd, &after) < 0) {
@@ -376,8 +381,9 @@ static int file_get(void *ctx, const char *name, char **value, size_t *len, char
 	for (;;) {
 		if (have == size) {
 			if (size > SECRET_VALUE_MAX) {
-				*err = xasprintf("secret file %s: larger than the maximum of %d bytes",
-						 path, SECRET_VALUE_MAX);
+				*err = xasprintf(
+					"secret file %s: larger than the maximum of %d bytes", path,
+					SECRET_VALUE_MAX);
 				rc = SECRET_ERROR;
 				goto out;
 			}
@@ -451,7 +457,8 @@ static int file_list(void *ctx, char ***names, size_t *count, char **err)
 		struct dirent *de = readdir(dir);
 		if (!de) {
 			if (errno) {
-				rc = sys_error(err, "cannot read secrets directory", fs->dir, errno);
+				rc = sys_error(err, "cannot read secrets directory", fs->dir,
+					       errno);
 				goto out;
 			}
 			break;
@@ -520,7 +527,8 @@ static int file_set(void *ctx, const char *name, const void *value, size_t len, 
 		}
 	}
 	if (fd < 0) {
-		*err = xasprintf("cannot create a temporary file in %s: too many attempts", fs->dir);
+		*err = xasprintf("cannot create a temporary file in %s: too many attempts",
+				 fs->dir);
 		rc = SECRET_ERROR;
 		goto out;
 	}

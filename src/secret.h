@@ -46,8 +46,8 @@
 
 enum secret_status {
 	SECRET_OK = 0,
-	SECRET_ERROR = -1,        /* I/O error, refused permissions, too large, ... */
-	SECRET_NOT_FOUND = -2,    /* no secret by that name (get, remove) */
+	SECRET_ERROR = -1,	  /* I/O error, refused permissions, too large, ... */
+	SECRET_NOT_FOUND = -2,	  /* no secret by that name (get, remove) */
 	SECRET_INVALID_NAME = -3, /* the name breaks the naming rule */
 	SECRET_UNSUPPORTED = -4,  /* the provider lacks that operation */
 };
@@ -68,7 +68,7 @@ int secret_name_check(const char *name, char **err);
 
 struct secret_provider {
 	const char *kind; /* "file", ... for messages */
-	void *ctx;        /* the implementation's state, owned by the provider */
+	void *ctx;	  /* the implementation's state, owned by the provider */
 
 	/* Required. On success *value is a malloc'd copy of the value with a
 	 * NUL appended (not counted in *len); free it with secret_value_free. */

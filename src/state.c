@@ -283,7 +283,8 @@ int state_parse_time(const char *s, int64_t *out)
 		p++;
 	} else if (*p == '+' || *p == '-') {
 		int oh, om;
-		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 || om > 59)
+		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
+		    om > 59)
 			return -1;
 		off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
 		p += 6;
@@ -368,9 +369,10 @@ static int user_version(struct state *s, int64_t *out, char **err)
 /* 1 when Relay's tables exist, 0 when not, -1 on error (e.g. not a database). */
 static int has_schema(struct state *s, char **err)
 {
-	sqlite3_stmt *st = prep(s, err,
-				"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'functions'",
-				"");
+	sqlite3_stmt *st = prep(
+		s, err,
+		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'functions'",
+		"");
 	if (!st)
 		return -1;
 	int rc = sqlite3_step(st);
@@ -464,7 +466,8 @@ int state_open_readonly(const char *data_dir, struct state **out, char **err)
 		return 0;
 	}
 	if (version > STATE_SCHEMA_VERSION) {
-		set_err(err, "state database %s: schema version %lld is newer than this relay's (%d)",
+		set_err(err,
+			"state database %s: schema version %lld is newer than this relay's (%d)",
 			s->path, (long long)version, STATE_SCHEMA_VERSION);
 		goto fail;
 	}
@@ -524,10 +527,13 @@ static int write_function(struct state *s, const struct state_function *f, bool 
 		goto out;
 	if (ready) {
 		if (run(s, err,
-			"INSERT INTO functions (name, runtime, status, image, fingerprint, prepared_at,"
-			" last_reconcile_at, last_reconcile_status, last_error, updated_at, env, secrets)"
+			"INSERT INTO functions (name, runtime, status, image, fingerprint, "
+			"prepared_at,"
+			" last_reconcile_at, last_reconcile_status, last_error, updated_at, env, "
+			"secrets)"
 			" VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, 'success', NULL, ?6, ?7, ?8)"
-			" ON CONFLICT (name) DO UPDATE SET runtime = ?2, status = 'ready', image = ?3,"
+			" ON CONFLICT (name) DO UPDATE SET runtime = ?2, status = 'ready', image = "
+			"?3,"
 			" fingerprint = ?4, prepared_at = ?5, last_reconcile_at = ?6,"
 			" last_reconcile_status = 'success', last_error = NULL, updated_at = ?6,"
 			" env = ?7, secrets = ?8",
@@ -549,8 +555,10 @@ static int write_function(struct state *s, const struct state_function *f, bool 
 	for (size_t i = 0; i < f->nhandlers; i++) {
 		char d[DURATION_STR_MAX];
 		duration_format(f->handlers[i].timeout_ns, d);
-		if (run(s, err, "INSERT INTO handlers (function_name, handler, timeout) VALUES (?, ?, ?)",
-			"ttt", f->name, f->handlers[i].handler ? f->handlers[i].handler : "", d) < 0)
+		if (run(s, err,
+			"INSERT INTO handlers (function_name, handler, timeout) VALUES (?, ?, ?)",
+			"ttt", f->name, f->handlers[i].handler ? f->handlers[i].handler : "",
+			d) < 0)
 			goto out;
 	}
 	for (size_t i = 0; i < f->nschedules; i++) {
@@ -629,21 +637,25 @@ int state_mark_ready(struct state *s, const char *name, const struct state_funct
 	if (rc == 0) {
 		if (f) {
 			if (f->name && strcmp(f->name, name) != 0) {
-				set_err(err, "state database: mark ready %s with the definition of %s",
+				set_err(err,
+					"state database: mark ready %s with the definition of %s",
 					name, f->name);
 				rc = -1;
 			} else {
-				rc = write_function(s, f, true, image, fingerprint, prep_ts, ts, err);
+				rc = write_function(s, f, true, image, fingerprint, prep_ts, ts,
+						    err);
 			}
 		} else {
 			int n = run(s, err,
-				    "UPDATE functions SET status = 'ready', image = ?1, fingerprint = ?2,"
+				    "UPDATE functions SET status = 'ready', image = ?1, "
+				    "fingerprint = ?2,"
 				    " prepared_at = ?3, last_reconcile_at = ?4,"
 				    " last_reconcile_status = 'success', last_error = NULL,"
 				    " updated_at = ?4 WHERE name = ?5",
 				    "ttttt", image, fingerprint, prep_ts, ts, name);
 			if (n == 0)
-				set_err(err, "state database: mark ready: no function named \"%s\"", name);
+				set_err(err, "state database: mark ready: no function named \"%s\"",
+					name);
 			rc = n > 0 ? 0 : -1;
 		}
 		rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
@@ -717,7 +729,8 @@ int state_replace_all(struct state *s, const struct state_function *fns, size_t 
 		rc = remove_rows(s, gone[i], err);
 	/* Rows that belong to no function (left by hand or an older run). */
 	if (rc == 0 &&
-	    (run(s, err, "DELETE FROM handlers WHERE function_name NOT IN (SELECT name FROM functions)",
+	    (run(s, err,
+		 "DELETE FROM handlers WHERE function_name NOT IN (SELECT name FROM functions)",
 		 "") < 0 ||
 	     run(s, err,
 		 "DELETE FROM schedules WHERE function_name NOT IN (SELECT name FROM functions)",
@@ -747,7 +760,8 @@ int state_write_stats(struct state *s, const struct state_stats *g,
 	if (run(s, err, "DELETE FROM stats", "") < 0 ||
 	    run(s, err,
 		"INSERT INTO stats (events_received, events_processed, handler_success,"
-		" handler_failure, retries, dlq_entries, pending_entries, oldest_pending_age_seconds,"
+		" handler_failure, retries, dlq_entries, pending_entries, "
+		"oldest_pending_age_seconds,"
 		" updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
 		"iiiiiiiit", g->events_received, g->events_processed, g->handler_success,
 		g->handler_failure, g->retries, g->dlq_entries, g->pending_entries,
@@ -827,9 +841,9 @@ void state_function_infos_free(struct state_function_info *fs, size_t n)
 	free(fs);
 }
 
-#define FUNCTION_COLUMNS                                                                      \
-	"f.name, f.runtime, f.status, f.image, f.fingerprint, f.prepared_at,"                 \
-	" f.last_reconcile_at, f.last_reconcile_status, f.last_error, f.updated_at,"         \
+#define FUNCTION_COLUMNS                                                             \
+	"f.name, f.runtime, f.status, f.image, f.fingerprint, f.prepared_at,"        \
+	" f.last_reconcile_at, f.last_reconcile_status, f.last_error, f.updated_at," \
 	" (SELECT count(*) FROM handlers h WHERE h.function_name = f.name), f.env, f.secrets"
 
 static void read_function_row(sqlite3_stmt *st, struct state_function_info *f)
@@ -863,7 +877,8 @@ int state_list_functions(struct state *s, struct state_function_info **out, size
 	struct state_function_info *fs = NULL;
 	size_t len = 0;
 	int rc = 0, step;
-	sqlite3_stmt *st = prep(s, err, "SELECT " FUNCTION_COLUMNS " FROM functions f ORDER BY f.name", "");
+	sqlite3_stmt *st =
+		prep(s, err, "SELECT " FUNCTION_COLUMNS " FROM functions f ORDER BY f.name", "");
 	if (!st) {
 		rc = -1;
 		goto out;
@@ -889,7 +904,8 @@ out:
 
 static int cmp_pair(const void *a, const void *b)
 {
-	return strcmp(((const struct state_pair_info *)a)->name, ((const struct state_pair_info *)b)->name);
+	return strcmp(((const struct state_pair_info *)a)->name,
+		      ((const struct state_pair_info *)b)->name);
 }
 
 /* Parses a JSON object column into sorted pairs; non-string values as JSON text. */
@@ -932,9 +948,10 @@ static int parse_pairs(const struct state *s, const char *text, const char *what
 
 static int read_definition(struct state *s, struct state_function_info *f, char **err)
 {
-	sqlite3_stmt *st = prep(s, err,
-				"SELECT handler, timeout FROM handlers WHERE function_name = ? ORDER BY rowid",
-				"t", f->name);
+	sqlite3_stmt *st =
+		prep(s, err,
+		     "SELECT handler, timeout FROM handlers WHERE function_name = ? ORDER BY rowid",
+		     "t", f->name);
 	if (!st)
 		return -1;
 	size_t cap = f->nhandlers;
@@ -1016,8 +1033,8 @@ int state_get_function(struct state *s, const char *name, struct state_function_
 	struct state_function_info *f = NULL;
 	char *env = NULL, *secrets = NULL;
 	int rc = -1;
-	sqlite3_stmt *st =
-		prep(s, err, "SELECT " FUNCTION_COLUMNS " FROM functions f WHERE f.name = ?", "t", name);
+	sqlite3_stmt *st = prep(
+		s, err, "SELECT " FUNCTION_COLUMNS " FROM functions f WHERE f.name = ?", "t", name);
 	if (!st)
 		goto out;
 	int step = sqlite3_step(st);
@@ -1119,7 +1136,7 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 {
 	static const char *const head[] = {"NAME", "RUNTIME", "STATUS", "HANDLERS", "UPDATED"};
 	size_t width[4];
-	char (*count)[24] = xcalloc(n ? n : 1, sizeof *count);
+	char(*count)[24] = xcalloc(n ? n : 1, sizeof *count);
 	for (size_t c = 0; c < 4; c++)
 		width[c] = strlen(head[c]) + 3;
 	for (size_t i = 0; i < n; i++) {
@@ -1141,7 +1158,7 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 		for (size_t c = 0; c < 4; c++)
 			pad(b, cells[c], width[c]);
 		const char *ts = fs[i].prepared_at && *fs[i].prepared_at ? fs[i].prepared_at
-									   : fs[i].updated_at;
+									 : fs[i].updated_at;
 		buf_appendf(b, "%s\n", age_of(ts, now, age));
 	}
 	free(count);
@@ -1194,7 +1211,8 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 		if (f->fingerprint)
 			field(b, "Fingerprint:", f->fingerprint);
 		if (f->prepared_at) {
-			char *v = xasprintf("%s (%s)", f->prepared_at, age_of(f->prepared_at, now, age));
+			char *v = xasprintf("%s (%s)", f->prepared_at,
+					    age_of(f->prepared_at, now, age));
 			field(b, "Prepared:", v);
 			free(v);
 		}
@@ -1223,7 +1241,8 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 			int64_t ns;
 			buf_append(b, "  ", 2);
 			pad(b, f->handlers[i].handler, w + 3);
-			buf_appendf(b, "timeout=%s\n", timeout_text(f->handlers[i].timeout, d, &ns));
+			buf_appendf(b, "timeout=%s\n",
+				    timeout_text(f->handlers[i].timeout, d, &ns));
 		}
 	}
 	if (f->nschedules) {

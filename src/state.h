@@ -87,7 +87,7 @@ struct state_function {
 	size_t nhandlers;
 	const struct state_schedule *schedules;
 	size_t nschedules;
-	const struct state_pair *env;     /* name -> literal value */
+	const struct state_pair *env; /* name -> literal value */
 	size_t nenv;
 	const struct state_pair *secrets; /* name -> secret reference */
 	size_t nsecrets;
@@ -248,8 +248,7 @@ struct state_function_info {
 int state_open_readonly(const char *data_dir, struct state **out, char **err);
 
 /* Every function sorted by name (byte order), definitions not filled in. */
-int state_list_functions(struct state *s, struct state_function_info **out, size_t *n,
-			 char **err);
+int state_list_functions(struct state *s, struct state_function_info **out, size_t *n, char **err);
 
 /* One function with everything; *out is NULL (and 0 returned) when unknown. */
 int state_get_function(struct state *s, const char *name, struct state_function_info **out,

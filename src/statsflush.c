@@ -28,8 +28,8 @@ struct statsflush {
 	bool started;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool stop; /* guarded by lock */
-	bool done; /* guarded by lock */
+	bool stop;    /* guarded by lock */
+	bool done;    /* guarded by lock */
 	bool failing; /* the thread's own */
 };
 
@@ -63,10 +63,11 @@ static void debug_line(const struct metrics_global_snapshot *g, size_t nfunction
 	snprintf_(v[8], sizeof v[8], "%lld", (long long)gauge_int(g->buffered_events));
 	snprintf_(v[9], sizeof v[9], "%lld", (long long)gauge_int(g->in_flight_invocations));
 	snprintf_(v[10], sizeof v[10], "%zu", nfunctions);
-	log_debug(LOG_ATTRS("events_received", v[0], "events_processed", v[1], "handler_successes", v[2],
-			    "handler_failures", v[3], "retries", v[4], "dlq_entries", v[5],
+	log_debug(LOG_ATTRS("events_received", v[0], "events_processed", v[1], "handler_successes",
+			    v[2], "handler_failures", v[3], "retries", v[4], "dlq_entries", v[5],
 			    "pending_entries", v[6], "pending_oldest_age_seconds", v[7],
-			    "buffered_events", v[8], "in_flight_invocations", v[9], "functions", v[10]),
+			    "buffered_events", v[8], "in_flight_invocations", v[9], "functions",
+			    v[10]),
 		  "periodic metrics snapshot");
 }
 
@@ -121,7 +122,8 @@ static void flush_logged(struct statsflush *sf)
 	if (flush(sf->st, sf->reg, &err) < 0) {
 		if (!sf->failing)
 			log_warn(LOG_ATTRS("error", err ? err : ""),
-				 "state database: cannot write the stats snapshot; retrying every 5s");
+				 "state database: cannot write the stats snapshot; retrying every "
+				 "5s");
 		sf->failing = true;
 		free(err);
 	} else if (sf->failing) {
@@ -145,7 +147,8 @@ static void *flush_main(void *arg)
 	while (!sf->stop) {
 		struct timespec until;
 		deadline_in(&until, sf->interval_ns);
-		while (!sf->stop && pthread_cond_timedwait(&sf->cond, &sf->lock, &until) != ETIMEDOUT)
+		while (!sf->stop &&
+		       pthread_cond_timedwait(&sf->cond, &sf->lock, &until) != ETIMEDOUT)
 			;
 		pthread_mutex_unlock(&sf->lock);
 		flush_logged(sf); /* periodic, or the final one after stop */
@@ -198,7 +201,8 @@ int statsflush_stop(struct statsflush *sf, int64_t timeout_ms)
 	bool done = sf->done;
 	pthread_mutex_unlock(&sf->lock);
 	if (!done) {
-		log_warn(NULL, "state database: final stats flush did not finish in time; exiting without it");
+		log_warn(NULL, "state database: final stats flush did not finish in time; exiting "
+			       "without it");
 		return -1;
 	}
 	pthread_join(sf->thread, NULL);

@@ -13,8 +13,8 @@
 #include "template.h"
 
 #include <ctype.h>
-#include <inttypes.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <libfyaml.h>
 #include <math.h>
 #include <stdarg.h>
@@ -192,29 +192,36 @@ static void classify(struct fy_node *n, struct yscalar *y)
 	size_t len = y->len;
 
 	if (tag) {
-		if (text_eq(tag, taglen, "tag:yaml.org,2002:str") || text_eq(tag, taglen, "!!str")) {
+		if (text_eq(tag, taglen, "tag:yaml.org,2002:str") ||
+		    text_eq(tag, taglen, "!!str")) {
 			y->type = Y_STR;
 			return;
 		}
 		bool ok = false;
-		if (text_eq(tag, taglen, "tag:yaml.org,2002:int") || text_eq(tag, taglen, "!!int")) {
+		if (text_eq(tag, taglen, "tag:yaml.org,2002:int") ||
+		    text_eq(tag, taglen, "!!int")) {
 			ok = match_int(t, len, &y->i, &y->int_overflow) && !y->int_overflow;
 			y->type = Y_INT;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:float") || text_eq(tag, taglen, "!!float")) {
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:float") ||
+			   text_eq(tag, taglen, "!!float")) {
 			ok = match_float(t, len, &y->f);
 			if (!ok && match_int(t, len, &y->i, &y->int_overflow)) {
 				ok = true;
 				y->f = (double)y->i;
 			}
 			y->type = Y_FLOAT;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:bool") || text_eq(tag, taglen, "!!bool")) {
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:bool") ||
+			   text_eq(tag, taglen, "!!bool")) {
 			ok = true;
-			if (text_eq(t, len, "true") || text_eq(t, len, "True") || text_eq(t, len, "TRUE"))
+			if (text_eq(t, len, "true") || text_eq(t, len, "True") ||
+			    text_eq(t, len, "TRUE"))
 				y->b = true;
-			else if (!(text_eq(t, len, "false") || text_eq(t, len, "False") || text_eq(t, len, "FALSE")))
+			else if (!(text_eq(t, len, "false") || text_eq(t, len, "False") ||
+				   text_eq(t, len, "FALSE")))
 				ok = false;
 			y->type = Y_BOOL;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:null") || text_eq(tag, taglen, "!!null")) {
+		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:null") ||
+			   text_eq(tag, taglen, "!!null")) {
 			ok = len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") ||
 			     text_eq(t, len, "Null") || text_eq(t, len, "NULL");
 			y->type = Y_NULL;
@@ -227,13 +234,14 @@ static void classify(struct fy_node *n, struct yscalar *y)
 		y->type = Y_STR;
 		return;
 	}
-	if (len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") || text_eq(t, len, "Null") ||
-	    text_eq(t, len, "NULL")) {
+	if (len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") ||
+	    text_eq(t, len, "Null") || text_eq(t, len, "NULL")) {
 		y->type = Y_NULL;
 	} else if (text_eq(t, len, "true") || text_eq(t, len, "True") || text_eq(t, len, "TRUE")) {
 		y->type = Y_BOOL;
 		y->b = true;
-	} else if (text_eq(t, len, "false") || text_eq(t, len, "False") || text_eq(t, len, "FALSE")) {
+	} else if (text_eq(t, len, "false") || text_eq(t, len, "False") ||
+		   text_eq(t, len, "FALSE")) {
 		y->type = Y_BOOL;
 	} else if (match_int(t, len, &y->i, &y->int_overflow)) {
 		if (y->int_overflow) {
@@ -285,10 +293,8 @@ static enum ytype node_type(struct fy_node *n, struct yscalar *y)
 		return Y_NULL;
 	}
 	switch (fy_node_get_type(n)) {
-	case FYNT_SEQUENCE:
-		return Y_SEQ;
-	case FYNT_MAPPING:
-		return Y_MAP;
+	case FYNT_SEQUENCE: return Y_SEQ;
+	case FYNT_MAPPING: return Y_MAP;
 	default: {
 		struct yscalar tmp;
 		classify(n, y ? y : &tmp);
@@ -324,8 +330,10 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 	if (c->failed)
 		return NULL;
 	if (--c->budget < 0 || depth > MAX_DEPTH) {
-		strlist_addf(c->errors, "%s: pattern too large or too deeply nested (limits: %d nodes, depth %d)",
-			     c->path, NODE_BUDGET, MAX_DEPTH);
+		strlist_addf(
+			c->errors,
+			"%s: pattern too large or too deeply nested (limits: %d nodes, depth %d)",
+			c->path, NODE_BUDGET, MAX_DEPTH);
 		(void)path;
 		c->failed = true;
 		return NULL;
@@ -334,12 +342,9 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 	enum ytype t = node_type(n, &y);
 	n = deref(n);
 	switch (t) {
-	case Y_NULL:
-		return json_null();
-	case Y_BOOL:
-		return json_boolean(y.b);
-	case Y_INT:
-		return json_integer(y.i);
+	case Y_NULL: return json_null();
+	case Y_BOOL: return json_boolean(y.b);
+	case Y_INT: return json_integer(y.i);
 	case Y_FLOAT:
 		if (!isfinite(y.f)) {
 			char *s = shown(&y);
@@ -349,8 +354,7 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 			return NULL;
 		}
 		return json_real(y.f);
-	case Y_STR:
-		return json_stringn_nocheck(y.text, y.len);
+	case Y_STR: return json_stringn_nocheck(y.text, y.len);
 	case Y_BAD: {
 		char *s = shown(&y);
 		strlist_addf(c->errors, "%s: %s does not match its explicit tag", path, s);
@@ -390,7 +394,8 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 			}
 			char *key = xstrndup(k.text, k.len);
 			if (strlen(key) != k.len) {
-				strlist_addf(c->errors, "%s: a pattern key contains a NUL byte", path);
+				strlist_addf(c->errors, "%s: a pattern key contains a NUL byte",
+					     path);
 				free(key);
 				c->failed = true;
 				json_decref(o);
@@ -420,7 +425,8 @@ struct ctx {
 	struct strlist *warnings;
 };
 
-static void err(struct ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void err(struct ctx *c, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static void err(struct ctx *c, const char *path, const char *fmt, ...)
 {
 	va_list ap;
@@ -463,8 +469,8 @@ static void check_keys(struct ctx *c, struct fy_node *map, const char *path,
 					ok = true;
 			if (!ok) {
 				char *s = shown(&k);
-				strlist_addf(c->warnings, "%s%s%s: unknown key, ignored", path, *path ? "." : "",
-					     s);
+				strlist_addf(c->warnings, "%s%s%s: unknown key, ignored", path,
+					     *path ? "." : "", s);
 				free(s);
 			}
 		} else {
@@ -494,7 +500,8 @@ static int64_t get_timeout(struct ctx *c, struct fy_node *parent, const char *pa
 		else if (d <= 0)
 			err(c, p, "%s must be positive", q);
 		else if (d > TEMPLATE_MAX_TIMEOUT_NS)
-			err(c, p, "%.*s exceeds the maximum of 5m", (int)(y.len > 40 ? 40 : y.len), y.text);
+			err(c, p, "%.*s exceeds the maximum of 5m", (int)(y.len > 40 ? 40 : y.len),
+			    y.text);
 		free(q);
 		free(s);
 	}
@@ -556,7 +563,8 @@ static int get_handler(struct ctx *c, struct fy_node *parent, const char *path, 
 				if (seg == 0)
 					ok = false;
 				seg = 0;
-			} else if (isalnum((unsigned char)*s) || *s == '_' || *s == '$' || *s == '-') {
+			} else if (isalnum((unsigned char)*s) || *s == '_' || *s == '$' ||
+				   *s == '-') {
 				seg++;
 			} else {
 				ok = false;
@@ -565,7 +573,10 @@ static int get_handler(struct ctx *c, struct fy_node *parent, const char *path, 
 		if (ok && seg == 0)
 			ok = false;
 		if (!ok) {
-			err(c, p, "%s is not of the form module.function (split at the last dot, no empty part)", q);
+			err(c, p,
+			    "%s is not of the form module.function (split at the last dot, no "
+			    "empty part)",
+			    q);
 			free(h);
 		} else {
 			*handler = h;
@@ -597,8 +608,8 @@ int secret_name_valid(const char *s)
 	if (n == 0 || n > 63 || s[0] == '.' || s[n - 1] == '.')
 		return 0;
 	for (const char *p = s; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
-		      *p == '-'))
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+		      *p == '_' || *p == '-'))
 			return 0;
 	return 1;
 }
@@ -672,7 +683,8 @@ static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template 
 	void *it = NULL;
 	struct fy_node *item;
 	int i = 0;
-	static const char *const known[] = {"handler", "cron", "timezone", "timeout", "retries", NULL};
+	static const char *const known[] = {"handler", "cron",	  "timezone",
+					    "timeout", "retries", NULL};
 	while ((item = fy_node_sequence_iterate(seq, &it))) {
 		char path[32];
 		snprintf_(path, sizeof path, "schedules[%d]", i);
@@ -718,7 +730,8 @@ static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template 
 			s.timezone = xstrdup("UTC");
 			s.tz = tz_utc();
 		} else if (zt != Y_STR) {
-			err(c, zp, "must be an IANA time zone name such as Europe/Rome, not %s", type_name(zt));
+			err(c, zp, "must be an IANA time zone name such as Europe/Rome, not %s",
+			    type_name(zt));
 		} else {
 			s.timezone = xstrndup(y.text, y.len);
 			char *why = NULL;
@@ -756,7 +769,8 @@ static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
 		enum ytype vt = node_type(fy_node_pair_value(p), &v);
 		if (strlen(name) != k.len || !env_name_valid(name)) {
 			char *q = shown(&k);
-			err(c, section, "%s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)", q);
+			err(c, section, "%s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
+			    q);
 			free(q);
 		} else if (strcmp(name, "RELAY_HANDLER") == 0) {
 			err(c, path, "RELAY_HANDLER is reserved by Relay");
@@ -767,7 +781,8 @@ static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
 			if (vt != Y_STR || strlen(ref) != v.len || !secret_name_valid(ref)) {
 				char *q = shown(&v);
 				err(c, path,
-				    "%s is not a valid secret name (lowercase letters, digits, '.', '_', '-'; no leading or trailing '.'; at most 63)",
+				    "%s is not a valid secret name (lowercase letters, digits, "
+				    "'.', '_', '-'; no leading or trailing '.'; at most 63)",
 				    q);
 				free(q);
 				free(ref);
@@ -871,7 +886,8 @@ static bool yaml_is_blank(const char *text, size_t len)
 		if (i < len && text[i] == '#') {
 			while (i < len && text[i] != '\n')
 				i++;
-		} else if (len - i >= 3 && (memcmp(text + i, "---", 3) == 0 || memcmp(text + i, "...", 3) == 0)) {
+		} else if (len - i >= 3 &&
+			   (memcmp(text + i, "---", 3) == 0 || memcmp(text + i, "...", 3) == 0)) {
 			i += 3;
 			continue;
 		}
@@ -919,7 +935,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 
 	if (!doc) {
 		if (yaml_is_blank(text, len))
-			strlist_addf(errors, "template.yaml: empty (runtime and events or schedules are required)");
+			strlist_addf(errors, "template.yaml: empty (runtime and events or "
+					     "schedules are required)");
 		else
 			strlist_add(errors, yaml_error_text(dc.msg.data));
 		goto out;
@@ -927,18 +944,21 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	struct fy_node *root = deref(fy_document_root(doc));
 	enum ytype rt = node_type(root, NULL);
 	if (!root || rt == Y_NULL) {
-		strlist_addf(errors, "template.yaml: empty (runtime and events or schedules are required)");
+		strlist_addf(errors,
+			     "template.yaml: empty (runtime and events or schedules are required)");
 		goto out;
 	}
 	if (rt != Y_MAP) {
-		strlist_addf(errors, "template.yaml: must be a map of runtime, events, schedules, ...; found %s",
-			     type_name(rt));
+		strlist_addf(
+			errors,
+			"template.yaml: must be a map of runtime, events, schedules, ...; found %s",
+			type_name(rt));
 		goto out;
 	}
 
 	t = xcalloc(1, sizeof *t);
-	static const char *const known[] = {"runtime", "concurrency", "events", "schedules", "env",
-					    "secrets", NULL};
+	static const char *const known[] = {"runtime", "concurrency", "events", "schedules",
+					    "env",     "secrets",     NULL};
 	check_keys(&c, root, "", known);
 
 	bool present;
@@ -954,7 +974,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		t->runtime = runtime_find(name);
 		if (!t->runtime) {
 			char *q = shown(&y);
-			err(&c, "runtime", "unsupported runtime %s (supported: %s)", q, runtime_names());
+			err(&c, "runtime", "unsupported runtime %s (supported: %s)", q,
+			    runtime_names());
 			free(q);
 		}
 		free(name);
@@ -967,10 +988,13 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		if (ty != Y_INT) {
 			char *q = ty == Y_SEQ || ty == Y_MAP ? xstrdup(type_name(ty)) : shown(&y);
 			err(&c, "concurrency", "must be a positive integer, not %s%s", q,
-			    ty == Y_STR ? " (a string)" : ty == Y_BOOL ? " (a boolean)" : "");
+			    ty == Y_STR	   ? " (a string)"
+			    : ty == Y_BOOL ? " (a boolean)"
+					   : "");
 			free(q);
 		} else if (y.i <= 0) {
-			err(&c, "concurrency", "%" PRId64 " is not positive; must be a positive integer", y.i);
+			err(&c, "concurrency",
+			    "%" PRId64 " is not positive; must be a positive integer", y.i);
 		} else {
 			t->concurrency = y.i;
 		}
@@ -982,8 +1006,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	if (present && ty == Y_SEQ) {
 		listed += fy_node_sequence_item_count(deref(n));
 		parse_rules(&c, deref(n), t);
-	}
-	else if (present && ty != Y_NULL) {
+	} else if (present && ty != Y_NULL) {
 		listed++;
 		err(&c, "events", "must be a list of rules, not %s", type_name(ty));
 	}
@@ -993,8 +1016,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	if (present && ty == Y_SEQ) {
 		listed += fy_node_sequence_item_count(deref(n));
 		parse_schedules(&c, deref(n), t);
-	}
-	else if (present && ty != Y_NULL) {
+	} else if (present && ty != Y_NULL) {
 		listed++;
 		err(&c, "schedules", "must be a list of schedules, not %s", type_name(ty));
 	}
@@ -1002,7 +1024,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	/* Rules that failed validation were reported already; only a template
 	 * that lists neither rules nor schedules gets this error. */
 	if (listed == 0)
-		strlist_addf(errors, "events: a function needs at least one event rule or schedule");
+		strlist_addf(errors,
+			     "events: a function needs at least one event rule or schedule");
 
 	n = map_get(root, "env", &present);
 	ty = node_type(n, NULL);
@@ -1022,7 +1045,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		for (size_t j = 0; j < t->nenv; j++)
 			if (strcmp(t->secrets[i].name, t->env[j].name) == 0) {
 				char *p = xasprintf("secrets.%s", t->secrets[i].name);
-				err(&c, p, "%s is defined in both env and secrets", t->secrets[i].name);
+				err(&c, p, "%s is defined in both env and secrets",
+				    t->secrets[i].name);
 				free(p);
 			}
 

@@ -38,8 +38,8 @@ void strlist_addf(struct strlist *l, const char *fmt, ...) __attribute__((format
 void strlist_free(struct strlist *l);
 
 struct rule {
-	char *handler;  /* "events.created.handler" */
-	char *module;   /* "events.created" */
+	char *handler;	/* "events.created.handler" */
+	char *module;	/* "events.created" */
 	char *function; /* "handler" */
 	struct pattern *pattern;
 	int64_t timeout_ns;
@@ -54,7 +54,7 @@ struct schedule {
 	char *cron_expr;
 	struct cron *cron;
 	const struct tz *tz; /* shared, never freed */
-	char *timezone;      /* as written, "UTC" when omitted */
+	char *timezone;	     /* as written, "UTC" when omitted */
 	int64_t timeout_ns;
 	int retries;
 	int index;
@@ -65,7 +65,8 @@ struct env_var {
 	char *value; /* env: the literal text; secrets: the reference name */
 };
 
-struct template {
+struct template
+{
 	const struct runtime *runtime;
 	int64_t concurrency;
 	struct rule *rules;

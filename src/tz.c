@@ -82,8 +82,8 @@ static struct tz utc_zone = {
 };
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct tz *cache_head;   /* guarded by cache_mu */
-static char *root_override;     /* guarded by cache_mu */
+static struct tz *cache_head; /* guarded by cache_mu */
+static char *root_override;   /* guarded by cache_mu */
 
 /* ---- calendar ---------------------------------------------------------- */
 
@@ -143,10 +143,8 @@ static int64_t clamp_t(int64_t t)
 static int64_t rule_yday(const struct rule_date *r, int64_t y)
 {
 	switch (r->kind) {
-	case 'J':
-		return r->n - 1 + (tz_is_leap(y) && r->n >= 60);
-	case 'N':
-		return r->n;
+	case 'J': return r->n - 1 + (tz_is_leap(y) && r->n >= 60);
+	case 'N': return r->n;
 	default: {
 		int64_t first = tz_days_from_civil(y, r->m, 1);
 		int wd1 = (int)((first % 7 + 7 + 4) % 7); /* 1970-01-01 was a Thursday */
@@ -524,17 +522,16 @@ static int read_header(const unsigned char *d, size_t len, int *version, struct 
 	c->time = be32(d + 32);
 	c->type = be32(d + 36);
 	c->chr = be32(d + 40);
-	if (c->type == 0 || c->type > 256 || c->chr == 0 || c->time > 100000 ||
-	    c->leap > 100000 || c->chr > 100000 || (c->isut && c->isut != c->type) ||
-	    (c->isstd && c->isstd != c->type))
+	if (c->type == 0 || c->type > 256 || c->chr == 0 || c->time > 100000 || c->leap > 100000 ||
+	    c->chr > 100000 || (c->isut && c->isut != c->type) || (c->isstd && c->isstd != c->type))
 		return -1;
 	return 0;
 }
 
 static size_t block_len(const struct tzif_counts *c, size_t tsize)
 {
-	return c->time * tsize + c->time + c->type * 6 + c->chr + c->leap * (tsize + 4) +
-	       c->isstd + c->isut;
+	return c->time * tsize + c->time + c->type * 6 + c->chr + c->leap * (tsize + 4) + c->isstd +
+	       c->isut;
 }
 
 /* Parses a whole TZif file into z; returns a reason on failure. */
@@ -637,8 +634,8 @@ static int valid_name(const char *name)
 	for (size_t i = 0; i < n; i++) {
 		char ch = name[i];
 		if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '+' || ch == '-' || ch == '.' ||
-		      ch == '/'))
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '+' || ch == '-' ||
+		      ch == '.' || ch == '/'))
 			return 0;
 		/* Each component must be non-empty and must not start with '.'. */
 		if ((i == 0 || name[i - 1] == '/') && (ch == '.' || ch == '/'))

@@ -49,8 +49,8 @@ long tz_offset(const struct tz *z, int64_t t);
 struct tz_tm {
 	int64_t year;
 	int mon, mday, hour, min, sec, wday, yday;
-	long offset;      /* UTC offset in seconds in effect */
-	int isdst;        /* 1 during daylight saving time */
+	long offset;	  /* UTC offset in seconds in effect */
+	int isdst;	  /* 1 during daylight saving time */
 	const char *abbr; /* "CEST", "-03"; borrowed from the zone */
 };
 

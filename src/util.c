@@ -233,7 +233,8 @@ uint64_t rand_below(uint64_t n)
 {
 	static _Thread_local uint64_t state;
 	if (state == 0)
-		state = (uint64_t)now_wall_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&state;
+		state = (uint64_t)now_wall_ns() ^ ((uint64_t)getpid() << 32) ^
+			(uint64_t)(uintptr_t)&state;
 	/* xorshift64* */
 	state ^= state >> 12;
 	state ^= state << 25;

@@ -32,10 +32,10 @@ void strlcpy_(char *dst, const char *src, size_t size);
 void snprintf_(char *dst, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 struct buf {
-	char *data;   /* NUL-terminated; NULL until the first append */
+	char *data; /* NUL-terminated; NULL until the first append */
 	size_t len;
-	size_t cap;   /* allocated bytes */
-	size_t max;   /* hard limit on len */
+	size_t cap; /* allocated bytes */
+	size_t max; /* hard limit on len */
 };
 
 void buf_init(struct buf *b, size_t max);

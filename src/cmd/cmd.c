@@ -10,21 +10,11 @@
 
 /* The command table: every subcommand of relay, in the order --help lists them. */
 static const struct cmd *const commands[] = {
-	&cmd_start,
-	&cmd_health,
-	&cmd_stats,
-	&cmd_function_ls,
-	&cmd_function_inspect,
-	&cmd_function_validate,
-	&cmd_function_match,
-	&cmd_secret_ls,
-	&cmd_secret_set,
-	&cmd_secret_rm,
-	&cmd_git_keygen,
-	&cmd_git_set,
-	&cmd_git_sync,
-	&cmd_git_status,
-	&cmd_git_remove,
+	&cmd_start,	     &cmd_health,	    &cmd_stats,
+	&cmd_function_ls,    &cmd_function_inspect, &cmd_function_validate,
+	&cmd_function_match, &cmd_secret_ls,	    &cmd_secret_set,
+	&cmd_secret_rm,	     &cmd_git_keygen,	    &cmd_git_set,
+	&cmd_git_sync,	     &cmd_git_status,	    &cmd_git_remove,
 	&cmd_schedule_next,
 };
 
@@ -49,7 +39,8 @@ static void family_usage(const char *family, FILE *f)
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
 		if (strncmp(commands[i]->words, family, n) == 0 && commands[i]->words[n] == ' ') {
 			char left[64];
-			snprintf_(left, sizeof left, "%s %s", commands[i]->words, commands[i]->args);
+			snprintf_(left, sizeof left, "%s %s", commands[i]->words,
+				  commands[i]->args);
 			fprintf(f, "  %-34s %s\n", left, commands[i]->summary);
 		}
 	}
@@ -60,17 +51,20 @@ static const char *touches_text(unsigned t)
 	if (t & CMD_RUNTIME)
 		return "Starts the runtime: Redis, Docker and the functions directory.";
 	if (t & CMD_PING)
-		return "Connects to Redis and Docker only; starts nothing and reads no functions or state.";
+		return "Connects to Redis and Docker only; starts nothing and reads no functions "
+		       "or state.";
 	if (t & CMD_STATE_RO)
 		return "Reads the state database only (no Redis, Docker or functions directory).";
 	if (t & CMD_FILES)
-		return "Reads and writes files under the data directory only; never starts the runtime.";
+		return "Reads and writes files under the data directory only; never starts the "
+		       "runtime.";
 	return "Touches no Redis, Docker or state database.";
 }
 
 void cmd_usage(const struct cmd *c, FILE *f)
 {
-	fprintf(f, "usage: relay %s%s%s\n\n%s\n", c->words, *c->args ? " " : "", c->args, c->summary);
+	fprintf(f, "usage: relay %s%s%s\n\n%s\n", c->words, *c->args ? " " : "", c->args,
+		c->summary);
 	if (c->help)
 		fprintf(f, "\n%s", c->help);
 	fprintf(f, "\n%s\n", touches_text(c->touches));
@@ -130,7 +124,8 @@ int cmd_parse(const struct cmd *c, int argc, char **argv, const struct cmd_opt *
 		size_t namelen = eq ? (size_t)(eq - a) : strlen(a);
 		const struct cmd_opt *o = NULL;
 		for (size_t k = 0; opts && opts[k].name; k++) {
-			if ((strlen(opts[k].name) == namelen && strncmp(opts[k].name, a, namelen) == 0) ||
+			if ((strlen(opts[k].name) == namelen &&
+			     strncmp(opts[k].name, a, namelen) == 0) ||
 			    (opts[k].alias && strlen(opts[k].alias) == namelen &&
 			     strncmp(opts[k].alias, a, namelen) == 0)) {
 				o = &opts[k];

@@ -50,19 +50,19 @@ struct cmd_opt {
 	const char *alias; /* "-d" or NULL */
 	bool has_arg;
 	const char **value; /* set for options with an argument */
-	bool *flag;         /* set for flags */
+	bool *flag;	    /* set for flags */
 };
 int cmd_parse(const struct cmd *c, int argc, char **argv, const struct cmd_opt *opts,
 	      const char **pos, int minpos, int maxpos, int *npos);
 
 /* Wrapper: parse, and on help/usage error return through *status. */
-#define CMD_PARSE_OR_RETURN(c, argc, argv, opts, pos, minpos, maxpos, npos)                 \
-	do {                                                                                \
-		int r_ = cmd_parse(c, argc, argv, opts, pos, minpos, maxpos, npos);         \
-		if (r_ == 1)                                                                \
-			return 0;                                                           \
-		if (r_ == 2)                                                                \
-			return 2;                                                           \
+#define CMD_PARSE_OR_RETURN(c, argc, argv, opts, pos, minpos, maxpos, npos)         \
+	do {                                                                        \
+		int r_ = cmd_parse(c, argc, argv, opts, pos, minpos, maxpos, npos); \
+		if (r_ == 1)                                                        \
+			return 0;                                                   \
+		if (r_ == 2)                                                        \
+			return 2;                                                   \
 	} while (0)
 
 /* Prints "relay: <msg>" to stderr; returns 1. */
@@ -73,8 +73,7 @@ extern const struct cmd cmd_start, cmd_health, cmd_stats;
 extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_validate,
 	cmd_function_match;
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
-extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status,
-	cmd_git_remove;
+extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;
 
 /* For commands whose issue has not landed yet: says so, exits 1. */

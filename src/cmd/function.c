@@ -59,7 +59,10 @@ static int validate_exec(const struct cmd *self, int argc, char **argv)
 	}
 	function_scan_free(&scan);
 	if (!seen)
-		fprintf(stderr, "relay: function validate: no function directories with a template.yaml in %s\n", dir);
+		fprintf(stderr,
+			"relay: function validate: no function directories with a template.yaml in "
+			"%s\n",
+			dir);
 	return bad ? 1 : 0;
 }
 
@@ -117,7 +120,9 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 
 	int64_t now = now_wall_ns();
 	if (now_opt && rfc3339_parse_ns(now_opt, strlen(now_opt), &now) < 0) {
-		fprintf(stderr, "relay function match: --now %s is not an RFC 3339 time (e.g. 2026-09-13T22:47:41Z)\n",
+		fprintf(stderr,
+			"relay function match: --now %s is not an RFC 3339 time (e.g. "
+			"2026-09-13T22:47:41Z)\n",
 			now_opt);
 		return 2;
 	}
@@ -151,8 +156,8 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 	for (size_t i = 0; i < scan.n; i++) {
 		struct function_entry *e = &scan.v[i];
 		if (e->status == FUNCTION_INVALID)
-			fprintf(stderr, "relay function match: skipping invalid function %s: %s\n", e->name,
-				e->errors.n ? e->errors.v[0] : "invalid");
+			fprintf(stderr, "relay function match: skipping invalid function %s: %s\n",
+				e->name, e->errors.n ? e->errors.v[0] : "invalid");
 		if (e->fn)
 			total += e->fn->tpl->nrules;
 	}
@@ -184,26 +189,36 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_function_ls = {
-	"function ls", "", "list functions",
+	"function ls",
+	"",
+	"list functions",
 	"Lists the functions in the state database: runtime, status, number of event handlers,\n"
 	"and when each was last prepared or updated.\n",
-	CMD_STATE_RO, function_ls_exec,
+	CMD_STATE_RO,
+	function_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
-	"function inspect", "<name>", "show one function", NULL, CMD_STATE_RO, function_inspect_exec,
+	"function inspect",    "<name>", "show one function", NULL, CMD_STATE_RO,
+	function_inspect_exec,
 };
 const struct cmd cmd_function_validate = {
-	"function validate", "[DIR]", "validate every function directory under DIR",
-	"Prints one line per function: \"<name>: ok\", or one \"<name>: <error>\" line per problem\n"
+	"function validate",
+	"[DIR]",
+	"validate every function directory under DIR",
+	"Prints one line per function: \"<name>: ok\", or one \"<name>: <error>\" line per "
+	"problem\n"
 	"(and \"<name>: warning: ...\" lines for unknown keys). DIR defaults to the functions\n"
 	"directory (RELAY_FUNCTIONS_DIR, else /functions). Exit 0 when every function is valid.\n",
-	CMD_PURE, validate_exec,
+	CMD_PURE,
+	validate_exec,
 };
 const struct cmd cmd_function_match = {
-	"function match", "[--dir DIR] [--now RFC3339] EVENT",
+	"function match",
+	"[--dir DIR] [--now RFC3339] EVENT",
 	"print the handlers an event would run, in order",
 	"EVENT is JSON text, @file, or - for stdin. Prints \"<function>\\t<handler>\" for each\n"
 	"matching rule in the order relay start would run them. --now fixes the instant used by\n"
 	"now() patterns. Exit 0 whether or not anything matched, 2 for an invalid event.\n",
-	CMD_PURE, match_exec,
+	CMD_PURE,
+	match_exec,
 };

@@ -42,8 +42,9 @@ int health_check_redis(const char *uri_text, char *why, size_t whylen, char *add
 		rc = 0;
 	else
 		snprintf_(why, whylen, "redis %s: PING failed: %s", redis_addr(r),
-			  rep->type == REDIS_REPLY_ERROR || rep->type == REDIS_REPLY_STATUS ? rep->str
-											 : "unexpected reply");
+			  rep->type == REDIS_REPLY_ERROR || rep->type == REDIS_REPLY_STATUS
+				  ? rep->str
+				  : "unexpected reply");
 	freeReplyObject(rep);
 out:
 	redis_free(r);
@@ -86,8 +87,11 @@ static int health_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_health = {
-	"health", "", "check that Redis and the Docker daemon answer",
+	"health",
+	"",
+	"check that Redis and the Docker daemon answer",
 	"Sends PING to REDIS_URI and GET /_ping to the Docker daemon (DOCKER_HOST).\n"
 	"Exit status 0 when both answer, 1 otherwise with the first failing check on stderr.\n",
-	CMD_PING, health_exec,
+	CMD_PING,
+	health_exec,
 };

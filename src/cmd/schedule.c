@@ -35,10 +35,11 @@ static void format_local(const struct tz *z, int64_t t, char *out, size_t n)
 	char off[16] = "Z";
 	if (tm.offset != 0) {
 		long a = tm.offset < 0 ? -tm.offset : tm.offset;
-		snprintf_(off, sizeof off, "%c%02ld:%02ld", tm.offset < 0 ? '-' : '+', a / 3600, a / 60 % 60);
+		snprintf_(off, sizeof off, "%c%02ld:%02ld", tm.offset < 0 ? '-' : '+', a / 3600,
+			  a / 60 % 60);
 	}
-	snprintf_(out, n, "%04" PRId64 "-%02d-%02dT%02d:%02d:%02d%s", tm.year, tm.mon, tm.mday, tm.hour,
-		  tm.min, tm.sec, off);
+	snprintf_(out, n, "%04" PRId64 "-%02d-%02dT%02d:%02d:%02d%s", tm.year, tm.mon, tm.mday,
+		  tm.hour, tm.min, tm.sec, off);
 }
 
 static int usage_fail(const struct cmd *self, const char *what, const char *value)
@@ -68,7 +69,10 @@ static int next_exec(const struct cmd *self, int argc, char **argv)
 		int64_t sec;
 		int32_t nsec;
 		if (rfc3339_parse(from, strlen(from), &sec, &nsec) < 0)
-			return usage_fail(self, "--from must be an RFC 3339 time such as 2026-03-29T00:00:00Z", from);
+			return usage_fail(
+				self,
+				"--from must be an RFC 3339 time such as 2026-03-29T00:00:00Z",
+				from);
 		/* Occurrences are whole seconds: strictly after sec.nsec is
 		 * strictly after sec. */
 		after = sec;
@@ -114,17 +118,20 @@ done:
 }
 
 const struct cmd cmd_schedule_next = {
-	"schedule next", "\"<cron>\" [--timezone TZ] [--from RFC3339] [-n N]",
+	"schedule next",
+	"\"<cron>\" [--timezone TZ] [--from RFC3339] [-n N]",
 	"print the next occurrences of a cron expression",
 	"Prints the expression's description, then its next N occurrences (default 5, at most\n"
 	"1000) strictly after --from (default: now), one per line: the UTC instant and the\n"
 	"local time in --timezone (default UTC) with its offset, both RFC 3339:\n"
 	"\n"
-	"  $ relay schedule next \"30 2 * * *\" --timezone Europe/Rome --from 2026-03-28T12:00:00Z -n 2\n"
+	"  $ relay schedule next \"30 2 * * *\" --timezone Europe/Rome --from 2026-03-28T12:00:00Z "
+	"-n 2\n"
 	"  Description: At 02:30\n"
 	"  2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00\n"
 	"  2026-03-30T00:30:00Z  2026-03-30T02:30:00+02:00\n"
 	"\n"
 	"An invalid expression or zone exits 1 with a message naming it; usage errors exit 2.\n",
-	CMD_PURE, next_exec,
+	CMD_PURE,
+	next_exec,
 };

@@ -187,8 +187,9 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 	if (got_signal)
 		goto out; /* the terminal is restored; die of the signal below */
 	if (rc == READ_TOO_LONG) {
-		status = cmd_fail("secret set: value exceeds the maximum of %d bytes; nothing saved",
-				  SECRET_VALUE_MAX);
+		status =
+			cmd_fail("secret set: value exceeds the maximum of %d bytes; nothing saved",
+				 SECRET_VALUE_MAX);
 		goto out;
 	}
 	if (rc < 0) {
@@ -226,32 +227,38 @@ static int rm_exec(const struct cmd *self, int argc, char **argv)
 	return status;
 }
 
-#define STORE_HELP                                                                          \
+#define STORE_HELP                                                                            \
 	"Secrets are files under $RELAY_DATA_DIR/secrets (default /var/lib/relay/secrets):\n" \
 	"the directory has mode 0700, each file mode 0600, owned by the current user.\n"
 
 const struct cmd cmd_secret_ls = {
-	"secret ls", "", "list secret names",
+	"secret ls",
+	"",
+	"list secret names",
 	"Prints the header NAME, then one secret name per line, sorted. Values are never\n"
 	"read. A secret file that would be refused when used (permissions looser than\n"
 	"0600, another owner, larger than 1 MiB) is still listed and also reported on\n"
 	"stderr, and the exit status is then 1.\n\n" STORE_HELP,
-	CMD_FILES, ls_exec,
+	CMD_FILES,
+	ls_exec,
 };
 
 const struct cmd cmd_secret_set = {
-	"secret set", "NAME", "store a secret read from the terminal or stdin",
+	"secret set",
+	"NAME",
+	"store a secret read from the terminal or stdin",
 	"From a terminal, prompts on stderr and reads one line with echo off (the newline\n"
 	"is not part of the value; an empty line saves nothing). Otherwise reads all of\n"
 	"stdin as is, binary-safe, a trailing newline included: printf 'value' | relay\n"
 	"secret set NAME. The value is never echoed or printed; at most 1 MiB.\n"
 	"Creates or replaces the secret atomically.\n\n"
 	"NAME: " SECRET_NAME_RULE ".\n\n" STORE_HELP,
-	CMD_FILES, set_exec,
+	CMD_FILES,
+	set_exec,
 };
 
 const struct cmd cmd_secret_rm = {
-	"secret rm", "NAME", "remove a secret",
-	"Exit status 1 when there is no secret NAME.\n\n" STORE_HELP,
-	CMD_FILES, rm_exec,
+	"secret rm",	   "NAME",
+	"remove a secret", "Exit status 1 when there is no secret NAME.\n\n" STORE_HELP,
+	CMD_FILES,	   rm_exec,
 };

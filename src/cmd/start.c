@@ -103,12 +103,12 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	struct reconciler *rec = NULL;
 	struct statsflush *flush = NULL;
 	bool leave_shared = false; /* a thread still uses the registry/state */
-	bool watching = false;     /* the second-signal watcher runs */
+	bool watching = false;	   /* the second-signal watcher runs */
 	char *err = NULL;
 	char why[600], addr[300], info[300];
 
-	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group, "consumer", runner_hostname(),
-			   "functions_dir", cfg.functions_dir),
+	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group, "consumer",
+			   runner_hostname(), "functions_dir", cfg.functions_dir),
 		 "Relay starting");
 	if (health_check_redis(cfg.redis_uri, why, sizeof why, addr, sizeof addr) < 0) {
 		log_error(LOG_ATTRS("error", why), "cannot reach Redis");
@@ -166,7 +166,8 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
 		goto out;
 	}
-	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group), "consumer group ready");
+	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group),
+		 "consumer group ready");
 
 	char *rerr = NULL;
 	struct docker *rd = d;
@@ -249,9 +250,13 @@ out:
 }
 
 const struct cmd cmd_start = {
-	"start", "", "start Relay in the foreground",
+	"start",
+	"",
+	"start Relay in the foreground",
 	"Reads its configuration from the environment (REDIS_URI, REDIS_STREAM, REDIS_GROUP,\n"
 	"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, MAX_CONCURRENCY,\n"
-	"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT or SIGTERM.\n",
-	CMD_RUNTIME, start_exec,
+	"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT or "
+	"SIGTERM.\n",
+	CMD_RUNTIME,
+	start_exec,
 };

@@ -40,10 +40,13 @@ out:
 }
 
 const struct cmd cmd_stats = {
-	"stats", "", "show current operational statistics",
+	"stats",
+	"",
+	"show current operational statistics",
 	"Prints the global counters the running worker last wrote to the state database\n"
 	"(<data dir>/db.sqlite3, refreshed every 5 s): events processed, handler successes\n"
 	"and failures, retries, DLQ entries and the consumer-group backlog.\n"
 	"A fresh database shows zeroes and \"Updated: never\".\n",
-	CMD_STATE_RO, stats_exec,
+	CMD_STATE_RO,
+	stats_exec,
 };

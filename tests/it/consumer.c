@@ -70,17 +70,20 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 	int now = atomic_fetch_add(&calls.running, 1) + 1;
 	int fnow = atomic_fetch_add(&calls.fn_running[idx], 1) + 1;
 	int m;
-	while (now > (m = atomic_load(&calls.max_running)) && !atomic_compare_exchange_weak(&calls.max_running, &m, now))
+	while (now > (m = atomic_load(&calls.max_running)) &&
+	       !atomic_compare_exchange_weak(&calls.max_running, &m, now))
 		;
-	while (fnow > (m = atomic_load(&calls.fn_max[idx])) && !atomic_compare_exchange_weak(&calls.fn_max[idx], &m, fnow))
+	while (fnow > (m = atomic_load(&calls.fn_max[idx])) &&
+	       !atomic_compare_exchange_weak(&calls.fn_max[idx], &m, fnow))
 		;
 	res->exit_code = 0;
 	res->outcome = INVOKE_OK;
 	if (strncmp(req->handler, "fail.", 5) == 0) {
 		res->outcome = INVOKE_FAILED;
 		res->exit_code = 1;
-		snprintf_(res->error, sizeof res->error, "function %s handler %s exited with status 1",
-			  req->fv->fn->name, req->handler);
+		snprintf_(res->error, sizeof res->error,
+			  "function %s handler %s exited with status 1", req->fv->fn->name,
+			  req->handler);
 	} else if (strncmp(req->handler, "slow.", 5) == 0) {
 		usleep(150000);
 	} else if (strncmp(req->handler, "flaky.", 6) == 0) {
@@ -131,11 +134,20 @@ static struct registry *load_registry(void)
 static struct consumer *start(struct registry *reg, const char *stream, int buffered, int conc)
 {
 	struct consumer_config cfg = {
-		.uri = &R.uri, .stream = stream, .group = "g", .consumer = "worker-1",
-		.max_buffered = buffered, .max_concurrency = conc,
-		.reclaim_interval_ns = 200 * NS_PER_MS, .min_pending_idle_ns = 300 * NS_PER_MS,
-		.slot_wait_ns = 2 * NS_PER_SEC, .backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
-		.block_ms = 100, .sample_interval_ns = 100 * NS_PER_MS, .registry = reg, .invoke = invoke,
+		.uri = &R.uri,
+		.stream = stream,
+		.group = "g",
+		.consumer = "worker-1",
+		.max_buffered = buffered,
+		.max_concurrency = conc,
+		.reclaim_interval_ns = 200 * NS_PER_MS,
+		.min_pending_idle_ns = 300 * NS_PER_MS,
+		.slot_wait_ns = 2 * NS_PER_SEC,
+		.backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
+		.block_ms = 100,
+		.sample_interval_ns = 100 * NS_PER_MS,
+		.registry = reg,
+		.invoke = invoke,
 	};
 	struct redis *r = it_conn(&R);
 	char err[256];
@@ -156,7 +168,9 @@ static char *xadd(struct redis *r, const char *stream, const char *event)
 static long long pending(struct redis *r, const char *stream)
 {
 	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 ? rep->element[0]->integer : -1;
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0
+			      ? rep->element[0]->integer
+			      : -1;
 	if (rep)
 		freeReplyObject(rep);
 	return n;
@@ -292,8 +306,9 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	REQUIRE(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
 	redisReply *f = rep->element[0]->element[1];
 	REQUIRE(f->elements == 16);
-	static const char *const names[] = {"original_stream", "original_id", "group", "consumer", "event",
-					    "reason", "attempts", "timestamp"};
+	static const char *const names[] = {"original_stream", "original_id", "group",
+					    "consumer",	       "event",	      "reason",
+					    "attempts",	       "timestamp"};
 	for (size_t i = 0; i < 8; i++)
 		CHECK_STR(f->element[2 * i]->str, names[i]);
 	CHECK_STR(f->element[1]->str, "s2");
@@ -407,7 +422,8 @@ TEST(malformed_events_go_to_dlq_without_running_anything)
 	rep = redis_command(r, "XRANGE relay:s5:dlq - +");
 	REQUIRE(rep && rep->elements == 4);
 	/* Workers run in parallel: the DLQ order is not the stream order. */
-	static const char *const want[] = {"(missing)", "(not_text)", "(invalid_json)", "(not_object)"};
+	static const char *const want[] = {"(missing)", "(not_text)", "(invalid_json)",
+					   "(not_object)"};
 	for (size_t w = 0; w < 4; w++) {
 		int found = 0;
 		for (size_t i = 0; i < 4; i++) {
@@ -539,7 +555,8 @@ TEST(backlog_gauges_sampled_from_xpending)
 	/* An entry 30 s old whose invocation is "running" elsewhere: it stays
 	 * pending, and the sampler must report it. */
 	long long old_ms = (long long)(now_wall_ns() / NS_PER_MS) - 30000;
-	redisReply *rep = redis_command(r, "XADD s8 %lld-0 event %s", old_ms, "{\"kind\":\"good\"}");
+	redisReply *rep =
+		redis_command(r, "XADD s8 %lld-0 event %s", old_ms, "{\"kind\":\"good\"}");
 	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	char *key = invocation_key("s8", "g", rep->str);
 	freeReplyObject(rep);
@@ -568,15 +585,21 @@ int main(int argc, char **argv)
 		printf("FAIL consumer/setup (redis-server)\n");
 		return 1;
 	}
-	write_fn("a-first", "runtime: python3.14\nevents:\n  - handler: ok.one\n    pattern: {kind: [good]}\n");
-	write_fn("b-second", "runtime: node24\nevents:\n  - handler: ok.two\n    pattern: {kind: [good]}\n");
+	write_fn(
+		"a-first",
+		"runtime: python3.14\nevents:\n  - handler: ok.one\n    pattern: {kind: [good]}\n");
+	write_fn("b-second",
+		 "runtime: node24\nevents:\n  - handler: ok.two\n    pattern: {kind: [good]}\n");
 	write_fn("c-fail", "runtime: python3.14\nevents:\n"
 			   "  - handler: ok.before\n    pattern: {kind: [bad]}\n"
 			   "  - handler: fail.mid\n    pattern: {kind: [bad]}\n    retries: 2\n"
 			   "  - handler: ok.after\n    pattern: {kind: [bad]}\n");
-	write_fn("d-once", "runtime: python3.14\nevents:\n  - handler: fail.zero\n    pattern: {kind: [once]}\n    retries: 0\n");
-	write_fn("e-slow", "runtime: python3.14\nconcurrency: 1\nevents:\n  - handler: slow.a\n    pattern: {kind: [slow]}\n");
-	write_fn("f-slowb", "runtime: python3.14\nconcurrency: 2\nevents:\n  - handler: slow.b\n    pattern: {kind: [slowb]}\n");
+	write_fn("d-once", "runtime: python3.14\nevents:\n  - handler: fail.zero\n    pattern: "
+			   "{kind: [once]}\n    retries: 0\n");
+	write_fn("e-slow", "runtime: python3.14\nconcurrency: 1\nevents:\n  - handler: slow.a\n    "
+			   "pattern: {kind: [slow]}\n");
+	write_fn("f-slowb", "runtime: python3.14\nconcurrency: 2\nevents:\n  - handler: slow.b\n   "
+			    " pattern: {kind: [slowb]}\n");
 	static const struct t_case cases[] = {
 		T_CASE(ack_only_after_all_matches_succeed),
 		T_CASE(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq),

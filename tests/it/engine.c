@@ -34,7 +34,7 @@
 /* ---- fixture ---------------------------------------------------------- */
 
 static struct docker *D;
-static char root[256];    /* temporary directory of this run */
+static char root[256]; /* temporary directory of this run */
 static char data_dir[300];
 static struct secret_provider *SP;
 static int pid;
@@ -164,12 +164,16 @@ static void make_node_function(const char *name)
 		   "export function boom() { throw new TypeError('node boom'); }\n"
 		   "export async function reject() { throw new Error('node rejected'); }\n");
 	write_file(d, "events/created.js",
-		   "export const handler = (event) => console.log('node nested created', event.id);\n");
+		   "export const handler = (event) => console.log('node nested created', "
+		   "event.id);\n");
 	write_file(d, "out.js",
 		   "export function handler() {\n"
-		   "  for (let i = 0; i < 3; i++) { console.log('out', i); console.error('err', i); }\n"
+		   "  for (let i = 0; i < 3; i++) { console.log('out', i); console.error('err', "
+		   "i); }\n"
 		   "}\n");
-	write_file(d, "slow.js", "export function handler() { return new Promise(() => setTimeout(() => {}, 60000)); }\n");
+	write_file(d, "slow.js",
+		   "export function handler() { return new Promise(() => setTimeout(() => {}, "
+		   "60000)); }\n");
 	free(d);
 }
 
@@ -368,10 +372,11 @@ static void run_table(const char *fn, const char *img, const struct expect *x, s
 		invoke(fn, img, x[i].handler, &r);
 		char *out = captured();
 		if (r.outcome != x[i].outcome || r.exit_code != x[i].exit_code ||
-		    (x[i].output && !has(out, x[i].output)) || (x[i].error && !has(r.error, x[i].error))) {
+		    (x[i].output && !has(out, x[i].output)) ||
+		    (x[i].error && !has(r.error, x[i].error))) {
 			T_FAIL_("%s: outcome %s exit %d error [%s]\n    output: %s", x[i].handler,
-				runner_outcome_name(r.outcome), r.exit_code,
-				r.error ? r.error : "", out);
+				runner_outcome_name(r.outcome), r.exit_code, r.error ? r.error : "",
+				out);
 		}
 		if (x[i].outcome != RUNNER_SUCCESS && !has(r.error, x[i].handler))
 			T_FAIL_("%s: error does not name the handler: %s", x[i].handler,
@@ -387,7 +392,8 @@ TEST(python_handlers)
 {
 	REQUIRE(img_py[0]);
 	char *p = xasprintf("relay: function \"%s\" handler \"ok.handler\" message "
-			    "\"1700000000000-0\" event \"evt-1\": py sync ok evt-1\n", fn_py);
+			    "\"1700000000000-0\" event \"evt-1\": py sync ok evt-1\n",
+			    fn_py);
 	const struct expect x[] = {
 		{"ok.handler", RUNNER_SUCCESS, 0, p, NULL},
 		{"aio.handler", RUNNER_SUCCESS, 0, "py async ok evt-1", NULL},
@@ -439,7 +445,8 @@ static void check_streams(const char *fn, const char *img, bool python)
 	invocation_result_free(&r);
 	char *out = captured();
 	char *pre = xasprintf("relay: function \"%s\" handler \"out.handler\" message "
-			      "\"1700000000000-0\" event \"evt-1\": ", fn);
+			      "\"1700000000000-0\" event \"evt-1\": ",
+			      fn);
 	const char *last_out = out, *last_err = out;
 	for (int i = 0; i < 3; i++) {
 		char *lo = xasprintf("%sout %d\n", pre, i);
@@ -596,7 +603,8 @@ TEST(hardening_labels_and_secret_placement)
 		CHECK_INT(json_integer_value(json_object_get(hc, "Memory")), 134217728);
 		CHECK_INT(json_integer_value(json_object_get(hc, "NanoCpus")), 1000000000);
 		CHECK_INT(json_integer_value(json_object_get(hc, "PidsLimit")), 128);
-		CHECK_STR(json_string_value(json_array_get(json_object_get(hc, "CapDrop"), 0)), "ALL");
+		CHECK_STR(json_string_value(json_array_get(json_object_get(hc, "CapDrop"), 0)),
+			  "ALL");
 		CHECK_INT(json_array_size(json_object_get(hc, "CapDrop")), 1);
 		CHECK(json_is_true(json_object_get(hc, "ReadonlyRootfs")));
 		CHECK_STR(json_string_value(json_object_get(json_object_get(hc, "Tmpfs"), "/tmp")),
@@ -610,9 +618,11 @@ TEST(hardening_labels_and_secret_placement)
 		json_t *l = json_object_get(cfg, "Labels");
 		CHECK_STR(json_string_value(json_object_get(l, "relay.function")), fn_py);
 		CHECK_STR(json_string_value(json_object_get(l, "relay.handler")), "slow.handler");
-		CHECK_STR(json_string_value(json_object_get(l, "relay.message_id")), "1700000000000-0");
+		CHECK_STR(json_string_value(json_object_get(l, "relay.message_id")),
+			  "1700000000000-0");
 		CHECK_STR(json_string_value(json_object_get(l, "relay.event_name")), "INSERT");
-		CHECK_STR(json_string_value(json_object_get(l, "relay.hostname")), runner_hostname());
+		CHECK_STR(json_string_value(json_object_get(l, "relay.hostname")),
+			  runner_hostname());
 		CHECK_STR(json_string_value(json_object_get(l, "relay.image")), img_py);
 		const char *ev = json_string_value(json_object_get(l, "relay.event_id"));
 		CHECK(ev && strlen(ev) == RUNNER_LABEL_MAX && str_has_prefix(ev, "evt-?with"));
@@ -623,7 +633,8 @@ TEST(hardening_labels_and_secret_placement)
 		bool env_secret = false, env_handler = false, env_api = false;
 		size_t i;
 		json_t *v;
-		json_array_foreach(json_object_get(cfg, "Env"), i, v) {
+		json_array_foreach(json_object_get(cfg, "Env"), i, v)
+		{
 			const char *s = json_string_value(v);
 			char *want = xasprintf("DB_URL=%s", canary);
 			env_secret |= s && strcmp(s, want) == 0;
@@ -895,8 +906,8 @@ TEST(fifty_invocations_leave_no_container)
 
 static char *create_labelled(const char *function, const char *host, bool start)
 {
-	json_t *body = json_pack("{s:s, s:[s,s], s:{s:s, s:s}}", "Image", "python:3.14-slim",
-				 "Cmd", "sleep", "300", "Labels", "relay.function", function,
+	json_t *body = json_pack("{s:s, s:[s,s], s:{s:s, s:s}}", "Image", "python:3.14-slim", "Cmd",
+				 "sleep", "300", "Labels", "relay.function", function,
 				 "relay.hostname", host);
 	char *text = json_dumps(body, 0);
 	json_decref(body);
@@ -959,18 +970,21 @@ TEST(examples_try_it)
 {
 	static const char event[] =
 		"{\"event_id\":\"evt_123\",\"event_name\":\"INSERT\",\"table_name\":\"users\","
-		"\"new_image\":{\"id\":\"user_123\",\"name\":\"John Doe\",\"email\":\"john@example.com\"}}";
+		"\"new_image\":{\"id\":\"user_123\",\"name\":\"John "
+		"Doe\",\"email\":\"john@example.com\"}}";
 	const char *dir = getenv("RELAY_EXAMPLES_DIR");
 	char *base = dir ? xstrdup(dir) : xstrdup("examples/functions");
 	struct {
 		const char *name, *runtime, *handler, *line;
 	} ex[] = {
 		{"user-events-python", "python3.14", "events.created.handler",
-		 "relay: function \"user-events-python\" handler \"events.created.handler\" message "
+		 "relay: function \"user-events-python\" handler \"events.created.handler\" "
+		 "message "
 		 "\"1700000000000-0\" event \"evt_123\": User created: user_123\n"},
 		{"welcome-email-node", "node24", "handler.handler",
 		 "relay: function \"welcome-email-node\" handler \"handler.handler\" message "
-		 "\"1700000000000-0\" event \"evt_123\": Sending welcome email to john@example.com\n"},
+		 "\"1700000000000-0\" event \"evt_123\": Sending welcome email to "
+		 "john@example.com\n"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(ex); i++) {
 		char *d = xasprintf("%s/%s", base, ex[i].name);
@@ -1041,5 +1055,5 @@ T_MAIN(T_CASE(setup), T_CASE(build_python_and_reuse), T_CASE(build_node_and_cjs)
        T_CASE(output_forwarding), T_CASE(timeouts), T_CASE(hardening_labels_and_secret_placement),
        T_CASE(env_and_secret_injection), T_CASE(canary_never_in_images_or_logs),
        T_CASE(dependency_image_shared), T_CASE(edit_rebuild_gc_and_failed_build),
-       T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep),
-       T_CASE(examples_try_it), T_CASE(cleanup))
+       T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep), T_CASE(examples_try_it),
+       T_CASE(cleanup))

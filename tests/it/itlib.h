@@ -8,12 +8,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <string.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -49,8 +49,9 @@ static int it_redis_start(struct itredis *it, const char *const *extra)
 		return -1;
 	it->port = it_free_port();
 	snprintf_(it->portstr, sizeof it->portstr, "%d", it->port);
-	const char *argv[40] = {"redis-server", "--bind", "127.0.0.1", "--port", it->portstr, "--save", "",
-				"--appendonly", "no", "--dir", it->dir, "--loglevel", "warning"};
+	const char *argv[40] = {"redis-server", "--bind",     "127.0.0.1",    "--port", it->portstr,
+				"--save",	"",	      "--appendonly", "no",	"--dir",
+				it->dir,	"--loglevel", "warning"};
 	int argc = 13;
 	for (int i = 0; extra && extra[i] && argc < 38; i++)
 		argv[argc++] = extra[i];

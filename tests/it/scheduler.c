@@ -62,7 +62,8 @@ static void publish_dir(struct registry *reg, const char *sub)
 				fvs[n++] = fn_version_new(scan.v[i].fn, NULL, NULL);
 				scan.v[i].fn = NULL;
 			} else if (scan.v[i].status == FUNCTION_INVALID) {
-				printf("  invalid fixture %s: %s\n", scan.v[i].name, scan.v[i].errors.v[0]);
+				printf("  invalid fixture %s: %s\n", scan.v[i].name,
+				       scan.v[i].errors.v[0]);
 			}
 		}
 		function_scan_free(&scan);
@@ -77,8 +78,11 @@ static void publish_dir(struct registry *reg, const char *sub)
 
 static struct scheduler *sched(struct registry *reg, const char *stream, int64_t start_ns)
 {
-	struct scheduler_config cfg = {.uri = &R.uri, .stream = stream, .registry = reg,
-				       .poll_ns = 100 * NS_PER_MS, .start_ns = start_ns};
+	struct scheduler_config cfg = {.uri = &R.uri,
+				       .stream = stream,
+				       .registry = reg,
+				       .poll_ns = 100 * NS_PER_MS,
+				       .start_ns = start_ns};
 	return scheduler_start(&cfg);
 }
 
@@ -121,7 +125,8 @@ static int read_stream(struct redis *r, const char *stream, struct occ *out, int
 {
 	redisReply *rep = redis_command(r, "XRANGE %s - +", stream);
 	int n = 0;
-	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements && n < max; i++) {
+	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements && n < max;
+	     i++) {
 		const redisReply *e = rep->element[i];
 		struct occ *o = &out[n++];
 		memset(o, 0, sizeof *o);
@@ -162,7 +167,9 @@ static long long xlen(struct redis *r, const char *stream)
 static long long pending(struct redis *r, const char *stream)
 {
 	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 ? rep->element[0]->integer : -1;
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0
+			      ? rep->element[0]->integer
+			      : -1;
 	if (rep)
 		freeReplyObject(rep);
 	return n;
@@ -180,8 +187,8 @@ static long long integer(struct redis *r, const char *fmt, const char *arg)
 /* Checks that the occurrences of (function, handler) in o[0..n) are
  * distinct and every step seconds apart; returns how many there are and
  * their first/last instants. */
-static int check_series(const struct occ *o, int n, const char *function, const char *handler, int step,
-			int64_t *first, int64_t *last)
+static int check_series(const struct occ *o, int n, const char *function, const char *handler,
+			int step, int64_t *first, int64_t *last)
 {
 	int k = 0;
 	int64_t prev = -1;
@@ -190,8 +197,8 @@ static int check_series(const struct occ *o, int n, const char *function, const 
 		if (strcmp(o[i].function, function) != 0 || strcmp(o[i].handler, handler) != 0)
 			continue;
 		if (prev >= 0 && o[i].at != prev + step) {
-			T_FAIL_("%s/%s: occurrence %" PRId64 " follows %" PRId64 " (want +%d s)", function, handler,
-				o[i].at, prev, step);
+			T_FAIL_("%s/%s: occurrence %" PRId64 " follows %" PRId64 " (want +%d s)",
+				function, handler, o[i].at, prev, step);
 		}
 		if (*first < 0)
 			*first = o[i].at;
@@ -212,19 +219,22 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, id, sizeof id, err, sizeof err),
 		  SCHEDULE_PUBLISHED);
 	CHECK(id[0] != '\0');
-	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err), SCHEDULE_DUPLICATE);
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_DUPLICATE);
 	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at + 1, NULL, 0, err, sizeof err),
 		  SCHEDULE_PUBLISHED);
 	struct occ o[4];
 	REQUIRE(read_stream(r, "pub", o, 4) == 2);
 	CHECK_STR(o[0].id, id);
 	CHECK_INT(o[0].nfields, 8);
-	CHECK_STR(o[0].event, "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}");
+	CHECK_STR(o[0].event,
+		  "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}");
 	CHECK_STR(o[0].function, "fn-a");
 	CHECK_STR(o[0].handler, "jobs.h");
 	CHECK_STR(o[0].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
 	CHECK_STR(o[1].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:01Z");
-	long long ttl = integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
+	long long ttl =
+		integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
 	CHECK(ttl > 604700 && ttl <= 604800);
 
 	/* Never a dedup key without its entry: a key of the wrong type fails
@@ -253,7 +263,8 @@ TEST(a_failed_publish_leaves_no_dedup_key)
 	REQUIRE(r);
 	long long before = dedup_keys(r);
 	char err[256] = "";
-	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, err,
+				   sizeof err),
 		  SCHEDULE_PUBLISH_FAILED);
 	CHECK_INT(dedup_keys(r), before);
 	redis_free(r);
@@ -306,7 +317,8 @@ TEST(a_fresh_start_publishes_only_occurrences_after_it)
 	int64_t first, last;
 	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
 	CHECK(n >= 2);
-	CHECK(first * NS_PER_SEC > t0 - NS_PER_SEC / 10); /* strictly after the start (its second) */
+	CHECK(first * NS_PER_SEC >
+	      t0 - NS_PER_SEC / 10); /* strictly after the start (its second) */
 	CHECK(first <= t0 / NS_PER_SEC + 1);
 	redis_free(r);
 	registry_free(reg);
@@ -406,7 +418,8 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 	(void)ctx;
 	pthread_mutex_lock(&calls.lock);
 	if (calls.n < 256) {
-		calls.names[calls.n] = xasprintf("%s/%s#%d", req->fv->fn->name, req->handler, req->attempt);
+		calls.names[calls.n] =
+			xasprintf("%s/%s#%d", req->fv->fn->name, req->handler, req->attempt);
 		calls.payloads[calls.n] = xstrndup(req->payload, req->payload_len);
 		calls.timeouts[calls.n] = req->timeout_ns;
 		calls.n++;
@@ -417,20 +430,28 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 	if (strncmp(req->handler, "fail.", 5) == 0) {
 		res->outcome = INVOKE_FAILED;
 		res->exit_code = 1;
-		snprintf_(res->error, sizeof res->error, "function %s handler %s exited with status 1",
-			  req->fv->fn->name, req->handler);
+		snprintf_(res->error, sizeof res->error,
+			  "function %s handler %s exited with status 1", req->fv->fn->name,
+			  req->handler);
 	}
 }
 
 static struct consumer *consumer(struct registry *reg, const char *stream)
 {
 	struct consumer_config cfg = {
-		.uri = &R.uri, .stream = stream, .group = "g", .consumer = "worker-1",
-		.max_buffered = 8, .max_concurrency = 2,
-		.reclaim_interval_ns = 200 * NS_PER_MS, .min_pending_idle_ns = 300 * NS_PER_MS,
+		.uri = &R.uri,
+		.stream = stream,
+		.group = "g",
+		.consumer = "worker-1",
+		.max_buffered = 8,
+		.max_concurrency = 2,
+		.reclaim_interval_ns = 200 * NS_PER_MS,
+		.min_pending_idle_ns = 300 * NS_PER_MS,
 		.slot_wait_ns = 2 * NS_PER_SEC,
 		.backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
-		.block_ms = 100, .registry = reg, .invoke = invoke,
+		.block_ms = 100,
+		.registry = reg,
+		.invoke = invoke,
 	};
 	struct redis *r = it_conn(&R);
 	char err[256];
@@ -445,10 +466,12 @@ static bool settled(struct redis *r, const char *stream, long long dlq_want)
 	for (int i = 0; i < 400; i++) {
 		redisReply *rep = redis_command(r, "XINFO GROUPS %s", stream);
 		long long lag = -1;
-		for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k < rep->elements; k++) {
+		for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k < rep->elements;
+		     k++) {
 			const redisReply *g = rep->element[k];
 			for (size_t j = 0; j + 1 < g->elements; j += 2)
-				if (strcmp(g->element[j]->str, "lag") == 0 && g->element[j + 1]->type == REDIS_REPLY_INTEGER)
+				if (strcmp(g->element[j]->str, "lag") == 0 &&
+				    g->element[j + 1]->type == REDIS_REPLY_INTEGER)
 					lag = g->element[j + 1]->integer;
 		}
 		if (rep)
@@ -475,10 +498,14 @@ TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
 	const int64_t at = 1774746000;
 	/* The function also has a rule matching every event: an occurrence
 	 * must never reach it. */
-	CHECK_INT(schedule_publish(r, "rt", "ra", "ok.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "ra", "fail.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "ra", "gone.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "nofn", "ok.tick", at, NULL, 0, err, sizeof err), SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "ra", "ok.tick", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "ra", "fail.tick", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "ra", "gone.tick", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
+	CHECK_INT(schedule_publish(r, "rt", "nofn", "ok.tick", at, NULL, 0, err, sizeof err),
+		  SCHEDULE_PUBLISHED);
 	struct consumer *c = consumer(reg, "rt");
 	CHECK(settled(r, "rt", 1));
 	CHECK_INT(calls_count("ra/ok.tick#1"), 1);
@@ -494,7 +521,8 @@ TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
 		if (strncmp(calls.names[i], "ra/ok.tick", 10) == 0)
 			CHECK_INT(calls.timeouts[i], 9 * NS_PER_SEC);
 	CHECK_INT(log_count("scheduled occurrence obsolete"), 2);
-	CHECK_INT(log_count("scheduled occurrence obsolete: its function or schedule handler no longer exists; "
+	CHECK_INT(log_count("scheduled occurrence obsolete: its function or schedule handler no "
+			    "longer exists; "
 			    "acknowledging\" function=nofn"),
 		  1);
 
@@ -567,20 +595,30 @@ int main(int argc, char **argv)
 	log_to_file();
 	log_set_level(LOG_INFO);
 	char *d;
-#define FIXTURE(sub, name, tpl)                   \
-	d = xasprintf("%s/%s", fdir, sub);        \
-	write_fn(d, name, tpl);                   \
+#define FIXTURE(sub, name, tpl)            \
+	d = xasprintf("%s/%s", fdir, sub); \
+	write_fn(d, name, tpl);            \
 	free(d)
-	FIXTURE("tick", "tick", "runtime: python3.14\nschedules:\n  - handler: jobs.tick\n    cron: \"* * * * * *\"\n");
-	FIXTURE("live1", "lv", "runtime: python3.14\nschedules:\n  - handler: jobs.a\n    cron: \"* * * * * *\"\n");
-	FIXTURE("live2", "lv", "runtime: python3.14\nschedules:\n  - handler: jobs.b\n    cron: \"* * * * * *\"\n");
-	FIXTURE("live2", "lw", "runtime: node24\nschedules:\n  - handler: jobs.c\n    cron: \"*/2 * * * * *\"\n"
-			       "    timezone: Europe/Rome\n");
-	FIXTURE("live3", "lv", "runtime: python3.14\nevents:\n  - handler: ev.h\n    pattern: {kind: [never]}\n");
-	FIXTURE("route", "ra", "runtime: python3.14\nevents:\n  - handler: ok.any\n    pattern: {}\n"
-			       "schedules:\n  - handler: ok.tick\n    cron: \"0 3 * * *\"\n    timeout: 9s\n"
-			       "  - handler: fail.tick\n    cron: \"0 4 * * *\"\n    retries: 1\n");
-	FIXTURE("removed", "rb", "runtime: python3.14\nevents:\n  - handler: ok.tick\n    pattern: {kind: [x]}\n");
+	FIXTURE("tick", "tick",
+		"runtime: python3.14\nschedules:\n  - handler: jobs.tick\n    cron: \"* * * * * "
+		"*\"\n");
+	FIXTURE("live1", "lv",
+		"runtime: python3.14\nschedules:\n  - handler: jobs.a\n    cron: \"* * * * * "
+		"*\"\n");
+	FIXTURE("live2", "lv",
+		"runtime: python3.14\nschedules:\n  - handler: jobs.b\n    cron: \"* * * * * "
+		"*\"\n");
+	FIXTURE("live2", "lw",
+		"runtime: node24\nschedules:\n  - handler: jobs.c\n    cron: \"*/2 * * * * *\"\n"
+		"    timezone: Europe/Rome\n");
+	FIXTURE("live3", "lv",
+		"runtime: python3.14\nevents:\n  - handler: ev.h\n    pattern: {kind: [never]}\n");
+	FIXTURE("route", "ra",
+		"runtime: python3.14\nevents:\n  - handler: ok.any\n    pattern: {}\n"
+		"schedules:\n  - handler: ok.tick\n    cron: \"0 3 * * *\"\n    timeout: 9s\n"
+		"  - handler: fail.tick\n    cron: \"0 4 * * *\"\n    retries: 1\n");
+	FIXTURE("removed", "rb",
+		"runtime: python3.14\nevents:\n  - handler: ok.tick\n    pattern: {kind: [x]}\n");
 #undef FIXTURE
 	static const struct t_case cases[] = {
 		T_CASE(publish_script_deduplicates_and_writes_the_documented_fields),

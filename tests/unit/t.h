@@ -17,41 +17,41 @@ static int t_failed_;
 
 #define TEST(name) static void name(void)
 
-#define T_FAIL_(...)                                                       \
-	do {                                                               \
-		fprintf(stdout, "  %s:%d: ", __FILE__, __LINE__);          \
-		fprintf(stdout, __VA_ARGS__);                              \
-		fputc('\n', stdout);                                       \
-		t_failed_ = 1;                                             \
+#define T_FAIL_(...)                                              \
+	do {                                                      \
+		fprintf(stdout, "  %s:%d: ", __FILE__, __LINE__); \
+		fprintf(stdout, __VA_ARGS__);                     \
+		fputc('\n', stdout);                              \
+		t_failed_ = 1;                                    \
 	} while (0)
 
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond))                                               \
-			T_FAIL_("check failed: %s", #cond);                \
+#define CHECK(cond)                                         \
+	do {                                                \
+		if (!(cond))                                \
+			T_FAIL_("check failed: %s", #cond); \
 	} while (0)
 
-#define REQUIRE(cond)                                                      \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			T_FAIL_("requirement failed: %s", #cond);          \
-			return;                                            \
-		}                                                          \
+#define REQUIRE(cond)                                             \
+	do {                                                      \
+		if (!(cond)) {                                    \
+			T_FAIL_("requirement failed: %s", #cond); \
+			return;                                   \
+		}                                                 \
 	} while (0)
 
-#define CHECK_STR(got, want)                                               \
-	do {                                                               \
-		const char *g_ = (got), *w_ = (want);                      \
-		if (!g_ || !w_ || strcmp(g_, w_) != 0)                     \
-			T_FAIL_("%s\n    got:  %s\n    want: %s", #got,    \
-				g_ ? g_ : "(null)", w_ ? w_ : "(null)");   \
+#define CHECK_STR(got, want)                                                                \
+	do {                                                                                \
+		const char *g_ = (got), *w_ = (want);                                       \
+		if (!g_ || !w_ || strcmp(g_, w_) != 0)                                      \
+			T_FAIL_("%s\n    got:  %s\n    want: %s", #got, g_ ? g_ : "(null)", \
+				w_ ? w_ : "(null)");                                        \
 	} while (0)
 
-#define CHECK_INT(got, want)                                               \
-	do {                                                               \
-		long long g_ = (long long)(got), w_ = (long long)(want);   \
-		if (g_ != w_)                                              \
-			T_FAIL_("%s: got %lld, want %lld", #got, g_, w_);  \
+#define CHECK_INT(got, want)                                              \
+	do {                                                              \
+		long long g_ = (long long)(got), w_ = (long long)(want);  \
+		if (g_ != w_)                                             \
+			T_FAIL_("%s: got %lld, want %lld", #got, g_, w_); \
 	} while (0)
 
 struct t_case {
@@ -59,7 +59,10 @@ struct t_case {
 	void (*fn)(void);
 };
 
-#define T_CASE(fn) {#fn, fn}
+#define T_CASE(fn)      \
+	{               \
+#fn, fn \
+	}
 
 static inline int t_run_(const char *file, const struct t_case *cases, size_t n, int argc,
 			 char **argv)
@@ -73,20 +76,19 @@ static inline int t_run_(const char *file, const struct t_case *cases, size_t n,
 		t_failed_ = 0;
 		fflush(stdout);
 		cases[i].fn();
-		printf("%s %.*s/%s\n", t_failed_ ? "FAIL" : "ok",
-		       (int)(strlen(base) - 2), base, cases[i].name);
+		printf("%s %.*s/%s\n", t_failed_ ? "FAIL" : "ok", (int)(strlen(base) - 2), base,
+		       cases[i].name);
 		failures += t_failed_;
 	}
 	fflush(stdout);
 	return failures ? 1 : 0;
 }
 
-#define T_MAIN(...)                                                        \
-	int main(int argc, char **argv)                                    \
-	{                                                                  \
-		static const struct t_case cases_[] = {__VA_ARGS__};       \
-		return t_run_(__FILE__, cases_,                            \
-			      sizeof cases_ / sizeof cases_[0], argc, argv); \
+#define T_MAIN(...)                                                                            \
+	int main(int argc, char **argv)                                                        \
+	{                                                                                      \
+		static const struct t_case cases_[] = {__VA_ARGS__};                           \
+		return t_run_(__FILE__, cases_, sizeof cases_ / sizeof cases_[0], argc, argv); \
 	}
 
 #endif

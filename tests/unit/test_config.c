@@ -6,9 +6,9 @@
 #include "t.h"
 
 static const char *const all_vars[] = {
-	"REDIS_URI", "REDIS_STREAM", "REDIS_GROUP", "REDIS_STREAM_RETENTION", "METRICS_ADDR",
-	"GIT_WEBHOOK_ADDR", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS",
-	"RELAY_FUNCTIONS_DIR", "RELAY_DATA_DIR",
+	"REDIS_URI",	       "REDIS_STREAM",	      "REDIS_GROUP",	"REDIS_STREAM_RETENTION",
+	"METRICS_ADDR",	       "GIT_WEBHOOK_ADDR",    "LOG_LEVEL",	"MAX_CONCURRENCY",
+	"MAX_BUFFERED_EVENTS", "RELAY_FUNCTIONS_DIR", "RELAY_DATA_DIR",
 };
 
 static void base_env(void)
@@ -97,28 +97,38 @@ static const struct {
 	{"REDIS_STREAM", "", "REDIS_STREAM is required"},
 	{"REDIS_GROUP", NULL, "REDIS_GROUP is required"},
 	{"REDIS_GROUP", "", "REDIS_GROUP is required"},
-	{"REDIS_URI", "http://h:1", "REDIS_URI 'http://h:1' is invalid (unsupported scheme 'http')"},
+	{"REDIS_URI", "http://h:1",
+	 "REDIS_URI 'http://h:1' is invalid (unsupported scheme 'http')"},
 	{"REDIS_URI", "localhost", "REDIS_URI 'localhost' is invalid (missing port)"},
-	{"REDIS_URI", "redis://u:hunter2@h:99999", "REDIS_URI 'redis://u:xxxxx@h:99999' is invalid"},
+	{"REDIS_URI", "redis://u:hunter2@h:99999",
+	 "REDIS_URI 'redis://u:xxxxx@h:99999' is invalid"},
 	{"REDIS_STREAM_RETENTION", "0", "REDIS_STREAM_RETENTION '0' is invalid (must be positive)"},
-	{"REDIS_STREAM_RETENTION", "0s", "REDIS_STREAM_RETENTION '0s' is invalid (must be positive)"},
-	{"REDIS_STREAM_RETENTION", "-1h", "REDIS_STREAM_RETENTION '-1h' is invalid (must be positive)"},
-	{"REDIS_STREAM_RETENTION", "6", "REDIS_STREAM_RETENTION '6' is invalid (not a Go duration)"},
-	{"REDIS_STREAM_RETENTION", "1d", "REDIS_STREAM_RETENTION '1d' is invalid (not a Go duration)"},
+	{"REDIS_STREAM_RETENTION", "0s",
+	 "REDIS_STREAM_RETENTION '0s' is invalid (must be positive)"},
+	{"REDIS_STREAM_RETENTION", "-1h",
+	 "REDIS_STREAM_RETENTION '-1h' is invalid (must be positive)"},
+	{"REDIS_STREAM_RETENTION", "6",
+	 "REDIS_STREAM_RETENTION '6' is invalid (not a Go duration)"},
+	{"REDIS_STREAM_RETENTION", "1d",
+	 "REDIS_STREAM_RETENTION '1d' is invalid (not a Go duration)"},
 	{"REDIS_STREAM_RETENTION", "abc", "not a Go duration"},
 	{"METRICS_ADDR", "9090", "METRICS_ADDR '9090' is invalid (not a listen address)"},
 	{"METRICS_ADDR", "::1:9090", "METRICS_ADDR '::1:9090' is invalid"},
 	{"METRICS_ADDR", ":99999", "METRICS_ADDR ':99999' is invalid"},
 	{"METRICS_ADDR", "host:", "METRICS_ADDR 'host:' is invalid"},
 	{"GIT_WEBHOOK_ADDR", "nope", "GIT_WEBHOOK_ADDR 'nope' is invalid"},
-	{"LOG_LEVEL", "WARNING", "LOG_LEVEL 'WARNING' is invalid (unknown log level); accepted: DEBUG, INFO, WARN or ERROR"},
+	{"LOG_LEVEL", "WARNING",
+	 "LOG_LEVEL 'WARNING' is invalid (unknown log level); accepted: DEBUG, INFO, WARN or "
+	 "ERROR"},
 	{"LOG_LEVEL", "trace", "LOG_LEVEL 'trace' is invalid"},
-	{"MAX_CONCURRENCY", "0", "MAX_CONCURRENCY '0' is invalid (must be positive); accepted: a positive integer"},
+	{"MAX_CONCURRENCY", "0",
+	 "MAX_CONCURRENCY '0' is invalid (must be positive); accepted: a positive integer"},
 	{"MAX_CONCURRENCY", "-1", "MAX_CONCURRENCY '-1' is invalid (must be positive)"},
 	{"MAX_CONCURRENCY", "1.5", "MAX_CONCURRENCY '1.5' is invalid (not an integer)"},
 	{"MAX_CONCURRENCY", "abc", "MAX_CONCURRENCY 'abc' is invalid (not an integer)"},
 	{"MAX_CONCURRENCY", "", "MAX_CONCURRENCY '' is invalid (empty)"},
-	{"MAX_CONCURRENCY", "99999999999999999999", "MAX_CONCURRENCY '99999999999999999999' is invalid (not an integer)"},
+	{"MAX_CONCURRENCY", "99999999999999999999",
+	 "MAX_CONCURRENCY '99999999999999999999' is invalid (not an integer)"},
 	{"MAX_CONCURRENCY", " 4", "MAX_CONCURRENCY ' 4' is invalid (not an integer)"},
 	{"MAX_BUFFERED_EVENTS", "0", "MAX_BUFFERED_EVENTS '0' is invalid (must be positive)"},
 	{"MAX_BUFFERED_EVENTS", "-5", "MAX_BUFFERED_EVENTS '-5' is invalid (must be positive)"},
@@ -138,13 +148,15 @@ TEST(bad_values)
 		char **errs = NULL;
 		int n = 0;
 		if (config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0) {
-			T_FAIL_("%s=%s accepted", bad[i].var, bad[i].value ? bad[i].value : "(unset)");
+			T_FAIL_("%s=%s accepted", bad[i].var,
+				bad[i].value ? bad[i].value : "(unset)");
 			config_free(&c);
 			continue;
 		}
 		if (n != 1 || !strstr(errs[0], bad[i].want))
 			T_FAIL_("%s=%s: got %d error(s), first: %s\n    want: %s", bad[i].var,
-				bad[i].value ? bad[i].value : "(unset)", n, n ? errs[0] : "", bad[i].want);
+				bad[i].value ? bad[i].value : "(unset)", n, n ? errs[0] : "",
+				bad[i].want);
 		config_errors_free(errs, n);
 	}
 }
@@ -194,10 +206,12 @@ TEST(health_needs_only_uri)
 
 TEST(listen_addresses)
 {
-	static const char *const ok[] = {":9090", "127.0.0.1:9090", "[::1]:9090", "localhost:9090",
-					 "0.0.0.0:0", "[::]:65535", "my-host.example:80"};
-	static const char *const no[] = {"9090", "::1:9090", "[::1]9090", "[::1]:", "[zz]:1",
-					 ":65536", ":-1", "h:80a", "a b:80", ":", "[]:80", "h:+80"};
+	static const char *const ok[] = {
+		":9090",     "127.0.0.1:9090", "[::1]:9090",	    "localhost:9090",
+		"0.0.0.0:0", "[::]:65535",     "my-host.example:80"};
+	static const char *const no[] = {
+		"9090", "::1:9090", "[::1]9090", "[::1]:", "[zz]:1", ":65536",
+		":-1",	"h:80a",    "a b:80",	 ":",	   "[]:80",  "h:+80"};
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
 		if (config_valid_listen_addr(ok[i]) != 0)
 			T_FAIL_("rejected %s", ok[i]);
@@ -255,9 +269,24 @@ TEST(uri_parse)
 TEST(uri_reject)
 {
 	static const char *const no[] = {
-		"", "host", "host:", "host:0", "host:65536", "host:abc", "::1:6379", "unix:///tmp/s",
-		"http://h:1", "redis://", "redis://:p@", "redis://h:1/db", "redis://h:1/-1",
-		"redis://h:1?db=1", "redis://u:%zz@h:1", "redis://h h:1", "[::1]", "[nothex]:1",
+		"",
+		"host",
+		"host:",
+		"host:0",
+		"host:65536",
+		"host:abc",
+		"::1:6379",
+		"unix:///tmp/s",
+		"http://h:1",
+		"redis://",
+		"redis://:p@",
+		"redis://h:1/db",
+		"redis://h:1/-1",
+		"redis://h:1?db=1",
+		"redis://u:%zz@h:1",
+		"redis://h h:1",
+		"[::1]",
+		"[nothex]:1",
 	};
 	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
 		struct redis_uri u;

@@ -86,7 +86,8 @@ static const struct {
 	{"tcp://[::1:2375", "unterminated ["},
 	{"tcp://[::1]", "missing port"},
 	{"tcp://[::1]x:2375", "unexpected text"},
-	{"unix:///" "0123456789012345678901234567890123456789012345678901234567890123456789"
+	{"unix:///"
+	 "0123456789012345678901234567890123456789012345678901234567890123456789"
 	 "0123456789012345678901234567890123456789.sock",
 	 "too long"},
 };
@@ -124,8 +125,8 @@ TEST(host_bad_without_errp)
 TEST(version_valid)
 {
 	static const char *const good[] = {"1.41", "1.24", "1.4", "2.0", "10.100", "1.44"};
-	static const char *const bad[] = {"",      "1",     "1.",     ".41",   "v1.41", "1.41.0",
-					  " 1.41", "1.41 ", "1,41",   "a.b",   "1.-1",  "+1.41",
+	static const char *const bad[] = {"",	   "1",	    "1.",	".41", "v1.41", "1.41.0",
+					  " 1.41", "1.41 ", "1,41",	"a.b", "1.-1",	"+1.41",
 					  "1.4a",  "1..41", "123456.1", NULL};
 	for (size_t i = 0; i < ARRAY_LEN(good); i++)
 		if (!docker_version_valid(good[i]))
@@ -235,8 +236,8 @@ TEST(error_message)
 		{500, "{\"message\":42}", "HTTP 500: {\"message\":42}"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char *m = docker_error_message(cases[i].status, cases[i].body,
-					       strlen(cases[i].body));
+		char *m =
+			docker_error_message(cases[i].status, cases[i].body, strlen(cases[i].body));
 		CHECK_STR(m, cases[i].want);
 		free(m);
 	}

@@ -34,7 +34,8 @@ static const struct {
 	{"3h30m", 1, 3 * NS_PER_HOUR + 30 * NS_PER_MIN},
 	{"10.5s4m", 1, 4 * NS_PER_MIN + 10 * NS_PER_SEC + 500 * NS_PER_MS},
 	{"-2m3.4s", 1, -(2 * NS_PER_MIN + 3 * NS_PER_SEC + 400 * NS_PER_MS)},
-	{"1h2m3s4ms5us6ns", 1, NS_PER_HOUR + 2 * NS_PER_MIN + 3 * NS_PER_SEC + 4 * NS_PER_MS + 5 * NS_PER_US + 6},
+	{"1h2m3s4ms5us6ns", 1,
+	 NS_PER_HOUR + 2 * NS_PER_MIN + 3 * NS_PER_SEC + 4 * NS_PER_MS + 5 * NS_PER_US + 6},
 	{"39h9m14.425s", 1, 39 * NS_PER_HOUR + 9 * NS_PER_MIN + 14 * NS_PER_SEC + 425 * NS_PER_MS},
 	{"52763797000ns", 1, 52763797000LL},
 	{"0.3333333333333333333h", 1, 20 * NS_PER_MIN},
@@ -89,7 +90,8 @@ TEST(parse_table)
 		int rc = duration_parse(parse_cases[i].in, &got);
 		if (parse_cases[i].ok) {
 			if (rc != 0 || got != parse_cases[i].want)
-				T_FAIL_("duration_parse(\"%s\") = rc %d, %" PRId64 "; want %" PRId64,
+				T_FAIL_("duration_parse(\"%s\") = rc %d, %" PRId64
+					"; want %" PRId64,
 					parse_cases[i].in, rc, got, parse_cases[i].want);
 		} else if (rc == 0) {
 			T_FAIL_("duration_parse(\"%s\") accepted (%" PRId64 "), want error",
@@ -149,4 +151,5 @@ TEST(round_trip)
 	}
 }
 
-T_MAIN(T_CASE(parse_table), T_CASE(parse_n_stops_at_length), T_CASE(format_table), T_CASE(round_trip))
+T_MAIN(T_CASE(parse_table), T_CASE(parse_n_stops_at_length), T_CASE(format_table),
+       T_CASE(round_trip))

@@ -85,11 +85,11 @@ TEST(not_text)
 	free(why);
 	CHECK_INT(decode_str("{\"a\":\"\xff\"}"), EVENT_ERR_NOT_TEXT);
 	CHECK_INT(decode_str("\xff"), EVENT_ERR_NOT_TEXT);
-	CHECK_INT(decode_str("{\"a\":\"\xc0\xaf\"}"), EVENT_ERR_NOT_TEXT);     /* overlong */
-	CHECK_INT(decode_str("{\"a\":\"\xe0\x80\xaf\"}"), EVENT_ERR_NOT_TEXT); /* overlong */
-	CHECK_INT(decode_str("{\"a\":\"\xed\xa0\x80\"}"), EVENT_ERR_NOT_TEXT); /* surrogate */
+	CHECK_INT(decode_str("{\"a\":\"\xc0\xaf\"}"), EVENT_ERR_NOT_TEXT);	   /* overlong */
+	CHECK_INT(decode_str("{\"a\":\"\xe0\x80\xaf\"}"), EVENT_ERR_NOT_TEXT);	   /* overlong */
+	CHECK_INT(decode_str("{\"a\":\"\xed\xa0\x80\"}"), EVENT_ERR_NOT_TEXT);	   /* surrogate */
 	CHECK_INT(decode_str("{\"a\":\"\xf4\x90\x80\x80\"}"), EVENT_ERR_NOT_TEXT); /* > U+10FFFF */
-	CHECK_INT(decode_str("{\"a\":\"\xe2\x82\"}"), EVENT_ERR_NOT_TEXT);     /* truncated */
+	CHECK_INT(decode_str("{\"a\":\"\xe2\x82\"}"), EVENT_ERR_NOT_TEXT);	   /* truncated */
 	CHECK_INT(decode_str("{\"a\":\"\x80\"}"), EVENT_ERR_NOT_TEXT);
 	CHECK_INT(decode_text("{\"a\":\"\0\"}", 8), EVENT_ERR_NOT_TEXT); /* NUL byte */
 	CHECK_INT(decode_text("{}\0", 3), EVENT_ERR_NOT_TEXT);
@@ -105,16 +105,57 @@ TEST(not_text)
 TEST(invalid_json)
 {
 	static const char *const bad[] = {
-		"", " ", "{", "}", "{\"a\":}", "{\"a\":1,}", "[1,]", "{\"a\":01}", "{\"a\":1.}",
-		"{\"a\":.5}", "{\"a\":+1}", "{\"a\":-}", "{\"a\":1e}", "{\"a\":1e+}", "{\"a\":NaN}",
-		"{\"a\":Infinity}", "{\"a\":-Infinity}", "{\"a\":1e400}", "{\"a\":-1e400}",
-		"{\"a\":\"\x01\"}", "{\"a\":\"\t\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
-		"{\"a\":\"\\u12g4\"}", "{\"a\":\"\\\"}", "{} {}", "{}x", "{},", "\xef\xbb\xbf{}",
-		"{\"a\" 1}", "{a:1}", "{'a':1}", "{\"a\":tru}", "{\"a\":nul}", "{\"a\":True}",
-		"/*c*/{}", "{\"a\":\"unterminated}", "{\"a\":1 \"b\":2}", "{\"a\":[1 2]}",
-		"{\"a\":[}", "{\"a\":]}", "{,}", "{\"a\":1,,\"b\":2}", "{1:2}", "{\"a\"}",
-		"{\"a\":\"\\u\"}", "{\"a\":0x10}", "{\"a\":- 1}", "{\"a\":\"\\U0041\"}",
-		"\x0c{}", "{\"a\":\"b\"\x0b}",
+		"",
+		" ",
+		"{",
+		"}",
+		"{\"a\":}",
+		"{\"a\":1,}",
+		"[1,]",
+		"{\"a\":01}",
+		"{\"a\":1.}",
+		"{\"a\":.5}",
+		"{\"a\":+1}",
+		"{\"a\":-}",
+		"{\"a\":1e}",
+		"{\"a\":1e+}",
+		"{\"a\":NaN}",
+		"{\"a\":Infinity}",
+		"{\"a\":-Infinity}",
+		"{\"a\":1e400}",
+		"{\"a\":-1e400}",
+		"{\"a\":\"\x01\"}",
+		"{\"a\":\"\t\"}",
+		"{\"a\":\"\\x\"}",
+		"{\"a\":\"\\u12\"}",
+		"{\"a\":\"\\u12g4\"}",
+		"{\"a\":\"\\\"}",
+		"{} {}",
+		"{}x",
+		"{},",
+		"\xef\xbb\xbf{}",
+		"{\"a\" 1}",
+		"{a:1}",
+		"{'a':1}",
+		"{\"a\":tru}",
+		"{\"a\":nul}",
+		"{\"a\":True}",
+		"/*c*/{}",
+		"{\"a\":\"unterminated}",
+		"{\"a\":1 \"b\":2}",
+		"{\"a\":[1 2]}",
+		"{\"a\":[}",
+		"{\"a\":]}",
+		"{,}",
+		"{\"a\":1,,\"b\":2}",
+		"{1:2}",
+		"{\"a\"}",
+		"{\"a\":\"\\u\"}",
+		"{\"a\":0x10}",
+		"{\"a\":- 1}",
+		"{\"a\":\"\\U0041\"}",
+		"\x0c{}",
+		"{\"a\":\"b\"\x0b}",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		int rc = decode_str(bad[i]);
@@ -133,8 +174,8 @@ TEST(invalid_json)
 
 TEST(not_object)
 {
-	static const char *const other[] = {"[]", "[{}]", "1", "-1.5", "\"s\"", "null",
-					    "true", "false", "  [1]  ", "\"{}\""};
+	static const char *const other[] = {"[]",   "[{}]", "1",     "-1.5",	"\"s\"",
+					    "null", "true", "false", "  [1]  ", "\"{}\""};
 	for (size_t i = 0; i < ARRAY_LEN(other); i++)
 		if (decode_str(other[i]) != EVENT_ERR_NOT_OBJECT)
 			T_FAIL_("%s: not reported as not an object", other[i]);

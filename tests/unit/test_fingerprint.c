@@ -72,19 +72,19 @@ TEST(every_change_changes_the_hash)
 		case 0: /* edit one byte */
 			fn_tree_put(&t, "ok.py", FN_ENTRY_FILE, "x = 2\n", 6);
 			break;
-		case 1: /* add a file */
-			fn_tree_put(&t, "new.py", FN_ENTRY_FILE, "", 0);
-			break;
+		case 1: /* add a file */ fn_tree_put(&t, "new.py", FN_ENTRY_FILE, "", 0); break;
 		case 2: /* rename */
 			fn_tree_free(&t);
 			memset(&t, 0, sizeof t);
-			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14\n", 20);
+			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14\n",
+				    20);
 			fn_tree_put(&t, "events/created.py", FN_ENTRY_FILE,
 				    "def handler(e):\n    pass\n", 25);
 			fn_tree_put(&t, "ok2.py", FN_ENTRY_FILE, "x = 1\n", 6);
 			break;
 		case 3: /* template.yaml counts (env values live there) */
-			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14 \n", 21);
+			fn_tree_put(&t, "template.yaml", FN_ENTRY_FILE, "runtime: python3.14 \n",
+				    21);
 			break;
 		case 4: /* executable bit */
 			fn_tree_put(&t, "ok.py", FN_ENTRY_EXEC, "x = 1\n", 6);

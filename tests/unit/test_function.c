@@ -7,12 +7,18 @@
 
 TEST(name_rule)
 {
-	static const char *const ok[] = {"user-events", "welcome_email", "jobs.v2", "a", "0",
-					 "a.b-c_d", "9lives",
-					 "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij123"};
-	static const char *const no[] = {"User Events", "hello/world", ".hidden", "", "-x", "_x",
-					 "end.", "UPPER", "sp ace", "caf\xc3\xa9", "a:b",
-					 "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij1234"};
+	static const char *const ok[] = {
+		"user-events", "welcome_email",
+		"jobs.v2",     "a",
+		"0",	       "a.b-c_d",
+		"9lives",      "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij123"};
+	static const char *const no[] = {
+		"User Events", "hello/world",
+		".hidden",     "",
+		"-x",	       "_x",
+		"end.",	       "UPPER",
+		"sp ace",      "caf\xc3\xa9",
+		"a:b",	       "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij1234"};
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
 		if (!function_name_valid(ok[i], NULL))
 			T_FAIL_("rejected %s", ok[i]);
@@ -93,7 +99,8 @@ TEST(scan)
 	CHECK_STR(s.v[4].name, "leaky");
 	CHECK_INT(s.v[4].status, FUNCTION_INVALID);
 	CHECK(s.v[4].errors.n == 1 &&
-	      strcmp(s.v[4].errors.v[0], "passwd: symlink points outside the function directory") == 0);
+	      strcmp(s.v[4].errors.v[0], "passwd: symlink points outside the function directory") ==
+		      0);
 	CHECK_STR(s.v[5].name, "no-template");
 	CHECK_INT(s.v[5].status, FUNCTION_NO_TEMPLATE);
 	/* One WARN line naming the function and every error. */
@@ -111,8 +118,10 @@ TEST(scan)
 	REQUIRE(n > 0);
 	out[n] = '\0';
 	CHECK(strchr(out, '\n') == out + n - 1);
-	CHECK(strstr(out, "level=WARN msg=\"invalid function skipped\" function=broken errors=\"runtime: "
-			  "unsupported runtime \\\"cobol\\\" (supported: python3.14, node24); events: a function "
+	CHECK(strstr(out, "level=WARN msg=\"invalid function skipped\" function=broken "
+			  "errors=\"runtime: "
+			  "unsupported runtime \\\"cobol\\\" (supported: python3.14, node24); "
+			  "events: a function "
 			  "needs at least one event rule or schedule\"") != NULL);
 	CHECK_STR(s.v[6].name, "zeta");
 	CHECK_INT(s.v[6].status, FUNCTION_OK);

@@ -67,7 +67,10 @@ static const struct {
 	{"bad utf8 \xff", "\"bad utf8 \\xff\""},
 	{"\xc3\x28", "\"\\xc3(\""},
 	{"caf\xc3\xa9", "caf\xc3\xa9"},
-	{"\xe2\x82\xac" "5", "\xe2\x82\xac" "5"},
+	{"\xe2\x82\xac"
+	 "5",
+	 "\xe2\x82\xac"
+	 "5"},
 	{"nbsp\xc2\xa0x", "\"nbsp\\u00a0x\""},
 	{"ls\xe2\x80\xa8", "\"ls\\u2028\""},
 	{"quote\"only", "\"quote\\\"only\""},
@@ -104,17 +107,27 @@ TEST(parse_level)
 		int ok;
 		enum log_level want;
 	} rows[] = {
-		{"DEBUG", 1, LOG_DEBUG}, {"debug", 1, LOG_DEBUG}, {"Info", 1, LOG_INFO},
-		{" warn ", 1, LOG_WARN}, {"\tERROR\n", 1, LOG_ERROR}, {"WARNING", 0, 0},
-		{"", 0, 0}, {"   ", 0, 0}, {"TRACE", 0, 0}, {"INFO2", 0, 0}, {"IN FO", 0, 0},
-		{"0", 0, 0}, {"fatal", 0, 0},
+		{"DEBUG", 1, LOG_DEBUG},
+		{"debug", 1, LOG_DEBUG},
+		{"Info", 1, LOG_INFO},
+		{" warn ", 1, LOG_WARN},
+		{"\tERROR\n", 1, LOG_ERROR},
+		{"WARNING", 0, 0},
+		{"", 0, 0},
+		{"   ", 0, 0},
+		{"TRACE", 0, 0},
+		{"INFO2", 0, 0},
+		{"IN FO", 0, 0},
+		{"0", 0, 0},
+		{"fatal", 0, 0},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		enum log_level l = LOG_ERROR;
 		int rc = log_parse_level(rows[i].in, &l);
 		if (rows[i].ok) {
 			if (rc != 0 || l != rows[i].want)
-				T_FAIL_("log_parse_level(\"%s\") rc=%d level=%d", rows[i].in, rc, l);
+				T_FAIL_("log_parse_level(\"%s\") rc=%d level=%d", rows[i].in, rc,
+					l);
 		} else if (rc == 0) {
 			T_FAIL_("log_parse_level(\"%s\") accepted", rows[i].in);
 		}

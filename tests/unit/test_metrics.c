@@ -134,7 +134,8 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 		else
 			return ck_fail(err, line, "comment lines other than HELP/TYPE", l);
 		const char *p = l + 7, *sp = strchr(p, ' ');
-		if (!sp || (size_t)(sp - p) >= sizeof name || !valid_name(p, (size_t)(sp - p), true))
+		if (!sp || (size_t)(sp - p) >= sizeof name ||
+		    !valid_name(p, (size_t)(sp - p), true))
 			return ck_fail(err, line, "bad metric name in", l);
 		memcpy(name, p, (size_t)(sp - p));
 		name[sp - p] = '\0';
@@ -175,8 +176,8 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 			    strcmp(rest, "untyped"))
 				return ck_fail(err, line, "unknown type", l);
 			strlcpy_(c->cur_type, rest, sizeof c->cur_type);
-			if (strcmp(rest, "counter") == 0 && (strlen(name) < 6 ||
-			     strcmp(name + strlen(name) - 6, "_total") != 0))
+			if (strcmp(rest, "counter") == 0 &&
+			    (strlen(name) < 6 || strcmp(name + strlen(name) - 6, "_total") != 0))
 				return ck_fail(err, line, "counter name without _total", l);
 		}
 		return 0;
@@ -246,7 +247,8 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 					else if (*p == '\\' || *p == '"')
 						ch = *p;
 					else
-						return ck_fail(err, line, "bad escape in label value", l);
+						return ck_fail(err, line,
+							       "bad escape in label value", l);
 				} else if (ch == '\n') {
 					return ck_fail(err, line, "raw newline in label value", l);
 				}
@@ -263,7 +265,8 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 				has_le = true;
 				strlcpy_(le, val, sizeof le);
 			} else {
-				int w = snprintf(key + klen, sizeof key - klen, "%s=%s,", lname, val);
+				int w = snprintf(key + klen, sizeof key - klen, "%s=%s,", lname,
+						 val);
 				if (w < 0 || (size_t)w >= sizeof key - klen)
 					return ck_fail(err, line, "labels too long", l);
 				klen += (size_t)w;
@@ -316,7 +319,8 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 				return ck_fail(err, line, "bucket without a valid le", l);
 			if (!c->hist_open || strcmp(c->hist_key, key) != 0) {
 				if (c->hist_open)
-					return ck_fail(err, line, "buckets of a new series before _count", l);
+					return ck_fail(err, line,
+						       "buckets of a new series before _count", l);
 				c->hist_open = true;
 				strlcpy_(c->hist_key, key, sizeof c->hist_key);
 				c->last_le = -INFINITY;
@@ -339,10 +343,12 @@ static int ck_line(struct ck *c, char *l, int line, char **err)
 			if (has_le)
 				return ck_fail(err, line, "le on _sum/_count", l);
 			if (!c->hist_open || strcmp(c->hist_key, key) != 0 || !c->saw_inf)
-				return ck_fail(err, line, "_sum/_count without buckets ending in +Inf", l);
+				return ck_fail(err, line,
+					       "_sum/_count without buckets ending in +Inf", l);
 			if (strcmp(suffix, "_count") == 0) {
 				if (v != c->inf_count)
-					return ck_fail(err, line, "_count differs from the +Inf bucket", l);
+					return ck_fail(err, line,
+						       "_count differs from the +Inf bucket", l);
 				c->hist_open = false;
 			}
 		}
@@ -396,13 +402,13 @@ out:
 TEST(checker_rejects_malformed_text)
 {
 	static const char *const bad[] = {
-		"x_total 1\n",                                                  /* no HELP/TYPE */
-		"# HELP x_total h\n# TYPE x_total counter\nx_total 1",         /* no final newline */
+		"x_total 1\n",					       /* no HELP/TYPE */
+		"# HELP x_total h\n# TYPE x_total counter\nx_total 1", /* no final newline */
 		"# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"b\"c\"} 1\n",
 		"# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"\\t\"} 1\n",
 		"# HELP x_total h\n# TYPE x_total counter\nx_total -1\n",
 		"# HELP x_total h\n# TYPE x_total counter\nx_total 1\nx_total 2\n",
-		"# HELP x h\n# TYPE x counter\nx 1\n",                          /* no _total */
+		"# HELP x h\n# TYPE x counter\nx 1\n", /* no _total */
 		"# HELP x h\n# TYPE x gauge\nx one\n",
 		"# HELP x h\n# TYPE x gauge\nx 1\n# HELP x h\n# TYPE x gauge\nx 1\n",
 		"# HELP x h\n# TYPE x gauge\ny 1\n",
@@ -474,20 +480,13 @@ TEST(float_formatting)
 		double v;
 		const char *want;
 	} cases[] = {
-		{0, "buffered_events 0"},
-		{1, "buffered_events 1"},
-		{0.1, "buffered_events 0.1"},
-		{2.5, "buffered_events 2.5"},
-		{100000, "buffered_events 100000"},
-		{999999, "buffered_events 999999"},
-		{1000000, "buffered_events 1e+06"},
-		{1234567, "buffered_events 1.234567e+06"},
-		{0.0001, "buffered_events 0.0001"},
-		{0.00001, "buffered_events 1e-05"},
-		{-3, "buffered_events -3"},
-		{1.0 / 3, "buffered_events 0.3333333333333333"},
-		{INFINITY, "buffered_events +Inf"},
-		{-INFINITY, "buffered_events -Inf"},
+		{0, "buffered_events 0"},	    {1, "buffered_events 1"},
+		{0.1, "buffered_events 0.1"},	    {2.5, "buffered_events 2.5"},
+		{100000, "buffered_events 100000"}, {999999, "buffered_events 999999"},
+		{1000000, "buffered_events 1e+06"}, {1234567, "buffered_events 1.234567e+06"},
+		{0.0001, "buffered_events 0.0001"}, {0.00001, "buffered_events 1e-05"},
+		{-3, "buffered_events -3"},	    {1.0 / 3, "buffered_events 0.3333333333333333"},
+		{INFINITY, "buffered_events +Inf"}, {-INFINITY, "buffered_events -Inf"},
 		{NAN, "buffered_events NaN"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -601,8 +600,9 @@ TEST(invocation_updates_every_related_series)
 	metrics_handler_observe(NULL, METRIC_OUTCOME_SUCCESS, 0.2); /* no-op */
 	free(text);
 	text = render();
-	CHECK(has_line(text,
-		       "handler_invocations_total{function=\"a\",handler=\"h1\",outcome=\"success\"} 2"));
+	CHECK(has_line(
+		text,
+		"handler_invocations_total{function=\"a\",handler=\"h1\",outcome=\"success\"} 2"));
 	free(text);
 }
 
@@ -654,7 +654,8 @@ TEST(exact_rendering)
 		"# HELP dlq_entries_total Entries written to the dead-letter queue.",
 		"# TYPE dlq_entries_total counter",
 		"dlq_entries_total 0",
-		"# HELP handler_invocations_total Handler invocations by outcome (success, failure, timeout).",
+		"# HELP handler_invocations_total Handler invocations by outcome (success, "
+		"failure, timeout).",
 		"# TYPE handler_invocations_total counter",
 		"handler_invocations_total{function=\"fn\",handler=\"h\",outcome=\"success\"} 1",
 		"handler_invocations_total{function=\"fn\",handler=\"h\",outcome=\"failure\"} 0",
@@ -668,7 +669,8 @@ TEST(exact_rendering)
 		"# HELP function_successes_total Handler successes per function.",
 		"# TYPE function_successes_total counter",
 		"function_successes_total{function=\"fn\"} 1",
-		"# HELP function_failures_total Handler failures (including timeouts) per function.",
+		"# HELP function_failures_total Handler failures (including timeouts) per "
+		"function.",
 		"# TYPE function_failures_total counter",
 		"function_failures_total{function=\"fn\"} 0",
 		"# HELP function_retries_total Event retries per function.",
@@ -715,25 +717,31 @@ TEST(exact_rendering)
 		"# HELP pending_entries Entries pending in the consumer group (sampled every 15s).",
 		"# TYPE pending_entries gauge",
 		"pending_entries 2",
-		"# HELP pending_oldest_age_seconds Idle time of the oldest pending entry (sampled every 15s).",
+		"# HELP pending_oldest_age_seconds Idle time of the oldest pending entry (sampled "
+		"every 15s).",
 		"# TYPE pending_oldest_age_seconds gauge",
 		"pending_oldest_age_seconds 61.5",
 		"# HELP buffered_events Events held in the local buffer.",
 		"# TYPE buffered_events gauge",
 		"buffered_events 0",
-		"# HELP in_flight_invocations Handler invocations currently executing in this worker.",
+		"# HELP in_flight_invocations Handler invocations currently executing in this "
+		"worker.",
 		"# TYPE in_flight_invocations gauge",
 		"in_flight_invocations 0",
-		"# HELP concurrency_waits_total Invocations whose concurrency-slot acquisition had to block.",
+		"# HELP concurrency_waits_total Invocations whose concurrency-slot acquisition had "
+		"to block.",
 		"# TYPE concurrency_waits_total counter",
 		"concurrency_waits_total 1",
-		"# HELP schedule_occurrences_published_total Scheduled occurrences this worker published first.",
+		"# HELP schedule_occurrences_published_total Scheduled occurrences this worker "
+		"published first.",
 		"# TYPE schedule_occurrences_published_total counter",
 		"schedule_occurrences_published_total 0",
-		"# HELP schedule_occurrences_duplicate_total Scheduled occurrences already published by another worker.",
+		"# HELP schedule_occurrences_duplicate_total Scheduled occurrences already "
+		"published by another worker.",
 		"# TYPE schedule_occurrences_duplicate_total counter",
 		"schedule_occurrences_duplicate_total 1",
-		"# HELP schedule_publish_failures_total Scheduled occurrences this worker failed to publish.",
+		"# HELP schedule_publish_failures_total Scheduled occurrences this worker failed "
+		"to publish.",
 		"# TYPE schedule_publish_failures_total counter",
 		"schedule_publish_failures_total 0",
 	};
@@ -764,7 +772,8 @@ TEST(exposition_is_well_formed)
 		metrics_function_register(fn);
 		for (int k = 0; k < 3; k++) {
 			snprintf_(h, sizeof h, "mod.h%d", k);
-			metrics_handler_invocation(fn, h, (enum metric_outcome)(k % 3), 0.01 * k * f);
+			metrics_handler_invocation(fn, h, (enum metric_outcome)(k % 3),
+						   0.01 * k * f);
 		}
 		metrics_build(fn, f % 2, f * 10.0);
 	}
@@ -860,11 +869,12 @@ TEST(concurrent_updates_are_exact)
 
 	char *text = render();
 	/* 0.5 and 0.25 are exact in binary, so the sums are exact too */
-	char *line = xasprintf("handler_duration_seconds_sum{function=\"shared\",handler=\"h\"} %lld",
-			       total / 2);
+	char *line = xasprintf(
+		"handler_duration_seconds_sum{function=\"shared\",handler=\"h\"} %lld", total / 2);
 	CHECK(has_line(text, line));
 	free(line);
-	line = xasprintf("handler_duration_seconds_count{function=\"shared\",handler=\"h\"} %lld", total);
+	line = xasprintf("handler_duration_seconds_count{function=\"shared\",handler=\"h\"} %lld",
+			 total);
 	CHECK(has_line(text, line));
 	free(line);
 	char *err = NULL;
@@ -907,12 +917,12 @@ TEST(series_are_bounded)
 	}
 	CHECK_INT(metrics_function_register("last"), 0); /* the 10000th label set */
 	CHECK_INT(metrics_function_register("one-too-many"), -1);
-	CHECK_INT(metrics_function_register("f5"), 0);   /* existing: still fine */
+	CHECK_INT(metrics_function_register("f5"), 0); /* existing: still fine */
 	CHECK(metrics_handler_get("f1", "new") == NULL);
 	metrics_handler_invocation("f1", "new", METRIC_OUTCOME_SUCCESS, 1); /* dropped */
-	metrics_function_event("another-new");                              /* dropped */
+	metrics_function_event("another-new");				    /* dropped */
 	metrics_handler_invocation("f0", "h0", METRIC_OUTCOME_SUCCESS, 1);  /* counted */
-	metrics_function_event("f7");                                       /* counted */
+	metrics_function_event("f7");					    /* counted */
 
 	CHECK_INT(metrics_counter_value(METRIC_HANDLER_SUCCESS), 2);
 	struct metrics_function_snapshot *fs;

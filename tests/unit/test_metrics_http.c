@@ -224,9 +224,8 @@ TEST(serves_metrics)
 	metrics_handler_invocation("fn", "h", METRIC_OUTCOME_FAILURE, 0.3);
 	CHECK_INT(fetch("GET", url, NULL, NULL, &r), CURLE_OK);
 	CHECK(strstr(r.body.data, "\nevents_received_total 1\n") != NULL);
-	CHECK(strstr(r.body.data,
-		     "\nhandler_invocations_total{function=\"fn\",handler=\"h\",outcome=\"failure\"} 1\n") !=
-	      NULL);
+	CHECK(strstr(r.body.data, "\nhandler_invocations_total{function=\"fn\",handler=\"h\","
+				  "outcome=\"failure\"} 1\n") != NULL);
 	/* the body is exactly the registry's rendering */
 	struct buf want;
 	buf_init(&want, 64 << 20);
@@ -258,8 +257,9 @@ TEST(serves_metrics)
 
 	static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
 	for (size_t i = 0; i < ARRAY_LEN(methods); i++) {
-		CHECK_INT(fetch(methods[i], url, strcmp(methods[i], "POST") ? NULL : "a=b", NULL, &r),
-			  CURLE_OK);
+		CHECK_INT(
+			fetch(methods[i], url, strcmp(methods[i], "POST") ? NULL : "a=b", NULL, &r),
+			CURLE_OK);
 		if (r.status != 405)
 			T_FAIL_("%s: status %ld, want 405", methods[i], r.status);
 		CHECK_STR(r.allow, "GET, HEAD");
@@ -273,7 +273,8 @@ TEST(serves_metrics)
 	metrics_server_stop(); /* idempotent */
 
 	char *logs = captured_logs();
-	CHECK(strstr(logs, "level=INFO msg=\"Metrics http server listening on 127.0.0.1:0\"") != NULL);
+	CHECK(strstr(logs, "level=INFO msg=\"Metrics http server listening on 127.0.0.1:0\"") !=
+	      NULL);
 	CHECK(strstr(logs, "level=INFO msg=\"Metrics http server stopped\"") != NULL);
 	free(logs);
 	release_logs();
@@ -312,9 +313,10 @@ TEST(bind_failure_is_retried)
 	free(url);
 
 	char *logs = captured_logs();
-	char *want = xasprintf("level=WARN msg=\"Metrics http server cannot listen; retrying in "
-			       "the background\" addr=%s error=\"listen tcp %s: Address already in use\"",
-			       addr, addr);
+	char *want = xasprintf(
+		"level=WARN msg=\"Metrics http server cannot listen; retrying in "
+		"the background\" addr=%s error=\"listen tcp %s: Address already in use\"",
+		addr, addr);
 	CHECK(strstr(logs, want) != NULL);
 	free(want);
 	want = xasprintf("level=INFO msg=\"Metrics http server listening on %s\"", addr);
@@ -368,7 +370,8 @@ TEST(stalled_clients_do_not_block)
 	partial = connect_to(port);
 	const char *half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
 	CHECK(write(partial, half, strlen(half)) == (ssize_t)strlen(half));
-	const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	const char *req =
+		"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
 	for (int i = 0; i < 2; i++) {
 		nonreader[i] = connect_to(port);
 		CHECK(write(nonreader[i], req, strlen(req)) == (ssize_t)strlen(req));
@@ -522,7 +525,6 @@ TEST(address_forms_bind)
 	release_logs();
 }
 
-T_MAIN(T_CASE(listen_address_forms), T_CASE(serves_metrics),
-       T_CASE(bind_failure_is_retried), T_CASE(stop_while_retrying),
-       T_CASE(stalled_clients_do_not_block), T_CASE(generic_server_bodies_and_headers),
-       T_CASE(address_forms_bind))
+T_MAIN(T_CASE(listen_address_forms), T_CASE(serves_metrics), T_CASE(bind_failure_is_retried),
+       T_CASE(stop_while_retrying), T_CASE(stalled_clients_do_not_block),
+       T_CASE(generic_server_bodies_and_headers), T_CASE(address_forms_bind))

@@ -395,8 +395,8 @@ TEST(match_table)
 			int64_t now = ns_of(r->now ? r->now : NOW);
 			bool got = pattern_match(p, ev, now);
 			if (got != (r->want != 0))
-				T_FAIL_("row %zu: %s vs %s: got %d, want %d", i, r->pattern, r->event,
-					got, r->want);
+				T_FAIL_("row %zu: %s vs %s: got %d, want %d", i, r->pattern,
+					r->event, got, r->want);
 			/* the jansson entry point agrees */
 			char *t = unquote(r->event);
 			json_t *ej = json_loads(t, JSON_ALLOW_NUL, NULL);
@@ -422,7 +422,7 @@ TEST(match_table)
 struct invalid_row {
 	const char *pattern; /* NULL: the pattern key is missing */
 	int nerr;
-	const char *want;    /* a line of the error output, exactly */
+	const char *want; /* a line of the error output, exactly */
 };
 
 /* clang-format off */
@@ -651,8 +651,9 @@ TEST(errors_accumulate_across_rules)
 	struct pattern *p;
 	CHECK_INT(pattern_compile(a, "events[0].pattern", &p, &errs), -1);
 	CHECK_INT(pattern_compile(b, "events[1].pattern", &p, &errs), -1);
-	CHECK_STR(errs.data, "events[0].pattern.x: empty list matches nothing\n"
-			     "events[1].pattern.y.exists: must be true or false, got string \"no\"\n");
+	CHECK_STR(errs.data,
+		  "events[0].pattern.x: empty list matches nothing\n"
+		  "events[1].pattern.y.exists: must be true or false, got string \"no\"\n");
 	/* NULL errors buffer and NULL path are allowed */
 	CHECK_INT(pattern_compile(a, NULL, &p, NULL), -1);
 	json_decref(a);
@@ -672,8 +673,18 @@ static uint32_t rnd(uint32_t n)
 	return (uint32_t)(rng_state % n);
 }
 
-static const char *const values[] = {"1", "1.0", "'1'", "true", "false", "null", "'a'",
-				     "'b'", "2.5", "-3", "'2026-09-13T11:59:00Z'", "''"};
+static const char *const values[] = {"1",
+				     "1.0",
+				     "'1'",
+				     "true",
+				     "false",
+				     "null",
+				     "'a'",
+				     "'b'",
+				     "2.5",
+				     "-3",
+				     "'2026-09-13T11:59:00Z'",
+				     "''"};
 static const char *const fields[] = {"f0", "f1", "f2", "f3"};
 
 static void gen_cond(struct buf *b)
@@ -689,18 +700,10 @@ static void gen_cond(struct buf *b)
 		buf_appendf(b, "]");
 		break;
 	}
-	case 3:
-		buf_appendf(b, "{'prefix':['%c']}", "ab2"[rnd(3)]);
-		break;
-	case 4:
-		buf_appendf(b, "{'exists':%s}", rnd(2) ? "true" : "false");
-		break;
-	case 5:
-		buf_appendf(b, "{'gt':%s}", rnd(2) ? "0" : "'now()-5m'");
-		break;
-	default:
-		buf_appendf(b, "{'equals':[%s],'lt':2}", values[rnd(ARRAY_LEN(values))]);
-		break;
+	case 3: buf_appendf(b, "{'prefix':['%c']}", "ab2"[rnd(3)]); break;
+	case 4: buf_appendf(b, "{'exists':%s}", rnd(2) ? "true" : "false"); break;
+	case 5: buf_appendf(b, "{'gt':%s}", rnd(2) ? "0" : "'now()-5m'"); break;
+	default: buf_appendf(b, "{'equals':[%s],'lt':2}", values[rnd(ARRAY_LEN(values))]); break;
 	}
 }
 
@@ -732,14 +735,9 @@ static char *gen_pattern(void)
 static void gen_value(struct buf *b)
 {
 	switch (rnd(10)) {
-	case 0:
-		buf_appendf(b, "['a']");
-		break;
-	case 1:
-		buf_appendf(b, "{'x':1}");
-		break;
-	default:
-		buf_appendf(b, "%s", values[rnd(ARRAY_LEN(values))]);
+	case 0: buf_appendf(b, "['a']"); break;
+	case 1: buf_appendf(b, "{'x':1}"); break;
+	default: buf_appendf(b, "%s", values[rnd(ARRAY_LEN(values))]);
 	}
 }
 
@@ -757,11 +755,8 @@ static char *gen_event(void)
 		gen_value(&b);
 	}
 	switch (rnd(4)) {
-	case 0:
-		break;
-	case 1:
-		buf_appendf(&b, "%s'n':null", first ? "" : ",");
-		break;
+	case 0: break;
+	case 1: buf_appendf(&b, "%s'n':null", first ? "" : ","); break;
 	default:
 		buf_appendf(&b, "%s'n':{'x':", first ? "" : ",");
 		gen_value(&b);
@@ -810,7 +805,8 @@ TEST(set_equals_naive_evaluation)
 			k++;
 		}
 		if (!ok || k != n)
-			T_FAIL_("event %s: set found %zu, naive %zu (or order differs)", text, n, k);
+			T_FAIL_("event %s: set found %zu, naive %zu (or order differs)", text, n,
+				k);
 		total += n;
 		event_free(ev);
 		free(text);
@@ -826,14 +822,14 @@ TEST(set_equals_naive_evaluation)
 TEST(set_keeps_order_and_duplicates)
 {
 	const char *texts[] = {
-		"{'t':['users']}",                         /* 0 indexed */
-		"{'id':{'prefix':['user_']}}",             /* 1 unindexed */
-		"{'t':['users'],'e':['INSERT']}",          /* 2 */
-		"{'t':['orders']}",                        /* 3 */
-		"{'t':['users']}",                         /* 4 same as 0: both run */
-		"{'n':{'v':[5.0]}}",                       /* 5 numeric canonical */
-		"{'t':['users','orders'],'n':{'v':[5]}}",  /* 6 */
-		"{}",                                      /* 7 matches everything */
+		"{'t':['users']}",			  /* 0 indexed */
+		"{'id':{'prefix':['user_']}}",		  /* 1 unindexed */
+		"{'t':['users'],'e':['INSERT']}",	  /* 2 */
+		"{'t':['orders']}",			  /* 3 */
+		"{'t':['users']}",			  /* 4 same as 0: both run */
+		"{'n':{'v':[5.0]}}",			  /* 5 numeric canonical */
+		"{'t':['users','orders'],'n':{'v':[5]}}", /* 6 */
+		"{}",					  /* 7 matches everything */
 	};
 	enum { N = ARRAY_LEN(texts) };
 	struct pattern *pats[N];

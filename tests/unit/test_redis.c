@@ -11,7 +11,7 @@ TEST(backoff_is_capped_and_jittered)
 		int failures;
 		int64_t lo, hi;
 	} rows[] = {
-		{1, 500, 1000}, {2, 1000, 2000}, {3, 2000, 4000}, {4, 4000, 8000},
+		{1, 500, 1000},	  {2, 1000, 2000},   {3, 2000, 4000},	{4, 4000, 8000},
 		{5, 8000, 16000}, {6, 15000, 30000}, {7, 15000, 30000}, {100, 15000, 30000},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -22,8 +22,9 @@ TEST(backoff_is_capped_and_jittered)
 			max = w > max ? w : max;
 		}
 		if (min < rows[i].lo || max > rows[i].hi)
-			T_FAIL_("failures=%d: waits in [%" PRId64 ", %" PRId64 "], want within [%" PRId64
-				", %" PRId64 "]", rows[i].failures, min, max, rows[i].lo, rows[i].hi);
+			T_FAIL_("failures=%d: waits in [%" PRId64 ", %" PRId64
+				"], want within [%" PRId64 ", %" PRId64 "]",
+				rows[i].failures, min, max, rows[i].lo, rows[i].hi);
 		/* jittered: not one constant value */
 		CHECK(max > min);
 	}

@@ -67,8 +67,14 @@ static void collect(void *ctx, int stream, const char *line, size_t len)
 
 static void frame(struct buf *b, int stream, const char *p, size_t n)
 {
-	unsigned char h[8] = {(unsigned char)stream, 0, 0, 0, (unsigned char)(n >> 24),
-			      (unsigned char)(n >> 16), (unsigned char)(n >> 8), (unsigned char)n};
+	unsigned char h[8] = {(unsigned char)stream,
+			      0,
+			      0,
+			      0,
+			      (unsigned char)(n >> 24),
+			      (unsigned char)(n >> 16),
+			      (unsigned char)(n >> 8),
+			      (unsigned char)n};
 	buf_append(b, h, 8);
 	buf_append(b, p, n);
 }

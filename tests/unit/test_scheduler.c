@@ -14,7 +14,8 @@ TEST(occurrence_ids_and_payloads_are_utc_whole_seconds)
 		int64_t at;
 		const char *id, *payload;
 	} cases[] = {
-		{"user-events", "jobs.cleanup.handler", 1774746000, "schedule:user-events:jobs.cleanup.handler:2026-03-29T01:00:00Z",
+		{"user-events", "jobs.cleanup.handler", 1774746000,
+		 "schedule:user-events:jobs.cleanup.handler:2026-03-29T01:00:00Z",
 		 "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}"},
 		{"a", "m.f", 1774746007, "schedule:a:m.f:2026-03-29T01:00:07Z",
 		 "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:07Z\"}"},
@@ -60,8 +61,14 @@ TEST(route_of_recognises_scheduled_entries_only)
 	struct schedule_route r;
 	const char *ev[] = {"event", "{\"a\":1}"};
 	CHECK(!route(ev, 2, &r));
-	const char *sc[] = {"event", "{}", "relay_schedule_function", "fn", "relay_schedule_handler", "m.h",
-			    "relay_occurrence_id", "schedule:fn:m.h:2026-03-29T01:00:00Z"};
+	const char *sc[] = {"event",
+			    "{}",
+			    "relay_schedule_function",
+			    "fn",
+			    "relay_schedule_handler",
+			    "m.h",
+			    "relay_occurrence_id",
+			    "schedule:fn:m.h:2026-03-29T01:00:00Z"};
 	REQUIRE(route(sc, 8, &r));
 	CHECK_STR(r.function, "fn");
 	CHECK_STR(r.handler, "m.h");
@@ -79,11 +86,12 @@ TEST(route_of_recognises_scheduled_entries_only)
 
 TEST(find_returns_the_first_schedule_with_the_handler)
 {
-	const char *yaml = "runtime: python3.14\n"
-			   "events:\n  - handler: jobs.a.h\n    pattern: {}\n"
-			   "schedules:\n  - handler: jobs.b.h\n    cron: \"0 3 * * *\"\n    timeout: 20s\n"
-			   "  - handler: jobs.b.h\n    cron: \"0 4 * * *\"\n"
-			   "  - handler: jobs.c.h\n    cron: \"@hourly\"\n    retries: 0\n";
+	const char *yaml =
+		"runtime: python3.14\n"
+		"events:\n  - handler: jobs.a.h\n    pattern: {}\n"
+		"schedules:\n  - handler: jobs.b.h\n    cron: \"0 3 * * *\"\n    timeout: 20s\n"
+		"  - handler: jobs.b.h\n    cron: \"0 4 * * *\"\n"
+		"  - handler: jobs.c.h\n    cron: \"@hourly\"\n    retries: 0\n";
 	struct template *t = NULL;
 	struct strlist errs = {0}, warns = {0};
 	REQUIRE(template_parse(yaml, strlen(yaml), &t, &errs, &warns) == 0);
@@ -104,5 +112,6 @@ TEST(find_returns_the_first_schedule_with_the_handler)
 	strlist_free(&warns);
 }
 
-T_MAIN(T_CASE(occurrence_ids_and_payloads_are_utc_whole_seconds), T_CASE(route_of_recognises_scheduled_entries_only),
+T_MAIN(T_CASE(occurrence_ids_and_payloads_are_utc_whole_seconds),
+       T_CASE(route_of_recognises_scheduled_entries_only),
        T_CASE(find_returns_the_first_schedule_with_the_handler))

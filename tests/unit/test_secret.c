@@ -427,7 +427,8 @@ TEST(umask_does_not_matter)
 	umask(0277);
 	CHECK_INT(secret_set(p, "b", "2", 1, &err), 0);
 	umask(old);
-	char *d = xasprintf("%s/secrets", data), *a = xasprintf("%s/a", d), *b = xasprintf("%s/b", d);
+	char *d = xasprintf("%s/secrets", data), *a = xasprintf("%s/a", d),
+	     *b = xasprintf("%s/b", d);
 	CHECK_INT(mode_of(d), 0700);
 	CHECK_INT(mode_of(a), 0600);
 	CHECK_INT(mode_of(b), 0600);

@@ -1,5 +1,5 @@
-#include "template.h"
 #include "t.h"
+#include "template.h"
 
 #define HDR "runtime: python3.14\n"
 #define RULE "events:\n  - handler: m.f\n    pattern: {a: [1]}\n"
@@ -16,14 +16,19 @@ static const struct {
 	{HDR "concurrency: 1\n" RULE, NULL},
 	{HDR "concurrency: 64\n" RULE, NULL},
 	{HDR "events:\n  - handler: a.b.c.d\n    pattern: {}\n", NULL},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m\n    retries: 0\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m\n    retries: 0\n",
+	 NULL},
 	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 1m30s\n", NULL},
 	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 300ms\n", NULL},
 	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 4m59.5s\n", NULL},
 	{HDR "events:\n  - handler: my-mod.handler\n    pattern: {a: [1]}\n", NULL},
 	{HDR "schedules:\n  - handler: jobs.cleanup.handler\n    cron: \"0 3 * * *\"\n", NULL},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"*/10 * * * * *\"\n    timezone: Europe/Rome\n    timeout: 20s\n    retries: 2\n", NULL},
-	{HDR RULE "env:\n  API_URL: https://api.example.com\n  EMPTY: \"\"\n  FLAG:\n  PORT: 8080\n  _x1: true\n", NULL},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"*/10 * * * * *\"\n    timezone: "
+	     "Europe/Rome\n    timeout: 20s\n    retries: 2\n",
+	 NULL},
+	{HDR RULE "env:\n  API_URL: https://api.example.com\n  EMPTY: \"\"\n  FLAG:\n  PORT: "
+		  "8080\n  _x1: true\n",
+	 NULL},
 	{HDR RULE "secrets:\n  DATABASE_URL: database-url\n  K: a.b_c-1\n", NULL},
 	{HDR RULE "env: {}\nsecrets: {}\n", NULL},
 	{HDR RULE "events_extra: 1\n", NULL}, /* unknown key: warning only */
@@ -34,7 +39,8 @@ static const struct {
 	/* runtime */
 	{RULE, "runtime: is required"},
 	{"runtime:\n" RULE, "runtime: is required"},
-	{"runtime: python3.12\n" RULE, "runtime: unsupported runtime \"python3.12\" (supported: python3.14, node24)"},
+	{"runtime: python3.12\n" RULE,
+	 "runtime: unsupported runtime \"python3.12\" (supported: python3.14, node24)"},
 	{"runtime: Python3.14\n" RULE, "runtime: unsupported runtime"},
 	{"runtime: 3.14\n" RULE, "runtime: must be one of python3.14, node24, not a number"},
 	{"runtime: [python3.14]\n" RULE, "runtime: must be one of"},
@@ -43,8 +49,10 @@ static const struct {
 	{HDR "concurrency: 0\n" RULE, "concurrency: 0 is not positive"},
 	{HDR "concurrency: -1\n" RULE, "concurrency: -1 is not positive"},
 	{HDR "concurrency: 1.5\n" RULE, "concurrency: must be a positive integer, not \"1.5\""},
-	{HDR "concurrency: true\n" RULE, "concurrency: must be a positive integer, not \"true\" (a boolean)"},
-	{HDR "concurrency: \"2\"\n" RULE, "concurrency: must be a positive integer, not \"2\" (a string)"},
+	{HDR "concurrency: true\n" RULE,
+	 "concurrency: must be a positive integer, not \"true\" (a boolean)"},
+	{HDR "concurrency: \"2\"\n" RULE,
+	 "concurrency: must be a positive integer, not \"2\" (a string)"},
 	{HDR "concurrency: '2'\n" RULE, "concurrency: must be a positive integer"},
 	{HDR "concurrency:\n" RULE, "concurrency: must be a positive integer"},
 	{HDR "concurrency: [2]\n" RULE, "concurrency: must be a positive integer, not a list"},
@@ -62,42 +70,68 @@ static const struct {
 	/* handler */
 	{HDR "events:\n  - pattern: {a: [1]}\n", "events[0].handler: is required"},
 	{HDR "events:\n  - handler:\n    pattern: {a: [1]}\n", "events[0].handler: is required"},
-	{HDR "events:\n  - handler: handler\n    pattern: {a: [1]}\n", "events[0].handler: \"handler\" is not of the form module.function"},
-	{HDR "events:\n  - handler: .f\n    pattern: {a: [1]}\n", "events[0].handler: \".f\" is not of the form"},
-	{HDR "events:\n  - handler: m.\n    pattern: {a: [1]}\n", "events[0].handler: \"m.\" is not of the form"},
-	{HDR "events:\n  - handler: a..f\n    pattern: {a: [1]}\n", "events[0].handler: \"a..f\" is not of the form"},
-	{HDR "events:\n  - handler: a b.f\n    pattern: {a: [1]}\n", "events[0].handler: \"a b.f\" is not of the form"},
+	{HDR "events:\n  - handler: handler\n    pattern: {a: [1]}\n",
+	 "events[0].handler: \"handler\" is not of the form module.function"},
+	{HDR "events:\n  - handler: .f\n    pattern: {a: [1]}\n",
+	 "events[0].handler: \".f\" is not of the form"},
+	{HDR "events:\n  - handler: m.\n    pattern: {a: [1]}\n",
+	 "events[0].handler: \"m.\" is not of the form"},
+	{HDR "events:\n  - handler: a..f\n    pattern: {a: [1]}\n",
+	 "events[0].handler: \"a..f\" is not of the form"},
+	{HDR "events:\n  - handler: a b.f\n    pattern: {a: [1]}\n",
+	 "events[0].handler: \"a b.f\" is not of the form"},
 	{HDR "events:\n  - handler: a/b.f\n    pattern: {a: [1]}\n", "events[0].handler:"},
-	{HDR "events:\n  - handler: 12\n    pattern: {a: [1]}\n", "events[0].handler: must be a string of the form module.function, not an integer"},
-	{HDR RULE "  - handler: x\n    pattern: {a: [1]}\n", "events[1].handler: \"x\" is not of the form"},
+	{HDR "events:\n  - handler: 12\n    pattern: {a: [1]}\n",
+	 "events[0].handler: must be a string of the form module.function, not an integer"},
+	{HDR RULE "  - handler: x\n    pattern: {a: [1]}\n",
+	 "events[1].handler: \"x\" is not of the form"},
 
 	/* pattern */
 	{HDR "events:\n  - handler: m.f\n", "events[0].pattern: is required"},
 	{HDR "events:\n  - handler: m.f\n    pattern:\n", "events[0].pattern: is required"},
 	{HDR "events:\n  - handler: m.f\n    pattern: null\n", "events[0].pattern: is required"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: {exists: \"true\"}}\n", "events[0].pattern.a.exists"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: now-5m}}\n", "events[0].pattern.a.gt"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: \"2026-09-12T10:00:00Z\"}}\n", "events[0].pattern.a.gt"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: {prefix: [x], b: [1]}}\n", "events[0].pattern.a"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: .inf}}\n", "events[0].pattern.a.gt: \".inf\" is not a finite number"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {exists: \"true\"}}\n",
+	 "events[0].pattern.a.exists"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: now-5m}}\n",
+	 "events[0].pattern.a.gt"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: \"2026-09-12T10:00:00Z\"}}\n",
+	 "events[0].pattern.a.gt"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {prefix: [x], b: [1]}}\n",
+	 "events[0].pattern.a"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: {gt: .inf}}\n",
+	 "events[0].pattern.a.gt: \".inf\" is not a finite number"},
 
 	/* timeout */
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 6m\n", "events[0].timeout: 6m exceeds the maximum of 5m"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m1s\n", "events[0].timeout: 5m1s exceeds the maximum of 5m"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0s\n", "events[0].timeout: \"0s\" must be positive"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: -1s\n", "events[0].timeout: \"-1s\" must be positive"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0\n", "events[0].timeout: must be a Go duration string such as 6s or 1m30s, not an integer"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 10\n", "events[0].timeout: must be a Go duration string"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 1d\n", "events[0].timeout: \"1d\" is not a Go duration"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: soon\n", "events[0].timeout: \"soon\" is not a Go duration"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout:\n", "events[0].timeout: must be a Go duration string"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 6m\n",
+	 "events[0].timeout: 6m exceeds the maximum of 5m"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 5m1s\n",
+	 "events[0].timeout: 5m1s exceeds the maximum of 5m"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0s\n",
+	 "events[0].timeout: \"0s\" must be positive"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: -1s\n",
+	 "events[0].timeout: \"-1s\" must be positive"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 0\n",
+	 "events[0].timeout: must be a Go duration string such as 6s or 1m30s, not an integer"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 10\n",
+	 "events[0].timeout: must be a Go duration string"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: 1d\n",
+	 "events[0].timeout: \"1d\" is not a Go duration"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout: soon\n",
+	 "events[0].timeout: \"soon\" is not a Go duration"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    timeout:\n",
+	 "events[0].timeout: must be a Go duration string"},
 
 	/* retries */
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: -1\n", "events[0].retries: -1 is negative"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: abc\n", "events[0].retries: must be a non-negative integer, not \"abc\""},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: 1.5\n", "events[0].retries: must be a non-negative integer, not \"1.5\""},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: true\n", "events[0].retries: must be a non-negative integer"},
-	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: \"3\"\n", "events[0].retries: must be a non-negative integer"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: -1\n",
+	 "events[0].retries: -1 is negative"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: abc\n",
+	 "events[0].retries: must be a non-negative integer, not \"abc\""},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: 1.5\n",
+	 "events[0].retries: must be a non-negative integer, not \"1.5\""},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: true\n",
+	 "events[0].retries: must be a non-negative integer"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n    retries: \"3\"\n",
+	 "events[0].retries: must be a non-negative integer"},
 
 	/* schedules */
 	{HDR "schedules:\n  - handler: j.h\n", "schedules[0]: cron is required"},
@@ -105,31 +139,47 @@ static const struct {
 	{HDR "schedules:\n  - handler: j.h\n    cron: \"61 * * * *\"\n", "schedules[0].cron: "},
 	{HDR "schedules:\n  - handler: j.h\n    cron: \"* * * *\"\n", "schedules[0].cron: "},
 	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 0 30 2 *\"\n", "schedules[0].cron: "},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"TZ=UTC 0 3 * * *\"\n", "schedules[0].cron: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"TZ=UTC 0 3 * * *\"\n",
+	 "schedules[0].cron: "},
 	{HDR "schedules:\n  - handler: j.h\n    cron: 5\n", "schedules[0].cron: must be a string"},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Mars/Olympus\n", "schedules[0].timezone: "},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Local\n", "schedules[0].timezone: "},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: ../../etc/passwd\n", "schedules[0].timezone: "},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: 5\n", "schedules[0].timezone: must be an IANA time zone name"},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timeout: 10m\n", "schedules[0].timeout: 10m exceeds the maximum of 5m"},
-	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    retries: -2\n", "schedules[0].retries: -2 is negative"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Mars/Olympus\n",
+	 "schedules[0].timezone: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: Local\n",
+	 "schedules[0].timezone: "},
+	{HDR
+	 "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: ../../etc/passwd\n",
+	 "schedules[0].timezone: "},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timezone: 5\n",
+	 "schedules[0].timezone: must be an IANA time zone name"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    timeout: 10m\n",
+	 "schedules[0].timeout: 10m exceeds the maximum of 5m"},
+	{HDR "schedules:\n  - handler: j.h\n    cron: \"0 3 * * *\"\n    retries: -2\n",
+	 "schedules[0].retries: -2 is negative"},
 
 	/* env and secrets */
 	{HDR RULE "env:\n  1BAD: x\n", "env: \"1BAD\" is not a valid variable name"},
 	{HDR RULE "env:\n  BAD-NAME: x\n", "env: \"BAD-NAME\" is not a valid variable name"},
-	{HDR RULE "env:\n  RELAY_HANDLER: x\n", "env.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"},
+	{HDR RULE "env:\n  RELAY_HANDLER: x\n",
+	 "env.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"},
 	{HDR RULE "env:\n  A: [1]\n", "env.A: must be a scalar, not a list"},
 	{HDR RULE "env:\n  A: {b: 1}\n", "env.A: must be a scalar, not a map"},
 	{HDR RULE "env: [A]\n", "env: must be a map of NAME: value, not a list"},
-	{HDR RULE "secrets:\n  RELAY_HANDLER: x\n", "secrets.RELAY_HANDLER: RELAY_HANDLER is reserved"},
-	{HDR RULE "secrets:\n  DB: Database-URL\n", "secrets.DB: \"Database-URL\" is not a valid secret name"},
-	{HDR RULE "secrets:\n  DB: .hidden\n", "secrets.DB: \".hidden\" is not a valid secret name"},
-	{HDR RULE "secrets:\n  DB: trailing.\n", "secrets.DB: \"trailing.\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  RELAY_HANDLER: x\n",
+	 "secrets.RELAY_HANDLER: RELAY_HANDLER is reserved"},
+	{HDR RULE "secrets:\n  DB: Database-URL\n",
+	 "secrets.DB: \"Database-URL\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: .hidden\n",
+	 "secrets.DB: \".hidden\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: trailing.\n",
+	 "secrets.DB: \"trailing.\" is not a valid secret name"},
 	{HDR RULE "secrets:\n  DB: \"\"\n", "secrets.DB: \"\" is not a valid secret name"},
-	{HDR RULE "secrets:\n  DB: 1234567890123456789012345678901234567890123456789012345678901234\n", "secrets.DB: "},
+	{HDR RULE
+	 "secrets:\n  DB: 1234567890123456789012345678901234567890123456789012345678901234\n",
+	 "secrets.DB: "},
 	{HDR RULE "secrets:\n  DB: a/b\n", "secrets.DB: \"a/b\" is not a valid secret name"},
 	{HDR RULE "secrets:\n  DB: 5\n", "secrets.DB: \"5\" is not a valid secret name"},
-	{HDR RULE "env:\n  DB: x\nsecrets:\n  DB: db\n", "secrets.DB: DB is defined in both env and secrets"},
+	{HDR RULE "env:\n  DB: x\nsecrets:\n  DB: db\n",
+	 "secrets.DB: DB is defined in both env and secrets"},
 
 	/* document level */
 	{"", "template.yaml: empty"},
@@ -176,20 +226,19 @@ TEST(table)
 
 TEST(defaults_and_values)
 {
-	const char *y = HDR
-		"events:\n"
-		"  - handler: events.created.handler\n"
-		"    pattern: {event_name: [INSERT]}\n"
-		"  - handler: h.g\n"
-		"    pattern: {}\n"
-		"    timeout: 20s\n"
-		"    retries: 0\n"
-		"schedules:\n"
-		"  - handler: jobs.report.handler\n"
-		"    cron: \"0 8 * * 1-5\"\n"
-		"    timezone: Europe/Rome\n"
-		"env:\n  PORT: 8080\n  FLAG:\n  ON: true\n  S: 'x y'\n"
-		"secrets:\n  DATABASE_URL: database-url\n";
+	const char *y = HDR "events:\n"
+			    "  - handler: events.created.handler\n"
+			    "    pattern: {event_name: [INSERT]}\n"
+			    "  - handler: h.g\n"
+			    "    pattern: {}\n"
+			    "    timeout: 20s\n"
+			    "    retries: 0\n"
+			    "schedules:\n"
+			    "  - handler: jobs.report.handler\n"
+			    "    cron: \"0 8 * * 1-5\"\n"
+			    "    timezone: Europe/Rome\n"
+			    "env:\n  PORT: 8080\n  FLAG:\n  ON: true\n  S: 'x y'\n"
+			    "secrets:\n  DATABASE_URL: database-url\n";
 	struct strlist errors = {0}, warnings = {0};
 	struct template *t = NULL;
 	REQUIRE(template_parse(y, strlen(y), &t, &errors, &warnings) == 0);
@@ -241,7 +290,8 @@ TEST(unknown_keys_are_warnings_with_paths)
 TEST(every_error_is_reported)
 {
 	const char *y = "runtime: ruby\nconcurrency: 0\n"
-			"events:\n  - handler: x\n    pattern: {a: [1]}\n    timeout: 6m\n    retries: -1\n";
+			"events:\n  - handler: x\n    pattern: {a: [1]}\n    timeout: 6m\n    "
+			"retries: -1\n";
 	struct strlist errors = {0}, warnings = {0};
 	struct template *t = NULL;
 	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
@@ -265,13 +315,18 @@ TEST(duplicate_keys_rejected)
 
 TEST(alias_bomb_is_bounded)
 {
-	const char *y = HDR "events:\n  - handler: m.f\n    pattern:\n"
-			    "      a: &a [1,1,1,1,1,1,1,1,1,1]\n"
-			    "      b: &b {x: *a, y: *a, z: *a, w: *a, v: *a, u: *a, t: *a, s: *a, r: *a, q: *a}\n"
-			    "      c: &c {x: *b, y: *b, z: *b, w: *b, v: *b, u: *b, t: *b, s: *b, r: *b, q: *b}\n"
-			    "      d: &d {x: *c, y: *c, z: *c, w: *c, v: *c, u: *c, t: *c, s: *c, r: *c, q: *c}\n"
-			    "      e: &e {x: *d, y: *d, z: *d, w: *d, v: *d, u: *d, t: *d, s: *d, r: *d, q: *d}\n"
-			    "      f: {x: *e, y: *e, z: *e, w: *e, v: *e, u: *e, t: *e, s: *e, r: *e, q: *e}\n";
+	const char *y = HDR
+		"events:\n  - handler: m.f\n    pattern:\n"
+		"      a: &a [1,1,1,1,1,1,1,1,1,1]\n"
+		"      b: &b {x: *a, y: *a, z: *a, w: *a, v: *a, u: *a, t: *a, s: *a, r: *a, q: "
+		"*a}\n"
+		"      c: &c {x: *b, y: *b, z: *b, w: *b, v: *b, u: *b, t: *b, s: *b, r: *b, q: "
+		"*b}\n"
+		"      d: &d {x: *c, y: *c, z: *c, w: *c, v: *c, u: *c, t: *c, s: *c, r: *c, q: "
+		"*c}\n"
+		"      e: &e {x: *d, y: *d, z: *d, w: *d, v: *d, u: *d, t: *d, s: *d, r: *d, q: "
+		"*d}\n"
+		"      f: {x: *e, y: *e, z: *e, w: *e, v: *e, u: *e, t: *e, s: *e, r: *e, q: *e}\n";
 	struct strlist errors = {0}, warnings = {0};
 	struct template *t = NULL;
 	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
@@ -297,5 +352,5 @@ TEST(size_bound)
 }
 
 T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warnings_with_paths),
-       T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected), T_CASE(alias_bomb_is_bounded),
-       T_CASE(size_bound))
+       T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected),
+       T_CASE(alias_bomb_is_bounded), T_CASE(size_bound))

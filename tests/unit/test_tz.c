@@ -175,8 +175,8 @@ TEST(offsets)
 		struct tz_tm tm;
 		tz_localtime(z, ts(c->at), &tm);
 		if (tm.offset != c->offset || tm.isdst != c->isdst || strcmp(tm.abbr, c->abbr) != 0)
-			T_FAIL_("%s at %s: got %ld isdst=%d %s, want %ld isdst=%d %s", c->zone, c->at,
-				tm.offset, tm.isdst, tm.abbr, c->offset, c->isdst, c->abbr);
+			T_FAIL_("%s at %s: got %ld isdst=%d %s, want %ld isdst=%d %s", c->zone,
+				c->at, tm.offset, tm.isdst, tm.abbr, c->offset, c->isdst, c->abbr);
 		CHECK_INT(tz_offset(z, ts(c->at)), c->offset);
 	}
 }
@@ -216,21 +216,27 @@ TEST(local_resolve)
 		{"Europe/Rome", "2024-03-31T02:30:00", 0, "2024-03-31T01:00:00Z", NULL},
 		{"Europe/Rome", "2024-03-31T03:00:00", 1, "2024-03-31T01:00:00Z", NULL},
 		{"Europe/Rome", "2024-10-27T01:59:59", 1, "2024-10-26T23:59:59Z", NULL},
-		{"Europe/Rome", "2024-10-27T02:00:00", 2, "2024-10-27T00:00:00Z", "2024-10-27T01:00:00Z"},
-		{"Europe/Rome", "2024-10-27T02:59:59", 2, "2024-10-27T00:59:59Z", "2024-10-27T01:59:59Z"},
+		{"Europe/Rome", "2024-10-27T02:00:00", 2, "2024-10-27T00:00:00Z",
+		 "2024-10-27T01:00:00Z"},
+		{"Europe/Rome", "2024-10-27T02:59:59", 2, "2024-10-27T00:59:59Z",
+		 "2024-10-27T01:59:59Z"},
 		{"Europe/Rome", "2024-10-27T03:00:00", 1, "2024-10-27T02:00:00Z", NULL},
 		{"Europe/Rome", "2090-03-26T02:15:00", 0, "2090-03-26T01:00:00Z", NULL},
-		{"Europe/Rome", "2090-10-29T02:15:00", 2, "2090-10-29T00:15:00Z", "2090-10-29T01:15:00Z"},
+		{"Europe/Rome", "2090-10-29T02:15:00", 2, "2090-10-29T00:15:00Z",
+		 "2090-10-29T01:15:00Z"},
 		{"America/New_York", "2024-03-10T02:30:00", 0, "2024-03-10T07:00:00Z", NULL},
-		{"America/New_York", "2024-11-03T01:30:00", 2, "2024-11-03T05:30:00Z", "2024-11-03T06:30:00Z"},
+		{"America/New_York", "2024-11-03T01:30:00", 2, "2024-11-03T05:30:00Z",
+		 "2024-11-03T06:30:00Z"},
 		{"America/Sao_Paulo", "2018-11-04T00:00:00", 0, "2018-11-04T03:00:00Z", NULL},
 		{"America/Sao_Paulo", "2018-11-04T00:59:59", 0, "2018-11-04T03:00:00Z", NULL},
 		{"America/Sao_Paulo", "2018-11-04T01:00:00", 1, "2018-11-04T03:00:00Z", NULL},
-		{"America/Sao_Paulo", "2019-02-16T23:30:00", 2, "2019-02-17T01:30:00Z", "2019-02-17T02:30:00Z"},
+		{"America/Sao_Paulo", "2019-02-16T23:30:00", 2, "2019-02-17T01:30:00Z",
+		 "2019-02-17T02:30:00Z"},
 		{"America/Sao_Paulo", "2019-02-17T00:00:00", 1, "2019-02-17T03:00:00Z", NULL},
 		{"America/Sao_Paulo", "2019-11-03T00:00:00", 1, "2019-11-03T03:00:00Z", NULL},
 		{"Africa/Cairo", "2024-04-26T00:00:00", 0, "2024-04-25T22:00:00Z", NULL},
-		{"Africa/Cairo", "2024-10-31T23:00:00", 2, "2024-10-31T20:00:00Z", "2024-10-31T21:00:00Z"},
+		{"Africa/Cairo", "2024-10-31T23:00:00", 2, "2024-10-31T20:00:00Z",
+		 "2024-10-31T21:00:00Z"},
 		{"Africa/Cairo", "2024-11-01T00:00:00", 1, "2024-10-31T22:00:00Z", NULL},
 		{"Australia/Lord_Howe", "2024-10-06T02:15:00", 0, "2024-10-05T15:30:00Z", NULL},
 		{"UTC", "2024-03-31T02:30:00", 1, "2024-03-31T02:30:00Z", NULL},
@@ -282,7 +288,10 @@ static void write_tzif(const char *path, int32_t utoff, const char *footer)
 		buf_append(&b, hdr, sizeof hdr);
 		unsigned char type[6] = {(unsigned char)((uint32_t)utoff >> 24),
 					 (unsigned char)((uint32_t)utoff >> 16),
-					 (unsigned char)((uint32_t)utoff >> 8), (unsigned char)utoff, 0, 0};
+					 (unsigned char)((uint32_t)utoff >> 8),
+					 (unsigned char)utoff,
+					 0,
+					 0};
 		buf_append(&b, type, sizeof type);
 		buf_append(&b, "XXX", 4);
 	}
@@ -420,5 +429,5 @@ TEST(threads)
 }
 
 T_MAIN(T_CASE(calendar), T_CASE(load_names), T_CASE(names_and_cache), T_CASE(offsets),
-       T_CASE(localtime_fields), T_CASE(local_resolve), T_CASE(wall_reached),
-       T_CASE(posix_rules), T_CASE(threads))
+       T_CASE(localtime_fields), T_CASE(local_resolve), T_CASE(wall_reached), T_CASE(posix_rules),
+       T_CASE(threads))
