@@ -336,6 +336,22 @@ static size_t put_utf8(char *o, uint32_t cp)
 
 /* At the opening quote. Stores the unescaped string in the arena. The text
  * is known to be valid UTF-8 already. */
+/* The character a one-letter JSON escape stands for, or 0. */
+static char simple_escape(char c)
+{
+	switch (c) {
+	case '"': return '"';
+	case '\\': return '\\';
+	case '/': return '/';
+	case 'b': return '\b';
+	case 'f': return '\f';
+	case 'n': return '\n';
+	case 'r': return '\r';
+	case 't': return '\t';
+	}
+	return 0;
+}
+
 static int parse_string(struct parser *ps, const char **out, size_t *outlen)
 {
 	const char *s = ++ps->p;
@@ -379,39 +395,13 @@ static int parse_string(struct parser *ps, const char **out, size_t *outlen)
 		}
 		ps->p = r;
 		r++;
+		char simple = simple_escape(*r);
+		if (simple) {
+			o[w++] = simple;
+			r++;
+			continue;
+		}
 		switch (*r) {
-		case '"':
-			o[w++] = '"';
-			r++;
-			break;
-		case '\\':
-			o[w++] = '\\';
-			r++;
-			break;
-		case '/':
-			o[w++] = '/';
-			r++;
-			break;
-		case 'b':
-			o[w++] = '\b';
-			r++;
-			break;
-		case 'f':
-			o[w++] = '\f';
-			r++;
-			break;
-		case 'n':
-			o[w++] = '\n';
-			r++;
-			break;
-		case 'r':
-			o[w++] = '\r';
-			r++;
-			break;
-		case 't':
-			o[w++] = '\t';
-			r++;
-			break;
 		case 'u': {
 			uint32_t cp, lo;
 			if (hex4(r + 1, q, &cp) < 0)

@@ -76,38 +76,6 @@ void log_set_fd(int fd)
 	atomic_store(&log_fd_, fd);
 }
 
-/* Decodes one UTF-8 sequence at s (n bytes available). Returns its length and
- * the rune, or 0 when the bytes are not valid UTF-8 (Go's RuneError case). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune)
-{
-	if (s[0] < 0x80) {
-		*rune = s[0];
-		return 1;
-	}
-	size_t len;
-	uint32_t r, min;
-	if ((s[0] & 0xE0) == 0xC0) {
-		len = 2, r = s[0] & 0x1F, min = 0x80;
-	} else if ((s[0] & 0xF0) == 0xE0) {
-		len = 3, r = s[0] & 0x0F, min = 0x800;
-	} else if ((s[0] & 0xF8) == 0xF0) {
-		len = 4, r = s[0] & 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		r = (r << 6) | (s[i] & 0x3F);
-	}
-	if (r < min || r > 0x10FFFF || (r >= 0xD800 && r <= 0xDFFF))
-		return 0;
-	*rune = r;
-	return len;
-}
-
 /* An approximation of Go's unicode.IsPrint for runes above ASCII: the
  * control, format and separator code points that matter in logs are not
  * printable; letters, marks, symbols and punctuation are. */

@@ -79,39 +79,6 @@ const char *runner_hostname(void)
 
 /* ---- labels and prefix ----------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-	size_t len;
-	unsigned min;
-	unsigned c = p[0];
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		len = 2;
-		min = 0x80;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		len = 3;
-		min = 0x800;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		len = 4;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	unsigned cp = c & (0x7f >> len);
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (p[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return len;
-}
-
 char *runner_label_value(const char *s, char *out, size_t outsz)
 {
 	size_t max = outsz - 1;
@@ -121,7 +88,8 @@ char *runner_label_value(const char *s, char *out, size_t outsz)
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
 	size_t n = strlen((const char *)p);
 	for (size_t i = 0; i < n;) {
-		size_t k = utf8_len(p + i, n - i);
+		uint32_t rune;
+		size_t k = utf8_decode(p + i, n - i, &rune);
 		if (k == 0 || (k == 1 && (p[i] < 0x20 || p[i] == 0x7f))) {
 			if (o + 1 > max)
 				break;

@@ -847,29 +847,9 @@ static size_t utf8_invalid_at(const char *text, size_t len)
 	const unsigned char *s = (const unsigned char *)text;
 	size_t i = 0;
 	while (i < len) {
-		unsigned char c = s[i];
-		size_t n;
-		uint32_t r, min;
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if ((c & 0xE0) == 0xC0) {
-			n = 2, r = c & 0x1F, min = 0x80;
-		} else if ((c & 0xF0) == 0xE0) {
-			n = 3, r = c & 0x0F, min = 0x800;
-		} else if ((c & 0xF8) == 0xF0) {
-			n = 4, r = c & 0x07, min = 0x10000;
-		} else {
-			return i;
-		}
-		if (n > len - i)
-			return i;
-		for (size_t k = 1; k < n; k++) {
-			if ((s[i + k] & 0xC0) != 0x80)
-				return i;
-			r = (r << 6) | (s[i + k] & 0x3F);
-		}
-		if (r < min || r > 0x10FFFF || (r >= 0xD800 && r <= 0xDFFF))
+		uint32_t rune;
+		size_t n = utf8_decode(s + i, len - i, &rune);
+		if (n == 0)
 			return i;
 		i += n;
 	}

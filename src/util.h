@@ -49,6 +49,12 @@ char *buf_steal(struct buf *b);
 /* Strict base-10 integer parse of the whole string; no sign for _u. */
 int parse_int64(const char *s, int64_t *out);
 
+/* Decodes one UTF-8 sequence at s (n >= 1 bytes available): returns its
+ * length and stores the code point, or returns 0 when the bytes are not
+ * valid UTF-8 (overlong forms, surrogates and values past U+10FFFF are
+ * invalid, as in Go). */
+size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune);
+
 /* Trim ASCII whitespace in place; returns s. */
 char *str_trim(char *s);
 bool str_has_prefix(const char *s, const char *prefix);

@@ -564,7 +564,8 @@ TEST(backlog_gauges_sampled_from_xpending)
 	rep = redis_command(r, "HSET %s a-first/ok.one %s", key, running);
 	freeReplyObject(rep);
 	struct consumer *c = start(reg, "s8", 16, 4);
-	struct gauge_arg ga = {METRIC_PENDING_ENTRIES, 1};
+	/* The two gauges are set one after the other: wait for the second. */
+	struct gauge_arg ga = {METRIC_PENDING_OLDEST_AGE, 29.0};
 	CHECK(wait_until(10000, gauge_at_least, &ga));
 	CHECK(metrics_gauge_value(METRIC_PENDING_ENTRIES) == 1);
 	CHECK(metrics_gauge_value(METRIC_PENDING_OLDEST_AGE) >= 29.0);
