@@ -884,7 +884,16 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		char next[64];
 		marker_format(&running, next, sizeof next);
 		char *prev = raw[i] ? xstrdup(raw[i]) : NULL;
-		int cas = invocation_cas(r, key, fields[i], raw[i], next);
+		int cas = invocation_try_start(r, key, fields[i], raw[i], next, c->stream, c->group,
+					       m->id);
+		if (cas == 2) {
+			free(prev);
+			slots_release(c->slots, fname);
+			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
+					    m->id),
+				  "message acknowledged meanwhile; dropping the local copy");
+			break;
+		}
 		if (cas == 0) {
 			free(prev);
 			slots_release(c->slots, fname);

@@ -177,23 +177,33 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 	return m;
 }
 
-/* KEYS[1] hash; ARGV[1] field, ARGV[2] expected ("" = absent), ARGV[3] new
- * value, ARGV[4] TTL seconds. */
-static const char cas_script[] = "local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
-				 "if cur == false then cur = '' end\n"
-				 "if cur ~= ARGV[2] then return 0 end\n"
-				 "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
-				 "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
-				 "return 1\n";
+/* KEYS[1] hash, KEYS[2] stream; ARGV[1] field, ARGV[2] expected ("" =
+ * absent), ARGV[3] new value, ARGV[4] TTL seconds, ARGV[5] group, ARGV[6]
+ * message id. The pending check closes a race: a reclaim can fetch a
+ * message just before its owner's XACK + DEL land, and would then find the
+ * markers gone and run every handler again. XACK precedes the DEL of the
+ * hash, so a message still pending here still has its markers. */
+static const char cas_script[] =
+	"if #redis.call('XPENDING', KEYS[2], ARGV[5], ARGV[6], ARGV[6], 1) == 0 then\n"
+	"  return 2\n"
+	"end\n"
+	"local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
+	"if cur == false then cur = '' end\n"
+	"if cur ~= ARGV[2] then return 0 end\n"
+	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+	"return 1\n";
 
-int invocation_cas(struct redis *r, const char *key, const char *field, const char *expected,
-		   const char *next)
+int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
+			 const char *next, const char *stream, const char *group,
+			 const char *msg_id)
 {
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
-	const char *argv[] = {"EVAL", cas_script, "1", key, field, expected ? expected : "",
-			      next,   ttl};
-	redisReply *rep = redis_command_argv(r, 8, argv, NULL);
+	const char *argv[] = {
+		"EVAL", cas_script, "2",   key,	  stream, field, expected ? expected : "",
+		next,	ttl,	    group, msg_id};
+	redisReply *rep = redis_command_argv(r, 11, argv, NULL);
 	if (!rep)
 		return -1;
 	int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;

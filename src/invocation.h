@@ -73,12 +73,15 @@ void invocation_state_free(struct invocation_state *st);
 struct marker invocation_state_get(const struct invocation_state *st, const char *field);
 
 /*
- * Compare-and-set: writes `next` into field only if its current value is
- * `expected` (NULL = absent). Returns 1 when written, 0 when someone else
- * changed it, -1 on a Redis error.
+ * TryStart: writes `next` into field only if the message msg_id is still
+ * pending in group of stream and the field's current value is `expected`
+ * (NULL = absent). Returns 1 when written, 0 when someone else changed it,
+ * 2 when the message is no longer pending (acknowledged meanwhile), -1 on
+ * a Redis error.
  */
-int invocation_cas(struct redis *r, const char *key, const char *field, const char *expected,
-		   const char *next);
+int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
+			 const char *next, const char *stream, const char *group,
+			 const char *msg_id);
 /* Writes prev back into field, or deletes the field when prev is NULL. */
 int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
 /* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */

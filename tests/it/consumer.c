@@ -578,6 +578,34 @@ TEST(backlog_gauges_sampled_from_xpending)
 	free(running);
 }
 
+/* TryStart claims only for a message still pending in the group: a copy
+ * fetched by a reclaim just before the owner's XACK + DEL must not run the
+ * handlers again once the markers are gone. */
+TEST(try_start_refuses_an_acknowledged_message)
+{
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "s9", "g", err, sizeof err) == 0);
+	char *id = xadd(r, "s9", "{\"kind\":\"none\"}");
+	REQUIRE(id);
+	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s9 >");
+	freeReplyObject(rep);
+	char *key = invocation_key("s9", "g", id);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:1#1", "s9", "g", id), 1);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:2#1", "s9", "g", id), 0);
+	rep = redis_command(r, "XACK s9 g %s", id);
+	freeReplyObject(rep);
+	rep = redis_command(r, "DEL %s", key);
+	freeReplyObject(rep);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:3#1", "s9", "g", id), 2);
+	rep = redis_command(r, "EXISTS %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
+	freeReplyObject(rep);
+	redis_free(r);
+	free(key);
+	free(id);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -610,6 +638,7 @@ int main(int argc, char **argv)
 		T_CASE(dlq_write_failure_keeps_message_pending_until_fixed),
 		T_CASE(backpressure_bounds_buffer_and_concurrency),
 		T_CASE(backlog_gauges_sampled_from_xpending),
+		T_CASE(try_start_refuses_an_acknowledged_message),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
