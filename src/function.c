@@ -236,7 +236,8 @@ int function_scan_dir(const char *dir, struct function_scan *out, char **err)
 	struct dirent *e;
 	size_t cap = 0;
 	while ((e = readdir(d))) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    function_dir_staging(e->d_name))
 			continue;
 		char *p = xasprintf("%s/%s", dir, e->d_name);
 		struct stat st;

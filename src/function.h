@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "template.h"
 
@@ -21,6 +22,13 @@
 /* The name rule: [a-z0-9][a-z0-9._-]*, at most 63, no trailing dot.
  * Returns 1 when valid; otherwise 0 and, if why is given, a static reason. */
 int function_name_valid(const char *name, const char **why);
+
+/* Directories git sync stages and swaps functions through
+ * (".relay-sync-..."): never functions, skipped without a word wherever the
+ * functions directory is read. */
+#define FUNCTION_STAGING_PREFIX ".relay-sync-"
+#define function_dir_staging(name) \
+	(strncmp((name), FUNCTION_STAGING_PREFIX, sizeof FUNCTION_STAGING_PREFIX - 1) == 0)
 
 struct function {
 	char *name;

@@ -212,17 +212,6 @@ void log_render(struct buf *b, const struct tm *tm, long gmtoff, enum log_level 
 	}
 }
 
-static void write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w <= 0)
-			return;
-		p += w;
-		n -= (size_t)w;
-	}
-}
-
 void log_record(enum log_level level, const char *const *attrs, const char *fmt, ...)
 {
 	if (!log_enabled(level))
@@ -246,12 +235,12 @@ void log_record(enum log_level level, const char *const *attrs, const char *fmt,
 	char *out = xmalloc(len + 1);
 	memcpy(out, line, len);
 	out[len] = '\n';
-	write_all(atomic_load(&log_fd_), out, len + 1);
+	(void)write_all(atomic_load(&log_fd_), out, len + 1);
 	free(out);
 	buf_free(&b);
 }
 
 void log_raw(const char *line, size_t len)
 {
-	write_all(atomic_load(&log_fd_), line, len);
+	(void)write_all(atomic_load(&log_fd_), line, len);
 }

@@ -737,7 +737,8 @@ static int list_dirs(const char *dir, char ***out, size_t *n, char **err)
 	}
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    function_dir_staging(e->d_name))
 			continue;
 		char *p = xasprintf("%s/%s", dir, e->d_name);
 		struct stat st;
@@ -939,6 +940,8 @@ static void handle_event(struct reconciler *rc, const struct inotify_event *ev, 
 			*rescan = true;
 			return;
 		}
+		if (function_dir_staging(ev->name))
+			return; /* git sync's staging: the rename into place counts */
 		char *p = xasprintf("%s/%s", rc->dir, ev->name);
 		struct stat st;
 		bool isdir = (ev->mask & IN_ISDIR) || (stat(p, &st) == 0 && S_ISDIR(st.st_mode));

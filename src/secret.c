@@ -46,28 +46,9 @@ bool secret_name_ok(const char *name)
 	return true;
 }
 
-/* The name as it may appear in a message: printable ASCII kept, anything
- * else escaped, long names cut (the name may be garbage typed by a user). */
-static char *name_for_message(const char *name)
-{
-	struct buf b;
-	buf_init(&b, 256);
-	size_t i;
-	for (i = 0; name[i] && i < 80; i++) {
-		unsigned char c = (unsigned char)name[i];
-		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
-			buf_append(&b, &name[i], 1);
-		else
-			buf_appendf(&b, "\\x%02x", c);
-	}
-	if (name[i])
-		buf_append(&b, "...", 3);
-	return buf_steal(&b);
-}
-
 static int invalid_name(const char *name, char **err)
 {
-	char *shown = name_for_message(name);
+	char *shown = str_for_message(name, 80);
 	*err = xasprintf("invalid secret name \"%s\": %s", shown, SECRET_NAME_RULE);
 	free(shown);
 	return SECRET_INVALID_NAME;
@@ -491,20 +472,6 @@ out:
 	*names = v;
 	*count = n;
 	return rc;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 static int file_set(void *ctx, const char *name, const void *value, size_t len, char **err)

@@ -272,3 +272,37 @@ uint64_t rand_below(uint64_t n)
 	uint64_t r = state * 0x2545F4914F6CDD1DULL;
 	return n ? r % n : 0;
 }
+
+char *str_for_message(const char *s, size_t max)
+{
+	struct buf b;
+	buf_init(&b, 4 * max + 8);
+	size_t i;
+	for (i = 0; s[i] && i < max; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c < 0x7f && c != '\'' && c != '"' && c != '\\')
+			buf_append(&b, &s[i], 1);
+		else
+			buf_appendf(&b, "\\x%02x", c);
+	}
+	if (s[i])
+		buf_append(&b, "...", 3);
+	if (!b.data)
+		return xstrdup("");
+	return buf_steal(&b);
+}
+
+int write_all(int fd, const void *p, size_t n)
+{
+	const char *q = p;
+	while (n > 0) {
+		ssize_t w = write(fd, q, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		q += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}

@@ -57,6 +57,12 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune);
 
 /* Trim ASCII whitespace in place; returns s. */
 char *str_trim(char *s);
+/* s as it may appear in a message when it may be anything a user typed:
+ * printable ASCII kept except quotes and backslash, every other byte as
+ * \xNN, cut with "..." after max bytes. malloc'd. */
+char *str_for_message(const char *s, size_t max);
+/* Writes all n bytes, retrying on EINTR and short writes. 0 or -1 (errno). */
+int write_all(int fd, const void *p, size_t n);
 bool str_has_prefix(const char *s, const char *prefix);
 
 /* Monotonic and wall clocks. */

@@ -1,25 +1,274 @@
-/* relay git keygen|set|sync|status|remove */
+/*
+ * relay git keygen|set|sync|status|remove: the git source of the functions
+ * directory (relay-spec "Git"). Everything lives under the data directory
+ * (RELAY_DATA_DIR, else /var/lib/relay): ssh/id_ed25519 and ssh/known_hosts
+ * (sshkey.h), git/source.json and git/checkout (gitsync.h). Only `sync`
+ * talks to a remote, and only when run; nothing here touches Redis or
+ * Docker. No command ever prints key material: keygen prints the public
+ * half, which is what the operator registers as a deploy key.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include "cmd/cmd.h"
+#include "config.h"
+#include "gitsync.h"
+#include "secret.h"
+#include "sshkey.h"
+#include "util.h"
+
+static char *ssh_dir(void)
+{
+	return xasprintf("%s/ssh", secret_data_dir());
+}
+
+/* RELAY_FUNCTIONS_DIR, else /functions: where `relay start` looks. */
+static const char *functions_dir(void)
+{
+	const char *env = getenv("RELAY_FUNCTIONS_DIR");
+	return env && *env ? env : DEFAULT_FUNCTIONS_DIR;
+}
+
+static int keygen_exec(const struct cmd *self, int argc, char **argv)
+{
+	bool force = false;
+	const struct cmd_opt opts[] = {{"--force", NULL, false, NULL, &force}, {NULL}};
+	CMD_PARSE_OR_RETURN(self, argc, argv, opts, NULL, 0, 0, NULL);
+	char *dir = ssh_dir(), *line = NULL, *fp = NULL, *err = NULL, *path = sshkey_path(dir);
+	int status = 0;
+	int rc = sshkey_generate(dir, force, &line, &fp, &err);
+	if (rc == -2)
+		status = cmd_fail("git keygen: %s; `relay git keygen --force` replaces it (the "
+				  "old key then stops working wherever it is registered)",
+				  err);
+	else if (rc < 0)
+		status = cmd_fail("git keygen: %s", err);
+	else
+		printf("Generated SSH deploy key %s\n"
+		       "Fingerprint: %s\n"
+		       "Add this public key as a read-only deploy key with your git provider:\n"
+		       "%s\n",
+		       path, fp, line);
+	free(dir);
+	free(path);
+	free(line);
+	free(fp);
+	free(err);
+	return status;
+}
+
+static int set_exec(const struct cmd *self, int argc, char **argv)
+{
+	const char *ref = NULL, *path = NULL, *secret = NULL, *pos[1];
+	int npos = 0;
+	const struct cmd_opt opts[] = {{"--ref", NULL, true, &ref, NULL},
+				       {"--path", NULL, true, &path, NULL},
+				       {"--webhook-secret", NULL, true, &secret, NULL},
+				       {NULL}};
+	CMD_PARSE_OR_RETURN(self, argc, argv, opts, pos, 1, 1, &npos);
+	char *err = NULL;
+	int status = 0;
+	struct git_source src = {0}, old = {0};
+	if (git_url_parse(pos[0], NULL, NULL, NULL, NULL, &err) < 0) {
+		status = cmd_fail("git set: %s", err);
+		goto out;
+	}
+	if (ref && (!*ref || strlen(ref) > 255 || strpbrk(ref, " \t\r\n"))) {
+		status = cmd_fail("git set: --ref '%s' is not a branch, tag or commit name", ref);
+		goto out;
+	}
+	if (path && git_path_check(path, &err) < 0) {
+		status = cmd_fail("git set: --path: %s", err);
+		goto out;
+	}
+	if (secret && secret_name_check(secret, &err) < 0) {
+		status = cmd_fail("git set: --webhook-secret: %s", err);
+		goto out;
+	}
+	src.repository = xstrdup(pos[0]);
+	src.ref = xstrdup(ref ? ref : "main");
+	src.path = path && strcmp(path, ".") != 0 ? xstrdup(path) : NULL;
+	src.webhook_secret = secret ? xstrdup(secret) : NULL;
+	/* The sync history belongs to the checkout: kept while the repository
+	 * stays the same. A corrupt old file is simply replaced. */
+	char *olderr = NULL;
+	if (git_source_load(secret_data_dir(), &old, &olderr) == 0 &&
+	    strcmp(old.repository, src.repository) == 0) {
+		src.last_sync = old.last_sync ? xstrdup(old.last_sync) : NULL;
+		src.last_commit = old.last_commit ? xstrdup(old.last_commit) : NULL;
+	}
+	free(olderr);
+	if (git_source_save(secret_data_dir(), &src, &err) < 0) {
+		status = cmd_fail("git set: %s", err);
+		goto out;
+	}
+	printf("Git source set: %s (ref %s, path %s)\n", src.repository, src.ref,
+	       src.path ? src.path : "repository root");
+	if (src.webhook_secret)
+		printf("Webhook deliveries must be signed with secret '%s'\n", src.webhook_secret);
+
+	/* Hints, not errors: both can be fixed before the first sync. */
+	char *dir = ssh_dir(), *line = NULL, *fp = NULL, *kerr = NULL;
+	if (sshkey_public(dir, &line, &fp, &kerr) == -2)
+		fprintf(stderr, "relay: note: no deploy key yet: run `relay git keygen` and "
+				"register it before `relay git sync`\n");
+	free(dir);
+	free(line);
+	free(fp);
+	free(kerr);
+	if (src.webhook_secret) {
+		struct secret_provider *p = secret_file_provider_new(secret_data_dir());
+		char *v = NULL, *serr = NULL;
+		size_t vlen = 0;
+		if (secret_get(p, src.webhook_secret, &v, &vlen, &serr) == SECRET_NOT_FOUND)
+			fprintf(stderr,
+				"relay: note: secret '%s' is not in the secret store yet: run "
+				"`relay secret set %s`\n",
+				src.webhook_secret, src.webhook_secret);
+		secret_value_free(v, vlen);
+		free(serr);
+		secret_provider_free(p);
+	}
+out:
+	git_source_free(&src);
+	git_source_free(&old);
+	free(err);
+	return status;
+}
+
+static void print_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	printf("%s\n", msg);
+	fflush(stdout);
+}
+
+static int sync_exec(const struct cmd *self, int argc, char **argv)
+{
+	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
+	struct git_sync_result res;
+	char *err = NULL;
+	int status = 0;
+	const char *fdir = functions_dir();
+	int rc = git_sync(secret_data_dir(), fdir, print_notice, NULL, &res, &err);
+	if (rc == -2)
+		status = cmd_fail("git sync: no git source configured: run `relay git set "
+				  "<repository>` first");
+	else if (rc < 0)
+		status = cmd_fail("git sync: %s", err);
+	else
+		printf("Synced commit %s: %zu function(s) in %s, %zu removed\n", res.commit,
+		       res.functions, fdir, res.removed);
+	free(err);
+	return status;
+}
+
+static int status_exec(const struct cmd *self, int argc, char **argv)
+{
+	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
+	struct git_source src = {0};
+	char *err = NULL;
+	int rc = git_source_load(secret_data_dir(), &src, &err);
+	if (rc == -2) {
+		printf("No git source configured.\n");
+		free(err);
+		return 0;
+	}
+	if (rc < 0) {
+		int status = cmd_fail("git status: %s", err);
+		free(err);
+		return status;
+	}
+	char *dir = ssh_dir(), *keypath = sshkey_path(dir), *line = NULL, *fp = NULL;
+	char *kerr = NULL, *head = git_sync_checkout_head(secret_data_dir());
+	char *checkout = xasprintf("%s/git/checkout", secret_data_dir());
+	int krc = sshkey_public(dir, &line, &fp, &kerr);
+	printf("Repository:     %s\n", src.repository);
+	printf("Ref:            %s\n", src.ref);
+	printf("Path:           %s\n", src.path ? src.path : "(repository root)");
+	printf("Webhook secret: %s\n", src.webhook_secret ? src.webhook_secret : "(none)");
+	if (krc == 0)
+		printf("SSH key:        present (%s, %s)\n", keypath, fp);
+	else if (krc == -2)
+		printf("SSH key:        missing (run `relay git keygen`)\n");
+	else
+		printf("SSH key:        unusable: %s\n", kerr);
+	struct stat st;
+	bool have_checkout = lstat(checkout, &st) == 0 && S_ISDIR(st.st_mode);
+	printf("Checkout:       %s%s%s\n", have_checkout ? "present (" : "absent",
+	       have_checkout ? checkout : "", have_checkout ? ")" : "");
+	printf("Commit:         %s\n", head ? head : "(none)");
+	printf("Last sync:      %s\n", src.last_sync ? src.last_sync : "never");
+	free(dir);
+	free(keypath);
+	free(line);
+	free(fp);
+	free(kerr);
+	free(head);
+	free(checkout);
+	git_source_free(&src);
+	return 0;
+}
+
+static int remove_exec(const struct cmd *self, int argc, char **argv)
+{
+	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
+	char *err = NULL;
+	int status = 0;
+	int rc = git_source_remove(secret_data_dir(), &err);
+	if (rc == -2)
+		printf("No git source configured.\n");
+	else if (rc < 0)
+		status = cmd_fail("git remove: %s", err);
+	else
+		printf("Removed the git source and its checkout (the functions directory and "
+		       "the SSH key are kept).\n");
+	free(err);
+	return status;
+}
 
 const struct cmd cmd_git_keygen = {
-	"git keygen", "", "generate an SSH deploy key", NULL, CMD_FILES, cmd_not_implemented,
+	"git keygen",
+	"[--force]",
+	"generate an SSH deploy key",
+	"Writes an ed25519 key to <data dir>/ssh/id_ed25519 (0600) and prints its public\n"
+	"half to register as a read-only deploy key. An existing key is kept unless --force.\n",
+	CMD_FILES,
+	keygen_exec,
 };
 const struct cmd cmd_git_set = {
 	"git set",
 	"[--ref REF] [--path PATH] [--webhook-secret NAME] <repository>",
 	"set the git source to sync from",
-	NULL,
+	"<repository> is an SSH URL: git@host:org/repo.git or ssh://git@host[:port]/org/repo.git.\n"
+	"--ref is a branch, tag or commit (default main); --path a subdirectory holding the\n"
+	"functions; --webhook-secret names the secret GitHub webhook deliveries are signed\n"
+	"with. Running it again replaces the source.\n",
 	CMD_FILES,
-	cmd_not_implemented,
+	set_exec,
 };
 const struct cmd cmd_git_sync = {
-	"git sync", "",	       "sync the source into the functions directory",
-	NULL,	    CMD_FILES, cmd_not_implemented,
+	"git sync",
+	"",
+	"sync the source into the functions directory",
+	"Fetches the configured ref over SSH with the deploy key, checks it out (detached,\n"
+	"hard reset) and makes the functions directory (RELAY_FUNCTIONS_DIR, else /functions)\n"
+	"hold exactly the source's functions. A first contact with a host pins its key in\n"
+	"<data dir>/ssh/known_hosts; a changed key fails the sync.\n",
+	CMD_FILES,
+	sync_exec,
 };
 const struct cmd cmd_git_status = {
-	"git status", "", "show git sync state", NULL, CMD_FILES, cmd_not_implemented,
+	"git status", "", "show git sync state", NULL, CMD_FILES, status_exec,
 };
 const struct cmd cmd_git_remove = {
-	"git remove", "",	 "forget the source and drop the checkout",
-	NULL,	      CMD_FILES, cmd_not_implemented,
+	"git remove",
+	"",
+	"forget the source and drop the checkout",
+	"Deletes <data dir>/git/source.json and the checkout; keeps the functions directory\n"
+	"and the SSH key.\n",
+	CMD_FILES,
+	remove_exec,
 };

@@ -33,6 +33,7 @@
 #include "duration.h"
 #include "executor.h"
 #include "function.h"
+#include "gitsync.h"
 #include "image.h"
 #include "log.h"
 #include "metrics.h"
@@ -46,6 +47,7 @@
 #include "state.h"
 #include "statsflush.h"
 #include "util.h"
+#include "webhook.h"
 
 static volatile int cancel_flag;
 static sigset_t stop_signals;
@@ -70,6 +72,85 @@ static void *second_signal(void *arg)
 	usleep(1500 * 1000);
 	_exit(1);
 	return NULL;
+}
+
+struct sync_target {
+	const char *data_dir, *functions_dir;
+};
+
+static void log_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	log_info(NULL, "%s", msg);
+}
+
+/* One webhook-triggered sync, on the coalescer's thread. The reconciler
+ * picks the result up from the functions directory like any other edit. */
+static void webhook_sync(void *arg)
+{
+	const struct sync_target *t = arg;
+	struct git_sync_result res;
+	char *err = NULL;
+	log_info(NULL, "git sync started (webhook)");
+	int rc = git_sync(t->data_dir, t->functions_dir, log_notice, NULL, &res, &err);
+	if (rc == 0) {
+		char nf[24], nr[24];
+		snprintf_(nf, sizeof nf, "%zu", res.functions);
+		snprintf_(nr, sizeof nr, "%zu", res.removed);
+		log_info(LOG_ATTRS("commit", res.commit, "functions", nf, "removed", nr),
+			 "git sync complete");
+	} else {
+		log_error(LOG_ATTRS("error", rc == -2 ? "no git source configured" : err),
+			  "git sync failed");
+	}
+	free(err);
+}
+
+/*
+ * The GitHub webhook is opt-in twice over: GIT_WEBHOOK_ADDR set and a git
+ * source configured (read once here: a source or webhook secret set later
+ * needs a restart). Returns -1 only for a bind failure, which is fatal;
+ * otherwise 0 with *out NULL when disabled (the reason logged).
+ */
+static int webhook_maybe_start(const struct config *cfg, const struct secret_provider *secrets,
+			       const struct sync_target *target, struct webhook **out)
+{
+	*out = NULL;
+	if (!cfg->webhook_addr) {
+		log_info(NULL, "webhook server disabled: GIT_WEBHOOK_ADDR is not set");
+		return 0;
+	}
+	struct git_source src = {0};
+	char *err = NULL;
+	int rc = git_source_load(cfg->data_dir, &src, &err);
+	if (rc == -2) {
+		log_info(LOG_ATTRS("addr", cfg->webhook_addr),
+			 "webhook server disabled: no git source configured (relay git set)");
+		rc = 0;
+	} else if (rc < 0) {
+		log_warn(LOG_ATTRS("addr", cfg->webhook_addr, "error", err),
+			 "webhook server disabled: the git source is unreadable");
+		rc = 0;
+	} else {
+		struct webhook_config wcfg = {
+			.listen_addr = cfg->webhook_addr,
+			.repository = src.repository,
+			.ref = src.ref,
+			.secret_name = src.webhook_secret,
+			.secrets = secrets,
+			.sync = webhook_sync,
+			.sync_arg = (void *)target,
+		};
+		free(err);
+		err = NULL;
+		rc = webhook_start(&wcfg, out, &err);
+		if (rc < 0)
+			log_error(LOG_ATTRS("addr", cfg->webhook_addr, "error", err),
+				  "cannot start the webhook server");
+	}
+	free(err);
+	git_source_free(&src);
+	return rc;
 }
 
 /* Shutdown bounds: an image build is not waited for beyond this, nor a
@@ -102,6 +183,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	struct state *state = NULL;
 	struct reconciler *rec = NULL;
 	struct statsflush *flush = NULL;
+	struct webhook *webhook = NULL;
 	bool leave_shared = false; /* a thread still uses the registry/state */
 	bool watching = false;	   /* the second-signal watcher runs */
 	char *err = NULL;
@@ -130,6 +212,11 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	} else {
 		log_info(LOG_ATTRS("path", state_path(state)), "state database ready");
 	}
+
+	secrets = secret_file_provider_new(cfg.data_dir);
+	struct sync_target target = {cfg.data_dir, cfg.functions_dir};
+	if (webhook_maybe_start(&cfg, secrets, &target, &webhook) < 0)
+		goto out;
 
 	size_t swept = 0;
 	char *serr = NULL;
@@ -182,13 +269,9 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 
 	if (cfg.metrics_addr)
 		metrics_server_start(cfg.metrics_addr);
-	if (cfg.webhook_addr)
-		log_warn(LOG_ATTRS("addr", cfg.webhook_addr),
-			 "webhook server not started: git sync is not part of this build");
 	if (cfg.stream_retention_ns)
 		retention = retention_start(&uri, cfg.redis_stream, cfg.stream_retention_ns, 0, 0);
 
-	secrets = secret_file_provider_new(cfg.data_dir);
 	struct executor exec = {.provider = secrets, .cancel = &cancel_flag};
 	struct consumer_config ccfg = {
 		.uri = &uri,
@@ -219,6 +302,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	consumer_stop(consumer);
 	rc = 0;
 out:
+	webhook_stop(webhook); /* first: no sync starts while stopping */
 	if (reconciler_stop(rec, RECONCILER_STOP_MS) < 0)
 		leave_shared = true;
 	if (statsflush_stop(flush, FINAL_FLUSH_MS) < 0)

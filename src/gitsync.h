@@ -1,0 +1,107 @@
+/*
+ * Git sync (relay-spec "Git"): the persisted source, and one sync that
+ * materializes the configured repository, ref and path into the functions
+ * directory.
+ *
+ * Layout under the data directory: git/ (0700), git/source.json (0600,
+ * written atomically), git/checkout (the managed clone), git/.lock (flock,
+ * so two syncs - CLI and webhook, or two CLIs - never interleave).
+ */
+#ifndef RELAY_GITSYNC_H
+#define RELAY_GITSYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The persisted source (git/source.json). */
+struct git_source {
+	char *repository;     /* SSH URL as given */
+	char *ref;	      /* branch, tag or commit; default "main" */
+	char *path;	      /* monorepo subdirectory; NULL = repository root */
+	char *webhook_secret; /* secret reference name or NULL */
+	/* Written by a successful sync; NULL before the first. */
+	char *last_sync;   /* RFC 3339 UTC, e.g. 2026-11-30T04:05:06Z */
+	char *last_commit; /* 40 hex */
+};
+
+/*
+ * SSH URL check and split: scp-like "user@host:path" (user optional) or
+ * "ssh://[user@]host[:port]/path". Anything else (https://, http://,
+ * git://, file://, a local path, empty parts, whitespace or control
+ * characters, > 1024 bytes) is rejected with a message saying only SSH
+ * URLs are accepted. Outputs may be NULL; user defaults to "git" when
+ * absent, port to 22. Returns 0 or -1 with *err.
+ */
+int git_url_parse(const char *url, char **user, char **host, int *port, char **path, char **err);
+
+/* "host/path" with the host lowercased, leading '/' and a trailing ".git"
+ * or '/' removed: the identity used to compare the configured repository
+ * with a webhook payload's ssh_url / clone_url / git_url (these forms also
+ * accepted here: https://host/path, git://host/path). NULL when unparseable. */
+char *git_repo_identity(const char *url);
+
+/* Checks a --path value: relative, no "..", no empty or "." segments
+ * except a lone ".", at most 1024 bytes. Returns 0 or -1 with *err. */
+int git_path_check(const char *path, char **err);
+
+/* Loads git/source.json (at most 64 KiB; every field validated as on save;
+ * an absent ref is "main"). 0 loaded; -2 nothing configured; -1 unreadable
+ * or corrupt (*err names the file and the problem), also when the file or
+ * git/ is a symbolic link, not owned by the effective uid or has group or
+ * other permission bits (the file is then never read). */
+int git_source_load(const char *data_dir, struct git_source *out, char **err);
+/* Validates src (URL, ref, path, secret name, last_* formats) and writes it
+ * atomically with mode 0600 (git/ and missing parents created 0700). */
+int git_source_save(const char *data_dir, const struct git_source *src, char **err);
+/* Deletes the checkout, then source.json (under the sync lock; symbolic
+ * links in the checkout are removed, never followed). 0 removed; -2
+ * nothing configured; -1 corrupt config or I/O error (nothing deleted when
+ * corrupt). The SSH key and the functions directory are not touched. */
+int git_source_remove(const char *data_dir, char **err);
+void git_source_free(struct git_source *s);
+
+/* HEAD commit of the checkout (40 hex, malloc'd) or NULL when there is no
+ * checkout. Not "git_checkout_head": libgit2 exports a function of that
+ * name, and ours would clash with it at compile and link time. */
+char *git_sync_checkout_head(const char *data_dir);
+
+struct git_sync_result {
+	char commit[41];
+	size_t functions; /* function directories now in the functions dir */
+	size_t removed;	  /* other directories removed from the functions dir
+			     (leftovers of an interrupted sync not counted) */
+};
+
+/*
+ * One sync: source.json must exist (else -2), the deploy key must exist
+ * ("no deploy key: run relay git keygen ..." otherwise). Holds an exclusive
+ * flock on git/.lock throughout (blocking), so syncs never interleave.
+ * Clones (or, when the checkout's remote is another repository, deletes and
+ * re-clones) into git/checkout over SSH with the deploy key only (never
+ * ssh-agent), verifying the host key against ssh/known_hosts (TOFU; a first
+ * contact calls notice with "Trusted new host <host> (fingerprint
+ * SHA256:...)", <host> being "[host]:port" for a port other than 22; a
+ * changed key fails the sync with known_hosts_verify's man-in-the-middle
+ * message); fetches, resolves ref (origin branch, then tag, then full or
+ * abbreviated commit id; else "ref '<ref>' not found in <repository>"),
+ * checks it out detached with a hard reset (untracked and ignored files
+ * removed); then replaces the functions directory (created 0755 if
+ * missing): every direct subdirectory of the source path (not a symbolic
+ * link, not hidden) holding a regular template.yaml is copied in (regular
+ * files 0755/0644 by their exec bit, directories 0755, symbolic links as
+ * links, .git skipped, nothing followed), each through a temporary copy
+ * swapped in with one rename; every other directory in the functions
+ * directory is removed (regular files and symbolic links there are kept).
+ * All copies are made before anything is swapped, so a repository over the
+ * bounds (20000 files, 512 MiB, 64 levels of directories) fails with the
+ * functions directory untouched. Records last_sync and last_commit in
+ * source.json. notice (may be NULL) is called on the calling thread.
+ * Returns 0, -2 (nothing configured), -1 with *err. Thread-safe; any
+ * number of processes may call it on the same data directory.
+ */
+int git_sync(const char *data_dir, const char *functions_dir,
+	     void (*notice)(void *arg, const char *msg), void *notice_arg,
+	     struct git_sync_result *res, char **err);
+
+#endif

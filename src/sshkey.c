@@ -1,0 +1,729 @@
+/*
+ * The SSH deploy key and Relay's known_hosts (see sshkey.h).
+ *
+ * OpenSSL has no writer for OpenSSH's private key format, so it is built
+ * here (OpenSSH's PROTOCOL.key). Unencrypted, the file is PEM-like armor
+ * around the base64 of
+ *
+ *	"openssh-key-v1\0"  string "none" (cipher)  string "none" (kdf)
+ *	string "" (kdf options)  uint32 1 (keys)  string public-blob
+ *	string private-section
+ *
+ * where public-blob is (string "ssh-ed25519", string pub32) and the private
+ * section is (uint32 check, uint32 check, string "ssh-ed25519", string
+ * pub32, string seed32||pub32, string comment, padding 1,2,3... to a
+ * multiple of 8). The base64 is wrapped at 70 columns like ssh-keygen's:
+ * libssh2 (under libgit2) reads the armor line by line into a small buffer.
+ *
+ * Files are used through a descriptor of the checked SSH directory
+ * (openat/renameat), opened with O_NOFOLLOW and checked with fstat, so the
+ * checked file is the one read. Key material (seed, encoded file, decoded
+ * file) is cleansed before it is freed; messages carry paths only.
+ *
+ * known_hosts decisions are serialized by a process-local mutex and, across
+ * processes, by flock on the file, so a host is pinned at most once.
+ */
+#include "sshkey.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define KEY_TYPE "ssh-ed25519"
+#define KEY_COMMENT "relay"
+#define KEY_MAGIC "openssh-key-v1" /* NUL-terminated in the file */
+#define PEM_BEGIN "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+#define PEM_END "-----END OPENSSH PRIVATE KEY-----"
+#define PEM_COLUMNS 70
+#define BLOB_LEN (4 + sizeof KEY_TYPE - 1 + 4 + 32) /* 51 */
+#define KEY_FILE_MAX (64 * 1024)
+#define KNOWN_HOSTS_MAX (1024 * 1024)
+#define HOST_BLOB_MAX (16 * 1024)
+#define KEY_TYPE_MAX 64
+#define TEMP_ATTEMPTS 100
+
+static pthread_mutex_t known_hosts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int sys_error(char **err, const char *what, const char *path, int e)
+{
+	char tmp[128];
+	*err = xasprintf("%s %s: %s", what, path, strerror_r(e, tmp, sizeof tmp));
+	return -1;
+}
+
+/* ---- SSH wire encoding ---- */
+
+struct wire {
+	unsigned char *p;
+	size_t len, cap;
+};
+
+static void put_raw(struct wire *w, const void *p, size_t n)
+{
+	if (n > w->cap - w->len)
+		abort(); /* the buffers are sized for our one key layout */
+	memcpy(w->p + w->len, p, n);
+	w->len += n;
+}
+
+static void put_u32(struct wire *w, uint32_t v)
+{
+	unsigned char b[4] = {v >> 24, v >> 16 & 0xff, v >> 8 & 0xff, v & 0xff};
+	put_raw(w, b, 4);
+}
+
+static void put_str(struct wire *w, const void *p, size_t n)
+{
+	put_u32(w, (uint32_t)n);
+	put_raw(w, p, n);
+}
+
+static void put_cstr(struct wire *w, const char *s)
+{
+	put_str(w, s, strlen(s));
+}
+
+/* A bounds-checked cursor; every getter fails rather than read past n. */
+struct reader {
+	const unsigned char *p;
+	size_t n;
+};
+
+static bool get_raw(struct reader *r, size_t n, const unsigned char **p)
+{
+	if (n > r->n)
+		return false;
+	*p = r->p;
+	r->p += n;
+	r->n -= n;
+	return true;
+}
+
+static bool get_u32(struct reader *r, uint32_t *v)
+{
+	const unsigned char *b;
+	if (!get_raw(r, 4, &b))
+		return false;
+	*v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+	return true;
+}
+
+static bool get_str(struct reader *r, struct reader *s)
+{
+	uint32_t n;
+	return get_u32(r, &n) && get_raw(r, n, &s->p) && (s->n = n, true);
+}
+
+static bool get_str_is(struct reader *r, const char *want, size_t want_len)
+{
+	struct reader s;
+	return get_str(r, &s) && s.n == want_len && memcmp(s.p, want, want_len) == 0;
+}
+
+/* Validates a public key blob: a key type name, then one or more strings
+ * that exactly fill it (ed25519: pub32; rsa: e, n; ecdsa: curve, point).
+ * Stores the NUL-terminated type in type[KEY_TYPE_MAX + 1]. */
+static bool blob_type(const unsigned char *blob, size_t len, char *type)
+{
+	struct reader r = {blob, len}, s;
+	if (len > HOST_BLOB_MAX || !get_str(&r, &s) || s.n == 0 || s.n > KEY_TYPE_MAX)
+		return false;
+	for (size_t i = 0; i < s.n; i++)
+		if (s.p[i] <= ' ' || s.p[i] >= 0x7f)
+			return false;
+	memcpy(type, s.p, s.n);
+	type[s.n] = '\0';
+	struct reader part;
+	if (!get_str(&r, &part))
+		return false;
+	while (r.n > 0)
+		if (!get_str(&r, &part))
+			return false;
+	return true;
+}
+
+/* ---- base64 and fingerprints ---- */
+
+static char *b64_encode(const unsigned char *p, size_t n)
+{
+	char *s = xmalloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)s, p, (int)n);
+	return s;
+}
+
+static int b64_value(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Strict padded base64 of s[0..n); NULL when invalid. */
+static unsigned char *b64_decode(const char *s, size_t n, size_t *out_len)
+{
+	if (n == 0 || n % 4)
+		return NULL;
+	size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+	size_t total = n / 4 * 3 - pad, o = 0;
+	unsigned char *out = xmalloc(total);
+	for (size_t i = 0; i < n; i += 4) {
+		uint32_t v = 0;
+		for (size_t j = i; j < i + 4; j++) {
+			int d = j < n - pad ? b64_value(s[j]) : 0;
+			if (d < 0) {
+				OPENSSL_cleanse(out, o);
+				free(out);
+				return NULL;
+			}
+			v = v << 6 | (uint32_t)d;
+		}
+		for (int shift = 16; shift >= 0 && o < total; shift -= 8)
+			out[o++] = (unsigned char)(v >> shift);
+	}
+	*out_len = total;
+	return out;
+}
+
+char *ssh_fingerprint(const unsigned char *blob, size_t len)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	if (EVP_Digest(blob, len, md, &n, EVP_sha256(), NULL) != 1)
+		abort(); /* SHA-256 is always available in OpenSSL 3 */
+	char *b64 = b64_encode(md, n);
+	b64[strcspn(b64, "=")] = '\0';
+	char *fp = xasprintf("SHA256:%s", b64);
+	free(b64);
+	return fp;
+}
+
+static void make_blob(const unsigned char pub[32], unsigned char blob[BLOB_LEN])
+{
+	struct wire w = {blob, 0, BLOB_LEN};
+	put_cstr(&w, KEY_TYPE);
+	put_str(&w, pub, 32);
+}
+
+static void public_outputs(const unsigned char *blob, char **public_line, char **fingerprint)
+{
+	char *b64 = b64_encode(blob, BLOB_LEN);
+	*public_line = xasprintf(KEY_TYPE " %s " KEY_COMMENT, b64);
+	*fingerprint = ssh_fingerprint(blob, BLOB_LEN);
+	free(b64);
+}
+
+/* ---- the private key file ---- */
+
+/* The armored file text (malloc'd; the caller cleanses it). */
+static char *encode_private(const unsigned char seed[32], const unsigned char pub[32],
+			    uint32_t check, size_t *text_len)
+{
+	unsigned char blob[BLOB_LEN], keypair[64], secbuf[256], bin[512];
+	struct wire sec = {secbuf, 0, sizeof secbuf}, w = {bin, 0, sizeof bin};
+	make_blob(pub, blob);
+	memcpy(keypair, seed, 32);
+	memcpy(keypair + 32, pub, 32);
+	put_u32(&sec, check);
+	put_u32(&sec, check);
+	put_cstr(&sec, KEY_TYPE);
+	put_str(&sec, pub, 32);
+	put_str(&sec, keypair, sizeof keypair);
+	put_cstr(&sec, KEY_COMMENT);
+	for (unsigned char i = 1; sec.len % 8; i++)
+		put_raw(&sec, &i, 1);
+	put_raw(&w, KEY_MAGIC, sizeof KEY_MAGIC);
+	put_cstr(&w, "none");
+	put_cstr(&w, "none");
+	put_cstr(&w, "");
+	put_u32(&w, 1);
+	put_str(&w, blob, sizeof blob);
+	put_str(&w, sec.p, sec.len);
+
+	char *b64 = b64_encode(bin, w.len);
+	size_t n = strlen(b64), t = strlen(PEM_BEGIN);
+	char *text = xmalloc(t + n + n / PEM_COLUMNS + 1 + sizeof PEM_END + 1);
+	memcpy(text, PEM_BEGIN, t);
+	for (size_t i = 0; i < n; i += PEM_COLUMNS) {
+		size_t k = n - i < PEM_COLUMNS ? n - i : PEM_COLUMNS;
+		memcpy(text + t, b64 + i, k);
+		t += k;
+		text[t++] = '\n';
+	}
+	memcpy(text + t, PEM_END "\n", sizeof PEM_END + 1);
+	*text_len = t + sizeof PEM_END;
+	OPENSSL_cleanse(keypair, sizeof keypair);
+	OPENSSL_cleanse(secbuf, sizeof secbuf);
+	OPENSSL_cleanse(bin, sizeof bin);
+	OPENSSL_cleanse(b64, n);
+	free(b64);
+	return text;
+}
+
+/* Whether seed derives pub: the halves of the file belong together. */
+static bool seed_matches(const unsigned char *seed, const unsigned char *pub)
+{
+	unsigned char derived[32];
+	size_t n = sizeof derived;
+	EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, seed, 32);
+	bool ok = k && EVP_PKEY_get_raw_public_key(k, derived, &n) == 1 && n == 32 &&
+		  memcmp(derived, pub, 32) == 0;
+	EVP_PKEY_free(k);
+	return ok;
+}
+
+/* Parses the decoded file (layout at the top) into its public blob; returns
+ * what is wrong with it, or NULL. */
+static const char *parse_key(const unsigned char *bin, size_t len, unsigned char blob[BLOB_LEN])
+{
+	struct reader r = {bin, len}, kdfopts, pk, sec, pub, pub2, priv, comment;
+	const unsigned char *magic;
+	uint32_t nkeys, check1, check2;
+	size_t type_len = strlen(KEY_TYPE);
+	if (!get_raw(&r, sizeof KEY_MAGIC, &magic) || memcmp(magic, KEY_MAGIC, sizeof KEY_MAGIC))
+		return "not openssh-key-v1";
+	if (!get_str_is(&r, "none", 4) || !get_str_is(&r, "none", 4))
+		return "encrypted keys are not supported";
+	if (!get_str(&r, &kdfopts) || kdfopts.n || !get_u32(&r, &nkeys) || nkeys != 1 ||
+	    !get_str(&r, &pk) || !get_str(&r, &sec) || r.n)
+		return "malformed header";
+	if (pk.n != BLOB_LEN)
+		return "not an ed25519 key";
+	memcpy(blob, pk.p, BLOB_LEN);
+	if (!get_str_is(&pk, KEY_TYPE, type_len) || !get_str(&pk, &pub) || pub.n != 32)
+		return "not an ed25519 key";
+	if (sec.n % 8 || !get_u32(&sec, &check1) || !get_u32(&sec, &check2) || check1 != check2)
+		return "malformed private section";
+	if (!get_str_is(&sec, KEY_TYPE, type_len) || !get_str(&sec, &pub2) || pub2.n != 32 ||
+	    memcmp(pub2.p, pub.p, 32) || !get_str(&sec, &priv) || priv.n != 64 ||
+	    memcmp(priv.p + 32, pub.p, 32) || !get_str(&sec, &comment))
+		return "malformed private key";
+	if (sec.n >= 8)
+		return "bad padding";
+	for (size_t i = 0; i < sec.n; i++)
+		if (sec.p[i] != i + 1)
+			return "bad padding";
+	if (!seed_matches(priv.p, pub.p))
+		return "private and public halves differ";
+	return NULL;
+}
+
+/* Strictly parses the whole key file text into its public blob. */
+static int decode_private(const char *text, size_t len, const char *path,
+			  unsigned char blob[BLOB_LEN], char **err)
+{
+	const char *why = "no OPENSSH PRIVATE KEY armor";
+	size_t begin = strlen(PEM_BEGIN), n = 0, bin_len = 0;
+	char *b64 = xmalloc(len + 1);
+	unsigned char *bin = NULL;
+	const char *end = len > begin && memcmp(text, PEM_BEGIN, begin) == 0
+				  ? memmem(text + begin, len - begin, PEM_END, strlen(PEM_END))
+				  : NULL;
+	if (end) {
+		for (const char *p = text + begin; p < end; p++)
+			if (*p != '\n' && *p != '\r')
+				b64[n++] = *p;
+		bin = b64_decode(b64, n, &bin_len);
+		why = bin ? parse_key(bin, bin_len, blob) : "invalid base64";
+	}
+	if (why)
+		*err = xasprintf("SSH key %s: not a valid unencrypted ed25519 OpenSSH key (%s)",
+				 path, why);
+	OPENSSL_cleanse(b64, len + 1);
+	free(b64);
+	if (bin)
+		OPENSSL_cleanse(bin, bin_len);
+	free(bin);
+	return why ? -1 : 0;
+}
+
+/* ---- files ---- */
+
+/* mkdir -p, each missing component created with mode 0700. */
+static int mkdir_p(const char *path, char **err)
+{
+	char *p = xstrdup(path);
+	int rc = 0;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char saved = *s;
+		*s = '\0';
+		if (mkdir(p, 0700) == 0)
+			chmod(p, 0700); /* exactly 0700 whatever the umask */
+		else if (errno != EEXIST) {
+			rc = sys_error(err, "cannot create directory", p, errno);
+			break;
+		}
+		*s = saved;
+		if (!saved)
+			break;
+	}
+	free(p);
+	return rc;
+}
+
+/* Opens the SSH directory, refusing one writable by others. -2 when it does
+ * not exist and create is false. */
+static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
+{
+	struct stat st;
+	if (!*dir) {
+		*err = xstrdup("the SSH directory path is empty");
+		return -1;
+	}
+	if (create && mkdir_p(dir, err) < 0)
+		return -1;
+	*dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (*dfd < 0 && errno == ENOENT && !create)
+		return -2;
+	if (*dfd < 0)
+		return sys_error(err, "cannot open SSH directory", dir, errno);
+	if (fstat(*dfd, &st) < 0)
+		return sys_error(err, "cannot stat SSH directory", dir, errno);
+	if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+		*err = xasprintf("SSH directory %s: must be owned by uid %u and not writable by "
+				 "group or others (owner %u, mode %04o); refusing to use it",
+				 dir, (unsigned)geteuid(), (unsigned)st.st_uid,
+				 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+/* Opens name in dfd without following a symlink and refuses anything but a
+ * regular file of ours without the mode bits in `loose`. -2 when missing. */
+static int open_checked(int dfd, const char *name, const char *path, int flags, mode_t loose,
+			int *fd, char **err)
+{
+	struct stat st;
+	*fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
+	if (*fd < 0 && errno == ENOENT)
+		return -2;
+	if (*fd < 0 && errno == ELOOP) {
+		*err = xasprintf("%s: is a symbolic link; refusing to use it", path);
+		return -1;
+	}
+	if (*fd < 0)
+		return sys_error(err, "cannot open", path, errno);
+	if (fstat(*fd, &st) < 0)
+		return sys_error(err, "cannot stat", path, errno);
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & loose)) {
+		*err = xasprintf(
+			"%s: must be a regular file owned by uid %u with mode %04o at most "
+			"(is uid %u, mode %06o); refusing to use it",
+			path, (unsigned)geteuid(), (unsigned)(0666 & ~loose), (unsigned)st.st_uid,
+			(unsigned)st.st_mode);
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads fd to its end into *out (NUL-terminated, max + 2 bytes allocated;
+ * the caller frees it). A file over max bytes is refused. */
+static int read_bounded(int fd, size_t max, const char *path, char **out, size_t *len, char **err)
+{
+	char *b = xmalloc(max + 2);
+	size_t n = 0;
+	ssize_t r = 1;
+	while (n <= max && r != 0) {
+		r = read(fd, b + n, max + 1 - n);
+		if (r < 0 && errno != EINTR) {
+			free(b);
+			return sys_error(err, "cannot read", path, errno);
+		}
+		n += r > 0 ? (size_t)r : 0;
+	}
+	b[n] = '\0';
+	*out = b;
+	*len = n;
+	if (n > max) {
+		*err = xasprintf("%s: larger than %zu bytes; refusing to read it", path, max);
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes dir/name atomically with mode: temporary file, fsync, rename,
+ * fsync of the directory. With noreplace, an existing name gives -2. */
+static int write_atomic(int dfd, const char *dir, const char *name, const char *data, size_t len,
+			mode_t mode, bool noreplace, char **err)
+{
+	char tmp[64];
+	int fd = -1;
+	for (int i = 0; i < TEMP_ATTEMPTS && fd < 0; i++) {
+		snprintf_(tmp, sizeof tmp, ".%s.tmp-%08llx", name,
+			  (unsigned long long)rand_below(UINT64_C(1) << 32));
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0)
+		return sys_error(err, "cannot create a temporary file in", dir, errno);
+	bool ok = fchmod(fd, mode) == 0 && write_all(fd, data, len) == 0 && fsync(fd) == 0;
+	ok = close(fd) == 0 && ok;
+	int r = ok ? renameat2(dfd, tmp, dfd, name, noreplace ? RENAME_NOREPLACE : 0) : -1;
+	if (r < 0 && ok && errno == EINVAL && noreplace) /* a file system without the flag */
+		r = renameat(dfd, tmp, dfd, name);
+	if (r < 0) {
+		int e = errno;
+		unlinkat(dfd, tmp, 0);
+		return ok && e == EEXIST ? -2 : sys_error(err, "cannot write a file in", dir, e);
+	}
+	if (fsync(dfd) < 0)
+		return sys_error(err, "cannot sync directory", dir, errno);
+	return 0;
+}
+
+char *sshkey_path(const char *ssh_dir)
+{
+	return xasprintf("%s/%s", ssh_dir, SSHKEY_FILE);
+}
+
+static int key_exists(const char *path, char **err)
+{
+	*err = xasprintf("an SSH key already exists at %s; refusing to overwrite it", path);
+	return -2;
+}
+
+int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **fingerprint,
+		    char **err)
+{
+	*public_line = *fingerprint = NULL;
+	char *path = sshkey_path(ssh_dir), *text = NULL, *pubtext = NULL, *line = NULL, *fp = NULL;
+	unsigned char seed[32], pub[32], blob[BLOB_LEN];
+	size_t seed_len = sizeof seed, pub_len = sizeof pub, text_len = 0;
+	uint32_t check;
+	EVP_PKEY *pkey = NULL;
+	struct stat st;
+	int dfd = -1;
+	int rc = open_ssh_dir(ssh_dir, true, &dfd, err);
+	if (rc < 0)
+		goto out;
+	if (!force && fstatat(dfd, SSHKEY_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		rc = key_exists(path, err);
+		goto out;
+	}
+	pkey = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	if (!pkey || EVP_PKEY_get_raw_private_key(pkey, seed, &seed_len) != 1 ||
+	    EVP_PKEY_get_raw_public_key(pkey, pub, &pub_len) != 1 || seed_len != 32 ||
+	    pub_len != 32 || RAND_bytes((unsigned char *)&check, sizeof check) != 1) {
+		char why[256];
+		ERR_error_string_n(ERR_get_error(), why, sizeof why);
+		*err = xasprintf("cannot generate an ed25519 key: %s", why);
+		rc = -1;
+		goto out;
+	}
+	text = encode_private(seed, pub, check, &text_len);
+	rc = write_atomic(dfd, ssh_dir, SSHKEY_FILE, text, text_len, 0600, !force, err);
+	if (rc == -2)
+		key_exists(path, err); /* created meanwhile by someone else */
+	if (rc < 0)
+		goto out;
+	make_blob(pub, blob);
+	public_outputs(blob, &line, &fp);
+	pubtext = xasprintf("%s\n", line);
+	rc = write_atomic(dfd, ssh_dir, SSHKEY_FILE ".pub", pubtext, strlen(pubtext), 0644, false,
+			  err);
+	if (rc < 0)
+		goto out;
+	*public_line = line;
+	*fingerprint = fp;
+	line = fp = NULL;
+out:
+	OPENSSL_cleanse(seed, sizeof seed);
+	if (text)
+		OPENSSL_cleanse(text, text_len);
+	free(text);
+	free(pubtext);
+	free(line);
+	free(fp);
+	EVP_PKEY_free(pkey);
+	if (dfd >= 0)
+		close(dfd);
+	free(path);
+	return rc;
+}
+
+int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, char **err)
+{
+	*public_line = *fingerprint = NULL;
+	char *path = sshkey_path(ssh_dir), *text = NULL;
+	unsigned char blob[BLOB_LEN];
+	size_t len = 0;
+	int dfd = -1, fd = -1;
+	int rc = open_ssh_dir(ssh_dir, false, &dfd, err);
+	if (rc == 0)
+		rc = open_checked(dfd, SSHKEY_FILE, path, O_RDONLY, 077, &fd, err);
+	if (rc == -2)
+		*err = xasprintf("no SSH key at %s (generate one with relay git keygen)", path);
+	if (rc == 0)
+		rc = read_bounded(fd, KEY_FILE_MAX, path, &text, &len, err);
+	if (rc == 0)
+		rc = decode_private(text, len, path, blob, err);
+	if (rc == 0)
+		public_outputs(blob, public_line, fingerprint);
+	if (text)
+		OPENSSL_cleanse(text, len);
+	free(text);
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	free(path);
+	return rc;
+}
+
+/* ---- known_hosts ---- */
+
+/* The next blank-separated field of *p (NUL-terminated in place), or NULL. */
+static char *next_field(char **p)
+{
+	char *s = *p + strspn(*p, " \t\r");
+	if (!*s)
+		return NULL;
+	char *e = s + strcspn(s, " \t\r");
+	if (*e)
+		*e++ = '\0';
+	*p = e;
+	return s;
+}
+
+/* Whether the comma-separated host list names token (hashed entries, which
+ * start with "|", never match). */
+static bool host_listed(const char *hosts, const char *token)
+{
+	size_t n = strlen(token);
+	for (const char *h = hosts;; h++) {
+		size_t k = strcspn(h, ",");
+		if (k == n && strncasecmp(h, token, n) == 0)
+			return true;
+		h += k;
+		if (!*h)
+			return false;
+	}
+}
+
+/* Scans the known_hosts text for token: true when a line pins exactly blob;
+ * otherwise *pinned is the fingerprint of the first other key pinned for it
+ * (malloc'd), or stays NULL. Malformed lines are skipped. */
+static bool scan_known_hosts(char *text, size_t n, const char *token, const unsigned char *blob,
+			     size_t len, char **pinned)
+{
+	for (char *line = text, *end = text + n; line < end;) {
+		char *nl = memchr(line, '\n', (size_t)(end - line)), *p = line;
+		if (nl)
+			*nl = '\0';
+		line = nl ? nl + 1 : end;
+		char *hosts = next_field(&p), *type = next_field(&p), *b64 = next_field(&p);
+		if (!b64 || hosts[0] == '#' || hosts[0] == '@' || !host_listed(hosts, token))
+			continue;
+		char ktype[KEY_TYPE_MAX + 1];
+		size_t klen = 0;
+		unsigned char *key = b64_decode(b64, strlen(b64), &klen);
+		bool same = false;
+		if (key && blob_type(key, klen, ktype) && strcmp(ktype, type) == 0) {
+			same = klen == len && memcmp(key, blob, len) == 0;
+			if (!same && !*pinned)
+				*pinned = ssh_fingerprint(key, klen);
+		}
+		free(key);
+		if (same)
+			return true;
+	}
+	return false;
+}
+
+static bool host_ok(const char *host)
+{
+	size_t n = strlen(host);
+	if (n == 0 || n > 255 || strchr("#|@", host[0]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)host[i] <= ' ' || (unsigned char)host[i] >= 0x7f ||
+		    host[i] == ',')
+			return false;
+	return true;
+}
+
+enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
+					   const unsigned char *blob, size_t len, char **err)
+{
+	char type[KEY_TYPE_MAX + 1];
+	if (!host_ok(host) || port < 1 || port > 65535) {
+		*err = xstrdup("invalid host name or port for known_hosts");
+		return KNOWN_HOSTS_ERROR;
+	}
+	char *token = port == 22 ? xstrdup(host) : xasprintf("[%s]:%d", host, port);
+	if (!blob || !blob_type(blob, len, type)) {
+		*err = xasprintf("malformed host key presented by %s (%zu bytes)", token, len);
+		free(token);
+		return KNOWN_HOSTS_ERROR;
+	}
+	char *path = xasprintf("%s/%s", ssh_dir, SSHKEY_KNOWN_HOSTS);
+	char *text = NULL, *pinned = NULL, *line = NULL, *b64 = NULL;
+	size_t n = 0;
+	int dfd = -1, fd = -1;
+	enum known_hosts_result res = KNOWN_HOSTS_ERROR;
+	for (char *c = token; *c; c++)
+		*c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+	pthread_mutex_lock(&known_hosts_lock);
+	if (open_ssh_dir(ssh_dir, true, &dfd, err) < 0 ||
+	    open_checked(dfd, SSHKEY_KNOWN_HOSTS, path, O_RDWR | O_CREAT | O_APPEND, 022, &fd,
+			 err) < 0)
+		goto out;
+	if (flock(fd, LOCK_EX) < 0) {
+		sys_error(err, "cannot lock", path, errno);
+		goto out;
+	}
+	if (read_bounded(fd, KNOWN_HOSTS_MAX, path, &text, &n, err) < 0)
+		goto out;
+	bool last_line_open = n > 0 && text[n - 1] != '\n';
+	if (scan_known_hosts(text, n, token, blob, len, &pinned)) {
+		res = KNOWN_HOSTS_MATCH;
+	} else if (pinned) {
+		char *presented = ssh_fingerprint(blob, len);
+		*err = xasprintf("host key for %s has CHANGED (pinned %s, presented %s): possible "
+				 "man-in-the-middle attack; refusing to connect. If the server's "
+				 "key was genuinely rotated, edit %s and sync again",
+				 token, pinned, presented, path);
+		free(presented);
+		res = KNOWN_HOSTS_MISMATCH;
+	} else {
+		b64 = b64_encode(blob, len);
+		line = xasprintf("%s%s %s %s\n", last_line_open ? "\n" : "", token, type, b64);
+		if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0)
+			sys_error(err, "cannot append to", path, errno);
+		else
+			res = KNOWN_HOSTS_NEW;
+	}
+out:
+	if (fd >= 0)
+		close(fd); /* releases the flock */
+	if (dfd >= 0)
+		close(dfd);
+	pthread_mutex_unlock(&known_hosts_lock);
+	free(text);
+	free(pinned);
+	free(line);
+	free(b64);
+	free(path);
+	free(token);
+	return res;
+}

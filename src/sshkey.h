@@ -1,0 +1,81 @@
+/*
+ * The SSH deploy key and Relay's own known_hosts (relay-spec "Git": Auth and
+ * host verification; libraries.md: SSH key generation).
+ *
+ * Key: <ssh_dir>/id_ed25519, an ed25519 private key in OpenSSH's
+ * "openssh-key-v1" format (unencrypted, base64 wrapped at 70 columns,
+ * "-----BEGIN OPENSSH PRIVATE KEY-----"), generated with OpenSSL's EVP API.
+ * ssh_dir is created 0700, the file 0600, written atomically (temporary
+ * file in ssh_dir, fsync, rename, fsync dir). The public half is also
+ * written to <ssh_dir>/id_ed25519.pub (0644) for convenience; the private
+ * file is the source of truth. The key comment is "relay".
+ *
+ * ssh_dir itself is refused when it is a symbolic link, not owned by the
+ * effective uid, or writable by group or others.
+ *
+ * known_hosts: <ssh_dir>/known_hosts (0600), OpenSSH's plain format, one
+ * "<host> <keytype> <base64 blob>" per line, where <host> is "host" for
+ * port 22 and "[host]:port" otherwise. Trust On First Use: an unknown host
+ * is appended; a known host must present exactly the pinned key. Host
+ * names compare case-insensitively; a line may list several hosts
+ * separated by commas; comments, malformed lines, @-marker lines and hashed
+ * ("|1|") entries are ignored. The file is refused when it is a symbolic
+ * link, not owned by the effective uid, writable by group or others, or
+ * larger than 1 MiB.
+ */
+#ifndef RELAY_SSHKEY_H
+#define RELAY_SSHKEY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SSHKEY_FILE "id_ed25519"
+#define SSHKEY_KNOWN_HOSTS "known_hosts"
+
+/*
+ * Generates a new key into ssh_dir. When a key already exists and force is
+ * false, nothing is written and -2 is returned (err names the path). On
+ * success returns 0 and sets *public_line ("ssh-ed25519 AAAA... relay",
+ * no newline) and *fingerprint ("SHA256:..."), both malloc'd. -1 on any
+ * other error. err: malloc'd one-line message.
+ */
+int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **fingerprint,
+		    char **err);
+
+/* Reads <ssh_dir>/id_ed25519 and derives its public line and fingerprint
+ * (both malloc'd on success). -2 when there is no key file; -1 when it is
+ * unreadable, malformed (the whole file is checked, including that the
+ * private half derives the public half), larger than 64 KiB, a symbolic
+ * link, or its permissions are looser than 0600 / owner not the effective
+ * uid. On -1 and -2 err is a malloc'd message naming the path. */
+int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, char **err);
+
+/* Path of the private key file (malloc'd). Thread-safe, as are the two
+ * functions above (each works on its own descriptors). */
+char *sshkey_path(const char *ssh_dir);
+
+/* "SHA256:" + unpadded base64 of SHA-256(blob): OpenSSH's fingerprint of a
+ * public key blob (string keytype, then key data). malloc'd. */
+char *ssh_fingerprint(const unsigned char *blob, size_t len);
+
+enum known_hosts_result {
+	KNOWN_HOSTS_MATCH,    /* pinned and equal */
+	KNOWN_HOSTS_NEW,      /* first contact: pinned now (line appended) */
+	KNOWN_HOSTS_MISMATCH, /* pinned to another key: possible MITM */
+	KNOWN_HOSTS_ERROR,    /* file unreadable/unwritable, blob malformed */
+};
+
+/*
+ * The TOFU decision for host:port presenting the raw key blob (as libgit2's
+ * certificate callback hands it, GIT_CERT_SSH_RAW). The key type is read
+ * from the blob itself, whose structure is validated (a type string, then
+ * strings that exactly fill it). On MISMATCH and ERROR *err is a malloc'd
+ * message (MISMATCH: a clear man-in-the-middle warning naming the host,
+ * both fingerprints and the known_hosts path to edit); on MATCH and NEW it
+ * is left untouched. Serialized by a process-local mutex and, across
+ * processes, by flock on the file; the new line is appended with O_APPEND.
+ */
+enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
+					   const unsigned char *blob, size_t len, char **err);
+
+#endif

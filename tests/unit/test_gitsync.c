@@ -1,0 +1,904 @@
+/*
+ * Git sync: the pure parts (URLs, identities, paths, source.json) and an
+ * end-to-end sync against a private sshd on 127.0.0.1 serving a bare
+ * repository made with the git CLI. The sshd is started by the test (as
+ * root) and never skipped: if it cannot start, the test fails.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <git2.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gitsync.h"
+#include "sshkey.h"
+#include "t.h"
+#include "util.h"
+
+static char *tmpdir(void)
+{
+	char *d = xstrdup("/tmp/relay-gitsync-test.XXXXXX");
+	if (!mkdtemp(d)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	return d;
+}
+
+/* Runs a shell command built from fmt; returns its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *cmd = xvasprintf(fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	free(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* First line of a command's output (trimmed), or NULL. */
+static char *sh_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *sh_out(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *cmd = xvasprintf(fmt, ap);
+	va_end(ap);
+	FILE *f = popen(cmd, "r");
+	free(cmd);
+	char line[4096];
+	char *out = f && fgets(line, sizeof line, f) ? xstrdup(str_trim(line)) : NULL;
+	if (f && pclose(f) != 0) {
+		free(out);
+		out = NULL;
+	}
+	return out;
+}
+
+static void rmtree(const char *d)
+{
+	if (sh("rm -rf '%s'", d) != 0)
+		fprintf(stderr, "cannot remove %s\n", d);
+}
+
+static bool exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static bool exists(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *p = xvasprintf(fmt, ap);
+	va_end(ap);
+	struct stat st;
+	bool ok = lstat(p, &st) == 0;
+	free(p);
+	return ok;
+}
+
+static int mode_of(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) < 0 ? -1 : (int)(st.st_mode & 07777);
+}
+
+static bool contains(const char *hay, const char *needle)
+{
+	return hay && strstr(hay, needle) != NULL;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) ||
+	    fchmod(fd, mode) < 0) {
+		perror(path);
+		exit(1);
+	}
+	close(fd);
+}
+
+/* ---- pure parts ---- */
+
+TEST(url_table)
+{
+	static const struct {
+		const char *url;
+		const char *user, *host; /* NULL host: rejected */
+		int port;
+		const char *path;
+	} cases[] = {
+		{"git@github.com:acme/repo.git", "git", "github.com", 22, "acme/repo.git"},
+		{"github.com:acme/repo.git", "git", "github.com", 22, "acme/repo.git"},
+		{"deploy@git.example.org:/srv/repo.git", "deploy", "git.example.org", 22,
+		 "/srv/repo.git"},
+		{"git@[::1]:repo.git", "git", "::1", 22, "repo.git"},
+		{"ssh://git@github.com/acme/repo.git", "git", "github.com", 22, "/acme/repo.git"},
+		{"ssh://github.com/acme/repo.git", "git", "github.com", 22, "/acme/repo.git"},
+		{"ssh://root@127.0.0.1:2222/srv/r.git", "root", "127.0.0.1", 2222, "/srv/r.git"},
+		{"SSH://git@Host.Example:65535/r", "git", "Host.Example", 65535, "/r"},
+		{"ssh://git@[::1]:22/r", "git", "::1", 22, "/r"},
+		{"https://github.com/acme/repo.git", NULL, NULL, 0, NULL},
+		{"http://github.com/acme/repo.git", NULL, NULL, 0, NULL},
+		{"git://github.com/acme/repo.git", NULL, NULL, 0, NULL},
+		{"file:///srv/repo.git", NULL, NULL, 0, NULL},
+		{"/srv/repo.git", NULL, NULL, 0, NULL},
+		{"./repo.git", NULL, NULL, 0, NULL},
+		{"repo", NULL, NULL, 0, NULL},
+		{"dir/sub:file", NULL, NULL, 0, NULL},
+		{"C:\\repos\\x", NULL, NULL, 0, NULL},
+		{"c:/repos/x", NULL, NULL, 0, NULL},
+		{"", NULL, NULL, 0, NULL},
+		{"git@:repo.git", NULL, NULL, 0, NULL},
+		{"git@host:", NULL, NULL, 0, NULL},
+		{"@host:repo", NULL, NULL, 0, NULL},
+		{":repo", NULL, NULL, 0, NULL},
+		{"ssh://git@/repo", NULL, NULL, 0, NULL},
+		{"ssh://git@host", NULL, NULL, 0, NULL},
+		{"ssh://git@host/", NULL, NULL, 0, NULL},
+		{"ssh://host:0/r", NULL, NULL, 0, NULL},
+		{"ssh://host:65536/r", NULL, NULL, 0, NULL},
+		{"ssh://host:22x/r", NULL, NULL, 0, NULL},
+		{"ssh://host:/r", NULL, NULL, 0, NULL},
+		{"ssh://-oProxyCommand=x/r", NULL, NULL, 0, NULL},
+		{"git@host:my repo.git", NULL, NULL, 0, NULL},
+		{" git@host:repo.git", NULL, NULL, 0, NULL},
+		{"git@host:repo.git\n", NULL, NULL, 0, NULL},
+		{"git@ho\tst:repo.git", NULL, NULL, 0, NULL},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *user = NULL, *host = NULL, *path = NULL, *err = NULL;
+		int port = -1;
+		int rc = git_url_parse(cases[i].url, &user, &host, &port, &path, &err);
+		if (cases[i].host) {
+			if (rc != 0)
+				T_FAIL_("%s: rejected: %s", cases[i].url, err);
+			else {
+				CHECK_STR(user, cases[i].user);
+				CHECK_STR(host, cases[i].host);
+				CHECK_INT(port, cases[i].port);
+				CHECK_STR(path, cases[i].path);
+			}
+		} else if (rc == 0) {
+			T_FAIL_("%s: accepted", cases[i].url);
+		} else if (!contains(err, "SSH URL") || !contains(err, "git@host:org/repo.git") ||
+			   !contains(err, "HTTPS is not supported")) {
+			T_FAIL_("%s: message %s", cases[i].url, err);
+		}
+		free(user);
+		free(host);
+		free(path);
+		free(err);
+	}
+	/* Length bound, and outputs may be NULL. */
+	char *long_url = xasprintf("git@host:%01100d", 7);
+	char *err = NULL;
+	CHECK_INT(git_url_parse(long_url, NULL, NULL, NULL, NULL, &err), -1);
+	CHECK(contains(err, "1024"));
+	free(err);
+	err = NULL;
+	long_url[1024] = '\0';
+	CHECK_INT(git_url_parse(long_url, NULL, NULL, NULL, NULL, &err), 0);
+	free(long_url);
+	/* The HTTPS message the spec asks for. */
+	CHECK_INT(git_url_parse("https://github.com/acme/repo.git", NULL, NULL, NULL, NULL, &err),
+		  -1);
+	CHECK_STR(err, "repository 'https://github.com/acme/repo.git' is not an SSH URL: use "
+		       "git@host:org/repo.git or ssh://git@host/org/repo.git (HTTPS is not "
+		       "supported)");
+	free(err);
+}
+
+TEST(identity_table)
+{
+	static const struct {
+		const char *url, *want;
+	} cases[] = {
+		{"git@github.com:acme/repo.git", "github.com/acme/repo"},
+		{"github.com:acme/repo", "github.com/acme/repo"},
+		{"ssh://git@GitHub.com/acme/repo.git", "github.com/acme/repo"},
+		{"ssh://git@github.com:22/acme/repo.git/", "github.com/acme/repo"},
+		{"https://github.com/acme/repo.git", "github.com/acme/repo"},
+		{"https://user@github.com:443/acme/repo", "github.com/acme/repo"},
+		{"http://github.com/acme/repo/", "github.com/acme/repo"},
+		{"git://github.com/acme/repo.git", "github.com/acme/repo"},
+		{"git@host:/srv/Repo.git", "host/srv/Repo"},
+		{"ssh://h//a/b.git", "h/a/b"},
+		{"file:///srv/repo.git", NULL},
+		{"/srv/repo.git", NULL},
+		{"https://github.com/", NULL},
+		{"https://github.com/.git", NULL},
+		{"", NULL},
+		{"git@host:repo .git", NULL},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *id = git_repo_identity(cases[i].url);
+		if (cases[i].want)
+			CHECK_STR(id, cases[i].want);
+		else if (id)
+			T_FAIL_("%s: got %s, want NULL", cases[i].url, id);
+		free(id);
+	}
+}
+
+TEST(path_table)
+{
+	static const struct {
+		const char *path;
+		bool ok;
+	} cases[] = {
+		{"functions", true},  {"services/api/functions", true},
+		{".", true},	      {"my functions", true},
+		{".hidden/fn", true}, {"a..b/c", true},
+		{"", false},	      {"/abs", false},
+		{"..", false},	      {"a/../b", false},
+		{"a/..", false},      {"./a", false},
+		{"a/./b", false},     {"a//b", false},
+		{"a/", false},	      {"a\nb", false},
+		{"a\tb", false},      {"a\x7f", false},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *err = NULL;
+		int rc = git_path_check(cases[i].path, &err);
+		if (cases[i].ok && rc != 0)
+			T_FAIL_("'%s': rejected: %s", cases[i].path, err);
+		if (!cases[i].ok && (rc != -1 || !contains(err, "invalid path")))
+			T_FAIL_("'%s': accepted or bad message (%s)", cases[i].path, err);
+		free(err);
+	}
+	char *big = xmalloc(1026);
+	memset(big, 'a', 1025);
+	big[1025] = '\0';
+	char *err = NULL;
+	CHECK_INT(git_path_check(big, &err), -1);
+	free(err);
+	big[1024] = '\0';
+	CHECK_INT(git_path_check(big, &err), 0);
+	free(big);
+}
+
+TEST(source_roundtrip)
+{
+	char *d = tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *file = xasprintf("%s/git/source.json", data);
+	struct git_source s = {0}, got = {0};
+	char *err = NULL;
+	CHECK_INT(git_source_load(data, &got, &err), -2);
+
+	s.repository = "git@github.com:acme/repo.git";
+	s.ref = "release-1.2";
+	s.path = "services/fns";
+	s.webhook_secret = "github-webhook";
+	s.last_sync = "2026-11-30T04:05:06Z";
+	s.last_commit = "0123456789abcdef0123456789abcdef01234567";
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	CHECK_INT(mode_of(file), 0600);
+	char *gdir = xasprintf("%s/git", data);
+	CHECK_INT(mode_of(gdir), 0700);
+	free(gdir);
+	REQUIRE(git_source_load(data, &got, &err) == 0);
+	CHECK_STR(got.repository, s.repository);
+	CHECK_STR(got.ref, s.ref);
+	CHECK_STR(got.path, s.path);
+	CHECK_STR(got.webhook_secret, s.webhook_secret);
+	CHECK_STR(got.last_sync, s.last_sync);
+	CHECK_STR(got.last_commit, s.last_commit);
+	git_source_free(&got);
+
+	/* Unset fields are null in the file and NULL when loaded. */
+	struct git_source m = {.repository = "ssh://git@host/r.git", .ref = "main"};
+	REQUIRE(git_source_save(data, &m, &err) == 0);
+	CHECK_INT(sh("grep -q '\"path\": null' '%s' && grep -q '\"last_sync\": null' '%s'", file,
+		     file),
+		  0);
+	REQUIRE(git_source_load(data, &got, &err) == 0);
+	CHECK(got.path == NULL && got.webhook_secret == NULL && got.last_sync == NULL &&
+	      got.last_commit == NULL);
+	git_source_free(&got);
+
+	/* An absent ref loads as "main". */
+	write_file(file, "{\"repository\": \"git@h:r.git\"}", 0600);
+	REQUIRE(git_source_load(data, &got, &err) == 0);
+	CHECK_STR(got.ref, "main");
+	git_source_free(&got);
+
+	/* Invalid values are never saved. */
+	struct git_source bad = {.repository = "https://github.com/a/b.git", .ref = "main"};
+	CHECK_INT(git_source_save(data, &bad, &err), -1);
+	CHECK(contains(err, "not an SSH URL"));
+	free(err);
+	err = NULL;
+	struct git_source bad2 = {.repository = "git@h:r", .ref = "main", .webhook_secret = "Bad!"};
+	CHECK_INT(git_source_save(data, &bad2, &err), -1);
+	CHECK(contains(err, "secret name"));
+	free(err);
+	REQUIRE(git_source_load(data, &got, &err) == 0);
+	CHECK_STR(got.repository, "git@h:r.git");
+	git_source_free(&got);
+	free(file);
+	free(data);
+	rmtree(d);
+	free(d);
+}
+
+TEST(source_corrupt)
+{
+	static const struct {
+		const char *text, *want;
+	} cases[] = {
+		{"{", "invalid JSON"},
+		{"[]", "not a JSON object"},
+		{"{\"ref\": \"main\"}", "\"repository\" is missing"},
+		{"{\"repository\": 7}", "\"repository\" must be a string"},
+		{"{\"repository\": \"git@h:r\", \"ref\": \"\"}", "invalid ref"},
+		{"{\"repository\": \"git@h:r\", \"ref\": \"a b\"}", "invalid ref"},
+		{"{\"repository\": \"https://h/r\"}", "not an SSH URL"},
+		{"{\"repository\": \"git@h:r\", \"path\": \"../x\"}", "invalid path"},
+		{"{\"repository\": \"git@h:r\", \"webhook_secret\": \"A\"}", "secret name"},
+		{"{\"repository\": \"git@h:r\", \"last_commit\": \"xyz\"}", "last_commit"},
+		{"{\"repository\": \"git@h:r\", \"last_sync\": \"yesterday\"}", "last_sync"},
+		{"{\"repository\": \"git@h:r\", \"repository\": \"git@h:s\"}", "invalid JSON"},
+	};
+	char *d = tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *file = xasprintf("%s/git/source.json", data);
+	struct git_source s = {.repository = "git@h:r", .ref = "main"}, got;
+	char *err = NULL;
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		write_file(file, cases[i].text, 0600);
+		err = NULL;
+		int rc = git_source_load(data, &got, &err);
+		if (rc != -1 || !contains(err, file) || !contains(err, cases[i].want))
+			T_FAIL_("%s: rc %d, %s", cases[i].text, rc, err);
+		free(err);
+	}
+	/* Too large: refused. */
+	char *big = xmalloc(70000);
+	memset(big, ' ', 69999);
+	big[69999] = '\0';
+	write_file(file, big, 0600);
+	free(big);
+	err = NULL;
+	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK(contains(err, "larger than"));
+	free(err);
+	free(file);
+	free(data);
+	rmtree(d);
+	free(d);
+}
+
+TEST(source_permissions)
+{
+	char *d = tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *file = xasprintf("%s/git/source.json", data);
+	char *gdir = xasprintf("%s/git", data);
+	struct git_source s = {.repository = "git@h:r", .ref = "main"}, got;
+	char *err = NULL;
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(chmod(file, 0644) == 0);
+	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK(contains(err, file) && contains(err, "too open"));
+	free(err);
+	err = NULL;
+	REQUIRE(chmod(file, 0600) == 0);
+	REQUIRE(chown(file, 12345, 12345) == 0);
+	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK(contains(err, "owned by uid 12345"));
+	free(err);
+	err = NULL;
+	REQUIRE(chown(file, geteuid(), getegid()) == 0);
+	REQUIRE(chmod(gdir, 0755) == 0);
+	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK(contains(err, gdir) && contains(err, "too open"));
+	free(err);
+	err = NULL;
+	REQUIRE(chmod(gdir, 0700) == 0);
+	/* A symbolic link is not followed. */
+	char *real = xasprintf("%s/elsewhere.json", d);
+	REQUIRE(rename(file, real) == 0 && symlink(real, file) == 0);
+	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK(contains(err, "not a regular file"));
+	free(err);
+	free(real);
+	free(gdir);
+	free(file);
+	free(data);
+	rmtree(d);
+	free(d);
+}
+
+TEST(source_remove)
+{
+	char *d = tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *file = xasprintf("%s/git/source.json", data);
+	struct git_source s = {.repository = "git@h:r", .ref = "main"};
+	char *err = NULL;
+	CHECK_INT(git_source_remove(data, &err), -2);
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	/* A checkout with a symbolic link out of it: the target survives. */
+	REQUIRE(sh("mkdir -p '%s/git/checkout/a/b' '%s/outside' && touch '%s/outside/keep' '%s/git/"
+		   "checkout/a/b/f' && ln -s '%s/outside' '%s/git/checkout/link'",
+		   data, d, d, data, d, data) == 0);
+	CHECK_INT(git_source_remove(data, &err), 0);
+	CHECK(!exists("%s", file));
+	CHECK(!exists("%s/git/checkout", data));
+	CHECK(exists("%s/outside/keep", d));
+	CHECK_INT(git_source_remove(data, &err), -2);
+
+	/* Corrupt: -1 and nothing deleted. */
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(sh("mkdir -p '%s/git/checkout/x'", data) == 0);
+	write_file(file, "{nope", 0600);
+	err = NULL;
+	CHECK_INT(git_source_remove(data, &err), -1);
+	CHECK(contains(err, file));
+	free(err);
+	CHECK(exists("%s", file));
+	CHECK(exists("%s/git/checkout/x", data));
+	free(file);
+	free(data);
+	rmtree(d);
+	free(d);
+}
+
+TEST(sync_preconditions)
+{
+	char *d = tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *fns = xasprintf("%s/functions", d);
+	struct git_sync_result res;
+	char *err = NULL;
+	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -2);
+	struct git_source s = {.repository = "git@127.0.0.1:r.git", .ref = "main"};
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -1);
+	CHECK(contains(err, "no deploy key") && contains(err, "relay git keygen"));
+	free(err);
+	CHECK(!exists("%s", fns));
+	CHECK(git_sync_checkout_head(data) == NULL);
+	free(fns);
+	free(data);
+	rmtree(d);
+	free(d);
+}
+
+/* ---- end to end, against a private sshd ---- */
+
+struct notes {
+	char *msg[16];
+	int n;
+};
+
+static void on_notice(void *arg, const char *msg)
+{
+	struct notes *ns = arg;
+	if (ns->n < 16)
+		ns->msg[ns->n++] = xstrdup(msg);
+}
+
+struct env {
+	char *tmp, *data, *fns, *bare, *work, *url;
+	char *git; /* git CLI prefix with HOME and identity */
+	int port;
+	pid_t sshd;
+	struct notes notes;
+};
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	int port = -1;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static bool port_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static void stop_sshd(struct env *e)
+{
+	if (e->sshd > 0) {
+		kill(e->sshd, SIGTERM);
+		waitpid(e->sshd, NULL, 0);
+		e->sshd = 0;
+	}
+	/* Wait for the port to be free again (a restart reuses it). */
+	for (int i = 0; i < 100 && port_open(e->port); i++)
+		usleep(20000);
+}
+
+/* Starts sshd with the given host key; false (with the log printed) when
+ * it does not come up. */
+static bool start_sshd(struct env *e, const char *hostkey)
+{
+	char *cfg = xasprintf("%s/sshd_config", e->tmp);
+	char *text = xasprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s/%s\n"
+			       "AuthorizedKeysFile %s/authorized_keys\n"
+			       "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+			       "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+			       "PidFile none\n",
+			       e->port, e->tmp, hostkey, e->tmp);
+	write_file(cfg, text, 0600);
+	free(text);
+	char *log = xasprintf("%s/sshd.log", e->tmp);
+	mkdir("/run/sshd", 0755);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl("/usr/sbin/sshd", "/usr/sbin/sshd", "-D", "-e", "-f", cfg, (char *)NULL);
+		_exit(127);
+	}
+	e->sshd = pid;
+	bool up = false;
+	for (int i = 0; i < 500 && !up; i++) {
+		if (waitpid(pid, NULL, WNOHANG) == pid) {
+			e->sshd = 0;
+			break;
+		}
+		up = port_open(e->port);
+		if (!up)
+			usleep(20000);
+	}
+	if (!up) {
+		printf("  sshd did not start; its log:\n");
+		fflush(stdout);
+		sh("sed 's/^/    /' '%s'", log);
+		stop_sshd(e);
+	}
+	free(log);
+	free(cfg);
+	return up;
+}
+
+static void notes_clear(struct notes *ns)
+{
+	for (int i = 0; i < ns->n; i++)
+		free(ns->msg[i]);
+	ns->n = 0;
+}
+
+static int set_source(struct env *e, const char *url, const char *ref, const char *path)
+{
+	struct git_source s = {.repository = (char *)url, .ref = (char *)ref, .path = (char *)path};
+	char *err = NULL;
+	int rc = git_source_save(e->data, &s, &err);
+	if (rc)
+		printf("  git_source_save: %s\n", err);
+	free(err);
+	return rc;
+}
+
+static int sync_(struct env *e, struct git_sync_result *res, char **err)
+{
+	*err = NULL;
+	return git_sync(e->data, e->fns, on_notice, &e->notes, res, err);
+}
+
+/* Same tree (contents, symlinks, exec bits) as the repository's dir. */
+static bool same_tree(struct env *e, const char *rel, const char *fn)
+{
+	return sh("diff -r --no-dereference '%s/%s' '%s/%s' >/dev/null", e->work, rel, e->fns,
+		  fn) == 0;
+}
+
+static char *rev(struct env *e, const char *what)
+{
+	return sh_out("cd '%s' && %s rev-parse '%s'", e->work, e->git, what);
+}
+
+static void e2e(struct env *e)
+{
+	struct git_sync_result res;
+	char *err = NULL, *pub = NULL, *fp = NULL;
+	char *ssh = xasprintf("%s/ssh", e->data);
+	REQUIRE(sshkey_generate(ssh, false, &pub, &fp, &err) == 0);
+	char *ak = xasprintf("%s/authorized_keys", e->tmp);
+	char *line = xasprintf("%s\n", pub);
+	write_file(ak, line, 0600);
+	free(line);
+	free(ak);
+	free(pub);
+	free(fp);
+	REQUIRE(sh("cd '%s' && ssh-keygen -q -t ed25519 -N '' -f hostkey1 && "
+		   "ssh-keygen -q -t ed25519 -N '' -f hostkey2",
+		   e->tmp) == 0);
+	e->port = free_port();
+	REQUIRE(e->port > 0);
+	e->url = xasprintf("ssh://root@127.0.0.1:%d%s", e->port, e->bare);
+	REQUIRE(start_sshd(e, "hostkey1"));
+
+	/* The repository: f1 (nested, executable, symlink), f2, a directory
+	 * without template.yaml, sub/f3 for --path, a tag v1. */
+	REQUIRE(sh("set -e; %s init -q --bare '%s'; mkdir -p '%s'; cd '%s'; %s init -q; "
+		   "mkdir -p f1/bin f2 notfn sub/f3 .github/x; "
+		   "printf 'handler: handler.py\\n' > f1/template.yaml; "
+		   "printf 'print(1)\\n' > f1/handler.py; printf '#!/bin/sh\\n' > f1/bin/run.sh; "
+		   "chmod 755 f1/bin/run.sh; ln -s handler.py f1/link; "
+		   "printf 'handler: index.js\\n' > f2/template.yaml; echo 1 > f2/index.js; "
+		   "echo readme > notfn/README; echo x > sub/f3/template.yaml; "
+		   "echo x > .github/x/template.yaml; ln -s /tmp escape; "
+		   "%s add -A; %s commit -q -m one; %s tag v1; %s push -q '%s' main v1",
+		   e->git, e->bare, e->work, e->work, e->git, e->git, e->git, e->git, e->git,
+		   e->bare) == 0);
+	char *c1 = rev(e, "HEAD");
+	REQUIRE(c1 != NULL);
+
+	/* The functions dir: a stray dir, a regular file, a crashed sync's
+	 * leftover. */
+	REQUIRE(sh("mkdir -p '%s/stray/deep' '%s/.relay-sync-f1.tmp-abcdef' && touch "
+		   "'%s/keep.txt' '%s/stray/deep/x'",
+		   e->fns, e->fns, e->fns, e->fns) == 0);
+	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
+
+	/* First sync: trust on first use. */
+	CHECK_INT(sync_(e, &res, &err), 0);
+	REQUIRE(err == NULL || !printf("  sync: %s\n", err));
+	CHECK_STR(res.commit, c1);
+	CHECK_INT(res.functions, 2);
+	CHECK_INT(res.removed, 1);
+	CHECK_INT(e->notes.n, 1);
+	char *hostfp = sh_out("ssh-keygen -lf '%s/hostkey1.pub' | cut -d' ' -f2", e->tmp);
+	char *want = xasprintf("Trusted new host [127.0.0.1]:%d (fingerprint %s)", e->port,
+			       hostfp ? hostfp : "?");
+	CHECK_STR(e->notes.n ? e->notes.msg[0] : NULL, want);
+	free(want);
+	free(hostfp);
+	CHECK(same_tree(e, "f1", "f1"));
+	CHECK(same_tree(e, "f2", "f2"));
+	CHECK(!exists("%s/stray", e->fns));
+	CHECK(!exists("%s/notfn", e->fns));
+	CHECK(!exists("%s/.github", e->fns));
+	CHECK(!exists("%s/.relay-sync-f1.tmp-abcdef", e->fns));
+	CHECK(exists("%s/keep.txt", e->fns));
+	char *p = xasprintf("%s/f1/bin/run.sh", e->fns);
+	CHECK_INT(mode_of(p), 0755);
+	free(p);
+	p = xasprintf("%s/f1/handler.py", e->fns);
+	CHECK_INT(mode_of(p), 0644);
+	free(p);
+	CHECK_INT(sh("ls -a '%s' | grep -q relay-sync", e->fns), 1);
+	struct git_source got = {0};
+	REQUIRE(git_source_load(e->data, &got, &err) == 0);
+	CHECK_STR(got.last_commit, c1);
+	CHECK(got.last_sync && strlen(got.last_sync) == 20 && got.last_sync[19] == 'Z');
+	git_source_free(&got);
+	char *head = git_sync_checkout_head(e->data);
+	CHECK_STR(head, c1);
+	free(head);
+
+	/* Second sync: pinned, no notice; untracked files in the checkout go. */
+	REQUIRE(sh("touch '%s/git/checkout/untracked' '%s/git/checkout/f1/extra'", e->data,
+		   e->data) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_INT(e->notes.n, 1);
+	CHECK_INT(res.removed, 0);
+	CHECK(!exists("%s/git/checkout/untracked", e->data));
+	CHECK(!exists("%s/f1/extra", e->fns));
+	CHECK(same_tree(e, "f1", "f1"));
+
+	/* A commit removing f2 and changing f1. */
+	REQUIRE(sh("set -e; cd '%s'; %s rm -q -r f2; echo 'print(2)' > f1/handler.py; "
+		   "%s commit -q -a -m two; %s push -q '%s' main",
+		   e->work, e->git, e->git, e->git, e->bare) == 0);
+	char *c2 = rev(e, "HEAD");
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_STR(res.commit, c2);
+	CHECK_INT(res.functions, 1);
+	CHECK_INT(res.removed, 1);
+	CHECK(!exists("%s/f2", e->fns));
+	CHECK(same_tree(e, "f1", "f1"));
+
+	/* --path: a subdirectory, then one that leads out of the checkout. */
+	REQUIRE(set_source(e, e->url, "main", "sub") == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK(same_tree(e, "sub/f3", "f3"));
+	CHECK(!exists("%s/f1", e->fns));
+	REQUIRE(set_source(e, e->url, "main", "escape") == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	CHECK(contains(err, "outside the repository"));
+	free(err);
+	REQUIRE(set_source(e, e->url, "main", "nope") == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	CHECK(contains(err, "does not exist"));
+	free(err);
+	CHECK(exists("%s/f3", e->fns));
+
+	/* ref = tag, then an abbreviated commit id. */
+	REQUIRE(set_source(e, e->url, "v1", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_STR(res.commit, c1);
+	CHECK(exists("%s/f2/template.yaml", e->fns));
+	CHECK(!exists("%s/f3", e->fns));
+	char abbrev[13];
+	snprintf_(abbrev, sizeof abbrev, "%s", c2 ? c2 : "");
+	REQUIRE(set_source(e, e->url, abbrev, NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_STR(res.commit, c2);
+	CHECK(!exists("%s/f2", e->fns));
+	REQUIRE(set_source(e, e->url, c1, NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_STR(res.commit, c1);
+
+	/* Unknown ref: an error, the functions dir unchanged. */
+	REQUIRE(set_source(e, e->url, "nope", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	char *msg = xasprintf("ref 'nope' not found in %s", e->url);
+	CHECK_STR(err, msg);
+	free(msg);
+	free(err);
+	CHECK(exists("%s/f2/template.yaml", e->fns));
+
+	/* Over the depth bound: an error, the functions dir as it was (no
+	 * function replaced, no temporary copy left). */
+	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	REQUIRE(sh("cp -a '%s' '%s/before-deep' && set -e; cd '%s'; echo 'print(3)' > "
+		   "f1/handler.py; "
+		   "d=deep; for i in $(seq 70); do d=$d/a; done; mkdir -p $d; echo x > $d/f; "
+		   "echo x > deep/template.yaml; %s add -A; %s commit -q -m deep; "
+		   "%s push -q '%s' main",
+		   e->fns, e->tmp, e->work, e->git, e->git, e->git, e->bare) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	CHECK(contains(err, "function deep: ") && contains(err, "nested deeper than 64"));
+	free(err);
+	CHECK_INT(sh("diff -r --no-dereference '%s/before-deep' '%s' >/dev/null", e->tmp, e->fns),
+		  0);
+	REQUIRE(sh("set -e; cd '%s'; %s rm -q -r deep; %s commit -q -m undeep; %s push -q '%s' "
+		   "main",
+		   e->work, e->git, e->git, e->git, e->bare) == 0);
+	free(c2);
+	c2 = rev(e, "HEAD");
+
+	/* Another repository: the checkout is deleted and cloned again. */
+	char *url2 = xasprintf("ssh://root@127.0.0.1:%d%s/repo2.git", e->port, e->tmp);
+	REQUIRE(sh("cp -a '%s' '%s/repo2.git' && touch '%s/git/checkout/.git/marker'", e->bare,
+		   e->tmp, e->data) == 0);
+	REQUIRE(set_source(e, url2, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	free(err);
+	CHECK_STR(res.commit, c2);
+	CHECK(!exists("%s/git/checkout/.git/marker", e->data));
+	char *origin = sh_out("git -C '%s/git/checkout' remote get-url origin", e->data);
+	CHECK_STR(origin, url2);
+	free(origin);
+	CHECK_INT(e->notes.n, 1);
+
+	/* A key the server does not know: a bounded number of tries, then a
+	 * clear message (in a second data dir: a new host there, too). */
+	char *data2 = xasprintf("%s/data2", e->tmp);
+	char *ssh2 = xasprintf("%s/ssh", data2);
+	REQUIRE(sshkey_generate(ssh2, false, &pub, &fp, &err) == 0);
+	free(pub);
+	free(fp);
+	struct git_source s2 = {.repository = e->url, .ref = "main"};
+	REQUIRE(git_source_save(data2, &s2, &err) == 0);
+	CHECK_INT(git_sync(data2, e->fns, on_notice, &e->notes, &res, &err), -1);
+	CHECK(contains(err, "SSH authentication failed") && contains(err, "relay git keygen"));
+	free(err);
+	CHECK_INT(e->notes.n, 2);
+	free(ssh2);
+	free(data2);
+
+	/* The host key changes: refused, the functions dir untouched. */
+	stop_sshd(e);
+	REQUIRE(start_sshd(e, "hostkey2"));
+	REQUIRE(sh("cp -a '%s' '%s/before'", e->fns, e->tmp) == 0);
+	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	CHECK(contains(err, "man-in-the-middle") || contains(err, "MAN-IN-THE-MIDDLE"));
+	CHECK(contains(err, "known_hosts"));
+	free(err);
+	CHECK_INT(sh("diff -r --no-dereference '%s/before' '%s' >/dev/null", e->tmp, e->fns), 0);
+	CHECK_INT(e->notes.n, 2);
+	free(url2);
+	free(c1);
+	free(c2);
+	free(ssh);
+}
+
+TEST(sync_end_to_end)
+{
+	struct env e = {0};
+	e.tmp = tmpdir();
+	e.data = xasprintf("%s/data", e.tmp);
+	e.fns = xasprintf("%s/functions", e.tmp);
+	e.bare = xasprintf("%s/repo.git", e.tmp);
+	e.work = xasprintf("%s/work", e.tmp);
+	e.git = xasprintf("HOME='%s' GIT_CONFIG_NOSYSTEM=1 git -c user.name=t -c "
+			  "user.email=t@example.com -c init.defaultBranch=main",
+			  e.tmp);
+	/* libgit2 reads $HOME/.ssh/known_hosts (only for its `valid` flag). */
+	char *home = getenv("HOME") ? xstrdup(getenv("HOME")) : NULL;
+	setenv("HOME", e.tmp, 1);
+	e2e(&e);
+	stop_sshd(&e);
+	notes_clear(&e.notes);
+	if (home) {
+		setenv("HOME", home, 1);
+		free(home);
+	}
+	free(e.url);
+	free(e.git);
+	free(e.work);
+	free(e.bare);
+	free(e.fns);
+	free(e.data);
+	rmtree(e.tmp);
+	free(e.tmp);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct t_case cases[] = {
+		T_CASE(url_table),	  T_CASE(identity_table),     T_CASE(path_table),
+		T_CASE(source_roundtrip), T_CASE(source_corrupt),     T_CASE(source_permissions),
+		T_CASE(source_remove),	  T_CASE(sync_preconditions), T_CASE(sync_end_to_end),
+	};
+	alarm(600); /* a hung sync fails the run instead of blocking it */
+	int rc = t_run_(__FILE__, cases, ARRAY_LEN(cases), argc, argv);
+	/* libgit2's global state, so LeakSanitizer sees only real leaks. */
+	git_libgit2_shutdown();
+	return rc;
+}
+
+/*
+ * libgit2 1.5.1's SSH transport leaks about 100 bytes per connection
+ * (libssh2's known-hosts list for $HOME/.ssh/known_hosts, the buffer
+ * holding its path, the userauth list after a rejected key), all
+ * allocated below git_remote_connect_ext and never handed to the caller.
+ * (A libgit2 1.5.1 PCRE2 leak is avoided in gitsync.c itself.)
+ * Everything Relay owns (remotes, repositories, objects) is allocated
+ * elsewhere and still checked.
+ */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+	return "leak:git_remote_connect_ext\n";
+}
+
+/* The suppression needs whole allocation stacks: Debian's libgit2 and
+ * libssh2 have no frame pointers, so the fast unwinder stops inside them. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+	return "fast_unwind_on_malloc=0";
+}

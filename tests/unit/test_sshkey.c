@@ -1,0 +1,709 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <git2.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sshkey.h"
+#include "t.h"
+#include "util.h"
+
+static char *tmpdir(void)
+{
+	char *d = xstrdup("/tmp/relay-sshkey-test.XXXXXX");
+	if (!mkdtemp(d)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	return d;
+}
+
+static void rmtree(const char *d)
+{
+	char *cmd = xasprintf("chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", d, d);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", d);
+	free(cmd);
+}
+
+static int mode_of(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -1;
+	return (int)(st.st_mode & 07777);
+}
+
+/* The whole file (NUL-terminated), or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	char chunk[4096];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		buf_append(&b, chunk, n);
+	fclose(f);
+	if (len)
+		*len = b.len;
+	return buf_steal(&b);
+}
+
+static void write_file(const char *path, const void *data, size_t len, mode_t mode)
+{
+	unlink(path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || write(fd, data, len) != (ssize_t)len || fchmod(fd, mode) < 0) {
+		perror(path);
+		exit(1);
+	}
+	close(fd);
+}
+
+/* First line of a shell command's standard output. */
+static char *run(const char *cmd)
+{
+	FILE *p = popen(cmd, "r");
+	char line[1024] = "";
+	if (!p)
+		return NULL;
+	if (!fgets(line, sizeof line, p))
+		line[0] = '\0';
+	pclose(p);
+	line[strcspn(line, "\n")] = '\0';
+	return xstrdup(line);
+}
+
+static int hidden_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static bool contains(const char *hay, const char *needle)
+{
+	return hay && strstr(hay, needle) != NULL;
+}
+
+/* An SSH public key blob: string type, then each part as a string. */
+static size_t make_blob(unsigned char *out, const char *type, int nparts, size_t part_len,
+			unsigned char fill)
+{
+	size_t n = 0;
+	size_t tl = strlen(type);
+	out[n++] = 0, out[n++] = 0, out[n++] = 0, out[n++] = (unsigned char)tl;
+	memcpy(out + n, type, tl);
+	n += tl;
+	for (int i = 0; i < nparts; i++) {
+		out[n++] = 0, out[n++] = 0, out[n++] = 0, out[n++] = (unsigned char)part_len;
+		memset(out + n, fill + i, part_len);
+		n += part_len;
+	}
+	return n;
+}
+
+static char *b64(const unsigned char *p, size_t n)
+{
+	char *s = xmalloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)s, p, (int)n);
+	return s;
+}
+
+TEST(generate_writes_key_files)
+{
+	char *tmp = tmpdir();
+	char *parent = xasprintf("%s/data", tmp), *dir = xasprintf("%s/data/ssh", tmp);
+	char *key = xasprintf("%s/id_ed25519", dir), *pubpath = xasprintf("%s.pub", key);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	CHECK_INT(sshkey_generate(dir, false, &line, &fp, &err), 0);
+	CHECK(err == NULL);
+	CHECK_INT(mode_of(parent), 0700);
+	CHECK_INT(mode_of(dir), 0700);
+	CHECK_INT(mode_of(key), 0600);
+	CHECK_INT(mode_of(pubpath), 0644);
+	CHECK_INT(hidden_entries(dir), 0);
+	CHECK(str_has_prefix(line, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
+	CHECK_INT(strlen(line), strlen("ssh-ed25519 ") + 68 + strlen(" relay"));
+	CHECK(contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
+	CHECK(str_has_prefix(fp, "SHA256:"));
+	CHECK_INT(strlen(fp), 7 + 43);
+	char *pubtext = slurp(pubpath, NULL), *want = xasprintf("%s\n", line);
+	CHECK_STR(pubtext, want);
+	char *text = slurp(key, NULL);
+	CHECK(str_has_prefix(text, "-----BEGIN OPENSSH PRIVATE KEY-----\n"));
+	CHECK(contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
+	int longest = 0;
+	for (char *p = text; p && *p;) {
+		char *nl = strchr(p, '\n');
+		int n = nl ? (int)(nl - p) : (int)strlen(p);
+		if (n > longest && !str_has_prefix(p, "-----"))
+			longest = n;
+		p = nl ? nl + 1 : NULL;
+	}
+	CHECK_INT(longest, 70);
+	char *line2 = NULL, *fp2 = NULL;
+	CHECK_INT(sshkey_public(dir, &line2, &fp2, &err), 0);
+	CHECK_STR(line2, line);
+	CHECK_STR(fp2, fp);
+	char *path = sshkey_path(dir);
+	CHECK_STR(path, key);
+	free(path);
+	free(line2);
+	free(fp2);
+	free(text);
+	free(pubtext);
+	free(want);
+	free(line);
+	free(fp);
+	free(err);
+	rmtree(tmp);
+	free(key);
+	free(pubpath);
+	free(dir);
+	free(parent);
+	free(tmp);
+}
+
+TEST(ssh_keygen_reads_the_key)
+{
+	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", key);
+	char *out = run(cmd);
+	/* type and base64 must agree; the comment may or may not be printed */
+	char *type_b64 = xstrndup(line, strlen(line) - strlen(" relay"));
+	CHECK(str_has_prefix(out, type_b64));
+	CHECK(out && (out[strlen(type_b64)] == '\0' || out[strlen(type_b64)] == ' '));
+	free(cmd);
+	free(out);
+	/* without the .pub beside it, ssh-keygen must read the private key */
+	char *pubpath = xasprintf("%s.pub", key);
+	unlink(pubpath);
+	free(pubpath);
+	cmd = xasprintf("ssh-keygen -lf '%s' 2>&1", key);
+	out = run(cmd);
+	char *want = xasprintf("256 %s relay (ED25519)", fp);
+	CHECK_STR(out, want);
+	free(want);
+	free(cmd);
+	free(out);
+	free(type_b64);
+	free(line);
+	free(fp);
+	free(err);
+	rmtree(tmp);
+	free(key);
+	free(tmp);
+}
+
+TEST(generate_refuses_overwrite_without_force)
+{
+	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	char *before = slurp(key, NULL);
+	char *line2 = NULL, *fp2 = NULL;
+	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -2);
+	CHECK(contains(err, key));
+	CHECK(line2 == NULL && fp2 == NULL);
+	char *after = slurp(key, NULL);
+	CHECK_STR(after, before);
+	free(err);
+	err = NULL;
+	CHECK_INT(sshkey_generate(tmp, true, &line2, &fp2, &err), 0);
+	CHECK(line2 && strcmp(line2, line) != 0);
+	CHECK(fp2 && strcmp(fp2, fp) != 0);
+	CHECK_INT(mode_of(key), 0600);
+	CHECK_INT(hidden_entries(tmp), 0);
+	char *line3 = NULL, *fp3 = NULL;
+	CHECK_INT(sshkey_public(tmp, &line3, &fp3, &err), 0);
+	CHECK_STR(line3, line2);
+	CHECK_STR(fp3, fp2);
+	free(line3);
+	free(fp3);
+	free(line2);
+	free(fp2);
+	free(before);
+	free(after);
+	free(line);
+	free(fp);
+	free(err);
+	rmtree(tmp);
+	free(key);
+	free(tmp);
+}
+
+TEST(public_missing_or_refused)
+{
+	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *nodir = xasprintf("%s/nope", tmp), *other = xasprintf("%s/other", tmp);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -2);
+	free(err);
+	err = NULL;
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -2);
+	CHECK(contains(err, key));
+	free(err);
+	err = NULL;
+	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	free(line);
+	free(fp);
+	static const int loose[] = {0640, 0604, 0644, 0660, 0620, 0602};
+	for (size_t i = 0; i < ARRAY_LEN(loose); i++) {
+		chmod(key, (mode_t)loose[i]);
+		CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
+		CHECK(contains(err, key));
+		CHECK(line == NULL && fp == NULL);
+		free(err);
+		err = NULL;
+	}
+	chmod(key, 0400);
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), 0);
+	free(line);
+	free(fp);
+	/* a symlink to a good key is refused */
+	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", key, other, other, key);
+	REQUIRE(system(cmd) == 0);
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
+	CHECK(contains(err, key) && contains(err, "symbolic link"));
+	free(err);
+	err = NULL;
+	/* so is a directory with that name */
+	unlink(key);
+	mkdir(key, 0700);
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
+	CHECK(contains(err, key));
+	free(err);
+	free(cmd);
+	rmtree(tmp);
+	free(other);
+	free(nodir);
+	free(key);
+	free(tmp);
+}
+
+/* Writes the armored base64 of bin[0..n) as the key file and reads it back. */
+static int public_of(const char *dir, const char *key, const unsigned char *bin, size_t n)
+{
+	char *body = b64(bin, n);
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_appendf(&b, "-----BEGIN OPENSSH PRIVATE KEY-----\n");
+	for (size_t i = 0; i < strlen(body); i += 70)
+		buf_appendf(&b, "%.70s\n", body + i);
+	buf_appendf(&b, "-----END OPENSSH PRIVATE KEY-----\n");
+	write_file(key, b.data, b.len, 0600);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	int rc = sshkey_public(dir, &line, &fp, &err);
+	if (rc == 0 && (!line || !fp || err))
+		rc = 99;
+	if (rc < 0 && !contains(err, key))
+		rc = 98;
+	free(line);
+	free(fp);
+	free(err);
+	buf_free(&b);
+	free(body);
+	return rc;
+}
+
+TEST(public_rejects_damaged_files)
+{
+	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	free(line);
+	free(fp);
+	size_t len = 0;
+	char *text = slurp(key, &len);
+	/* the binary form, decoded from the file itself */
+	const char *begin = "-----BEGIN OPENSSH PRIVATE KEY-----\n";
+	char *body = xstrdup(text + strlen(begin));
+	*strstr(body, "-----END") = '\0';
+	size_t m = 0;
+	for (size_t i = 0; body[i]; i++)
+		if (body[i] != '\n')
+			body[m++] = body[i];
+	body[m] = '\0';
+	unsigned char bin[1024];
+	REQUIRE(m % 4 == 0 && m / 4 * 3 <= sizeof bin);
+	int n = EVP_DecodeBlock(bin, (unsigned char *)body, (int)m);
+	n -= body[m - 1] == '=' ? (body[m - 2] == '=' ? 2 : 1) : 0;
+	REQUIRE(n == 234);
+	CHECK_INT(public_of(tmp, key, bin, (size_t)n), 0); /* re-encoding round-trips */
+
+	/* every truncation of the binary, and one byte too many */
+	for (int k = 0; k < n; k++)
+		if (public_of(tmp, key, bin, (size_t)k) != -1)
+			T_FAIL_("truncated to %d bytes: accepted", k);
+	bin[n] = 0;
+	CHECK_INT(public_of(tmp, key, bin, (size_t)n + 1), -1);
+
+	/* one corrupted byte in each field but the comment: magic, cipher, kdf,
+	 * nkeys, public blob length and key, checkint, key type, public key, seed
+	 * (no longer derives the public key), its public half, comment length */
+	static const int at[] = {0, 19, 28, 38, 41, 80, 100, 110, 140, 170, 200, 228};
+	for (size_t i = 0; i < ARRAY_LEN(at); i++) {
+		bin[at[i]] ^= 0x01;
+		if (public_of(tmp, key, bin, (size_t)n) != -1)
+			T_FAIL_("byte %d corrupted: accepted", at[i]);
+		bin[at[i]] ^= 0x01;
+	}
+
+	/* text-level damage */
+	static const char *const texts[] = {
+		"",
+		"garbage",
+		"-----BEGIN OPENSSH PRIVATE KEY-----\n",
+		"-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n",
+		"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA!!!!\n"
+		"-----END OPENSSH PRIVATE KEY-----\n",
+		"-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn=zaC1rZXktdjEA\n"
+		"-----END OPENSSH PRIVATE KEY-----\n",
+		"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+	};
+	for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
+		write_file(key, texts[i], strlen(texts[i]), 0600);
+		char *l = NULL, *f = NULL, *e = NULL;
+		if (sshkey_public(tmp, &l, &f, &e) != -1 || !contains(e, key))
+			T_FAIL_("text %zu: accepted or no message", i);
+		free(l);
+		free(f);
+		free(e);
+	}
+	/* truncations of the text itself (all but the final newline) */
+	for (size_t k = 0; k + 1 < len; k += 7) {
+		write_file(key, text, k, 0600);
+		char *l = NULL, *f = NULL, *e = NULL;
+		if (sshkey_public(tmp, &l, &f, &e) != -1)
+			T_FAIL_("text truncated to %zu bytes: accepted", k);
+		free(l);
+		free(f);
+		free(e);
+	}
+	/* an oversized file is refused without being parsed */
+	char *big = xmalloc(70 * 1024);
+	memset(big, 'A', 70 * 1024);
+	write_file(key, big, 70 * 1024, 0600);
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
+	CHECK(contains(err, "larger"));
+	free(err);
+	free(big);
+	free(body);
+	free(text);
+	rmtree(tmp);
+	free(key);
+	free(tmp);
+}
+
+TEST(libgit2_accepts_the_key)
+{
+	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *line = NULL, *fp = NULL, *err = NULL;
+	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	CHECK(git_libgit2_init() > 0);
+	git_credential *cred = NULL;
+	CHECK_INT(git_credential_ssh_key_new(&cred, "git", NULL, key, NULL), 0);
+	CHECK(cred != NULL);
+	if (cred)
+		git_credential_free(cred);
+	git_libgit2_shutdown();
+	free(line);
+	free(fp);
+	rmtree(tmp);
+	free(key);
+	free(tmp);
+}
+
+/* ---- known_hosts ---- */
+
+TEST(known_hosts_tofu)
+{
+	char *tmp = tmpdir(), *dir = xasprintf("%s/data/ssh", tmp);
+	char *kh = xasprintf("%s/known_hosts", dir);
+	unsigned char a[64], b[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	char *fa = ssh_fingerprint(a, alen), *fb = ssh_fingerprint(b, blen);
+	char *ba = b64(a, alen), *bb = b64(b, blen);
+	char *err = NULL;
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_NEW);
+	CHECK(err == NULL);
+	CHECK_INT(mode_of(dir), 0700);
+	CHECK_INT(mode_of(kh), 0600);
+	char *want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n", ba);
+	char *got = slurp(kh, NULL);
+	CHECK_STR(got, want);
+	free(got);
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, b, blen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
+	CHECK(contains(err, fa) && contains(err, fb) && contains(err, kh));
+	CHECK(contains(err, "man-in-the-middle"));
+	free(err);
+	err = NULL;
+	got = slurp(kh, NULL);
+	CHECK_STR(got, want); /* never replaced */
+	free(got);
+	/* port 22 is the bare host: a different pin */
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, a, alen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(err, "host key for 127.0.0.1 has CHANGED"));
+	free(err);
+	err = NULL;
+	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2223, b, blen, &err), KNOWN_HOSTS_NEW);
+	free(want);
+	want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n127.0.0.1 ssh-ed25519 %s\n"
+			 "[127.0.0.1]:2223 ssh-ed25519 %s\n",
+			 ba, bb, bb);
+	got = slurp(kh, NULL);
+	CHECK_STR(got, want);
+	free(got);
+	free(want);
+	free(fa);
+	free(fb);
+	free(ba);
+	free(bb);
+	rmtree(tmp);
+	free(kh);
+	free(dir);
+	free(tmp);
+}
+
+TEST(known_hosts_rejects_bad_input)
+{
+	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char good[64];
+	size_t glen = make_blob(good, "ssh-ed25519", 1, 32, 0x11);
+	static const struct {
+		const char *what;
+		const unsigned char *blob;
+		size_t len;
+	} cases[] = {
+		{"empty", (const unsigned char *)"", 0},
+		{"short length", (const unsigned char *)"\0\0\0", 3},
+		{"type past the end", (const unsigned char *)"\0\0\0\x20ssh-ed25519", 15},
+		{"empty type", (const unsigned char *)"\0\0\0\0\0\0\0\x01x", 9},
+		{"type only", (const unsigned char *)"\0\0\0\x0bssh-ed25519", 15},
+		{"key past the end",
+		 (const unsigned char *)"\0\0\0\x03"
+					"abc\0\0\0\x09xy",
+		 13},
+		{"trailing byte",
+		 (const unsigned char *)"\0\0\0\x03"
+					"abc\0\0\0\x01x!",
+		 13},
+		{"space in type", (const unsigned char *)"\0\0\0\x03a c\0\0\0\x01x", 12},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *err = NULL;
+		if (known_hosts_verify(tmp, "example.org", 22, cases[i].blob, cases[i].len, &err) !=
+			    KNOWN_HOSTS_ERROR ||
+		    !err)
+			T_FAIL_("blob \"%s\": not refused", cases[i].what);
+		free(err);
+	}
+	CHECK_INT(mode_of(kh), -1); /* nothing pinned, file not even created */
+	static const char *const hosts[] = {"", "a b", "a,b", "#x", "|1|x", "tab\there"};
+	for (size_t i = 0; i < ARRAY_LEN(hosts); i++) {
+		char *err = NULL;
+		if (known_hosts_verify(tmp, hosts[i], 22, good, glen, &err) != KNOWN_HOSTS_ERROR ||
+		    !err)
+			T_FAIL_("host \"%s\": not refused", hosts[i]);
+		free(err);
+	}
+	char *err = NULL;
+	CHECK_INT(known_hosts_verify(tmp, "example.org", 0, good, glen, &err), KNOWN_HOSTS_ERROR);
+	free(err);
+	err = NULL;
+	CHECK_INT(known_hosts_verify(tmp, "example.org", 65536, good, glen, &err),
+		  KNOWN_HOSTS_ERROR);
+	free(err);
+	err = NULL;
+	/* a known_hosts writable by others, or a symlink, is refused */
+	write_file(kh, "", 0, 0666);
+	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
+	CHECK(contains(err, kh));
+	free(err);
+	err = NULL;
+	unlink(kh);
+	REQUIRE(symlink("/dev/null", kh) == 0);
+	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
+	CHECK(contains(err, "symbolic link"));
+	free(err);
+	rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+TEST(known_hosts_reads_existing_file)
+{
+	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64], c[64], rsa[300];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
+	size_t rlen = make_blob(rsa, "ssh-rsa", 2, 100, 0x44);
+	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen), *br = b64(rsa, rlen);
+	char *fr = ssh_fingerprint(rsa, rlen);
+	char *content =
+		xasprintf("# Relay's pins\n"
+			  "\n"
+			  "   \t\n"
+			  "|1|c2FsdA==|aGFzaA== ssh-ed25519 %s\n"	/* hashed: ignored */
+			  "[127.0.0.1]:2222 ssh-ed25519 !!!notbase64\n" /* malformed: skipped */
+			  "[127.0.0.1]:2222 ssh-rsa %s\n"	/* type disagrees: skipped */
+			  "[127.0.0.1]:2222 ssh-ed25519 AAAA\n" /* bad blob: skipped */
+			  "onlyhost\n"
+			  "@cert-authority *.example.org ssh-ed25519 %s\n"
+			  "gitlab.com,[127.0.0.1]:2222,example.org ssh-ed25519 %s comment here\r\n"
+			  "multi.example ssh-rsa %s\n"
+			  "multi.example ssh-ed25519 %s",
+			  bc, ba, bc, ba, br, bb);
+	write_file(kh, content, strlen(content), 0600);
+	char *err = NULL;
+	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(tmp, "GitLab.com", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, rsa, rlen, &err), KNOWN_HOSTS_MATCH);
+	CHECK(err == NULL);
+	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, c, clen, &err), KNOWN_HOSTS_MISMATCH);
+	free(err);
+	err = NULL;
+	/* the first other pinned key is named, whatever its type */
+	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, c, clen, &err),
+		  KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(err, fr));
+	free(err);
+	err = NULL;
+	/* a hashed entry for a host does not pin it; a new host is appended
+	 * after a newline even though the last line had none */
+	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
+	char *want = xasprintf("%s\n[new.example]:2200 ssh-ed25519 %s\n", content, bc);
+	char *got = slurp(kh, NULL);
+	CHECK_STR(got, want);
+	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_MATCH);
+	free(got);
+	free(want);
+	free(content);
+	free(fr);
+	free(ba);
+	free(bb);
+	free(bc);
+	free(br);
+	rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+TEST(known_hosts_nul_byte_hides_no_pin)
+{
+	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	char *ba = b64(a, alen);
+	struct buf f;
+	buf_init(&f, 4096);
+	buf_append(&f, "junk\0junk\n", 10);
+	buf_appendf(&f, "h.example ssh-ed25519 %s\n", ba);
+	write_file(kh, f.data, f.len, 0600);
+	char *err = NULL;
+	CHECK_INT(known_hosts_verify(tmp, "h.example", 22, b, blen, &err), KNOWN_HOSTS_MISMATCH);
+	free(err);
+	buf_free(&f);
+	free(ba);
+	rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+struct race {
+	const char *dir;
+	const unsigned char *blob;
+	size_t len;
+	enum known_hosts_result res;
+};
+
+static void *race_verify(void *arg)
+{
+	struct race *r = arg;
+	char *err = NULL;
+	r->res = known_hosts_verify(r->dir, "race.example", 22, r->blob, r->len, &err);
+	free(err);
+	return NULL;
+}
+
+TEST(known_hosts_pins_once_under_concurrency)
+{
+	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	pthread_t th[8];
+	struct race r[8];
+	for (int i = 0; i < 8; i++) {
+		r[i] = (struct race){tmp, a, alen, KNOWN_HOSTS_ERROR};
+		pthread_create(&th[i], NULL, race_verify, &r[i]);
+	}
+	int news = 0, matches = 0;
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		news += r[i].res == KNOWN_HOSTS_NEW;
+		matches += r[i].res == KNOWN_HOSTS_MATCH;
+	}
+	CHECK_INT(news, 1);
+	CHECK_INT(matches, 7);
+	char *got = slurp(kh, NULL);
+	CHECK(got && strchr(got, '\n') == got + strlen(got) - 1); /* one line */
+	free(got);
+	rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+TEST(fingerprint_matches_openssh)
+{
+	/* ssh-keygen -lf of "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBERERERERERERERERERERERERERERERERERERERERE" */
+	unsigned char a[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	char *tmp = tmpdir(), *pub = xasprintf("%s/k.pub", tmp);
+	char *ba = b64(a, alen), *line = xasprintf("ssh-ed25519 %s x\n", ba);
+	write_file(pub, line, strlen(line), 0600);
+	char *cmd = xasprintf("ssh-keygen -lf '%s'", pub);
+	char *out = run(cmd);
+	char *fp = ssh_fingerprint(a, alen);
+	char *want = xasprintf("256 %s x (ED25519)", fp);
+	CHECK_STR(out, want);
+	free(want);
+	free(fp);
+	free(out);
+	free(cmd);
+	free(line);
+	free(ba);
+	rmtree(tmp);
+	free(pub);
+	free(tmp);
+}
+
+T_MAIN(T_CASE(generate_writes_key_files), T_CASE(ssh_keygen_reads_the_key),
+       T_CASE(generate_refuses_overwrite_without_force), T_CASE(public_missing_or_refused),
+       T_CASE(public_rejects_damaged_files), T_CASE(libgit2_accepts_the_key),
+       T_CASE(known_hosts_tofu), T_CASE(known_hosts_rejects_bad_input),
+       T_CASE(known_hosts_reads_existing_file), T_CASE(known_hosts_nul_byte_hides_no_pin),
+       T_CASE(known_hosts_pins_once_under_concurrency), T_CASE(fingerprint_matches_openssh))

@@ -1,0 +1,614 @@
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "gitsync.h"
+#include "log.h"
+#include "secret.h"
+#include "t.h"
+#include "webhook.h"
+
+#define REPO "git@github.com:acme/functions.git"
+
+/* ---- helpers ---------------------------------------------------------- */
+
+/* "sha256=<hex>" of body under key, as GitHub sends it. */
+static char *sign(const char *key, const char *body)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)body, strlen(body), md,
+	     &n);
+	struct buf b;
+	buf_init(&b, 128);
+	buf_appendf(&b, "sha256=");
+	for (unsigned i = 0; i < n; i++)
+		buf_appendf(&b, "%02x", md[i]);
+	return buf_steal(&b);
+}
+
+/* A push payload; NULL fields are left out. */
+static char *push_json(const char *ref, const char *ssh_url, const char *clone_url,
+		       const char *full_name)
+{
+	struct buf b;
+	buf_init(&b, 4096);
+	buf_appendf(&b, "{\"ref\":\"%s\",\"after\":\"0123\",\"repository\":{", ref);
+	const char *sep = "";
+	if (ssh_url)
+		buf_appendf(&b, "%s\"ssh_url\":\"%s\"", sep, ssh_url), sep = ",";
+	if (clone_url)
+		buf_appendf(&b, "%s\"clone_url\":\"%s\"", sep, clone_url), sep = ",";
+	if (full_name)
+		buf_appendf(&b, "%s\"full_name\":\"%s\"", sep, full_name);
+	buf_appendf(&b, "}}");
+	return buf_steal(&b);
+}
+
+static char *form_encode(const char *json)
+{
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	buf_appendf(&b, "zen=x+y&payload=");
+	for (const unsigned char *p = (const unsigned char *)json; *p; p++) {
+		if (*p == ' ')
+			buf_appendf(&b, "+");
+		else if ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')
+			buf_appendf(&b, "%c", *p);
+		else
+			buf_appendf(&b, "%%%02X", *p);
+	}
+	buf_appendf(&b, "&hook_id=1");
+	return buf_steal(&b);
+}
+
+/* Logs go to a temporary file so tests can assert on them. */
+static char logpath[64];
+static int logfd = -1;
+
+static void capture_logs(void)
+{
+	strlcpy_(logpath, "/tmp/relay-webhook-log-XXXXXX", sizeof logpath);
+	logfd = mkstemp(logpath);
+	log_set_fd(logfd);
+}
+
+static char *captured_logs(void)
+{
+	FILE *f = fopen(logpath, "r");
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	char chunk[4096];
+	size_t n;
+	while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		buf_append(&b, chunk, n);
+	if (f)
+		fclose(f);
+	return buf_steal(&b);
+}
+
+static void release_logs(void)
+{
+	log_set_fd(2);
+	close(logfd);
+	unlink(logpath);
+}
+
+/* ---- git_repo_identity (semantics the webhook relies on) -------------- */
+
+TEST(repo_identity_forms)
+{
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{"git@github.com:acme/functions.git", "github.com/acme/functions"},
+		{"github.com:acme/functions", "github.com/acme/functions"},
+		{"ssh://git@GitHub.com:22/acme/functions.git", "github.com/acme/functions"},
+		{"ssh://github.com/acme/functions/", "github.com/acme/functions"},
+		{"https://github.com/acme/functions.git", "github.com/acme/functions"},
+		{"https://GITHUB.com/acme/functions", "github.com/acme/functions"},
+		{"http://user@git.example:8080/a/b.git", "git.example/a/b"},
+		{"git://github.com/acme/functions.git", "github.com/acme/functions"},
+		{"https://github.com/Acme/Functions.git", "github.com/Acme/Functions"},
+		{"file:///srv/repo.git", NULL},
+		{"/srv/repo.git", NULL},
+		{"https://github.com", NULL},
+		{"", NULL},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *got = git_repo_identity(cases[i].in);
+		if (cases[i].want ? !got || strcmp(got, cases[i].want) != 0 : got != NULL)
+			T_FAIL_("\"%s\": got %s, want %s", cases[i].in, got ? got : "NULL",
+				cases[i].want ? cases[i].want : "NULL");
+		free(got);
+	}
+}
+
+/* ---- signature -------------------------------------------------------- */
+
+TEST(signature)
+{
+	/* GitHub's documented example ("Validating webhook deliveries"). */
+	const char *key = "It's a Secret to Everybody", *body = "Hello, World!";
+	const char *good =
+		"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+	const char *upper =
+		"sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17";
+	size_t len = strlen(body), kl = strlen(key);
+	CHECK(webhook_signature_ok(good, body, len, key, kl));
+	CHECK(webhook_signature_ok(upper, body, len, key, kl));
+	CHECK(!webhook_signature_ok(NULL, body, len, key, kl));
+	CHECK(!webhook_signature_ok(good, body, len, "other", 5));
+	CHECK(!webhook_signature_ok(good, "Hello, World?", len, key, kl));
+	static const char *const bad[] = {
+		"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e18",
+		"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e1",
+		"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e170",
+		"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e1g",
+		"sha1=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+		"SHA256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+		" sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+		"757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+		"sha256=",
+		"",
+	};
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+		if (webhook_signature_ok(bad[i], body, len, key, kl))
+			T_FAIL_("accepted \"%s\"", bad[i]);
+	/* binary bodies and an empty body */
+	char *sig = sign("k", "");
+	CHECK(webhook_signature_ok(sig, "", 0, "k", 1));
+	free(sig);
+}
+
+/* ---- decide ----------------------------------------------------------- */
+
+TEST(decide)
+{
+	char *main_ssh = push_json("refs/heads/main", REPO, NULL, NULL);
+	char *dev = push_json("refs/heads/dev", REPO, NULL, NULL);
+	char *main_sub = push_json("refs/heads/feature/main", REPO, NULL, NULL);
+	char *tag = push_json("refs/tags/v1.2", REPO, NULL, NULL);
+	char *other = push_json("refs/heads/main", "git@github.com:acme/other.git",
+				"https://github.com/acme/other.git", "acme/other");
+	char *clone =
+		push_json("refs/heads/main", NULL, "https://github.com/acme/functions.git", NULL);
+	char *full = push_json("refs/heads/main", NULL, NULL, "ACME/Functions");
+	char *no_repo = xstrdup("{\"ref\":\"refs/heads/main\"}");
+	char *url = xstrdup("{\"ref\":\"refs/heads/main\",\"repository\":{\"url\":"
+			    "\"https://GitHub.com/acme/functions\"}}");
+	char *deleted = xstrdup("{\"ref\":\"refs/heads/main\",\"deleted\":true,"
+				"\"repository\":{\"ssh_url\":\"" REPO "\"}}");
+	char *not_deleted = xstrdup("{\"ref\":\"refs/heads/main\",\"deleted\":false,"
+				    "\"repository\":{\"ssh_url\":\"" REPO "\"}}");
+	char *form = form_encode(main_ssh);
+	char *form_other = form_encode(dev);
+	const char *json = "application/json";
+	const char *formct = "application/x-www-form-urlencoded";
+
+	static const char gitlab[] = "git@gitlab.com:acme/functions.git";
+	const struct {
+		const char *event, *ctype, *body, *repo, *ref;
+		enum webhook_verdict want;
+		const char *why;
+	} cases[] = {
+		{"push", json, main_ssh, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, main_ssh, REPO, NULL, WEBHOOK_SYNC, "push"}, /* default ref */
+		{"push", json, main_ssh, REPO, "", WEBHOOK_SYNC, "push"},
+		{"push", "application/json; charset=utf-8", main_ssh, REPO, "main", WEBHOOK_SYNC,
+		 "push"},
+		{"push", NULL, main_ssh, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", "text/plain", main_ssh, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, dev, REPO, "main", WEBHOOK_IGNORE, "other ref"},
+		{"push", json, dev, REPO, "dev", WEBHOOK_SYNC, "push"},
+		{"push", json, main_sub, REPO, "main", WEBHOOK_IGNORE, "other ref"},
+		{"push", json, tag, REPO, "v1.2", WEBHOOK_SYNC, "push"},
+		{"push", json, tag, REPO, "main", WEBHOOK_IGNORE, "other ref"},
+		{"push", json, deleted, REPO, "main", WEBHOOK_IGNORE, "deleted ref"},
+		{"push", json, not_deleted, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"ping", json, "{\"zen\":\"Design for failure.\"}", REPO, "main", WEBHOOK_IGNORE,
+		 "ping"},
+		{"issues", json, main_ssh, REPO, "main", WEBHOOK_IGNORE, "not a push event"},
+		{NULL, json, main_ssh, REPO, "main", WEBHOOK_IGNORE, "not a push event"},
+		{"Push", json, main_ssh, REPO, "main", WEBHOOK_IGNORE, "not a push event"},
+		{"push", json, other, REPO, "main", WEBHOOK_IGNORE, "other repository"},
+		{"push", json, no_repo, REPO, "main", WEBHOOK_IGNORE, "other repository"},
+		{"push", json, clone, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, clone, "ssh://git@github.com:22/acme/functions", "main",
+		 WEBHOOK_SYNC, "push"},
+		{"push", json, url, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, full, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, full, gitlab, "main", WEBHOOK_IGNORE, "other repository"},
+		{"push", json, main_ssh, "not a url", "main", WEBHOOK_IGNORE, "other repository"},
+		{"push", formct, form, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", "Application/X-WWW-Form-Urlencoded", form, REPO, "main", WEBHOOK_SYNC,
+		 "push"},
+		{"push", formct, form_other, REPO, "main", WEBHOOK_IGNORE, "other ref"},
+		{"push", formct, "zen=1", REPO, "main", WEBHOOK_BAD, "bad form payload"},
+		{"push", formct, "payload=%7B%zz", REPO, "main", WEBHOOK_BAD, "bad form payload"},
+		{"push", formct, "payload=%7", REPO, "main", WEBHOOK_BAD, "bad form payload"},
+		{"push", formct, "payload=%7B", REPO, "main", WEBHOOK_BAD, "unparseable payload"},
+		{"push", json, "{\"ref\": \"refs/heads/ma", REPO, "main", WEBHOOK_BAD,
+		 "unparseable payload"},
+		{"push", json, "", REPO, "main", WEBHOOK_BAD, "unparseable payload"},
+		{"push", json, "[1,2]", REPO, "main", WEBHOOK_BAD, "push payload without ref"},
+		{"push", json, "{\"ref\":7}", REPO, "main", WEBHOOK_BAD,
+		 "push payload without ref"},
+		{"ping", json, "garbage", REPO, "main", WEBHOOK_IGNORE, "ping"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		const char *why = NULL;
+		enum webhook_verdict v =
+			webhook_decide(cases[i].event, cases[i].ctype, cases[i].body,
+				       strlen(cases[i].body), cases[i].repo, cases[i].ref, &why);
+		if (v != cases[i].want || !why || strcmp(why, cases[i].why) != 0)
+			T_FAIL_("case %zu (%s, %.60s): verdict %d (%s), want %d (%s)", i,
+				cases[i].event ? cases[i].event : "NULL", cases[i].body, v,
+				why ? why : "NULL", cases[i].want, cases[i].why);
+	}
+	/* the body is taken by length, not up to a NUL */
+	const char *why = NULL;
+	size_t n = strlen(main_ssh);
+	char *padded = xasprintf("%sXYZ", main_ssh);
+	CHECK_INT(webhook_decide("push", json, padded, n, REPO, "main", &why), WEBHOOK_SYNC);
+	free(padded);
+
+	free(main_ssh), free(dev), free(main_sub), free(tag), free(other), free(clone);
+	free(full), free(no_repo), free(url), free(deleted), free(not_deleted), free(form);
+	free(form_other);
+}
+
+/* ---- coalescer -------------------------------------------------------- */
+
+struct runs {
+	pthread_mutex_t mu;
+	int started, finished, active, max_active;
+	int sleep_ms;
+};
+
+static void slow_run(void *arg)
+{
+	struct runs *r = arg;
+	pthread_mutex_lock(&r->mu);
+	r->started++;
+	r->active++;
+	if (r->active > r->max_active)
+		r->max_active = r->active;
+	pthread_mutex_unlock(&r->mu);
+	usleep((useconds_t)r->sleep_ms * 1000);
+	pthread_mutex_lock(&r->mu);
+	r->active--;
+	r->finished++;
+	pthread_mutex_unlock(&r->mu);
+}
+
+static int get(struct runs *r, const int *field)
+{
+	pthread_mutex_lock(&r->mu);
+	int v = *field;
+	pthread_mutex_unlock(&r->mu);
+	return v;
+}
+
+/* Waits up to ms for *field to reach want; returns its value. */
+static int wait_for(struct runs *r, const int *field, int want, int ms)
+{
+	int64_t until = now_mono_ns() + (int64_t)ms * 1000000;
+	while (get(r, field) < want && now_mono_ns() < until)
+		usleep(5 * 1000);
+	return get(r, field);
+}
+
+TEST(coalescer_collapses_a_burst)
+{
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 200};
+	struct coalescer *c = coalescer_new(slow_run, &r);
+	REQUIRE(c != NULL);
+	coalescer_trigger(c);
+	CHECK_INT(wait_for(&r, &r.started, 1, 2000), 1);
+	for (int i = 0; i < 10; i++) /* all while the first run sleeps */
+		coalescer_trigger(c);
+	CHECK_INT(wait_for(&r, &r.finished, 2, 2000), 2);
+	usleep(400 * 1000); /* nothing else follows */
+	CHECK_INT(get(&r, &r.started), 2);
+	CHECK_INT(get(&r, &r.finished), 2);
+	CHECK_INT(r.max_active, 1);
+
+	/* idle again: a trigger runs again */
+	coalescer_trigger(c);
+	CHECK_INT(wait_for(&r, &r.finished, 3, 2000), 3);
+	usleep(300 * 1000);
+	CHECK_INT(get(&r, &r.started), 3);
+	coalescer_free(c);
+	CHECK_INT(r.max_active, 1);
+	coalescer_free(NULL);
+}
+
+TEST(coalescer_free_waits_for_a_run)
+{
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 200};
+	struct coalescer *c = coalescer_new(slow_run, &r);
+	REQUIRE(c != NULL);
+	coalescer_trigger(c);
+	CHECK_INT(wait_for(&r, &r.started, 1, 2000), 1);
+	coalescer_trigger(c); /* queued: dropped by free */
+	int64_t t0 = now_mono_ns();
+	coalescer_free(c);
+	CHECK(now_mono_ns() - t0 >= 100 * 1000000LL); /* it waited for the run */
+	CHECK_INT(r.finished, 1);
+	CHECK_INT(r.started, 1);
+
+	/* freeing an idle coalescer returns at once and runs nothing */
+	c = coalescer_new(slow_run, &r);
+	REQUIRE(c != NULL);
+	coalescer_free(c);
+	CHECK_INT(r.started, 1);
+}
+
+/* ---- the server ------------------------------------------------------- */
+
+struct reply {
+	long status;
+	char allow[64];
+	struct buf body;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct reply *r = arg;
+	return buf_append(&r->body, p, size * n) < 0 ? 0 : size * n;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+	struct reply *r = arg;
+	size_t len = size * n;
+	if (len > 7 && strncasecmp(p, "Allow: ", 7) == 0) {
+		size_t vn = len - 7;
+		while (vn && (p[7 + vn - 1] == '\r' || p[7 + vn - 1] == '\n'))
+			vn--;
+		if (vn >= sizeof r->allow)
+			vn = sizeof r->allow - 1;
+		memcpy(r->allow, p + 7, vn);
+		r->allow[vn] = '\0';
+	}
+	return len;
+}
+
+/* One request; headers is NULL-terminated (may be NULL); body NULL = GET.
+ * Returns the status (0 when the request failed); r->body must be freed. */
+static long request(int port, const char *path, const char *body, const char *const *headers,
+		    struct reply *r)
+{
+	memset(r, 0, sizeof *r);
+	buf_init(&r->body, 1 << 20);
+	CURL *c = curl_easy_init();
+	if (!c)
+		return 0;
+	char *url = xasprintf("http://127.0.0.1:%d%s", port, path);
+	struct curl_slist *hdrs = NULL;
+	for (size_t i = 0; headers && headers[i]; i++)
+		hdrs = curl_slist_append(hdrs, headers[i]);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	if (hdrs)
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+	free(url);
+	return r->status;
+}
+
+/* POSTs body to /github as event, signed with key (NULL: unsigned). */
+static long deliver(int port, const char *event, const char *body, const char *key, struct reply *r)
+{
+	char *sig = key ? sign(key, body) : NULL;
+	char *sig_h = sig ? xasprintf("X-Hub-Signature-256: %s", sig) : NULL;
+	char *ev_h = xasprintf("X-GitHub-Event: %s", event);
+	const char *headers[] = {ev_h, "Content-Type: application/json",
+				 "X-GitHub-Delivery: 72d3162e-cc78-11e3-81ab-4c9367dc0958", sig_h,
+				 NULL};
+	long status = request(port, "/github", body, headers, r);
+	free(sig);
+	free(sig_h);
+	free(ev_h);
+	return status;
+}
+
+struct temp_store {
+	char dir[64];
+	struct secret_provider *p;
+};
+
+static int store_new(struct temp_store *s)
+{
+	strlcpy_(s->dir, "/tmp/relay-webhook-XXXXXX", sizeof s->dir);
+	if (!mkdtemp(s->dir))
+		return -1;
+	s->p = secret_file_provider_new(s->dir);
+	return 0;
+}
+
+static void store_free(struct temp_store *s)
+{
+	char **names = NULL, *err = NULL;
+	size_t n = 0;
+	if (secret_list(s->p, &names, &n, &err) == 0) {
+		for (size_t i = 0; i < n; i++)
+			secret_remove(s->p, names[i], &err);
+		secret_names_free(names, n);
+	}
+	free(err);
+	secret_provider_free(s->p);
+	char *sub = xasprintf("%s/secrets", s->dir);
+	rmdir(sub);
+	free(sub);
+	rmdir(s->dir);
+}
+
+TEST(server_with_secret)
+{
+	struct temp_store st;
+	REQUIRE(store_new(&st) == 0);
+	char *err = NULL;
+	REQUIRE(secret_set(st.p, "gh-hook", "canary-v1", 9, &err) == 0);
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.ref = "main",
+		.secret_name = "gh-hook",
+		.secrets = st.p,
+		.sync = slow_run,
+		.sync_arg = &r,
+	};
+	capture_logs();
+	struct webhook *w = NULL;
+	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
+	int port = webhook_port(w);
+	CHECK(port > 0);
+	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
+	struct reply rep;
+
+	CHECK_INT(deliver(port, "push", push, "canary-v1", &rep), 202);
+	CHECK_STR(rep.body.data, "sync scheduled\n");
+	buf_free(&rep.body);
+	CHECK_INT(wait_for(&r, &r.finished, 1, 2000), 1);
+
+	CHECK_INT(deliver(port, "push", push, "wrong", &rep), 401);
+	CHECK_STR(rep.body.data, "invalid signature\n");
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "push", push, NULL, &rep), 401);
+	buf_free(&rep.body);
+
+	CHECK_INT(deliver(port, "ping", "{\"zen\":\"x\"}", "canary-v1", &rep), 200);
+	CHECK_STR(rep.body.data, "ignored: ping\n");
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "ping", "{\"zen\":\"x\"}", NULL, &rep), 401); /* auth first */
+	buf_free(&rep.body);
+	char *dev = push_json("refs/heads/dev", REPO, NULL, NULL);
+	CHECK_INT(deliver(port, "push", dev, "canary-v1", &rep), 200);
+	CHECK_STR(rep.body.data, "ignored: other ref\n");
+	buf_free(&rep.body);
+	free(dev);
+	CHECK_INT(deliver(port, "push", "{not json", "canary-v1", &rep), 400);
+	buf_free(&rep.body);
+
+	CHECK_INT(request(port, "/github", NULL, NULL, &rep), 405);
+	CHECK_STR(rep.allow, "POST");
+	buf_free(&rep.body);
+	CHECK_INT(request(port, "/other", push, NULL, &rep), 404);
+	buf_free(&rep.body);
+	CHECK_INT(request(port, "/github/", push, NULL, &rep), 404);
+	buf_free(&rep.body);
+
+	/* rotation: the new value applies to the next delivery */
+	REQUIRE(secret_set(st.p, "gh-hook", "canary-v2", 9, &err) == 0);
+	CHECK_INT(deliver(port, "push", push, "canary-v1", &rep), 401);
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "push", push, "canary-v2", &rep), 202);
+	buf_free(&rep.body);
+	CHECK_INT(wait_for(&r, &r.finished, 2, 2000), 2);
+
+	/* an unreadable secret is a server error, never an open door */
+	REQUIRE(secret_remove(st.p, "gh-hook", &err) == 0);
+	CHECK_INT(deliver(port, "push", push, "canary-v2", &rep), 500);
+	CHECK_STR(rep.body.data, "webhook secret unavailable\n");
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "push", push, NULL, &rep), 500);
+	buf_free(&rep.body);
+
+	usleep(100 * 1000);
+	CHECK_INT(get(&r, &r.started), 2); /* only the two valid pushes synced */
+	webhook_stop(w);
+	webhook_stop(NULL);
+
+	char *logs = captured_logs();
+	CHECK(strstr(logs, "level=INFO msg=\"Webhook http server listening on 127.0.0.1:0\"") !=
+	      NULL);
+	CHECK(strstr(logs, "level=INFO msg=\"webhook delivery\" event=push "
+			   "delivery=72d3162e-cc78-11e3-81ab-4c9367dc0958 verdict=sync") != NULL);
+	CHECK(strstr(logs, "event=ping delivery=72d3162e-cc78-11e3-81ab-4c9367dc0958 "
+			   "verdict=ignored reason=ping") != NULL);
+	CHECK(strstr(logs, "verdict=rejected reason=\"invalid signature\"") != NULL);
+	CHECK(strstr(logs, "level=ERROR msg=\"webhook secret unavailable\" secret=gh-hook") !=
+	      NULL);
+	CHECK(strstr(logs, "canary") == NULL); /* the value is never logged */
+	if (t_failed_)
+		printf("%s", logs);
+	free(logs);
+	release_logs();
+	free(push);
+	store_free(&st);
+}
+
+TEST(server_without_secret)
+{
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.sync = slow_run,
+		.sync_arg = &r,
+	};
+	capture_logs();
+	struct webhook *w = NULL;
+	char *err = NULL;
+	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
+	int port = webhook_port(w);
+	char *push = push_json("refs/heads/main", NULL, "https://github.com/acme/functions.git",
+			       "acme/functions");
+	struct reply rep;
+	CHECK_INT(deliver(port, "push", push, NULL, &rep), 202);
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "push", push, "anything", &rep), 202); /* signature ignored */
+	buf_free(&rep.body);
+	CHECK(wait_for(&r, &r.finished, 1, 2000) >= 1); /* one or two runs */
+
+	/* form-encoded deliveries */
+	char *form = form_encode(push);
+	const char *headers[] = {"X-GitHub-Event: push",
+				 "Content-Type: application/x-www-form-urlencoded", NULL};
+	CHECK_INT(request(port, "/github", form, headers, &rep), 202);
+	buf_free(&rep.body);
+	free(form);
+
+	/* a taken port is an error */
+	char addr[32];
+	snprintf_(addr, sizeof addr, "127.0.0.1:%d", port);
+	cfg.listen_addr = addr;
+	struct webhook *w2 = (struct webhook *)1;
+	CHECK_INT(webhook_start(&cfg, &w2, &err), -1);
+	CHECK(w2 == NULL);
+	char *want = xasprintf("listen tcp %s: Address already in use", addr);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	cfg.listen_addr = "nonsense";
+	CHECK_INT(webhook_start(&cfg, &w2, &err), -1);
+	CHECK_STR(err, "invalid listen address nonsense");
+	free(err);
+
+	webhook_stop(w);
+	CHECK(get(&r, &r.started) >= 1 && get(&r, &r.started) <= 3);
+	free(push);
+	release_logs();
+}
+
+T_MAIN(T_CASE(repo_identity_forms), T_CASE(signature), T_CASE(decide),
+       T_CASE(coalescer_collapses_a_burst), T_CASE(coalescer_free_waits_for_a_run),
+       T_CASE(server_with_secret), T_CASE(server_without_secret))
