@@ -18,16 +18,24 @@ static const struct cmd *const commands[] = {
 	&cmd_schedule_next,
 };
 
+/* One line per command; a long synopsis gets the summary on its own line. */
+static void print_entry(FILE *f, const struct cmd *c)
+{
+	char left[160];
+	snprintf_(left, sizeof left, "%s %s", c->words, c->args);
+	if (strlen(left) > 34)
+		fprintf(f, "  %s\n  %-34s %s\n", left, "", c->summary);
+	else
+		fprintf(f, "  %-34s %s\n", left, c->summary);
+}
+
 static void main_usage(FILE *f)
 {
 	fprintf(f, "usage: relay <command> [arguments]\n\n"
 		   "Relay runs functions in containers for events read from a Redis stream.\n\n"
 		   "Commands:\n");
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
-		char left[64];
-		snprintf_(left, sizeof left, "%s %s", commands[i]->words, commands[i]->args);
-		fprintf(f, "  %-34s %s\n", left, commands[i]->summary);
-	}
+	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+		print_entry(f, commands[i]);
 	fprintf(f, "\nRun 'relay <command> --help' for details of one command.\n");
 }
 
@@ -37,12 +45,8 @@ static void family_usage(const char *family, FILE *f)
 	fprintf(f, "usage: relay %s <command> [arguments]\n\nCommands:\n", family);
 	size_t n = strlen(family);
 	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
-		if (strncmp(commands[i]->words, family, n) == 0 && commands[i]->words[n] == ' ') {
-			char left[64];
-			snprintf_(left, sizeof left, "%s %s", commands[i]->words,
-				  commands[i]->args);
-			fprintf(f, "  %-34s %s\n", left, commands[i]->summary);
-		}
+		if (strncmp(commands[i]->words, family, n) == 0 && commands[i]->words[n] == ' ')
+			print_entry(f, commands[i]);
 	}
 }
 
