@@ -643,48 +643,44 @@ static const char *payload_of(const struct msg *m, size_t *len)
 	return p;
 }
 
+/* 1 when written and acknowledged, 0 when the message was no longer
+ * pending (nothing written), -1 when the write failed (it stays pending
+ * and a later reclaim retries it). */
 static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
 		       const char *payload, size_t plen, const char *reason, int attempts)
 {
-	char ts[RFC3339_STR_MAX], att[16];
+	char ts[RFC3339_STR_MAX], att[16], why[300] = "";
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
-	const char *argv[] = {"XADD",
-			      c->dlq,
-			      "*",
-			      "original_stream",
-			      c->stream,
-			      "original_id",
-			      m->id,
-			      "group",
-			      c->group,
-			      "consumer",
-			      c->name,
-			      "event",
-			      payload ? payload : "",
-			      "reason",
-			      reason,
-			      "attempts",
-			      att,
-			      "timestamp",
-			      ts};
-	size_t lens[ARRAY_LEN(argv)];
-	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
-		lens[i] = strlen(argv[i]);
-	lens[12] = payload ? plen : 0;
-	if (ensure_conn(c, r) < 0)
-		return -1;
-	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, lens);
-	if (!rep || rep->type == REDIS_REPLY_ERROR) {
-		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error",
-				    rep ? rep->str : redis_errmsg(r)),
+	enum { EVENT_VALUE = 9 }; /* the payload: binary-safe, its own length */
+	/* clang-format off */
+	const char *entry[] = {
+		"original_stream", c->stream,
+		"original_id", m->id,
+		"group", c->group,
+		"consumer", c->name,
+		"event", payload ? payload : "",
+		"reason", reason,
+		"attempts", att,
+		"timestamp", ts,
+	};
+	/* clang-format on */
+	size_t lens[ARRAY_LEN(entry)];
+	for (size_t i = 0; i < ARRAY_LEN(entry); i++)
+		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
+	int rc = -1;
+	if (ensure_conn(c, r) == 0)
+		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens,
+					    ARRAY_LEN(entry), why, sizeof why);
+	else
+		snprintf_(why, sizeof why, "%s", redis_errmsg(r));
+	if (rc == 0)
+		log_debug(LOG_ATTRS("message_id", m->id),
+			  "message acknowledged meanwhile; not dead-lettered again");
+	else if (rc < 0)
+		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error", why),
 			  "DLQ write failed; the message stays pending and the write is retried");
-		if (rep)
-			freeReplyObject(rep);
-		return -1;
-	}
-	freeReplyObject(rep);
-	return 0;
+	return rc;
 }
 
 /* One invocation of a message's work list, in execution order. */
@@ -767,17 +763,15 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
 			  why ? why : "");
 		free(why);
-		log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
-			 "malformed event sent to the dead-letter stream without running any "
-			 "handler");
-		if (dead_letter(c, r, m, payload, plen, reason, 0) == 0) {
+		if (dead_letter(c, r, m, payload, plen, reason, 0) == 1) {
+			log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
+				 "malformed event sent to the dead-letter stream without running "
+				 "any handler");
 			metrics_inc(METRIC_DLQ_ENTRIES);
 			if (!scheduled)
 				metrics_inc(METRIC_EVENTS_PROCESSED);
-			ack_push(c, m->id, NULL);
-		} else {
-			release(c, m->id);
 		}
+		release(c, m->id);
 		return;
 	}
 
@@ -1020,17 +1014,17 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		}
 		break;
 	}
-	if ((all_ok || all_terminal) && !scheduled)
-		count_function_events(t, n);
 	if (all_ok) {
-		if (!scheduled)
+		if (!scheduled) {
+			count_function_events(t, n);
 			metrics_inc(METRIC_EVENTS_PROCESSED);
+		}
 		ack_push(c, m->id, key);
 	} else if (all_terminal) {
 		if (last_error[0])
 			buf_appendf(&reason, ": %s", last_error);
 		if (dead_letter(c, r, m, payload, plen, reason.data ? reason.data : "exhausted",
-				max_attempts) == 0) {
+				max_attempts) == 1) {
 			log_error(LOG_ATTRS("message_id", m->id, "event_id",
 					    event_id ? event_id : "", "reason",
 					    reason.data ? reason.data : ""),
@@ -1038,12 +1032,12 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			for (size_t i = 0; i < n; i++)
 				if (res[i] == INV_EXHAUSTED)
 					metrics_function_dlq(t[i].fv->fn->name);
-			if (!scheduled)
+			if (!scheduled) {
+				count_function_events(t, n);
 				metrics_inc(METRIC_EVENTS_PROCESSED);
-			ack_push(c, m->id, key);
-		} else {
-			release(c, m->id);
+			}
 		}
+		release(c, m->id);
 	} else {
 		release(c, m->id);
 	}

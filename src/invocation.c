@@ -239,3 +239,48 @@ int invocation_restore(struct redis *r, const char *key, const char *field, cons
 	freeReplyObject(rep);
 	return rc;
 }
+
+/* KEYS: stream, dlq, invocation hash; ARGV: group, id, then the entry's
+ * field/value pairs. XACK precedes the DEL, as in the acker. */
+static const char dlq_script[] =
+	"if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then\n"
+	"  return 0\n"
+	"end\n"
+	"redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))\n"
+	"redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+	"redis.call('DEL', KEYS[3])\n"
+	"return 1\n";
+
+int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
+			   const char *msg_id, const char *const *entry, const size_t *lens,
+			   size_t nentry, char *err, size_t errlen)
+{
+	char *key = invocation_key(stream, group, msg_id);
+	size_t argc = 8 + nentry;
+	const char **argv = xcalloc(argc, sizeof *argv);
+	size_t *alens = xcalloc(argc, sizeof *alens);
+	const char *head[] = {"EVAL", dlq_script, "3", stream, dlq, key, group, msg_id};
+	for (size_t i = 0; i < 8; i++) {
+		argv[i] = head[i];
+		alens[i] = strlen(head[i]);
+	}
+	for (size_t i = 0; i < nentry; i++) {
+		argv[8 + i] = entry[i];
+		alens[8 + i] = lens[i];
+	}
+	int rc = -1;
+	redisReply *rep = redis_command_argv(r, (int)argc, argv, alens);
+	if (!rep)
+		snprintf_(err, errlen, "%s", redis_errmsg(r));
+	else if (rep->type == REDIS_REPLY_INTEGER)
+		rc = rep->integer == 1 ? 1 : 0;
+	else
+		snprintf_(err, errlen, "%s",
+			  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+	if (rep)
+		freeReplyObject(rep);
+	free(argv);
+	free(alens);
+	free(key);
+	return rc;
+}

@@ -82,6 +82,18 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
 			 const char *next, const char *stream, const char *group,
 			 const char *msg_id);
+/*
+ * Dead-letters message msg_id in one script, only while it is still pending
+ * in group of stream: XADD dlq * <entry>, then XACK, then DEL of its
+ * invocation hash. A copy fetched by a reclaim just before another delivery
+ * finished can therefore never write a second entry. entry holds nentry
+ * field/value strings with their lengths (binary-safe). Returns 1 when
+ * written and acknowledged, 0 when the message was no longer pending
+ * (nothing written), -1 with err filled on an error (nothing acknowledged).
+ */
+int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
+			   const char *msg_id, const char *const *entry, const size_t *lens,
+			   size_t nentry, char *err, size_t errlen);
 /* Writes prev back into field, or deletes the field when prev is NULL. */
 int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
 /* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */

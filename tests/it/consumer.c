@@ -606,6 +606,56 @@ TEST(try_start_refuses_an_acknowledged_message)
 	free(id);
 }
 
+/* The DLQ write and the ACK are one script that runs only while the
+ * message is pending: a second delivery of the same message never writes
+ * a second entry, and a failed write acknowledges nothing. */
+TEST(dead_letter_only_while_pending)
+{
+	struct redis *r = it_conn(&R);
+	char err[256] = "";
+	REQUIRE(consumer_ensure_group(r, "s10", "g", err, sizeof err) == 0);
+	char *id = xadd(r, "s10", "{\"kind\":\"none\"}");
+	REQUIRE(id);
+	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s10 >");
+	freeReplyObject(rep);
+	char *key = invocation_key("s10", "g", id);
+	rep = redis_command(r, "HSET %s f/h.a exhausted:1", key);
+	freeReplyObject(rep);
+	const char *entry[] = {"event", "a\0b", "reason", "r"};
+	const size_t lens[] = {5, 3, 6, 1};
+	rep = redis_command(r, "SET s10:dlq not-a-stream");
+	freeReplyObject(rep);
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
+					 sizeof err),
+		  -1);
+	CHECK(strstr(err, "WRONGTYPE") != NULL);
+	CHECK_INT(pending(r, "s10"), 1);
+	rep = redis_command(r, "DEL s10:dlq");
+	freeReplyObject(rep);
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
+					 sizeof err),
+		  1);
+	CHECK_INT(pending(r, "s10"), 0);
+	rep = redis_command(r, "EXISTS %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
+	freeReplyObject(rep);
+	rep = redis_command(r, "XRANGE s10:dlq - +");
+	REQUIRE(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
+	const redisReply *f = rep->element[0]->element[1];
+	REQUIRE(f->elements == 4);
+	CHECK(f->element[1]->len == 3 && memcmp(f->element[1]->str, "a\0b", 3) == 0);
+	freeReplyObject(rep);
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
+					 sizeof err),
+		  0);
+	rep = redis_command(r, "XLEN s10:dlq");
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
+	freeReplyObject(rep);
+	redis_free(r);
+	free(key);
+	free(id);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -639,6 +689,7 @@ int main(int argc, char **argv)
 		T_CASE(backpressure_bounds_buffer_and_concurrency),
 		T_CASE(backlog_gauges_sampled_from_xpending),
 		T_CASE(try_start_refuses_an_acknowledged_message),
+		T_CASE(dead_letter_only_while_pending),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
