@@ -298,13 +298,17 @@ remove_gt_images() {
 	[ -z "$imgs" ] || docker rmi $imgs >/dev/null 2>&1 || true
 }
 
+# start_relay_webhook [WRAPPER... BINARY]: relay start (default: the
+# sanitizer build) with the webhook on a free port; output in relay.log.
 start_relay_webhook() {
+	local cmd=("$@")
+	[ ${#cmd[@]} -gt 0 ] || cmd=("$RELAY")
 	trap 'rc=$?; kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; remove_gt_images; (exit $rc); it_cleanup' EXIT
 	start_redis
 	wait_redis_plain
 	HOOK=127.0.0.1:$(free_port)
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay GIT_WEBHOOK_ADDR=$HOOK
-	"$RELAY" start >"$TMP/relay.log" 2>&1 </dev/null &
+	"${cmd[@]}" start >"$TMP/relay.log" 2>&1 </dev/null &
 	RELAY_PID=$!
 	track "$RELAY_PID"
 }
@@ -394,4 +398,23 @@ test_webhook_off_without_source_and_fatal_on_taken_port() {
 	run timeout 60 "$RELAY" start
 	assert_status 1
 	grep -qF "cannot start the webhook server" "$TMP/out" "$TMP/err" || fail "no bind error logged"
+}
+
+# The webhook path of a long-running worker: start, a signed push, the sync,
+# the build of what it brought, stop; valgrind finds nothing of Relay's.
+test_valgrind_webhook_sync() {
+	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
+	setup_source --webhook-secret gh-hook
+	printf 's3cret-value' | "$RELAY" secret set gh-hook
+	start_relay_webhook valgrind --leak-check=full --errors-for-leak-kinds=definite,possible \
+		--error-exitcode=99 --suppressions="$ROOT/tests/it/libgit2.valgrind.supp" "$RELAY_PLAIN"
+	wait_relay_log 120 'msg="worker started"'
+	push_payload refs/heads/main >"$TMP/push.json"
+	[ "$(post push "$TMP/push.json" "$(sign s3cret-value "$TMP/push.json")")" = 202 ] || fail "signed push not 202"
+	wait_relay_log 120 'msg="git sync complete"'
+	wait_relay_log 120 'function=gt-other'
+	[ "$(post push "$TMP/push.json" "$(sign wrong "$TMP/push.json")")" = 401 ] || fail "bad signature not refused"
+	kill -TERM "$RELAY_PID"
+	wait "$RELAY_PID" || fail "relay exited non-zero under valgrind: $(tail -n 40 "$TMP/relay.log")"
+	grep -q "ERROR SUMMARY: 0 errors" "$TMP/relay.log" || fail "valgrind found errors: $(grep -A30 'definitely lost\|Invalid' "$TMP/relay.log" | head -60)"
 }
