@@ -59,24 +59,11 @@
 #define COPY_MAX_BYTES (512ULL * 1024 * 1024)
 #define COPY_MAX_DEPTH 64
 #define AUTH_ATTEMPTS 2
-#define TEMP_ATTEMPTS 100
 #define SYNC_PREFIX FUNCTION_STAGING_PREFIX
 
 #define URL_HINT "use git@host:org/repo.git or ssh://git@host/org/repo.git (HTTPS is not supported)"
 
 /* ---- small helpers ---- */
-
-static char *sys_msg(const char *what, const char *path, int e)
-{
-	char tmp[128];
-	return xasprintf("%s %s: %s", what, path, strerror_r(e, tmp, sizeof tmp));
-}
-
-static int sys_error(char **err, const char *what, const char *path, int e)
-{
-	*err = sys_msg(what, path, e);
-	return -1;
-}
 
 /* s as it may appear in a message (it may be anything a user typed). */
 static char *shown(const char *s)
@@ -704,11 +691,8 @@ static json_t *json_str_or_null(const char *s)
 int git_source_save(const char *data_dir, const struct git_source *src, char **err)
 {
 	char *dir = git_dir_path(data_dir);
-	char *path = xasprintf("%s/source.json", dir);
 	char *text = NULL, *why = NULL;
-	char tmp[64];
-	bool have_tmp = false;
-	int dfd = -1, fd = -1, rc = -1;
+	int dfd = -1, rc = -1;
 	if (source_validate(src, &why) < 0) {
 		*err = xasprintf("cannot save the git source: %s", why);
 		goto out;
@@ -728,51 +712,14 @@ int git_source_save(const char *data_dir, const struct git_source *src, char **e
 		*err = xstrdup("cannot encode the git source as JSON");
 		goto out;
 	}
-	for (int i = 0; i < TEMP_ATTEMPTS && fd < 0; i++) {
-		snprintf_(tmp, sizeof tmp, ".source.json.tmp-%08llx",
-			  (unsigned long long)rand_below(UINT64_C(1) << 32));
-		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST) {
-			sys_error(err, "cannot create a temporary file in", dir, errno);
-			goto out;
-		}
-	}
-	if (fd < 0) {
-		*err = xasprintf("cannot create a temporary file in %s: too many attempts", dir);
-		goto out;
-	}
-	have_tmp = true;
-	if (fchmod(fd, 0600) < 0 || write_all(fd, text, strlen(text)) < 0 ||
-	    write_all(fd, "\n", 1) < 0 || fsync(fd) < 0) {
-		sys_error(err, "cannot write a temporary file in", dir, errno);
-		goto out;
-	}
-	int cfd = fd;
-	fd = -1;
-	if (close(cfd) < 0) {
-		sys_error(err, "cannot write a temporary file in", dir, errno);
-		goto out;
-	}
-	if (renameat(dfd, tmp, dfd, "source.json") < 0) {
-		sys_error(err, "cannot replace", path, errno);
-		goto out;
-	}
-	have_tmp = false;
-	if (fsync(dfd) < 0) {
-		sys_error(err, "cannot sync directory", dir, errno);
-		goto out;
-	}
-	rc = 0;
+	char *line = xasprintf("%s\n", text);
+	rc = write_file_atomic(dfd, dir, "source.json", line, strlen(line), 0600, false, err);
+	free(line);
 out:
-	if (fd >= 0)
-		close(fd);
-	if (have_tmp)
-		unlinkat(dfd, tmp, 0);
 	if (dfd >= 0)
 		close(dfd);
 	free(text);
 	free(why);
-	free(path);
 	free(dir);
 	return rc;
 }
@@ -1447,10 +1394,11 @@ static char *source_dir(const char *checkout, const char *path, char **err)
 	real = realpath(want, NULL);
 	struct stat st;
 	size_t n = strlen(root);
-	if (!real) {
+	if (!real && errno != ENOENT) {
+		sys_error(err, "cannot resolve", want, errno);
+	} else if (!real) {
 		char *s = shown(path ? path : ".");
-		*err = errno == ENOENT ? xasprintf("path '%s' does not exist in the repository", s)
-				       : sys_msg("cannot resolve", want, errno);
+		*err = xasprintf("path '%s' does not exist in the repository", s);
 		free(s);
 	} else if (strncmp(real, root, n) != 0 || (real[n] != '/' && real[n] != '\0')) {
 		char *s = shown(path);

@@ -29,7 +29,6 @@
 #include "util.h"
 
 #define SECRETS_SUBDIR "secrets"
-#define TEMP_ATTEMPTS 100
 #define OPEN_ATTEMPTS 10
 
 bool secret_name_ok(const char *name)
@@ -145,20 +144,6 @@ struct file_store {
 	char *data_dir;
 	char *dir; /* <data_dir>/secrets */
 };
-
-static char *errno_text(int e)
-{
-	char tmp[128];
-	return xstrdup(strerror_r(e, tmp, sizeof tmp));
-}
-
-static int sys_error(char **err, const char *what, const char *path, int e)
-{
-	char *why = errno_text(e);
-	*err = xasprintf("%s %s: %s", what, path, why);
-	free(why);
-	return SECRET_ERROR;
-}
 
 /* Refuses anything but a directory owned by us without group/other bits. */
 static int check_dir_stat(const struct stat *st, const char *path, char **err)
@@ -477,66 +462,13 @@ out:
 static int file_set(void *ctx, const char *name, const void *value, size_t len, char **err)
 {
 	const struct file_store *fs = ctx;
-	char *path = xasprintf("%s/%s", fs->dir, name);
-	char tmp[SECRET_NAME_MAX + 32];
-	bool have_tmp = false;
-	int dfd = -1, fd = -1;
+	int dfd = -1;
 	int rc = open_dir(fs, true, &dfd, err);
 	if (rc < 0)
-		goto out;
-	for (int i = 0; i < TEMP_ATTEMPTS && fd < 0; i++) {
-		snprintf_(tmp, sizeof tmp, ".%s.tmp-%08llx", name,
-			  (unsigned long long)rand_below(UINT64_C(1) << 32));
-		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST) {
-			rc = sys_error(err, "cannot create a temporary file in", fs->dir, errno);
-			goto out;
-		}
-	}
-	if (fd < 0) {
-		*err = xasprintf("cannot create a temporary file in %s: too many attempts",
-				 fs->dir);
-		rc = SECRET_ERROR;
-		goto out;
-	}
-	have_tmp = true;
-	/* Exactly 0600 whatever the umask. */
-	if (fchmod(fd, 0600) < 0) {
-		rc = sys_error(err, "cannot set the mode of a temporary file in", fs->dir, errno);
-		goto out;
-	}
-	if (write_all(fd, value, len) < 0) {
-		rc = sys_error(err, "cannot write a temporary file in", fs->dir, errno);
-		goto out;
-	}
-	if (fsync(fd) < 0) {
-		rc = sys_error(err, "cannot sync a temporary file in", fs->dir, errno);
-		goto out;
-	}
-	int cfd = fd;
-	fd = -1;
-	if (close(cfd) < 0) {
-		rc = sys_error(err, "cannot write a temporary file in", fs->dir, errno);
-		goto out;
-	}
-	if (renameat(dfd, tmp, dfd, name) < 0) {
-		rc = sys_error(err, "cannot replace secret file", path, errno);
-		goto out;
-	}
-	have_tmp = false;
-	if (fsync(dfd) < 0) {
-		rc = sys_error(err, "cannot sync secrets directory", fs->dir, errno);
-		goto out;
-	}
-	rc = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	if (have_tmp)
-		unlinkat(dfd, tmp, 0);
-	if (dfd >= 0)
-		close(dfd);
-	free(path);
+		return rc;
+	rc = write_file_atomic(dfd, fs->dir, name, value, len, 0600, false, err) < 0 ? SECRET_ERROR
+										     : 0;
+	close(dfd);
 	return rc;
 }
 

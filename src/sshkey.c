@@ -53,16 +53,8 @@
 #define KNOWN_HOSTS_MAX (1024 * 1024)
 #define HOST_BLOB_MAX (16 * 1024)
 #define KEY_TYPE_MAX 64
-#define TEMP_ATTEMPTS 100
 
 static pthread_mutex_t known_hosts_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int sys_error(char **err, const char *what, const char *path, int e)
-{
-	char tmp[128];
-	*err = xasprintf("%s %s: %s", what, path, strerror_r(e, tmp, sizeof tmp));
-	return -1;
-}
 
 /* ---- SSH wire encoding ---- */
 
@@ -460,37 +452,6 @@ static int read_bounded(int fd, size_t max, const char *path, char **out, size_t
 	return 0;
 }
 
-/* Writes dir/name atomically with mode: temporary file, fsync, rename,
- * fsync of the directory. With noreplace, an existing name gives -2. */
-static int write_atomic(int dfd, const char *dir, const char *name, const char *data, size_t len,
-			mode_t mode, bool noreplace, char **err)
-{
-	char tmp[64];
-	int fd = -1;
-	for (int i = 0; i < TEMP_ATTEMPTS && fd < 0; i++) {
-		snprintf_(tmp, sizeof tmp, ".%s.tmp-%08llx", name,
-			  (unsigned long long)rand_below(UINT64_C(1) << 32));
-		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST)
-			break;
-	}
-	if (fd < 0)
-		return sys_error(err, "cannot create a temporary file in", dir, errno);
-	bool ok = fchmod(fd, mode) == 0 && write_all(fd, data, len) == 0 && fsync(fd) == 0;
-	ok = close(fd) == 0 && ok;
-	int r = ok ? renameat2(dfd, tmp, dfd, name, noreplace ? RENAME_NOREPLACE : 0) : -1;
-	if (r < 0 && ok && errno == EINVAL && noreplace) /* a file system without the flag */
-		r = renameat(dfd, tmp, dfd, name);
-	if (r < 0) {
-		int e = errno;
-		unlinkat(dfd, tmp, 0);
-		return ok && e == EEXIST ? -2 : sys_error(err, "cannot write a file in", dir, e);
-	}
-	if (fsync(dfd) < 0)
-		return sys_error(err, "cannot sync directory", dir, errno);
-	return 0;
-}
-
 char *sshkey_path(const char *ssh_dir)
 {
 	return xasprintf("%s/%s", ssh_dir, SSHKEY_FILE);
@@ -531,7 +492,7 @@ int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **
 		goto out;
 	}
 	text = encode_private(seed, pub, check, &text_len);
-	rc = write_atomic(dfd, ssh_dir, SSHKEY_FILE, text, text_len, 0600, !force, err);
+	rc = write_file_atomic(dfd, ssh_dir, SSHKEY_FILE, text, text_len, 0600, !force, err);
 	if (rc == -2)
 		key_exists(path, err); /* created meanwhile by someone else */
 	if (rc < 0)
@@ -539,8 +500,8 @@ int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **
 	make_blob(pub, blob);
 	public_outputs(blob, &line, &fp);
 	pubtext = xasprintf("%s\n", line);
-	rc = write_atomic(dfd, ssh_dir, SSHKEY_FILE ".pub", pubtext, strlen(pubtext), 0644, false,
-			  err);
+	rc = write_file_atomic(dfd, ssh_dir, SSHKEY_FILE ".pub", pubtext, strlen(pubtext), 0644,
+			       false, err);
 	if (rc < 0)
 		goto out;
 	*public_line = line;

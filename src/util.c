@@ -2,9 +2,11 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -304,5 +306,45 @@ int write_all(int fd, const void *p, size_t n)
 		q += w;
 		n -= (size_t)w;
 	}
+	return 0;
+}
+
+int sys_error(char **err, const char *what, const char *path, int e)
+{
+	char tmp[128];
+	*err = xasprintf("%s %s: %s", what, path, strerror_r(e, tmp, sizeof tmp));
+	return -1;
+}
+
+int write_file_atomic(int dfd, const char *dir, const char *name, const void *data, size_t len,
+		      unsigned mode, bool noreplace, char **err)
+{
+	char *tmp = NULL;
+	int fd = -1;
+	for (int i = 0; i < 100 && fd < 0; i++) {
+		free(tmp);
+		tmp = xasprintf(".%s.tmp-%08llx", name,
+				(unsigned long long)rand_below(UINT64_C(1) << 32));
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0) {
+		free(tmp);
+		return sys_error(err, "cannot create a temporary file in", dir, errno);
+	}
+	bool ok = fchmod(fd, (mode_t)mode) == 0 && write_all(fd, data, len) == 0 && fsync(fd) == 0;
+	ok = close(fd) == 0 && ok;
+	int r = ok ? renameat2(dfd, tmp, dfd, name, noreplace ? RENAME_NOREPLACE : 0) : -1;
+	if (r < 0 && ok && errno == EINVAL && noreplace) /* a file system without the flag */
+		r = renameat(dfd, tmp, dfd, name);
+	int e = errno;
+	if (r < 0)
+		unlinkat(dfd, tmp, 0);
+	free(tmp);
+	if (r < 0)
+		return ok && e == EEXIST ? -2 : sys_error(err, "cannot write a file in", dir, e);
+	if (fsync(dfd) < 0)
+		return sys_error(err, "cannot sync directory", dir, errno);
 	return 0;
 }

@@ -63,6 +63,17 @@ char *str_trim(char *s);
 char *str_for_message(const char *s, size_t max);
 /* Writes all n bytes, retrying on EINTR and short writes. 0 or -1 (errno). */
 int write_all(int fd, const void *p, size_t n);
+/* Sets *err to "<what> <path>: <strerror(e)>" (malloc'd); returns -1. */
+int sys_error(char **err, const char *what, const char *path, int e);
+/*
+ * Writes name in the directory dfd (whose path is dir, for messages)
+ * atomically: a temporary ".<name>.tmp-XXXXXXXX" beside it (O_EXCL,
+ * O_NOFOLLOW), exactly `mode` whatever the umask, write, fsync, rename,
+ * fsync of the directory. With noreplace an existing name is kept and -2
+ * returned. 0, -2, or -1 with *err; no temporary file is left behind.
+ */
+int write_file_atomic(int dfd, const char *dir, const char *name, const void *data, size_t len,
+		      unsigned mode, bool noreplace, char **err);
 bool str_has_prefix(const char *s, const char *prefix);
 
 /* Monotonic and wall clocks. */

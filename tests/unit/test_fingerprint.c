@@ -6,6 +6,7 @@
 
 #include "fingerprint.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 static const unsigned char zero_recipe[32];
@@ -162,14 +163,6 @@ static void put(const char *dir, const char *rel, const char *text)
 	free(p);
 }
 
-static void rmtree(const char *d)
-{
-	char *c = xasprintf("rm -rf '%s'", d);
-	if (system(c) != 0)
-		abort();
-	free(c);
-}
-
 TEST(disk_order_and_location_do_not_matter)
 {
 	char *d1 = mkdtemp_(), *d2 = mkdtemp_();
@@ -204,8 +197,8 @@ TEST(disk_order_and_location_do_not_matter)
 	put(d2, "pkg/z.py", "Y");
 	REQUIRE(fingerprint_dir(d2, b, &e) == 0);
 	CHECK(strcmp(a, b) != 0);
-	rmtree(d1);
-	rmtree(d2);
+	t_rmtree(d1);
+	t_rmtree(d2);
 	free(s1);
 	free(s2);
 	free(d1);
@@ -233,7 +226,7 @@ TEST(symlinks_recorded_special_files_refused)
 	free(e);
 	CHECK(fn_tree_load("/nonexistent-relay-dir", &t, &e) < 0);
 	free(e);
-	rmtree(d);
+	t_rmtree(d);
 	free(l);
 	free(fifo);
 	free(d);

@@ -20,17 +20,8 @@
 #include "gitsync.h"
 #include "sshkey.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
-
-static char *tmpdir(void)
-{
-	char *d = xstrdup("/tmp/relay-gitsync-test.XXXXXX");
-	if (!mkdtemp(d)) {
-		perror("mkdtemp");
-		exit(1);
-	}
-	return d;
-}
 
 /* Runs a shell command built from fmt; returns its exit status. */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,12 +55,6 @@ static char *sh_out(const char *fmt, ...)
 	return out;
 }
 
-static void rmtree(const char *d)
-{
-	if (sh("rm -rf '%s'", d) != 0)
-		fprintf(stderr, "cannot remove %s\n", d);
-}
-
 static bool exists(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static bool exists(const char *fmt, ...)
 {
@@ -81,12 +66,6 @@ static bool exists(const char *fmt, ...)
 	bool ok = lstat(p, &st) == 0;
 	free(p);
 	return ok;
-}
-
-static int mode_of(const char *path)
-{
-	struct stat st;
-	return lstat(path, &st) < 0 ? -1 : (int)(st.st_mode & 07777);
 }
 
 static bool contains(const char *hay, const char *needle)
@@ -266,7 +245,7 @@ TEST(path_table)
 
 TEST(source_roundtrip)
 {
-	char *d = tmpdir();
+	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
 	struct git_source s = {0}, got = {0};
@@ -280,9 +259,9 @@ TEST(source_roundtrip)
 	s.last_sync = "2026-11-30T04:05:06Z";
 	s.last_commit = "0123456789abcdef0123456789abcdef01234567";
 	REQUIRE(git_source_save(data, &s, &err) == 0);
-	CHECK_INT(mode_of(file), 0600);
+	CHECK_INT(t_mode_of(file), 0600);
 	char *gdir = xasprintf("%s/git", data);
-	CHECK_INT(mode_of(gdir), 0700);
+	CHECK_INT(t_mode_of(gdir), 0700);
 	free(gdir);
 	REQUIRE(git_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.repository, s.repository);
@@ -325,7 +304,7 @@ TEST(source_roundtrip)
 	git_source_free(&got);
 	free(file);
 	free(data);
-	rmtree(d);
+	t_rmtree(d);
 	free(d);
 }
 
@@ -347,7 +326,7 @@ TEST(source_corrupt)
 		{"{\"repository\": \"git@h:r\", \"last_sync\": \"yesterday\"}", "last_sync"},
 		{"{\"repository\": \"git@h:r\", \"repository\": \"git@h:s\"}", "invalid JSON"},
 	};
-	char *d = tmpdir();
+	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
 	struct git_source s = {.repository = "git@h:r", .ref = "main"}, got;
@@ -373,13 +352,13 @@ TEST(source_corrupt)
 	free(err);
 	free(file);
 	free(data);
-	rmtree(d);
+	t_rmtree(d);
 	free(d);
 }
 
 TEST(source_permissions)
 {
-	char *d = tmpdir();
+	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
 	char *gdir = xasprintf("%s/git", data);
@@ -414,13 +393,13 @@ TEST(source_permissions)
 	free(gdir);
 	free(file);
 	free(data);
-	rmtree(d);
+	t_rmtree(d);
 	free(d);
 }
 
 TEST(source_remove)
 {
-	char *d = tmpdir();
+	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
 	struct git_source s = {.repository = "git@h:r", .ref = "main"};
@@ -449,13 +428,13 @@ TEST(source_remove)
 	CHECK(exists("%s/git/checkout/x", data));
 	free(file);
 	free(data);
-	rmtree(d);
+	t_rmtree(d);
 	free(d);
 }
 
 TEST(sync_preconditions)
 {
-	char *d = tmpdir();
+	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *fns = xasprintf("%s/functions", d);
 	struct git_sync_result res;
@@ -470,7 +449,7 @@ TEST(sync_preconditions)
 	CHECK(git_sync_checkout_head(data) == NULL);
 	free(fns);
 	free(data);
-	rmtree(d);
+	t_rmtree(d);
 	free(d);
 }
 
@@ -683,10 +662,10 @@ static void e2e(struct env *e)
 	CHECK(!exists("%s/.relay-sync-f1.tmp-abcdef", e->fns));
 	CHECK(exists("%s/keep.txt", e->fns));
 	char *p = xasprintf("%s/f1/bin/run.sh", e->fns);
-	CHECK_INT(mode_of(p), 0755);
+	CHECK_INT(t_mode_of(p), 0755);
 	free(p);
 	p = xasprintf("%s/f1/handler.py", e->fns);
-	CHECK_INT(mode_of(p), 0644);
+	CHECK_INT(t_mode_of(p), 0644);
 	free(p);
 	CHECK_INT(sh("ls -a '%s' | grep -q relay-sync", e->fns), 1);
 	struct git_source got = {0};
@@ -838,7 +817,7 @@ static void e2e(struct env *e)
 TEST(sync_end_to_end)
 {
 	struct env e = {0};
-	e.tmp = tmpdir();
+	e.tmp = t_tmpdir();
 	e.data = xasprintf("%s/data", e.tmp);
 	e.fns = xasprintf("%s/functions", e.tmp);
 	e.bare = xasprintf("%s/repo.git", e.tmp);
@@ -862,7 +841,7 @@ TEST(sync_end_to_end)
 	free(e.bare);
 	free(e.fns);
 	free(e.data);
-	rmtree(e.tmp);
+	t_rmtree(e.tmp);
 	free(e.tmp);
 }
 

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "t.h"
+#include "tfiles.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -122,38 +123,6 @@ static int connect_to(int port)
 	return fd;
 }
 
-/* Logs go to a temporary file so tests can assert on them. */
-static char logpath[64];
-static int logfd = -1;
-
-static void capture_logs(void)
-{
-	strlcpy_(logpath, "/tmp/relay-http-log-XXXXXX", sizeof logpath);
-	logfd = mkstemp(logpath);
-	log_set_fd(logfd);
-}
-
-static char *captured_logs(void)
-{
-	FILE *f = fopen(logpath, "r");
-	struct buf b;
-	buf_init(&b, 1 << 20);
-	char chunk[4096];
-	size_t n;
-	while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-		buf_append(&b, chunk, n);
-	if (f)
-		fclose(f);
-	return buf_steal(&b);
-}
-
-static void release_logs(void)
-{
-	log_set_fd(2);
-	close(logfd);
-	unlink(logpath);
-}
-
 /* ---- listen addresses ------------------------------------------------ */
 
 TEST(listen_address_forms)
@@ -205,7 +174,7 @@ TEST(listen_address_forms)
 TEST(serves_metrics)
 {
 	metrics_reset_for_tests();
-	capture_logs();
+	t_capture_logs();
 	REQUIRE(metrics_server_start("127.0.0.1:0") == 0);
 	int port = metrics_server_port();
 	CHECK(port > 0);
@@ -272,12 +241,12 @@ TEST(serves_metrics)
 	buf_free(&r.body);
 	metrics_server_stop(); /* idempotent */
 
-	char *logs = captured_logs();
+	char *logs = t_captured_logs();
 	CHECK(strstr(logs, "level=INFO msg=\"Metrics http server listening on 127.0.0.1:0\"") !=
 	      NULL);
 	CHECK(strstr(logs, "level=INFO msg=\"Metrics http server stopped\"") != NULL);
 	free(logs);
-	release_logs();
+	t_release_logs();
 	free(url);
 }
 
@@ -285,7 +254,7 @@ TEST(serves_metrics)
 TEST(bind_failure_is_retried)
 {
 	metrics_reset_for_tests();
-	capture_logs();
+	t_capture_logs();
 	int port;
 	int fd = blocker(&port);
 	REQUIRE(fd >= 0);
@@ -312,7 +281,7 @@ TEST(bind_failure_is_retried)
 	metrics_server_stop();
 	free(url);
 
-	char *logs = captured_logs();
+	char *logs = t_captured_logs();
 	char *want = xasprintf(
 		"level=WARN msg=\"Metrics http server cannot listen; retrying in "
 		"the background\" addr=%s error=\"listen tcp %s: Address already in use\"",
@@ -325,7 +294,7 @@ TEST(bind_failure_is_retried)
 	if (t_failed_)
 		printf("%s", logs);
 	free(logs);
-	release_logs();
+	t_release_logs();
 }
 
 /* Stopping while still retrying returns promptly and never binds later. */
@@ -336,7 +305,7 @@ TEST(stop_while_retrying)
 	REQUIRE(fd >= 0);
 	char addr[32];
 	snprintf_(addr, sizeof addr, "127.0.0.1:%d", port);
-	capture_logs();
+	t_capture_logs();
 	REQUIRE(metrics_server_start(addr) == 0);
 	int64_t t0 = now_mono_ns();
 	metrics_server_stop();
@@ -347,7 +316,7 @@ TEST(stop_while_retrying)
 	CHECK(c < 0); /* nobody listens */
 	if (c >= 0)
 		close(c);
-	release_logs();
+	t_release_logs();
 }
 
 /* Clients that connect and never send, or send and never read a large
@@ -428,7 +397,7 @@ TEST(generic_server_bodies_and_headers)
 	};
 	struct http_server *s;
 	char *err;
-	capture_logs();
+	t_capture_logs();
 	REQUIRE(http_server_start(&cfg, &s, &err) == 0);
 	int port = http_server_port(s);
 	char *url = url_for(port, "/github");
@@ -460,7 +429,7 @@ TEST(generic_server_bodies_and_headers)
 	http_server_stop(s);
 	http_server_stop(NULL);
 	free(url);
-	release_logs();
+	t_release_logs();
 }
 
 static bool ipv6_loopback(void)
@@ -492,7 +461,7 @@ TEST(address_forms_bind)
 		{"[::1]:0", "[::1]", true},
 	};
 	bool have6 = ipv6_loopback();
-	capture_logs();
+	t_capture_logs();
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		if (cases[i].v6 && !have6) {
 			printf("  note: no IPv6 loopback, skipping %s\n", cases[i].addr);
@@ -522,7 +491,7 @@ TEST(address_forms_bind)
 	CHECK_INT(http_server_start(&cfg, &s, &err), -1);
 	CHECK(err && strstr(err, "lookup no-such-host.invalid") != NULL);
 	free(err);
-	release_logs();
+	t_release_logs();
 }
 
 T_MAIN(T_CASE(listen_address_forms), T_CASE(serves_metrics), T_CASE(bind_failure_is_retried),

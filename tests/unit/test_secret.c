@@ -7,34 +7,8 @@
 
 #include "secret.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
-
-/* A fresh temporary directory; the data directory is <tmp>/data (not created). */
-static char *tmpdir(void)
-{
-	char *d = xstrdup("/tmp/relay-secret-test.XXXXXX");
-	if (!mkdtemp(d)) {
-		perror("mkdtemp");
-		exit(1);
-	}
-	return d;
-}
-
-static void rmtree(const char *d)
-{
-	char *cmd = xasprintf("chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", d, d);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", d);
-	free(cmd);
-}
-
-static int mode_of(const char *path)
-{
-	struct stat st;
-	if (lstat(path, &st) < 0)
-		return -1;
-	return (int)(st.st_mode & 07777);
-}
 
 /* Writes a file directly (bypassing the store) with the given mode. */
 static void write_file(const char *path, const void *data, size_t len, mode_t mode)
@@ -112,7 +86,7 @@ TEST(name_rule_table)
 
 TEST(round_trip)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	char *data = xasprintf("%s/a/b/data", tmp);
 	char *dir = xasprintf("%s/secrets", data);
 	struct secret_provider *p = secret_file_provider_new(data);
@@ -125,16 +99,16 @@ TEST(round_trip)
 	CHECK_INT(secret_get(p, "x", &v, &len, &err), SECRET_NOT_FOUND);
 	free(err);
 	err = NULL;
-	CHECK_INT(mode_of(data), -1);
+	CHECK_INT(t_mode_of(data), -1);
 
 	CHECK_INT(secret_set(p, "database-url", "postgres://u:p@h/db", 19, &err), 0);
 	CHECK_INT(secret_set(p, "api-key", "k1", 2, &err), 0);
 	CHECK_INT(secret_set(p, "b.c_d-0", "", 0, &err), 0);
 	CHECK(err == NULL);
-	CHECK_INT(mode_of(dir), 0700);
-	CHECK_INT(mode_of(data), 0700);
+	CHECK_INT(t_mode_of(dir), 0700);
+	CHECK_INT(t_mode_of(data), 0700);
 	char *f = xasprintf("%s/database-url", dir);
-	CHECK_INT(mode_of(f), 0600);
+	CHECK_INT(t_mode_of(f), 0600);
 	free(f);
 
 	REQUIRE(secret_list(p, &names, &n, &err) == 0);
@@ -177,7 +151,7 @@ TEST(round_trip)
 	CHECK_INT(hidden_entries(dir), 0);
 
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(dir);
 	free(data);
 	free(tmp);
@@ -185,13 +159,13 @@ TEST(round_trip)
 
 TEST(trailing_slash_and_default_dir)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	char *data = xasprintf("%s/data///", tmp);
 	struct secret_provider *p = secret_file_provider_new(data);
 	char *err = NULL;
 	CHECK_INT(secret_set(p, "x", "1", 1, &err), 0);
 	char *f = xasprintf("%s/data/secrets/x", tmp);
-	CHECK_INT(mode_of(f), 0600);
+	CHECK_INT(t_mode_of(f), 0600);
 	free(f);
 	secret_provider_free(p);
 
@@ -202,14 +176,14 @@ TEST(trailing_slash_and_default_dir)
 	setenv("RELAY_DATA_DIR", tmp, 1);
 	CHECK_STR(secret_data_dir(), tmp);
 	unsetenv("RELAY_DATA_DIR");
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(data);
 	free(tmp);
 }
 
 TEST(binary_values)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	static const char val[] = "\0line1\nline2\r\n\0\0\xff\x01 end\n";
 	size_t vlen = sizeof val - 1;
@@ -228,13 +202,13 @@ TEST(binary_values)
 	CHECK_INT(st.st_size, vlen);
 	free(f);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(one_mib_value)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	size_t max = SECRET_VALUE_MAX;
 	CHECK_INT(max, 1048576);
@@ -267,13 +241,13 @@ TEST(one_mib_value)
 	free(f);
 	free(big);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(loose_file_permissions_refused)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
@@ -304,7 +278,7 @@ TEST(loose_file_permissions_refused)
 	/* Rewriting restores 0600. */
 	REQUIRE(chmod(f, 0644) == 0);
 	CHECK_INT(secret_set(p, "s", "new", 3, &err), 0);
-	CHECK_INT(mode_of(f), 0600);
+	CHECK_INT(t_mode_of(f), 0600);
 
 	if (geteuid() == 0) {
 		REQUIRE(chown(f, 65534, 65534) == 0);
@@ -316,13 +290,13 @@ TEST(loose_file_permissions_refused)
 	}
 	free(f);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(loose_directory_refused)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *dir = xasprintf("%s/secrets", tmp);
 	char *err = NULL, *v = NULL, **names = NULL;
@@ -368,13 +342,13 @@ TEST(loose_directory_refused)
 	}
 	free(dir);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(symlinks_refused)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
@@ -389,10 +363,10 @@ TEST(symlinks_refused)
 	err = NULL;
 	/* rm removes the link itself, never the target. */
 	CHECK_INT(secret_remove(p, "linked", &err), 0);
-	CHECK_INT(mode_of(target), 0600);
+	CHECK_INT(t_mode_of(target), 0600);
 
 	/* The directory itself as a symbolic link. */
-	char *tmp2 = tmpdir();
+	char *tmp2 = t_tmpdir();
 	char *dir2 = xasprintf("%s/secrets", tmp2);
 	char *real = xasprintf("%s/secrets", tmp);
 	REQUIRE(symlink(real, dir2) == 0);
@@ -405,20 +379,20 @@ TEST(symlinks_refused)
 	CHECK_INT(secret_set(p2, "x", "v", 1, &err), SECRET_ERROR);
 	free(err);
 	secret_provider_free(p2);
-	rmtree(tmp2);
+	t_rmtree(tmp2);
 	free(tmp2);
 	free(dir2);
 	free(real);
 	free(target);
 	free(link);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(umask_does_not_matter)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	char *data = xasprintf("%s/d", tmp);
 	struct secret_provider *p = secret_file_provider_new(data);
 	char *err = NULL;
@@ -429,21 +403,21 @@ TEST(umask_does_not_matter)
 	umask(old);
 	char *d = xasprintf("%s/secrets", data), *a = xasprintf("%s/a", d),
 	     *b = xasprintf("%s/b", d);
-	CHECK_INT(mode_of(d), 0700);
-	CHECK_INT(mode_of(a), 0600);
-	CHECK_INT(mode_of(b), 0600);
+	CHECK_INT(t_mode_of(d), 0700);
+	CHECK_INT(t_mode_of(a), 0600);
+	CHECK_INT(t_mode_of(b), 0600);
 	free(d);
 	free(a);
 	free(b);
 	free(data);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(writes_are_atomic)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *dir = xasprintf("%s/secrets", tmp);
 	size_t na = 200000, nb = 3000;
@@ -503,13 +477,13 @@ TEST(writes_are_atomic)
 	free(b);
 	free(dir);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(stray_entries_not_listed)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *err = NULL, **names = NULL;
 	size_t n = 0;
@@ -536,13 +510,13 @@ TEST(stray_entries_not_listed)
 	free(f2);
 	free(d1);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 
 TEST(not_found_and_invalid_names)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	struct secret_provider *p = secret_file_provider_new(tmp);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
@@ -588,7 +562,7 @@ TEST(not_found_and_invalid_names)
 	CHECK_INT(n, 1);
 	secret_names_free(names, n);
 	secret_provider_free(p);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(tmp);
 }
 

@@ -8,33 +8,8 @@
 
 #include "sshkey.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
-
-static char *tmpdir(void)
-{
-	char *d = xstrdup("/tmp/relay-sshkey-test.XXXXXX");
-	if (!mkdtemp(d)) {
-		perror("mkdtemp");
-		exit(1);
-	}
-	return d;
-}
-
-static void rmtree(const char *d)
-{
-	char *cmd = xasprintf("chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", d, d);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", d);
-	free(cmd);
-}
-
-static int mode_of(const char *path)
-{
-	struct stat st;
-	if (lstat(path, &st) < 0)
-		return -1;
-	return (int)(st.st_mode & 07777);
-}
 
 /* The whole file (NUL-terminated), or NULL. */
 static char *slurp(const char *path, size_t *len)
@@ -124,16 +99,16 @@ static char *b64(const unsigned char *p, size_t n)
 
 TEST(generate_writes_key_files)
 {
-	char *tmp = tmpdir();
+	char *tmp = t_tmpdir();
 	char *parent = xasprintf("%s/data", tmp), *dir = xasprintf("%s/data/ssh", tmp);
 	char *key = xasprintf("%s/id_ed25519", dir), *pubpath = xasprintf("%s.pub", key);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	CHECK_INT(sshkey_generate(dir, false, &line, &fp, &err), 0);
 	CHECK(err == NULL);
-	CHECK_INT(mode_of(parent), 0700);
-	CHECK_INT(mode_of(dir), 0700);
-	CHECK_INT(mode_of(key), 0600);
-	CHECK_INT(mode_of(pubpath), 0644);
+	CHECK_INT(t_mode_of(parent), 0700);
+	CHECK_INT(t_mode_of(dir), 0700);
+	CHECK_INT(t_mode_of(key), 0600);
+	CHECK_INT(t_mode_of(pubpath), 0644);
 	CHECK_INT(hidden_entries(dir), 0);
 	CHECK(str_has_prefix(line, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
 	CHECK_INT(strlen(line), strlen("ssh-ed25519 ") + 68 + strlen(" relay"));
@@ -169,7 +144,7 @@ TEST(generate_writes_key_files)
 	free(line);
 	free(fp);
 	free(err);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(key);
 	free(pubpath);
 	free(dir);
@@ -179,7 +154,7 @@ TEST(generate_writes_key_files)
 
 TEST(ssh_keygen_reads_the_key)
 {
-	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
 	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", key);
@@ -205,14 +180,14 @@ TEST(ssh_keygen_reads_the_key)
 	free(line);
 	free(fp);
 	free(err);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(key);
 	free(tmp);
 }
 
 TEST(generate_refuses_overwrite_without_force)
 {
-	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
 	char *before = slurp(key, NULL);
@@ -227,7 +202,7 @@ TEST(generate_refuses_overwrite_without_force)
 	CHECK_INT(sshkey_generate(tmp, true, &line2, &fp2, &err), 0);
 	CHECK(line2 && strcmp(line2, line) != 0);
 	CHECK(fp2 && strcmp(fp2, fp) != 0);
-	CHECK_INT(mode_of(key), 0600);
+	CHECK_INT(t_mode_of(key), 0600);
 	CHECK_INT(hidden_entries(tmp), 0);
 	char *line3 = NULL, *fp3 = NULL;
 	CHECK_INT(sshkey_public(tmp, &line3, &fp3, &err), 0);
@@ -242,14 +217,14 @@ TEST(generate_refuses_overwrite_without_force)
 	free(line);
 	free(fp);
 	free(err);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(key);
 	free(tmp);
 }
 
 TEST(public_missing_or_refused)
 {
-	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *nodir = xasprintf("%s/nope", tmp), *other = xasprintf("%s/other", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -2);
@@ -289,7 +264,7 @@ TEST(public_missing_or_refused)
 	CHECK(contains(err, key));
 	free(err);
 	free(cmd);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(other);
 	free(nodir);
 	free(key);
@@ -323,7 +298,7 @@ static int public_of(const char *dir, const char *key, const unsigned char *bin,
 
 TEST(public_rejects_damaged_files)
 {
-	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
 	free(line);
@@ -405,14 +380,14 @@ TEST(public_rejects_damaged_files)
 	free(big);
 	free(body);
 	free(text);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(key);
 	free(tmp);
 }
 
 TEST(libgit2_accepts_the_key)
 {
-	char *tmp = tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
 	CHECK(git_libgit2_init() > 0);
@@ -424,7 +399,7 @@ TEST(libgit2_accepts_the_key)
 	git_libgit2_shutdown();
 	free(line);
 	free(fp);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(key);
 	free(tmp);
 }
@@ -433,7 +408,7 @@ TEST(libgit2_accepts_the_key)
 
 TEST(known_hosts_tofu)
 {
-	char *tmp = tmpdir(), *dir = xasprintf("%s/data/ssh", tmp);
+	char *tmp = t_tmpdir(), *dir = xasprintf("%s/data/ssh", tmp);
 	char *kh = xasprintf("%s/known_hosts", dir);
 	unsigned char a[64], b[64];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
@@ -443,8 +418,8 @@ TEST(known_hosts_tofu)
 	char *err = NULL;
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_NEW);
 	CHECK(err == NULL);
-	CHECK_INT(mode_of(dir), 0700);
-	CHECK_INT(mode_of(kh), 0600);
+	CHECK_INT(t_mode_of(dir), 0700);
+	CHECK_INT(t_mode_of(kh), 0600);
 	char *want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n", ba);
 	char *got = slurp(kh, NULL);
 	CHECK_STR(got, want);
@@ -479,7 +454,7 @@ TEST(known_hosts_tofu)
 	free(fb);
 	free(ba);
 	free(bb);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(kh);
 	free(dir);
 	free(tmp);
@@ -487,7 +462,7 @@ TEST(known_hosts_tofu)
 
 TEST(known_hosts_rejects_bad_input)
 {
-	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
 	unsigned char good[64];
 	size_t glen = make_blob(good, "ssh-ed25519", 1, 32, 0x11);
 	static const struct {
@@ -518,7 +493,7 @@ TEST(known_hosts_rejects_bad_input)
 			T_FAIL_("blob \"%s\": not refused", cases[i].what);
 		free(err);
 	}
-	CHECK_INT(mode_of(kh), -1); /* nothing pinned, file not even created */
+	CHECK_INT(t_mode_of(kh), -1); /* nothing pinned, file not even created */
 	static const char *const hosts[] = {"", "a b", "a,b", "#x", "|1|x", "tab\there"};
 	for (size_t i = 0; i < ARRAY_LEN(hosts); i++) {
 		char *err = NULL;
@@ -546,14 +521,14 @@ TEST(known_hosts_rejects_bad_input)
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
 	CHECK(contains(err, "symbolic link"));
 	free(err);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(kh);
 	free(tmp);
 }
 
 TEST(known_hosts_reads_existing_file)
 {
-	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
 	unsigned char a[64], b[64], c[64], rsa[300];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
@@ -607,14 +582,14 @@ TEST(known_hosts_reads_existing_file)
 	free(bb);
 	free(bc);
 	free(br);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(kh);
 	free(tmp);
 }
 
 TEST(known_hosts_nul_byte_hides_no_pin)
 {
-	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
 	unsigned char a[64], b[64];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
@@ -629,7 +604,7 @@ TEST(known_hosts_nul_byte_hides_no_pin)
 	free(err);
 	buf_free(&f);
 	free(ba);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(kh);
 	free(tmp);
 }
@@ -652,7 +627,7 @@ static void *race_verify(void *arg)
 
 TEST(known_hosts_pins_once_under_concurrency)
 {
-	char *tmp = tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
 	unsigned char a[64];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	pthread_t th[8];
@@ -672,7 +647,7 @@ TEST(known_hosts_pins_once_under_concurrency)
 	char *got = slurp(kh, NULL);
 	CHECK(got && strchr(got, '\n') == got + strlen(got) - 1); /* one line */
 	free(got);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(kh);
 	free(tmp);
 }
@@ -682,7 +657,7 @@ TEST(fingerprint_matches_openssh)
 	/* ssh-keygen -lf of "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBERERERERERERERERERERERERERERERERERERERERE" */
 	unsigned char a[64];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	char *tmp = tmpdir(), *pub = xasprintf("%s/k.pub", tmp);
+	char *tmp = t_tmpdir(), *pub = xasprintf("%s/k.pub", tmp);
 	char *ba = b64(a, alen), *line = xasprintf("ssh-ed25519 %s x\n", ba);
 	write_file(pub, line, strlen(line), 0600);
 	char *cmd = xasprintf("ssh-keygen -lf '%s'", pub);
@@ -696,7 +671,7 @@ TEST(fingerprint_matches_openssh)
 	free(cmd);
 	free(line);
 	free(ba);
-	rmtree(tmp);
+	t_rmtree(tmp);
 	free(pub);
 	free(tmp);
 }

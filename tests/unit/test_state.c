@@ -10,22 +10,13 @@
 #include "duration.h"
 #include "state.h"
 #include "t.h"
+#include "tfiles.h"
 
 /* ---- fixtures ---- */
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	return remove(p);
-}
-
-static char *tmpdir_new(void)
-{
-	char *d = xstrdup("/tmp/relay-test-state.XXXXXX");
-	if (!mkdtemp(d)) {
-		perror("mkdtemp");
-		abort();
-	}
-	return d;
 }
 
 static void tmpdir_free(char *d)
@@ -130,7 +121,7 @@ static char *columns(sqlite3 *db, const char *table)
 
 TEST(schema_has_exactly_the_spec_columns)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	char *data = xasprintf("%s/a/b/data", dir); /* parents created */
 	struct state *s = open_or_die(data);
 	REQUIRE(s);
@@ -199,7 +190,7 @@ TEST(schema_has_exactly_the_spec_columns)
 
 TEST(other_schema_version_is_recreated)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	char *path = xasprintf("%s/db.sqlite3", dir);
 	sqlite3 *db;
 	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
@@ -221,7 +212,7 @@ TEST(other_schema_version_is_recreated)
 
 TEST(pending_ready_failed_keeps_the_active_version)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	char *err = NULL;
@@ -303,7 +294,7 @@ TEST(pending_ready_failed_keeps_the_active_version)
 
 TEST(never_built_function_fails_and_stays_pending)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	CHECK(state_put_pending(s, &welcome_fn, NOW, NULL) == 0);
@@ -338,7 +329,7 @@ static size_t count_rows(const char *dir, const char *sql)
 
 TEST(remove_function_removes_its_rows)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	CHECK(state_put_pending(s, &user_fn, NOW, NULL) == 0);
@@ -364,7 +355,7 @@ TEST(remove_function_removes_its_rows)
 
 TEST(replace_all_sets_exactly_the_loaded_set)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	static const struct state_function gone = {
@@ -406,7 +397,7 @@ TEST(replace_all_sets_exactly_the_loaded_set)
 
 TEST(stats_snapshot_round_trip)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	CHECK(state_put_pending(s, &user_fn, NOW, NULL) == 0);
@@ -458,7 +449,7 @@ static void write_file(const char *path, const void *data, size_t n)
 
 TEST(corrupt_file_fails_cleanly)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	char *path = xasprintf("%s/db.sqlite3", dir);
 	unsigned char junk[8192];
 	for (size_t i = 0; i < sizeof junk; i++)
@@ -486,7 +477,7 @@ TEST(corrupt_file_fails_cleanly)
 
 TEST(data_dir_that_is_a_file_fails)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	char *file = xasprintf("%s/plain", dir);
 	write_file(file, "x", 1);
 	struct state *s = NULL;
@@ -500,7 +491,7 @@ TEST(data_dir_that_is_a_file_fails)
 
 TEST(readonly_missing_database_is_fresh_and_creates_nothing)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	char *data = xasprintf("%s/data", dir);
 	struct state *s = (struct state *)1;
 	char *err = NULL;
@@ -535,7 +526,7 @@ TEST(readonly_missing_database_is_fresh_and_creates_nothing)
 
 TEST(readonly_reads_what_the_writer_wrote)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *w = open_or_die(dir);
 	REQUIRE(w);
 	CHECK(state_put_pending(w, &welcome_fn, NOW, NULL) == 0);
@@ -589,7 +580,7 @@ static void *reconcile_loop(void *arg)
 
 TEST(one_handle_shared_by_two_threads)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	pthread_t a, b;
@@ -721,7 +712,7 @@ static char *render_inspect(struct state *s, const char *name, int64_t now)
 
 TEST(render_ls_matches_the_spec)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = spec_example(dir);
 	REQUIRE(s);
 	char *got = render_ls(s, NOW);
@@ -754,7 +745,7 @@ TEST(render_ls_matches_the_spec)
 
 TEST(render_inspect_matches_the_spec)
 {
-	char *dir = tmpdir_new();
+	char *dir = t_tmpdir();
 	struct state *s = spec_example(dir);
 	REQUIRE(s);
 	struct state_function_stats fs[] = {{"user-events-python", {12493, 12470, 23, 17, 2}}};

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "secret.h"
 #include "t.h"
+#include "tfiles.h"
 #include "webhook.h"
 
 #define REPO "git@github.com:acme/functions.git"
@@ -63,38 +64,6 @@ static char *form_encode(const char *json)
 	}
 	buf_appendf(&b, "&hook_id=1");
 	return buf_steal(&b);
-}
-
-/* Logs go to a temporary file so tests can assert on them. */
-static char logpath[64];
-static int logfd = -1;
-
-static void capture_logs(void)
-{
-	strlcpy_(logpath, "/tmp/relay-webhook-log-XXXXXX", sizeof logpath);
-	logfd = mkstemp(logpath);
-	log_set_fd(logfd);
-}
-
-static char *captured_logs(void)
-{
-	FILE *f = fopen(logpath, "r");
-	struct buf b;
-	buf_init(&b, 1 << 20);
-	char chunk[4096];
-	size_t n;
-	while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-		buf_append(&b, chunk, n);
-	if (f)
-		fclose(f);
-	return buf_steal(&b);
-}
-
-static void release_logs(void)
-{
-	log_set_fd(2);
-	close(logfd);
-	unlink(logpath);
 }
 
 /* ---- git_repo_identity (semantics the webhook relies on) -------------- */
@@ -476,7 +445,7 @@ TEST(server_with_secret)
 		.sync = slow_run,
 		.sync_arg = &r,
 	};
-	capture_logs();
+	t_capture_logs();
 	struct webhook *w = NULL;
 	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
 	int port = webhook_port(w);
@@ -537,7 +506,7 @@ TEST(server_with_secret)
 	webhook_stop(w);
 	webhook_stop(NULL);
 
-	char *logs = captured_logs();
+	char *logs = t_captured_logs();
 	CHECK(strstr(logs, "level=INFO msg=\"Webhook http server listening on 127.0.0.1:0\"") !=
 	      NULL);
 	CHECK(strstr(logs, "level=INFO msg=\"webhook delivery\" event=push "
@@ -551,7 +520,7 @@ TEST(server_with_secret)
 	if (t_failed_)
 		printf("%s", logs);
 	free(logs);
-	release_logs();
+	t_release_logs();
 	free(push);
 	store_free(&st);
 }
@@ -565,7 +534,7 @@ TEST(server_without_secret)
 		.sync = slow_run,
 		.sync_arg = &r,
 	};
-	capture_logs();
+	t_capture_logs();
 	struct webhook *w = NULL;
 	char *err = NULL;
 	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
@@ -606,7 +575,7 @@ TEST(server_without_secret)
 	webhook_stop(w);
 	CHECK(get(&r, &r.started) >= 1 && get(&r, &r.started) <= 3);
 	free(push);
-	release_logs();
+	t_release_logs();
 }
 
 T_MAIN(T_CASE(repo_identity_forms), T_CASE(signature), T_CASE(decide),
