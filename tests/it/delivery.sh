@@ -9,26 +9,6 @@ fn() { # name, handler module file, handler body, template
 	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
 }
 
-# start_relay LOG HOSTNAME: relay start in its own UTS namespace (consumer
-# name = hostname); RELAY_PID is the relay process.
-start_relay() {
-	local log=$1 host=$2
-	unshare --uts sh -c "hostname $host && exec '$RELAY' start" >"$log" 2>&1 &
-	RELAY_PID=$!
-	track "$RELAY_PID"
-	wait_for 60 grep -q 'msg="worker started"' "$log" || fail "relay did not start: $(tail -n 20 "$log")"
-}
-
-stop_relay() { # pid
-	kill -TERM "$1" 2>/dev/null
-	local i
-	for i in $(seq 1 300); do
-		kill -0 "$1" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	fail "relay $1 did not stop within 30 s"
-}
-
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 pending_count() { rcli XPENDING "$REDIS_STREAM" "$REDIS_GROUP" | head -n1; }
@@ -65,7 +45,7 @@ events:
 	local i
 	for i in $(seq 1 200); do echo "XADD events * event '{\"kind\":\"slow\",\"n\":$i}'"; done | rcli >/dev/null
 	rcli XGROUP CREATE events relay 0 >/dev/null
-	start_relay "$TMP/relay.log" bp-worker
+	start_relay_as "$TMP/relay.log" bp-worker
 	local max_pel=0 max_ctr=0 p c done=0
 	for i in $(seq 1 900); do
 		p=$(pending_count)
@@ -83,7 +63,7 @@ events:
 	[ "$max_ctr" -le 3 ] || fail "$max_ctr containers at once > MAX_CONCURRENCY=3"
 	[ "$max_ctr" -ge 2 ] || fail "never more than $max_ctr container at once"
 	[ "$(pending_count)" -eq 0 ] || fail "messages left pending"
-	stop_relay "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 	cleanup_images dl-slow
 }
 
@@ -102,7 +82,7 @@ events:
     pattern: {kind: [long]}
     timeout: 10s
 '
-	start_relay "$TMP/a.log" worker-a
+	start_relay_as "$TMP/a.log" worker-a
 	local pid_a=$RELAY_PID
 	rcli XADD events '*' event '{"kind":"long","event_id":"evt-k9"}' >/dev/null
 	wait_for 30 grep -q 'start evt-k9' "$TMP/a.log" || fail "worker-a never started the handler"
@@ -110,13 +90,13 @@ events:
 	sleep 0.5
 	[ "$(pending_count)" -eq 1 ] || fail "the message is not pending after the crash"
 	rcli XPENDING events relay - + 10 | grep -q worker-a || fail "worker-a does not own the pending entry"
-	start_relay "$TMP/b.log" worker-b
+	start_relay_as "$TMP/b.log" worker-b
 	# reclaim runs every minute for entries idle over a minute
 	wait_for 170 grep -q 'finished evt-k9' "$TMP/b.log" || fail "worker-b did not complete the message: $(tail -n 20 "$TMP/b.log")"
 	wait_for 10 nothing_pending || fail "still pending after worker-b completed it"
 	grep -q 'handler executed.*attempt=2' "$TMP/b.log" || fail "the redelivery was not attempt 2"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
-	stop_relay "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 	cleanup_images dl-long
 }
 
@@ -132,7 +112,7 @@ events:
   - handler: echo.handler
     pattern: {kind: [echo]}
 '
-	start_relay "$TMP/relay.log" restart-worker
+	start_relay_as "$TMP/relay.log" restart-worker
 	local i
 	for i in $(seq 1 60); do echo "XADD events * event '{\"kind\":\"echo\",\"event_id\":\"e$i\"}'"; done | rcli >/dev/null
 	wait_for 60 grep -q 'handled e5$' "$TMP/relay.log" || fail "nothing handled before the restart"
@@ -160,7 +140,7 @@ events:
 	[ "$(pending_count)" -eq 0 ] || fail "messages left pending"
 	grep -q 'redis connection restored' "$TMP/relay.log" || grep -q 'reconnect' "$TMP/relay.log" ||
 		fail "no reconnect was logged"
-	stop_relay "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 	cleanup_images dl-echo
 }
 
@@ -175,14 +155,14 @@ test_retention_trims_old_entries_and_keeps_new_ones() {
 	for i in $(seq 1 10); do rcli XADD events '*' event "{\"new\":$i}" >/dev/null; done
 	local new_ids
 	new_ids=$(rcli XRANGE events - + | grep -E '^[0-9]+-[0-9]+$' | tail -n 10)
-	start_relay "$TMP/relay.log" retention-worker
+	start_relay_as "$TMP/relay.log" retention-worker
 	wait_for 20 xlen_at_most 14 || fail "stream not trimmed: XLEN $(rcli XLEN events)"
 	local id
 	for id in $new_ids; do
 		[ -n "$(rcli XRANGE events "$id" "$id")" ] || fail "new entry $id was trimmed"
 	done
 	grep -q 'msg="stream retention enabled"' "$TMP/relay.log" || fail "no retention line"
-	stop_relay "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 }
 
 test_two_workers_share_2000_events() {
@@ -199,9 +179,9 @@ events:
     pattern: {kind: [pick]}
 '
 	rcli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
-	start_relay "$TMP/w1.log" worker-1
+	start_relay_as "$TMP/w1.log" worker-1
 	local p1=$RELAY_PID
-	start_relay "$TMP/w2.log" worker-2
+	start_relay_as "$TMP/w2.log" worker-2
 	local p2=$RELAY_PID
 	local i
 	for i in $(seq 1 2000); do
@@ -219,8 +199,8 @@ events:
 			[ "$(rcli XINFO GROUPS events | sed -n '/^lag$/{n;p}')" = 0 ]
 	}
 	wait_for 240 all_done || fail "not all events were handled in time"
-	stop_relay "$p1"
-	stop_relay "$p2"
+	stop_relay_pid "$p1"
+	stop_relay_pid "$p2"
 	# Every message: acknowledged without a match, or its handler ran.
 	grep -h -o 'msg="no rule matched; acknowledging" message_id=[0-9-]*' "$TMP/w1.log" "$TMP/w2.log" |
 		sed 's/.*message_id=//' >"$TMP/acked"

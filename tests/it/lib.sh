@@ -102,3 +102,25 @@ assert_out_eq() { # expected text
 	[ "$(cat "$TMP/out")" = "$want" ] || fail "stdout differs; want:
 $want"
 }
+
+# start_relay_as LOG HOSTNAME [READY]: relay start in its own UTS namespace
+# (the consumer name is the hostname), output in LOG; returns once LOG has
+# READY (default: the worker started). RELAY_PID is the relay process.
+start_relay_as() {
+	local log=$1 host=$2 ready=${3:-msg=\"worker started\"}
+	unshare --uts sh -c "hostname $host && exec '$RELAY' start" >"$log" 2>&1 &
+	RELAY_PID=$!
+	track "$RELAY_PID"
+	wait_for 90 grep -qF -- "$ready" "$log" || fail "relay did not start: $(tail -n 20 "$log")"
+}
+
+# stop_relay_pid PID: SIGTERM, then at most 30 s for it to exit.
+stop_relay_pid() {
+	kill -TERM "$1" 2>/dev/null
+	local i
+	for i in $(seq 1 300); do
+		kill -0 "$1" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	fail "relay $1 did not stop within 30 s"
+}

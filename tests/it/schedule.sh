@@ -10,24 +10,10 @@ sc_fn() { # name, handler module file, handler body, template
 	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
 }
 
-# sc_start LOG HOSTNAME [METRICS_ADDR]: relay start in its own UTS namespace
-# (consumer name = hostname); RELAY_PID is the relay process.
+# sc_start LOG HOSTNAME [METRICS_ADDR]: a worker, ready once its scheduler runs.
 sc_start() {
-	local log=$1 host=$2 maddr=${3:-}
-	METRICS_ADDR=$maddr unshare --uts sh -c "hostname $host && exec '$RELAY' start" >"$log" 2>&1 &
-	RELAY_PID=$!
-	track "$RELAY_PID"
-	wait_for 90 grep -q 'msg="scheduler started"' "$log" || fail "relay did not start: $(tail -n 20 "$log")"
-}
-
-sc_stop() { # pid
-	kill -TERM "$1" 2>/dev/null
-	local i
-	for i in $(seq 1 300); do
-		kill -0 "$1" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	fail "relay $1 did not stop within 30 s"
+	export METRICS_ADDR=${3:-}
+	start_relay_as "$1" "$2" 'msg="scheduler started"'
 }
 
 sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
@@ -156,8 +142,8 @@ schedules:
 	# let the last invocations finish, then stop gracefully
 	sleep 3
 	kill -TERM "$p1" "$p2"
-	sc_stop "$p1"
-	sc_stop "$p2"
+	stop_relay_pid "$p1"
+	stop_relay_pid "$p2"
 
 	sc_occurrences >"$TMP/series"
 	local first last count
@@ -211,7 +197,7 @@ schedules:
 	local p4=$RELAY_PID t_restart
 	t_restart=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w4.log" | sed 's/.*start=//')
 	sleep 3
-	sc_stop "$p4"
+	stop_relay_pid "$p4"
 	sc_occurrences >"$TMP/series2"
 	local after
 	after=$(awk -v l="$last" '$1 > l' "$TMP/series2")
@@ -266,6 +252,6 @@ events:
 	[ $((obsolete + ran)) -eq "$len" ] || fail "$len published, $ran ran + $obsolete obsolete"
 	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	! grep -q 'function=sc-gone.*retrying' "$TMP/w.log" || fail "an obsolete occurrence was retried"
-	sc_stop "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 	sc_cleanup_images sc-gone
 }
