@@ -80,6 +80,9 @@ TEST(scan)
 	CHECK(symlink("real.py", link) == 0);
 	free(link);
 	write_file("not-a-dir", "");
+	/* git sync's staging directory: not a function, not even an invalid one. */
+	make_dir(".relay-sync-alpha.tmp-1a2b3c");
+	write_file(".relay-sync-alpha.tmp-1a2b3c/template.yaml", GOOD);
 
 	struct function_scan s;
 	char *err = NULL;
