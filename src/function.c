@@ -218,16 +218,15 @@ void function_entry_log(const struct function_entry *e)
 	buf_free(&b);
 }
 
-static int entry_cmp(const void *a, const void *b)
+static int name_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct function_entry *)a)->name,
-		      ((const struct function_entry *)b)->name);
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int function_scan_dir(const char *dir, struct function_scan *out, char **err)
+int function_dir_names(const char *dir, char ***out, size_t *n, char **err)
 {
-	out->v = NULL;
-	out->n = 0;
+	*out = NULL;
+	*n = 0;
 	DIR *d = opendir(dir);
 	if (!d) {
 		*err = xasprintf("cannot read functions directory %s: %s", dir, strerror(errno));
@@ -247,17 +246,38 @@ int function_scan_dir(const char *dir, struct function_scan *out, char **err)
 		free(p);
 		if (!isdir)
 			continue;
-		if (out->n == cap) {
+		if (*n == cap) {
 			cap = cap ? cap * 2 : 16;
-			out->v = xrealloc(out->v, cap * sizeof *out->v);
+			*out = xrealloc(*out, cap * sizeof **out);
 		}
-		struct function_entry *fe = &out->v[out->n++];
-		memset(fe, 0, sizeof *fe);
-		fe->name = xstrdup(e->d_name);
+		(*out)[(*n)++] = xstrdup(e->d_name);
 	}
 	closedir(d);
-	if (out->n)
-		qsort(out->v, out->n, sizeof *out->v, entry_cmp);
+	if (*n)
+		qsort(*out, *n, sizeof **out, name_cmp);
+	return 0;
+}
+
+void function_names_free(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+int function_scan_dir(const char *dir, struct function_scan *out, char **err)
+{
+	out->v = NULL;
+	out->n = 0;
+	char **names;
+	size_t n;
+	if (function_dir_names(dir, &names, &n, err) < 0)
+		return -1;
+	out->v = xcalloc(n + 1, sizeof *out->v);
+	out->n = n;
+	for (size_t i = 0; i < n; i++)
+		out->v[i].name = names[i]; /* the entry owns it now */
+	free(names);
 	for (size_t i = 0; i < out->n; i++) {
 		struct function_entry *fe = &out->v[i];
 		fe->status = function_load(dir, fe->name, &fe->fn, &fe->errors, &fe->warnings);

@@ -71,6 +71,13 @@ struct function_scan {
  * Entries without a template are not logged. */
 void function_entry_log(const struct function_entry *e);
 
+/* The direct subdirectories of dir (symlinks followed; git sync's staging
+ * directories skipped), sorted by byte order: *names is a malloc'd array
+ * of *n malloc'd names (free with function_names_free). 0, or -1 with
+ * *err when dir cannot be read. */
+int function_dir_names(const char *dir, char ***names, size_t *n, char **err);
+void function_names_free(char **names, size_t n);
+
 /* Scans dir. Returns 0, or -1 with *err set when dir cannot be read. */
 int function_scan_dir(const char *dir, struct function_scan *out, char **err);
 void function_scan_free(struct function_scan *s);

@@ -720,48 +720,6 @@ out:
 
 /* ---- the startup pass -------------------------------------------------- */
 
-static int name_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Direct subdirectories of dir (symlinks followed), sorted; -1 with *err. */
-static int list_dirs(const char *dir, char ***out, size_t *n, char **err)
-{
-	*out = NULL;
-	*n = 0;
-	DIR *d = opendir(dir);
-	if (!d) {
-		*err = xasprintf("cannot read functions directory %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
-		    function_dir_staging(e->d_name))
-			continue;
-		char *p = xasprintf("%s/%s", dir, e->d_name);
-		struct stat st;
-		bool isdir = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-		free(p);
-		if (!isdir)
-			continue;
-		*out = xrealloc(*out, sizeof **out * (*n + 1));
-		(*out)[(*n)++] = xstrdup(e->d_name);
-	}
-	closedir(d);
-	if (*n)
-		qsort(*out, *n, sizeof **out, name_cmp);
-	return 0;
-}
-
-static void free_names(char **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
-}
-
 struct reconciler *reconciler_new(const struct reconcile_config *cfg)
 {
 	struct reconciler *rc = xcalloc(1, sizeof *rc);
@@ -813,7 +771,7 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 
 	char **names = NULL;
 	size_t nnames = 0;
-	if (list_dirs(rc->dir, &names, &nnames, &err) < 0) {
+	if (function_dir_names(rc->dir, &names, &nnames, &err) < 0) {
 		log_error(LOG_ATTRS("error", err),
 			  "cannot read the functions directory; serving no functions");
 		free(err);
@@ -897,7 +855,7 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 	}
 	free(ok);
 	free(fns);
-	free_names(names, nnames);
+	function_names_free(names, nnames);
 	return publish(rc);
 }
 
@@ -990,7 +948,7 @@ static void full_pass(struct reconciler *rc, struct docker *d)
 	char **names = NULL;
 	size_t n = 0;
 	char *err = NULL;
-	if (list_dirs(rc->dir, &names, &n, &err) < 0) {
+	if (function_dir_names(rc->dir, &names, &n, &err) < 0) {
 		/* A transient unmount must not unpublish everything. */
 		log_warn(LOG_ATTRS("error", err),
 			 "cannot read the functions directory; keeping the current functions");
@@ -1009,7 +967,7 @@ static void full_pass(struct reconciler *rc, struct docker *d)
 			free(p);
 		}
 	}
-	free_names(names, n);
+	function_names_free(names, n);
 	/* look() may drop tracks: iterate over a copy of the names. */
 	size_t nt = rc->ntracks;
 	char **todo = xcalloc(nt + 1, sizeof *todo);
@@ -1020,7 +978,7 @@ static void full_pass(struct reconciler *rc, struct docker *d)
 		if (t && !t->due_ns) /* a debounce in progress looks by itself */
 			look(rc, d, t);
 	}
-	free_names(todo, nt);
+	function_names_free(todo, nt);
 }
 
 static void startup_gc(struct reconciler *rc, struct docker *d)
@@ -1032,7 +990,7 @@ static void startup_gc(struct reconciler *rc, struct docker *d)
 	for (size_t i = 0; i < rc->nstartup_gc && !rc->stopping; i++)
 		gc_function(rc, d, rc->startup_gc[i], &keep);
 	keep_free(&keep);
-	free_names(rc->startup_gc, rc->nstartup_gc);
+	function_names_free(rc->startup_gc, rc->nstartup_gc);
 	rc->startup_gc = NULL;
 	rc->nstartup_gc = 0;
 }
@@ -1167,7 +1125,7 @@ void reconciler_free(struct reconciler *rc)
 		free(rc->gc[i].image);
 	}
 	free(rc->gc);
-	free_names(rc->startup_gc, rc->nstartup_gc);
+	function_names_free(rc->startup_gc, rc->nstartup_gc);
 	if (rc->ifd >= 0)
 		close(rc->ifd);
 	if (rc->stopfd >= 0)
