@@ -86,7 +86,7 @@ events:
 	local pid_a=$RELAY_PID
 	rcli XADD events '*' event '{"kind":"long","event_id":"evt-k9"}' >/dev/null
 	wait_for 30 grep -q 'start evt-k9' "$TMP/a.log" || fail "worker-a never started the handler"
-	kill -9 "$pid_a"
+	kill9_relay_pid "$pid_a"
 	sleep 0.5
 	[ "$(pending_count)" -eq 1 ] || fail "the message is not pending after the crash"
 	rcli XPENDING events relay - + 10 | grep -q worker-a || fail "worker-a does not own the pending entry"

@@ -303,14 +303,12 @@ remove_gt_images() {
 start_relay_webhook() {
 	local cmd=("$@")
 	[ ${#cmd[@]} -gt 0 ] || cmd=("$RELAY")
-	trap 'rc=$?; kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null; remove_gt_images; (exit $rc); it_cleanup' EXIT
+	trap 'rc=$?; for p in "${!RELAY_LOGS[@]}"; do term_relay "$p" || rc=1; done; remove_gt_images; (exit $rc); it_cleanup' EXIT
 	start_redis
 	wait_redis_plain
 	HOOK=127.0.0.1:$(free_port)
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay GIT_WEBHOOK_ADDR=$HOOK
-	"${cmd[@]}" start >"$TMP/relay.log" 2>&1 </dev/null &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$TMP/relay.log" "${cmd[@]}" start
 }
 relay_log_has() { grep -qF -- "$1" "$TMP/relay.log"; }
 wait_relay_log() { wait_for "$1" relay_log_has "$2" || fail "relay log lacks: $2
@@ -364,8 +362,7 @@ test_webhook_signed_push_syncs_and_everything_else_is_refused() {
 	wait_for 60 eval '[ "$(grep -c "git sync complete" "$TMP/relay.log")" -ge 2 ]' || fail "second sync missing"
 	relay_log_has "s3cret-value" && fail "secret value logged"
 	relay_log_has "rotated" && fail "secret value logged"
-	kill -TERM "$RELAY_PID"
-	wait "$RELAY_PID" || fail "relay exited non-zero"
+	stop_relay_pid "$RELAY_PID"
 }
 
 test_webhook_burst_coalesces() {
@@ -389,8 +386,7 @@ test_webhook_off_without_source_and_fatal_on_taken_port() {
 	wait_relay_log 90 "webhook server disabled: no git source configured"
 	wait_relay_log 90 'msg="worker started"'
 	[ -z "$(ss -Htln "( sport = :${HOOK##*:} )")" ] || fail "disabled webhook bound its port"
-	kill -TERM "$RELAY_PID"
-	wait "$RELAY_PID"
+	stop_relay_pid "$RELAY_PID"
 	run "$RELAY" git set git@github.com:acme/repo.git
 	socat TCP-LISTEN:"${HOOK##*:}",bind=127.0.0.1,reuseaddr,fork /dev/null &
 	track $!
@@ -414,7 +410,6 @@ test_valgrind_webhook_sync() {
 	wait_relay_log 120 'msg="git sync complete"'
 	wait_relay_log 120 'function=gt-other'
 	[ "$(post push "$TMP/push.json" "$(sign wrong "$TMP/push.json")")" = 401 ] || fail "bad signature not refused"
-	kill -TERM "$RELAY_PID"
-	wait "$RELAY_PID" || fail "relay exited non-zero under valgrind: $(tail -n 40 "$TMP/relay.log")"
+	stop_relay_pid "$RELAY_PID"
 	grep -q "ERROR SUMMARY: 0 errors" "$TMP/relay.log" || fail "valgrind found errors: $(grep -A30 'definitely lost\|Invalid' "$TMP/relay.log" | head -60)"
 }

@@ -10,6 +10,8 @@ it_setup() {
 	set -u
 	TMP=$(mktemp -d /tmp/relay-it.XXXXXX)
 	PIDS=()
+	# Relays this test started and has not yet reaped: pid -> log file.
+	declare -gA RELAY_LOGS=()
 	trap it_cleanup EXIT
 	# Tests decide their own environment: nothing leaks in from the caller.
 	unset REDIS_URI REDIS_STREAM REDIS_GROUP REDIS_STREAM_RETENTION METRICS_ADDR GIT_WEBHOOK_ADDR \
@@ -22,6 +24,19 @@ it_setup() {
 
 it_cleanup() {
 	local rc=$? pid
+	# A relay the test left running must still stop cleanly: SIGTERM, exit 0,
+	# no sanitizer report. A test that passed fails here otherwise.
+	for pid in "${!RELAY_LOGS[@]}"; do
+		term_relay "$pid" || {
+			echo "(relay $pid was left running by the test)"
+			rc=1
+		}
+	done
+	# Every log and captured output of the test, read once more: a report
+	# that did not change an exit status is still a failure.
+	if ! sanitizer_clean "$TMP"/*.log "$TMP/out" "$TMP/err"; then
+		rc=1
+	fi
 	for pid in "${PIDS[@]}"; do
 		kill "$pid" 2>/dev/null
 	done
@@ -33,6 +48,25 @@ it_cleanup() {
 }
 
 track() { PIDS+=("$1"); }
+
+# What AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer print
+# when they find something (tests/run sets them to abort on the first one).
+SAN_REPORT='ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|Sanitizer:DEADLYSIGNAL|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer'
+
+# sanitizer_clean FILE...: prints any sanitizer report found in the files
+# (missing files are ignored); status 1 when there is one.
+sanitizer_clean() {
+	local f found=0
+	for f in "$@"; do
+		[ -f "$f" ] || continue
+		if grep -qE -- "$SAN_REPORT" "$f"; then
+			echo "sanitizer report in $(basename "$f"):"
+			grep -E -B2 -A30 -- "$SAN_REPORT" "$f" | head -n 60 | sed 's/^/  /'
+			found=1
+		fi
+	done
+	[ "$found" -eq 0 ]
+}
 
 fail() {
 	echo "assertion failed: $*"
@@ -84,9 +118,11 @@ wait_redis_plain() {
 }
 
 # run cmd...: runs with stdout/stderr captured in $TMP/out, $TMP/err; STATUS.
+# A sanitizer report in either fails the test at once.
 run() {
 	"$@" >"$TMP/out" 2>"$TMP/err" </dev/null
 	STATUS=$?
+	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from: $*"
 }
 
 assert_status() { [ "$STATUS" -eq "$1" ] || fail "exit status $STATUS, want $1"; }
@@ -103,24 +139,73 @@ assert_out_eq() { # expected text
 $want"
 }
 
+# relay_bg LOG CMD...: starts a long-running relay (CMD is the relay binary,
+# or a wrapper such as valgrind, with its arguments) in the background, output
+# in LOG; RELAY_PID is its pid. Every relay started so is reaped by
+# stop_relay_pid or kill9_relay_pid, or else at cleanup; either way its exit
+# status and its whole log are checked.
+relay_bg() {
+	local log=$1
+	shift
+	"$@" >"$log" 2>&1 </dev/null &
+	RELAY_PID=$!
+	track "$RELAY_PID"
+	RELAY_LOGS[$RELAY_PID]=$log
+}
+
 # start_relay_as LOG HOSTNAME [READY]: relay start in its own UTS namespace
 # (the consumer name is the hostname), output in LOG; returns once LOG has
 # READY (default: the worker started). RELAY_PID is the relay process.
 start_relay_as() {
 	local log=$1 host=$2 ready=${3:-msg=\"worker started\"}
-	unshare --uts sh -c "hostname $host && exec '$RELAY' start" >"$log" 2>&1 &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$log" unshare --uts sh -c "hostname $host && exec '$RELAY' start"
 	wait_for 90 grep -qF -- "$ready" "$log" || fail "relay did not start: $(tail -n 20 "$log")"
 }
 
-# stop_relay_pid PID: SIGTERM, then at most 30 s for it to exit.
-stop_relay_pid() {
+# reap_relay PID WANT: waits for the relay (already signalled) and checks
+# that it exited with WANT and that its log has no sanitizer report; prints
+# what is wrong and returns 1 otherwise.
+reap_relay() {
+	local pid=$1 want=$2 log=${RELAY_LOGS[$1]:-} rc=0 bad=0
+	wait "$pid" 2>/dev/null || rc=$?
+	unset "RELAY_LOGS[$pid]"
+	if [ -n "$log" ] && ! sanitizer_clean "$log"; then
+		echo "relay $pid: sanitizer report in its log"
+		bad=1
+	fi
+	if [ "$rc" -ne "$want" ]; then
+		echo "relay $pid exited with $rc, want $want"
+		[ -z "$log" ] || tail -n 30 "$log" | sed 's/^/  /'
+		bad=1
+	fi
+	[ "$bad" -eq 0 ]
+}
+
+# term_relay PID: SIGTERM, at most 30 s to exit, then reap_relay PID 0.
+term_relay() {
 	kill -TERM "$1" 2>/dev/null
 	local i
 	for i in $(seq 1 300); do
-		kill -0 "$1" 2>/dev/null || return 0
+		kill -0 "$1" 2>/dev/null || {
+			reap_relay "$1" 0
+			return
+		}
 		sleep 0.1
 	done
-	fail "relay $1 did not stop within 30 s"
+	kill -KILL "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+	unset "RELAY_LOGS[$1]"
+	echo "relay $1 did not stop within 30 s of SIGTERM"
+	return 1
+}
+
+# stop_relay_pid PID: SIGTERM; the relay must exit 0 within 30 s with a
+# clean log.
+stop_relay_pid() { term_relay "$1" || fail "relay $1 did not stop cleanly"; }
+
+# kill9_relay_pid PID: SIGKILL (a crash the test causes); exit status 137
+# and no sanitizer report up to that point.
+kill9_relay_pid() {
+	kill -KILL "$1"
+	reap_relay "$1" 137 || fail "relay $1 after SIGKILL"
 }

@@ -10,21 +10,11 @@ ob_fn() { # name body template
 }
 
 ob_start() { # log
-	"$RELAY" start >"$1" 2>&1 &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$1" "$RELAY" start
 	wait_for 60 grep -q 'msg="worker started"' "$1" || fail "relay did not start: $(tail -n 20 "$1")"
 }
 
-ob_stop() {
-	kill -TERM "$RELAY_PID"
-	local i
-	for i in $(seq 1 300); do
-		kill -0 "$RELAY_PID" 2>/dev/null || { wait "$RELAY_PID"; return $?; }
-		sleep 0.1
-	done
-	fail "relay did not stop"
-}
+ob_stop() { stop_relay_pid "$RELAY_PID"; }
 
 ob_env() {
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay

@@ -17,18 +17,13 @@ start_relay() {
 		wait_redis_plain
 	fi
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	"$RELAY" start >"$TMP/relay.log" 2>&1 </dev/null &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$TMP/relay.log" "$RELAY" start
 	wait_for 90 grep -q 'msg="worker started"' "$TMP/relay.log" || fail_log "relay did not start"
 }
 
 # stop_relay: SIGTERM, then expect exit status 0 and "Relay stopped".
 stop_relay() {
-	kill -TERM "$RELAY_PID"
-	local rc=0
-	wait "$RELAY_PID" || rc=$?
-	[ "$rc" -eq 0 ] || fail_log "relay exited with $rc after SIGTERM"
+	term_relay "$RELAY_PID" || fail_log "relay did not stop cleanly after SIGTERM"
 	grep -q 'msg="Relay stopped"' "$TMP/relay.log" || fail_log "no Relay stopped line"
 }
 
@@ -386,10 +381,8 @@ test_valgrind_start_reload_stop() {
 	start_redis
 	wait_redis_plain
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 \
-		"$RELAY_PLAIN" start >"$TMP/relay.log" 2>&1 </dev/null &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$TMP/relay.log" valgrind --leak-check=full --errors-for-leak-kinds=definite,possible \
+		--error-exitcode=99 "$RELAY_PLAIN" start
 	wait_for 120 grep -q 'msg="worker started"' "$TMP/relay.log" || fail_log "relay did not start"
 	ev rl-vg 1
 	handled rl-vg 1 one

@@ -136,7 +136,7 @@ schedules:
 	sc_start "$TMP/w3.log" sched-worker-3
 	local p3=$RELAY_PID
 	sleep 15
-	kill -9 "$p3"
+	kill9_relay_pid "$p3"
 	sleep 15
 	curl -s --max-time 5 "http://$m1/metrics" >"$TMP/metrics"
 	# let the last invocations finish, then stop gracefully

@@ -6,18 +6,11 @@
 CANARY='CANARY-7f3e9b1c-do-not-leak'
 
 se_start() {
-	"$RELAY" start >"$TMP/relay.log" 2>&1 &
-	RELAY_PID=$!
-	track "$RELAY_PID"
+	relay_bg "$TMP/relay.log" "$RELAY" start
 	wait_for 60 grep -q 'msg="worker started"' "$TMP/relay.log" || fail "relay did not start: $(tail -n 20 "$TMP/relay.log")"
 }
 
-se_stop() {
-	kill -TERM "$RELAY_PID"
-	local i
-	for i in $(seq 1 300); do kill -0 "$RELAY_PID" 2>/dev/null || return 0; sleep 0.1; done
-	fail "relay did not stop"
-}
+se_stop() { stop_relay_pid "$RELAY_PID"; }
 
 log_has() { grep -qF -- "$1" "$TMP/relay.log"; }
 log_re() { grep -q -- "$1" "$TMP/relay.log"; }
