@@ -1050,10 +1050,10 @@ TEST(cleanup)
 	buf_free(&cap);
 }
 
-T_MAIN(T_CASE(setup), T_CASE(build_python_and_reuse), T_CASE(build_node_and_cjs),
+T_MAIN(T_FIXTURE(setup), T_CASE(build_python_and_reuse), T_CASE(build_node_and_cjs),
        T_CASE(python_handlers), T_CASE(node_handlers), T_CASE(node_commonjs_package_json),
        T_CASE(output_forwarding), T_CASE(timeouts), T_CASE(hardening_labels_and_secret_placement),
        T_CASE(env_and_secret_injection), T_CASE(canary_never_in_images_or_logs),
        T_CASE(dependency_image_shared), T_CASE(edit_rebuild_gc_and_failed_build),
        T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep), T_CASE(examples_try_it),
-       T_CASE(cleanup))
+       T_FIXTURE(cleanup))

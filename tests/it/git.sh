@@ -374,10 +374,17 @@ test_webhook_burst_coalesces() {
 	for i in $(seq 10); do post push "$TMP/push.json" >"$TMP/code.$i" & done
 	wait_for 20 eval '[ "$(cat "$TMP"/code.* | grep -c 202)" -eq 10 ]' ||
 		fail "unsigned pushes without a secret refused: $(cat "$TMP"/code.*)"
-	wait_relay_log 60 'msg="git sync complete"'
-	sleep 3
-	local n
-	n=$(grep -c 'msg="git sync started' "$TMP/relay.log")
+	# Every push was answered, so every trigger is set: the coalescer owes at
+	# most one follow-up, which starts as soon as the first sync ends. Wait
+	# until no sync is running (as many completions as starts) and the
+	# count stays put for a second.
+	started() { grep -c 'msg="git sync started' "$TMP/relay.log"; }
+	idle() { [ "$(started)" -ge 1 ] && [ "$(started)" -eq "$(grep -c 'msg="git sync complete"' "$TMP/relay.log")" ]; }
+	local n=-1
+	quiet() { idle && [ "$(started)" -eq "$n" ] || { n=$(started); false; }; }
+	wait_for 60 idle || fail "the burst's syncs did not finish: $(grep 'git sync' "$TMP/relay.log")"
+	n=$(started)
+	wait_for 60 eval 'sleep 1; quiet' || fail "syncs kept starting: $(grep 'git sync' "$TMP/relay.log")"
 	[ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "$n syncs for a burst of 10 pushes (want 1 or 2)"
 }
 

@@ -104,14 +104,18 @@ PY
 	! grep -q "$CANARY" "$TMP/relay.log" || fail "canary in Relay's DEBUG log"
 	! grep -q "first-value\|second-value\|third-value" "$TMP/relay.log" || fail "secret value in Relay's log"
 	! grep -q "$CANARY" "$TMP/metrics.txt" || fail "canary in /metrics"
-	local t
+	local t tables=0
 	for t in $(sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT name FROM sqlite_master WHERE type='table'"); do
+		tables=$((tables + 1))
 		! sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT * FROM $t" | grep -q "$CANARY" || fail "canary in table $t"
 	done
+	[ "$tables" -ge 1 ] || fail "the state database has no table to search"
 	sqlite3 "$RELAY_DATA_DIR/db.sqlite3" "SELECT secrets FROM functions WHERE name='se-fn'" | grep -q 'api-token' ||
 		fail "the state database does not show the secret reference"
 	local img
+	local inspected=0
 	for img in $(docker images --format '{{.Repository}}:{{.Tag}}' 'relay-fn-se-fn'); do
+		inspected=$((inspected + 1))
 		docker image inspect "$img" >"$TMP/inspect.json"
 		! grep -q "$CANARY" "$TMP/inspect.json" || fail "canary in image inspect"
 		docker save "$img" -o "$TMP/image.tar"
@@ -125,5 +129,7 @@ PY
 		! grep -r -a -q "$CANARY" "$TMP/layers" || fail "canary in the image config"
 		rm -rf "$TMP/layers" "$TMP/image.tar"
 	done
+	# An empty image list would make the loop above prove nothing.
+	[ "$inspected" -ge 1 ] || fail "no relay-fn-se-fn image to inspect"
 	docker images --format '{{.Repository}}:{{.Tag}}' 'relay-fn-se-fn' | xargs -r docker rmi -f >/dev/null 2>&1
 }

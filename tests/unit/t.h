@@ -4,6 +4,12 @@
  * test prints "ok <file>/<name>" or "FAIL <file>/<name>" followed by the
  * failed checks; tests/run counts those lines. A failed CHECK records the
  * failure and continues; REQUIRE returns from the test.
+ *
+ * T_SKIP("reason") marks the running test skipped (a part of it could not
+ * run here): unless a check failed it prints "SKIP <file>/<name>: reason"
+ * and is counted as skipped, never as passed. A T_FIXTURE in T_MAIN (an
+ * engine set-up or clean-up step) runs like a test but is not one: it prints
+ * "fixture <file>/<name>" and is counted only when it fails.
  */
 #ifndef RELAY_T_H
 #define RELAY_T_H
@@ -14,6 +20,7 @@
 #include <string.h>
 
 static int t_failed_;
+static char t_skip_[256];
 
 #define TEST(name) static void name(void)
 
@@ -24,6 +31,8 @@ static int t_failed_;
 		fputc('\n', stdout);                              \
 		t_failed_ = 1;                                    \
 	} while (0)
+
+#define T_SKIP(...) snprintf(t_skip_, sizeof t_skip_, __VA_ARGS__)
 
 #define CHECK(cond)                                         \
 	do {                                                \
@@ -57,12 +66,11 @@ static int t_failed_;
 struct t_case {
 	const char *name;
 	void (*fn)(void);
+	int fixture;
 };
 
-#define T_CASE(fn)      \
-	{               \
-#fn, fn \
-	}
+#define T_CASE(fn) {#fn, fn, 0}
+#define T_FIXTURE(fn) {#fn, fn, 1}
 
 static inline int t_run_(const char *file, const struct t_case *cases, size_t n, int argc,
 			 char **argv)
@@ -74,10 +82,19 @@ static inline int t_run_(const char *file, const struct t_case *cases, size_t n,
 		if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
 			continue;
 		t_failed_ = 0;
+		t_skip_[0] = '\0';
 		fflush(stdout);
 		cases[i].fn();
-		printf("%s %.*s/%s\n", t_failed_ ? "FAIL" : "ok", (int)(strlen(base) - 2), base,
-		       cases[i].name);
+		int len = (int)(strlen(base) - 2);
+		if (t_failed_)
+			printf("FAIL %.*s/%s%s\n", len, base, cases[i].name,
+			       cases[i].fixture ? " (fixture)" : "");
+		else if (cases[i].fixture)
+			printf("fixture %.*s/%s\n", len, base, cases[i].name);
+		else if (t_skip_[0])
+			printf("SKIP %.*s/%s: %s\n", len, base, cases[i].name, t_skip_);
+		else
+			printf("ok %.*s/%s\n", len, base, cases[i].name);
 		failures += t_failed_;
 	}
 	fflush(stdout);

@@ -1,0 +1,172 @@
+# The test harness checks itself: what makes a green run mean something
+# (exit statuses of every relay, sanitizer reports in every log, skips
+# counted as skips, the runner's expected count) is proved to turn a run
+# red. Each case runs a small scenario or a whole tests/run in a scratch
+# tree, with a stand-in relay script where a sanitizer report is needed, and
+# asserts that the harness fails it.
+
+# fake_relay FILE [ON_TERM_SHELL]: a stand-in for `relay start` that logs
+# the worker-started line and, on SIGTERM, runs ON_TERM_SHELL (default:
+# exit 0).
+fake_relay() {
+	cat >"$1" <<EOF
+#!/usr/bin/env bash
+trap '${2:-exit 0}' TERM
+echo 'level=INFO msg="worker started"'
+while :; do sleep 0.1; done
+EOF
+	chmod +x "$1"
+}
+
+# nested BODY: runs BODY as a test of its own (its own it_setup and
+# cleanup) with RELAY pointing at $TMP/fake; prints its output; STATUS.
+nested() {
+	bash -c "source '$ROOT/tests/it/lib.sh'; RELAY='$TMP/fake'; it_setup; $1" >"$TMP/nested.out" 2>&1
+	STATUS=$?
+}
+
+test_a_sanitizer_report_in_a_relay_log_fails_the_test() {
+	fake_relay "$TMP/fake" 'echo "==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x1"; exit 0'
+	nested 'start_relay_as "$TMP/r.log" h1; stop_relay_pid "$RELAY_PID"; echo reached'
+	[ "$STATUS" -ne 0 ] || fail "a use-after-free report passed: $(cat "$TMP/nested.out")"
+	! grep -q reached "$TMP/nested.out" || fail "the test went on after the report"
+	grep -q 'sanitizer report in r.log' "$TMP/nested.out" || fail "the report was not shown: $(cat "$TMP/nested.out")"
+	# The same report from UBSan, in a relay the test never stopped itself.
+	fake_relay "$TMP/fake" 'echo "src/x.c:1:2: runtime error: signed integer overflow"; exit 0'
+	nested 'start_relay_as "$TMP/r.log" h1'
+	[ "$STATUS" -ne 0 ] || fail "a UBSan report at cleanup passed: $(cat "$TMP/nested.out")"
+}
+
+test_a_relay_exit_status_is_always_checked() {
+	fake_relay "$TMP/fake" 'exit 1'
+	nested 'start_relay_as "$TMP/r.log" h1; stop_relay_pid "$RELAY_PID"'
+	[ "$STATUS" -ne 0 ] || fail "exit 1 after SIGTERM passed"
+	grep -q 'exited with 1, want 0' "$TMP/nested.out" || fail "no reason given: $(cat "$TMP/nested.out")"
+	# Left running by the test: cleanup stops it and still checks.
+	nested 'relay_bg "$TMP/r.log" "$RELAY"; sleep 0.3'
+	[ "$STATUS" -ne 0 ] || fail "a relay left running that exits 1 passed"
+	grep -q 'left running by the test' "$TMP/nested.out" || fail "no reason given: $(cat "$TMP/nested.out")"
+	# SIGKILL: 137 expected, and a clean stop is not a kill.
+	fake_relay "$TMP/fake"
+	nested 'start_relay_as "$TMP/r.log" h1; kill9_relay_pid "$RELAY_PID"'
+	[ "$STATUS" -eq 0 ] || fail "a killed relay failed the test: $(cat "$TMP/nested.out")"
+	nested 'start_relay_as "$TMP/r.log" h1; kill -TERM "$RELAY_PID"; sleep 0.5; kill9_relay_pid "$RELAY_PID"'
+	[ "$STATUS" -ne 0 ] || fail "a relay that exited 0 passed as killed"
+	# And a clean run passes: the checks above are not always red.
+	nested 'start_relay_as "$TMP/r.log" h1; stop_relay_pid "$RELAY_PID"'
+	[ "$STATUS" -eq 0 ] || fail "a clean stop failed: $(cat "$TMP/nested.out")"
+}
+
+test_run_fails_on_a_sanitizer_report_of_a_cli_command() {
+	printf '#!/bin/sh\necho "==2==ERROR: LeakSanitizer: detected memory leaks" >&2\nexit 0\n' >"$TMP/fake"
+	chmod +x "$TMP/fake"
+	nested 'run "$RELAY" stats; echo reached'
+	[ "$STATUS" -ne 0 ] || fail "a leak report of a CLI command passed"
+	! grep -q reached "$TMP/nested.out" || fail "the test went on after the report"
+}
+
+test_skips_are_counted_as_skips() {
+	nested 'skip_part "no frobnicator here"; true'
+	[ "$STATUS" -eq 77 ] || fail "a partial skip exited $STATUS, want 77"
+	grep -qx 'SKIP: no frobnicator here' "$TMP/nested.out" || fail "no SKIP line"
+	nested 'skip_part "no frobnicator here"; fail "broken"'
+	[ "$STATUS" -eq 1 ] || fail "a failure after a partial skip exited $STATUS, want 1"
+}
+
+# runner_tree: a scratch copy of the runner and the scenario library, with
+# no tests in it yet; RT is its root.
+runner_tree() {
+	RT=$TMP/tree
+	rm -rf "$RT"
+	mkdir -p "$RT/tests/it" "$RT/tests/unit" "$RT/tests/fuzz" "$RT/build-san/tests" "$RT/build-san/it" "$RT/build-fuzz"
+	cp "$ROOT/tests/run" "$RT/tests/run"
+	cp "$ROOT/tests/it/lib.sh" "$RT/tests/it/lib.sh"
+}
+
+# unit_prog NAME CASES OUTPUT...: a unit source declaring CASES T_CASEs and
+# a built "binary" printing OUTPUT lines.
+unit_prog() {
+	local name=$1 n=$2 i
+	shift 2
+	: >"$RT/tests/unit/$name.c"
+	for ((i = 0; i < n; i++)); do echo "T_CASE(c$i)," >>"$RT/tests/unit/$name.c"; done
+	{
+		echo '#!/bin/sh'
+		printf 'echo "%s"\n' "$@"
+	} >"$RT/build-san/tests/$name"
+	chmod +x "$RT/build-san/tests/$name"
+}
+
+runner() {
+	(unset BUILD; FUZZ_SECONDS=1 "$RT/tests/run" "$@") >"$TMP/runner.out" 2>&1
+	STATUS=$?
+	LAST=$(tail -n1 "$TMP/runner.out")
+}
+
+test_runner_counts_what_the_sources_declare() {
+	runner_tree
+	runner
+	[ "$STATUS" -eq 1 ] || fail "zero tests passed the runner"
+	grep -q '^no test ran' "$TMP/runner.out" || fail "zero tests not reported: $(cat "$TMP/runner.out")"
+
+	unit_prog test_a 2 "ok test_a/c0" "ok test_a/c1"
+	runner
+	[ "$STATUS" -eq 0 ] && [ "$LAST" = "2 passed, 0 failed, 0 skipped of 2 expected" ] ||
+		fail "a clean tree: $STATUS, $LAST"
+
+	# A program that stops reporting half way (a crash) with exit 0.
+	unit_prog test_a 2 "ok test_a/c0"
+	runner
+	[ "$STATUS" -eq 1 ] || fail "a missing case passed: $LAST"
+	grep -q 'reported 1 of its 2 tests' "$TMP/runner.out" || fail "no reason: $(cat "$TMP/runner.out")"
+
+	# A source without its binary.
+	unit_prog test_a 2 "ok test_a/c0" "ok test_a/c1"
+	echo 'T_CASE(x),' >"$RT/tests/unit/test_b.c"
+	runner
+	[ "$STATUS" -eq 1 ] || fail "a missing unit binary passed: $LAST"
+	grep -q '^FAIL unit/test_b (not built' "$TMP/runner.out" || fail "no FAIL for the missing binary"
+	rm "$RT/tests/unit/test_b.c"
+	: >"$RT/tests/fuzz/fuzz_x.c"
+	runner
+	[ "$STATUS" -eq 1 ] && grep -q '^FAIL fuzz/fuzz_x (not built' "$TMP/runner.out" || fail "a missing fuzz target passed"
+	rm "$RT/tests/fuzz/fuzz_x.c"
+
+	# Skips: a unit SKIP line and a scenario's skip_part are skipped, not
+	# passed; a fixture is not a test unless it fails.
+	unit_prog test_a 2 "fixture test_a/setup" "ok test_a/c0" "SKIP test_a/c1: no IPv6 loopback"
+	printf 'test_s() { skip_part "no promtool"; true; }\ntest_p() { true; }\n' >"$RT/tests/it/s.sh"
+	runner
+	[ "$STATUS" -eq 0 ] && [ "$LAST" = "2 passed, 0 failed, 2 skipped of 4 expected" ] ||
+		fail "skips: $STATUS, $LAST"
+	grep -q '^SKIP it/s/test_s: no promtool' "$TMP/runner.out" || fail "no SKIP line for the scenario"
+	unit_prog test_a 1 "FAIL test_a/setup (fixture)" "ok test_a/c0"
+	runner
+	[ "$STATUS" -eq 1 ] || fail "a failed fixture passed: $LAST"
+
+	# A scenario file that does not source, and one that defines a test twice.
+	unit_prog test_a 1 "ok test_a/c0"
+	printf 'test_s() { true; }\nif then\n' >"$RT/tests/it/s.sh"
+	runner
+	[ "$STATUS" -eq 1 ] && grep -q '^FAIL it/s (cannot be sourced' "$TMP/runner.out" || fail "a broken scenario file passed: $LAST"
+	printf 'test_s() { true; }\ntest_s() { false; }\n' >"$RT/tests/it/s.sh"
+	runner
+	[ "$STATUS" -eq 1 ] || fail "a test defined twice passed: $LAST"
+	rm "$RT/tests/it/s.sh"
+
+	# A filter that matches nothing is not a green run.
+	runner no-such-test
+	[ "$STATUS" -eq 1 ] || fail "a filter matching nothing passed"
+}
+
+# The class cannot come back: no scenario starts `relay start` in the
+# background except through relay_bg, which records it for reaping.
+test_every_background_relay_is_reaped() {
+	local bad
+	bad=$(grep -nE '(\$RELAY|\$RELAY_PLAIN|relay)"? start\b.*&\s*$' "$ROOT"/tests/it/*.sh | grep -v 'tests/it/lib.sh:' || true)
+	[ -z "$bad" ] || fail "relay started in the background without relay_bg:
+$bad"
+	bad=$(grep -nE '^\s*kill -(9|KILL) "?\$(RELAY_PID|pid|p[0-9])' "$ROOT"/tests/it/*.sh | grep -v 'tests/it/lib.sh:' || true)
+	[ -z "$bad" ] || fail "a relay killed without kill9_relay_pid:
+$bad"
+}
