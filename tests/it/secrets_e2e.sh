@@ -83,8 +83,8 @@ def handler(event):
     time.sleep(3)
 PY
 	updated() { [ "$(grep -c 'msg="function updated"' "$TMP/relay.log")" -gt "$updates" ]; }
+	# "function updated" is logged after the swap: the next event runs it.
 	wait_for 30 updated || fail "edit not picked up: $(grep -c 'function updated' "$TMP/relay.log")"
-	sleep 1
 	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":4}' >/dev/null
 	local cid=""
 	for _ in $(seq 1 100); do
