@@ -7,7 +7,12 @@
  * Docker-backed paths are covered by the engine and black-box tests.
  *
  * Handlers: ok.* succeed, fail.* fail, slow.* sleep 150 ms then succeed,
- * flaky.* fail until the message's field "succeed_after" attempts.
+ * flaky.* fail until attempt 3. Each call's start and end (wall clock) are
+ * recorded, so timing checks are bounded by observed instants.
+ *
+ * "Acknowledged" is always the group's state (it_group_done): last-delivered-id
+ * is the newest entry, lag 0 and nothing pending — pending 0 alone also holds
+ * for a message nobody has read.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +32,7 @@ static char fdir[64];
 struct calls {
 	pthread_mutex_t lock;
 	char *names[4096];
+	int64_t started[4096], ended[4096]; /* wall clock, ns */
 	int n;
 	atomic_int running, max_running;
 	atomic_int fn_running[8], fn_max[8];
@@ -59,10 +65,15 @@ static int calls_count(const char *prefix)
 static void invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res)
 {
 	(void)ctx;
+	int slot = -1;
 	pthread_mutex_lock(&calls.lock);
-	if (calls.n < 4096)
-		calls.names[calls.n++] = xasprintf("%s/%s#%d@%s", req->fv->fn->name, req->handler,
-						   req->attempt, req->message_id);
+	if (calls.n < 4096) {
+		slot = calls.n++;
+		calls.names[slot] = xasprintf("%s/%s#%d@%s", req->fv->fn->name, req->handler,
+					      req->attempt, req->message_id);
+		calls.started[slot] = now_wall_ns();
+		calls.ended[slot] = 0;
+	}
 	pthread_mutex_unlock(&calls.lock);
 	int idx = req->fv->fn->name[0] - 'a';
 	if (idx < 0 || idx >= 8)
@@ -95,6 +106,26 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 	}
 	atomic_fetch_sub(&calls.fn_running[idx], 1);
 	atomic_fetch_sub(&calls.running, 1);
+	if (slot >= 0) {
+		pthread_mutex_lock(&calls.lock);
+		calls.ended[slot] = now_wall_ns();
+		pthread_mutex_unlock(&calls.lock);
+	}
+}
+
+/* The first call whose name starts with prefix: its start and end. */
+static bool call_times(const char *prefix, int64_t *started, int64_t *ended)
+{
+	bool found = false;
+	pthread_mutex_lock(&calls.lock);
+	for (int i = 0; i < calls.n && !found; i++)
+		if (strncmp(calls.names[i], prefix, strlen(prefix)) == 0) {
+			*started = calls.started[i];
+			*ended = calls.ended[i];
+			found = true;
+		}
+	pthread_mutex_unlock(&calls.lock);
+	return found;
 }
 
 static void write_fn(const char *name, const char *tpl)
@@ -131,7 +162,9 @@ static struct registry *load_registry(void)
 	return reg;
 }
 
-static struct consumer *start(struct registry *reg, const char *stream, int buffered, int conc)
+/* first_backoff_ns: the delay after a failed attempt 1 (later ones: 300 ms). */
+static struct consumer *start_backoff(struct registry *reg, const char *stream, int buffered,
+				      int conc, int64_t first_backoff_ns)
 {
 	struct consumer_config cfg = {
 		.uri = &R.uri,
@@ -143,7 +176,7 @@ static struct consumer *start(struct registry *reg, const char *stream, int buff
 		.reclaim_interval_ns = 200 * NS_PER_MS,
 		.min_pending_idle_ns = 300 * NS_PER_MS,
 		.slot_wait_ns = 2 * NS_PER_SEC,
-		.backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
+		.backoff_ns = {first_backoff_ns, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
 		.block_ms = 100,
 		.sample_interval_ns = 100 * NS_PER_MS,
 		.registry = reg,
@@ -154,6 +187,11 @@ static struct consumer *start(struct registry *reg, const char *stream, int buff
 	consumer_ensure_group(r, stream, "g", err, sizeof err);
 	redis_free(r);
 	return consumer_start(&cfg);
+}
+
+static struct consumer *start(struct registry *reg, const char *stream, int buffered, int conc)
+{
+	return start_backoff(reg, stream, buffered, conc, 300 * NS_PER_MS);
 }
 
 static char *xadd(struct redis *r, const char *stream, const char *event)
@@ -180,6 +218,15 @@ static long long xlen(struct redis *r, const char *stream)
 {
 	redisReply *rep = redis_command(r, "XLEN %s", stream);
 	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static long long exists(struct redis *r, const char *key)
+{
+	redisReply *rep = redis_command(r, "EXISTS %s", key);
+	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -999;
 	if (rep)
 		freeReplyObject(rep);
 	return n;
@@ -234,6 +281,71 @@ static bool count_is(void *a)
 	return calls_count(p->prefix) >= p->want;
 }
 
+/* Acknowledged: the group read up to id (the newest entry) and nothing is
+ * pending, by XINFO GROUPS and XPENDING both. */
+struct done_arg {
+	struct redis *r;
+	const char *stream;
+	const char *id;
+};
+static bool done_is(void *a)
+{
+	struct done_arg *p = a;
+	return it_group_done(p->r, p->stream, "g", p->id) && pending(p->r, p->stream) == 0;
+}
+
+/* How many times the group delivered id (XPENDING's delivery counter; each
+ * reclaim adds one); -1 when id is not pending. */
+static long long deliveries(struct redis *r, const char *stream, const char *id)
+{
+	redisReply *rep = redis_command(r, "XPENDING %s g %s %s 1", stream, id, id);
+	long long n = -1;
+	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 4 &&
+	    rep->element[0]->element[3]->type == REDIS_REPLY_INTEGER)
+		n = rep->element[0]->element[3]->integer;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+struct deliv_arg {
+	struct redis *r;
+	const char *stream;
+	const char *id;
+	long long want;
+};
+static bool deliveries_at_least(void *a)
+{
+	struct deliv_arg *p = a;
+	return deliveries(p->r, p->stream, p->id) >= p->want;
+}
+
+/* A backoff marker: field of key holds "next_attempt_at:<deadline ns>#<attempt>"
+ * for this attempt; deadline_ns is filled in. */
+struct marker_arg {
+	struct redis *r;
+	const char *key, *field;
+	int attempt;
+	long long deadline_ns;
+};
+static bool backoff_marker_is(void *a)
+{
+	struct marker_arg *p = a;
+	char *v = hget(p->r, p->key, p->field);
+	bool ok = false;
+	if (v && strncmp(v, "next_attempt_at:", 16) == 0) {
+		char *end = NULL, *end2 = NULL;
+		long long d = strtoll(v + 16, &end, 10);
+		if (end && *end == '#' && strtol(end + 1, &end2, 10) == p->attempt &&
+		    *end2 == '\0') {
+			p->deadline_ns = d;
+			ok = true;
+		}
+	}
+	free(v);
+	return ok;
+}
+
 #define EV "{\"event_id\":\"e1\",\"event_name\":\"INSERT\",\"kind\":\"%s\"}"
 
 TEST(ack_only_after_all_matches_succeed)
@@ -244,10 +356,10 @@ TEST(ack_only_after_all_matches_succeed)
 	struct redis *r = it_conn(&R);
 	char *ev = xasprintf(EV, "good");
 	char *id = xadd(r, "s1", ev);
-	struct pend_arg pa = {r, "s1", 0};
+	struct done_arg da = {r, "s1", id};
 	struct count_arg ca = {"a-first/ok.one#1@", 1};
 	REQUIRE(wait_until(10000, count_is, &ca));
-	CHECK(wait_until(10000, pend_is, &pa));
+	CHECK(wait_until(10000, done_is, &da));
 	/* both functions ran, in name order, once each */
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 1);
 	CHECK_INT(calls_count("b-second/ok.two#1@"), 1);
@@ -262,7 +374,10 @@ TEST(ack_only_after_all_matches_succeed)
 	/* an event that matches nothing is acknowledged too */
 	free(id);
 	id = xadd(r, "s1", "{\"kind\":\"nothing\"}");
-	CHECK(wait_until(10000, pend_is, &pa));
+	REQUIRE(id);
+	da.id = id;
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(calls.n, 2);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -276,7 +391,8 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 {
 	calls_reset();
 	struct registry *reg = load_registry();
-	struct consumer *c = start(reg, "s2", 16, 4);
+	/* 1 s after attempt 1, 300 ms after attempt 2 */
+	struct consumer *c = start_backoff(reg, "s2", 16, 4, NS_PER_SEC);
 	struct redis *r = it_conn(&R);
 	char *ev = xasprintf(EV, "bad");
 	char *id = xadd(r, "s2", ev);
@@ -284,21 +400,31 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	/* c-fail: ok.before, fail.mid (retries 2), ok.after */
 	struct count_arg ca = {"c-fail/fail.mid#1@", 1};
 	REQUIRE(wait_until(10000, count_is, &ca));
-	usleep(100000);
+	/* Attempt 1 failed: a next_attempt_at marker one backoff after its end,
+	 * the message still pending, the later rule not run. */
+	struct marker_arg m1 = {r, key, "c-fail/fail.mid", 1, 0};
+	REQUIRE(wait_until(5000, backoff_marker_is, &m1));
+	int64_t seen = now_wall_ns();
 	CHECK_INT(pending(r, "s2"), 1);
 	CHECK_INT(calls_count("c-fail/ok.after"), 0);
-	char *mk = hget(r, key, "c-fail/fail.mid");
-	CHECK(mk && strncmp(mk, "next_attempt_at:", 16) == 0 && strstr(mk, "#1"));
-	free(mk);
-	mk = hget(r, key, "c-fail/ok.before");
+	int64_t s1, e1, s2, e2, s3, e3;
+	REQUIRE(call_times("c-fail/fail.mid#1@", &s1, &e1));
+	CHECK(e1 > 0 && m1.deadline_ns >= e1 + NS_PER_SEC);
+	CHECK(m1.deadline_ns <= seen + NS_PER_SEC);
+	char *mk = hget(r, key, "c-fail/ok.before");
 	CHECK_STR(mk, "ok");
 	free(mk);
 	/* exactly 3 attempts, then the DLQ with every field, then ACK */
 	struct len_arg la = {r, "relay:s2:dlq", 1};
 	REQUIRE(wait_until(15000, len_is, &la));
-	struct pend_arg pa = {r, "s2", 0};
-	CHECK(wait_until(10000, pend_is, &pa));
+	struct done_arg da = {r, "s2", id};
+	CHECK(wait_until(10000, done_is, &da));
 	CHECK_INT(calls_count("c-fail/fail.mid#"), 3);
+	/* no retry before its backoff had passed */
+	REQUIRE(call_times("c-fail/fail.mid#2@", &s2, &e2));
+	REQUIRE(call_times("c-fail/fail.mid#3@", &s3, &e3));
+	CHECK(s2 >= m1.deadline_ns);
+	CHECK(s3 >= e2 + 300 * NS_PER_MS);
 	CHECK_INT(calls_count("c-fail/fail.mid#3@"), 1);
 	CHECK_INT(calls_count("c-fail/ok.before#"), 1); /* never re-run */
 	CHECK_INT(calls_count("c-fail/ok.after"), 0);
@@ -343,8 +469,8 @@ TEST(retries_zero_goes_to_dlq_on_first_failure)
 	char *id = xadd(r, "s3", ev);
 	struct len_arg la = {r, "relay:s3:dlq", 1};
 	REQUIRE(wait_until(10000, len_is, &la));
-	struct pend_arg pa = {r, "s3", 0};
-	CHECK(wait_until(10000, pend_is, &pa));
+	struct done_arg da = {r, "s3", id};
+	CHECK(wait_until(10000, done_is, &da));
 	CHECK_INT(calls_count("d-once/fail.zero#"), 1);
 	consumer_stop(c);
 	consumer_free(c);
@@ -379,7 +505,11 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	struct consumer *c = start(reg, "s4", 16, 4);
 	struct count_arg ca = {"b-second/ok.two#1@", 1};
 	REQUIRE(wait_until(10000, count_is, &ca));
-	usleep(800000); /* several reclaim rounds */
+	/* Read once, then reclaimed at least three times: every copy was
+	 * looked at and left alone. */
+	struct deliv_arg d2 = {r, "s4", id2, 4}, d3 = {r, "s4", id3, 4};
+	REQUIRE(wait_until(10000, deliveries_at_least, &d2));
+	REQUIRE(wait_until(10000, deliveries_at_least, &d3));
 	CHECK_INT(calls_count("a-first/"), 0);
 	CHECK_INT(calls_count("b-second/"), 1);
 	CHECK_INT(pending(r, "s4"), 2);
@@ -413,11 +543,14 @@ TEST(malformed_events_go_to_dlq_without_running_anything)
 	rep = redis_command(r, "XADD s5 * event %s", "{not json");
 	freeReplyObject(rep);
 	rep = redis_command(r, "XADD s5 * event %s", "[1,2]");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
+	char *last = xstrdup(rep->str);
 	freeReplyObject(rep);
 	struct len_arg la = {r, "relay:s5:dlq", 4};
 	REQUIRE(wait_until(10000, len_is, &la));
-	struct pend_arg pa = {r, "s5", 0};
-	CHECK(wait_until(10000, pend_is, &pa));
+	struct done_arg da = {r, "s5", last};
+	CHECK(wait_until(10000, done_is, &da));
+	free(last);
 	CHECK_INT(calls.n, 0);
 	rep = redis_command(r, "XRANGE relay:s5:dlq - +");
 	REQUIRE(rep && rep->elements == 4);
@@ -455,14 +588,17 @@ TEST(dlq_write_failure_keeps_message_pending_until_fixed)
 	char *id = xadd(r, "s6", ev);
 	struct count_arg ca = {"d-once/fail.zero#1@", 1};
 	REQUIRE(wait_until(10000, count_is, &ca));
-	usleep(800000);
+	/* The DLQ write failed on the first delivery and on two reclaims. */
+	struct deliv_arg dv = {r, "s6", id, 3};
+	REQUIRE(wait_until(10000, deliveries_at_least, &dv));
 	CHECK_INT(pending(r, "s6"), 1);
+	CHECK_INT(exists(r, "relay:s6:dlq"), 1); /* still the string */
 	rep = redis_command(r, "DEL relay:s6:dlq");
 	freeReplyObject(rep);
 	struct len_arg la = {r, "relay:s6:dlq", 1};
 	CHECK(wait_until(10000, len_is, &la));
-	struct pend_arg pa = {r, "s6", 0};
-	CHECK(wait_until(10000, pend_is, &pa));
+	struct done_arg da = {r, "s6", id};
+	CHECK(wait_until(10000, done_is, &da));
 	CHECK_INT(calls_count("d-once/fail.zero#"), 1); /* the handler is not re-run */
 	consumer_stop(c);
 	consumer_free(c);
@@ -489,17 +625,20 @@ static void *watch_buffer(void *a)
 	return NULL;
 }
 
-TEST(backpressure_bounds_buffer_and_concurrency)
+/* Per-function limits 1 + 2 under a global 4: the per-function ones bind. */
+TEST(backpressure_bounds_buffer_and_per_function_concurrency)
 {
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
 	char err[128];
 	consumer_ensure_group(r, "s7", "g", err, sizeof err);
+	char *last = NULL;
 	for (int i = 0; i < 200; i++) {
-		char *id = xadd(r, "s7", i % 2 ? "{\"kind\":\"slow\"}" : "{\"kind\":\"slowb\"}");
-		free(id);
+		free(last);
+		last = xadd(r, "s7", i % 2 ? "{\"kind\":\"slow\"}" : "{\"kind\":\"slowb\"}");
 	}
+	REQUIRE(last);
 	struct consumer *c = start(reg, "s7", 6, 4);
 	struct max_arg ma = {c, 0, 0};
 	pthread_t t;
@@ -509,7 +648,7 @@ TEST(backpressure_bounds_buffer_and_concurrency)
 		long long p = pending(r, "s7");
 		if (p > max_pel)
 			max_pel = p;
-		if (calls.n >= 200)
+		if (calls_count("") >= 200)
 			break;
 		usleep(20000);
 	}
@@ -517,22 +656,56 @@ TEST(backpressure_bounds_buffer_and_concurrency)
 	CHECK(wait_until(20000, count_is, &ca));
 	ma.stop = 1;
 	pthread_join(t, NULL);
-	struct pend_arg pa = {r, "s7", 0};
-	CHECK(wait_until(10000, pend_is, &pa));
+	struct done_arg da = {r, "s7", last};
+	CHECK(wait_until(10000, done_is, &da));
 	CHECK(ma.max <= 6);
 	CHECK(max_pel <= 6);
 	CHECK(max_pel >= 4);
-	CHECK(atomic_load(&calls.max_running) <= 4);
-	CHECK(atomic_load(&calls.max_running) >= 3);
-	/* e-slow has concurrency 1, f-slowb concurrency 2 */
+	/* e-slow has concurrency 1, f-slowb concurrency 2: never more than 3
+	 * at once although the global limit is 4 */
 	CHECK_INT(atomic_load(&calls.fn_max['e' - 'a']), 1);
 	CHECK(atomic_load(&calls.fn_max['f' - 'a']) <= 2);
+	CHECK(atomic_load(&calls.max_running) <= 3);
+	CHECK(atomic_load(&calls.max_running) >= 2);
 	CHECK_INT(calls_count("e-slow/"), 100);
 	CHECK_INT(calls_count("f-slowb/"), 100);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
 	redis_free(r);
+	free(last);
+}
+
+/* Per-function limits 8 and 8 above a global 3, a buffer of 8: only the
+ * global limit can hold the peak at 3, and the peak reaches it. */
+TEST(global_concurrency_bound_binds_above_per_function_limits)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "s11", "g", err, sizeof err) == 0);
+	char *last = NULL;
+	for (int i = 0; i < 60; i++) {
+		free(last);
+		last = xadd(r, "s11", i % 2 ? "{\"kind\":\"wide\"}" : "{\"kind\":\"wideb\"}");
+	}
+	REQUIRE(last);
+	struct consumer *c = start(reg, "s11", 8, 3);
+	struct count_arg ca = {"", 60};
+	CHECK(wait_until(20000, count_is, &ca));
+	struct done_arg da = {r, "s11", last};
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(atomic_load(&calls.max_running), 3);
+	CHECK(atomic_load(&calls.fn_max['g' - 'a']) <= 3);
+	CHECK(atomic_load(&calls.fn_max['h' - 'a']) <= 3);
+	CHECK_INT(calls_count("g-wide/slow.w#1@"), 30);
+	CHECK_INT(calls_count("h-wideb/slow.w#1@"), 30);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(last);
 }
 
 struct gauge_arg {
@@ -679,6 +852,10 @@ int main(int argc, char **argv)
 			   "pattern: {kind: [slow]}\n");
 	write_fn("f-slowb", "runtime: python3.14\nconcurrency: 2\nevents:\n  - handler: slow.b\n   "
 			    " pattern: {kind: [slowb]}\n");
+	write_fn("g-wide", "runtime: python3.14\nconcurrency: 8\nevents:\n  - handler: slow.w\n    "
+			   "pattern: {kind: [wide]}\n");
+	write_fn("h-wideb", "runtime: node24\nconcurrency: 8\nevents:\n  - handler: slow.w\n    "
+			    "pattern: {kind: [wideb]}\n");
 	static const struct t_case cases[] = {
 		T_CASE(ack_only_after_all_matches_succeed),
 		T_CASE(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq),
@@ -686,7 +863,8 @@ int main(int argc, char **argv)
 		T_CASE(redelivery_skips_ok_and_respects_markers),
 		T_CASE(malformed_events_go_to_dlq_without_running_anything),
 		T_CASE(dlq_write_failure_keeps_message_pending_until_fixed),
-		T_CASE(backpressure_bounds_buffer_and_concurrency),
+		T_CASE(backpressure_bounds_buffer_and_per_function_concurrency),
+		T_CASE(global_concurrency_bound_binds_above_per_function_limits),
 		T_CASE(backlog_gauges_sampled_from_xpending),
 		T_CASE(try_start_refuses_an_acknowledged_message),
 		T_CASE(dead_letter_only_while_pending),

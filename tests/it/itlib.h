@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -107,6 +108,58 @@ static struct redis *it_conn(struct itredis *it)
 		return NULL;
 	}
 	return r;
+}
+
+/* A consumer group as XINFO GROUPS reports it. lag is -1 when Redis
+ * cannot tell it (nil after deletions) or the group is missing. */
+struct it_group {
+	bool found;
+	long long lag, pending;
+	char last_id[64];
+};
+
+static inline struct it_group it_group_info(struct redis *r, const char *stream,
+					    const char *group)
+{
+	struct it_group g = {false, -1, -1, ""};
+	redisReply *rep = redis_command(r, "XINFO GROUPS %s", stream);
+	for (size_t k = 0; rep && rep->type == REDIS_REPLY_ARRAY && k < rep->elements; k++) {
+		const redisReply *e = rep->element[k];
+		struct it_group cur = {false, -1, -1, ""};
+		for (size_t j = 0; e->type == REDIS_REPLY_ARRAY && j + 1 < e->elements; j += 2) {
+			const redisReply *name = e->element[j], *v = e->element[j + 1];
+			if (name->type != REDIS_REPLY_STRING)
+				continue;
+			if (strcmp(name->str, "name") == 0 && v->type == REDIS_REPLY_STRING)
+				cur.found = strcmp(v->str, group) == 0;
+			else if (strcmp(name->str, "lag") == 0 && v->type == REDIS_REPLY_INTEGER)
+				cur.lag = v->integer;
+			else if (strcmp(name->str, "pending") == 0 && v->type == REDIS_REPLY_INTEGER)
+				cur.pending = v->integer;
+			else if (strcmp(name->str, "last-delivered-id") == 0 &&
+				 v->type == REDIS_REPLY_STRING)
+				snprintf_(cur.last_id, sizeof cur.last_id, "%s", v->str);
+		}
+		if (cur.found) {
+			g = cur;
+			break;
+		}
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return g;
+}
+
+/* True when the group has read the stream up to last_id (the newest entry
+ * a test added) and acknowledged everything: last-delivered-id = last_id,
+ * lag 0 and nothing pending. Pending 0 alone also holds for a message
+ * nobody has read yet. */
+static inline bool it_group_done(struct redis *r, const char *stream, const char *group,
+				 const char *last_id)
+{
+	struct it_group g = it_group_info(r, stream, group);
+	return g.found && last_id && strcmp(g.last_id, last_id) == 0 && g.lag == 0 &&
+	       g.pending == 0;
 }
 
 #endif
