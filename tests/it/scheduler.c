@@ -5,8 +5,9 @@
  * three. The executor is scripted by handler name as in consumer.c: ok.*
  * succeed, fail.* fail.
  *
- * Cases: the publish-if-new script (fields, dedup, TTL, atomicity on a
- * wrong-type stream); the catch-up policy (a start in the past publishes
+ * Cases: the publish-if-new script (fields, dedup, TTL; a wrong-type
+ * stream refused before the dedup key is set; the dedup key rolled back
+ * when the XADD fails after it); the catch-up policy (a start in the past publishes
  * only what is within the 2 s grace; a fresh start only what is strictly
  * after it); two schedulers on one stream publish each occurrence once;
  * live changes through new registry snapshots; the consumer routing an
@@ -106,6 +107,25 @@ static int log_count(const char *needle)
 			n++;
 	fclose(f);
 	return n;
+}
+
+/* A connection to an empty database: each case sets up every key it
+ * reads. Occurrences of the same function and second share one dedup key
+ * whatever the stream, so a case must not see an earlier case's keys. */
+static struct redis *clean_conn(void)
+{
+	struct redis *r = it_conn(&R);
+	if (!r)
+		return NULL;
+	redisReply *rep = redis_command(r, "FLUSHDB");
+	bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+	if (rep)
+		freeReplyObject(rep);
+	if (!ok) {
+		redis_free(r);
+		return NULL;
+	}
+	return r;
 }
 
 /* ---- the stream as published ------------------------------------------- */
@@ -212,7 +232,7 @@ static int check_series(const struct occ *o, int n, const char *function, const 
 
 TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 {
-	struct redis *r = it_conn(&R);
+	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char id[64] = "", err[256] = "";
 	const int64_t at = 1774746000; /* 2026-03-29T01:00:00Z */
@@ -236,38 +256,85 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 	long long ttl =
 		integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
 	CHECK(ttl > 604700 && ttl <= 604800);
-
-	/* Never a dedup key without its entry: a key of the wrong type fails
-	 * the publish and leaves nothing behind. */
-	redisReply *rep = redis_command(r, "SET notastream x");
-	freeReplyObject(rep);
-	CHECK_INT(schedule_publish(r, "notastream", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err),
-		  SCHEDULE_PUBLISH_FAILED);
-	CHECK(strstr(err, "WRONGTYPE") != NULL);
 	redis_free(r);
 }
 
-/* Counts relay:schedule:* keys. */
-static long long dedup_keys(struct redis *r)
+/* Never a dedup key without its entry: a stream key of the wrong type
+ * fails the publish and leaves no dedup key. */
+TEST(a_wrong_type_stream_fails_the_publish_and_leaves_no_dedup_key)
 {
-	redisReply *rep = redis_command(r, "KEYS relay:schedule:*");
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-TEST(a_failed_publish_leaves_no_dedup_key)
-{
-	struct redis *r = it_conn(&R);
+	struct redis *r = clean_conn();
 	REQUIRE(r);
-	long long before = dedup_keys(r);
+	redisReply *rep = redis_command(r, "SET notastream x");
+	freeReplyObject(rep);
 	char err[256] = "";
 	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, err,
 				   sizeof err),
 		  SCHEDULE_PUBLISH_FAILED);
-	CHECK_INT(dedup_keys(r), before);
+	CHECK(strstr(err, "WRONGTYPE") != NULL);
+	CHECK_INT(integer(r, "EXISTS %s", "relay:schedule:schedule:fn-b:jobs.h:2026-03-29T01:00:00Z"),
+		  0);
 	redis_free(r);
+}
+
+/* The rollback: the dedup key is set, then the XADD fails (a stream whose
+ * last id is the largest possible one cannot take a new entry), and the
+ * script deletes the key again, so a later publish of the same occurrence
+ * still goes through. */
+TEST(a_failed_xadd_rolls_the_dedup_key_back)
+{
+	struct redis *r = clean_conn();
+	REQUIRE(r);
+	const char *key = "relay:schedule:schedule:fn-c:jobs.h:2026-03-29T01:00:00Z";
+	redisReply *rep = redis_command(r, "DEL fullstream %s", key);
+	freeReplyObject(rep);
+	rep = redis_command(r, "XADD fullstream 18446744073709551615-18446744073709551615 k v");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
+	freeReplyObject(rep);
+	char err[256] = "";
+	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, err,
+				   sizeof err),
+		  SCHEDULE_PUBLISH_FAILED);
+	CHECK(strstr(err, "exhausted the last possible ID") != NULL);
+	CHECK_INT(integer(r, "EXISTS %s", key), 0);
+	CHECK_INT(xlen(r, "fullstream"), 1);
+	/* Once the stream can take entries again the occurrence is published,
+	 * not reported as a duplicate. */
+	rep = redis_command(r, "DEL fullstream");
+	freeReplyObject(rep);
+	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, err,
+				   sizeof err),
+		  SCHEDULE_PUBLISHED);
+	CHECK_INT(integer(r, "EXISTS %s", key), 1);
+	CHECK_INT(xlen(r, "fullstream"), 1);
+	redis_free(r);
+}
+
+/* Polls until stream has at least want entries (at most ms). */
+static bool wait_xlen(struct redis *r, const char *stream, long long want, int ms)
+{
+	for (int i = 0; i < ms / 20; i++) {
+		if (xlen(r, stream) >= want)
+			return true;
+		usleep(20000);
+	}
+	return xlen(r, stream) >= want;
+}
+
+/* The wall-clock instant (ns) of an auto-generated entry id "<ms>-<seq>",
+ * rounded up to the end of its millisecond; -1 when unparsable. */
+static int64_t id_time_ns_ceil(const char *id)
+{
+	char *end = NULL;
+	long long ms = strtoll(id, &end, 10);
+	if (!end || *end != '-')
+		return -1;
+	return ((int64_t)ms + 1) * NS_PER_MS;
+}
+
+static int64_t ceil_s(int64_t ns)
+{
+	return ns >= 0 ? (ns + NS_PER_SEC - 1) / NS_PER_SEC : -((-ns) / NS_PER_SEC);
 }
 
 TEST(catch_up_publishes_only_occurrences_within_the_grace)
@@ -276,26 +343,27 @@ TEST(catch_up_publishes_only_occurrences_within_the_grace)
 	log_set_level(LOG_DEBUG);
 	struct registry *reg = registry_new();
 	publish_dir(reg, "tick");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
 	/* Started "10 s ago": as if the worker had stalled since then. */
 	int64_t t0 = now_wall_ns();
 	struct scheduler *s = sched(reg, "catchup", t0 - 10 * NS_PER_SEC);
-	usleep(1500 * 1000);
+	CHECK(wait_xlen(r, "catchup", 3, 10000));
 	scheduler_stop(s);
 	int64_t t1 = now_wall_ns();
 	log_set_level(LOG_INFO);
-	struct redis *r = it_conn(&R);
-	REQUIRE(r);
 	struct occ o[64];
 	int n = read_stream(r, "catchup", o, 64);
+	REQUIRE(n >= 3);
 	int64_t first, last;
 	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
-	/* The first evaluation ran just after t0: only occurrences at most 2 s
-	 * late then were published, none of the 8 older ones. */
-	int64_t min_s = (t0 - SCHEDULER_GRACE_NS + NS_PER_SEC - 1) / NS_PER_SEC;
-	CHECK(first >= min_s);
-	CHECK(first <= min_s + 1);
+	/* The first evaluation ran at some instant e between t0 and the first
+	 * entry's XADD, and published exactly the occurrences at most 2 s late
+	 * at e: the first one is ceil(e - 2 s), none of the 8 older ones. */
+	int64_t pub_ns = id_time_ns_ceil(o[0].id);
+	CHECK(first >= ceil_s(t0 - SCHEDULER_GRACE_NS));
+	CHECK(first <= ceil_s(pub_ns - SCHEDULER_GRACE_NS));
 	CHECK(last <= t1 / NS_PER_SEC);
-	CHECK(n >= 3);
 	CHECK_INT(metrics_counter_value(METRIC_SCHEDULE_PUBLISHED), n);
 	CHECK(log_count("schedule occurrence skipped") >= 1);
 	redis_free(r);
@@ -306,20 +374,22 @@ TEST(a_fresh_start_publishes_only_occurrences_after_it)
 {
 	struct registry *reg = registry_new();
 	publish_dir(reg, "tick");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
 	int64_t t0 = now_wall_ns();
 	struct scheduler *s = sched(reg, "fresh", 0);
-	usleep(2200 * 1000);
+	int64_t t0b = now_wall_ns();
+	CHECK(wait_xlen(r, "fresh", 2, 10000));
 	scheduler_stop(s);
-	struct redis *r = it_conn(&R);
-	REQUIRE(r);
 	struct occ o[64];
 	int n = read_stream(r, "fresh", o, 64);
 	int64_t first, last;
 	CHECK_INT(check_series(o, n, "tick", "jobs.tick", 1, &first, &last), n);
 	CHECK(n >= 2);
-	CHECK(first * NS_PER_SEC >
-	      t0 - NS_PER_SEC / 10); /* strictly after the start (its second) */
-	CHECK(first <= t0 / NS_PER_SEC + 1);
+	/* The start instant is between t0 and t0b; the first occurrence is the
+	 * first whole second after it. */
+	CHECK(first >= t0 / NS_PER_SEC + 1);
+	CHECK(first <= t0b / NS_PER_SEC + 1);
 	redis_free(r);
 	registry_free(reg);
 }
@@ -329,12 +399,12 @@ TEST(two_workers_publish_each_occurrence_once)
 	metrics_reset_for_tests();
 	struct registry *reg = registry_new();
 	publish_dir(reg, "tick");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
 	struct scheduler *a = sched(reg, "pair", 0), *b = sched(reg, "pair", 0);
-	usleep(3200 * 1000);
+	CHECK(wait_xlen(r, "pair", 3, 10000));
 	scheduler_stop(a);
 	scheduler_stop(b);
-	struct redis *r = it_conn(&R);
-	REQUIRE(r);
 	struct occ o[64];
 	int n = read_stream(r, "pair", o, 64);
 	int64_t first, last;
@@ -349,21 +419,49 @@ TEST(two_workers_publish_each_occurrence_once)
 	registry_free(reg);
 }
 
+/* Waits (at most ms) until stream holds want entries of (function, handler). */
+struct series_arg {
+	struct redis *r;
+	const char *stream, *function, *handler;
+	int want;
+};
+static bool wait_series(const struct series_arg *a, int ms)
+{
+	struct occ o[64];
+	for (int i = 0; i <= ms / 50; i++) {
+		int n = read_stream(a->r, a->stream, o, 64), k = 0;
+		for (int j = 0; j < n; j++)
+			if (strcmp(o[j].function, a->function) == 0 &&
+			    strcmp(o[j].handler, a->handler) == 0)
+				k++;
+		if (k >= a->want)
+			return true;
+		usleep(50000);
+	}
+	return false;
+}
+
 TEST(live_changes_replace_the_jobs_in_place)
 {
+	struct redis *r = clean_conn();
+	REQUIRE(r);
 	struct registry *reg = registry_new();
 	publish_dir(reg, "live1");
 	struct scheduler *s = sched(reg, "live", 0);
-	usleep(1500 * 1000);
+	struct series_arg sa = {r, "live", "lv", "jobs.a", 1};
+	CHECK(wait_series(&sa, 10000));
 	int64_t swap = now_wall_ns() / NS_PER_SEC;
 	publish_dir(reg, "live2"); /* jobs.a -> jobs.b, new function lw */
-	usleep(2500 * 1000);
+	struct series_arg sb = {r, "live", "lv", "jobs.b", 2}, sc = {r, "live", "lw", "jobs.c", 1};
+	CHECK(wait_series(&sb, 10000));
+	CHECK(wait_series(&sc, 10000));
 	int64_t removed = now_wall_ns() / NS_PER_SEC;
 	publish_dir(reg, "live3"); /* no schedules any more */
-	usleep(1500 * 1000);
+	/* Two more whole seconds: occurrences removed + 2 and + 3 would have
+	 * been due had the jobs survived the change. */
+	while (now_wall_ns() < (removed + 3) * NS_PER_SEC + 300 * NS_PER_MS)
+		usleep(50000);
 	scheduler_stop(s);
-	struct redis *r = it_conn(&R);
-	REQUIRE(r);
 	struct occ o[64];
 	int n = read_stream(r, "live", o, 64);
 	int64_t fa, la, fb, lb, fc, lc;
@@ -492,7 +590,7 @@ TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
 	calls_reset();
 	struct registry *reg = registry_new();
 	publish_dir(reg, "route");
-	struct redis *r = it_conn(&R);
+	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char err[256];
 	const int64_t at = 1774746000;
@@ -562,7 +660,7 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	calls_reset();
 	struct registry *reg = registry_new();
 	publish_dir(reg, "removed"); /* rb exists, without its schedule */
-	struct redis *r = it_conn(&R);
+	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char err[256];
 	consumer_ensure_group(r, "obs", "g", err, sizeof err);
@@ -622,7 +720,8 @@ int main(int argc, char **argv)
 #undef FIXTURE
 	static const struct t_case cases[] = {
 		T_CASE(publish_script_deduplicates_and_writes_the_documented_fields),
-		T_CASE(a_failed_publish_leaves_no_dedup_key),
+		T_CASE(a_wrong_type_stream_fails_the_publish_and_leaves_no_dedup_key),
+		T_CASE(a_failed_xadd_rolls_the_dedup_key_back),
 		T_CASE(catch_up_publishes_only_occurrences_within_the_grace),
 		T_CASE(a_fresh_start_publishes_only_occurrences_after_it),
 		T_CASE(two_workers_publish_each_occurrence_once),
