@@ -14,7 +14,22 @@ rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 pending_count() { rcli XPENDING "$REDIS_STREAM" "$REDIS_GROUP" | head -n1; }
 # For wait_for, which re-runs a command: these re-read Redis on each try.
 nothing_pending() { [ "$(pending_count)" -eq 0 ]; }
+pending_is() { [ "$(pending_count)" = "$1" ]; }
 xlen_at_most() { [ "$(rcli XLEN "$REDIS_STREAM")" -le "$1" ]; }
+# One field of the group's XINFO GROUPS entry (lag, last-delivered-id, ...).
+group_info() { rcli XINFO GROUPS "$REDIS_STREAM" | sed -n "/^$1\$/{n;p}"; }
+group_exists() { rcli XINFO GROUPS "$REDIS_STREAM" 2>/dev/null | grep -qx "$REDIS_GROUP"; }
+# Everything read and acknowledged: nothing pending, lag 0, and the group's
+# last delivered id is LAST_ID (so the worker really read up to it).
+all_acked_up_to() {
+	[ "$(pending_count)" = 0 ] && [ "$(group_info lag)" = 0 ] &&
+		[ "$(group_info last-delivered-id)" = "$1" ]
+}
+# count PATTERN FILE: lines matching the extended regex PATTERN.
+count() { grep -cE -- "$1" "$2"; }
+count_at_least() { [ "$(count "$2" "$3")" -ge "$1" ]; }
+no_containers_of() { [ -z "$(docker ps -aq --filter "label=relay.function=$1")" ]; }
+inv_key() { echo "relay:invocation:$REDIS_STREAM:$REDIS_GROUP:$1"; }
 
 cleanup_images() {
 	local name
@@ -87,8 +102,7 @@ events:
 	rcli XADD events '*' event '{"kind":"long","event_id":"evt-k9"}' >/dev/null
 	wait_for 30 grep -q 'start evt-k9' "$TMP/a.log" || fail "worker-a never started the handler"
 	kill9_relay_pid "$pid_a"
-	sleep 0.5
-	[ "$(pending_count)" -eq 1 ] || fail "the message is not pending after the crash"
+	wait_for 10 pending_is 1 || fail "the message is not pending after the crash: $(pending_count)"
 	rcli XPENDING events relay - + 10 | grep -q worker-a || fail "worker-a does not own the pending entry"
 	start_relay_as "$TMP/b.log" worker-b
 	# reclaim runs every minute for entries idle over a minute
@@ -138,8 +152,9 @@ events:
 	echo "events handled more than once across the restart: $dup"
 	[ "$missing" -eq 0 ] || fail "$missing event(s) lost across the Redis restart"
 	[ "$(pending_count)" -eq 0 ] || fail "messages left pending"
-	grep -q 'redis connection restored' "$TMP/relay.log" || grep -q 'reconnect' "$TMP/relay.log" ||
-		fail "no reconnect was logged"
+	# The one line Relay logs when a lost connection is back (redis.c).
+	grep -qE "level=INFO msg=\"redis connection restored after [1-9][0-9]* failed attempt\\(s\\)\" addr=redis://127\\.0\\.0\\.1:$port\$" \
+		"$TMP/relay.log" || fail "no 'redis connection restored' line was logged"
 	stop_relay_pid "$RELAY_PID"
 	cleanup_images dl-echo
 }
@@ -218,4 +233,168 @@ events:
 	grep -q 'message_id=' "$TMP/w2.log" || fail "worker-2 handled nothing"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	cleanup_images dl-pick
+}
+
+# The consumer group vanishes while Relay runs. Relay recreates it, exactly
+# as at startup (XGROUP CREATE <stream> <group> 0 MKSTREAM), logs one WARN and
+# keeps consuming: every entry still in the stream is delivered again.
+GROUP_LOST='level=WARN msg="consumer group missing; recreating it" stream=events group=relay error="NOGROUP '
+
+test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
+	start_redis
+	wait_redis_plain
+	relay_env
+	fn dl-grp echo.py 'def handler(event):
+    print("handled", event["event_id"])
+' 'runtime: python3.14
+events:
+  - handler: echo.handler
+    pattern: {kind: [grp]}
+'
+	start_relay_as "$TMP/relay.log" group-worker
+	local id1 id2
+	id1=$(rcli XADD events '*' event '{"kind":"grp","event_id":"g1"}')
+	wait_for 60 all_acked_up_to "$id1" || fail "g1 not acknowledged: $(tail -n 5 "$TMP/relay.log")"
+	[ "$(count ': handled g1$' "$TMP/relay.log")" -eq 1 ] || fail "g1 not handled exactly once"
+	[ "$(rcli XGROUP DESTROY events relay)" = 1 ] || fail "XGROUP DESTROY destroyed nothing"
+	wait_for 10 grep -qF -- "$GROUP_LOST" "$TMP/relay.log" || fail "no WARN about the missing group"
+	wait_for 10 group_exists || fail "the group was not recreated"
+	# Recreated at 0: g1, acknowledged before but still in the stream, runs again.
+	wait_for 60 count_at_least 2 ': handled g1$' "$TMP/relay.log" || fail "g1 was not delivered again"
+	id2=$(rcli XADD events '*' event '{"kind":"grp","event_id":"g2"}')
+	wait_for 60 all_acked_up_to "$id2" || fail "g2 not acknowledged in the new group: $(tail -n 5 "$TMP/relay.log")"
+	[ "$(count ': handled g1$' "$TMP/relay.log")" -eq 2 ] || fail "g1 handled $(count ': handled g1$' "$TMP/relay.log") times, want 2"
+	[ "$(count ': handled g2$' "$TMP/relay.log")" -eq 1 ] || fail "g2 not handled exactly once"
+	[ "$(grep -cF -- "$GROUP_LOST" "$TMP/relay.log")" -eq 1 ] || fail "the missing group was reported more than once"
+	! grep -q 'cannot recreate the consumer group' "$TMP/relay.log" || fail "recreation failed once"
+	stop_relay_pid "$RELAY_PID"
+	cleanup_images dl-grp
+}
+
+test_consumer_group_lost_with_redis_restarted_without_persistence() {
+	start_redis # --save '' --appendonly no: a restart loses everything
+	wait_redis_plain
+	relay_env
+	fn dl-grp echo.py 'def handler(event):
+    print("handled", event["event_id"])
+' 'runtime: python3.14
+events:
+  - handler: echo.handler
+    pattern: {kind: [grp]}
+'
+	start_relay_as "$TMP/relay.log" lost-worker
+	local id1 id2 port=$REDIS_PORT
+	id1=$(rcli XADD events '*' event '{"kind":"grp","event_id":"r1"}')
+	wait_for 60 all_acked_up_to "$id1" || fail "r1 not acknowledged: $(tail -n 5 "$TMP/relay.log")"
+	kill -TERM "$REDIS_PID"
+	wait "$REDIS_PID" 2>/dev/null
+	redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+		--dir "$TMP/redis-$port" >>"$TMP/redis-$port.log" 2>&1 &
+	REDIS_PID=$!
+	track "$REDIS_PID"
+	wait_redis_plain
+	[ -z "$(rcli XRANGE events "$id1" "$id1")" ] || fail "the restarted Redis kept the stream"
+	# Added at once, possibly before Relay notices the group is gone: a
+	# group recreated at 0 still delivers it.
+	id2=$(rcli XADD events '*' event '{"kind":"grp","event_id":"r2"}')
+	wait_for 60 grep -qF -- "$GROUP_LOST" "$TMP/relay.log" || fail "no WARN about the missing group"
+	wait_for 60 all_acked_up_to "$id2" || fail "r2 not acknowledged in the new group: $(tail -n 5 "$TMP/relay.log")"
+	[ "$(count ': handled r1$' "$TMP/relay.log")" -eq 1 ] || fail "r1 not handled exactly once"
+	[ "$(count ': handled r2$' "$TMP/relay.log")" -eq 1 ] || fail "r2 not handled exactly once"
+	[ "$(grep -cF -- "$GROUP_LOST" "$TMP/relay.log")" -eq 1 ] || fail "the missing group was reported more than once"
+	grep -qE "level=INFO msg=\"redis connection restored after [1-9][0-9]* failed attempt\\(s\\)\" addr=redis://127\\.0\\.0\\.1:$port\$" \
+		"$TMP/relay.log" || fail "no 'redis connection restored' line was logged"
+	stop_relay_pid "$RELAY_PID"
+	cleanup_images dl-grp
+}
+
+# A handler that runs a while: "start <id>" at once, "finished <id>" after
+# $2 seconds.
+long_fn() { # name, seconds
+	fn "$1" long.py "import time
+def handler(event):
+    print(\"start\", event[\"event_id\"], flush=True)
+    time.sleep($2)
+    print(\"finished\", event[\"event_id\"], flush=True)
+" 'runtime: python3.14
+events:
+  - handler: long.handler
+    pattern: {kind: [long]}
+    timeout: 60s
+'
+}
+
+# line_of PATTERN FILE: the number of the first line with the fixed string.
+line_of() { grep -nF -m1 -- "$1" "$2" | cut -d: -f1; }
+
+# SIGTERM lets a running handler finish (README, relay-spec): the message
+# is acknowledged before Relay exits 0, nothing is left pending.
+test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
+	start_redis
+	wait_redis_plain
+	relay_env
+	long_fn dl-term 4
+	start_relay_as "$TMP/relay.log" term-worker
+	local id
+	id=$(rcli XADD events '*' event '{"kind":"long","event_id":"t1"}')
+	wait_for 60 grep -qF ': start t1' "$TMP/relay.log" || fail "the handler never started"
+	rcli HGET "$(inv_key "$id")" dl-term/long.handler | grep -qE '^running:[0-9]+#1$' ||
+		fail "no running marker for attempt 1 while the handler runs"
+	stop_relay_pid "$RELAY_PID" # one SIGTERM; exit 0 expected
+	local stopping finished
+	stopping=$(line_of 'level=INFO msg="Relay stopping: finishing in-flight invocations" signal=SIGTERM' "$TMP/relay.log")
+	finished=$(line_of ': finished t1' "$TMP/relay.log")
+	[ -n "$stopping" ] || fail "no 'Relay stopping' line"
+	[ -n "$finished" ] && [ "$finished" -gt "$stopping" ] || fail "the handler did not finish after the signal"
+	grep -qE "msg=\"handler executed\" function=dl-term handler=long.handler message_id=$id event_id=t1 event_name=\"\" attempt=1 " \
+		"$TMP/relay.log" || fail "no 'handler executed' line for attempt 1"
+	all_acked_up_to "$id" || fail "not acknowledged before exit: pending $(pending_count)"
+	[ "$(rcli EXISTS "$(inv_key "$id")")" = 0 ] || fail "the invocation state was not deleted"
+	no_containers_of dl-term || fail "a dl-term container is left"
+	cleanup_images dl-term
+}
+
+# A second signal stops the running container at once: not an attempt. The
+# message stays pending with its marker put back as it was before the
+# attempt (here: absent), so the redelivery, by the same worker restarted,
+# runs it as attempt 1 again.
+test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
+	start_redis
+	wait_redis_plain
+	relay_env
+	long_fn dl-cancel 20
+	start_relay_as "$TMP/a.log" cancel-worker
+	local pid=$RELAY_PID id key
+	id=$(rcli XADD events '*' event '{"kind":"long","event_id":"c1"}')
+	key=$(inv_key "$id")
+	wait_for 60 grep -qF ': start c1' "$TMP/a.log" || fail "the handler never started"
+	rcli HGET "$key" dl-cancel/long.handler | grep -qE '^running:[0-9]+#1$' ||
+		fail "no running marker for attempt 1 while the handler runs"
+	kill -TERM "$pid"
+	wait_for 10 grep -qF 'msg="Relay stopping: finishing in-flight invocations"' "$TMP/a.log" ||
+		fail "the first SIGTERM was not logged"
+	kill -TERM "$pid"
+	# The second signal exits 1 at once (start.c), without waiting for handlers.
+	reap_relay "$pid" 1 || fail "relay after the second signal"
+	grep -qF 'level=WARN msg="second signal: stopping running containers and exiting now" signal=SIGTERM' "$TMP/a.log" ||
+		fail "no 'second signal' line"
+	grep -qE "level=INFO msg=\"invocation cancelled by shutdown; the message stays pending\" function=dl-cancel handler=long.handler message_id=$id event_id=c1 event_name=\"\" attempt=1 " \
+		"$TMP/a.log" || fail "no 'invocation cancelled' line for attempt 1"
+	! grep -qF ': finished c1' "$TMP/a.log" || fail "the handler finished: it was not stopped"
+	wait_for 10 no_containers_of dl-cancel || fail "the container is still there: $(docker ps -a --filter label=relay.function=dl-cancel)"
+	pending_is 1 || fail "the message is not pending: $(pending_count)"
+	rcli XPENDING events relay - + 10 | grep -qx cancel-worker || fail "cancel-worker does not own the pending entry"
+	[ "$(rcli HEXISTS "$key" dl-cancel/long.handler)" = 0 ] ||
+		fail "the marker was not restored (still $(rcli HGET "$key" dl-cancel/long.handler))"
+	# The same worker restarted: its reclaim (every 1m, idle over 1m)
+	# delivers the message again.
+	start_relay_as "$TMP/b.log" cancel-worker
+	wait_for 170 grep -qF ': finished c1' "$TMP/b.log" || fail "the redelivery did not complete: $(tail -n 5 "$TMP/b.log")"
+	grep -qE "msg=\"handler executed\" function=dl-cancel handler=long.handler message_id=$id event_id=c1 event_name=\"\" attempt=1 " \
+		"$TMP/b.log" || fail "the redelivery was not attempt 1: $(grep -F 'handler executed' "$TMP/b.log")"
+	wait_for 10 all_acked_up_to "$id" || fail "not acknowledged after the redelivery"
+	[ "$(rcli EXISTS "$key")" = 0 ] || fail "the invocation state was not deleted"
+	[ "$(rcli XLEN relay:events:dlq)" = 0 ] || fail "dead-lettered"
+	stop_relay_pid "$RELAY_PID"
+	cleanup_images dl-cancel
 }
