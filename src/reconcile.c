@@ -16,7 +16,12 @@
  * so nothing created in it meanwhile is missed (the look that follows
  * fingerprints the whole tree anyway). A renamed directory keeps its watch
  * descriptor (same inode): adding it again only updates the table. The
- * kernel drops watches of deleted directories (IN_IGNORED).
+ * kernel drops watches of deleted directories (IN_IGNORED). Every full
+ * pass walks every function's tree again (re-adding a watched directory
+ * returns its descriptor), which repairs what lost events left unwatched.
+ * The device and inode of the directory the root watch is on are kept: a
+ * pass that finds another directory at the path (or none was watched)
+ * drops every watch and sets them up again.
  *
  * Image hygiene. Publishing a replacement (or a removal) queues the old
  * image; the queue is looked at every RECONCILE_GC_RETRY_NS, and once the
@@ -55,6 +60,8 @@
 	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | \
 	 IN_ATTRIB | IN_DELETE_SELF)
 #define BUILD_RETRY_MIN_NS (60LL * NS_PER_SEC)
+/* While the functions directory is missing, how often its return is looked for. */
+#define ROOT_RETRY_NS (1LL * NS_PER_SEC)
 #define BUILD_RETRY_MAX_NS (30LL * NS_PER_MIN)
 
 enum note {
@@ -94,6 +101,12 @@ struct reconciler {
 	char *dir;
 	int ifd, stopfd;
 	int root_wd;
+	/* The directory the watches are on (the functions directory when they
+	 * were set up); a pass that finds another one there watches it anew. */
+	bool root_known;
+	dev_t root_dev;
+	ino_t root_ino;
+	bool root_missing; /* the last pass could not find it: looked for every ROOT_RETRY_NS */
 	bool enospc_logged;
 
 	struct track **tracks; /* sorted by name */
@@ -365,7 +378,46 @@ static void watch_tree(struct reconciler *rc, const char *fn, const char *path, 
 
 static void watch_root(struct reconciler *rc)
 {
+	struct stat st;
 	rc->root_wd = add_watch(rc, NULL, rc->dir, ROOT_MASK | IN_ONLYDIR);
+	rc->root_known = stat(rc->dir, &st) == 0;
+	if (rc->root_known) {
+		rc->root_dev = st.st_dev;
+		rc->root_ino = st.st_ino;
+	}
+}
+
+/* Drops every watch (the functions directory they were on was moved away
+ * or removed). The IN_IGNORED events that follow name descriptors no
+ * longer in the table (descriptors are not reused soon: the kernel hands
+ * them out cyclically). */
+static void unwatch_all(struct reconciler *rc)
+{
+	for (size_t i = 0; i < rc->nwatches; i++) {
+		inotify_rm_watch(rc->ifd, rc->watches[i].wd);
+		free(rc->watches[i].fn);
+		free(rc->watches[i].path);
+	}
+	rc->nwatches = 0;
+	rc->root_wd = -1;
+}
+
+/* (Re)watches every known function's tree below the functions directory;
+ * a directory already watched keeps its descriptor (its table entry is
+ * refreshed). Repairs what lost events left unwatched (a nested directory
+ * created during a queue overflow, a renamed one). */
+static void watch_functions(struct reconciler *rc)
+{
+	for (size_t i = 0; i < rc->ntracks; i++) {
+		const char *name = rc->tracks[i]->name;
+		if (!function_name_valid(name, NULL))
+			continue;
+		char *p = xasprintf("%s/%s", rc->dir, name);
+		struct stat st;
+		if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+			watch_tree(rc, name, p, 0);
+		free(p);
+	}
 }
 
 /* ---- publishing and image hygiene ------------------------------------- */
@@ -610,7 +662,15 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 	struct stat st;
 
 	if (stat(fdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		gone(rc, t);
+		/* With the functions directory itself missing (moved away,
+		 * removed, unmounted) nothing is unpublished: the pass that
+		 * finds it back looks at every function again. */
+		struct stat rst;
+		if (stat(rc->dir, &rst) == 0 && S_ISDIR(rst.st_mode))
+			gone(rc, t);
+		else
+			log_debug(LOG_ATTRS("function", t->name),
+				  "the functions directory is missing; function kept");
 		goto out;
 	}
 	if (template_missing(fdir)) {
@@ -740,6 +800,7 @@ struct reconciler *reconciler_new(const struct reconcile_config *cfg)
 	pthread_cond_init(&rc->done_cond, NULL);
 	/* Watching starts before the first scan, so no change is missed. */
 	watch_root(rc);
+	rc->root_missing = !rc->root_known; /* looked for every ROOT_RETRY_NS */
 	return rc;
 }
 
@@ -875,11 +936,11 @@ static void mark_dirty(struct reconciler *rc, const char *name, int64_t now)
 }
 
 static void handle_event(struct reconciler *rc, const struct inotify_event *ev, int64_t now,
-			 bool *rescan)
+			 const char **rescan)
 {
 	if (ev->mask & IN_Q_OVERFLOW) {
 		log_warn(NULL, "inotify queue overflowed; rescanning every function");
-		*rescan = true;
+		*rescan = "overflow";
 		return;
 	}
 	struct watch *w = watch_find(rc, ev->wd);
@@ -893,9 +954,15 @@ static void handle_event(struct reconciler *rc, const struct inotify_event *ev, 
 		return;
 	if (!w->fn) {
 		if (!ev->len) { /* the functions directory itself moved or went */
-			log_warn(LOG_ATTRS("path", rc->dir),
-				 "the functions directory was moved or removed; rescanning");
-			*rescan = true;
+			if (ev->mask & (IN_MOVE_SELF | IN_DELETE_SELF)) {
+				log_warn(
+					LOG_ATTRS("path", rc->dir),
+					"the functions directory was moved or removed; rescanning");
+				/* The watches follow the old directory: its events no
+				 * longer say anything about the functions directory. */
+				unwatch_all(rc);
+				*rescan = "moved";
+			}
 			return;
 		}
 		if (function_dir_staging(ev->name))
@@ -925,7 +992,7 @@ static void handle_event(struct reconciler *rc, const struct inotify_event *ev, 
 }
 
 /* Reads every queued inotify event. */
-static void drain_events(struct reconciler *rc, int64_t now, bool *rescan)
+static void drain_events(struct reconciler *rc, int64_t now, const char **rescan)
 {
 	char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
 	for (;;) {
@@ -940,16 +1007,44 @@ static void drain_events(struct reconciler *rc, int64_t now, bool *rescan)
 	}
 }
 
-/* The periodic backstop: every directory entry and every known function. */
-static void full_pass(struct reconciler *rc, struct docker *d)
+/*
+ * The periodic backstop (also after a queue overflow or when the functions
+ * directory itself moved): every directory entry and every known function.
+ * A functions directory that is missing keeps the current functions; one
+ * found back, or replaced by another directory (a renamed-in copy, a
+ * symlink pointed elsewhere), is watched anew with every function's tree.
+ */
+static void full_pass(struct reconciler *rc, struct docker *d, const char *reason)
 {
-	if (rc->root_wd < 0)
+	struct stat st;
+	int serr = stat(rc->dir, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if (serr) {
+		if (!rc->root_missing)
+			log_warn(
+				LOG_ATTRS("path", rc->dir, "error", strerror(serr)),
+				"the functions directory is missing; keeping the current functions "
+				"until it is back");
+		rc->root_missing = true;
+		return;
+	}
+	log_debug(LOG_ATTRS("reason", reason), "rescanning the functions directory");
+	bool replaced = rc->root_known && (st.st_dev != rc->root_dev || st.st_ino != rc->root_ino);
+	if (rc->root_missing || replaced || rc->root_wd < 0) {
+		if (rc->root_missing)
+			log_info(LOG_ATTRS("path", rc->dir),
+				 "the functions directory is back; watching it again");
+		else if (replaced)
+			log_info(LOG_ATTRS("path", rc->dir),
+				 "the functions directory was replaced; watching the new one");
+		unwatch_all(rc);
 		watch_root(rc);
+		rc->root_missing = false;
+	}
 	char **names = NULL;
 	size_t n = 0;
 	char *err = NULL;
 	if (function_dir_names(rc->dir, &names, &n, &err) < 0) {
-		/* A transient unmount must not unpublish everything. */
+		/* A transient failure must not unpublish everything. */
 		log_warn(LOG_ATTRS("error", err),
 			 "cannot read the functions directory; keeping the current functions");
 		free(err);
@@ -958,16 +1053,11 @@ static void full_pass(struct reconciler *rc, struct docker *d)
 	for (size_t i = 0; i < rc->ntracks; i++)
 		rc->tracks[i]->seen = false;
 	for (size_t i = 0; i < n; i++) {
-		bool created = false;
-		struct track *t = track_get(rc, names[i], &created);
+		struct track *t = track_get(rc, names[i], NULL);
 		t->seen = true;
-		if (created && function_name_valid(t->name, NULL)) {
-			char *p = xasprintf("%s/%s", rc->dir, t->name);
-			watch_tree(rc, t->name, p, 0);
-			free(p);
-		}
 	}
 	function_names_free(names, n);
+	watch_functions(rc);
 	/* look() may drop tracks: iterate over a copy of the names. */
 	size_t nt = rc->ntracks;
 	char **todo = xcalloc(nt + 1, sizeof *todo);
@@ -995,11 +1085,18 @@ static void startup_gc(struct reconciler *rc, struct docker *d)
 	rc->nstartup_gc = 0;
 }
 
+/* Time to the next full pass: sooner while the functions directory is missing. */
+static int64_t next_pass_in(const struct reconciler *rc)
+{
+	return rc->root_missing && ROOT_RETRY_NS < rc->cfg.rescan_ns ? ROOT_RETRY_NS
+								     : rc->cfg.rescan_ns;
+}
+
 static void *reconcile_main(void *arg)
 {
 	struct reconciler *rc = arg;
 	struct docker *d = rc->d;
-	int64_t next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+	int64_t next_rescan = now_mono_ns() + next_pass_in(rc);
 	startup_gc(rc, d);
 	while (!rc->stopping) {
 		int64_t now = now_mono_ns();
@@ -1017,12 +1114,13 @@ static void *reconcile_main(void *arg)
 		if (rc->stopping || (pf[0].revents & POLLIN))
 			break;
 		now = now_mono_ns();
-		bool rescan = false;
+		const char *rescan = NULL;
 		if (np == 2 && (pf[1].revents & POLLIN))
 			drain_events(rc, now, &rescan);
 		if (rescan || now >= next_rescan) {
-			full_pass(rc, d);
-			next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+			full_pass(rc, d, rescan ? rescan : rc->root_missing ? "retry" : "periodic");
+			next_rescan = now_mono_ns() + next_pass_in(rc);
+			rescan = NULL;
 		}
 		/* Debounced functions whose quiet period is over. */
 		for (;;) {
@@ -1040,8 +1138,8 @@ static void *reconcile_main(void *arg)
 				drain_events(rc, now_mono_ns(), &rescan);
 		}
 		if (rescan) {
-			full_pass(rc, d);
-			next_rescan = now_mono_ns() + rc->cfg.rescan_ns;
+			full_pass(rc, d, rescan);
+			next_rescan = now_mono_ns() + next_pass_in(rc);
 		}
 		gc_run(rc, d, now_mono_ns());
 	}

@@ -12,11 +12,26 @@
  * Live (reconciler_start: one thread, named "reconcile", that owns its
  * struct docker): inotify watches the functions directory and every real
  * directory below each function (new nested directories are added as they
- * appear; IN_Q_OVERFLOW triggers a full rescan). An event marks its
- * function dirty; the function is looked at once no event has arrived for
- * RECONCILE_DEBOUNCE_NS (a burst of editor saves is one look), or at the
- * latest RECONCILE_DEBOUNCE_MAX_NS after the first event of a burst. Every
- * RECONCILE_RESCAN_NS a full pass looks at every function as a backstop.
+ * appear). An event marks its function dirty; the function is looked at
+ * once no event has arrived for RECONCILE_DEBOUNCE_NS (a burst of editor
+ * saves is one look), or at the latest RECONCILE_DEBOUNCE_MAX_NS after the
+ * first event of a burst. Every RECONCILE_RESCAN_NS a full pass looks at
+ * every function as a backstop, and watches again whatever is not watched;
+ * an inotify queue overflow (IN_Q_OVERFLOW) starts one at once. Each full
+ * pass logs "rescanning the functions directory" at DEBUG with its reason
+ * (periodic, overflow, moved, retry).
+ *
+ * The functions directory itself:
+ *   moved away or removed     its watches are dropped; every function
+ *                             keeps serving (nothing is unpublished while
+ *                             the directory is missing); its return is
+ *                             looked for every second
+ *   back (recreated, renamed  watched again with every function's tree;
+ *   into place)               a full pass reconciles it: functions it
+ *                             lacks are removed, new or changed ones built
+ *   replaced unseen (a        found by the next periodic pass, which
+ *   symlink pointed at        watches the new directory and reconciles it
+ *   another directory)
  *
  * Looking at a function:
  *   directory gone            unpublished; state row removed; its images
