@@ -10,8 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-__attribute__((noreturn, format(printf, 3, 4))) static void
-fuzz_violation(const char *file, int line, const char *fmt, ...)
+__attribute__((noreturn, format(printf, 3, 4))) static void fuzz_violation(const char *file,
+									   int line,
+									   const char *fmt, ...)
 {
 	va_list ap;
 	fprintf(stderr, "\n==== fuzz invariant violated (%s:%d): ", file, line);
@@ -23,9 +24,9 @@ fuzz_violation(const char *file, int line, const char *fmt, ...)
 }
 
 /* CHECK(cond, "what should hold, with %s values", ...): aborts when !cond. */
-#define CHECK(cond, ...)                                              \
-	do {                                                          \
-		if (!(cond))                                          \
+#define CHECK(cond, ...)                                                 \
+	do {                                                             \
+		if (!(cond))                                             \
 			fuzz_violation(__FILE__, __LINE__, __VA_ARGS__); \
 	} while (0)
 

@@ -121,8 +121,7 @@ static void check_redis_uri(const char *s)
 	if (password_span(s, &off, &len) < 0) {
 		CHECK(strcmp(red, s) == 0, "redaction changed a URI without a password: %s -> %s",
 		      s, red);
-		CHECK(rc != 0 || !u.password, "parse found a password in %s, redaction did not",
-		      s);
+		CHECK(rc != 0 || !u.password, "parse found a password in %s, redaction did not", s);
 		if (rc == 0)
 			redis_uri_free(&u);
 		free(why);
@@ -132,8 +131,8 @@ static void check_redis_uri(const char *s)
 	char *pw = xstrndup(s + off, len);
 	char *s2 = xasprintf("%.*s%s%s", (int)off, s, OTHER_PASSWORD, s + off + len);
 	char *red2 = redis_uri_redact(s2);
-	CHECK(strcmp(red, red2) == 0,
-	      "redaction depends on the password: %s -> %s but %s -> %s", s, red, s2, red2);
+	CHECK(strcmp(red, red2) == 0, "redaction depends on the password: %s -> %s but %s -> %s", s,
+	      red, s2, red2);
 	CHECK(!distinctive(pw, s2) || !strstr(red, pw), "redacted URI %s contains the password %s",
 	      red, pw);
 
@@ -173,7 +172,8 @@ static void check_redis_uri(const char *s)
 		config_messages(s, &m1);
 		config_messages(s2, &m2);
 		CHECK(strcmp(why, bad_pct) == 0 ||
-			      (m1.len == m2.len && (m1.len == 0 || memcmp(m1.data, m2.data, m1.len) == 0)),
+			      (m1.len == m2.len &&
+			       (m1.len == 0 || memcmp(m1.data, m2.data, m1.len) == 0)),
 		      "config_load's messages depend on the password:\n%.*s\nvs\n%.*s", (int)m1.len,
 		      m1.data, (int)m2.len, m2.data);
 		buf_append(&m1, "", 1);
@@ -335,15 +335,15 @@ static void check_log_value(const char *s)
 	if (quoted) {
 		struct buf u;
 		buf_init(&u, 1 << 20);
-		CHECK(go_unquote(b.data, b.len, &u) == 0, "logged value is not a Go string literal: %.*s",
-		      (int)b.len, b.data);
+		CHECK(go_unquote(b.data, b.len, &u) == 0,
+		      "logged value is not a Go string literal: %.*s", (int)b.len, b.data);
 		CHECK(u.len == n && (n == 0 || memcmp(u.data, s, n) == 0),
-		      "logged value %.*s does not unquote to the input (%zu bytes vs %zu)", (int)b.len,
-		      b.data, u.len, n);
+		      "logged value %.*s does not unquote to the input (%zu bytes vs %zu)",
+		      (int)b.len, b.data, u.len, n);
 		buf_free(&u);
 	} else {
-		CHECK(b.len == n && (n == 0 || memcmp(b.data, s, n) == 0), "bare logged value %.*s is not %s",
-		      (int)b.len, b.data, s);
+		CHECK(b.len == n && (n == 0 || memcmp(b.data, s, n) == 0),
+		      "bare logged value %.*s is not %s", (int)b.len, b.data, s);
 	}
 	buf_free(&b);
 }
