@@ -1027,7 +1027,6 @@ static void full_pass(struct reconciler *rc, struct docker *d, const char *reaso
 		rc->root_missing = true;
 		return;
 	}
-	log_debug(LOG_ATTRS("reason", reason), "rescanning the functions directory");
 	bool replaced = rc->root_known && (st.st_dev != rc->root_dev || st.st_ino != rc->root_ino);
 	if (rc->root_missing || replaced || rc->root_wd < 0) {
 		if (rc->root_missing)
@@ -1069,6 +1068,9 @@ static void full_pass(struct reconciler *rc, struct docker *d, const char *reaso
 			look(rc, d, t);
 	}
 	function_names_free(todo, nt);
+	char count[24];
+	snprintf_(count, sizeof count, "%zu", rc->ntracks);
+	log_debug(LOG_ATTRS("reason", reason, "entries", count), "functions directory rescanned");
 }
 
 static void startup_gc(struct reconciler *rc, struct docker *d)

@@ -18,8 +18,8 @@
  * first event of a burst. Every RECONCILE_RESCAN_NS a full pass looks at
  * every function as a backstop, and watches again whatever is not watched;
  * an inotify queue overflow (IN_Q_OVERFLOW) starts one at once. Each full
- * pass logs "rescanning the functions directory" at DEBUG with its reason
- * (periodic, overflow, moved, retry).
+ * pass, once it has looked at every function, logs "functions directory
+ * rescanned" at DEBUG with its reason (periodic, overflow, moved, retry).
  *
  * The functions directory itself:
  *   moved away or removed     its watches are dropped; every function

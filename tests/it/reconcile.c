@@ -9,8 +9,8 @@
  * match against (which functions are served, on which image) and the log
  * lines. Passes are made short (reconcile_config.rescan_ns) where a test
  * needs several, and an hour long where a test must prove that inotify,
- * not a pass, found a change. Each full pass logs a DEBUG line
- * "rescanning the functions directory" with its reason.
+ * not a pass, found a change. Each full pass, once done, logs a DEBUG line
+ * "functions directory rescanned" with its reason.
  *
  * Needs a daemon on DOCKER_HOST and the python:3.14-slim image
  * (scripts/standin-images makes a stand-in). Function names carry this
@@ -243,7 +243,7 @@ static bool served_other_than(struct rig *r, const char *name, const char *image
 		ok_;                                             \
 	})
 
-#define PASS_LINE "msg=\"rescanning the functions directory\""
+#define PASS_LINE "msg=\"functions directory rescanned\""
 
 static char *test_dir(const char *what)
 {
