@@ -2,7 +2,8 @@
 # as a process, three workers in their own UTS namespaces publishing an
 # every-second schedule exactly once per occurrence (one of them killed
 # mid-run), the catch-up policy on restart, the schedule counters on
-# /metrics, and a schedule removed live while occurrences are pending.
+# /metrics, a schedule removed live while occurrences are pending, and the
+# scheduler through a Redis outage.
 
 sc_fn() { # name, handler module file, handler body, template
 	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
@@ -39,15 +40,17 @@ sc_occurrences() {
 	paste -d' ' "$TMP/occ.secs" <(awk '{print $2, $1}' "$TMP/occ.raw")
 }
 
-# Fails unless the occurrences are distinct and one second apart; prints
-# "first last count".
+# Fails the test unless the occurrences are distinct and one second apart;
+# sets SERIES_FIRST, SERIES_LAST, SERIES_COUNT. Called in the test's own
+# shell (never in $(...) or <(...), where `fail` would only end a subshell).
 sc_check_series() { # file of "secs occ-id msg-id"
 	local dups
 	dups=$(awk '{print $2}' "$1" | sort | uniq -d | wc -l)
 	[ "$dups" -eq 0 ] || fail "$dups occurrence id(s) published more than once"
 	awk 'NR > 1 && $1 != prev + 1 { print "gap after " prev ": next " $1; bad = 1 }
-	     { prev = $1 } END { exit bad }' "$1" || fail "gaps in the published series: $(awk 'NR>1 && $1 != p+1 {print p "->" $1} {p=$1}' "$1" | head -n5)"
-	awk 'NR == 1 { f = $1 } { l = $1; n++ } END { print f, l, n }' "$1"
+	     { prev = $1 } END { exit bad }' "$1" >/dev/null || fail "gaps in the published series: $(awk 'NR>1 && $1 != p+1 {print p "->" $1} {p=$1}' "$1" | head -n5)"
+	read -r SERIES_FIRST SERIES_LAST SERIES_COUNT < <(awk 'NR == 1 { f = $1 } { l = $1; n++ } END { print f, l, n }' "$1")
+	[ "${SERIES_COUNT:-0}" -ge 1 ] || fail "no occurrence published"
 }
 
 test_schedule_next_prints_exact_occurrences() {
@@ -139,15 +142,16 @@ schedules:
 	kill9_relay_pid "$p3"
 	sleep 15
 	curl -s --max-time 5 "http://$m1/metrics" >"$TMP/metrics"
-	# let the last invocations finish, then stop gracefully
-	sleep 3
-	kill -TERM "$p1" "$p2"
+	# An invocation interrupted by the stop stays pending: the accounting
+	# below counts it, so there is nothing to wait for. One SIGTERM each
+	# (stop_relay_pid sends it): a second one means "exit now" (status 1).
 	stop_relay_pid "$p1"
 	stop_relay_pid "$p2"
 
 	sc_occurrences >"$TMP/series"
 	local first last count
-	read -r first last count < <(sc_check_series "$TMP/series")
+	sc_check_series "$TMP/series"
+	first=$SERIES_FIRST last=$SERIES_LAST count=$SERIES_COUNT
 	echo "published $count occurrences, $(date -u -d "@$first" +%T) to $(date -u -d "@$last" +%T); worker-3 killed mid-run"
 	[ "$count" -ge 28 ] || fail "only $count occurrences in ~33 s"
 	[ "$first" -gt "$(date -u -d "$t_start" +%s)" ] || fail "first occurrence $first not after the first start $t_start"
@@ -191,21 +195,22 @@ schedules:
 	[ "$(metric 'handler_invocations_total{function="sc-tick",handler="tick.handler",outcome="success"}')" -ge 1 ] ||
 		fail "handler_invocations_total did not move"
 
-	# catch-up: a worker that was down publishes nothing it missed
-	sleep 3
+	# catch-up: a worker that was down publishes nothing it missed. Down
+	# until at least 3 occurrences after the last published one were due.
+	while [ "$(date +%s)" -lt $((last + 4)) ]; do sleep 0.2; done
 	sc_start "$TMP/w4.log" sched-worker-1
 	local p4=$RELAY_PID t_restart
 	t_restart=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w4.log" | sed 's/.*start=//')
-	sleep 3
+	t_restart=$(date -u -d "$t_restart" +%s)
+	[ "$t_restart" -ge $((last + 3)) ] || fail "restarted at $t_restart, only $((t_restart - last)) s after $last"
+	published_after() { sc_occurrences | awk -v l="$last" '$1 > l { found = 1 } END { exit !found }'; }
+	wait_for 20 published_after || fail "nothing published after the restart"
 	stop_relay_pid "$p4"
 	sc_occurrences >"$TMP/series2"
-	local after
-	after=$(awk -v l="$last" '$1 > l' "$TMP/series2")
-	[ -n "$after" ] || fail "nothing published after the restart"
 	local next
-	next=$(head -n1 <<<"$after" | cut -d' ' -f1)
-	echo "down from $(date -u -d "@$last" +%T) to $t_restart; next occurrence published $(date -u -d "@$next" +%T)"
-	[ "$next" -gt "$(date -u -d "$t_restart" +%s)" ] || fail "missed occurrence $next published on restart ($t_restart)"
+	next=$(awk -v l="$last" '$1 > l { print $1; exit }' "$TMP/series2")
+	echo "down from $(date -u -d "@$last" +%T) to $(date -u -d "@$t_restart" +%T); next occurrence published $(date -u -d "@$next" +%T)"
+	[ "$next" -gt "$t_restart" ] || fail "missed occurrence $next published on restart ($t_restart)"
 	sc_cleanup_images sc-tick
 }
 
@@ -254,4 +259,103 @@ events:
 	! grep -q 'function=sc-gone.*retrying' "$TMP/w.log" || fail "an obsolete occurrence was retried"
 	stop_relay_pid "$RELAY_PID"
 	sc_cleanup_images sc-gone
+}
+
+# Redis stops (SHUTDOWN SAVE) under a worker with an every-second schedule
+# and comes back on the same port with the same data (the RDB written at
+# shutdown: stream, group and dedup keys). The scheduler attempts each
+# occurrence once, at its due time, and never retries a failed attempt:
+# occurrences due while Redis was down are not published, before or after
+# it returns. One WARN when publishing starts failing, one INFO line on the
+# first success; nothing published twice.
+test_scheduler_rides_out_a_redis_outage() {
+	start_redis
+	wait_redis_plain
+	sc_env
+	sc_fn sc-out out.py 'def handler(event):
+    print("ran", event["scheduled_at"], flush=True)
+' 'runtime: python3.14
+schedules:
+  - handler: out.handler
+    cron: "* * * * * *"
+'
+	local m=127.0.0.1:$(free_port)
+	sc_start "$TMP/w.log" sched-outage "$m"
+	local p=$RELAY_PID
+	have_entries() { [ "$(sc_cli XLEN events)" -ge "$1" ]; }
+	wait_for 30 have_entries 3 || fail "no occurrences before the outage: XLEN $(sc_cli XLEN events)"
+
+	local t_down t_gone t_up t_ready
+	t_down=$(date +%s.%N)
+	sc_cli SHUTDOWN SAVE >/dev/null 2>&1
+	wait "$REDIS_PID" 2>/dev/null
+	t_gone=$(date +%s.%N)
+	[ -s "$TMP/redis-$REDIS_PORT/dump.rdb" ] || fail "redis saved no data at shutdown"
+	wait_for 10 grep -q 'msg="schedule occurrence not published' "$TMP/w.log" ||
+		fail "no WARN while redis is down: $(tail -n 20 "$TMP/w.log")"
+	# Down for at least 4 whole seconds: several occurrences fall due.
+	while [ "$(date +%s)" -lt $((${t_gone%.*} + 5)) ]; do sleep 0.2; done
+	t_up=$(date +%s.%N)
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+		--dir "$TMP/redis-$REDIS_PORT" >>"$TMP/redis-$REDIS_PORT.log" 2>&1 &
+	REDIS_PID=$!
+	track "$REDIS_PID"
+	wait_redis_plain
+	t_ready=$(date +%s.%N)
+	wait_for 15 grep -q 'msg="schedule publishing recovered"' "$TMP/w.log" ||
+		fail "no recovery line: $(tail -n 20 "$TMP/w.log")"
+	# two more occurrences after the recovery, then stop
+	published_since() { sc_occurrences | awk -v t="$1" '$1 > t { n++ } END { exit !(n >= 2) }'; }
+	wait_for 15 published_since "${t_ready%.*}" || fail "publishing did not resume"
+	curl -s --max-time 5 "http://$m/metrics" >"$TMP/metrics"
+	stop_relay_pid "$p"
+
+	# The series: distinct occurrences, contiguous except for one gap.
+	sc_occurrences >"$TMP/series"
+	local dups
+	dups=$(awk '{print $2}' "$TMP/series" | sort | uniq -d | wc -l)
+	[ "$dups" -eq 0 ] || fail "$dups occurrence(s) published more than once"
+	[ "$(sc_cli XLEN events)" -eq "$(wc -l <"$TMP/series")" ] || fail "stream entries that are not occurrences"
+	awk 'NR > 1 && $1 != p + 1 { print p, $1 } { p = $1 }' "$TMP/series" >"$TMP/gaps"
+	[ "$(wc -l <"$TMP/gaps")" -eq 1 ] || fail "want exactly one gap in the series, got: $(tr '\n' ' ' <"$TMP/gaps")"
+	local before after missed
+	read -r before after <"$TMP/gaps"
+	missed=$((after - before - 1))
+	echo "redis down $(date -u -d "@$t_down" +%T.%N | cut -c1-12) to $(date -u -d "@$t_ready" +%T.%N | cut -c1-12); last published before $(date -u -d "@$before" +%T), first after $(date -u -d "@$after" +%T); $missed occurrence(s) not published"
+	# Everything due before the shutdown was published (the second in
+	# flight at the shutdown aside), nothing after redis was gone.
+	[ "$before" -ge $((${t_down%.*} - 1)) ] || fail "last occurrence before the outage $before, shutdown at $t_down"
+	[ "$before" -le "${t_gone%.*}" ] || fail "occurrence $before published after redis was gone ($t_gone)"
+	# Missed occurrences are not published late: the first one after is
+	# due no earlier than redis came back, and no later than the second
+	# after it was ready.
+	[ "$after" -ge "${t_up%.*}" ] || fail "occurrence $after, due while redis was down, published after it came back ($t_up)"
+	[ "$after" -le $((${t_ready%.*} + 2)) ] || fail "first occurrence after the outage $after, redis ready at $t_ready"
+	[ "$missed" -ge 3 ] || fail "only $missed occurrence(s) missed in a 4 s outage"
+	# Dedup keys: one per published occurrence (they survived the restart),
+	# none for the missed ones.
+	local keys
+	keys=$(sc_cli --scan --pattern 'relay:schedule:schedule:sc-out:*' | wc -l)
+	[ "$keys" -eq "$(wc -l <"$TMP/series")" ] || fail "$keys dedup keys for $(wc -l <"$TMP/series") occurrences"
+	local s
+	for s in $(seq $((before + 1)) $((after - 1))); do
+		[ "$(sc_cli EXISTS "relay:schedule:schedule:sc-out:out.handler:$(date -u -d "@$s" +%Y-%m-%dT%H:%M:%SZ)")" -eq 0 ] ||
+			fail "dedup key for the missed occurrence $s"
+	done
+	# One WARN for the whole outage, one recovery line after it.
+	local warns recovered
+	warns=$(grep -c 'level=WARN msg="schedule occurrence not published' "$TMP/w.log")
+	recovered=$(grep -c 'level=INFO msg="schedule publishing recovered"' "$TMP/w.log")
+	[ "$warns" -eq 1 ] || fail "$warns WARN lines for one outage"
+	[ "$recovered" -eq 1 ] || fail "$recovered recovery lines"
+	[ "$(grep -n 'schedule occurrence not published' "$TMP/w.log" | cut -d: -f1)" -lt \
+		"$(grep -n 'schedule publishing recovered' "$TMP/w.log" | cut -d: -f1)" ] || fail "recovery logged before the failure"
+	grep 'schedule occurrence not published\|schedule publishing recovered' "$TMP/w.log"
+	# Each missed occurrence was attempted once and counted as a failure.
+	metric() { awk -v k="$1" '$1 == k {print $2}' "$TMP/metrics"; }
+	[ "$(metric schedule_publish_failures_total)" = "$missed" ] ||
+		fail "schedule_publish_failures_total $(metric schedule_publish_failures_total), want $missed"
+	echo "other WARN/ERROR lines during the outage:"
+	grep -E 'level=(WARN|ERROR)' "$TMP/w.log" | grep -v 'schedule occurrence not published' | sed 's/^/  /' | head -n 20
+	sc_cleanup_images sc-out
 }
