@@ -389,9 +389,11 @@ test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 	# The same worker restarted: its reclaim (every 1m, idle over 1m)
 	# delivers the message again.
 	start_relay_as "$TMP/b.log" cancel-worker
-	wait_for 170 grep -qF ': finished c1' "$TMP/b.log" || fail "the redelivery did not complete: $(tail -n 5 "$TMP/b.log")"
+	wait_for 170 grep -qF 'msg="handler executed" function=dl-cancel' "$TMP/b.log" ||
+		fail "the redelivery did not complete: $(tail -n 5 "$TMP/b.log")"
 	grep -qE "msg=\"handler executed\" function=dl-cancel handler=long.handler message_id=$id event_id=c1 event_name=\"\" attempt=1 " \
 		"$TMP/b.log" || fail "the redelivery was not attempt 1: $(grep -F 'handler executed' "$TMP/b.log")"
+	grep -qF ': finished c1' "$TMP/b.log" || fail "the redelivered handler did not run to its end"
 	wait_for 10 all_acked_up_to "$id" || fail "not acknowledged after the redelivery"
 	[ "$(rcli EXISTS "$key")" = 0 ] || fail "the invocation state was not deleted"
 	[ "$(rcli XLEN relay:events:dlq)" = 0 ] || fail "dead-lettered"
