@@ -154,8 +154,7 @@ static char *describe(const json_t *j)
 	return xstrdup("unknown value");
 }
 
-/* path + ".key", or path + "[\"key\"]" when the key is not a plain word. */
-static char *path_key(const char *path, const char *key, size_t klen)
+char *pattern_path_key(const char *path, const char *key, size_t klen)
 {
 	bool plain = klen > 0;
 	for (size_t i = 0; i < klen && plain; i++) {
@@ -328,7 +327,7 @@ static void compile_ops(struct compiler *c, const json_t *obj, const char *path,
 	json_object_keylen_foreach((json_t *)obj, key, klen, v)
 	{
 		int op = operator_index(key, klen);
-		char *p = path_key(path, key, klen);
+		char *p = pattern_path_key(path, key, klen);
 		switch (op) {
 		case 0: { /* equals */
 			struct scalars ss = {.v = cd->eq, .n = cd->neq};
@@ -459,7 +458,7 @@ static void compile_node(struct compiler *c, const json_t *obj, const char *path
 	for (; it; it = json_object_iter_next((json_t *)obj, it)) {
 		const char *key = json_object_iter_key(it);
 		size_t klen = json_object_iter_key_len(it);
-		char *p = path_key(path, key, klen);
+		char *p = pattern_path_key(path, key, klen);
 		if (klen == 0) {
 			report(c, p, "empty field name");
 		} else if (depth == 1 && operator_index(key, klen) >= 0) {

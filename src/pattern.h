@@ -73,6 +73,11 @@ struct pattern;
 int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors);
 void pattern_free(struct pattern *p);
 
+/* The path of field key[0..klen) under path, as messages show it: path +
+ * ".key", or path + "[\"key\"]" (escaped, cut at 80 bytes) when the key is
+ * not a plain word, so a path never holds ": " or a line break. malloc'd. */
+char *pattern_path_key(const char *path, const char *key, size_t klen);
+
 /* Whether event matches p, with now() = now_unix_ns (nanoseconds since the
  * Unix epoch, UTC). Never fails: any event shape is just a match or not. */
 bool pattern_match(const struct pattern *p, const struct event *ev, int64_t now_unix_ns);

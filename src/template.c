@@ -401,7 +401,7 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 				json_decref(o);
 				return NULL;
 			}
-			char *kpath = xasprintf("%s.%s", path, key);
+			char *kpath = pattern_path_key(path, key, k.len);
 			json_t *v = to_json(c, fy_node_pair_value(p), depth + 1, kpath);
 			free(kpath);
 			if (!v) {
@@ -807,17 +807,24 @@ static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
 /* ---- document --------------------------------------------------------- */
 
 struct diag_ctx {
-	struct buf msg;
+	struct buf msg;	  /* the first error */
+	struct buf first; /* the first diagnostic of any level */
 };
 
+/* Keeps the first error: a warning before it (an unsupported %DIRECTIVE)
+ * is not why the document failed. Some input fails with a warning only
+ * ("%%"), so the first diagnostic is kept too. */
 static void diag_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
 {
 	struct diag_ctx *d = user;
-	if (d->msg.len == 0)
+	if (d->msg.len == 0 && memmem(buf, len, ": error: ", 9))
 		buf_append(&d->msg, buf, len);
+	if (d->first.len == 0)
+		buf_append(&d->first, buf, len);
 }
 
-/* "<file>:3:5: error: duplicate key" → "line 3, column 5: duplicate key". */
+/* "<file>:3:5: error: duplicate key" → "invalid YAML at line 3, column 5:
+ * duplicate key"; a diagnostic without a position is about the whole file. */
 static char *yaml_error_text(const char *raw)
 {
 	char *s = xstrdup(raw ? raw : "");
@@ -830,13 +837,16 @@ static char *yaml_error_text(const char *raw)
 		*nl = '\0';
 	int line = 0, col = 0;
 	const char *e = strstr(s, ": error: ");
+	size_t skip = 9;
+	if (!e && (e = strstr(s, ": warning: ")))
+		skip = 11;
 	char *out;
 	if (e && sscanf(s, "%*[^:]:%d:%d:", &line, &col) == 2)
-		out = xasprintf("invalid YAML at line %d, column %d: %s", line, col, e + 9);
-	else if (e)
-		out = xasprintf("invalid YAML: %s", e + 9);
+		out = xasprintf("invalid YAML at line %d, column %d: %s", line, col, e + skip);
+	else if (e) /* no position: the whole file is the place */
+		out = xasprintf("template.yaml: invalid YAML: %s", e + skip);
 	else
-		out = xasprintf("invalid YAML: %s", *s ? s : "parse error");
+		out = xasprintf("template.yaml: invalid YAML: %s", *s ? s : "parse error");
 	free(s);
 	return out;
 }
@@ -901,6 +911,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 
 	struct diag_ctx dc;
 	buf_init(&dc.msg, 4096);
+	buf_init(&dc.first, 4096);
 	struct fy_diag_cfg dcfg;
 	fy_diag_cfg_default(&dcfg);
 	dcfg.fp = NULL;
@@ -918,7 +929,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 			strlist_addf(errors, "template.yaml: empty (runtime and events or "
 					     "schedules are required)");
 		else
-			strlist_add(errors, yaml_error_text(dc.msg.data));
+			strlist_add(errors,
+				    yaml_error_text(dc.msg.len ? dc.msg.data : dc.first.data));
 		goto out;
 	}
 	struct fy_node *root = deref(fy_document_root(doc));
@@ -1035,6 +1047,7 @@ out:
 		fy_document_destroy(doc);
 	fy_diag_destroy(diag);
 	buf_free(&dc.msg);
+	buf_free(&dc.first);
 	if (errors->n > nerr0) {
 		template_free(t);
 		return -1;
