@@ -27,6 +27,12 @@ stop_relay() {
 	grep -q 'msg="Relay stopped"' "$TMP/relay.log" || fail_log "no Relay stopped line"
 }
 
+# pass_after fixed-string: a periodic pass of the reconciler completed after
+# the first log line containing the string.
+pass_after() {
+	awk -v s="$1" 'index($0, s) && !f {f = NR} f && NR > f && /msg="functions directory rescanned" reason=periodic/ {ok = 1} END {exit !ok}' "$TMP/relay.log"
+}
+
 fail_log() {
 	echo "assertion failed: $*"
 	echo "--- relay log (last 80 lines):"
@@ -62,14 +68,31 @@ pyfn() {
 	printf 'def handler(event):\n    print("%s " + event["n"])\n' "$2" >"$d/main.py"
 }
 
-# ev fn n: one event for function fn; its event_id is evt_<n>.
+# ev fn n: one event for function fn; its event_id is evt_<n>. EV_ID is
+# its stream entry id.
 ev() {
-	redis-cli -p "$REDIS_PORT" XADD events '*' event "{\"event_id\":\"evt_$2\",\"fn\":\"$1\",\"n\":\"$2\"}" >/dev/null
+	EV_ID=$(redis-cli -p "$REDIS_PORT" XADD events '*' event "{\"event_id\":\"evt_$2\",\"fn\":\"$1\",\"n\":\"$2\"}")
+}
+
+# acked id: the group has read the stream up to id and nothing is pending
+# (every message up to id was handled and acknowledged).
+acked() {
+	local last
+	last=$(redis-cli -p "$REDIS_PORT" XINFO GROUPS events | awk 'p == "last-delivered-id" {print; exit} {p = $0}')
+	[ "$(redis-cli -p "$REDIS_PORT" XPENDING events relay | head -1)" = 0 ] || return 1
+	[ "${last%-*}" -gt "${1%-*}" ] || { [ "${last%-*}" -eq "${1%-*}" ] && [ "${last#*-}" -ge "${1#*-}" ]; }
 }
 
 handled() { # fn n marker: waits for the handler's line for event n
 	wait_for 30 grep -qE -- "^relay: function \"$1\" handler \"[a-z.]+\" message \"[0-9-]+\" event \"evt_$2\": $3 $2\$" "$TMP/relay.log" ||
 		fail_log "event $2 of $1 not handled with \"$3\""
+}
+
+# marker_of fn n: waits for the handler's line for event n; prints its marker.
+marker_of() {
+	local re="^relay: function \"$1\" handler \"[a-z.]+\" message \"[0-9-]+\" event \"evt_$2\": ([^ ]+) $2\$"
+	wait_for 30 grep -qE -- "$re" "$TMP/relay.log" || fail_log "event $2 of $1 not handled"
+	grep -E -- "$re" "$TMP/relay.log" | head -1 | sed -E "s/$re/\\1/"
 }
 
 remove_images() { # the relay-fn-rl-* images this test made
@@ -234,30 +257,63 @@ EOF
 	remove_images 'rl-live|rl-added'
 }
 
+# A burst of saves is one rebuild when no two saves are 750 ms apart (the
+# debounce) and the burst is shorter than 10 s (its cap). The gap between
+# two saves' events is bounded by the clock read before the earlier write
+# and after the later one; a machine too slow to keep that bound under
+# 750 ms cannot test the guarantee (the part is skipped, the rest checked).
 test_burst_of_saves_is_one_rebuild() {
 	pyfn rl-burst v0
 	start_relay
-	local f=$RELAY_FUNCTIONS_DIR/rl-burst/main.py i t0 t1
-	t0=$(date +%s%N)
+	local f=$RELAY_FUNCTIONS_DIR/rl-burst/main.py i b a prev=0 first=0 gap maxgap=0 span k m
 	for i in $(seq 1 20); do
+		b=$(date +%s%N)
 		printf 'def handler(event):\n    print("save%s " + event["n"])\n' "$i" >"$f"
+		a=$(date +%s%N)
+		if [ "$i" -eq 1 ]; then
+			first=$b
+		else
+			gap=$(((a - prev) / 1000000))
+			[ "$gap" -le "$maxgap" ] || maxgap=$gap
+		fi
+		prev=$b
 		sleep 0.02
 	done
-	t1=$(date +%s%N)
-	[ $(((t1 - t0) / 1000000)) -lt 600 ] || echo "note: the burst took $(((t1 - t0) / 1000000)) ms"
+	span=$(((a - first) / 1000000))
 	wait_log 30 'msg="function updated" function=rl-burst'
-	sleep 2 # anything else the burst might still cause
-	[ "$(count_log 'function=rl-burst' 'msg="function changed; preparing the new version"')" -eq 1 ] ||
-		fail_log "the burst caused more than one rebuild"
-	[ "$(count_log 'function=rl-burst' 'msg="function updated"')" -eq 1 ] || fail_log "more than one update"
-	ev rl-burst 1
-	handled rl-burst 1 save20
+	if [ "$maxgap" -lt 750 ] && [ "$span" -lt 10000 ]; then
+		# One look, after the last save: the update serves save20.
+		ev rl-burst 1
+		handled rl-burst 1 save20
+	else
+		skip_part "saves up to $maxgap ms apart over $span ms: not one burst on this machine"
+		# Each pause may have cost a rebuild; the last one serves save20.
+		k=0
+		while :; do
+			k=$((k + 1))
+			[ "$k" -le 40 ] || fail_log "save20 never served"
+			ev rl-burst "$k"
+			m=$(marker_of rl-burst "$k")
+			[ "$m" != save20 ] || break
+			sleep 0.5
+		done
+	fi
+	# save20 serves, so no later look can find a change: the counts are final.
+	local rebuilds
+	rebuilds=$(count_log 'function=rl-burst' 'msg="function changed; preparing the new version"')
+	if [ "$maxgap" -lt 750 ] && [ "$span" -lt 10000 ]; then
+		[ "$rebuilds" -eq 1 ] || fail_log "the burst ($span ms, gaps < $maxgap ms) caused $rebuilds rebuilds"
+		[ "$(count_log 'function=rl-burst' 'msg="function updated"')" -eq 1 ] || fail_log "more than one update"
+	else
+		[ "$rebuilds" -ge 1 ] && [ "$rebuilds" -le 20 ] || fail_log "$rebuilds rebuilds for 20 saves"
+	fi
 	stop_relay
 	remove_images 'rl-burst'
 }
 
 test_broken_edit_keeps_old_version() {
 	pyfn rl-brk v1
+	export LOG_LEVEL=debug # for the periodic pass's line
 	start_relay
 	local d=$RELAY_FUNCTIONS_DIR/rl-brk
 	printf 'def handler(event):\n    print("v2 " + event["n"])\n' >"$d/main.py"
@@ -271,7 +327,11 @@ test_broken_edit_keeps_old_version() {
 	[ "$(grep '^Last' "$TMP/out" | normalise)" = 'Last reconcile:    failed (N ago)
 Last error:        events[0].timeout: 6m exceeds the maximum of 5m' ] || fail "inspect does not show the failure"
 
-	# The periodic pass does not retry an unchanged failing version.
+	# The periodic pass (every 30 s) does not retry an unchanged failing
+	# version: once a whole pass has run after the failure, it is still
+	# logged once. (tests/it/reconcile.c runs many short passes.)
+	wait_for 45 pass_after 'msg="invalid function; previous version keeps serving" function=rl-brk' ||
+		fail_log "no periodic pass completed within 45 s of the failure"
 	[ "$(count_log 'function=rl-brk' 'previous version keeps serving')" -eq 1 ] || fail_log "failure logged twice"
 
 	# template.yaml removed: "not ready", the active version stays.
@@ -299,7 +359,8 @@ test_remove_function_with_invocation_in_flight() {
 	start_relay
 	ev rl-rm 1
 	wait_log 20 'msg="rule matched" function=rl-rm handler=main.handler'
-	sleep 1 # the container is running
+	wait_for 20 sh -c '[ -n "$(docker ps -q --filter label=relay.function=rl-rm)" ]' ||
+		fail_log "no running container for rl-rm"
 	rm -rf "$RELAY_FUNCTIONS_DIR/rl-rm"
 	wait_log 10 'msg="function removed" function=rl-rm'
 	# The invocation in flight finishes on the version it started with.
@@ -307,11 +368,11 @@ test_remove_function_with_invocation_in_flight() {
 	wait_log 10 'msg="handler executed" function=rl-rm handler=main.handler message_id='
 	# Its events are no longer handled (the message is simply acknowledged).
 	ev rl-rm 2
+	local id2=$EV_ID
 	ev rl-rm-other 3
 	handled rl-rm-other 3 other
-	sleep 1
+	wait_for 10 acked "$id2" || fail_log "event 2 not read and acknowledged"
 	[ "$(count_log 'msg="rule matched" function=rl-rm handler')" -eq 1 ] || fail_log "removed function still matched"
-	[ "$(redis-cli -p "$REDIS_PORT" XPENDING events relay | head -1)" = "0" ] || fail "messages left pending"
 	# Its images go once the invocation released them.
 	wait_for 20 sh -c '[ -z "$(docker images -q relay-fn-rl-rm)" ]' || fail_log "images of rl-rm not removed"
 	docker images -q relay-fn-rl-rm-other | grep -q . || fail "another function's image was removed"
