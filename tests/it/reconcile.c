@@ -502,7 +502,7 @@ TEST(test_functions_dir_removed_and_recreated)
 	sh("rm -rf '%s'%s", dir, "");
 	/* a's own deletion events led to a look, which kept it. */
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"the functions directory is missing; function kept\"",
-				       a) == 1));
+				       a) >= 1));
 	CHECK(log_count("msg=\"the functions directory is missing; keeping the current "
 			"functions until it is back\"",
 			NULL) == 1);
