@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "event.h"
 #include "pattern.h"
 #include "util.h"
@@ -40,8 +41,8 @@ static void init(void)
 {
 	for (size_t i = 0; i < NPAT; i++) {
 		json_t *j = json_loads(pattern_texts[i], 0, NULL);
-		if (!j || pattern_compile(j, "fuzz", &patterns[i], NULL) != 0)
-			abort();
+		CHECK(j && pattern_compile(j, "fuzz", &patterns[i], NULL) == 0,
+		      "fixed pattern %s does not compile", pattern_texts[i]);
 		json_decref(j);
 	}
 	set = pattern_set_new((const struct pattern *const *)patterns, NPAT);
@@ -64,13 +65,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct event *ev = NULL;
 	char *why = NULL;
 	int rc = event_decode(fields, lens, 4, &ev, &why);
-	if ((rc == EVENT_OK) != (ev != NULL) || (rc != EVENT_OK && !why))
-		abort();
+	CHECK((rc == EVENT_OK) == (ev != NULL) && (rc == EVENT_OK || why),
+	      "event_decode returned %d with event %p and reason %s", rc, (void *)ev,
+	      why ? why : "(none)");
 	free(why);
 	if (!ev)
 		return 0;
-	if (event_root(ev)->type != EVENT_OBJECT)
-		abort();
+	CHECK(event_root(ev)->type == EVENT_OBJECT, "a decoded event is not an object");
 
 	bool naive[NPAT];
 	for (size_t i = 0; i < NPAT; i++)
@@ -81,18 +82,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < NPAT; i++) {
 		if (!naive[i])
 			continue;
-		if (k >= n || ids[k] != i)
-			abort();
+		CHECK(k < n && ids[k] == i, "rule %zu matches alone but the pattern set says %s", i,
+		      k < n ? "another rule" : "nothing more");
 		k++;
 	}
-	if (k != n)
-		abort();
+	CHECK(k == n, "the pattern set matches %zu rules, rule by rule %zu", n, k);
 
 	json_t *j = json_loadb((const char *)data, size, JSON_ALLOW_NUL, NULL);
 	if (j && json_is_object(j)) {
 		for (size_t i = 0; i < NPAT; i++)
-			if (pattern_match_json(patterns[i], j, now) != naive[i])
-				abort();
+			CHECK(pattern_match_json(patterns[i], j, now) == naive[i],
+			      "pattern %s: jansson's tree %s, Relay's decoding %s",
+			      pattern_texts[i], naive[i] ? "does not match" : "matches",
+			      naive[i] ? "matches" : "does not");
 	}
 	json_decref(j);
 	event_free(ev);
