@@ -424,6 +424,61 @@ static void *reader_main(void *arg)
 
 /* ---- reclaim ----------------------------------------------------------- */
 
+/*
+ * Pending messages whose stream entry is gone (retention trimmed it, or an
+ * XDEL): nothing can run them any more. Redis 7 drops them from the PEL
+ * itself and lists their ids in XAUTOCLAIM's third element; 6.2 hands them
+ * back with nil fields and keeps them pending, so they are acknowledged
+ * here too (XACK of an id no longer pending is a no-op). Their invocation
+ * state goes with them, so nothing waits for its 7-day TTL, and no DLQ
+ * entry is written: there is no payload left to dead-letter. One WARN per
+ * message.
+ */
+static void drop_gone(struct consumer *c, struct redis *r, const char *const *ids, size_t n)
+{
+	if (n == 0)
+		return;
+	const char **ack = xcalloc(n + 3, sizeof *ack);
+	const char **del = xcalloc(n + 1, sizeof *del);
+	ack[0] = "XACK";
+	ack[1] = c->stream;
+	ack[2] = c->group;
+	del[0] = "DEL";
+	for (size_t i = 0; i < n; i++) {
+		ack[3 + i] = ids[i];
+		del[1 + i] = invocation_key(c->stream, c->group, ids[i]);
+		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "message_id", ids[i]),
+			 "pending message no longer in the stream (trimmed or deleted); dropped "
+			 "without running or dead-lettering it");
+	}
+	int sent = 0;
+	if (redis_append_argv(r, (int)n + 3, ack, NULL) == 0) {
+		sent++;
+		if (redis_append_argv(r, (int)n + 1, del, NULL) == 0)
+			sent++;
+	}
+	for (int i = 0; i < sent; i++) {
+		redisReply *rep = redis_get_reply(r, -1);
+		if (!rep)
+			break;
+		if (rep->type == REDIS_REPLY_ERROR)
+			log_warn(LOG_ATTRS("error", rep->str),
+				 "cannot clean up the dropped message(s)");
+		freeReplyObject(rep);
+	}
+	for (size_t i = 0; i < n; i++)
+		free((char *)del[1 + i]);
+	free(del);
+	free(ack);
+}
+
+/* Whether an XAUTOCLAIM entry is a deleted one (6.2: id with nil fields). */
+static bool entry_gone(const redisReply *e)
+{
+	return e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
+	       e->element[0]->type == REDIS_REPLY_STRING && e->element[1]->type == REDIS_REPLY_NIL;
+}
+
 static void reclaim_once(struct consumer *c, struct redis *r)
 {
 	char start[64] = "0-0", idle[32], count[16];
@@ -473,6 +528,23 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			claimed++;
 		}
 		pthread_mutex_unlock(&c->lock);
+		/* Ids of deleted entries: Redis 7's third element, 6.2's nil
+		 * entries (borrowed from rep). */
+		const redisReply *deleted =
+			rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_ARRAY
+				? rep->element[2]
+				: NULL;
+		size_t ngone = 0;
+		const char **gone = xcalloc(
+			entries->elements + (deleted ? deleted->elements : 0) + 1, sizeof *gone);
+		for (size_t i = 0; i < entries->elements; i++)
+			if (entry_gone(entries->element[i]))
+				gone[ngone++] = entries->element[i]->element[0]->str;
+		for (size_t i = 0; deleted && i < deleted->elements; i++)
+			if (deleted->element[i]->type == REDIS_REPLY_STRING)
+				gone[ngone++] = deleted->element[i]->str;
+		drop_gone(c, r, gone, ngone);
+		free(gone);
 		freeReplyObject(rep);
 		if (claimed)
 			log_debug(NULL, "reclaimed %d idle message(s)", claimed);

@@ -30,6 +30,9 @@ count() { grep -cE -- "$1" "$2"; }
 count_at_least() { [ "$(count "$2" "$3")" -ge "$1" ]; }
 no_containers_of() { [ -z "$(docker ps -aq --filter "label=relay.function=$1")" ]; }
 inv_key() { echo "relay:invocation:$REDIS_STREAM:$REDIS_GROUP:$1"; }
+key_absent() { [ "$(rcli EXISTS "$1")" = 0 ]; }
+# log_has_line LINE FILE: FILE has exactly LINE after its time= field.
+log_has_line() { sed 's/^time=[^ ]* //' "$2" | grep -qxF -- "$1"; }
 
 cleanup_images() {
 	local name
@@ -399,4 +402,52 @@ test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 	[ "$(rcli XLEN relay:events:dlq)" = 0 ] || fail "dead-lettered"
 	stop_relay_pid "$RELAY_PID"
 	cleanup_images dl-cancel
+}
+
+# Retention trims a message that is still pending (its handler failed and
+# waits out the 1m backoff). Nothing can run it any more: the reclaim drops
+# it from the group with one WARN, deletes its invocation state, and writes
+# no DLQ entry; the handler never runs again.
+test_pending_entry_trimmed_by_retention_is_dropped_without_dlq() {
+	start_redis
+	wait_redis_plain
+	relay_env
+	export REDIS_STREAM_RETENTION=1h
+	# One entry per stream node, so the approximate trim (~) removes it.
+	rcli CONFIG SET stream-node-max-entries 1 >/dev/null
+	fn dl-trim fail.py 'def handler(event):
+    print("attempt", event["event_id"], flush=True)
+    raise RuntimeError("always fails")
+' 'runtime: python3.14
+events:
+  - handler: fail.handler
+    pattern: {kind: [trim]}
+'
+	# Two hours old: past the window as soon as the relay trims.
+	local id="$((($(date +%s) - 7200) * 1000))-1" key
+	key=$(inv_key "$id")
+	rcli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
+	rcli XADD events "$id" event '{"kind":"trim","event_id":"old-1"}' >/dev/null
+	start_relay_as "$TMP/a.log" trim-worker
+	wait_for 60 grep -qF "msg=\"handler failed; retrying in 1m0s: " "$TMP/a.log" ||
+		fail "the handler did not fail once: $(tail -n 5 "$TMP/a.log")"
+	# Relay's own retention (first trim 5 s after start) removes the entry.
+	wait_for 30 xlen_at_most 0 || fail "retention did not trim the entry: XLEN $(rcli XLEN events)"
+	pending_is 1 || fail "the trimmed message is not pending: $(pending_count)"
+	rcli HGET "$key" dl-trim/fail.handler | grep -qE '^next_attempt_at:[0-9]+#1$' ||
+		fail "no backoff marker: $(rcli HGETALL "$key")"
+	# Restarted, the worker's first reclaim (1m after start) finds the entry
+	# idle over 1m; without a restart that would take a second tick.
+	stop_relay_pid "$RELAY_PID"
+	start_relay_as "$TMP/b.log" trim-worker
+	local gone="level=WARN msg=\"pending message no longer in the stream (trimmed or deleted); dropped without running or dead-lettering it\" stream=events group=relay message_id=$id"
+	wait_for 170 log_has_line "$gone" "$TMP/b.log" ||
+		fail "no WARN for the dropped message: $(grep -v DEBUG "$TMP/b.log" | tail -n 5)"
+	wait_for 10 nothing_pending || fail "still pending: $(pending_count)"
+	wait_for 10 key_absent "$key" || fail "the invocation state is left: $(rcli HGETALL "$key")"
+	[ "$(rcli EXISTS relay:events:dlq)" = 0 ] || fail "a DLQ entry was written: $(rcli XRANGE relay:events:dlq - +)"
+	[ "$(cat "$TMP/a.log" "$TMP/b.log" | grep -c ': attempt old-1$')" -eq 1 ] || fail "the handler ran again"
+	[ "$(grep -cF 'pending message no longer in the stream' "$TMP/b.log")" -eq 1 ] || fail "the drop was logged more than once"
+	stop_relay_pid "$RELAY_PID"
+	cleanup_images dl-trim
 }
