@@ -1,6 +1,8 @@
 # Delivery guarantees of `relay start` against a real redis-server and the
 # real Docker daemon: backpressure, a worker killed mid-invocation, Redis
-# restarted under load, retention, and two workers sharing 2,000 events.
+# restarted under load, retention, two workers sharing 2,000 events, the
+# consumer group lost at run time, shutdown (one signal, then two) while a
+# handler runs, and a pending entry trimmed away by retention.
 # Intervals are the binary's fixed ones (reclaim every 1m, idle 1m).
 
 fn() { # name, handler module file, handler body, template
