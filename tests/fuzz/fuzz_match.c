@@ -31,6 +31,9 @@ static const char *const pattern_texts[] = {
 	"{\"a\":[\"x\"],\"b\":{\"c\":[5]}}",
 	"{\"b\":{\"c\":[5.0]},\"a\":{\"prefix\":[\"x\"]}}",
 	"{\"k9\":[\"v\"],\"k10\":{\"exists\":true}}",
+	/* escapes outside the BMP: a surrogate pair decoded wrongly shows here */
+	"{\"id\":{\"suffix\":[\"_\\ud83d\\ude00\"]}}",
+	"{\"u\":[\"\\u00e9\\ud83d\\ude00\\u0001\"]}",
 };
 #define NPAT (sizeof pattern_texts / sizeof pattern_texts[0])
 
