@@ -996,7 +996,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		int64_t t0 = now_mono_ns();
 		metrics_gauge_add(METRIC_IN_FLIGHT, 1);
 		c->cfg.invoke(c->cfg.invoke_ctx, &req, &out);
-		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
+		if (out.outcome != INVOKE_CANCELLED)
+			metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 		double secs = (double)(now_mono_ns() - t0) / 1e9;
 		slots_release(c->slots, fname);
 		char dur[DURATION_STR_MAX], att[16], code[16];
@@ -1022,6 +1023,9 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			free(prev);
 			log_info(attrs,
 				 "invocation cancelled by shutdown; the message stays pending");
+			/* Only now: after a second signal, relay start exits once
+			 * this gauge is 0, so the marker must be back first. */
+			metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 			break;
 		}
 		free(prev);

@@ -597,7 +597,6 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	runner_demux_init(&demux, forward_line, &fw);
 	buf_init(&waitbuf, WAIT_BODY_MAX);
 	image_hold(in->image);
-	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
 
 	/* 1-2: resolve secrets, create. */
 	body = create_body(in, host, &e);
@@ -773,7 +772,6 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 				 status));
 out:
 	out->seconds = (double)(now_mono_ns() - start) / 1e9;
-	metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 	image_release(in->image);
 	if (body)
 		scrub_body(body);

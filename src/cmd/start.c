@@ -54,6 +54,9 @@ static sigset_t stop_signals;
 /* Set once shutdown is complete: the watcher below then returns (it polls
  * rather than being cancelled, which sanitizers do not unwind cleanly). */
 static atomic_int shutdown_done;
+/* After a second signal: at most this long for cancelled invocations to
+ * remove their containers and put their markers back. */
+#define SECOND_SIGNAL_WAIT_MS 10000
 
 /* After the first signal: a second one cancels running containers and
  * exits at once. */
@@ -68,8 +71,16 @@ static void *second_signal(void *arg)
 	cancel_flag = 1;
 	log_warn(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 		 "second signal: stopping running containers and exiting now");
-	/* Give the runners a moment to remove their containers. */
-	usleep(1500 * 1000);
+	/* The runners stop and remove their containers, then the consumer puts
+	 * each invocation's marker back and leaves in_flight_invocations: wait
+	 * for that (bounded), so the next delivery keeps the attempt number. */
+	for (int i = 0; i < SECOND_SIGNAL_WAIT_MS / 20; i++) {
+		if (metrics_gauge_value(METRIC_IN_FLIGHT) <= 0)
+			_exit(1);
+		usleep(20 * 1000);
+	}
+	log_warn(NULL, "second signal: invocations still running after %d s; exiting anyway",
+		 SECOND_SIGNAL_WAIT_MS / 1000);
 	_exit(1);
 	return NULL;
 }

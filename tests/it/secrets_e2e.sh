@@ -98,6 +98,9 @@ PY
 	! grep -q "$CANARY" "$TMP/labels.json" || fail "canary in container labels"
 	curl -s "http://$METRICS_ADDR/metrics" >"$TMP/metrics.txt"
 	grep -q 'handler_invocations_total' "$TMP/metrics.txt" || fail "no metrics scraped"
+	# Scraped while exactly one handler runs (it sleeps 3 s).
+	grep -qx 'in_flight_invocations 1' "$TMP/metrics.txt" ||
+		fail "in_flight_invocations while one handler runs: $(grep '^in_flight' "$TMP/metrics.txt")"
 	se_stop
 
 	log_re 'level=DEBUG' || fail "the log is not at DEBUG"
