@@ -269,15 +269,12 @@ void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src)
 
 char *redis_uri_redact(const char *s)
 {
+	/* More careful than the parser: whatever the URI's faults, a password
+	 * ends at the last '@', even one holding '/', '?' or '#' unescaped or
+	 * a value without a scheme, so no error message can show it. */
 	const char *sep = strstr(s, "://");
-	if (!sep)
-		return xstrdup(s);
-	const char *p = sep + 3;
-	size_t authlen = strcspn(p, "/?#");
-	const char *at = NULL;
-	for (size_t i = 0; i < authlen; i++)
-		if (p[i] == '@')
-			at = p + i;
+	const char *p = sep ? sep + 3 : s;
+	const char *at = strrchr(p, '@');
 	if (!at)
 		return xstrdup(s);
 	const char *colon = memchr(p, ':', (size_t)(at - p));

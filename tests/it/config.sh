@@ -69,6 +69,15 @@ test_bad_redis_uri_hides_password() {
 	export REDIS_URI="redis://bob:Sup3rSecret@h:0"
 	run "$RELAY" start
 	assert_err_lacks Sup3rSecret
+	# A password with an unescaped '?', '#' or '/' makes the URI invalid; the
+	# error still names the URI without it. So does a URI without a scheme.
+	local pw
+	for pw in 'Sup3r?Secret' 'Sup3r#Secret' 'Sup3r/Secret'; do
+		expect_config_error REDIS_URI "redis://bob:$pw@h:1" "REDIS_URI 'redis://bob:xxxxx@h:1' is invalid"
+		assert_err_lacks Secret
+	done
+	expect_config_error REDIS_URI "bob:Sup3rSecret@h:1" "REDIS_URI 'bob:xxxxx@h:1' is invalid"
+	assert_err_lacks Sup3rSecret
 	expect_config_error REDIS_URI "http://h:1" "unsupported scheme 'http'"
 }
 

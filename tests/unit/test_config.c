@@ -311,6 +311,12 @@ TEST(uri_redact)
 		{"redis://u:se@cret@h:1", "redis://u:xxxxx@h:1"},
 		{"redis://u@h:1", "redis://u@h:1"},
 		{"h:1", "h:1"},
+		/* Invalid URIs are redacted too: their errors show them. */
+		{"redis://u:s3cr?et@h", "redis://u:xxxxx@h"},
+		{"redis://u:s3cr#et@h:1", "redis://u:xxxxx@h:1"},
+		{"redis://u:s3cr/et@h:1", "redis://u:xxxxx@h:1"},
+		{"redis://u:pw@h:1/0?x=@y", "redis://u:xxxxx@y"},
+		{"u:s3cret@h:1", "u:xxxxx@h:1"},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		char *r = redis_uri_redact(rows[i].in);
