@@ -62,7 +62,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librelay.a
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 fuzz: $(FUZZ_BIN)
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard src/*.h src/cmd/*.h tests/fuzz/*.h)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc $(PKG_CFLAGS) \
 	    -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
@@ -70,4 +70,4 @@ build-fuzz/%: tests/fuzz/%.c $(LIB_SRC)
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/src/main.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(UNIT_BIN:=.d) $(ITC_BIN:=.d) $(BENCH_BIN:=.d)
