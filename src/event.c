@@ -284,24 +284,13 @@ static void skip_ws(struct parser *ps)
 		ps->p++;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static int hex4(const char *s, const char *end, uint32_t *out)
 {
 	if (end - s < 4)
 		return -1;
 	uint32_t v = 0;
 	for (int i = 0; i < 4; i++) {
-		int h = hexval(s[i]);
+		int h = hex_digit((unsigned char)s[i]);
 		if (h < 0)
 			return -1;
 		v = v << 4 | (uint32_t)h;

@@ -49,17 +49,6 @@ struct redis {
 
 /* ---- URI ------------------------------------------------------------ */
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Percent-decodes s[0..n) into a new string; NULL on a bad escape. */
 static char *pct_decode(const char *s, size_t n)
 {
@@ -70,8 +59,8 @@ static char *pct_decode(const char *s, size_t n)
 			out[o++] = s[i];
 			continue;
 		}
-		int hi = i + 1 < n ? hexval((unsigned char)s[i + 1]) : -1;
-		int lo = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+		int hi = i + 1 < n ? hex_digit((unsigned char)s[i + 1]) : -1;
+		int lo = i + 2 < n ? hex_digit((unsigned char)s[i + 2]) : -1;
 		if (hi < 0 || lo < 0) {
 			free(out);
 			return NULL;

@@ -210,6 +210,17 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune)
 	return len;
 }
 
+int hex_digit(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 char *str_trim(char *s)
 {
 	size_t n = strlen(s);

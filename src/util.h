@@ -55,6 +55,8 @@ int parse_int64(const char *s, int64_t *out);
  * invalid, as in Go). */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune);
 
+/* The value of one hexadecimal digit (either case), or -1. */
+int hex_digit(int c);
 /* Trim ASCII whitespace in place; returns s. */
 char *str_trim(char *s);
 /* s as it may appear in a message when it may be anything a user typed:

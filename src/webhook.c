@@ -116,17 +116,6 @@ void coalescer_free(struct coalescer *c)
 
 /* ---- signature --------------------------------------------------------- */
 
-static int hex_value(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 bool webhook_signature_ok(const char *header, const void *body, size_t len, const void *key,
 			  size_t keylen)
 {
@@ -139,7 +128,8 @@ bool webhook_signature_ok(const char *header, const void *body, size_t len, cons
 	if (strlen(hex) != 2 * sizeof want)
 		return false;
 	for (size_t i = 0; i < sizeof want; i++) {
-		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+		int hi = hex_digit((unsigned char)hex[2 * i]),
+		    lo = hex_digit((unsigned char)hex[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return false;
 		want[i] = (unsigned char)(hi << 4 | lo);
@@ -181,8 +171,9 @@ static char *form_payload(const char *body, size_t len, size_t *out_len)
 				if (*v == '+') {
 					out[n++] = ' ';
 				} else if (*v == '%') {
-					int hi = field_end - v > 2 ? hex_value(v[1]) : -1;
-					int lo = hi >= 0 ? hex_value(v[2]) : -1;
+					int hi = field_end - v > 2 ? hex_digit((unsigned char)v[1])
+								   : -1;
+					int lo = hi >= 0 ? hex_digit((unsigned char)v[2]) : -1;
 					if (lo < 0) {
 						free(out);
 						return NULL;

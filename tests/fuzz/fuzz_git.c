@@ -61,24 +61,14 @@ static void signature_header(const unsigned char mac[32], uint64_t caps, char ou
 	out[71] = '\0';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Does header name mac, by the X-Hub-Signature-256 format? */
 static int header_matches(const char *header, const unsigned char mac[32])
 {
 	if (strncmp(header, "sha256=", 7) != 0 || strlen(header) != 71)
 		return 0;
 	for (size_t i = 0; i < 32; i++) {
-		int hi = hexval(header[7 + 2 * i]), lo = hexval(header[8 + 2 * i]);
+		int hi = hex_digit((unsigned char)header[7 + 2 * i]),
+		    lo = hex_digit((unsigned char)header[8 + 2 * i]);
 		if (hi < 0 || lo < 0 || (hi << 4 | lo) != mac[i])
 			return 0;
 	}
@@ -113,7 +103,7 @@ static void check_signatures(const uint8_t *data, size_t size, const char *s)
 
 	size_t pos = 7 + (size_t)(caps % 64);
 	char saved = header[pos];
-	header[pos] = hexval(saved) == 0 ? '1' : '0';
+	header[pos] = hex_digit((unsigned char)saved) == 0 ? '1' : '0';
 	CHECK(!webhook_signature_ok(header, body, len, key, keylen),
 	      "a signature with hex digit %zu changed is accepted: %s", pos - 7, header);
 	header[pos] = saved;
