@@ -93,8 +93,16 @@ static int distinctive(const char *secret, const char *rest)
 	for (size_t i = 0; i < sizeof FIXED_TEXT / sizeof FIXED_TEXT[0]; i++)
 		if (strstr(FIXED_TEXT[i], secret))
 			return 0;
-	return secret[0] && !strchr(secret, 'x') && !strstr(rest, secret) &&
-	       !strstr(OTHER_PASSWORD, secret);
+	/* Messages show a control character as '?': compare with the rest as
+	 * a message shows it too. */
+	char *shown = xstrdup(rest);
+	for (char *c = shown; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	int d = secret[0] && !strchr(secret, 'x') && !strstr(rest, secret) &&
+		!strstr(shown, secret) && !strstr(OTHER_PASSWORD, secret);
+	free(shown);
+	return d;
 }
 
 static void config_messages(const char *uri, struct buf *out)
