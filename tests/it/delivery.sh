@@ -245,10 +245,8 @@ events:
 # keeps consuming: every entry still in the stream is delivered again.
 GROUP_LOST='level=WARN msg="consumer group missing; recreating it" stream=events group=relay error="NOGROUP '
 
-test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
-	start_redis
-	wait_redis_plain
-	relay_env
+# grp_fn: the function both lost-group scenarios run, printing each event id.
+grp_fn() {
 	fn dl-grp echo.py 'def handler(event):
     print("handled", event["event_id"])
 ' 'runtime: python3.14
@@ -256,6 +254,13 @@ events:
   - handler: echo.handler
     pattern: {kind: [grp]}
 '
+}
+
+test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
+	start_redis
+	wait_redis_plain
+	relay_env
+	grp_fn
 	start_relay_as "$TMP/relay.log" group-worker
 	local id1 id2
 	id1=$(rcli XADD events '*' event '{"kind":"grp","event_id":"g1"}')
@@ -280,13 +285,7 @@ test_consumer_group_lost_with_redis_restarted_without_persistence() {
 	start_redis # --save '' --appendonly no: a restart loses everything
 	wait_redis_plain
 	relay_env
-	fn dl-grp echo.py 'def handler(event):
-    print("handled", event["event_id"])
-' 'runtime: python3.14
-events:
-  - handler: echo.handler
-    pattern: {kind: [grp]}
-'
+	grp_fn
 	start_relay_as "$TMP/relay.log" lost-worker
 	local id1 id2 port=$REDIS_PORT
 	id1=$(rcli XADD events '*' event '{"kind":"grp","event_id":"r1"}')
