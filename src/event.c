@@ -5,8 +5,9 @@
  * scalars inline, strings copied (unescaped) into the arena, arrays and
  * objects as contiguous vectors built on a parser stack and copied into the
  * arena when they close. Objects with more than SMALL_OBJECT members also get
- * an open-addressing hash index so a hostile event with one huge object cannot
- * make every lookup linear.
+ * an index (a keyed hash table, or a sorted array when keys collide; see
+ * "object index") so a hostile event with one huge object can make neither
+ * building it nor a lookup cost more than O(n log n) and O(log n).
  *
  * UTF-8 is validated once over the whole text before parsing (that check is
  * what distinguishes EVENT_ERR_NOT_TEXT); the parser then only has to reject
@@ -20,16 +21,25 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
+#include "siphash.h"
 #include "util.h"
 
 #define SMALL_OBJECT 8
 
+/* An object with more than SMALL_OBJECT members has either a hash table
+ * (slots) or, when keys collided too much, a sorted array (sorted); see
+ * "object index" below. */
 struct event_object {
 	size_t n;
 	const struct event_member *members;
-	uint32_t mask;	       /* slots has mask + 1 entries; 0 when not indexed */
-	const uint32_t *slots; /* member index + 1, 0 = empty */
+	uint32_t mask;	    /* slots has mask + 1 entries */
+	uint32_t probe_max; /* the longest distance of a key from its home slot */
+	const uint32_t *slots;
+	const struct sorted_entry *sorted; /* nsorted entries, one per distinct key */
+	size_t nsorted;
 };
 
 struct arena_block {
@@ -106,14 +116,187 @@ const char *event_err_name(int err)
 
 /* ---- object index ---- */
 
-static uint32_t key_hash(const char *s, size_t n)
+/*
+ * Members are hashed with SipHash-1-3 under a 128-bit key drawn once per
+ * process, so a producer cannot choose keys that collide in the table (the
+ * unseeded FNV-1a used before let a 1 MiB event of colliding keys take
+ * seconds). Linear probing with load <= 1/4: at 1/2, simulated tables of
+ * 131,072 random keys had a key more than INDEX_PROBE_MAX slots from home
+ * two times in five; at 1/4, in 2000 tables of 262,144 keys the farthest was
+ * 20 slots. A slot is 32 bits: the member index + 1 (0 = empty) in the low
+ * INDEX_IDX_BITS, the hash's top 12 bits above, so a probe compares key
+ * bytes only when those agree too (1 in 4096 for a different key).
+ *
+ * The key is a secret only as long as nothing leaks it, so the worst case is
+ * bounded by construction too: when any key would land more than
+ * INDEX_PROBE_MAX slots past its home slot (random keys practically never
+ * do: see test_event's hash_flood tests), the table is dropped and the object
+ * is indexed as an array sorted by (hash, length, bytes) instead, searched by
+ * bisection. Building costs at most n * (INDEX_PROBE_MAX + 1) probes plus
+ * a heapsort's 2 n log2 n comparisons; a lookup at most INDEX_PROBE_MAX + 1
+ * probes or log2 n + 1 comparisons, whoever chose the keys.
+ */
+#define INDEX_PROBE_MAX 32
+#define INDEX_IDX_BITS 20
+#define INDEX_IDX_MASK ((UINT32_C(1) << INDEX_IDX_BITS) - 1)
+/* the most members a table can index (their index + 1 fits INDEX_IDX_BITS) */
+#define INDEX_TABLE_MAX (INDEX_IDX_MASK - 1)
+
+struct sorted_entry {
+	uint64_t hash;
+	uint64_t idx; /* member index; 64 bits to keep the entry 16 bytes */
+};
+
+static unsigned char hash_key[SIPHASH_KEY_BYTES];
+static pthread_once_t hash_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct event_index_stats index_stats;
+
+static void hash_key_init(void)
 {
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 16777619u;
+	size_t got = 0;
+	while (got < sizeof hash_key) {
+		ssize_t r = getrandom(hash_key + got, sizeof hash_key - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
 	}
-	return h;
+	if (got < sizeof hash_key) {
+		/* no getrandom (an old kernel or a seccomp filter): a key that is
+		 * hard to guess from outside; the probe bound holds either way */
+		uint64_t k[2] = {(uint64_t)now_wall_ns() ^ (uint64_t)(uintptr_t)&got,
+				 (uint64_t)now_mono_ns() ^ ((uint64_t)getpid() << 32)};
+		memcpy(hash_key, k, sizeof hash_key);
+	}
+}
+
+static uint64_t key_hash(const char *s, size_t n)
+{
+	return siphash13(hash_key, s, n);
+}
+
+void event_hash_key_for_tests(const unsigned char key[16])
+{
+	pthread_once(&hash_key_once, hash_key_init);
+	memcpy(hash_key, key, sizeof hash_key);
+}
+
+void event_index_stats(struct event_index_stats *out, bool reset)
+{
+	*out = index_stats;
+	if (reset)
+		memset(&index_stats, 0, sizeof index_stats);
+}
+
+static bool same_key(const struct event_member *m, const char *key, size_t klen)
+{
+	index_stats.compares++;
+	return m->klen == klen && memcmp(m->key, key, klen) == 0;
+}
+
+/* Orders sorted entries by hash, then length, then bytes, then document
+ * order, so equal keys end up adjacent with the last one last. */
+static int entry_cmp(const struct sorted_entry *a, const struct sorted_entry *b,
+		     const struct event_member *m)
+{
+	index_stats.compares++;
+	if (a->hash != b->hash)
+		return a->hash < b->hash ? -1 : 1;
+	const struct event_member *x = &m[a->idx], *y = &m[b->idx];
+	if (x->klen != y->klen)
+		return x->klen < y->klen ? -1 : 1;
+	int c = memcmp(x->key, y->key, x->klen);
+	if (c)
+		return c;
+	return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static void sift_down(struct sorted_entry *e, size_t root, size_t n, const struct event_member *m)
+{
+	for (;;) {
+		size_t child = 2 * root + 1;
+		if (child >= n)
+			return;
+		if (child + 1 < n && entry_cmp(&e[child], &e[child + 1], m) < 0)
+			child++;
+		if (entry_cmp(&e[root], &e[child], m) >= 0)
+			return;
+		struct sorted_entry t = e[root];
+		e[root] = e[child];
+		e[child] = t;
+		root = child;
+	}
+}
+
+/* Heapsort: O(n log n) comparisons for every input and no allocation, which
+ * qsort does not promise. */
+static void sort_entries(struct sorted_entry *e, size_t n, const struct event_member *m)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift_down(e, i, n, m);
+	for (size_t end = n; end-- > 1;) {
+		struct sorted_entry t = e[0];
+		e[0] = e[end];
+		e[end] = t;
+		sift_down(e, 0, end, m);
+	}
+}
+
+static uint32_t slot_tag(uint64_t h)
+{
+	return (uint32_t)(h >> 52) << INDEX_IDX_BITS;
+}
+
+/* Indexes o as a sorted array, in the memory of its abandoned hash table:
+ * its 4n or more slots of 4 bytes hold the n entries of 16 bytes. */
+static void index_sorted(struct event_object *o, uint32_t *slots)
+{
+	const struct event_member *m = o->members;
+	struct sorted_entry *e = (struct sorted_entry *)slots;
+	for (size_t i = 0; i < o->n; i++) {
+		e[i].hash = key_hash(m[i].key, m[i].klen);
+		e[i].idx = i;
+	}
+	sort_entries(e, o->n, m);
+	/* duplicate keys: keep the last of each run, the one that wins */
+	size_t w = 0;
+	for (size_t i = 0; i < o->n; i++) {
+		if (i + 1 < o->n && e[i].hash == e[i + 1].hash &&
+		    same_key(&m[e[i].idx], m[e[i + 1].idx].key, m[e[i + 1].idx].klen))
+			continue;
+		e[w++] = e[i];
+	}
+	o->mask = 0;
+	o->slots = NULL;
+	o->sorted = e;
+	o->nsorted = w;
+	index_stats.sorted++;
+}
+
+/* Inserts member i; false when it would land past INDEX_PROBE_MAX. */
+static bool index_insert(struct event_object *o, uint32_t *slots, uint32_t i)
+{
+	const struct event_member *m = &o->members[i];
+	uint64_t h = key_hash(m->key, m->klen);
+	uint32_t tag = slot_tag(h), pos = (uint32_t)h & o->mask;
+	for (uint32_t d = 0; d <= INDEX_PROBE_MAX; d++) {
+		index_stats.probes++;
+		uint32_t s = slots[pos];
+		if (!s) {
+			slots[pos] = tag | (i + 1);
+			if (d > o->probe_max)
+				o->probe_max = d;
+			return true;
+		}
+		if ((s & ~INDEX_IDX_MASK) == tag &&
+		    same_key(&o->members[(s & INDEX_IDX_MASK) - 1], m->key, m->klen)) {
+			slots[pos] = tag | (i + 1); /* last one wins */
+			return true;
+		}
+		pos = (pos + 1) & o->mask;
+	}
+	return false;
 }
 
 static const struct event_object *make_object(struct event *ev, const struct event_member *src,
@@ -125,37 +308,56 @@ static const struct event_object *make_object(struct event *ev, const struct eve
 		m = arena_alloc(ev, n * sizeof *m);
 		memcpy(m, src, n * sizeof *m);
 	}
+	memset(o, 0, sizeof *o);
 	o->n = n;
 	o->members = m;
-	o->mask = 0;
-	o->slots = NULL;
-	if (n > SMALL_OBJECT) {
-		uint32_t size = 16;
-		while (size < n * 2)
-			size *= 2;
-		uint32_t *slots = arena_alloc(ev, size * sizeof *slots);
-		memset(slots, 0, size * sizeof *slots);
-		for (size_t i = 0; i < n; i++) {
-			uint32_t h = key_hash(m[i].key, m[i].klen) & (size - 1);
-			for (;;) {
-				uint32_t s = slots[h];
-				if (!s) {
-					slots[h] = (uint32_t)i + 1;
-					break;
-				}
-				const struct event_member *o2 = &m[s - 1];
-				if (o2->klen == m[i].klen &&
-				    memcmp(o2->key, m[i].key, m[i].klen) == 0) {
-					slots[h] = (uint32_t)i + 1; /* last one wins */
-					break;
-				}
-				h = (h + 1) & (size - 1);
-			}
+	if (n <= SMALL_OBJECT)
+		return o;
+	pthread_once(&hash_key_once, hash_key_init);
+	size_t size = 16;
+	while (size < n * 4)
+		size *= 2;
+	uint32_t *slots = arena_alloc(ev, size * sizeof *slots);
+	memset(slots, 0, size * sizeof *slots);
+	/* Decoded text has n < EVENT_MAX_BYTES / 5 < INDEX_TABLE_MAX members
+	 * ("":0 and a comma), but a jansson tree (event_from_json) has no such
+	 * bound. */
+	if (n > INDEX_TABLE_MAX) {
+		index_sorted(o, slots);
+		return o;
+	}
+	o->mask = (uint32_t)(size - 1);
+	o->slots = slots;
+	for (size_t i = 0; i < n; i++) {
+		if (!index_insert(o, slots, (uint32_t)i)) {
+			index_sorted(o, slots);
+			break;
 		}
-		o->mask = size - 1;
-		o->slots = slots;
 	}
 	return o;
+}
+
+static const struct event_value *lookup_sorted(const struct event_object *o, const char *key,
+					       size_t klen)
+{
+	uint64_t h = key_hash(key, klen);
+	size_t lo = 0, hi = o->nsorted;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct sorted_entry *e = &o->sorted[mid];
+		const struct event_member *m = &o->members[e->idx];
+		index_stats.compares++;
+		int c = e->hash != h	  ? (e->hash < h ? -1 : 1)
+			: m->klen != klen ? (m->klen < klen ? -1 : 1)
+					  : memcmp(m->key, key, klen);
+		if (c == 0)
+			return &m->value;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
 }
 
 const struct event_value *event_get(const struct event_value *obj, const char *key, size_t klen)
@@ -163,17 +365,23 @@ const struct event_value *event_get(const struct event_value *obj, const char *k
 	if (!obj || obj->type != EVENT_OBJECT)
 		return NULL;
 	const struct event_object *o = obj->u.obj;
+	if (o->sorted)
+		return lookup_sorted(o, key, klen);
 	if (o->slots) {
-		uint32_t h = key_hash(key, klen) & o->mask;
-		for (;;) {
-			uint32_t s = o->slots[h];
+		uint64_t h = key_hash(key, klen);
+		uint32_t tag = slot_tag(h), pos = (uint32_t)h & o->mask;
+		/* a present key sits at most probe_max slots past its home */
+		for (uint32_t d = 0; d <= o->probe_max; d++) {
+			index_stats.probes++;
+			uint32_t s = o->slots[pos];
 			if (!s)
 				return NULL;
-			const struct event_member *m = &o->members[s - 1];
-			if (m->klen == klen && memcmp(m->key, key, klen) == 0)
+			const struct event_member *m = &o->members[(s & INDEX_IDX_MASK) - 1];
+			if ((s & ~INDEX_IDX_MASK) == tag && same_key(m, key, klen))
 				return &m->value;
-			h = (h + 1) & o->mask;
+			pos = (pos + 1) & o->mask;
 		}
+		return NULL;
 	}
 	for (size_t i = o->n; i-- > 0;) {
 		const struct event_member *m = &o->members[i];

@@ -127,4 +127,24 @@ const struct event_value *event_get(const struct event_value *obj, const char *k
 /* The i-th member of an object in document order (NULL when out of range). */
 const struct event_member *event_member_at(const struct event_value *obj, size_t i);
 
+/*
+ * For tests and benchmarks: the work the calling thread has spent on object
+ * indexes (building them and event_get) since the last reset. Decoding an
+ * object of n members costs at most n * 33 probes plus about 2 n log2 n
+ * compares, whatever its keys (see event.c, "object index").
+ */
+struct event_index_stats {
+	uint64_t probes;   /* hash table slots visited */
+	uint64_t compares; /* key comparisons (equal hash tags, sorting, bisection) */
+	uint64_t sorted;   /* objects indexed by a sorted array: keys collided */
+};
+
+/* Copies the calling thread's counters into *out; zeroes them when reset. */
+void event_index_stats(struct event_index_stats *out, bool reset);
+
+/* For tests and benchmarks only: replaces the process's random 128-bit hash
+ * key with a known one, as if an attacker had learnt it. Not thread-safe;
+ * call it before any event exists. */
+void event_hash_key_for_tests(const unsigned char key[16]);
+
 #endif

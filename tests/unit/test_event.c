@@ -1,8 +1,12 @@
 /* Event decoding: every error kind, the bounds, and the decoded tree. */
 #include <jansson.h>
 #include <math.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 
 #include "event.h"
+#include "siphash.h"
 #include "t.h"
 #include "util.h"
 
@@ -326,6 +330,432 @@ TEST(large_object_lookup)
 	buf_free(&b);
 }
 
+/* ---- hash flooding (issue 13) ---- */
+
+static uint64_t openssl_siphash13(const unsigned char key[16], const unsigned char *d, size_t n)
+{
+	EVP_MAC *mac = EVP_MAC_fetch(NULL, "SIPHASH", NULL);
+	EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	size_t size = 8, outlen = 0;
+	unsigned c = 1, f = 3;
+	unsigned char out[8] = {0};
+	OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &size),
+			       OSSL_PARAM_construct_uint(OSSL_MAC_PARAM_C_ROUNDS, &c),
+			       OSSL_PARAM_construct_uint(OSSL_MAC_PARAM_D_ROUNDS, &f),
+			       OSSL_PARAM_END};
+	if (!ctx || !EVP_MAC_init(ctx, key, 16, params) || !EVP_MAC_update(ctx, d, n) ||
+	    !EVP_MAC_final(ctx, out, &outlen, sizeof out) || outlen != 8)
+		T_FAIL_("OpenSSL's SipHash failed");
+	EVP_MAC_CTX_free(ctx);
+	EVP_MAC_free(mac);
+	uint64_t r = 0;
+	for (int i = 7; i >= 0; i--)
+		r = r << 8 | out[i];
+	return r;
+}
+
+TEST(siphash13_matches_openssl)
+{
+	/* every tail length, several keys: our SipHash-1-3 is OpenSSL's */
+	unsigned char key[16], data[80];
+	for (int k = 0; k < 4; k++) {
+		for (int i = 0; i < 16; i++)
+			key[i] = (unsigned char)(k == 0 ? i : (i * 37 + k * 101) & 0xff);
+		for (size_t i = 0; i < sizeof data; i++)
+			data[i] = (unsigned char)(k == 0 ? i : (i * 11 + (size_t)k * 7) & 0xff);
+		for (size_t n = 0; n <= sizeof data; n++)
+			if (siphash13(key, data, n) != openssl_siphash13(key, data, n))
+				T_FAIL_("key %d, %zu bytes: SipHash-1-3 differs from OpenSSL's", k,
+					n);
+	}
+}
+
+/*
+ * Property: the index work (event_index_stats: probes + key comparisons) of
+ * decoding one object of n members, and of looking up each of its keys
+ * once, stays under FLOOD_C * n * log2(n) whatever the keys are: random
+ * ones, and sets built against the hash. None of these tests knows the
+ * run's hash key; the last one (hash_flood_key_aware) plays an attacker who
+ * does. event.c's bound (at most INDEX_PROBE_MAX + 1 = 33 probes per member,
+ * then a heapsort's 2 n log2 n comparisons) is below 6 n log2 n for
+ * n >= 1000. The unseeded FNV-1a table this replaced took n^2 / 2 probes for
+ * keys colliding in its low bits: 50 n log2 n at n = 1000, 1900 at 60,000.
+ */
+#define FLOOD_C 6.0
+
+static const size_t flood_sizes[] = {1000, 3000, 10000, 30000, 60000};
+
+/* A fixed key "known to the attacker": 00 01 .. 0f. */
+static const unsigned char known_key[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+static const char key_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The smallest power of two >= max(16, factor * n), as log2. */
+static unsigned table_bits(size_t n, size_t factor)
+{
+	unsigned bits = 4;
+	while (((size_t)1 << bits) < n * factor)
+		bits++;
+	return bits;
+}
+
+static void keys_free(char **keys, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+}
+
+/* Random keys of 1 to 10 characters, about 1% of them repeated. */
+static char **keys_random(size_t n, uint64_t seed)
+{
+	char **keys = xcalloc(n, sizeof *keys);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = splitmix(&seed);
+		if (i && r % 100 == 0) {
+			keys[i] = xstrdup(keys[(r >> 8) % i]);
+			continue;
+		}
+		size_t len = 1 + (r >> 8) % 10;
+		char k[16];
+		for (size_t j = 0; j < len; j++)
+			k[j] = key_chars[splitmix(&seed) % 64];
+		keys[i] = xstrndup(k, len);
+	}
+	return keys;
+}
+
+static uint32_t fnv1a(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
+}
+
+/* The state FNV-1a reaches from `state` over 3 bytes, in the low bits. */
+static uint32_t fnv_block(uint32_t state, const char b[3], uint32_t mask)
+{
+	for (int j = 0; j < 3; j++)
+		state = ((state ^ (unsigned char)b[j]) * 16777619u) & mask;
+	return state;
+}
+
+/*
+ * n distinct keys whose FNV-1a hashes put them all into one window of 64
+ * slots of the table the old decoder built (2n slots or more), where linear
+ * probing piles them into one cluster of n. The low k bits of FNV-1a's
+ * state depend only on the low k bits before each byte, so a multicollision
+ * is cheap (Joux): from the current state, bucket every 3-character block by
+ * the state it leads to, keep the largest bucket, repeat; any choice of one
+ * block per step reaches the same state. The last block only has to agree
+ * above the window's 6 bits, which gives hundreds of choices instead of 14.
+ */
+static char **keys_fnv(size_t n)
+{
+	unsigned bits = table_bits(n, 2);
+	uint32_t mask = ((uint32_t)1 << bits) - 1, state = 2166136261u & mask;
+	char alpha[96];
+	size_t na = 0;
+	for (int c = 0x20; c < 0x7f; c++)
+		if (c != '"' && c != '\\')
+			alpha[na++] = (char)c;
+	size_t ncand = na * na * na;
+	enum { MAXB = 6 };
+	char(*blocks[MAXB])[3];
+	size_t nchoice[MAXB], nblocks = 0, product = 1;
+	uint32_t *count = xmalloc(((size_t)mask + 1) * sizeof *count);
+	for (bool last = false; !last && nblocks < MAXB;) {
+		/* is a final block (agreeing above 6 bits) enough now? */
+		for (int pass = 0; pass < 2; pass++) {
+			unsigned shift = pass == 0 ? 6 : 0;
+			memset(count, 0, ((size_t)mask + 1) * sizeof *count);
+			uint32_t best = 0;
+			for (size_t a = 0; a < ncand; a++) {
+				char b[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
+				uint32_t s = fnv_block(state, b, mask) >> shift;
+				if (++count[s] > count[best])
+					best = s;
+			}
+			if (pass == 0 && product * count[best] < n)
+				continue; /* not yet: one more full collision first */
+			last = pass == 0;
+			blocks[nblocks] = xmalloc(count[best] * sizeof *blocks[nblocks]);
+			size_t k = 0;
+			for (size_t a = 0; a < ncand; a++) {
+				char b[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
+				if (fnv_block(state, b, mask) >> shift == best)
+					memcpy(blocks[nblocks][k++], b, 3);
+			}
+			nchoice[nblocks++] = k;
+			product *= k;
+			state = best;
+			break;
+		}
+	}
+	free(count);
+	char **keys = xcalloc(n, sizeof *keys);
+	for (size_t i = 0; i < n; i++) {
+		char k[3 * MAXB];
+		size_t x = i;
+		for (size_t b = 0; b < nblocks; b++) {
+			memcpy(k + 3 * b, blocks[b][x % nchoice[b]], 3);
+			x /= nchoice[b];
+		}
+		keys[i] = xstrndup(k, 3 * nblocks);
+	}
+	for (size_t b = 0; b < nblocks; b++)
+		free(blocks[b]);
+	return keys;
+}
+
+/*
+ * n keys (about 1% repeated) whose SipHash-1-3 under known_key puts them all
+ * in the first 1/64 of the table event.c builds (4n slots or more): with
+ * that key, linear probing would pile them into one cluster of n.
+ */
+static char **keys_crowded(size_t n)
+{
+	uint64_t mask = ((uint64_t)1 << table_bits(n, 4)) - 1;
+	char **keys = xcalloc(n, sizeof *keys);
+	uint64_t counter = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i && i % 97 == 0) {
+			keys[i] = xstrdup(keys[i / 2]);
+			continue;
+		}
+		for (;;) {
+			char k[16];
+			size_t len = 0;
+			k[len++] = 'c';
+			for (uint64_t x = counter++; x; x /= 64)
+				k[len++] = key_chars[x % 64];
+			if ((siphash13(known_key, k, len) & mask) < (mask + 1) / 64) {
+				keys[i] = xstrndup(k, len);
+				break;
+			}
+		}
+	}
+	return keys;
+}
+
+/* n keys sharing a long prefix (as long as 1 MiB allows, up to 1000 bytes),
+ * so that every key comparison that gets past the hash is expensive. */
+static char **keys_prefix(size_t n)
+{
+	size_t plen = EVENT_MAX_BYTES / n - 9;
+	if (plen > 1000)
+		plen = 1000;
+	char **keys = xcalloc(n, sizeof *keys);
+	for (size_t i = 0; i < n; i++) {
+		char *k = xmalloc(plen + 4);
+		memset(k, 'p', plen);
+		k[plen] = key_chars[i % 64];
+		k[plen + 1] = key_chars[i / 64 % 64];
+		k[plen + 2] = key_chars[i / 4096 % 64];
+		k[plen + 3] = '\0';
+		keys[i] = k;
+	}
+	return keys;
+}
+
+struct key_at {
+	const char *key;
+	size_t i;
+};
+
+static int key_order(const void *a, const void *b)
+{
+	const struct key_at *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+	return c ? c : (x->i < y->i ? -1 : x->i > y->i);
+}
+
+/*
+ * Decodes {"<keys[0]>":0,"<keys[1]>":0,...} and looks every key up, with
+ * the work of each checked against FLOOD_C n log2 n. Every key must find
+ * its last occurrence's member, and a key one byte longer nothing. Returns
+ * false when a check failed (the caller stops growing n). *sorted counts
+ * the objects that the decoder indexed by its sorted fallback.
+ */
+static bool flood_check(const char *set, char **keys, size_t n, uint64_t *sorted)
+{
+	struct buf b;
+	buf_init(&b, EVENT_MAX_BYTES);
+	int rc = buf_append(&b, "{", 1);
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = buf_appendf(&b, "%s\"%s\":0", i ? "," : "", keys[i]);
+	if (rc == 0)
+		rc = buf_append(&b, "}", 1);
+	if (rc != 0) {
+		T_FAIL_("%s, n = %zu: the object does not fit in %d bytes", set, n,
+			EVENT_MAX_BYTES);
+		buf_free(&b);
+		return false;
+	}
+	bool ok = true;
+	double bound = FLOOD_C * (double)n * log2((double)n);
+	struct event_index_stats st;
+	struct event *ev = NULL;
+	event_index_stats(&st, true);
+	rc = event_parse_json(b.data, b.len, &ev, NULL);
+	event_index_stats(&st, true);
+	buf_free(&b);
+	if (rc != EVENT_OK || event_root(ev)->n != n) {
+		T_FAIL_("%s, n = %zu: not decoded", set, n);
+		event_free(ev);
+		return false;
+	}
+	*sorted += st.sorted;
+	double work = (double)(st.probes + st.compares);
+	if (work > bound) {
+		T_FAIL_("%s, n = %zu: decoding cost %.0f probes + compares, %.1f n log2 n", set, n,
+			work, work / (bound / FLOOD_C));
+		ok = false;
+	}
+
+	/* the value each key must find: the index of its last occurrence */
+	struct key_at *order = xmalloc(n * sizeof *order);
+	for (size_t i = 0; i < n; i++)
+		order[i] = (struct key_at){keys[i], i};
+	qsort(order, n, sizeof *order, key_order);
+	size_t wrong = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i + 1 < n && strcmp(order[i].key, order[i + 1].key) == 0)
+			continue;
+		char longer[1100];
+		size_t klen = strlen(order[i].key);
+		memcpy(longer, order[i].key, klen);
+		longer[klen] = '!';
+		const struct event_value *v = event_get(event_root(ev), order[i].key, klen);
+		if (!v || v != &event_member_at(event_root(ev), order[i].i)->value ||
+		    event_get(event_root(ev), longer, klen + 1) != NULL)
+			wrong++;
+	}
+	free(order);
+	event_index_stats(&st, true);
+	work = (double)(st.probes + st.compares);
+	if (wrong) {
+		T_FAIL_("%s, n = %zu: %zu keys found the wrong member", set, n, wrong);
+		ok = false;
+	}
+	if (work > bound) {
+		T_FAIL_("%s, n = %zu: lookups cost %.0f probes + compares, %.1f n log2 n", set, n,
+			work, work / (bound / FLOOD_C));
+		ok = false;
+	}
+	event_free(ev);
+	return ok;
+}
+
+typedef char **(*keygen)(size_t n);
+
+static char **keys_random1(size_t n)
+{
+	return keys_random(n, 1);
+}
+
+static char **keys_random2(size_t n)
+{
+	return keys_random(n, (uint64_t)n * 7919);
+}
+
+static const struct {
+	const char *name;
+	keygen gen;
+} flood_sets[] = {
+	{"random keys", keys_random1},
+	{"random keys (second seed)", keys_random2},
+	{"keys colliding in FNV-1a's low bits", keys_fnv},
+	{"keys crowded under SipHash with a known key", keys_crowded},
+	{"keys with a long shared prefix", keys_prefix},
+};
+
+/* Runs every key set at every size; returns how many objects were indexed
+ * by the sorted fallback for the set named `count` (NULL: none). */
+static uint64_t flood_run(const char *count)
+{
+	uint64_t counted = 0;
+	for (size_t s = 0; s < ARRAY_LEN(flood_sets); s++) {
+		uint64_t sorted = 0;
+		for (size_t z = 0; z < ARRAY_LEN(flood_sizes); z++) {
+			char **keys = flood_sets[s].gen(flood_sizes[z]);
+			bool ok = flood_check(flood_sets[s].name, keys, flood_sizes[z], &sorted);
+			keys_free(keys, flood_sizes[z]);
+			if (!ok)
+				break; /* an O(n^2) index would take minutes at the larger sizes */
+		}
+		if (count && strcmp(count, flood_sets[s].name) == 0)
+			counted = sorted;
+	}
+	return counted;
+}
+
+static int str_order(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* How many keys repeat an earlier one. */
+static size_t repeats(char **keys, size_t n)
+{
+	char **copy = xmalloc(n * sizeof *copy);
+	memcpy(copy, keys, n * sizeof *copy);
+	qsort(copy, n, sizeof *copy, str_order);
+	size_t r = 0;
+	for (size_t i = 1; i < n; i++)
+		r += strcmp(copy[i - 1], copy[i]) == 0;
+	free(copy);
+	return r;
+}
+
+TEST(hash_flood_keys_collide)
+{
+	/* the generators do what they claim: under FNV-1a the keys fall into one
+	 * window of 64 slots; under the known key into the first 1/64 of the
+	 * table; and they are distinct */
+	size_t n = 60000;
+	char **keys = keys_fnv(n);
+	uint32_t mask = ((uint32_t)1 << table_bits(n, 2)) - 1;
+	uint32_t window = (fnv1a(keys[0], strlen(keys[0])) & mask) >> 6;
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++)
+		off += (fnv1a(keys[i], strlen(keys[i])) & mask) >> 6 != window;
+	CHECK_INT(off, 0);
+	CHECK_INT(repeats(keys, n), 0);
+	keys_free(keys, n);
+	keys = keys_crowded(n);
+	uint64_t smask = ((uint64_t)1 << table_bits(n, 4)) - 1;
+	for (size_t i = 0; i < n; i++)
+		off += (siphash13(known_key, keys[i], strlen(keys[i])) & smask) >= (smask + 1) / 64;
+	CHECK_INT(off, 0);
+	keys_free(keys, n);
+}
+
+TEST(hash_flood)
+{
+	/* the run's hash key is random: no key set here was built against it */
+	flood_run(NULL);
+}
+
+TEST(hash_flood_key_aware)
+{
+	/* an attacker who learnt the key: the crowded keys now do collide in the
+	 * table, and the bound holds because the decoder falls back to its sorted
+	 * index. Must run last: it changes the process's key. */
+	event_hash_key_for_tests(known_key);
+	uint64_t sorted = flood_run("keys crowded under SipHash with a known key");
+	CHECK(sorted >= ARRAY_LEN(flood_sizes));
+}
+
 TEST(agrees_with_jansson)
 {
 	/* the same tree as jansson's, through event_from_json */
@@ -375,4 +805,6 @@ TEST(error_names)
 
 T_MAIN(T_CASE(field_missing), T_CASE(field_decoded), T_CASE(not_text), T_CASE(invalid_json),
        T_CASE(not_object), T_CASE(size_bound), T_CASE(depth_bound), T_CASE(values),
-       T_CASE(large_object_lookup), T_CASE(agrees_with_jansson), T_CASE(error_names))
+       T_CASE(large_object_lookup), T_CASE(siphash13_matches_openssl),
+       T_CASE(hash_flood_keys_collide), T_CASE(hash_flood), T_CASE(agrees_with_jansson),
+       T_CASE(error_names), T_CASE(hash_flood_key_aware))
