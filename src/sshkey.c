@@ -30,6 +30,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "util.h"
 
 #define KEY_TYPE "ssh-ed25519"
@@ -50,7 +52,7 @@
 #define PEM_COLUMNS 70
 #define BLOB_LEN (4 + sizeof KEY_TYPE - 1 + 4 + 32) /* 51 */
 #define KEY_FILE_MAX (64 * 1024)
-#define KNOWN_HOSTS_MAX (1024 * 1024)
+#define KNOWN_HOSTS_MAX (1024 * 1024) /* bytes; the other bounds: see known_hosts */
 #define HOST_BLOB_MAX (16 * 1024)
 #define KEY_TYPE_MAX 64
 
@@ -553,6 +555,57 @@ int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, c
 
 /* ---- known_hosts ---- */
 
+/*
+ * OpenSSH's format (sshd(8), SSH_KNOWN_HOSTS FILE FORMAT), one entry a line:
+ *
+ *	[@revoked | @cert-authority] hosts keytype base64-blob [comment]
+ *
+ * hosts is either one hashed entry, "|1|" base64(salt) "|" base64(HMAC-SHA1
+ * keyed with the 20-byte salt over the name), as ssh-keygen -H and
+ * ssh-keyscan -H write it, or a comma-separated list of patterns: '*' and
+ * '?' are wildcards, and a name matching a pattern negated with '!' is not
+ * matched by the line at all. The name looked up is the lowercased "host"
+ * for port 22 and "[host]:port" otherwise, in both forms (what OpenSSH
+ * hashes for a non-standard port is that bracketed form).
+ *
+ * The decision (decide() below), in this order:
+ *  1. a @revoked line for the name listing the presented key refuses it
+ *     (MISMATCH, naming the file and line), even when a plain line pins the
+ *     same key: revocation wins, as in OpenSSH;
+ *  2. a @revoked or @cert-authority line for the name whose key cannot be
+ *     read refuses (ERROR, naming the line): the operator meant to restrict
+ *     this host, and a typo must not turn that into acceptance;
+ *  3. a plain line pinning the presented key: MATCH;
+ *  4. a @cert-authority line for the name: ERROR. Relay verifies plain host
+ *     keys only (libgit2 hands over the raw key, never a certificate), so it
+ *     cannot honour a CA, and a host the operator put under a CA must not
+ *     fall back to trust on first use either. When the presented key is
+ *     also pinned by a plain line (case 3), that pin alone establishes trust,
+ *     the CA adds nothing Relay could check, and the CA line is ignored with
+ *     a WARN naming it;
+ *  5. a plain line pinning another key for the name: MISMATCH (MITM);
+ *  6. otherwise the name is new: trust on first use.
+ * Other malformed lines (no key, bad base64, a blob whose type disagrees
+ * with the keytype field), unknown @-markers and hashed entries whose salt
+ * or hash is not 20 bytes of base64 are skipped, as OpenSSH skips them.
+ *
+ * Bounds (each breach refuses the whole file, naming it): KNOWN_HOSTS_MAX
+ * bytes (read_bounded), KNOWN_HOSTS_MAX_LINES lines and KNOWN_HOSTS_LINE_MAX
+ * bytes a line (scan()). The cost is linear in the file: a few word
+ * operations per pattern byte (match_glob runs the pattern over the set of
+ * name positions, never backtracking) and one HMAC-SHA1 per hashed entry.
+ * A backtracking glob matcher would not be: "*aaaaaaaaab" patterns against
+ * a long name cost ~250 steps per byte, most of a second for 1 MiB.
+ */
+
+#define KNOWN_HOSTS_MAX_LINES 16384
+#define KNOWN_HOSTS_LINE_MAX (32 * 1024) /* > 4/3 * HOST_BLOB_MAX: any key we accept fits */
+#define HOST_NAME_MAX_ 255		 /* host_ok() */
+#define NAME_MAX_ (HOST_NAME_MAX_ + 8)	 /* "[host]:65535" */
+#define NAME_WORDS ((NAME_MAX_ + 1 + 63) / 64)
+#define HASH_MAGIC "|1|"
+#define HASH_LEN 20 /* SHA-1: the salt and the MAC */
+
 /* The next blank-separated field of *p (NUL-terminated in place), or NULL. */
 static char *next_field(char **p)
 {
@@ -566,84 +619,321 @@ static char *next_field(char **p)
 	return s;
 }
 
-/* Whether the comma-separated host list names token (hashed entries, which
- * start with "|", never match). */
-static bool host_listed(const char *hosts, const char *token)
+static char lower(char c)
 {
-	size_t n = strlen(token);
-	for (const char *h = hosts;; h++) {
-		size_t k = strcspn(h, ",");
-		if (k == n && strncasecmp(h, token, n) == 0)
-			return true;
-		h += k;
-		if (!*h)
-			return false;
+	return (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+}
+
+/* The lookup name as sets of positions, so that a pattern is matched in one
+ * pass over the pattern: bit i of a set stands for "the pattern so far
+ * matches name[0..i)". after[c] has bit i+1 set where name[i] is c; any
+ * has bits 1..n; upto has bits 0..n. The name is printable ASCII
+ * (host_ok), so 128 characters cover it. */
+struct name_sets {
+	const char *name;
+	size_t n;
+	uint64_t after[128][NAME_WORDS];
+	uint64_t any[NAME_WORDS], upto[NAME_WORDS];
+};
+
+static void set_bit(uint64_t *w, size_t i)
+{
+	w[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+static void name_sets_init(struct name_sets *ns, const char *name)
+{
+	memset(ns, 0, sizeof *ns);
+	ns->name = name;
+	ns->n = strlen(name);
+	set_bit(ns->upto, 0);
+	for (size_t i = 0; i < ns->n; i++) {
+		set_bit(ns->after[(unsigned char)name[i] & 0x7f], i + 1);
+		set_bit(ns->any, i + 1);
+		set_bit(ns->upto, i + 1);
 	}
 }
 
-/* Scans the known_hosts text for token: true when a line pins exactly blob;
- * otherwise *pinned is the fingerprint of the first other key pinned for it
- * (malloc'd), or stays NULL. Malformed lines are skipped. */
-static bool scan_known_hosts(char *text, size_t n, const char *token, const unsigned char *blob,
-			     size_t len, char **pinned)
+/* Whether pattern p[0..pn) matches the whole name ('*' any run, '?' any one
+ * character, others case-insensitively). NAME_WORDS word operations per
+ * pattern character: linear in the pattern, whatever its stars. */
+static bool match_glob(const struct name_sets *ns, const char *p, size_t pn)
 {
-	for (char *line = text, *end = text + n; line < end;) {
-		char *nl = memchr(line, '\n', (size_t)(end - line)), *p = line;
-		if (nl)
-			*nl = '\0';
-		line = nl ? nl + 1 : end;
-		char *hosts = next_field(&p), *type = next_field(&p), *b64 = next_field(&p);
-		if (!b64 || hosts[0] == '#' || hosts[0] == '@' || !host_listed(hosts, token))
-			continue;
-		char ktype[KEY_TYPE_MAX + 1];
-		size_t klen = 0;
-		unsigned char *key = b64_decode(b64, strlen(b64), &klen);
-		bool same = false;
-		if (key && blob_type(key, klen, ktype) && strcmp(ktype, type) == 0) {
-			same = klen == len && memcmp(key, blob, len) == 0;
-			if (!same && !*pinned)
-				*pinned = ssh_fingerprint(key, klen);
+	uint64_t set[NAME_WORDS] = {1}; /* the empty prefix matches name[0..0) */
+	for (size_t k = 0; k < pn; k++) {
+		unsigned char c = (unsigned char)lower(p[k]);
+		bool live = false;
+		if (c == '*') { /* from the first live position on, all live */
+			bool from = false;
+			for (size_t w = 0; w < NAME_WORDS; w++) {
+				if (from) {
+					set[w] = ns->upto[w];
+				} else if (set[w]) {
+					uint64_t low = set[w] & -set[w]; /* lowest live */
+					set[w] = ~(low - 1) & ns->upto[w];
+					from = true;
+				}
+				live |= set[w] != 0;
+			}
+		} else {
+			const uint64_t *next = c == '?' ? ns->any : c < 128 ? ns->after[c] : NULL;
+			for (size_t w = NAME_WORDS; w-- > 0;) {
+				uint64_t shifted = set[w] << 1 | (w ? set[w - 1] >> 63 : 0);
+				set[w] = next ? shifted & next[w] : 0;
+				live |= set[w] != 0;
+			}
 		}
-		free(key);
-		if (same)
-			return true;
+		if (!live)
+			return false;
 	}
-	return false;
+	return set[ns->n / 64] >> (ns->n % 64) & 1;
+}
+
+/* A comma-separated pattern list against the name: 1 matched, 0 not, -1 a
+ * negated pattern matched (the line does not apply, whatever else does). */
+static int match_pattern_list(const struct name_sets *ns, const char *list)
+{
+	int got = 0;
+	for (const char *p = list;; p++) {
+		size_t k = strcspn(p, ",");
+		bool neg = *p == '!';
+		if (match_glob(ns, p + neg, k - neg)) {
+			if (neg)
+				return -1;
+			got = 1;
+		}
+		p += k;
+		if (!*p)
+			return got;
+	}
+}
+
+/* A hashed entry (the text after "|1|": "salt|hash") against name. */
+static bool match_hashed(const char *entry, const char *name)
+{
+	const char *bar = strchr(entry, '|');
+	size_t slen = 0, hlen = 0;
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	if (!bar)
+		return false;
+	unsigned char *salt = b64_decode(entry, (size_t)(bar - entry), &slen);
+	unsigned char *hash = b64_decode(bar + 1, strlen(bar + 1), &hlen);
+	bool ok = salt && hash && slen == HASH_LEN && hlen == HASH_LEN &&
+		  HMAC(EVP_sha1(), salt, HASH_LEN, (const unsigned char *)name, strlen(name), md,
+		       &mdlen) &&
+		  mdlen == HASH_LEN && CRYPTO_memcmp(md, hash, HASH_LEN) == 0;
+	free(salt);
+	free(hash);
+	return ok;
+}
+
+/* 1 when the hosts field names the name, 0 when not, -1 when negated. */
+static int hosts_match(const char *hosts, const struct name_sets *ns)
+{
+	if (strncmp(hosts, HASH_MAGIC, strlen(HASH_MAGIC)) == 0)
+		return match_hashed(hosts + strlen(HASH_MAGIC), ns->name);
+	return match_pattern_list(ns, hosts);
+}
+
+enum marker { MARK_NONE, MARK_REVOKED, MARK_CA };
+
+/* What the lines that apply to one name say about one presented key. Line
+ * numbers are 1-based; 0 means no such line. */
+struct kh_scan {
+	struct name_sets ns; /* of the lowercased lookup name */
+	const char *name;
+	const unsigned char *blob;
+	size_t len;
+	size_t same_line;    /* first plain line pinning blob */
+	size_t revoked_line; /* first @revoked line listing blob */
+	size_t ca_line;	     /* first @cert-authority line */
+	size_t broken_line;  /* first @-marker line with an unreadable key */
+	char *other;	     /* fingerprint of the first other pinned key */
+};
+
+static void scan_line(struct kh_scan *s, char *line, size_t lineno)
+{
+	char *p = line, *hosts = next_field(&p);
+	enum marker m = MARK_NONE;
+	if (!hosts || hosts[0] == '#')
+		return;
+	if (hosts[0] == '@') {
+		if (strcmp(hosts, "@revoked") == 0)
+			m = MARK_REVOKED;
+		else if (strcmp(hosts, "@cert-authority") == 0)
+			m = MARK_CA;
+		else
+			return; /* an unknown marker: OpenSSH skips the line too */
+		hosts = next_field(&p);
+	}
+	if (!hosts || hosts_match(hosts, &s->ns) <= 0)
+		return;
+	char *type = next_field(&p), *b64 = type ? next_field(&p) : NULL;
+	char ktype[KEY_TYPE_MAX + 1];
+	size_t klen = 0;
+	unsigned char *key = b64 ? b64_decode(b64, strlen(b64), &klen) : NULL;
+	bool readable = key && blob_type(key, klen, ktype) && strcmp(ktype, type) == 0;
+	bool same = readable && klen == s->len && memcmp(key, s->blob, klen) == 0;
+	if (!readable && m != MARK_NONE && !s->broken_line)
+		s->broken_line = lineno;
+	else if (readable && m == MARK_REVOKED && same && !s->revoked_line)
+		s->revoked_line = lineno;
+	else if (readable && m == MARK_CA && !s->ca_line)
+		s->ca_line = lineno;
+	else if (readable && m == MARK_NONE && same && !s->same_line)
+		s->same_line = lineno;
+	else if (readable && m == MARK_NONE && !same && !s->other)
+		s->other = ssh_fingerprint(key, klen);
+	free(key);
+}
+
+/* Runs scan_line over every line of text[0..n) (a copy is cut up), within
+ * the bounds at the top of this section. -1 with *err past one of them. */
+static int scan(struct kh_scan *s, const char *text, size_t n, const char *path, char **err)
+{
+	char *copy = xmalloc(n + 1), *end = copy + n;
+	int rc = 0;
+	memcpy(copy, text, n);
+	copy[n] = '\0';
+	size_t lineno = 0;
+	for (char *line = copy; line < end && rc == 0;) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t linelen = (size_t)((nl ? nl : end) - line);
+		if (++lineno > KNOWN_HOSTS_MAX_LINES) {
+			*err = xasprintf("%s: more than %d lines; refusing to use it", path,
+					 KNOWN_HOSTS_MAX_LINES);
+			rc = -1;
+		} else if (linelen > KNOWN_HOSTS_LINE_MAX) {
+			*err = xasprintf("%s line %zu: longer than %d bytes; refusing to use the "
+					 "file",
+					 path, lineno, KNOWN_HOSTS_LINE_MAX);
+			rc = -1;
+		} else {
+			line[linelen] = '\0';
+			scan_line(s, line, lineno);
+			line += linelen + 1;
+		}
+	}
+	free(copy);
+	return rc;
+}
+
+/* Steps 1-6 at the top of this section, on a completed scan. */
+static enum known_hosts_result decide(const struct kh_scan *s, const char *path, char **err)
+{
+	if (s->revoked_line) {
+		char *fp = ssh_fingerprint(s->blob, s->len);
+		*err = xasprintf("host key %s presented by %s is marked @revoked in %s line %zu; "
+				 "refusing to connect",
+				 fp, s->name, path, s->revoked_line);
+		free(fp);
+		return KNOWN_HOSTS_MISMATCH;
+	}
+	if (s->broken_line) {
+		*err = xasprintf("%s line %zu: unreadable key in a @revoked or @cert-authority "
+				 "entry for %s; refusing to connect until it is fixed",
+				 path, s->broken_line, s->name);
+		return KNOWN_HOSTS_ERROR;
+	}
+	if (s->same_line) {
+		if (s->ca_line) {
+			char *ca = xasprintf("%zu", s->ca_line);
+			log_warn(LOG_ATTRS("host", s->name, "path", path, "line", ca),
+				 "known_hosts @cert-authority entry ignored: Relay verifies plain "
+				 "host keys only, and the presented key is pinned");
+			free(ca);
+		}
+		return KNOWN_HOSTS_MATCH;
+	}
+	if (s->ca_line) {
+		*err = xasprintf("%s line %zu: @cert-authority entries are not supported (Relay "
+				 "verifies plain host keys, not certificates), and %s has no plain "
+				 "entry for the presented key; refusing to connect. Pin the host's "
+				 "key with a plain line instead",
+				 path, s->ca_line, s->name);
+		return KNOWN_HOSTS_ERROR;
+	}
+	if (s->other) {
+		char *presented = ssh_fingerprint(s->blob, s->len);
+		*err = xasprintf("host key for %s has CHANGED (pinned %s, presented %s): possible "
+				 "man-in-the-middle attack; refusing to connect. If the server's "
+				 "key was genuinely rotated, edit %s and sync again",
+				 s->name, s->other, presented, path);
+		free(presented);
+		return KNOWN_HOSTS_MISMATCH;
+	}
+	return KNOWN_HOSTS_NEW;
 }
 
 static bool host_ok(const char *host)
 {
 	size_t n = strlen(host);
-	if (n == 0 || n > 255 || strchr("#|@", host[0]))
+	if (n == 0 || n > HOST_NAME_MAX_ || strchr("#|@", host[0]))
 		return false;
+	/* ',' would split the appended line's host list; '*', '?' and '!'
+	 * would make the pin a pattern for other hosts */
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)host[i] <= ' ' || (unsigned char)host[i] >= 0x7f ||
-		    host[i] == ',')
+		    strchr(",*?!", host[i]))
 			return false;
 	return true;
+}
+
+/* The lowercased lookup name of host:port and the blob's type, or NULL
+ * with *err for a bad host, port or blob. */
+static char *lookup_name(const char *host, int port, const unsigned char *blob, size_t len,
+			 char type[KEY_TYPE_MAX + 1], char **err)
+{
+	if (!host || !host_ok(host) || port < 1 || port > 65535) {
+		*err = xstrdup("invalid host name or port for known_hosts");
+		return NULL;
+	}
+	char *name = port == 22 ? xstrdup(host) : xasprintf("[%s]:%d", host, port);
+	for (char *c = name; *c; c++)
+		*c = lower(*c);
+	if (!blob || !blob_type(blob, len, type)) {
+		*err = xasprintf("malformed host key presented by %s (%zu bytes)", name, len);
+		free(name);
+		return NULL;
+	}
+	return name;
+}
+
+enum known_hosts_result known_hosts_check(const char *text, size_t n, const char *path,
+					  const char *host, int port, const unsigned char *blob,
+					  size_t len, char **err)
+{
+	char type[KEY_TYPE_MAX + 1];
+	char *name = lookup_name(host, port, blob, len, type, err);
+	if (!name)
+		return KNOWN_HOSTS_ERROR;
+	struct kh_scan *s = xcalloc(1, sizeof *s); /* ~6 KiB: not on the stack */
+	name_sets_init(&s->ns, name);
+	s->name = name;
+	s->blob = blob;
+	s->len = len;
+	enum known_hosts_result res = KNOWN_HOSTS_ERROR;
+	if (scan(s, text, n, path, err) == 0)
+		res = decide(s, path, err);
+	free(s->other);
+	free(s);
+	free(name);
+	return res;
 }
 
 enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
 					   const unsigned char *blob, size_t len, char **err)
 {
 	char type[KEY_TYPE_MAX + 1];
-	if (!host_ok(host) || port < 1 || port > 65535) {
-		*err = xstrdup("invalid host name or port for known_hosts");
+	char *name = lookup_name(host, port, blob, len, type, err);
+	if (!name)
 		return KNOWN_HOSTS_ERROR;
-	}
-	char *token = port == 22 ? xstrdup(host) : xasprintf("[%s]:%d", host, port);
-	if (!blob || !blob_type(blob, len, type)) {
-		*err = xasprintf("malformed host key presented by %s (%zu bytes)", token, len);
-		free(token);
-		return KNOWN_HOSTS_ERROR;
-	}
 	char *path = xasprintf("%s/%s", ssh_dir, SSHKEY_KNOWN_HOSTS);
-	char *text = NULL, *pinned = NULL, *line = NULL, *b64 = NULL;
+	char *text = NULL, *line = NULL, *b64 = NULL;
 	size_t n = 0;
 	int dfd = -1, fd = -1;
 	enum known_hosts_result res = KNOWN_HOSTS_ERROR;
-	for (char *c = token; *c; c++)
-		*c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
 	pthread_mutex_lock(&known_hosts_lock);
 	if (open_ssh_dir(ssh_dir, true, &dfd, err) < 0 ||
 	    open_checked(dfd, SSHKEY_KNOWN_HOSTS, path, O_RDWR | O_CREAT | O_APPEND, 022, &fd,
@@ -653,26 +943,17 @@ enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host
 		sys_error(err, "cannot lock", path, errno);
 		goto out;
 	}
+	/* KNOWN_HOSTS_MAX: a larger file is refused before it is scanned */
 	if (read_bounded(fd, KNOWN_HOSTS_MAX, path, &text, &n, err) < 0)
 		goto out;
-	bool last_line_open = n > 0 && text[n - 1] != '\n';
-	if (scan_known_hosts(text, n, token, blob, len, &pinned)) {
-		res = KNOWN_HOSTS_MATCH;
-	} else if (pinned) {
-		char *presented = ssh_fingerprint(blob, len);
-		*err = xasprintf("host key for %s has CHANGED (pinned %s, presented %s): possible "
-				 "man-in-the-middle attack; refusing to connect. If the server's "
-				 "key was genuinely rotated, edit %s and sync again",
-				 token, pinned, presented, path);
-		free(presented);
-		res = KNOWN_HOSTS_MISMATCH;
-	} else {
-		b64 = b64_encode(blob, len);
-		line = xasprintf("%s%s %s %s\n", last_line_open ? "\n" : "", token, type, b64);
-		if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0)
-			sys_error(err, "cannot append to", path, errno);
-		else
-			res = KNOWN_HOSTS_NEW;
+	res = known_hosts_check(text, n, path, host, port, blob, len, err);
+	if (res != KNOWN_HOSTS_NEW)
+		goto out;
+	b64 = b64_encode(blob, len);
+	line = xasprintf("%s%s %s %s\n", n > 0 && text[n - 1] != '\n' ? "\n" : "", name, type, b64);
+	if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0) {
+		sys_error(err, "cannot append to", path, errno);
+		res = KNOWN_HOSTS_ERROR;
 	}
 out:
 	if (fd >= 0)
@@ -681,10 +962,9 @@ out:
 		close(dfd);
 	pthread_mutex_unlock(&known_hosts_lock);
 	free(text);
-	free(pinned);
 	free(line);
 	free(b64);
 	free(path);
-	free(token);
+	free(name);
 	return res;
 }

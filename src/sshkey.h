@@ -13,15 +13,28 @@
  * ssh_dir itself is refused when it is a symbolic link, not owned by the
  * effective uid, or writable by group or others.
  *
- * known_hosts: <ssh_dir>/known_hosts (0600), OpenSSH's plain format, one
- * "<host> <keytype> <base64 blob>" per line, where <host> is "host" for
- * port 22 and "[host]:port" otherwise. Trust On First Use: an unknown host
- * is appended; a known host must present exactly the pinned key. Host
- * names compare case-insensitively; a line may list several hosts
- * separated by commas; comments, malformed lines, @-marker lines and hashed
- * ("|1|") entries are ignored. The file is refused when it is a symbolic
- * link, not owned by the effective uid, writable by group or others, or
- * larger than 1 MiB.
+ * known_hosts: <ssh_dir>/known_hosts (0600), OpenSSH's format, one
+ * "[marker] <hosts> <keytype> <base64 blob>" per line, where the name
+ * looked up is "host" for port 22 and "[host]:port" otherwise (lowercased).
+ * Trust On First Use: an unknown host is appended as a plain line; a known
+ * host must present exactly a pinned key. <hosts> is a comma-separated list
+ * of patterns ('*', '?', '!' negation; case-insensitive) or one hashed
+ * entry "|1|salt|hash" (HMAC-SHA1, as ssh-keygen -H / ssh-keyscan -H write
+ * it). "@revoked" lines refuse their key for the hosts they name, whatever
+ * else pins it; "@cert-authority" lines are not supported (certificates
+ * are never checked) and refuse a host they name unless the presented key
+ * is also pinned by a plain line (then they are ignored with a WARN).
+ * Comments, malformed lines and unknown markers are skipped; an unreadable
+ * key on a @revoked/@cert-authority line for the host refuses it. The
+ * exact order of these rules is at the top of sshkey.c's known_hosts part.
+ *
+ * Bounds: the file is refused when it is a symbolic link, not owned by the
+ * effective uid, writable by group or others, larger than 1 MiB
+ * (KNOWN_HOSTS_MAX), longer than 16384 lines (KNOWN_HOSTS_MAX_LINES) or
+ * has a line over 32 KiB (KNOWN_HOSTS_LINE_MAX); enforced in sshkey.c
+ * (read_bounded, scan). A verification is linear in the file: a few word
+ * operations per byte of host patterns (no backtracking matcher) and one
+ * HMAC-SHA1 per hashed entry.
  */
 #ifndef RELAY_SSHKEY_H
 #define RELAY_SSHKEY_H
@@ -61,8 +74,11 @@ char *ssh_fingerprint(const unsigned char *blob, size_t len);
 enum known_hosts_result {
 	KNOWN_HOSTS_MATCH,    /* pinned and equal */
 	KNOWN_HOSTS_NEW,      /* first contact: pinned now (line appended) */
-	KNOWN_HOSTS_MISMATCH, /* pinned to another key: possible MITM */
-	KNOWN_HOSTS_ERROR,    /* file unreadable/unwritable, blob malformed */
+	KNOWN_HOSTS_MISMATCH, /* refused key: pinned to another key (possible
+				 MITM), or listed @revoked for the host */
+	KNOWN_HOSTS_ERROR,    /* file unreadable/unwritable/over a bound, blob
+				 malformed, host under @cert-authority or an
+				 unreadable @revoked/@cert-authority entry */
 };
 
 /*
@@ -71,11 +87,23 @@ enum known_hosts_result {
  * from the blob itself, whose structure is validated (a type string, then
  * strings that exactly fill it). On MISMATCH and ERROR *err is a malloc'd
  * message (MISMATCH: a clear man-in-the-middle warning naming the host,
- * both fingerprints and the known_hosts path to edit); on MATCH and NEW it
- * is left untouched. Serialized by a process-local mutex and, across
+ * both fingerprints and the known_hosts path to edit, or, for a revoked
+ * key, its fingerprint, the path and the @revoked line's number; ERROR
+ * names the path and, where one line is at fault, its number); on MATCH
+ * and NEW it is left untouched. Serialized by a process-local mutex and, across
  * processes, by flock on the file; the new line is appended with O_APPEND.
  */
 enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
 					   const unsigned char *blob, size_t len, char **err);
+
+/* The decision known_hosts_verify makes, on the known_hosts text alone
+ * (text[0..n), NULs allowed): no file access, nothing appended (NEW means
+ * "would be pinned now"); path only names the file in messages. Same
+ * results and messages as known_hosts_verify, including the bounds on lines
+ * (not on n: the caller bounds what it reads). Thread-safe; what the
+ * fuzzer drives (tests/fuzz/fuzz_known_hosts.c). */
+enum known_hosts_result known_hosts_check(const char *text, size_t n, const char *path,
+					  const char *host, int port, const unsigned char *blob,
+					  size_t len, char **err);
 
 #endif

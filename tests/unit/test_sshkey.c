@@ -1,7 +1,9 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <git2.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -609,6 +611,466 @@ TEST(known_hosts_nul_byte_hides_no_pin)
 	free(tmp);
 }
 
+/* ---- known_hosts: hashed entries, markers, patterns, bounds ---- */
+
+/* base64 of make_blob(.., "ssh-ed25519", 1, 32, 0x11) */
+#define KEY_A "AAAAC3NzaC1lZDI1NTE5AAAAIBERERERERERERERERERERERERERERERERERERERERER"
+
+/* known_hosts_verify on tmp for host:port and blob; *err freed and the
+ * message returned through msg (malloc'd, "" when none). */
+static enum known_hosts_result verify_msg(const char *tmp, const char *host, int port,
+					  const unsigned char *blob, size_t len, char **msg)
+{
+	char *err = NULL;
+	enum known_hosts_result r = known_hosts_verify(tmp, host, port, blob, len, &err);
+	*msg = err ? err : xstrdup("");
+	return r;
+}
+
+/* "|1|salt|hash" for name, computed here with OpenSSL's HMAC-SHA1. */
+static char *hashed_host(const char *name, unsigned char salt_byte)
+{
+	unsigned char salt[20], md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	memset(salt, salt_byte, sizeof salt);
+	HMAC(EVP_sha1(), salt, sizeof salt, (const unsigned char *)name, strlen(name), md, &n);
+	char *bs = b64(salt, sizeof salt), *bh = b64(md, n);
+	char *out = xasprintf("|1|%s|%s", bs, bh);
+	free(bs);
+	free(bh);
+	return out;
+}
+
+/* A known_hosts hashed by the real ssh-keygen -H (what ssh-keyscan -H
+ * writes) pins its hosts: the right key matches, another key is a changed
+ * key, and names that are not in it (another host, the same host on
+ * another port) are new. On the old code hashed lines were skipped, so the
+ * pinned host was "new" and any key was trusted. */
+TEST(known_hosts_hashed_by_ssh_keygen)
+{
+	if (system("command -v ssh-keygen >/dev/null 2>&1") != 0) {
+		T_SKIP("ssh-keygen is not installed");
+		return;
+	}
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	char *ba = b64(a, alen), *bb = b64(b, blen);
+	char *plain = xasprintf("github.com ssh-ed25519 %s\n"
+				"[git.example]:2222 ssh-ed25519 %s\n"
+				"pinned.example ssh-ed25519 %s\n",
+				ba, bb, bb);
+	write_file(kh, plain, strlen(plain), 0600);
+	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", kh);
+	REQUIRE(system(cmd) == 0);
+	char *hashed = slurp(kh, NULL);
+	REQUIRE(hashed != NULL);
+	CHECK(!contains(hashed, "github.com") && !contains(hashed, "git.example"));
+	CHECK(strncmp(hashed, "|1|", 3) == 0);
+	chmod(kh, 0600);
+	char *m = NULL;
+	static const struct {
+		const char *host;
+		int port;
+		int key; /* 0: a, 1: b */
+		enum known_hosts_result want;
+	} cases[] = {
+		{"github.com", 22, 0, KNOWN_HOSTS_MATCH},
+		{"GitHub.COM", 22, 0, KNOWN_HOSTS_MATCH},
+		{"github.com", 22, 1, KNOWN_HOSTS_MISMATCH},
+		{"git.example", 2222, 1, KNOWN_HOSTS_MATCH},
+		{"git.example", 2222, 0, KNOWN_HOSTS_MISMATCH},
+		{"pinned.example", 22, 1, KNOWN_HOSTS_MATCH},
+		{"pinned.example", 22, 0, KNOWN_HOSTS_MISMATCH},
+		{"git.example", 22, 0, KNOWN_HOSTS_NEW},  /* port 22: another name */
+		{"github.com", 2222, 0, KNOWN_HOSTS_NEW}, /* "[github.com]:2222" */
+		{"gitlab.com", 22, 0, KNOWN_HOSTS_NEW},	  /* not in the file */
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		const unsigned char *k = cases[i].key ? b : a;
+		size_t kl = cases[i].key ? blen : alen;
+		enum known_hosts_result r =
+			verify_msg(tmp, cases[i].host, cases[i].port, k, kl, &m);
+		if (r != cases[i].want)
+			T_FAIL_("%s:%d key %d: got %d, want %d (%s)", cases[i].host, cases[i].port,
+				cases[i].key, r, cases[i].want, m);
+		if (r == KNOWN_HOSTS_MISMATCH && !contains(m, "has CHANGED"))
+			T_FAIL_("%s:%d: message \"%s\"", cases[i].host, cases[i].port, m);
+		free(m);
+	}
+	/* the three NEW cases were appended as plain lines after the hashed */
+	char *after = slurp(kh, NULL);
+	char *tail = xasprintf("%sgit.example ssh-ed25519 %s\n[github.com]:2222 ssh-ed25519 %s\n"
+			       "gitlab.com ssh-ed25519 %s\n",
+			       hashed, ba, ba, ba);
+	CHECK_STR(after, tail);
+	free(tail);
+	free(after);
+
+	/* an entry hashed here (independently of ssh-keygen) for a bracketed
+	 * name matches too, and no other name */
+	char *h = hashed_host("[h.example]:2200", 0x5a);
+	char *line = xasprintf("%s ssh-ed25519 %s\n", h, bb);
+	write_file(kh, line, strlen(line), 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 2200, b, blen, &m), KNOWN_HOSTS_MATCH);
+	free(m);
+	CHECK_INT(verify_msg(tmp, "h.example", 2200, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	free(m);
+	CHECK_INT(verify_msg(tmp, "h.example", 2201, b, blen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	free(line);
+	free(h);
+	free(hashed);
+	free(cmd);
+	free(plain);
+	free(ba);
+	free(bb);
+	t_rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+/* @revoked refuses its key for the hosts it names, whatever else pins it,
+ * naming the file and the line; nothing is appended. On the old code
+ * @-lines were skipped, so a revoked key was pinned on first use, or
+ * matched a plain pin. */
+TEST(known_hosts_revoked_key_refused)
+{
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64], c[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
+	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen);
+	char *fa = ssh_fingerprint(a, alen), *fc = ssh_fingerprint(c, clen);
+	char *hc = hashed_host("hashed.example", 0x01);
+	char *content = xasprintf("# pins\n"
+				  "github.com ssh-ed25519 %s\n"
+				  "@revoked * ssh-ed25519 %s\n"
+				  "@revoked   %s ssh-ed25519 %s revoked 2026-01-01\n"
+				  "other.example ssh-ed25519 %s\n",
+				  ba, ba, hc, bc, bc);
+	write_file(kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 3", kh);
+	/* pinned and revoked: revocation wins */
+	CHECK_INT(verify_msg(tmp, "github.com", 22, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fa));
+	CHECK(contains(m, "github.com"));
+	free(m);
+	/* "*": revoked for a host seen for the first time as well */
+	CHECK_INT(verify_msg(tmp, "new.example", 2222, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(m, want) && contains(m, "[new.example]:2222"));
+	free(m);
+	/* a hashed @revoked entry: only for its host */
+	free(want);
+	want = xasprintf("%s line 4", kh);
+	CHECK_INT(verify_msg(tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fc));
+	free(m);
+	CHECK_INT(verify_msg(tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
+	free(m);
+	/* another key for an unpinned host is still trusted on first use */
+	CHECK_INT(verify_msg(tmp, "hashed.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	char *got = slurp(kh, NULL);
+	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, bb);
+	CHECK_STR(got, expect); /* the refused keys were never appended */
+	free(expect);
+	free(got);
+	free(want);
+	free(content);
+	free(hc);
+	free(fa);
+	free(fc);
+	free(ba);
+	free(bb);
+	free(bc);
+	t_rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+/* @cert-authority cannot be honoured (no certificates are checked): a host
+ * it names is refused rather than trusted on first use, unless the
+ * presented key is pinned by a plain line, when the CA line is ignored
+ * with a WARN naming it. On the old code the CA line was skipped and the
+ * host's first key pinned. */
+TEST(known_hosts_cert_authority)
+{
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64], ca[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	size_t calen = make_blob(ca, "ssh-ed25519", 1, 32, 0x77);
+	char *ba = b64(a, alen), *bca = b64(ca, calen);
+	char *content = xasprintf("@cert-authority *.corp.example,!public.corp.example "
+				  "ssh-ed25519 %s\n"
+				  "pinned.corp.example ssh-ed25519 %s\n",
+				  bca, ba);
+	write_file(kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 1", kh);
+	t_capture_logs();
+	CHECK_INT(verify_msg(tmp, "git.corp.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(contains(m, want) && contains(m, "@cert-authority") &&
+	      contains(m, "git.corp.example"));
+	free(m);
+	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, a, alen, &m), KNOWN_HOSTS_MATCH);
+	free(m);
+	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, b, blen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(contains(m, "@cert-authority"));
+	free(m);
+	/* excluded from the CA by '!': an ordinary first contact */
+	CHECK_INT(verify_msg(tmp, "public.corp.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	char *logs = t_captured_logs();
+	t_release_logs();
+	CHECK(contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
+	CHECK(contains(logs, "host=pinned.corp.example") && contains(logs, "line=1"));
+	free(logs);
+	char *got = slurp(kh, NULL);
+	char *bb = b64(b, blen);
+	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, bb);
+	CHECK_STR(got, expect);
+	free(expect);
+	free(bb);
+	free(got);
+	free(want);
+	free(content);
+	free(ba);
+	free(bca);
+	t_rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+/* Malformed hashed entries and markers, and patterns: nothing crashes,
+ * skipped lines pin nothing, and an unreadable key on a @revoked line for
+ * the host refuses it (fail closed), naming the line. */
+TEST(known_hosts_malformed_and_patterns)
+{
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64], b[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	char *bb = b64(b, blen);
+	char *good = hashed_host("h.example", 0x42); /* "|1|salt|hash" */
+	char *salt = xstrndup(good + 3, (size_t)(strchr(good + 3, '|') - good - 3));
+	char *short_salt = hashed_host("h.example", 0x42);
+	short_salt[5] = '='; /* corrupt the base64 */
+	char *long_hash = xasprintf("%sAAAA", good);
+	char *x_lines[] = {
+		xstrdup("|1|"),
+		xstrdup("|1||"),
+		xstrdup("|1|||"),
+		xstrdup("|1|abc|def"),
+		xasprintf("|1|%s|", salt),
+		xasprintf("|1|%s", salt),
+		xasprintf("|1|%s|!!!!", salt),
+		xasprintf("|1|%s|%s", salt, salt + 4),
+		short_salt,
+		long_hash,
+		xasprintf("|2|%s", good + 3),
+		xasprintf("%s|", good),
+		xasprintf("%s,h.example", good),
+		xasprintf("|1|%s|%s|%s", salt, salt, salt),
+		xstrdup("!h.example,*.example"),
+		xstrdup("!*,h.example"),
+		xstrdup("h.example?"),
+		xstrdup("*.h.example"),
+		xstrdup(",,"),
+		xstrdup("[h.example]:22"),
+	};
+	char *m = NULL;
+	for (size_t i = 0; i < ARRAY_LEN(x_lines); i++) {
+		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], bb);
+		write_file(kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		if (r != KNOWN_HOSTS_NEW)
+			T_FAIL_("hosts field \"%s\": got %d (%s), want NEW", x_lines[i], r, m);
+		free(m);
+		free(line);
+		free(x_lines[i]);
+	}
+	/* patterns that do name h.example pin it */
+	static const char *const y_hosts[] = {
+		"h.example",	"H.Example",  "*",	     "?.example",
+		"*.example",	"h.*",	      "h*e",	     "x,h.example,y",
+		"!x.example,*", "**.ex*mple", "*h.example*",
+	};
+	for (size_t i = 0; i < ARRAY_LEN(y_hosts); i++) {
+		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], bb);
+		write_file(kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		if (r != KNOWN_HOSTS_MISMATCH)
+			T_FAIL_("hosts field \"%s\": got %d (%s), want MISMATCH", y_hosts[i], r, m);
+		free(m);
+		free(line);
+	}
+	/* markers: unknown ones are skipped; a @revoked or @cert-authority line
+	 * for the host without a readable key refuses it */
+	static const struct {
+		const char *text;
+		enum known_hosts_result want;
+	} z[] = {
+		{"@revoked\n", KNOWN_HOSTS_NEW},
+		{"@revoked h.example\n", KNOWN_HOSTS_ERROR},
+		{"@revoked h.example ssh-ed25519\n", KNOWN_HOSTS_ERROR},
+		{"@revoked h.example ssh-ed25519 !!!!\n", KNOWN_HOSTS_ERROR},
+		{"@revoked h.example ssh-rsa " KEY_A "\n", KNOWN_HOSTS_ERROR},
+		{"@cert-authority h.example ssh-ed25519 AAAA\n", KNOWN_HOSTS_ERROR},
+		{"@revoked other.example ssh-ed25519 !!!!\n", KNOWN_HOSTS_NEW},
+		{"@Revoked h.example ssh-ed25519 " KEY_A "\n", KNOWN_HOSTS_NEW},
+		{"@bogus h.example ssh-ed25519 " KEY_A "\n", KNOWN_HOSTS_NEW},
+		{"@ h.example\n", KNOWN_HOSTS_NEW},
+		{"@revoked\th.example\tssh-ed25519\t" KEY_A "\r\n", KNOWN_HOSTS_MISMATCH},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(z); i++) {
+		char *text = xasprintf("# 1\n%s", z[i].text);
+		write_file(kh, text, strlen(text), 0600);
+		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		char *line2 = xasprintf("%s line 2", kh);
+		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !contains(m, line2)))
+			T_FAIL_("\"%.50s\": got %d (%s), want %d", z[i].text, r, m, z[i].want);
+		free(line2);
+		free(m);
+		free(text);
+	}
+	free(salt);
+	free(good);
+	free(bb);
+	t_rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
+/* Host patterns agree with fnmatch(3) (no escapes, no brackets) on random
+ * patterns and names over a small alphabet, stars runs included: the
+ * matcher runs a pattern over sets of name positions, a different route
+ * from fnmatch's backtracking. */
+TEST(known_hosts_patterns_agree_with_fnmatch)
+{
+	unsigned char a[64], b[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	char *bb = b64(b, blen);
+	static const char pat_chars[] = "ab.*?A", name_chars[] = "ab.";
+	uint32_t seed = 12345;
+	int matched = 0;
+	for (int i = 0; i < 3000; i++) {
+		char pat[16], name[80];
+		size_t pn = 0, nn = 0;
+		seed = seed * 1103515245 + 12345;
+		size_t plen = seed >> 16 & 7, nlen = 1 + (seed >> 20 & 7);
+		if (i == 2999)
+			nlen = 70; /* more than one 64-bit word of positions */
+		for (; pn < plen; pn++) {
+			seed = seed * 1103515245 + 12345;
+			pat[pn] = pat_chars[(seed >> 16) % (sizeof pat_chars - 1)];
+		}
+		pat[pn] = '\0';
+		for (; nn < nlen; nn++) {
+			seed = seed * 1103515245 + 12345;
+			name[nn] = name_chars[(seed >> 16) % (sizeof name_chars - 1)];
+		}
+		name[nn] = '\0';
+		if (i == 2999)
+			strlcpy_(pat, "*a*?*b", sizeof pat);
+		char *text = xasprintf("%s ssh-ed25519 %s\n", pat, bb), *err = NULL;
+		enum known_hosts_result r =
+			known_hosts_check(text, strlen(text), "kh", name, 22, a, alen, &err);
+		bool want = fnmatch(pat, name, FNM_NOESCAPE | FNM_CASEFOLD) == 0;
+		matched += want;
+		if ((r == KNOWN_HOSTS_MISMATCH) != want)
+			T_FAIL_("pattern \"%s\", name \"%s\": got %d, fnmatch says %s", pat, name,
+				r, want ? "match" : "no match");
+		free(err);
+		free(text);
+	}
+	CHECK(matched > 100); /* both outcomes were exercised */
+	free(bb);
+}
+
+/* The file is bounded in bytes, lines and line length; a breach refuses the
+ * file naming it (and the line). On the old code only the byte bound
+ * existed. Also: the worst pattern file under the bounds is checked (no
+ * timing assertion: it only has to finish, which an exponential matcher
+ * would not). */
+TEST(known_hosts_bounds)
+{
+	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
+	unsigned char a[64];
+	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	char *m = NULL;
+	struct buf f;
+	buf_init(&f, 2 << 20);
+	for (int i = 0; i < 16384; i++)
+		buf_append(&f, "#\n", 2);
+	write_file(kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	buf_reset(&f);
+	for (int i = 0; i < 16385; i++)
+		buf_append(&f, "\n", 1);
+	write_file(kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(contains(m, kh) && contains(m, "more than 16384 lines"));
+	free(m);
+	/* a line of 32 KiB is fine, one byte more is not */
+	buf_reset(&f);
+	buf_append(&f, "# x\n", 4);
+	for (int i = 0; i < 32 * 1024; i++)
+		buf_append(&f, "#", 1);
+	write_file(kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	buf_reset(&f);
+	buf_append(&f, "# x\n", 4);
+	for (int i = 0; i <= 32 * 1024; i++)
+		buf_append(&f, "#", 1);
+	write_file(kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	char *want = xasprintf("%s line 2: longer than 32768 bytes", kh);
+	CHECK(contains(m, want));
+	free(want);
+	free(m);
+	/* 1 MiB + 1 byte */
+	buf_reset(&f);
+	for (int i = 0; i < 1024; i++) {
+		char line[1024];
+		memset(line, '#', sizeof line);
+		line[sizeof line - 1] = '\n';
+		buf_append(&f, line, sizeof line);
+	}
+	buf_append(&f, "\n", 1);
+	write_file(kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(contains(m, "larger than 1048576 bytes"));
+	free(m);
+	/* worst patterns: many stars that almost match, just under 1 MiB */
+	buf_reset(&f);
+	while (f.len < (1 << 20) - 4096) {
+		buf_appendf(&f, "@revoked ");
+		for (int i = 0; i < 500; i++)
+			buf_append(&f, i % 2 ? "*" : "a", 1);
+		buf_appendf(&f, "b,");
+		for (int i = 0; i < 1000; i++)
+			buf_append(&f, "*?", 2);
+		buf_appendf(&f, " ssh-ed25519 AAAA\n");
+	}
+	write_file(kh, f.data, f.len, 0600);
+	char *host = xmalloc(256);
+	memset(host, 'a', 255);
+	host[255] = '\0';
+	CHECK_INT(verify_msg(tmp, host, 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	free(m);
+	free(host);
+	buf_free(&f);
+	t_rmtree(tmp);
+	free(kh);
+	free(tmp);
+}
+
 struct race {
 	const char *dir;
 	const unsigned char *blob;
@@ -681,4 +1143,7 @@ T_MAIN(T_CASE(generate_writes_key_files), T_CASE(ssh_keygen_reads_the_key),
        T_CASE(public_rejects_damaged_files), T_CASE(libgit2_accepts_the_key),
        T_CASE(known_hosts_tofu), T_CASE(known_hosts_rejects_bad_input),
        T_CASE(known_hosts_reads_existing_file), T_CASE(known_hosts_nul_byte_hides_no_pin),
+       T_CASE(known_hosts_hashed_by_ssh_keygen), T_CASE(known_hosts_revoked_key_refused),
+       T_CASE(known_hosts_cert_authority), T_CASE(known_hosts_malformed_and_patterns),
+       T_CASE(known_hosts_patterns_agree_with_fnmatch), T_CASE(known_hosts_bounds),
        T_CASE(known_hosts_pins_once_under_concurrency), T_CASE(fingerprint_matches_openssh))
