@@ -11,7 +11,11 @@
  *
  * Offsets are bounded to +-26 h (RFC 8536 requires -89999..93599), so every
  * instant showing a given wall time lies within 26 h of it: the wall-time
- * queries only ever walk the few periods in that window.
+ * queries only ever walk the periods in that window. A file may put at most
+ * TZ_WINDOW_TRANS transitions in any such window (real zones never put two
+ * closer than four days apart), and a footer rule adds at most four more, so
+ * the walks' bound of TZ_WALK_MAX periods is never reached and their answers
+ * are exact (a denser file is refused when it is parsed).
  */
 #include "tz.h"
 
@@ -27,9 +31,12 @@
 #include "util.h"
 
 #define TZ_DEFAULT_ROOT "/usr/share/zoneinfo"
-#define TZ_FILE_MAX (1024 * 1024) /* real files are a few KiB */
 #define TZ_NAME_MAX 255
 #define TZ_MAX_OFF (26 * 3600)
+/* Transitions allowed within any 2 * TZ_MAX_OFF + 2 seconds, and the number
+ * of periods a wall-time walk may visit (more than the window can hold). */
+#define TZ_WINDOW_TRANS 16
+#define TZ_WALK_MAX 64
 /* Instants are clamped to about +-100,000 years so calendar maths cannot overflow. */
 #define TZ_T_LIMIT ((int64_t)3155760000000)
 #define TZ_ABBR_MAX 32
@@ -305,7 +312,7 @@ int64_t tz_local_first(const struct tz *z, int64_t wall)
 	wall = clamp_t(wall);
 	/* Every instant before lo shows a wall time below wall. */
 	int64_t t = wall - TZ_MAX_OFF - 1;
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < TZ_WALK_MAX; i++) {
 		struct period p;
 		period_at(z, t, &p);
 		if (wall < wall_end(&p)) {
@@ -328,7 +335,7 @@ int tz_local_resolve(const struct tz *z, int64_t wall, int64_t out[2])
 	int n = 0;
 	int64_t t = wall - TZ_MAX_OFF - 1;
 	int64_t hi = wall + TZ_MAX_OFF + 1;
-	for (int i = 0; i < 64 && t <= hi; i++) {
+	for (int i = 0; i < TZ_WALK_MAX && t <= hi; i++) {
 		struct period p;
 		period_at(z, t, &p);
 		int64_t cand = wall - p.off;
@@ -349,7 +356,7 @@ int64_t tz_wall_reached(const struct tz *z, int64_t t)
 	t = clamp_t(t);
 	period_at(z, t, &p);
 	int64_t best = t + p.off;
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < TZ_WALK_MAX; i++) {
 		/* Instants before p.start show wall times below p.start + 26 h. */
 		if (p.start == INT64_MIN || p.start + TZ_MAX_OFF <= best)
 			break;
@@ -566,6 +573,11 @@ static const char *parse_tzif(const unsigned char *d, size_t len, struct tz *z)
 			return "transitions out of order";
 		if (z->trans[i] < -TZ_T_LIMIT || z->trans[i] > TZ_T_LIMIT)
 			return "transition out of range";
+		/* TZ_WINDOW_TRANS: the wall-time walks visit every period within
+		 * TZ_MAX_OFF of a wall time; a window must not hold more. */
+		if (i >= TZ_WINDOW_TRANS &&
+		    z->trans[i] - z->trans[i - TZ_WINDOW_TRANS] <= 2 * TZ_MAX_OFF + 2)
+			return "more than 16 transitions within 52 hours";
 	}
 	for (size_t i = 0; i < c.time; i++, p++) {
 		if (*p >= c.type)
@@ -613,7 +625,7 @@ static const char *parse_tzif(const unsigned char *d, size_t len, struct tz *z)
 	return NULL;
 }
 
-static void tz_free(struct tz *z)
+void tz_free(struct tz *z)
 {
 	if (!z)
 		return;
@@ -644,6 +656,9 @@ static int valid_name(const char *name)
 	return 1;
 }
 
+/* Reads the whole file; -1 with errno EFBIG when it holds more than
+ * TZ_FILE_MAX bytes (the bound on a TZif file, tz.h), never reading more
+ * than one byte past it. */
 static int read_file(const char *path, unsigned char **data, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -651,19 +666,21 @@ static int read_file(const char *path, unsigned char **data, size_t *len)
 		return -1;
 	size_t cap = 8192, n = 0;
 	unsigned char *buf = xmalloc(cap);
+	int e = 0; /* errno to return with */
 	for (;;) {
 		if (n == cap) {
-			if (cap >= TZ_FILE_MAX) {
-				errno = EFBIG;
+			if (n > TZ_FILE_MAX) {
+				e = EFBIG;
 				goto fail;
 			}
-			cap *= 2;
+			cap = cap * 2 > TZ_FILE_MAX ? TZ_FILE_MAX + 1 : cap * 2;
 			buf = xrealloc(buf, cap);
 		}
 		ssize_t r = read(fd, buf + n, cap - n);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
+			e = errno;
 			goto fail;
 		}
 		if (r == 0)
@@ -677,6 +694,7 @@ static int read_file(const char *path, unsigned char **data, size_t *len)
 fail:
 	free(buf);
 	close(fd);
+	errno = e;
 	return -1;
 }
 
@@ -704,6 +722,25 @@ const struct tz *tz_utc(void)
 const char *tz_name(const struct tz *z)
 {
 	return z->name;
+}
+
+struct tz *tz_parse(const void *buf, size_t n, const char *name, char **err)
+{
+	*err = NULL;
+	/* TZ_FILE_MAX: the bound on a TZif file, also when it comes as bytes. */
+	if (n > TZ_FILE_MAX) {
+		*err = xasprintf("time zone %s: tz data larger than %d bytes", name, TZ_FILE_MAX);
+		return NULL;
+	}
+	struct tz *z = xcalloc(1, sizeof *z);
+	const char *why = parse_tzif(buf, n, z);
+	if (why) {
+		*err = xasprintf("time zone %s: malformed tz data (%s)", name, why);
+		tz_free(z);
+		return NULL;
+	}
+	z->name = xstrdup(name);
+	return z;
 }
 
 void tz_set_root_for_tests(const char *dir)
@@ -747,16 +784,16 @@ int tz_load(const char *name, const struct tz **out, char **err)
 		}
 	}
 	if (read_file(path, &data, &len) < 0) {
-		*err = xasprintf("unknown time zone %s", name);
+		if (errno == EFBIG)
+			*err = xasprintf("time zone %s: tz data larger than %d bytes", name,
+					 TZ_FILE_MAX);
+		else
+			*err = xasprintf("unknown time zone %s", name);
 		goto done;
 	}
-	z = xcalloc(1, sizeof *z);
-	const char *why = parse_tzif(data, len, z);
-	if (why) {
-		*err = xasprintf("time zone %s: malformed tz data (%s)", name, why);
+	z = tz_parse(data, len, name, err);
+	if (!z)
 		goto done;
-	}
-	z->name = xstrdup(name);
 	z->path = path;
 	path = NULL;
 	z->next = cache_head;

@@ -21,6 +21,7 @@
 #ifndef RELAY_TZ_H
 #define RELAY_TZ_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct tz;
@@ -86,6 +87,27 @@ int64_t tz_days_from_civil(int64_t year, int mon, int mday);
 void tz_civil_from_days(int64_t days, int64_t *year, int *mon, int *mday);
 int tz_is_leap(int64_t year);
 int tz_days_in_month(int64_t year, int mon);
+
+/*
+ * Parses the TZif bytes buf[0..n) (RFC 8536 v1 or v2+, at most TZ_FILE_MAX
+ * bytes) into a new zone called name, outside the cache: tz_load reads a
+ * file and calls this; tests and the fuzz target call it on a buffer. On
+ * success returns the zone (release it with tz_free); on failure returns
+ * NULL and *err is a malloc'd message naming the zone and the problem, e.g.
+ * `time zone Europe/Rome: malformed tz data (bad v2 header)`.
+ *
+ * Cost: linear in n. Bounds, all checked here: TZ_FILE_MAX bytes, at most
+ * 100,000 transitions and 256 local time types (so a zone holds at most
+ * about 1 MiB), at most 16 transitions within any 52 hours (what lets every
+ * wall-time query below visit a bounded number of periods), a footer rule
+ * under 256 bytes. tz_load keeps each zone it loads for the life of the
+ * process, one per distinct name.
+ */
+#define TZ_FILE_MAX (1024 * 1024) /* real files are a few KiB */
+struct tz *tz_parse(const void *buf, size_t n, const char *name, char **err);
+
+/* Frees a zone from tz_parse (never one from tz_load or tz_utc). */
+void tz_free(struct tz *z);
 
 /*
  * Tests only: read zone files from dir instead of /usr/share/zoneinfo (NULL

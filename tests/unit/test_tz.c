@@ -391,6 +391,150 @@ TEST(posix_rules)
 	free(sub);
 }
 
+/* A TZif v1 image: n transitions gap seconds apart from base, alternating
+ * between UTC+1 (type 0) and UTC-1 (type 1), zero-padded to at least pad
+ * bytes (a v1 reader ignores what follows the data block). */
+static void tzif_v1(struct buf *b, int n, int64_t base, int64_t gap, size_t pad)
+{
+	unsigned char hdr[44] = {'T', 'Z', 'i', 'f'};
+	hdr[34] = (unsigned char)(n >> 8);
+	hdr[35] = (unsigned char)n; /* timecnt */
+	hdr[39] = 2;		    /* typecnt */
+	hdr[43] = 8;		    /* charcnt */
+	buf_append(b, hdr, sizeof hdr);
+	for (int i = 0; i < n; i++) {
+		uint32_t t = (uint32_t)(base + i * gap);
+		unsigned char be[4] = {t >> 24, t >> 16, t >> 8, t};
+		buf_append(b, be, 4);
+	}
+	for (int i = 0; i < n; i++) {
+		unsigned char idx = (unsigned char)(i % 2);
+		buf_append(b, &idx, 1);
+	}
+	static const unsigned char types[12] = {0,    0,    0x0e, 0x10, 0, 0,
+						0xff, 0xff, 0xf1, 0xf0, 1, 4};
+	buf_append(b, types, sizeof types);
+	buf_append(b, "AAA\0BBB\0", 8);
+	while (b->len < pad)
+		buf_append(b, "\0", 1);
+}
+
+static void write_file(const char *path, const struct buf *b)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, b->data, b->len) != (ssize_t)b->len)
+		abort();
+	close(fd);
+}
+
+TEST(file_size_bound)
+{
+	/* TZ_FILE_MAX bytes load; one more is refused as too large, not as an
+	 * unknown zone. */
+	char dir[] = "/tmp/relay-tz-test-XXXXXX";
+	REQUIRE(mkdtemp(dir) != NULL);
+	char *sub = xasprintf("%s/Test", dir);
+	mkdir(sub, 0755);
+	tz_set_root_for_tests(dir);
+	struct buf b;
+	buf_init(&b, TZ_FILE_MAX + 1);
+	tzif_v1(&b, 2, 1700000000, 86400 * 30, TZ_FILE_MAX);
+	char *at = xasprintf("%s/AtBound", sub), *over = xasprintf("%s/OverBound", sub);
+	write_file(at, &b);
+	buf_append(&b, "\0", 1);
+	write_file(over, &b);
+	const struct tz *z;
+	char *err = NULL;
+	CHECK_INT(tz_load("Test/AtBound", &z, &err), 0);
+	if (err)
+		T_FAIL_("%s", err);
+	free(err);
+	err = NULL;
+	CHECK_INT(tz_load("Test/OverBound", &z, &err), -1);
+	CHECK_STR(err, "time zone Test/OverBound: tz data larger than 1048576 bytes");
+	free(err);
+	/* The same bound on a buffer. */
+	struct tz *pz = tz_parse(b.data, b.len, "Test/Buffer", &err);
+	CHECK(pz == NULL);
+	CHECK_STR(err, "time zone Test/Buffer: tz data larger than 1048576 bytes");
+	free(err);
+	pz = tz_parse(b.data, TZ_FILE_MAX, "Test/Buffer", &err);
+	REQUIRE(pz != NULL);
+	CHECK(err == NULL);
+	CHECK_STR(tz_name(pz), "Test/Buffer");
+	CHECK_INT(tz_offset(pz, 1700000000 + 86400 * 30 - 1), 3600);
+	CHECK_INT(tz_offset(pz, 1700000000 + 86400 * 30), -3600);
+	tz_free(pz);
+	tz_set_root_for_tests(NULL);
+	unlink(at);
+	unlink(over);
+	rmdir(sub);
+	rmdir(dir);
+	free(at);
+	free(over);
+	free(sub);
+	buf_free(&b);
+}
+
+TEST(dense_transitions)
+{
+	/* The wall-time walks visit each period within 26 h of a wall time; a
+	 * file with more than TZ_WINDOW_TRANS (16) transitions in 52 h is
+	 * refused (300 of them 100 s apart made tz_local_resolve report a gap
+	 * and an instant showing an earlier wall time). */
+	struct buf b;
+	char *err = NULL;
+	buf_init(&b, 1 << 20);
+	tzif_v1(&b, 300, 1700000000, 100, 0);
+	struct tz *dense = tz_parse(b.data, b.len, "Test/Dense", &err);
+	CHECK(dense == NULL);
+	tz_free(dense);
+	CHECK_STR(err, "time zone Test/Dense: malformed tz data (more than 16 transitions within "
+		       "52 hours)");
+	free(err);
+	buf_reset(&b);
+	tzif_v1(&b, 17, 1700000000, (2 * 26 * 3600 + 2) / 16, 0);
+	dense = tz_parse(b.data, b.len, "Test/Dense", &err);
+	CHECK(dense == NULL);
+	tz_free(dense);
+	free(err);
+
+	/* 17 transitions spread one second wider, and 16 only 100 s apart, are
+	 * accepted, and every wall-time answer around them is exact. */
+	buf_reset(&b);
+	tzif_v1(&b, 17, 1700000000, (2 * 26 * 3600 + 2) / 16 + 1, 0);
+	struct tz *wide = tz_parse(b.data, b.len, "Test/Wide", &err);
+	CHECK(wide != NULL);
+	tz_free(wide);
+	free(err);
+	buf_reset(&b);
+	tzif_v1(&b, 16, 1700000000, 100, 0);
+	struct tz *z = tz_parse(b.data, b.len, "Test/Dense16", &err);
+	REQUIRE(z != NULL);
+	int64_t prev = INT64_MIN;
+	for (int64_t w = 1700000000 - 4 * 3600; w < 1700000000 + 4 * 3600; w += 7) {
+		int64_t f = tz_local_first(z, w), out[2];
+		/* The first instant showing w or later: it does, the one before not. */
+		if (f + tz_offset(z, f) < w || f - 1 + tz_offset(z, f - 1) >= w || f < prev)
+			T_FAIL_("tz_local_first(%lld) = %lld", (long long)w, (long long)f);
+		prev = f;
+		int n = tz_local_resolve(z, w, out);
+		for (int i = 0; i < n; i++)
+			if (out[i] + tz_offset(z, out[i]) != w)
+				T_FAIL_("tz_local_resolve(%lld)[%d] = %lld", (long long)w, i,
+					(long long)out[i]);
+		if (n == 0 && out[0] != f)
+			T_FAIL_("tz_local_resolve(%lld) gap answer %lld", (long long)w,
+				(long long)out[0]);
+		int64_t t = w - 3600;
+		int64_t r = tz_wall_reached(z, t);
+		if (tz_local_first(z, r) > t || tz_local_first(z, r + 1) <= t)
+			T_FAIL_("tz_wall_reached(%lld) = %lld", (long long)t, (long long)r);
+	}
+	tz_free(z);
+	buf_free(&b);
+}
+
 static void *load_many(void *arg)
 {
 	static const char *const zones[] = {"Europe/Paris", "Asia/Tokyo", "America/Chicago",
@@ -430,4 +574,4 @@ TEST(threads)
 
 T_MAIN(T_CASE(calendar), T_CASE(load_names), T_CASE(names_and_cache), T_CASE(offsets),
        T_CASE(localtime_fields), T_CASE(local_resolve), T_CASE(wall_reached), T_CASE(posix_rules),
-       T_CASE(threads))
+       T_CASE(threads), T_CASE(file_size_bound), T_CASE(dense_transitions))
