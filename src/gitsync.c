@@ -35,16 +35,26 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <git2.h>
+#include <git2/sys/stream.h>
 #include <jansson.h>
 #include <limits.h>
+#include <linux/tcp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "duration.h"
 #include "function.h"
 #include "rfc3339.h"
 #include "secret.h"
@@ -59,7 +69,16 @@
 #define COPY_MAX_BYTES (512ULL * 1024 * 1024)
 #define COPY_MAX_DEPTH 64
 #define AUTH_ATTEMPTS 2
+/* The most a fetch may download (the pack as received): the functions it
+ * can bring are bounded at 512 MiB (COPY_MAX_BYTES), history included
+ * twice that. */
+#define PACK_MAX_BYTES (1024ULL * 1024 * 1024)
 #define SYNC_PREFIX FUNCTION_STAGING_PREFIX
+/* A wait for the sync lock looks for gitsync_cancel_all this often. */
+#define LOCK_POLL_MS 50
+
+/* gitsync_cancel_all: Relay is shutting down (see "network bounds"). */
+static atomic_bool cancel_all;
 
 #define URL_HINT "use git@host:org/repo.git or ssh://git@host/org/repo.git (HTTPS is not supported)"
 
@@ -391,25 +410,93 @@ int git_path_check(const char *path, char **err)
 	return -1;
 }
 
-static int ref_check(const char *ref, char **err)
+static bool is_hex(const char *s, size_t min, size_t max)
 {
-	size_t n = strlen(ref);
-	const char *why = n == 0		  ? "it is empty"
-			  : n > REF_MAX		  ? "it is longer than 255 bytes"
-			  : has_space_or_ctl(ref) ? "it contains whitespace or control characters"
-						  : NULL;
-	if (!why)
-		return 0;
-	char *s = shown(ref);
-	*err = xasprintf("invalid ref '%s': %s", s, why);
-	free(s);
-	return -1;
+	size_t n = strspn(s, "0123456789abcdefABCDEF");
+	return !s[n] && n >= min && n <= max;
 }
 
 static bool hex40(const char *s)
 {
 	size_t n = strspn(s, "0123456789abcdef");
 	return n == 40 && !s[n];
+}
+
+/* refs/heads/NAME or refs/tags/NAME: the name part, else NULL. */
+static const char *explicit_name(const char *ref)
+{
+	if (str_has_prefix(ref, "refs/heads/"))
+		return ref + strlen("refs/heads/");
+	if (str_has_prefix(ref, "refs/tags/"))
+		return ref + strlen("refs/tags/");
+	return NULL;
+}
+
+static pthread_once_t git_once = PTHREAD_ONCE_INIT;
+static void git_init_once(void);
+
+/* Why ref cannot be a --ref (a static reason), or NULL. */
+static const char *ref_why(const char *ref)
+{
+	size_t n = strlen(ref);
+	if (n == 0)
+		return "it is empty";
+	if (n > REF_MAX)
+		return "it is longer than 255 bytes";
+	if (has_space_or_ctl(ref))
+		return "it contains whitespace or control characters";
+	if (is_hex(ref, 40, 40))
+		return NULL;
+	const char *name = explicit_name(ref);
+	if (!name && str_has_prefix(ref, "refs/"))
+		return "a full ref must be refs/heads/NAME (a branch) or refs/tags/NAME (a tag)";
+	if (name && !*name)
+		return "the branch or tag name is empty";
+	/* A bare name is checked as the branch it may be. */
+	char *full = name ? xstrdup(ref) : xasprintf("refs/heads/%s", ref);
+	int valid = 0;
+	pthread_once(&git_once, git_init_once);
+	bool ok = git_reference_name_is_valid(&valid, full) == 0 && valid;
+	free(full);
+	return ok ? NULL : "it is not a valid git branch or tag name";
+}
+
+int gitsync_ref_check(const char *ref, char **err)
+{
+	const char *why = ref_why(ref);
+	if (!why)
+		return 0;
+	if (err) {
+		char *s = shown(ref);
+		*err = xasprintf("invalid ref '%s': %s", s, why);
+		free(s);
+	}
+	return -1;
+}
+
+/* Can resolved (a last_ref) be what ref resolves to? */
+static bool resolves_to(const char *ref, const char *resolved)
+{
+	if (is_hex(ref, 40, 40))
+		return hex40(resolved) && strncasecmp(ref, resolved, 40) == 0;
+	if (explicit_name(ref))
+		return strcmp(ref, resolved) == 0;
+	const char *name = explicit_name(resolved);
+	if (name)
+		return strcmp(name, ref) == 0;
+	return hex40(resolved) && is_hex(ref, 4, 39) &&
+	       strncasecmp(ref, resolved, strlen(ref)) == 0;
+}
+
+const char *gitsync_ref_kind(const char *resolved)
+{
+	if (!resolved)
+		return NULL;
+	if (str_has_prefix(resolved, "refs/heads/"))
+		return "branch";
+	if (str_has_prefix(resolved, "refs/tags/"))
+		return "tag";
+	return hex40(resolved) ? "commit" : NULL;
 }
 
 /* Everything a source must satisfy, whether loaded or about to be saved. */
@@ -425,7 +512,7 @@ static int source_validate(const struct git_source *s, char **err)
 		*err = xstrdup("no ref");
 		return -1;
 	}
-	if (ref_check(s->ref, err) < 0)
+	if (gitsync_ref_check(s->ref, err) < 0)
 		return -1;
 	if (s->path && git_path_check(s->path, err) < 0)
 		return -1;
@@ -441,6 +528,10 @@ static int source_validate(const struct git_source *s, char **err)
 		*err = xstrdup("last_commit is not a 40-digit commit id");
 		return -1;
 	}
+	if (s->last_ref && !resolves_to(s->ref, s->last_ref)) {
+		*err = xstrdup("last_ref is not what ref can resolve to");
+		return -1;
+	}
 	return 0;
 }
 
@@ -454,6 +545,7 @@ void git_source_free(struct git_source *s)
 	free(s->webhook_secret);
 	free(s->last_sync);
 	free(s->last_commit);
+	free(s->last_ref);
 	memset(s, 0, sizeof *s);
 }
 
@@ -630,8 +722,8 @@ static int json_member(json_t *obj, const char *key, char **out, const char *pat
 
 int git_source_load(const char *data_dir, struct git_source *out, char **err)
 {
-	static const char *const keys[] = {"repository",     "ref",	  "path",
-					   "webhook_secret", "last_sync", "last_commit"};
+	static const char *const keys[] = {"repository", "ref",		"path",	   "webhook_secret",
+					   "last_sync",	 "last_commit", "last_ref"};
 	char *dir = git_dir_path(data_dir);
 	char *path = xasprintf("%s/source.json", dir);
 	char *text = NULL, *why = NULL;
@@ -654,8 +746,8 @@ int git_source_load(const char *data_dir, struct git_source *out, char **err)
 		*err = xasprintf("%s: not a JSON object", path);
 		goto out;
 	}
-	char **fields[] = {&out->repository,	 &out->ref,	  &out->path,
-			   &out->webhook_secret, &out->last_sync, &out->last_commit};
+	char **fields[] = {&out->repository, &out->ref,		&out->path,    &out->webhook_secret,
+			   &out->last_sync,  &out->last_commit, &out->last_ref};
 	for (size_t i = 0; i < ARRAY_LEN(keys); i++)
 		if (json_member(root, keys[i], fields[i], path, err) < 0)
 			goto out;
@@ -706,6 +798,7 @@ int git_source_save(const char *data_dir, const struct git_source *src, char **e
 	json_object_set_new(root, "webhook_secret", json_str_or_null(src->webhook_secret));
 	json_object_set_new(root, "last_sync", json_str_or_null(src->last_sync));
 	json_object_set_new(root, "last_commit", json_str_or_null(src->last_commit));
+	json_object_set_new(root, "last_ref", json_str_or_null(src->last_ref));
 	text = json_dumps(root, JSON_INDENT(2));
 	json_decref(root);
 	if (!text) {
@@ -752,7 +845,9 @@ static int rm_tree(const char *path, char **err)
 	return 0;
 }
 
-/* Takes the exclusive sync lock (blocking); returns the descriptor. */
+/* Takes the exclusive sync lock; returns the descriptor. Waits while
+ * another sync holds it (that one ends within its own bounds), but not
+ * past gitsync_cancel_all. */
 static int lock_git_dir(int dfd, const char *data_dir, char **err)
 {
 	int fd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -762,12 +857,21 @@ static int lock_git_dir(int dfd, const char *data_dir, char **err)
 		free(dir);
 		return -1;
 	}
-	while (flock(fd, LOCK_EX) < 0) {
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK && !atomic_load(&cancel_all)) {
+			struct timespec ts = {0, LOCK_POLL_MS * 1000000L};
+			nanosleep(&ts, NULL);
+			continue;
+		}
 		if (errno == EINTR)
 			continue;
-		char *dir = git_dir_path(data_dir);
-		sys_error(err, "cannot lock", dir, errno);
-		free(dir);
+		if (errno == EWOULDBLOCK) {
+			*err = xstrdup("interrupted: Relay is shutting down");
+		} else {
+			char *dir = git_dir_path(data_dir);
+			sys_error(err, "cannot lock", dir, errno);
+			free(dir);
+		}
 		close(fd);
 		return -1;
 	}
@@ -1146,9 +1250,413 @@ out:
 	return rc;
 }
 
-/* ---- libgit2 ---- */
+/* ---- network bounds ---- */
 
-static pthread_once_t git_once = PTHREAD_ONCE_INIT;
+/*
+ * libgit2 1.5 has no network timeouts (GIT_OPT_SET_SERVER_TIMEOUT and
+ * GIT_OPT_SET_SERVER_CONNECT_TIMEOUT came with 1.7), and its SSH transport
+ * hands the socket to libssh2, whose blocking calls wait in poll() without
+ * end: a server that accepted the connection and then said nothing held a
+ * sync - the sync lock, the webhook's sync thread, relay start's shutdown -
+ * forever. Progress callbacks cannot help: nothing calls them while nothing
+ * arrives.
+ *
+ * So Relay supplies the socket: a stream registered as libgit2's standard
+ * stream (git_stream_register), which the SSH transport creates for each
+ * connection. Its connect is bounded (connect_ms). While a fetch runs, a
+ * watchdog thread reads the socket's received-byte count (TCP_INFO) every
+ * tick; when stall_ms pass without a new byte, or on gitsync_cancel_all, it
+ * shuts the socket down. libssh2 then sees the end of the stream, libgit2
+ * fails the fetch on its own thread and cleans up as after any network
+ * error, and fetch() reports the watchdog's reason instead of libgit2's.
+ *
+ * libgit2's libssh2 transport (1.5, and the later 1.x seen so far) takes
+ * the descriptor straight out of its private git_socket_stream {parent,
+ * host, port, s}, past the stream's read and write: struct net_stream
+ * starts with exactly those members. (Were that ever wrong, no SSH sync
+ * could connect at all, which every sync test would show.)
+ */
+#if LIBGIT2_VER_MAJOR != 1
+#error "check that libgit2's git_socket_stream still starts as struct net_stream does"
+#endif
+
+/* How often the watchdog looks, at most (and at least stall_ms / 10). */
+#define WATCH_TICK_MS 1000
+
+static atomic_int connect_ms_setting = GITSYNC_CONNECT_TIMEOUT_MS;
+static atomic_int stall_ms_setting = GITSYNC_STALL_TIMEOUT_MS;
+
+enum cut { CUT_NONE, CUT_STALLED, CUT_CANCELLED };
+
+/* One fetch's watch: mu guards the members from fd to done. */
+struct fetch_guard {
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	int fd;		   /* the open connection's socket, else -1 */
+	uint64_t seen;	   /* its received bytes at the last look */
+	int64_t last_ns;   /* monotonic time of the last byte (or phase) */
+	const char *phase; /* for the message */
+	enum cut cut;
+	bool done; /* the fetch returned: the watchdog ends */
+	int stall_ms;
+	struct fetch_guard *next; /* in guards (guards_mu) */
+	pthread_t thread;
+};
+
+/* Running fetches, for gitsync_cancel_all. Lock order: guards_mu, then a
+ * guard's mu. */
+static pthread_mutex_t guards_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fetch_guard *guards;
+/* The fetch running on this thread: libgit2 creates its streams on the
+ * thread that called git_remote_fetch. */
+static _Thread_local struct fetch_guard *thread_guard;
+/* net_stream is libgit2's standard stream (git_init_once). */
+static bool net_registered;
+
+void gitsync_set_timeouts(int connect_ms, int stall_ms)
+{
+	atomic_store(&connect_ms_setting, connect_ms > 0 ? connect_ms : GITSYNC_CONNECT_TIMEOUT_MS);
+	atomic_store(&stall_ms_setting, stall_ms > 0 ? stall_ms : GITSYNC_STALL_TIMEOUT_MS);
+}
+
+/* Under g->mu: cut the connection (now and any made later). */
+static void guard_cut_locked(struct fetch_guard *g, enum cut why)
+{
+	if (g->cut == CUT_NONE)
+		g->cut = why;
+	if (g->fd >= 0)
+		shutdown(g->fd, SHUT_RDWR);
+}
+
+void gitsync_cancel_all(bool on)
+{
+	pthread_mutex_lock(&guards_mu);
+	atomic_store(&cancel_all, on);
+	for (struct fetch_guard *g = on ? guards : NULL; g; g = g->next) {
+		pthread_mutex_lock(&g->mu);
+		guard_cut_locked(g, CUT_CANCELLED);
+		pthread_cond_signal(&g->wake);
+		pthread_mutex_unlock(&g->mu);
+	}
+	pthread_mutex_unlock(&guards_mu);
+}
+
+static bool received_bytes(int fd, uint64_t *out)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof ti;
+	memset(&ti, 0, sizeof ti);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+	    len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+		return false;
+	*out = ti.tcpi_bytes_received;
+	return true;
+}
+
+static void *watchdog_main(void *arg)
+{
+	struct fetch_guard *g = arg;
+	int tick = g->stall_ms / 10 < WATCH_TICK_MS ? g->stall_ms / 10 : WATCH_TICK_MS;
+	if (tick < 1)
+		tick = 1;
+	pthread_mutex_lock(&g->mu);
+	while (!g->done) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += (long)tick * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		pthread_cond_timedwait(&g->wake, &g->mu, &until);
+		if (g->done)
+			break;
+		int64_t now = now_mono_ns();
+		uint64_t b;
+		if (g->fd >= 0 && received_bytes(g->fd, &b) && b != g->seen) {
+			g->seen = b;
+			g->last_ns = now;
+		}
+		if (atomic_load(&cancel_all))
+			guard_cut_locked(g, CUT_CANCELLED);
+		else if (g->cut != CUT_NONE || now - g->last_ns >= (int64_t)g->stall_ms * 1000000)
+			guard_cut_locked(g, CUT_STALLED);
+	}
+	pthread_mutex_unlock(&g->mu);
+	return NULL;
+}
+
+/* Starts watching the fetch about to run on this thread. */
+static int guard_start(struct fetch_guard *g, char **err)
+{
+	pthread_condattr_t ca;
+	memset(g, 0, sizeof *g);
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	g->fd = -1;
+	g->last_ns = now_mono_ns();
+	g->phase = "connecting";
+	g->stall_ms = atomic_load(&stall_ms_setting);
+	int e = pthread_create(&g->thread, NULL, watchdog_main, g);
+	if (e) {
+		/* No fetch without its bound. */
+		*err = xasprintf("cannot start the fetch watchdog: %s", strerror(e));
+		pthread_cond_destroy(&g->wake);
+		pthread_mutex_destroy(&g->mu);
+		return -1;
+	}
+	/* Listed for gitsync_cancel_all, which may already have been called. */
+	pthread_mutex_lock(&guards_mu);
+	pthread_mutex_lock(&g->mu);
+	if (atomic_load(&cancel_all))
+		g->cut = CUT_CANCELLED;
+	pthread_mutex_unlock(&g->mu);
+	g->next = guards;
+	guards = g;
+	pthread_mutex_unlock(&guards_mu);
+	thread_guard = g;
+	return 0;
+}
+
+static void guard_stop(struct fetch_guard *g)
+{
+	thread_guard = NULL;
+	pthread_mutex_lock(&guards_mu);
+	for (struct fetch_guard **p = &guards; *p; p = &(*p)->next)
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	pthread_mutex_unlock(&guards_mu);
+	pthread_mutex_lock(&g->mu);
+	g->done = true;
+	pthread_cond_signal(&g->wake);
+	pthread_mutex_unlock(&g->mu);
+	pthread_join(g->thread, NULL);
+	pthread_cond_destroy(&g->wake);
+	pthread_mutex_destroy(&g->mu);
+}
+
+/* Marks progress (a callback ran: data came) and names the phase; false
+ * when the fetch is cut, so the callback fails it. g may be NULL. */
+static bool guard_phase(struct fetch_guard *g, const char *phase)
+{
+	if (!g)
+		return !atomic_load(&cancel_all);
+	pthread_mutex_lock(&g->mu);
+	if (phase)
+		g->phase = phase;
+	g->last_ns = now_mono_ns();
+	if (atomic_load(&cancel_all))
+		guard_cut_locked(g, CUT_CANCELLED);
+	bool ok = g->cut == CUT_NONE;
+	pthread_mutex_unlock(&g->mu);
+	return ok;
+}
+
+static void guard_attach(struct fetch_guard *g, int fd)
+{
+	pthread_mutex_lock(&g->mu);
+	g->fd = fd;
+	g->seen = 0;
+	g->last_ns = now_mono_ns();
+	if (g->cut != CUT_NONE)
+		shutdown(fd, SHUT_RDWR);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Before fd is closed: the watchdog must never touch a reused number. */
+static void guard_detach(struct fetch_guard *g, int fd)
+{
+	pthread_mutex_lock(&g->mu);
+	if (g->fd == fd)
+		g->fd = -1;
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* The reason the fetch was cut, or NULL. */
+static char *guard_reason(struct fetch_guard *g)
+{
+	char d[DURATION_STR_MAX];
+	char *why = NULL;
+	pthread_mutex_lock(&g->mu);
+	if (g->cut == CUT_CANCELLED)
+		why = xstrdup("interrupted: Relay is shutting down");
+	else if (g->cut == CUT_STALLED)
+		why = xasprintf("no data from the server for %s during %s; giving up",
+				duration_format((int64_t)g->stall_ms * 1000000, d), g->phase);
+	pthread_mutex_unlock(&g->mu);
+	return why;
+}
+
+/* A libgit2 stream: a TCP socket that connect() opens within connect_ms
+ * and the fetch's guard watches. */
+struct net_stream {
+	git_stream parent; /* these four members: libgit2's git_socket_stream */
+	char *host;
+	char *port;
+	int s;
+	struct fetch_guard *guard; /* NULL outside a fetch */
+};
+
+static bool guard_is_cut(struct fetch_guard *g)
+{
+	if (!g)
+		return atomic_load(&cancel_all);
+	pthread_mutex_lock(&g->mu);
+	bool cut = g->cut != CUT_NONE;
+	pthread_mutex_unlock(&g->mu);
+	return cut;
+}
+
+/* connect() on a non-blocking fd, waited for until deadline in slices, so
+ * a cut is noticed. 0 or an errno value (ETIMEDOUT, ECANCELED). */
+static int connect_bounded(struct net_stream *st, int fd, const struct addrinfo *p,
+			   int64_t deadline)
+{
+	if (connect(fd, p->ai_addr, p->ai_addrlen) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return errno;
+	for (;;) {
+		if (guard_is_cut(st->guard))
+			return ECANCELED;
+		int64_t left = (deadline - now_mono_ns()) / 1000000;
+		if (left <= 0)
+			return ETIMEDOUT;
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		int n = poll(&pfd, 1, left < 100 ? (int)left : 100);
+		if (n < 0 && errno != EINTR)
+			return errno;
+		if (n > 0) {
+			int soerr = 0;
+			socklen_t len = sizeof soerr;
+			if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+				return errno;
+			return soerr ? soerr : guard_is_cut(st->guard) ? ECANCELED : 0;
+		}
+	}
+}
+
+static int net_connect(git_stream *stream)
+{
+	struct net_stream *st = (struct net_stream *)stream;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+	int connect_ms = atomic_load(&connect_ms_setting);
+	/* Name resolution is bounded by the resolver's own timeouts
+	 * (resolv.conf), not by connect_ms. */
+	int gai = getaddrinfo(st->host, st->port, &hints, &ai);
+	if (gai) {
+		char *msg = xasprintf("cannot resolve %s: %s", st->host, gai_strerror(gai));
+		git_error_set_str(GIT_ERROR_NET, msg);
+		free(msg);
+		return -1;
+	}
+	int64_t deadline = now_mono_ns() + (int64_t)connect_ms * 1000000;
+	int fd = -1, e = ENOENT;
+	for (const struct addrinfo *p = ai; p; p = p->ai_next) {
+		fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    p->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		if (st->guard)
+			guard_attach(st->guard, fd);
+		e = connect_bounded(st, fd, p, deadline);
+		if (e == 0)
+			break;
+		if (st->guard)
+			guard_detach(st->guard, fd);
+		close(fd);
+		fd = -1;
+		if (e == ETIMEDOUT || e == ECANCELED)
+			break;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		char d[DURATION_STR_MAX];
+		char *msg = e == ETIMEDOUT
+				    ? xasprintf("cannot connect to %s port %s: no answer within %s",
+						st->host, st->port,
+						duration_format((int64_t)connect_ms * 1000000, d))
+				    : xasprintf("cannot connect to %s port %s: %s", st->host,
+						st->port, strerror(e));
+		git_error_set_str(GIT_ERROR_NET, msg);
+		free(msg);
+		return -1;
+	}
+	/* Blocking, as libgit2's own socket is (libssh2 sets what it needs). */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	st->s = fd;
+	if (st->guard)
+		guard_phase(st->guard, "the SSH handshake");
+	return 0;
+}
+
+static ssize_t net_read(git_stream *stream, void *data, size_t len)
+{
+	struct net_stream *st = (struct net_stream *)stream;
+	ssize_t n;
+	while ((n = recv(st->s, data, len, 0)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		git_error_set_str(GIT_ERROR_NET, "cannot read from the server");
+	return n;
+}
+
+static ssize_t net_write(git_stream *stream, const char *data, size_t len, int flags)
+{
+	struct net_stream *st = (struct net_stream *)stream;
+	ssize_t n;
+	(void)flags;
+	while ((n = send(st->s, data, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		git_error_set_str(GIT_ERROR_NET, "cannot write to the server");
+	return n;
+}
+
+static int net_close(git_stream *stream)
+{
+	struct net_stream *st = (struct net_stream *)stream;
+	if (st->s >= 0) {
+		if (st->guard)
+			guard_detach(st->guard, st->s);
+		close(st->s);
+		st->s = -1;
+	}
+	return 0;
+}
+
+static void net_free(git_stream *stream)
+{
+	struct net_stream *st = (struct net_stream *)stream;
+	net_close(stream);
+	free(st->host);
+	free(st->port);
+	free(st);
+}
+
+static int net_stream_new(git_stream **out, const char *host, const char *port)
+{
+	struct net_stream *st = xcalloc(1, sizeof *st);
+	st->parent.version = GIT_STREAM_VERSION;
+	st->parent.connect = net_connect;
+	st->parent.read = net_read;
+	st->parent.write = net_write;
+	st->parent.close = net_close;
+	st->parent.free = net_free;
+	st->host = xstrdup(host);
+	st->port = xstrdup(port && *port ? port : "22");
+	st->s = -1;
+	st->guard = thread_guard;
+	*out = &st->parent;
+	return 0;
+}
+
+/* ---- libgit2 ---- */
 
 static void git_init_once(void)
 {
@@ -1158,6 +1666,9 @@ static void git_init_once(void)
 				     GIT_CONFIG_LEVEL_GLOBAL, GIT_CONFIG_LEVEL_PROGRAMDATA};
 	for (size_t i = 0; i < ARRAY_LEN(levels); i++)
 		git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, levels[i], "");
+	/* Every connection through net_stream (see "network bounds"). */
+	git_stream_registration reg = {.version = GIT_STREAM_VERSION, .init = net_stream_new};
+	net_registered = git_stream_register(GIT_STREAM_STANDARD, &reg) == 0;
 }
 
 struct remote_ctx {
@@ -1167,6 +1678,7 @@ struct remote_ctx {
 	int auth_offers;
 	void (*notice)(void *arg, const char *msg);
 	void *notice_arg;
+	struct fetch_guard *guard;
 	char *err; /* the first callback failure, preferred over libgit2's */
 };
 
@@ -1176,6 +1688,8 @@ static int cb_credentials(git_credential **out, const char *url, const char *use
 	struct remote_ctx *c = payload;
 	const char *user = username_from_url && *username_from_url ? username_from_url : "git";
 	(void)url;
+	if (!guard_phase(c->guard, "authentication and ref negotiation"))
+		return GIT_EUSER;
 	if (allowed & GIT_CREDENTIAL_USERNAME)
 		return git_credential_username_new(out, user);
 	if (!(allowed & GIT_CREDENTIAL_SSH_KEY)) {
@@ -1199,6 +1713,8 @@ static int cb_certificate(git_cert *cert, int valid, const char *host, void *pay
 	struct remote_ctx *c = payload;
 	(void)valid; /* from $HOME/.ssh/known_hosts: not Relay's decision */
 	const git_cert_hostkey *hk = (const git_cert_hostkey *)cert;
+	if (!guard_phase(c->guard, "authentication and ref negotiation"))
+		return GIT_EUSER;
 	if (cert->cert_type != GIT_CERT_HOSTKEY_LIBSSH2 || !(hk->type & GIT_CERT_SSH_RAW) ||
 	    !hk->hostkey || hk->hostkey_len == 0) {
 		if (!c->err)
@@ -1304,15 +1820,45 @@ static int open_checkout(const char *path, const char *url, git_repository **out
 	return 0;
 }
 
+/* Data is coming: the stall bound restarts; a cut fetch stops here. */
+static int cb_sideband(const char *str, int len, void *payload)
+{
+	struct remote_ctx *c = payload;
+	(void)str;
+	(void)len;
+	return guard_phase(c->guard, "the pack transfer") ? 0 : GIT_EUSER;
+}
+
+static int cb_transfer(const git_indexer_progress *stats, void *payload)
+{
+	struct remote_ctx *c = payload;
+	if (stats->received_bytes > PACK_MAX_BYTES) {
+		if (!c->err)
+			c->err = xstrdup("the server sent more than 1 GiB; giving up");
+		return GIT_EUSER;
+	}
+	return guard_phase(c->guard, "the pack transfer") ? 0 : GIT_EUSER;
+}
+
 static int fetch(git_repository *repo, const char *url, struct remote_ctx *ctx, char **err)
 {
 	static char *specs[] = {"+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"};
 	git_strarray refspecs = {specs, ARRAY_LEN(specs)};
 	git_remote *remote = NULL;
 	git_fetch_options fo;
+	struct fetch_guard guard;
+	if (!net_registered) {
+		*err = xstrdup("cannot fetch: libgit2 refused Relay's bounded network stream");
+		return -1;
+	}
+	if (guard_start(&guard, err) < 0)
+		return -1;
+	ctx->guard = &guard;
 	git_fetch_options_init(&fo, GIT_FETCH_OPTIONS_VERSION);
 	fo.callbacks.credentials = cb_credentials;
 	fo.callbacks.certificate_check = cb_certificate;
+	fo.callbacks.sideband_progress = cb_sideband;
+	fo.callbacks.transfer_progress = cb_transfer;
 	fo.callbacks.payload = ctx;
 	fo.prune = GIT_FETCH_PRUNE;
 	fo.download_tags = GIT_REMOTE_DOWNLOAD_TAGS_NONE;
@@ -1320,51 +1866,136 @@ static int fetch(git_repository *repo, const char *url, struct remote_ctx *ctx, 
 	if (rc == 0)
 		rc = git_remote_fetch(remote, &refspecs, &fo, "relay git sync");
 	git_remote_free(remote);
+	char *cut = guard_reason(&guard);
+	guard_stop(&guard);
+	ctx->guard = NULL;
+	if (rc == 0 && !cut)
+		return 0;
+	/* The watchdog's reason first: libgit2 only saw the connection end. */
+	char *s = shown(url);
+	*err = xasprintf("cannot fetch %s: %s", s, cut ? cut : ctx->err ? ctx->err : gerr());
+	free(s);
+	free(cut);
+	return -1;
+}
+
+/* The commit a fetched ref points to: refs/heads/NAME is looked up as
+ * origin's branch. 0 found, 1 no such ref, -1 error (*err). */
+static int lookup_ref(git_repository *repo, const char *full, git_object **out, char **err)
+{
+	const char *branch =
+		str_has_prefix(full, "refs/heads/") ? full + strlen("refs/heads/") : NULL;
+	char *local = branch ? xasprintf("refs/remotes/origin/%s", branch) : xstrdup(full);
+	git_reference *r = NULL;
+	int rc = git_reference_lookup(&r, repo, local);
+	free(local);
+	if (rc == GIT_ENOTFOUND || rc == GIT_EINVALIDSPEC)
+		return 1;
+	if (rc == 0)
+		rc = git_reference_peel(out, r, GIT_OBJECT_COMMIT);
+	git_reference_free(r);
 	if (rc == 0)
 		return 0;
-	char *s = shown(url);
-	if (ctx->err)
-		*err = xasprintf("cannot fetch %s: %s", s, ctx->err);
-	else
-		*err = xasprintf("cannot fetch %s: %s", s, gerr());
+	char *s = shown(full);
+	*err = xasprintf("ref '%s' does not point to a commit: %s", s, gerr());
 	free(s);
 	return -1;
 }
 
-/* ref as an origin branch, then a tag, then a (possibly abbreviated)
- * commit id; *out is the commit. */
+/*
+ * ref to a commit (*out) by the rules in gitsync.h, never guessing
+ * between kinds; *resolved is what it resolved to: "refs/heads/NAME",
+ * "refs/tags/NAME" or the 40-hex id.
+ */
 static int resolve_ref(git_repository *repo, const char *url, const char *ref, git_object **out,
-		       char **err)
+		       char **resolved, char **err)
 {
-	static const char *const forms[] = {"refs/remotes/origin/%s", "refs/tags/%s"};
+	git_object *found[3] = {NULL, NULL, NULL};
+	char *names[3] = {NULL, NULL, NULL};
+	size_t n = 0;
+	int rc = -1;
 	*out = NULL;
-	for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
-		char *name = xasprintf(forms[i], ref);
-		git_reference *r = NULL;
-		int rc = git_reference_lookup(&r, repo, name);
-		free(name);
-		if (rc < 0)
-			continue;
-		rc = git_reference_peel(out, r, GIT_OBJECT_COMMIT);
-		git_reference_free(r);
-		if (rc == 0)
-			return 0;
-		char *s = shown(ref);
-		*err = xasprintf("ref '%s' does not point to a commit: %s", s, gerr());
-		free(s);
-		return -1;
-	}
-	size_t n = strlen(ref);
+	*resolved = NULL;
 	git_oid oid;
-	if (n >= 4 && n <= GIT_OID_HEXSZ && strspn(ref, "0123456789abcdefABCDEF") == n &&
-	    git_oid_fromstrn(&oid, ref, n) == 0 &&
-	    git_object_lookup_prefix(out, repo, &oid, n, GIT_OBJECT_COMMIT) == 0)
-		return 0;
-	char *s = shown(ref), *u = shown(url);
-	*err = xasprintf("ref '%s' not found in %s", s, u);
-	free(s);
-	free(u);
-	return -1;
+	size_t len = strlen(ref);
+	if (is_hex(ref, 40, 40)) {
+		/* A full id is that commit, whatever branches are named. */
+		if (git_oid_fromstrn(&oid, ref, len) == 0 &&
+		    git_object_lookup(&found[0], repo, &oid, GIT_OBJECT_COMMIT) == 0)
+			names[n++] = xstrdup(git_oid_tostr_s(&oid));
+	} else if (explicit_name(ref)) {
+		if ((rc = lookup_ref(repo, ref, &found[0], err)) < 0)
+			goto out;
+		if (rc == 0)
+			names[n++] = xstrdup(ref);
+	} else {
+		static const char *const forms[] = {"refs/heads/%s", "refs/tags/%s"};
+		for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+			char *full = xasprintf(forms[i], ref);
+			if ((rc = lookup_ref(repo, full, &found[n], err)) < 0) {
+				free(full);
+				goto out;
+			}
+			if (rc == 0)
+				names[n++] = full;
+			else
+				free(full);
+		}
+		/* An abbreviated id, which a branch or tag must not shadow. */
+		if (is_hex(ref, 4, 39) && git_oid_fromstrn(&oid, ref, len) == 0) {
+			rc = git_object_lookup_prefix(&found[n], repo, &oid, len,
+						      GIT_OBJECT_COMMIT);
+			if (rc == GIT_EAMBIGUOUS) {
+				char *s = shown(ref);
+				*err = xasprintf("ref \"%s\" is ambiguous: more than one commit id "
+						 "starts with it; use the full commit id",
+						 s);
+				free(s);
+				rc = -1;
+				goto out;
+			}
+			if (rc == 0) {
+				names[n] = xasprintf("commit %s",
+						     git_oid_tostr_s(git_object_id(found[n])));
+				n++;
+			}
+		}
+	}
+	rc = -1;
+	if (n == 0) {
+		char *s = shown(ref), *u = shown(url);
+		*err = xasprintf("ref '%s' not found in %s", s, u);
+		free(s);
+		free(u);
+	} else if (n > 1) {
+		/* ref "v1" is ambiguous: both refs/heads/v1 and refs/tags/v1
+		 * exist; use --ref refs/heads/v1 or refs/tags/v1 */
+		char *s = shown(ref);
+		char *what = n == 2 ? xasprintf("both %s and %s", names[0], names[1])
+				    : xasprintf("%s, %s and %s", names[0], names[1], names[2]);
+		const char *last = str_has_prefix(names[n - 1], "commit ") ? "the full commit id"
+									   : names[n - 1];
+		char *hint = n == 2 ? xasprintf("%s or %s", names[0], last)
+				    : xasprintf("%s, %s or %s", names[0], names[1], last);
+		*err = xasprintf("ref \"%s\" is ambiguous: %s exist; use --ref %s", s, what, hint);
+		free(hint);
+		free(what);
+		free(s);
+	} else {
+		*out = found[0];
+		found[0] = NULL;
+		if (str_has_prefix(names[0], "commit "))
+			*resolved = xstrdup(names[0] + strlen("commit "));
+		else
+			*resolved = xstrdup(names[0]);
+		rc = 0;
+	}
+out:
+	for (size_t i = 0; i < ARRAY_LEN(found); i++) {
+		git_object_free(found[i]);
+		free(names[i]);
+	}
+	return rc;
 }
 
 static int checkout_commit(git_repository *repo, git_object *commit, char **err)
@@ -1445,7 +2076,7 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	char *dir = git_dir_path(data_dir);
 	char *checkout = xasprintf("%s/checkout", dir);
 	char *ssh_dir = data_path(data_dir, "ssh");
-	char *key = NULL, *pub = NULL, *fp = NULL, *kerr = NULL, *srcdir = NULL;
+	char *key = NULL, *pub = NULL, *fp = NULL, *kerr = NULL, *srcdir = NULL, *resolved = NULL;
 	struct remote_ctx ctx = {.ssh_dir = ssh_dir, .notice = notice, .notice_arg = notice_arg};
 	git_repository *repo = NULL;
 	git_object *commit = NULL;
@@ -1481,10 +2112,16 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	pthread_once(&git_once, git_init_once);
 	if (open_checkout(checkout, src.repository, &repo, err) < 0 ||
 	    fetch(repo, src.repository, &ctx, err) < 0 ||
-	    resolve_ref(repo, src.repository, src.ref, &commit, err) < 0 ||
+	    resolve_ref(repo, src.repository, src.ref, &commit, &resolved, err) < 0 ||
 	    checkout_commit(repo, commit, err) < 0 ||
-	    !(srcdir = source_dir(checkout, src.path, err)) ||
-	    replace_functions(srcdir, functions_dir, res, err) < 0)
+	    !(srcdir = source_dir(checkout, src.path, err)))
+		goto out;
+	/* Shutting down: the functions directory stays as it is. */
+	if (atomic_load(&cancel_all)) {
+		*err = xstrdup("interrupted: Relay is shutting down");
+		goto out;
+	}
+	if (replace_functions(srcdir, functions_dir, res, err) < 0)
 		goto out;
 	git_oid_tostr(res->commit, sizeof res->commit, git_object_id(commit));
 	char now[RFC3339_STR_MAX];
@@ -1492,6 +2129,9 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	free(src.last_commit);
 	src.last_sync = xstrdup(rfc3339_format_utc(now_wall_ns(), now));
 	src.last_commit = xstrdup(res->commit);
+	free(src.last_ref);
+	src.last_ref = resolved;
+	resolved = NULL;
 	if (git_source_save(data_dir, &src, err) < 0)
 		goto out;
 	rc = 0;
@@ -1504,6 +2144,7 @@ out:
 		close(dfd);
 	git_source_free(&src);
 	free(ctx.err);
+	free(resolved);
 	free(srcdir);
 	free(kerr);
 	free(pub);
@@ -1513,4 +2154,28 @@ out:
 	free(checkout);
 	free(dir);
 	return rc;
+}
+
+bool gitsync_ref_matches(const char *data_dir, const char *ref, const char *pushed_ref)
+{
+	if (!ref || !pushed_ref || ref_why(ref))
+		return false;
+	if (is_hex(ref, 40, 40))
+		return false; /* a commit: no push moves it */
+	if (explicit_name(ref))
+		return strcmp(ref, pushed_ref) == 0;
+	struct git_source src;
+	char *err = NULL;
+	if (data_dir && git_source_load(data_dir, &src, &err) == 0) {
+		bool recorded = strcmp(src.ref, ref) == 0 && src.last_ref;
+		bool same = recorded && strcmp(src.last_ref, pushed_ref) == 0;
+		git_source_free(&src);
+		if (recorded)
+			return same;
+	}
+	free(err);
+	/* Not resolved yet: the sync this triggers resolves the name (or
+	 * refuses it as ambiguous). */
+	const char *name = explicit_name(pushed_ref);
+	return name && strcmp(name, ref) == 0;
 }

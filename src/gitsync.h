@@ -23,6 +23,10 @@ struct git_source {
 	/* Written by a successful sync; NULL before the first. */
 	char *last_sync;   /* RFC 3339 UTC, e.g. 2026-11-30T04:05:06Z */
 	char *last_commit; /* 40 hex */
+	/* What the last sync resolved ref to: "refs/heads/NAME", "refs/tags/
+	 * NAME" or a 40-hex commit id; NULL before the first sync of this ref
+	 * (relay git set drops it when the ref changes). */
+	char *last_ref;
 };
 
 /*
@@ -44,6 +48,66 @@ char *git_repo_identity(const char *url);
 /* Checks a --path value: relative, no "..", no empty or "." segments
  * except a lone ".", at most 1024 bytes. Returns 0 or -1 with *err. */
 int git_path_check(const char *path, char **err);
+
+/*
+ * The configured ref, and what it may resolve to (relay-spec "Git": a
+ * branch, tag or commit). Resolution never guesses between kinds, so that
+ * whoever can push a branch cannot shadow a pinned tag or commit:
+ *
+ *   40 hex digits      always that commit, never a branch or tag so named;
+ *   refs/heads/NAME    the branch NAME only;
+ *   refs/tags/NAME     the tag NAME only;
+ *   NAME               the branch or the tag NAME, whichever exists; when
+ *                      both do the sync is refused as ambiguous, naming
+ *                      both full refs; when neither does and NAME is 4 to
+ *                      39 hex digits, the commit it abbreviates (refused as
+ *                      ambiguous as well when a branch or tag is so named).
+ *
+ * gitsync_ref_check: a --ref value as above (at most 255 bytes, no
+ * whitespace or control characters, a valid git ref name; "refs/" only as
+ * refs/heads/ or refs/tags/). 0, or -1 with *err (err may be NULL).
+ */
+int gitsync_ref_check(const char *ref, char **err);
+
+/* "branch", "tag" or "commit": the kind of a resolved ref (last_ref);
+ * NULL for anything else. */
+const char *gitsync_ref_kind(const char *resolved);
+
+/*
+ * For the webhook: true only when pushed_ref, the full ref of a push
+ * ("refs/heads/main", "refs/tags/v1"), is exactly the ref that ref, the
+ * configured --ref, resolves to. A commit id never matches (a push cannot
+ * move it); refs/heads/X and refs/tags/X match only themselves; a bare
+ * NAME matches what the last sync of that same ref resolved it to, read
+ * from <data_dir>/git/source.json (last_ref), and before any such sync
+ * (or with data_dir NULL) refs/heads/NAME or refs/tags/NAME: the sync it
+ * triggers then resolves the name, or refuses it as ambiguous. Reads at
+ * most source.json's 64 KiB bound; thread-safe.
+ */
+bool gitsync_ref_matches(const char *data_dir, const char *ref, const char *pushed_ref);
+
+/*
+ * Bounds on a sync's network phases (the cost model for a git remote):
+ * the TCP connect to the server, at most connect_ms (default 30 s); then
+ * the SSH handshake, authentication, ref negotiation and the pack
+ * transfer, each cut when no byte has come from the server for stall_ms
+ * (default 60 s), with a message naming the phase. What the server sends
+ * is bounded at 1 GiB (PACK_MAX_BYTES in gitsync.c); a server that keeps
+ * sending slowly under that is not cut. Process-wide, for every later
+ * sync; 0 restores a default. Meant for tests, which cannot wait a minute.
+ */
+#define GITSYNC_CONNECT_TIMEOUT_MS 30000
+#define GITSYNC_STALL_TIMEOUT_MS 60000
+void gitsync_set_timeouts(int connect_ms, int stall_ms);
+
+/*
+ * Shutdown (relay start, on its first signal): with on, every git_sync
+ * running in this process fails promptly with "interrupted: Relay is
+ * shutting down" (its connection is cut; the functions directory is not
+ * replaced) and every later one fails at once, until called with false.
+ * Thread-safe; not for a signal handler.
+ */
+void gitsync_cancel_all(bool on);
 
 /* Loads git/source.json (at most 64 KiB; every field validated as on save;
  * an absent ref is "main"). 0 loaded; -2 nothing configured; -1 unreadable
@@ -76,17 +140,19 @@ struct git_sync_result {
 /*
  * One sync: source.json must exist (else -2), the deploy key must exist
  * ("no deploy key: run relay git keygen ..." otherwise). Holds an exclusive
- * flock on git/.lock throughout (blocking), so syncs never interleave.
+ * flock on git/.lock throughout (waiting for it while another sync holds
+ * it, unless gitsync_cancel_all), so syncs never interleave.
  * Clones (or, when the checkout's remote is another repository, deletes and
  * re-clones) into git/checkout over SSH with the deploy key only (never
  * ssh-agent), verifying the host key against ssh/known_hosts (TOFU; a first
  * contact calls notice with "Trusted new host <host> (fingerprint
  * SHA256:...)", <host> being "[host]:port" for a port other than 22; a
  * changed key fails the sync with known_hosts_verify's man-in-the-middle
- * message); fetches, resolves ref (origin branch, then tag, then full or
- * abbreviated commit id; else "ref '<ref>' not found in <repository>"),
- * checks it out detached with a hard reset (untracked and ignored files
- * removed); then replaces the functions directory (created 0755 if
+ * message); fetches (network phases bounded: gitsync_set_timeouts;
+ * interrupted by gitsync_cancel_all), resolves ref (see gitsync_ref_check;
+ * "ref '<ref>' not found in <repository>" when nothing matches), checks it
+ * out detached with a hard reset (untracked and ignored files removed);
+ * then, unless gitsync_cancel_all was called meanwhile, replaces the functions directory (created 0755 if
  * missing): every direct subdirectory of the source path (not a symbolic
  * link, not hidden) holding a regular template.yaml is copied in (regular
  * files 0755/0644 by their exec bit, directories 0755, symbolic links as
@@ -95,8 +161,9 @@ struct git_sync_result {
  * directory is removed (regular files and symbolic links there are kept).
  * All copies are made before anything is swapped, so a repository over the
  * bounds (20000 files, 512 MiB, 64 levels of directories) fails with the
- * functions directory untouched. Records last_sync and last_commit in
- * source.json. notice (may be NULL) is called on the calling thread.
+ * functions directory untouched. Records last_sync, last_commit and
+ * last_ref in source.json. notice (may be NULL) is called on the calling
+ * thread.
  * Returns 0, -2 (nothing configured), -1 with *err. Thread-safe; any
  * number of processes may call it on the same data directory.
  */

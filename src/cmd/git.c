@@ -75,8 +75,8 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 		status = cmd_fail("git set: %s", err);
 		goto out;
 	}
-	if (ref && (!*ref || strlen(ref) > 255 || strpbrk(ref, " \t\r\n"))) {
-		status = cmd_fail("git set: --ref '%s' is not a branch, tag or commit name", ref);
+	if (ref && gitsync_ref_check(ref, &err) < 0) {
+		status = cmd_fail("git set: --ref: %s", err);
 		goto out;
 	}
 	if (path && git_path_check(path, &err) < 0) {
@@ -98,6 +98,9 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 	    strcmp(old.repository, src.repository) == 0) {
 		src.last_sync = old.last_sync ? xstrdup(old.last_sync) : NULL;
 		src.last_commit = old.last_commit ? xstrdup(old.last_commit) : NULL;
+		/* What the ref resolved to holds for that ref only. */
+		if (strcmp(old.ref, src.ref) == 0 && old.last_ref)
+			src.last_ref = xstrdup(old.last_ref);
 	}
 	free(olderr);
 	if (git_source_save(secret_data_dir(), &src, &err) < 0) {
@@ -200,6 +203,11 @@ static int status_exec(const struct cmd *self, int argc, char **argv)
 	printf("Checkout:       %s%s%s\n", have_checkout ? "present (" : "absent",
 	       have_checkout ? checkout : "", have_checkout ? ")" : "");
 	printf("Commit:         %s\n", head ? head : "(none)");
+	/* The kind the ref resolved to: branch, tag or commit. */
+	if (src.last_ref)
+		printf("Resolved as:    %s %s\n", gitsync_ref_kind(src.last_ref), src.last_ref);
+	else
+		printf("Resolved as:    (not yet: relay git sync resolves the ref)\n");
 	printf("Last sync:      %s\n", src.last_sync ? src.last_sync : "never");
 	free(dir);
 	free(keypath);
@@ -243,9 +251,11 @@ const struct cmd cmd_git_set = {
 	"[--ref REF] [--path PATH] [--webhook-secret NAME] <repository>",
 	"set the git source to sync from",
 	"<repository> is an SSH URL: git@host:org/repo.git or ssh://git@host[:port]/org/repo.git.\n"
-	"--ref is a branch, tag or commit (default main); --path a subdirectory holding the\n"
-	"functions; --webhook-secret names the secret GitHub webhook deliveries are signed\n"
-	"with. Running it again replaces the source.\n",
+	"--ref is a branch, tag or commit (default main): a full 40-hex id is always that\n"
+	"commit; refs/heads/NAME or refs/tags/NAME select a branch or a tag; a bare NAME is\n"
+	"whichever of the two exists, and a sync refuses it when both do. --path is a\n"
+	"subdirectory holding the functions; --webhook-secret names the secret GitHub\n"
+	"webhook deliveries are signed with. Running it again replaces the source.\n",
 	CMD_FILES,
 	set_exec,
 };

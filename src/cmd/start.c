@@ -313,6 +313,9 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	consumer_stop(consumer);
 	rc = 0;
 out:
+	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
+	 * server must not hold up the exit. */
+	gitsync_cancel_all(true);
 	webhook_stop(webhook); /* first: no sync starts while stopping */
 	if (reconciler_stop(rec, RECONCILER_STOP_MS) < 0)
 		leave_shared = true;

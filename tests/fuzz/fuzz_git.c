@@ -1,8 +1,11 @@
 /*
  * Fuzzes what git sync and the GitHub webhook read from outside: repository
- * URLs and --path values (operator input persisted in source.json), the
- * identity a webhook payload's URLs are compared by, webhook payloads in
- * both encodings, and X-Hub-Signature-256 headers.
+ * URLs, --path and --ref values (operator input persisted in source.json),
+ * the identity a webhook payload's URLs are compared by, webhook payloads in
+ * both encodings, X-Hub-Signature-256 headers, and the pushed ref a webhook
+ * compares with the configured one (gitsync_ref_matches, against a model:
+ * a commit id matches nothing, refs/heads/X and refs/tags/X only themselves,
+ * a bare name only refs/heads/ or refs/tags/ followed by exactly that name).
  *
  * The signature check must agree with HMAC-SHA256 computed here through
  * OpenSSL's EVP_MAC interface (fed in two pieces, a different route from
@@ -123,6 +126,53 @@ static void check_signatures(const uint8_t *data, size_t size, const char *s)
 	}
 }
 
+/* The model of gitsync_ref_matches with nothing recorded (data_dir NULL). */
+static bool model_matches(const char *ref, const char *pushed)
+{
+	size_t n = strspn(ref, "0123456789abcdefABCDEF");
+	if (n == 40 && !ref[n])
+		return false;
+	if (!strncmp(ref, "refs/heads/", 11) || !strncmp(ref, "refs/tags/", 10))
+		return !strcmp(ref, pushed);
+	const char *name = !strncmp(pushed, "refs/heads/", 11)	? pushed + 11
+			   : !strncmp(pushed, "refs/tags/", 10) ? pushed + 10
+								: NULL;
+	return name && !strcmp(name, ref);
+}
+
+static void check_refs(const char *s)
+{
+	static const char *const configured[] = {"main",
+						 "v1",
+						 "refs/heads/main",
+						 "refs/tags/v1",
+						 "0123456789abcdef0123456789abcdef01234567",
+						 "0123abc"};
+	char *err = NULL;
+	bool valid = gitsync_ref_check(s, &err) == 0;
+	CHECK(valid == (err == NULL), "ref \"%s\": valid %d with error %s", s, valid, err);
+	free(err);
+	/* The input as the pushed ref. */
+	for (size_t i = 0; i < ARRAY_LEN(configured); i++)
+		CHECK(gitsync_ref_matches(NULL, configured[i], s) ==
+			      model_matches(configured[i], s),
+		      "ref %s, push of \"%s\": Relay says %d", configured[i], s,
+		      !model_matches(configured[i], s));
+	/* The input as the configured ref: an invalid one matches nothing. */
+	char *pushes[] = {xasprintf("refs/heads/%s", s), xasprintf("refs/tags/%s", s), xstrdup(s)};
+	for (size_t i = 0; i < ARRAY_LEN(pushes); i++) {
+		bool m = gitsync_ref_matches(NULL, s, pushes[i]);
+		CHECK(m == (valid && model_matches(s, pushes[i])),
+		      "ref \"%s\" (valid %d), push of \"%s\": Relay says %d", s, valid, pushes[i],
+		      m);
+		free(pushes[i]);
+	}
+	const char *kind = gitsync_ref_kind(s);
+	CHECK(!kind || !strncmp(s, "refs/heads/", 11) || !strncmp(s, "refs/tags/", 10) ||
+		      (strlen(s) == 40 && strspn(s, "0123456789abcdef") == 40),
+	      "\"%s\" has kind %s", s, kind);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = xstrndup((const char *)data, size);
@@ -156,6 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	}
 	check_signatures(data, size, s);
+	check_refs(s);
 	free(s);
 	return 0;
 }

@@ -225,6 +225,55 @@ test_sync_ref_and_path() {
 	[ -z "$(ls -A "$RELAY_FUNCTIONS_DIR")" ] || fail "zero-function sync left: $(ls "$RELAY_FUNCTIONS_DIR")"
 }
 
+# Whoever can push a branch cannot deploy through a pinned tag or commit:
+# gt-evil/ is pushed only under branch names that look like those pins.
+test_ref_pins_are_exact_and_status_shows_the_kind() {
+	setup_source
+	local c1
+	c1=$(g -C "$TMP/work" rev-parse HEAD)
+	run "$RELAY" git sync
+	assert_status 0
+	run "$RELAY" git status
+	assert_out_contains "Resolved as:    branch refs/heads/main"
+	mkdir -p "$TMP/work/gt-evil"
+	printf 'runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {}\n' >"$TMP/work/gt-evil/template.yaml"
+	echo 'def handler(event): pass' >"$TMP/work/gt-evil/main.py"
+	g -C "$TMP/work" add -A
+	g -C "$TMP/work" commit -q -m unreviewed
+	g -C "$TMP/work" push -q "$TMP/remote.git" HEAD:refs/heads/v1 "HEAD:refs/heads/$c1"
+
+	run "$RELAY" git set --ref v1 "$URL"
+	run "$RELAY" git sync
+	assert_status 1
+	assert_err_contains 'ref "v1" is ambiguous: both refs/heads/v1 and refs/tags/v1 exist; use --ref refs/heads/v1 or refs/tags/v1'
+	[ ! -e "$RELAY_FUNCTIONS_DIR/gt-evil" ] || fail "an ambiguous ref deployed the branch"
+	run "$RELAY" git set --ref refs/tags/v1 "$URL"
+	run "$RELAY" git sync
+	assert_status 0
+	[ ! -e "$RELAY_FUNCTIONS_DIR/gt-evil" ] || fail "refs/tags/v1 deployed the branch"
+	run "$RELAY" git status
+	assert_out_contains "Resolved as:    tag refs/tags/v1"
+	run "$RELAY" git set --ref "$c1" "$URL"
+	run "$RELAY" git status
+	assert_out_contains "Resolved as:    (not yet"
+	run "$RELAY" git sync
+	assert_status 0
+	assert_out_contains "Synced commit $c1"
+	[ ! -e "$RELAY_FUNCTIONS_DIR/gt-evil" ] || fail "a branch named like the pinned commit was deployed"
+	run "$RELAY" git status
+	assert_out_contains "Resolved as:    commit $c1"
+	assert_out_contains "Commit:         $c1"
+	run "$RELAY" git set --ref refs/heads/v1 "$URL"
+	run "$RELAY" git sync
+	assert_status 0
+	[ -e "$RELAY_FUNCTIONS_DIR/gt-evil" ] || fail "refs/heads/v1 not deployed"
+	run "$RELAY" git status
+	assert_out_contains "Resolved as:    branch refs/heads/v1"
+	run "$RELAY" git set --ref refs/remotes/origin/main "$URL"
+	assert_status 1
+	assert_err_contains "refs/heads/NAME"
+}
+
 test_changed_host_key_fails_and_is_never_replaced() {
 	setup_source
 	run "$RELAY" git sync
@@ -446,4 +495,38 @@ test_valgrind_git_sync_command() {
 	[ "$STATUS" -eq 1 ] || fail "changed host key under valgrind: $STATUS, want 1"
 	assert_err_contains "man-in-the-middle"
 	grep -q "ERROR SUMMARY: 0 errors" "$TMP/err" || fail "valgrind found errors in the refused sync"
+}
+
+# A server that accepts the connection and never says a word: relay start's
+# SIGTERM ends the stalled webhook sync at once (the stall bound is a
+# minute; relay must be gone long before) and exits 0.
+test_sigterm_interrupts_a_stalled_webhook_sync() {
+	run "$RELAY" git keygen
+	assert_status 0
+	local port
+	port=$(free_port)
+	python3 -c 'import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+time.sleep(3600)' "$port" &
+	track $!
+	wait_for 10 eval '[ -n "$(ss -Htln "( sport = :$port )")" ]' || fail "silent server did not listen"
+	URL="ssh://git@127.0.0.1:$port/srv/repo.git"
+	run "$RELAY" git set "$URL"
+	assert_status 0
+	start_relay_webhook
+	wait_relay_log 90 'msg="worker started"'
+	push_payload refs/heads/main >"$TMP/push.json"
+	[ "$(post push "$TMP/push.json")" = 202 ] || fail "push not accepted"
+	wait_relay_log 30 "git sync started"
+	wait_for 30 eval '[ -n "$(ss -Htn state established "( dport = :$port )")" ]' ||
+		fail "the sync never connected"
+	kill -TERM "$RELAY_PID"
+	wait_for 10 eval '! kill -0 "$RELAY_PID"' || fail "relay still running 10 s after SIGTERM with a stalled sync"
+	reap_relay "$RELAY_PID" 0 || fail "relay did not exit cleanly"
+	grep -F 'git sync failed' "$TMP/relay.log" | grep -qF 'interrupted: Relay is shutting down' ||
+		fail "no interrupted sync logged: $(grep 'git sync' "$TMP/relay.log")"
+	relay_log_has 'msg="Relay stopped"' || fail "relay did not log its stop"
 }

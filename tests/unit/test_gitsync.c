@@ -9,8 +9,10 @@
 #include <fcntl.h>
 #include <git2.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -453,6 +455,131 @@ TEST(sync_preconditions)
 	free(d);
 }
 
+/* --ref values (gitsync.h: resolution never guesses between kinds). */
+TEST(ref_check_table)
+{
+	static const struct {
+		const char *ref, *want; /* want: NULL valid, else part of the error */
+	} cases[] = {
+		{"main", NULL},
+		{"feature/x-1", NULL},
+		{"v1.2.3", NULL},
+		{"0123456789abcdef0123456789abcdef01234567", NULL},
+		{"0123456789ABCDEF0123456789ABCDEF01234567", NULL},
+		{"abc1234", NULL},
+		{"refs/heads/main", NULL},
+		{"refs/tags/v1", NULL},
+		{"refs/heads/release/2", NULL},
+		{"", "empty"},
+		{"a b", "whitespace"},
+		{"refs/remotes/origin/main",
+		 "refs/heads/NAME (a branch) or refs/tags/NAME (a tag)"},
+		{"refs/pull/1/head", "refs/heads/NAME"},
+		{"refs/heads/", "name is empty"},
+		{"refs/tags/", "name is empty"},
+		{"a..b", "not a valid git branch or tag name"},
+		{"x~1", "not a valid git branch or tag name"},
+		{"refs/heads/a..b", "not a valid git branch or tag name"},
+		{"topic.lock", "not a valid git branch or tag name"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *err = NULL;
+		int rc = gitsync_ref_check(cases[i].ref, &err);
+		if (cases[i].want ? rc != -1 || !contains(err, cases[i].want) ||
+					    !contains(err, "invalid ref")
+				  : rc != 0)
+			T_FAIL_("'%s': rc %d, %s", cases[i].ref, rc, err ? err : "(no error)");
+		free(err);
+	}
+	CHECK_INT(gitsync_ref_check("", NULL), -1);
+	CHECK_STR(gitsync_ref_kind("refs/heads/main"), "branch");
+	CHECK_STR(gitsync_ref_kind("refs/tags/v1"), "tag");
+	CHECK_STR(gitsync_ref_kind("0123456789abcdef0123456789abcdef01234567"), "commit");
+	CHECK(gitsync_ref_kind("main") == NULL);
+	CHECK(gitsync_ref_kind(NULL) == NULL);
+}
+
+/* The webhook's question: is this push exactly the configured ref? */
+TEST(ref_matches_table)
+{
+	static const char c40[] = "0123456789abcdef0123456789abcdef01234567";
+	static const struct {
+		const char *ref, *pushed;
+		bool want;
+	} unresolved[] = {
+		{"main", "refs/heads/main", true},
+		/* not resolved yet: the sync it triggers resolves or refuses */
+		{"main", "refs/tags/main", true},
+		{"main", "refs/heads/other", false},
+		{"main", "main", false},
+		{"main", "refs/heads/main/x", false},
+		{"main", "refs/remotes/origin/main", false},
+		{"refs/heads/v1", "refs/heads/v1", true},
+		{"refs/heads/v1", "refs/tags/v1", false},
+		{"refs/tags/v1", "refs/tags/v1", true},
+		{"refs/tags/v1", "refs/heads/v1", false},
+		/* a commit: no push moves it, a branch so named least of all */
+		{c40, "refs/heads/0123456789abcdef0123456789abcdef01234567", false},
+		{c40, "refs/tags/0123456789abcdef0123456789abcdef01234567", false},
+		{"bad ref", "refs/heads/bad ref", false},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(unresolved); i++)
+		if (gitsync_ref_matches(NULL, unresolved[i].ref, unresolved[i].pushed) !=
+		    unresolved[i].want)
+			T_FAIL_("%s, push of %s: want %d", unresolved[i].ref, unresolved[i].pushed,
+				unresolved[i].want);
+	CHECK(!gitsync_ref_matches(NULL, NULL, "refs/heads/main"));
+	CHECK(!gitsync_ref_matches(NULL, "main", NULL));
+
+	/* What the last sync of that ref resolved it to, from source.json. */
+	char *d = t_tmpdir();
+	char *data = xasprintf("%s/data", d);
+	char *err = NULL;
+	CHECK(gitsync_ref_matches(data, "v1", "refs/heads/v1")); /* nothing configured */
+	struct git_source s = {
+		.repository = "git@h:r.git", .ref = "v1", .last_ref = "refs/tags/v1"};
+	REQUIRE(git_source_save(data, &s, &err) == 0);
+	CHECK(gitsync_ref_matches(data, "v1", "refs/tags/v1"));
+	CHECK(!gitsync_ref_matches(data, "v1", "refs/heads/v1"));
+	/* Recorded for another ref (the webhook was started with v2): unused. */
+	CHECK(gitsync_ref_matches(data, "v2", "refs/heads/v2"));
+	CHECK(gitsync_ref_matches(data, "v2", "refs/tags/v2"));
+	/* An abbreviated id that resolved to the commit: nothing matches. */
+	struct git_source a = {
+		.repository = "git@h:r.git", .ref = "0123456", .last_ref = (char *)c40};
+	REQUIRE(git_source_save(data, &a, &err) == 0);
+	CHECK(!gitsync_ref_matches(data, "0123456", "refs/heads/0123456"));
+	/* last_ref must be something ref can resolve to. */
+	static const struct {
+		const char *ref, *last;
+	} wrong[] = {
+		{"v1", "refs/tags/v2"},
+		{"v1", "refs/remotes/origin/v1"},
+		{"refs/heads/v1", "refs/tags/v1"},
+		{c40, "refs/heads/0123456789abcdef0123456789abcdef01234567"},
+		{"main", c40},
+		{"0124", c40},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(wrong); i++) {
+		struct git_source w = {.repository = "git@h:r.git",
+				       .ref = (char *)wrong[i].ref,
+				       .last_ref = (char *)wrong[i].last};
+		err = NULL;
+		if (git_source_save(data, &w, &err) != -1 || !contains(err, "last_ref"))
+			T_FAIL_("ref %s, last_ref %s: saved (%s)", wrong[i].ref, wrong[i].last,
+				err);
+		free(err);
+	}
+	struct git_source got = {0};
+	err = NULL;
+	REQUIRE(git_source_load(data, &got, &err) == 0);
+	CHECK_STR(got.last_ref, c40);
+	git_source_free(&got);
+	free(data);
+	t_rmtree(d);
+	free(d);
+}
+
 /* ---- end to end, against a private sshd ---- */
 
 struct notes {
@@ -845,12 +972,384 @@ TEST(sync_end_to_end)
 	free(e.tmp);
 }
 
+/* ---- ref pinning and network bounds ---- */
+
+static void env_init(struct env *e)
+{
+	memset(e, 0, sizeof *e);
+	e->tmp = t_tmpdir();
+	e->data = xasprintf("%s/data", e->tmp);
+	e->fns = xasprintf("%s/functions", e->tmp);
+	e->bare = xasprintf("%s/repo.git", e->tmp);
+	e->work = xasprintf("%s/work", e->tmp);
+	e->git = xasprintf("HOME='%s' GIT_CONFIG_NOSYSTEM=1 git -c user.name=t -c "
+			   "user.email=t@example.com -c init.defaultBranch=main",
+			   e->tmp);
+}
+
+static void env_fini(struct env *e)
+{
+	stop_sshd(e);
+	notes_clear(&e->notes);
+	free(e->url);
+	free(e->git);
+	free(e->work);
+	free(e->bare);
+	free(e->fns);
+	free(e->data);
+	t_rmtree(e->tmp);
+	free(e->tmp);
+}
+
+/* The deploy key in e->data, authorized with options (a forced command,
+ * say) or none, and sshd up on a free port with a new host key. */
+static bool env_sshd(struct env *e, const char *options)
+{
+	char *ssh = xasprintf("%s/ssh", e->data), *pub = NULL, *fp = NULL, *err = NULL;
+	bool ok = sshkey_generate(ssh, false, &pub, &fp, &err) == 0;
+	if (ok) {
+		char *ak = xasprintf("%s/authorized_keys", e->tmp);
+		char *line = xasprintf("%s%s%s\n", options, *options ? " " : "", pub);
+		write_file(ak, line, 0600);
+		free(line);
+		free(ak);
+	}
+	ok = ok && sh("cd '%s' && ssh-keygen -q -t ed25519 -N '' -f hostkey1", e->tmp) == 0;
+	e->port = free_port();
+	e->url = xasprintf("ssh://root@127.0.0.1:%d%s", e->port, e->bare);
+	ok = ok && e->port > 0 && start_sshd(e, "hostkey1");
+	free(err);
+	free(pub);
+	free(fp);
+	free(ssh);
+	return ok;
+}
+
+/* A git CLI command in the work tree; its exit status. */
+static int git_in_work(struct env *e, const char *args)
+{
+	return sh("cd '%s' && %s %s", e->work, e->git, args);
+}
+
+static bool source_last_ref(struct env *e, const char *want)
+{
+	struct git_source got = {0};
+	char *err = NULL;
+	bool same = git_source_load(e->data, &got, &err) == 0 && got.last_ref && want &&
+		    strcmp(got.last_ref, want) == 0;
+	if (!same)
+		printf("  last_ref %s, want %s\n", got.last_ref ? got.last_ref : "(null)", want);
+	git_source_free(&got);
+	free(err);
+	return same;
+}
+
+/*
+ * Whoever can push a branch must not deploy through a pinned commit or
+ * tag: c1 is main and tag v1; c2 ("unreviewed") is pushed only under
+ * branch names that look like those pins.
+ */
+static void ref_pinning(struct env *e)
+{
+	struct git_sync_result res;
+	char *err = NULL;
+	REQUIRE(env_sshd(e, ""));
+	REQUIRE(sh("set -e; %s init -q --bare '%s'; mkdir -p '%s/f1'; cd '%s'; %s init -q; "
+		   "echo 'handler: h.py' > f1/template.yaml; %s add -A; %s commit -q -m one; "
+		   "%s tag v1; %s push -q '%s' main v1; echo x > f1/unreviewed; %s add -A; "
+		   "%s commit -q -m two",
+		   e->git, e->bare, e->work, e->work, e->git, e->git, e->git, e->git, e->git,
+		   e->bare, e->git, e->git) == 0);
+	char *c1 = rev(e, "HEAD~1"), *c2 = rev(e, "HEAD");
+	REQUIRE(c1 && c2);
+	char *cmd = NULL;
+
+	/* A full id is that commit, never the branch named like it. */
+	cmd = xasprintf("push -q '%s' HEAD:refs/heads/%s", e->bare, c1);
+	REQUIRE(git_in_work(e, cmd) == 0);
+	free(cmd);
+	REQUIRE(set_source(e, e->url, c1, NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	REQUIRE(err == NULL || !printf("  sync: %s\n", err));
+	CHECK_STR(res.commit, c1);
+	CHECK(exists("%s/f1/template.yaml", e->fns));
+	CHECK(!exists("%s/f1/unreviewed", e->fns));
+	CHECK(source_last_ref(e, c1));
+
+	/* An abbreviated id with a branch so named: refused, naming both. */
+	char abbrev[11];
+	snprintf_(abbrev, sizeof abbrev, "%s", c1);
+	cmd = xasprintf("push -q '%s' HEAD:refs/heads/%s", e->bare, abbrev);
+	REQUIRE(git_in_work(e, cmd) == 0);
+	free(cmd);
+	REQUIRE(set_source(e, e->url, abbrev, NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	char *want = xasprintf("ref \"%s\" is ambiguous: both refs/heads/%s and commit %s exist; "
+			       "use --ref refs/heads/%s or the full commit id",
+			       abbrev, abbrev, c1, abbrev);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	err = NULL;
+	CHECK(!exists("%s/f1/unreviewed", e->fns));
+
+	/* A name that is a tag and a branch: refused, the functions untouched. */
+	cmd = xasprintf("push -q '%s' HEAD:refs/heads/v1", e->bare);
+	REQUIRE(git_in_work(e, cmd) == 0);
+	free(cmd);
+	REQUIRE(set_source(e, e->url, "v1", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	CHECK_STR(err, "ref \"v1\" is ambiguous: both refs/heads/v1 and refs/tags/v1 exist; use "
+		       "--ref refs/heads/v1 or refs/tags/v1");
+	free(err);
+	err = NULL;
+	CHECK(exists("%s/f1/template.yaml", e->fns));
+	CHECK(!exists("%s/f1/unreviewed", e->fns));
+
+	/* Either one, named in full. */
+	REQUIRE(set_source(e, e->url, "refs/tags/v1", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	CHECK_STR(res.commit, c1);
+	CHECK(source_last_ref(e, "refs/tags/v1"));
+	CHECK(!exists("%s/f1/unreviewed", e->fns));
+	REQUIRE(set_source(e, e->url, "refs/heads/v1", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	CHECK_STR(res.commit, c2);
+	CHECK(source_last_ref(e, "refs/heads/v1"));
+	CHECK(exists("%s/f1/unreviewed", e->fns));
+	REQUIRE(set_source(e, e->url, "refs/heads/nope", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	want = xasprintf("ref 'refs/heads/nope' not found in %s", e->url);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	err = NULL;
+
+	/* The branch deleted on the server (pruned here): v1 is the tag alone. */
+	cmd = xasprintf("push -q '%s' :refs/heads/v1", e->bare);
+	REQUIRE(git_in_work(e, cmd) == 0);
+	free(cmd);
+	REQUIRE(set_source(e, e->url, "v1", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	REQUIRE(err == NULL || !printf("  sync: %s\n", err));
+	CHECK_STR(res.commit, c1);
+	CHECK(source_last_ref(e, "refs/tags/v1"));
+	CHECK(!exists("%s/f1/unreviewed", e->fns));
+	/* ...and the webhook then answers to the tag only. */
+	CHECK(gitsync_ref_matches(e->data, "v1", "refs/tags/v1"));
+	CHECK(!gitsync_ref_matches(e->data, "v1", "refs/heads/v1"));
+
+	/* A plain branch name. */
+	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), 0);
+	CHECK_STR(res.commit, c1);
+	CHECK(source_last_ref(e, "refs/heads/main"));
+	free(c1);
+	free(c2);
+}
+
+TEST(ref_pinning_end_to_end)
+{
+	struct env e;
+	env_init(&e);
+	char *home = getenv("HOME") ? xstrdup(getenv("HOME")) : NULL;
+	setenv("HOME", e.tmp, 1);
+	ref_pinning(&e);
+	if (home) {
+		setenv("HOME", home, 1);
+		free(home);
+	}
+	env_fini(&e);
+}
+
+/* A listening socket on 127.0.0.1 that never accepts: the kernel completes
+ * up to backlog + 1 connections, and nothing is ever said on them. */
+static int silent_listener(int backlog, int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, backlog) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+		perror("listener");
+		exit(1);
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static char *silent_url(int port)
+{
+	return xasprintf("ssh://git@127.0.0.1:%d/srv/repo.git", port);
+}
+
+/*
+ * Every network phase is bounded: a server that accepts and says nothing
+ * (the SSH handshake), one that authenticates and then runs a command that
+ * never answers (ref negotiation), and one whose listen queue is full (the
+ * TCP connect). Each fails with the phase and bound in the message; the
+ * sync lock is free afterwards.
+ */
+static void stalls(struct env *e)
+{
+	struct git_sync_result res;
+	char *err = NULL;
+	int port;
+	/* "cat": the forced command waits for input that never comes, and
+	 * ends when the connection does. */
+	REQUIRE(env_sshd(e, "command=\"cat\""));
+	gitsync_set_timeouts(200, 300);
+
+	int lfd = silent_listener(8, &port);
+	char *url = silent_url(port);
+	REQUIRE(set_source(e, url, "main", NULL) == 0);
+	for (int i = 0; i < 2; i++) { /* twice: the lock was given back */
+		CHECK_INT(sync_(e, &res, &err), -1);
+		char *want = xasprintf("cannot fetch %s: no data from the server for 300ms during "
+				       "the SSH handshake; giving up",
+				       url);
+		CHECK_STR(err, want);
+		free(want);
+		free(err);
+		err = NULL;
+	}
+	close(lfd);
+	free(url);
+
+	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	char *want = xasprintf("cannot fetch %s: no data from the server for 300ms during "
+			       "authentication and ref negotiation; giving up",
+			       e->url);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	err = NULL;
+
+	/* A full listen queue drops the SYN: the connect itself times out. */
+	lfd = silent_listener(0, &port);
+	int filler = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	REQUIRE(connect(filler, (struct sockaddr *)&a, sizeof a) == 0);
+	url = silent_url(port);
+	REQUIRE(set_source(e, url, "main", NULL) == 0);
+	CHECK_INT(sync_(e, &res, &err), -1);
+	want = xasprintf("cannot fetch %s: cannot connect to 127.0.0.1 port %d: no answer within "
+			 "200ms",
+			 url, port);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	close(filler);
+	close(lfd);
+	free(url);
+	gitsync_set_timeouts(0, 0);
+}
+
+TEST(stalled_server_is_cut)
+{
+	struct env e;
+	env_init(&e);
+	char *home = getenv("HOME") ? xstrdup(getenv("HOME")) : NULL;
+	setenv("HOME", e.tmp, 1);
+	stalls(&e);
+	if (home) {
+		setenv("HOME", home, 1);
+		free(home);
+	}
+	env_fini(&e);
+}
+
+struct bg_sync {
+	struct env *e;
+	pthread_t thread;
+	int rc;
+	char *err;
+};
+
+static void *bg_sync_main(void *p)
+{
+	struct bg_sync *b = p;
+	struct git_sync_result res;
+	b->rc = git_sync(b->e->data, b->e->fns, NULL, NULL, &res, &b->err);
+	return NULL;
+}
+
+/*
+ * Shutdown interrupts a sync: one stalled in the SSH handshake under the
+ * default (one-minute) bound ends with "interrupted" once
+ * gitsync_cancel_all is called, and so does one waiting for the sync lock.
+ */
+TEST(cancel_interrupts_a_sync)
+{
+	struct env e;
+	env_init(&e);
+	char *ssh = xasprintf("%s/ssh", e.data), *pub = NULL, *fp = NULL, *err = NULL;
+	REQUIRE(sshkey_generate(ssh, false, &pub, &fp, &err) == 0);
+	int port, lfd = silent_listener(8, &port);
+	char *url = silent_url(port);
+	REQUIRE(set_source(&e, url, "main", NULL) == 0);
+	gitsync_set_timeouts(0, 0);
+	struct bg_sync b = {.e = &e};
+	REQUIRE(pthread_create(&b.thread, NULL, bg_sync_main, &b) == 0);
+	/* The sync has connected once the connection can be accepted. */
+	int conn = accept(lfd, NULL, NULL);
+	CHECK(conn >= 0);
+	gitsync_cancel_all(true);
+	pthread_join(b.thread, NULL);
+	CHECK_INT(b.rc, -1);
+	char *want = xasprintf("cannot fetch %s: interrupted: Relay is shutting down", url);
+	CHECK_STR(b.err, want);
+	free(want);
+	free(b.err);
+
+	/* Waiting for the lock another sync holds: interrupted as well. */
+	char *lock = xasprintf("%s/git/.lock", e.data);
+	int held = open(lock, O_RDWR | O_CLOEXEC);
+	REQUIRE(held >= 0 && flock(held, LOCK_EX) == 0);
+	struct git_sync_result res;
+	CHECK_INT(git_sync(e.data, e.fns, NULL, NULL, &res, &err), -1);
+	CHECK_STR(err, "interrupted: Relay is shutting down");
+	free(err);
+	err = NULL;
+	close(held);
+	free(lock);
+	/* Until re-armed, a sync never reaches the server. */
+	CHECK_INT(git_sync(e.data, e.fns, NULL, NULL, &res, &err), -1);
+	want = xasprintf("cannot fetch %s: interrupted: Relay is shutting down", url);
+	CHECK_STR(err, want);
+	free(want);
+	free(err);
+	gitsync_cancel_all(false);
+	if (conn >= 0)
+		close(conn);
+	close(lfd);
+	free(url);
+	free(pub);
+	free(fp);
+	free(ssh);
+	env_fini(&e);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct t_case cases[] = {
-		T_CASE(url_table),	  T_CASE(identity_table),     T_CASE(path_table),
-		T_CASE(source_roundtrip), T_CASE(source_corrupt),     T_CASE(source_permissions),
-		T_CASE(source_remove),	  T_CASE(sync_preconditions), T_CASE(sync_end_to_end),
+		T_CASE(url_table),
+		T_CASE(identity_table),
+		T_CASE(path_table),
+		T_CASE(source_roundtrip),
+		T_CASE(source_corrupt),
+		T_CASE(source_permissions),
+		T_CASE(source_remove),
+		T_CASE(sync_preconditions),
+		T_CASE(sync_end_to_end),
+		T_CASE(ref_check_table),
+		T_CASE(ref_matches_table),
+		T_CASE(ref_pinning_end_to_end),
+		T_CASE(stalled_server_is_cut),
+		T_CASE(cancel_interrupts_a_sync),
 	};
 	alarm(600); /* a hung sync fails the run instead of blocking it */
 	int rc = t_run_(__FILE__, cases, ARRAY_LEN(cases), argc, argv);
