@@ -14,7 +14,19 @@
  * timeout. All of them start with every signal blocked.
  *
  * Locking: s->mu guards daemon, port and stopping; the retry thread waits on
- * s->cond so stop wakes it at once.
+ * s->cond so stop wakes it at once. s->body_mu guards the body accounting
+ * (body_bytes and the stats), taken for a moment around each growth of a
+ * request body's buffer and never while calling out.
+ *
+ * Bodies (the bounds are listed in http.h): a body is buffered in one
+ * array per request, allocated when its first byte arrives: Content-Length
+ * + 1 bytes at once when declared, else growing geometrically up to
+ * max_body + 1. Every allocation is first counted against body_budget: the
+ * count is of allocated capacity, so it is what the bodies really hold.
+ * (Growing declared bodies piecemeal would let many of them each take a
+ * part of the budget and then all fail to grow.) The deadline is checked
+ * each time data arrives and, between arrivals, enforced by MHD itself:
+ * the connection's idle timeout is set to what is left of the deadline.
  */
 #include "http.h"
 
@@ -44,12 +56,19 @@ struct http_server {
 	bool stopping;
 	bool retry_running;
 	pthread_t retry_thread;
+	pthread_mutex_t body_mu;
+	struct http_server_stats stats; /* guarded by body_mu */
 };
 
 /* Per-request state kept by MHD between calls of the access handler. */
 struct request_ctx {
-	struct buf body;
-	bool too_large;
+	char *body; /* NUL-terminated once the request is complete */
+	size_t len, cap;
+	size_t limit;	     /* cap never grows past this */
+	bool declared;	     /* limit is Content-Length + 1 */
+	int64_t deadline_ns; /* end of the body at the latest (monotonic) */
+	bool too_large;	     /* past max_body: the rest is discarded, 413 */
+	bool answered;	     /* a response is queued */
 };
 
 int http_parse_listen_addr(const char *addr, char *host, size_t host_size, unsigned *port)
@@ -259,36 +278,177 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const 
 	return rc;
 }
 
+static void count(struct http_server *s, unsigned long *counter)
+{
+	pthread_mutex_lock(&s->body_mu);
+	(*counter)++;
+	pthread_mutex_unlock(&s->body_mu);
+}
+
+/* Whether n more body bytes fit in what is left of body_budget now. */
+static bool budget_left(struct http_server *s, uint64_t n)
+{
+	pthread_mutex_lock(&s->body_mu);
+	bool ok = n <= s->cfg.body_budget - s->stats.body_bytes;
+	pthread_mutex_unlock(&s->body_mu);
+	return ok;
+}
+
+/* Grows ctx->body to hold need bytes: to ctx->limit at once for a declared
+ * length, else geometrically up to ctx->limit, or to exactly need when that
+ * is all that fits. The growth is counted against body_budget first
+ * (body_bytes never exceeds it). -1 when it does not fit. */
+static int body_grow(struct http_server *s, struct request_ctx *ctx, size_t need)
+{
+	if (need <= ctx->cap)
+		return 0;
+	/* With a Content-Length, all of it at the first byte: one allocation,
+	 * counted once, so a body that got its buffer never fails half-way */
+	size_t cap = ctx->cap ? ctx->cap : ctx->declared ? ctx->limit : 4096;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : 2 * cap;
+	if (cap > ctx->limit) /* need <= limit: Content-Length or max_body checked */
+		cap = need > ctx->limit ? need : ctx->limit;
+	pthread_mutex_lock(&s->body_mu);
+	size_t left = s->cfg.body_budget - s->stats.body_bytes;
+	if (cap - ctx->cap > left)
+		cap = need; /* no room to grow ahead: just what this chunk needs */
+	bool fits = cap - ctx->cap <= left;
+	if (fits) {
+		s->stats.body_bytes += cap - ctx->cap;
+		if (s->stats.body_bytes > s->stats.body_bytes_peak)
+			s->stats.body_bytes_peak = s->stats.body_bytes;
+	}
+	pthread_mutex_unlock(&s->body_mu);
+	if (!fits)
+		return -1;
+	ctx->body = xrealloc(ctx->body, cap);
+	ctx->cap = cap;
+	return 0;
+}
+
+static void body_release(struct http_server *s, struct request_ctx *ctx)
+{
+	pthread_mutex_lock(&s->body_mu);
+	s->stats.body_bytes -= ctx->cap;
+	pthread_mutex_unlock(&s->body_mu);
+	free(ctx->body);
+	ctx->body = NULL;
+	ctx->len = ctx->cap = 0;
+}
+
+/* MHD closes a connection after this many idle seconds: the configured
+ * idle timeout, or less when the body's deadline comes sooner (at least 1:
+ * 0 would mean "never"). */
+static void set_timeout(struct MHD_Connection *conn, struct http_server *s, int64_t deadline_ns)
+{
+	int64_t left = deadline_ns - now_mono_ns();
+	int64_t secs = left <= 0 ? 1 : (left + 999999999) / 1000000000;
+	if (secs > (int64_t)s->cfg.timeout_seconds)
+		secs = s->cfg.timeout_seconds;
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)secs);
+}
+
+/* Headers are in: the request's state, and the refusals that can be sent
+ * before its body is read (by Content-Length). Returns MHD_YES to go on
+ * reading, or the result of queueing 413/503 (MHD then discards the body
+ * and closes the connection). */
+static enum MHD_Result request_begin(struct http_server *s, struct MHD_Connection *conn,
+				     void **con_cls)
+{
+	struct request_ctx *ctx = xcalloc(1, sizeof *ctx);
+	*con_cls = ctx;
+	ctx->limit = s->cfg.max_body + 1;
+	ctx->deadline_ns = now_mono_ns() + (int64_t)s->cfg.body_timeout_seconds * 1000000000;
+	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+	int64_t declared;
+	if (cl && parse_int64(cl, &declared) == 0 && declared >= 0) {
+		if ((uint64_t)declared > s->cfg.max_body) { /* max_body */
+			count(s, &s->stats.too_large);
+			return send_text(conn, 413, "request body too large\n");
+		}
+		if (!budget_left(s, (uint64_t)declared + 1)) { /* body_budget */
+			count(s, &s->stats.over_budget);
+			log_warn(LOG_ATTRS("addr", s->addr),
+				 "%s http server: request bodies over their memory budget; "
+				 "request refused with 503",
+				 s->cfg.name);
+			return send_text(conn, 503, "server busy: too many request bodies\n");
+		}
+		ctx->limit = (size_t)declared + 1;
+		ctx->declared = true;
+	}
+	set_timeout(conn, s, ctx->deadline_ns);
+	return MHD_YES;
+}
+
+/* One piece of the body. MHD_NO closes the connection (no response can be
+ * queued while MHD is receiving the body). */
+static enum MHD_Result request_data(struct http_server *s, struct MHD_Connection *conn,
+				    struct request_ctx *ctx, const char *data, size_t n)
+{
+	if (now_mono_ns() >= ctx->deadline_ns) { /* body_timeout_seconds */
+		count(s, &s->stats.too_slow);
+		log_warn(LOG_ATTRS("addr", s->addr),
+			 "%s http server: request body not received within %us; connection "
+			 "closed",
+			 s->cfg.name, s->cfg.body_timeout_seconds);
+		return MHD_NO;
+	}
+	set_timeout(conn, s, ctx->deadline_ns);
+	if (ctx->too_large)
+		return MHD_YES;
+	if (n > s->cfg.max_body - ctx->len) { /* max_body, without Content-Length */
+		ctx->too_large = true;
+		body_release(s, ctx);
+		return MHD_YES;
+	}
+	if (body_grow(s, ctx, ctx->len + n + 1) < 0) { /* body_budget */
+		count(s, &s->stats.over_budget);
+		log_warn(LOG_ATTRS("addr", s->addr),
+			 "%s http server: request bodies over their memory budget; "
+			 "connection closed",
+			 s->cfg.name);
+		return MHD_NO;
+	}
+	memcpy(ctx->body + ctx->len, data, n);
+	ctx->len += n;
+	return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
 {
 	struct http_server *s = cls;
 	struct request_ctx *ctx = *con_cls;
-	if (!ctx) { /* headers only; the body (if any) follows */
-		ctx = xcalloc(1, sizeof *ctx);
-		buf_init(&ctx->body, s->cfg.max_body);
-		*con_cls = ctx;
-		return MHD_YES;
-	}
+	if (!ctx) /* headers only; the body (if any) follows */
+		return request_begin(s, conn, con_cls);
 	if (*upload_data_size) {
-		if (!ctx->too_large && buf_append(&ctx->body, upload_data, *upload_data_size) < 0)
-			ctx->too_large = true;
+		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		return MHD_YES;
+		return request_data(s, conn, ctx, upload_data, n);
 	}
-	if (ctx->too_large)
+	if (ctx->too_large) {
+		count(s, &s->stats.too_large);
 		return send_text(conn, 413, "request body too large\n");
-
+	}
+	if (ctx->body)
+		ctx->body[ctx->len] = '\0';
 	struct http_request req = {
 		.method = method,
 		.path = url,
-		.body = ctx->body.data ? ctx->body.data : "",
-		.body_len = ctx->body.len,
+		.body = ctx->body ? ctx->body : "",
+		.body_len = ctx->len,
 		.conn_ = conn,
 	};
 	struct http_response resp = {.status = 200};
 	s->cfg.handler(&req, &resp, s->cfg.arg);
+	body_release(s, ctx); /* not needed any more, whatever the client reads */
+	ctx->answered = true;
+	/* the response, and the next request on this connection, get the idle
+	 * timeout again (set_timeout may have shortened it to the deadline) */
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_seconds);
 	enum MHD_Result rc = send_response(conn, &resp);
 	response_clear(&resp);
 	return rc;
@@ -297,10 +457,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct http_server *s = cls;
 	struct request_ctx *ctx = *con_cls;
 	if (!ctx)
 		return;
-	buf_free(&ctx->body);
+	/* MHD's idle timeout cut a body that stopped coming before its end */
+	if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !ctx->answered)
+		count(s, &s->stats.too_slow);
+	body_release(s, ctx);
 	free(ctx);
 	*con_cls = NULL;
 }
@@ -403,6 +567,12 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 		s->cfg.name = "HTTP";
 	if (!s->cfg.max_body)
 		s->cfg.max_body = 1 << 20;
+	if (!s->cfg.body_budget)
+		s->cfg.body_budget = 2 * s->cfg.max_body;
+	if (s->cfg.body_budget < s->cfg.max_body + 1)
+		s->cfg.body_budget = s->cfg.max_body + 1; /* one full body always fits */
+	if (!s->cfg.body_timeout_seconds)
+		s->cfg.body_timeout_seconds = 10;
 	if (!s->cfg.connection_limit)
 		s->cfg.connection_limit = 64;
 	if (!s->cfg.timeout_seconds)
@@ -410,6 +580,7 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 	if (!s->cfg.retry_interval_ms)
 		s->cfg.retry_interval_ms = 2000;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->body_mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -473,6 +644,17 @@ void http_server_stop(struct http_server *s)
 	}
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->body_mu);
 	free(s->addr);
 	free(s);
+}
+
+void http_server_stats(struct http_server *s, struct http_server_stats *out)
+{
+	*out = (struct http_server_stats){0};
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->body_mu);
+	*out = s->stats;
+	pthread_mutex_unlock(&s->body_mu);
 }

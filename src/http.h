@@ -6,9 +6,25 @@
  * resolution, IPv6 and bind errors) and hands it to MHD, which then runs an
  * internal polling thread plus one thread per connection. A slow or stalled
  * client therefore only ever occupies its own thread, never the caller's or
- * another client's; connections are bounded in number (connection_limit) and
- * idle time (timeout_seconds), request bodies in size (max_body). Every
- * server thread has all signals blocked.
+ * another client's. Every server thread has all signals blocked.
+ *
+ * Bounds on what a client can make a server hold (enforced in http.c):
+ *  - connections: connection_limit at once, each closed after
+ *    timeout_seconds without traffic; MHD's own per-connection pool (32 KiB)
+ *    bounds the request line and headers;
+ *  - one request body: max_body bytes (413: before any of it is read when
+ *    Content-Length says so, else once it is passed, discarding the rest);
+ *  - all bodies together: body_budget bytes of buffer (allocated capacity,
+ *    counted across connections). A request whose Content-Length does not
+ *    fit in what is left gets 503 before its body is read; a body growing
+ *    past it mid-way (no Content-Length, or others grew first) has its
+ *    connection closed (a response cannot be sent while MHD is receiving
+ *    the body);
+ *  - time for a body: body_timeout_seconds from the end of the headers to
+ *    the end of the body, however the client paces it (trickling one byte
+ *    a second would otherwise reset the idle timeout forever); past it the
+ *    connection is closed.
+ * http_server_stats reports what is buffered and what was refused.
  *
  * Listen addresses are Go's forms: ":9090" (every interface, IPv6 and IPv4),
  * "127.0.0.1:9090", "[::1]:9090", "host:9090" (resolved with getaddrinfo;
@@ -60,9 +76,11 @@ struct http_server_config {
 	/* Runs on a server thread, possibly several at once. Fills resp. */
 	void (*handler)(const struct http_request *req, struct http_response *resp, void *arg);
 	void *arg;
-	size_t max_body;	   /* larger bodies get 413; 0 means 1 MiB */
-	unsigned connection_limit; /* 0 means 64 */
-	unsigned timeout_seconds;  /* idle connection timeout; 0 means 10 */
+	size_t max_body;	       /* larger bodies get 413; 0 means 1 MiB */
+	size_t body_budget;	       /* all buffered bodies; 0 means 2 * max_body */
+	unsigned connection_limit;     /* 0 means 64 */
+	unsigned timeout_seconds;      /* idle connection timeout; 0 means 10 */
+	unsigned body_timeout_seconds; /* headers to end of body; 0 means 10 */
 	/* When true a bind/resolve failure is logged (WARN) and retried in the
 	 * background every retry_interval_ms (0 means 2000) and start returns
 	 * 0; when false start fails with the error. */
@@ -83,6 +101,17 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 
 /* The bound port, or 0 while not listening (still retrying). Thread-safe. */
 int http_server_port(struct http_server *s);
+
+struct http_server_stats {
+	size_t body_bytes;	   /* body buffer allocated now, all connections */
+	size_t body_bytes_peak;	   /* the most ever allocated at once */
+	unsigned long over_budget; /* requests refused (503) or cut: body_budget */
+	unsigned long too_slow;	   /* requests cut at body_timeout_seconds */
+	unsigned long too_large;   /* 413s */
+};
+
+/* A snapshot of the counters above. Thread-safe. */
+void http_server_stats(struct http_server *s, struct http_server_stats *out);
 
 /* Stops retrying, closes the listening socket and every connection after
  * in-flight handlers return, joins all threads and frees s. NULL is a no-op. */

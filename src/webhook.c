@@ -32,9 +32,16 @@
 #include "secret.h"
 #include "util.h"
 
-/* GitHub caps payloads at 25 MB but pushes are far smaller; larger bodies
- * get 413 from http.c without reaching the handler. */
+/* The limits of webhook.h's cost model. GitHub caps payloads at 25 MB but
+ * pushes are far smaller; larger bodies get 413 from http.c without
+ * reaching the handler. GitHub gives up on a delivery after 10 s, so a body
+ * still arriving after 5 s is not GitHub's. */
 #define WEBHOOK_MAX_BODY (5u << 20)
+#define WEBHOOK_BODY_BUDGET (16u << 20)
+#define WEBHOOK_BODY_SECONDS 5
+#define WEBHOOK_IDLE_SECONDS 5
+#define WEBHOOK_REPLAY_SECONDS 3600
+#define WEBHOOK_REPLAY_MAX 4096
 
 /* ---- coalescer --------------------------------------------------------- */
 
@@ -112,6 +119,87 @@ void coalescer_free(struct coalescer *c)
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
+}
+
+/* ---- replay set -------------------------------------------------------- */
+
+struct replay_entry {
+	unsigned char id[32], body[32]; /* SHA-256 */
+	bool has_id;
+	int64_t at_ns;
+};
+
+/* A ring of entries in the order they were recorded (so by time): head is
+ * the oldest. mu guards everything. */
+struct replay_set {
+	pthread_mutex_t mu;
+	struct replay_entry *ring;
+	size_t max, head, n;
+	int64_t window_ns;
+};
+
+struct replay_set *replay_set_new(size_t max, int64_t window_ns)
+{
+	struct replay_set *r = xcalloc(1, sizeof *r);
+	pthread_mutex_init(&r->mu, NULL);
+	r->ring = xcalloc(max, sizeof *r->ring);
+	r->max = max;
+	r->window_ns = window_ns;
+	return r;
+}
+
+static void sha256(const void *p, size_t n, unsigned char out[32])
+{
+	unsigned int len = 0;
+	if (EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) != 1 || len != 32)
+		abort(); /* SHA-256 is always available in OpenSSL 3 */
+}
+
+bool replay_set_add(struct replay_set *r, const char *id, const void *body, size_t len,
+		    int64_t now_ns)
+{
+	struct replay_entry e = {.has_id = id && *id, .at_ns = now_ns};
+	if (e.has_id)
+		sha256(id, strlen(id), e.id);
+	sha256(body ? body : "", len, e.body);
+	bool fresh = true;
+	pthread_mutex_lock(&r->mu);
+	while (r->n && now_ns - r->ring[r->head].at_ns >= r->window_ns) {
+		r->head = (r->head + 1) % r->max;
+		r->n--;
+	}
+	for (size_t i = 0; i < r->n && fresh; i++) {
+		const struct replay_entry *x = &r->ring[(r->head + i) % r->max];
+		fresh = memcmp(x->body, e.body, 32) != 0 &&
+			!(e.has_id && x->has_id && memcmp(x->id, e.id, 32) == 0);
+	}
+	if (fresh) {
+		if (r->n == r->max) { /* WEBHOOK_REPLAY_MAX: forget the oldest */
+			r->head = (r->head + 1) % r->max;
+			r->n--;
+		}
+		r->ring[(r->head + r->n) % r->max] = e;
+		r->n++;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return fresh;
+}
+
+size_t replay_set_size(struct replay_set *r)
+{
+	pthread_mutex_lock(&r->mu);
+	size_t n = r->n;
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}
+
+void replay_set_free(struct replay_set *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_destroy(&r->mu);
+	free(r->ring);
+	free(r);
 }
 
 /* ---- signature --------------------------------------------------------- */
@@ -282,6 +370,9 @@ struct webhook {
 	const struct secret_provider *secrets;
 	struct coalescer *coalescer;
 	struct http_server *server;
+	struct replay_set *replays;
+	pthread_mutex_t mu; /* guards nreplays */
+	unsigned long nreplays;
 };
 
 static void log_delivery(enum log_level level, const char *event, const char *delivery,
@@ -345,6 +436,17 @@ static void serve(const struct http_request *req, struct http_response *resp, vo
 		webhook_decide(event, http_request_header(req, "Content-Type"), req->body,
 			       req->body_len, w->repository, w->ref, &why);
 	char *msg = NULL;
+	/* After the signature and the decision: only an authenticated delivery
+	 * that would sync is remembered (and so can be a replay). */
+	if (v == WEBHOOK_SYNC &&
+	    !replay_set_add(w->replays, delivery, req->body, req->body_len, now_mono_ns())) {
+		pthread_mutex_lock(&w->mu);
+		w->nreplays++;
+		pthread_mutex_unlock(&w->mu);
+		log_delivery(LOG_WARN, event, delivery, "ignored", "duplicate delivery");
+		http_response_text(resp, 200, text, "ignored: duplicate delivery\n");
+		return;
+	}
 	switch (v) {
 	case WEBHOOK_SYNC:
 		coalescer_trigger(w->coalescer);
@@ -383,6 +485,8 @@ int webhook_start(const struct webhook_config *cfg, struct webhook **out, char *
 	w->ref = xstrdup(cfg->ref && *cfg->ref ? cfg->ref : "main");
 	w->secret_name = cfg->secret_name ? xstrdup(cfg->secret_name) : NULL;
 	w->secrets = cfg->secrets;
+	pthread_mutex_init(&w->mu, NULL);
+	w->replays = replay_set_new(WEBHOOK_REPLAY_MAX, WEBHOOK_REPLAY_SECONDS * 1000000000LL);
 	w->coalescer = coalescer_new(cfg->sync, cfg->sync_arg);
 	if (!w->coalescer) {
 		*err = xasprintf("cannot start the webhook sync thread");
@@ -394,7 +498,11 @@ int webhook_start(const struct webhook_config *cfg, struct webhook **out, char *
 		.listen_addr = cfg->listen_addr,
 		.handler = serve,
 		.arg = w,
-		.max_body = WEBHOOK_MAX_BODY,
+		.max_body = cfg->max_body ? cfg->max_body : WEBHOOK_MAX_BODY,
+		.body_budget = cfg->body_budget ? cfg->body_budget : WEBHOOK_BODY_BUDGET,
+		.timeout_seconds = WEBHOOK_IDLE_SECONDS,
+		.body_timeout_seconds =
+			cfg->body_seconds ? cfg->body_seconds : WEBHOOK_BODY_SECONDS,
 		.retry_bind = false,
 	};
 	if (http_server_start(&hc, &w->server, err) < 0) {
@@ -417,8 +525,22 @@ void webhook_stop(struct webhook *w)
 	/* The server first: once it returns no handler can trigger any more. */
 	http_server_stop(w->server);
 	coalescer_free(w->coalescer);
+	replay_set_free(w->replays);
+	pthread_mutex_destroy(&w->mu);
 	free(w->repository);
 	free(w->ref);
 	free(w->secret_name);
 	free(w);
+}
+
+void webhook_stats(struct webhook *w, struct webhook_stats *out)
+{
+	*out = (struct webhook_stats){0};
+	if (!w)
+		return;
+	http_server_stats(w->server, &out->http);
+	out->remembered = replay_set_size(w->replays);
+	pthread_mutex_lock(&w->mu);
+	out->replays = w->nreplays;
+	pthread_mutex_unlock(&w->mu);
 }

@@ -1,12 +1,42 @@
 /*
  * The GitHub webhook (relay-spec "Git", GitHub webhook): POST /github on
  * GIT_WEBHOOK_ADDR schedules a git sync through a coalescing scheduler.
+ *
+ * Cost model of one webhook request (anyone who can reach the port can
+ * send one; enforced by http.c with the limits webhook.c gives it):
+ *  - at most 64 connections, each closed after 5 s without traffic
+ *    (WEBHOOK_IDLE_SECONDS), headers within MHD's 32 KiB pool;
+ *  - a body of at most 5 MiB (WEBHOOK_MAX_BODY; 413), received within 5 s
+ *    of the headers however it is paced (WEBHOOK_BODY_SECONDS; the
+ *    connection is closed), and all bodies buffered at once, across
+ *    connections, within 16 MiB (WEBHOOK_BODY_BUDGET; 503 before the body
+ *    is read when Content-Length does not fit, else the connection is
+ *    closed). Unauthenticated bodies are buffered, since the signature
+ *    covers the whole body: these bounds are what limits them;
+ *  - with a secret, one HMAC-SHA256 over the body before anything else is
+ *    looked at; then one JSON parse of the body (jansson, linear);
+ *  - replay protection: a delivery that would schedule a sync is refused
+ *    when its X-GitHub-Delivery id, or its exact body, was accepted in the
+ *    last hour (WEBHOOK_REPLAY_SECONDS). The check comes after the
+ *    signature, so an unauthenticated request never enters the set. The
+ *    body counts as well as the id because the id header is not covered
+ *    by the signature: a captured delivery re-sent under a fresh id is
+ *    still the same body. At most 4096 deliveries are remembered
+ *    (WEBHOOK_REPLAY_MAX, 72 bytes each: two SHA-256 digests and a time);
+ *    beyond that the oldest is forgotten early. A refused replay gets 200
+ *    "ignored: duplicate delivery", not an error: GitHub's "Redeliver"
+ *    sends the same id again, and for a delivery that was accepted the
+ *    answer an operator expects is that it was already handled (its sync
+ *    was scheduled then; to sync again, push or run relay git sync).
  */
 #ifndef RELAY_WEBHOOK_H
 #define RELAY_WEBHOOK_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
 
 struct secret_provider;
 
@@ -19,6 +49,9 @@ struct webhook_config {
 	/* Runs one sync on the scheduler's thread. */
 	void (*sync)(void *arg);
 	void *sync_arg;
+	/* Tests only: 0 means the limits in the cost model above. */
+	size_t max_body, body_budget;
+	unsigned body_seconds;
 };
 
 struct webhook;
@@ -34,6 +67,14 @@ int webhook_port(struct webhook *w);
 /* Stops the server, waits for a running sync, drops a queued one. NULL is
  * a no-op. */
 void webhook_stop(struct webhook *w);
+
+struct webhook_stats {
+	struct http_server_stats http; /* bodies buffered, refused, cut */
+	size_t remembered;	       /* deliveries in the replay set */
+	unsigned long replays;	       /* deliveries refused as replays */
+};
+/* A snapshot. Thread-safe. */
+void webhook_stats(struct webhook *w, struct webhook_stats *out);
 
 /* ---- pure parts, unit-tested ---- */
 
@@ -55,6 +96,21 @@ enum webhook_verdict {
 enum webhook_verdict webhook_decide(const char *event, const char *content_type, const char *body,
 				    size_t len, const char *repository, const char *ref,
 				    const char **why);
+
+/* The replay set: deliveries accepted within a window, by the SHA-256 of
+ * their id and of their body, at most max of them (the oldest is dropped
+ * to make room). window_ns and max must be > 0. Thread-safe. */
+struct replay_set;
+struct replay_set *replay_set_new(size_t max, int64_t window_ns);
+/* Records a delivery at now_ns (monotonic) unless one with the same id or
+ * the same body was recorded within the window: true when recorded, false
+ * for a replay. id NULL or "" (no header) checks the body only. Entries
+ * older than the window are dropped first. O(max). */
+bool replay_set_add(struct replay_set *r, const char *id, const void *body, size_t len,
+		    int64_t now_ns);
+/* Deliveries remembered now (without dropping expired ones). */
+size_t replay_set_size(struct replay_set *r);
+void replay_set_free(struct replay_set *r);
 
 /* Coalescing scheduler: at most one sync runs at a time; triggers arriving
  * while one runs collapse into exactly one follow-up run. */

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "http.h"
@@ -432,6 +433,145 @@ TEST(generic_server_bodies_and_headers)
 	t_release_logs();
 }
 
+/* Sends all of p (false once the peer has closed). */
+static bool send_all(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+		if (k <= 0)
+			return false;
+		p = (const char *)p + k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+/* One chunk of a chunked body: n bytes of 'x'. */
+static bool send_chunk(int fd, size_t n)
+{
+	char head[32], *data = xmalloc(n + 2);
+	snprintf_(head, sizeof head, "%zx\r\n", n);
+	memset(data, 'x', n);
+	memcpy(data + n, "\r\n", 2);
+	bool ok = send_all(fd, head, strlen(head)) && send_all(fd, data, n + 2);
+	free(data);
+	return ok;
+}
+
+/* The status of the response on fd, or 0 (closed, or none within 5 s). */
+static int response_status(int fd)
+{
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char b[256];
+	ssize_t k = recv(fd, b, sizeof b - 1, 0);
+	int status = 0;
+	if (k <= 0)
+		return 0;
+	b[k] = '\0';
+	return sscanf(b, "HTTP/1.%*d %d", &status) == 1 ? status : 0;
+}
+
+static void wait_stats(struct http_server *s, struct http_server_stats *st,
+		       bool (*done)(const struct http_server_stats *))
+{
+	int64_t until = now_mono_ns() + 10 * 1000000000LL;
+	do {
+		usleep(20 * 1000);
+		http_server_stats(s, st);
+	} while (!done(st) && now_mono_ns() < until);
+}
+
+static bool one_cut(const struct http_server_stats *st)
+{
+	return st->over_budget >= 1;
+}
+
+static bool nothing_held(const struct http_server_stats *st)
+{
+	return st->body_bytes == 0;
+}
+
+static bool one_held(const struct http_server_stats *st)
+{
+	return st->body_bytes == 64 * 1024;
+}
+
+/* Bodies without a Content-Length (chunked) grow their buffer as they come:
+ * each growth is counted against the budget, a body that cannot grow has
+ * its connection closed, and one over max_body gets 413 with nothing kept.
+ * The server's own count of buffer bytes never passes the budget. */
+TEST(generic_server_chunked_bodies_within_budget)
+{
+	enum { BUDGET = 96 * 1024 };
+	int calls = 0;
+	struct http_server_config cfg = {
+		.name = "Test",
+		.listen_addr = "127.0.0.1:0",
+		.handler = echo,
+		.arg = &calls,
+		.max_body = 64 * 1024,
+		.body_budget = BUDGET,
+		.body_timeout_seconds = 60,
+	};
+	struct http_server *s;
+	char *err;
+	t_capture_logs();
+	REQUIRE(http_server_start(&cfg, &s, &err) == 0);
+	int port = http_server_port(s);
+	const char *head = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+	struct http_server_stats st;
+
+	/* a whole chunked body of 50 KB is served, and released */
+	int a = connect_to(port);
+	CHECK(send_all(a, head, strlen(head)));
+	for (int i = 0; i < 5; i++)
+		CHECK(send_chunk(a, 10000));
+	CHECK(send_all(a, "0\r\n\r\n", 5));
+	CHECK_INT(response_status(a), 202);
+	close(a);
+	/* over max_body: 413, nothing kept */
+	a = connect_to(port);
+	CHECK(send_all(a, head, strlen(head)));
+	for (int i = 0; i < 7; i++)
+		send_chunk(a, 10000);
+	send_all(a, "0\r\n\r\n", 5);
+	CHECK_INT(response_status(a), 413);
+	close(a);
+	CHECK_INT(calls, 1);
+
+	/* one holds 40 KB (a 64 KiB buffer), the next cannot grow past the
+	 * 32 KiB left and is cut; a small body still fits */
+	int hold = connect_to(port), cut = connect_to(port);
+	CHECK(send_all(hold, head, strlen(head)));
+	for (int i = 0; i < 4; i++)
+		CHECK(send_chunk(hold, 10000));
+	wait_stats(s, &st, one_held);
+	CHECK(send_all(cut, head, strlen(head)));
+	for (int i = 0; i < 4; i++)
+		send_chunk(cut, 10000);
+	wait_stats(s, &st, one_cut);
+	CHECK_INT(st.over_budget, 1);
+	CHECK(st.body_bytes <= BUDGET && st.body_bytes_peak <= BUDGET);
+	CHECK_INT(st.body_bytes, 64 * 1024);
+	CHECK_INT(response_status(cut), 0); /* closed without a response */
+	close(cut);
+	int small = connect_to(port);
+	CHECK(send_all(small, head, strlen(head)));
+	CHECK(send_chunk(small, 100));
+	CHECK(send_all(small, "0\r\n\r\n", 5));
+	CHECK_INT(response_status(small), 202);
+	close(small);
+	close(hold);
+	wait_stats(s, &st, nothing_held);
+	CHECK_INT(st.body_bytes, 0);
+	CHECK(st.body_bytes_peak <= BUDGET);
+	CHECK_INT(st.too_large, 1);
+	CHECK_INT(calls, 2);
+	http_server_stop(s);
+	t_release_logs();
+}
+
 static bool ipv6_loopback(void)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -496,4 +636,5 @@ TEST(address_forms_bind)
 
 T_MAIN(T_CASE(listen_address_forms), T_CASE(serves_metrics), T_CASE(bind_failure_is_retried),
        T_CASE(stop_while_retrying), T_CASE(stalled_clients_do_not_block),
-       T_CASE(generic_server_bodies_and_headers), T_CASE(address_forms_bind))
+       T_CASE(generic_server_bodies_and_headers),
+       T_CASE(generic_server_chunked_bodies_within_budget), T_CASE(address_forms_bind))

@@ -1,8 +1,13 @@
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "gitsync.h"
@@ -382,20 +387,34 @@ static long request(int port, const char *path, const char *body, const char *co
 	return r->status;
 }
 
-/* POSTs body to /github as event, signed with key (NULL: unsigned). */
-static long deliver(int port, const char *event, const char *body, const char *key, struct reply *r)
+#define FIRST_ID "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+
+/* POSTs body to /github as event with X-GitHub-Delivery id, signed with key
+ * (NULL: unsigned). */
+static long deliver_as(int port, const char *event, const char *body, const char *key,
+		       const char *id, struct reply *r)
 {
 	char *sig = key ? sign(key, body) : NULL;
 	char *sig_h = sig ? xasprintf("X-Hub-Signature-256: %s", sig) : NULL;
 	char *ev_h = xasprintf("X-GitHub-Event: %s", event);
-	const char *headers[] = {ev_h, "Content-Type: application/json",
-				 "X-GitHub-Delivery: 72d3162e-cc78-11e3-81ab-4c9367dc0958", sig_h,
-				 NULL};
+	char *id_h = xasprintf("X-GitHub-Delivery: %s", id);
+	const char *headers[] = {ev_h, "Content-Type: application/json", id_h, sig_h, NULL};
 	long status = request(port, "/github", body, headers, r);
 	free(sig);
 	free(sig_h);
 	free(ev_h);
+	free(id_h);
 	return status;
+}
+
+/* deliver_as with a delivery id never used before. */
+static long deliver(int port, const char *event, const char *body, const char *key, struct reply *r)
+{
+	static int next;
+	char id[64];
+	snprintf_(id, sizeof id, "00000000-0000-4000-8000-%012d",
+		  __atomic_add_fetch(&next, 1, __ATOMIC_SEQ_CST));
+	return deliver_as(port, event, body, key, id, r);
 }
 
 struct temp_store {
@@ -453,7 +472,7 @@ TEST(server_with_secret)
 	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
 	struct reply rep;
 
-	CHECK_INT(deliver(port, "push", push, "canary-v1", &rep), 202);
+	CHECK_INT(deliver_as(port, "push", push, "canary-v1", FIRST_ID, &rep), 202);
 	CHECK_STR(rep.body.data, "sync scheduled\n");
 	buf_free(&rep.body);
 	CHECK_INT(wait_for(&r, &r.finished, 1, 2000), 1);
@@ -464,7 +483,7 @@ TEST(server_with_secret)
 	CHECK_INT(deliver(port, "push", push, NULL, &rep), 401);
 	buf_free(&rep.body);
 
-	CHECK_INT(deliver(port, "ping", "{\"zen\":\"x\"}", "canary-v1", &rep), 200);
+	CHECK_INT(deliver_as(port, "ping", "{\"zen\":\"x\"}", "canary-v1", FIRST_ID, &rep), 200);
 	CHECK_STR(rep.body.data, "ignored: ping\n");
 	buf_free(&rep.body);
 	CHECK_INT(deliver(port, "ping", "{\"zen\":\"x\"}", NULL, &rep), 401); /* auth first */
@@ -485,11 +504,13 @@ TEST(server_with_secret)
 	CHECK_INT(request(port, "/github/", push, NULL, &rep), 404);
 	buf_free(&rep.body);
 
-	/* rotation: the new value applies to the next delivery */
+	/* rotation: the new value applies to the next delivery (a later push:
+	 * another body, or it would be a replay of the first) */
 	REQUIRE(secret_set(st.p, "gh-hook", "canary-v2", 9, &err) == 0);
-	CHECK_INT(deliver(port, "push", push, "canary-v1", &rep), 401);
+	char *later = xasprintf("%s ", push);
+	CHECK_INT(deliver(port, "push", later, "canary-v1", &rep), 401);
 	buf_free(&rep.body);
-	CHECK_INT(deliver(port, "push", push, "canary-v2", &rep), 202);
+	CHECK_INT(deliver(port, "push", later, "canary-v2", &rep), 202);
 	buf_free(&rep.body);
 	CHECK_INT(wait_for(&r, &r.finished, 2, 2000), 2);
 
@@ -510,9 +531,8 @@ TEST(server_with_secret)
 	CHECK(strstr(logs, "level=INFO msg=\"Webhook http server listening on 127.0.0.1:0\"") !=
 	      NULL);
 	CHECK(strstr(logs, "level=INFO msg=\"webhook delivery\" event=push "
-			   "delivery=72d3162e-cc78-11e3-81ab-4c9367dc0958 verdict=sync") != NULL);
-	CHECK(strstr(logs, "event=ping delivery=72d3162e-cc78-11e3-81ab-4c9367dc0958 "
-			   "verdict=ignored reason=ping") != NULL);
+			   "delivery=" FIRST_ID " verdict=sync") != NULL);
+	CHECK(strstr(logs, "event=ping delivery=" FIRST_ID " verdict=ignored reason=ping") != NULL);
 	CHECK(strstr(logs, "verdict=rejected reason=\"invalid signature\"") != NULL);
 	CHECK(strstr(logs, "level=ERROR msg=\"webhook secret unavailable\" secret=gh-hook") !=
 	      NULL);
@@ -521,6 +541,7 @@ TEST(server_with_secret)
 		printf("%s", logs);
 	free(logs);
 	t_release_logs();
+	free(later);
 	free(push);
 	store_free(&st);
 }
@@ -544,8 +565,10 @@ TEST(server_without_secret)
 	struct reply rep;
 	CHECK_INT(deliver(port, "push", push, NULL, &rep), 202);
 	buf_free(&rep.body);
-	CHECK_INT(deliver(port, "push", push, "anything", &rep), 202); /* signature ignored */
+	char *later = xasprintf("%s ", push);
+	CHECK_INT(deliver(port, "push", later, "anything", &rep), 202); /* signature ignored */
 	buf_free(&rep.body);
+	free(later);
 	CHECK(wait_for(&r, &r.finished, 1, 2000) >= 1); /* one or two runs */
 
 	/* form-encoded deliveries */
@@ -578,6 +601,339 @@ TEST(server_without_secret)
 	t_release_logs();
 }
 
+/* ---- replay protection ------------------------------------------------ */
+
+static struct webhook *start_signed(struct temp_store *st, struct runs *r, const char *value,
+				    int *port)
+{
+	char *err = NULL;
+	if (store_new(st) < 0 || secret_set(st->p, "gh-hook", value, strlen(value), &err) < 0) {
+		T_FAIL_("cannot set up the secret store");
+		exit(1);
+	}
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.ref = "main",
+		.secret_name = "gh-hook",
+		.secrets = st->p,
+		.sync = slow_run,
+		.sync_arg = r,
+	};
+	struct webhook *w = NULL;
+	if (webhook_start(&cfg, &w, &err) < 0) {
+		T_FAIL_("webhook_start: %s", err);
+		free(err);
+		return NULL;
+	}
+	*port = webhook_port(w);
+	return w;
+}
+
+/* A delivery accepted once is not accepted again within the hour: not under
+ * its id (GitHub's redelivery, or a replay), nor its body under a fresh id
+ * (the id header is not signed). Such a repeat is acknowledged with 200 and
+ * ignored, and schedules no sync. On the old code every repeat got 202 and
+ * a sync. */
+TEST(replayed_delivery_ignored)
+{
+	struct temp_store st;
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	int port = 0;
+	t_capture_logs();
+	struct webhook *w = start_signed(&st, &r, "s3cret", &port);
+	REQUIRE(w != NULL);
+	char *p1 = push_json("refs/heads/main", REPO, NULL, NULL);
+	char *p2 = xasprintf("%s\n", p1); /* another push: other bytes */
+	static const struct {
+		int body; /* 1: p1, 2: p2 */
+		const char *id;
+		long status;
+		const char *reply;
+	} steps[] = {
+		{1, "id-1", 202, "sync scheduled\n"},
+		{1, "id-1", 200, "ignored: duplicate delivery\n"}, /* replay */
+		{2, "id-1", 200, "ignored: duplicate delivery\n"}, /* same id, other body */
+		{1, "id-2", 200, "ignored: duplicate delivery\n"}, /* same body, fresh id */
+		{1, "", 200, "ignored: duplicate delivery\n"},	   /* same body, no id */
+		{2, "id-3", 202, "sync scheduled\n"},		   /* a new delivery */
+		{2, "id-3", 200, "ignored: duplicate delivery\n"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+		struct reply rep;
+		long got = deliver_as(port, "push", steps[i].body == 1 ? p1 : p2, "s3cret",
+				      steps[i].id, &rep);
+		if (got != steps[i].status || !rep.body.data ||
+		    strcmp(rep.body.data, steps[i].reply) != 0)
+			T_FAIL_("step %zu (id \"%s\"): %ld %s, want %ld %s", i, steps[i].id, got,
+				rep.body.data ? rep.body.data : "", steps[i].status,
+				steps[i].reply);
+		buf_free(&rep.body);
+	}
+	/* ignored deliveries are not remembered: a ping under a used id is a ping */
+	struct reply rep;
+	CHECK_INT(deliver_as(port, "ping", "{}", "s3cret", "id-1", &rep), 200);
+	CHECK_STR(rep.body.data, "ignored: ping\n");
+	buf_free(&rep.body);
+	CHECK_INT(wait_for(&r, &r.finished, 2, 2000), 2);
+	usleep(200 * 1000);
+	CHECK_INT(get(&r, &r.started), 2); /* one sync per accepted delivery */
+	struct webhook_stats ws;
+	webhook_stats(w, &ws);
+	CHECK_INT(ws.remembered, 2);
+	CHECK_INT(ws.replays, 5);
+	webhook_stop(w);
+	char *logs = t_captured_logs();
+	CHECK(strstr(logs, "level=WARN msg=\"webhook delivery\" event=push delivery=id-1 "
+			   "verdict=ignored reason=\"duplicate delivery\"") != NULL);
+	free(logs);
+	t_release_logs();
+	free(p1);
+	free(p2);
+	store_free(&st);
+}
+
+/* The signature is checked before the delivery is remembered: requests
+ * without a valid signature, under the id and with the body of a genuine
+ * delivery still to come, do not make that delivery a "replay". */
+TEST(unsigned_request_does_not_poison_replay_set)
+{
+	struct temp_store st;
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	int port = 0;
+	t_capture_logs();
+	struct webhook *w = start_signed(&st, &r, "s3cret", &port);
+	REQUIRE(w != NULL);
+	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
+	struct reply rep;
+	CHECK_INT(deliver_as(port, "push", push, NULL, "id-x", &rep), 401);
+	buf_free(&rep.body);
+	CHECK_INT(deliver_as(port, "push", push, "guess", "id-x", &rep), 401);
+	buf_free(&rep.body);
+	struct webhook_stats ws;
+	webhook_stats(w, &ws);
+	CHECK_INT(ws.remembered, 0);
+	CHECK_INT(deliver_as(port, "push", push, "s3cret", "id-x", &rep), 202);
+	buf_free(&rep.body);
+	CHECK_INT(wait_for(&r, &r.finished, 1, 2000), 1);
+	webhook_stats(w, &ws);
+	CHECK_INT(ws.remembered, 1);
+	CHECK_INT(ws.replays, 0);
+	webhook_stop(w);
+	t_release_logs();
+	free(push);
+	store_free(&st);
+}
+
+/* The set itself: the window, ids and bodies each enough to match, no id,
+ * and the bound (the oldest is forgotten). Times are given, not waited. */
+TEST(replay_set_window_and_bound)
+{
+	struct replay_set *rs = replay_set_new(3, 100);
+	CHECK(replay_set_add(rs, "a", "b1", 2, 0));
+	CHECK(!replay_set_add(rs, "a", "b2", 2, 50));  /* same id */
+	CHECK(!replay_set_add(rs, "c", "b1", 2, 50));  /* same body */
+	CHECK(!replay_set_add(rs, NULL, "b1", 2, 50)); /* no id, same body */
+	CHECK(replay_set_add(rs, "", "b3", 2, 60));    /* no id, new body */
+	CHECK(replay_set_add(rs, NULL, "b4", 2, 70));  /* no ids never collide */
+	CHECK_INT(replay_set_size(rs), 3);
+	CHECK(replay_set_add(rs, "a", "b5", 2, 100));	/* "a" expired at 0 + 100 */
+	CHECK_INT(replay_set_size(rs), 3);		/* b3, b4, a/b5 */
+	CHECK(!replay_set_add(rs, NULL, "b3", 2, 159)); /* b3 kept till 160 */
+	CHECK(replay_set_add(rs, "d", "b6", 2, 161));	/* b3 expired: b4, a/b5, d/b6 */
+	CHECK_INT(replay_set_size(rs), 3);
+	CHECK(replay_set_add(rs, "e", "b7", 2, 162)); /* full: b4 dropped before its time */
+	CHECK_INT(replay_set_size(rs), 3);
+	CHECK(replay_set_add(rs, NULL, "b4", 2, 163)); /* forgotten (drops a/b5) */
+	CHECK(!replay_set_add(rs, "d", "zz", 2, 163)); /* d/b6 is still there */
+	CHECK(replay_set_add(rs, "x", "", 0, 164));    /* empty body */
+	CHECK(!replay_set_add(rs, "f", NULL, 0, 164));
+	replay_set_free(rs);
+	replay_set_free(NULL);
+}
+
+/* ---- request bodies: memory budget and deadline ----------------------- */
+
+static int connect_to(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		perror("connect");
+		exit(1);
+	}
+	return fd;
+}
+
+/* Sends what it can; false once the peer has closed the connection. */
+static bool send_some(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return false;
+		p = (const char *)p + k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+/* Whether the server has closed fd (without waiting). */
+static bool closed_by_server(int fd)
+{
+	char c[256];
+	ssize_t k = recv(fd, c, sizeof c, MSG_DONTWAIT);
+	return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* The status of the response read from fd (0 when none within 5 s). */
+static int read_status(int fd)
+{
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char b[512];
+	ssize_t k = recv(fd, b, sizeof b - 1, 0);
+	if (k < 12)
+		return 0;
+	b[k] = '\0';
+	int status = 0;
+	return sscanf(b, "HTTP/1.%*d %d", &status) == 1 ? status : 0;
+}
+
+static char *post_head(size_t content_length)
+{
+	return xasprintf("POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+			 content_length);
+}
+
+/* Many unauthenticated clients each send part of a large body and hold
+ * their connection: what the server buffers for them all stays within the
+ * budget (counted by the server, bytes of buffer allocated), the excess is
+ * refused or cut, a request whose Content-Length no longer fits gets 503
+ * before sending its body, and once they are gone a genuine delivery goes
+ * through. On the old code every connection buffered its body: 16 * 60 KB
+ * against a 256 KiB budget. */
+TEST(bodies_within_memory_budget)
+{
+	enum { CONNS = 16, LEN = 60000, BUDGET = 256 * 1024 };
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.sync = slow_run,
+		.sync_arg = &r,
+		.max_body = 64 * 1024,
+		.body_budget = BUDGET,
+		.body_seconds = 60, /* not what this test is about */
+	};
+	t_capture_logs();
+	struct webhook *w = NULL;
+	char *err = NULL;
+	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
+	int port = webhook_port(w);
+	char *head = post_head(LEN), *chunk = xmalloc(20000);
+	memset(chunk, 'x', 20000);
+	int fds[CONNS];
+	for (int i = 0; i < CONNS; i++) {
+		fds[i] = connect_to(port);
+		send_some(fds[i], head, strlen(head));
+		send_some(fds[i], chunk, 20000);
+	}
+	for (int i = 0; i < CONNS; i++)
+		send_some(fds[i], chunk, 20000);
+	/* wait until the server has seen every connection's data: each one is
+	 * either holding its buffer or was refused */
+	struct webhook_stats ws;
+	int64_t until = now_mono_ns() + 10 * 1000000000LL;
+	do {
+		usleep(20 * 1000);
+		webhook_stats(w, &ws);
+	} while (ws.http.body_bytes / (LEN + 1) + ws.http.over_budget < CONNS &&
+		 now_mono_ns() < until);
+	CHECK(ws.http.body_bytes <= BUDGET);
+	CHECK(ws.http.body_bytes_peak <= BUDGET);
+	CHECK_INT(ws.http.body_bytes / (LEN + 1), BUDGET / (LEN + 1)); /* 4 hold a body */
+	CHECK_INT(ws.http.over_budget, CONNS - BUDGET / (LEN + 1));
+	/* what is left cannot take another body of that size: 503 at once */
+	int late = connect_to(port);
+	send_some(late, head, strlen(head));
+	CHECK_INT(read_status(late), 503);
+	close(late);
+	for (int i = 0; i < CONNS; i++)
+		close(fds[i]);
+	until = now_mono_ns() + 10 * 1000000000LL;
+	do {
+		usleep(20 * 1000);
+		webhook_stats(w, &ws);
+	} while (ws.http.body_bytes && now_mono_ns() < until);
+	CHECK_INT(ws.http.body_bytes, 0);
+	CHECK(ws.http.body_bytes_peak <= BUDGET);
+	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
+	struct reply rep;
+	CHECK_INT(deliver(port, "push", push, NULL, &rep), 202);
+	buf_free(&rep.body);
+	webhook_stop(w);
+	char *logs = t_captured_logs();
+	CHECK(strstr(logs, "request bodies over their memory budget") != NULL);
+	free(logs);
+	t_release_logs();
+	free(push);
+	free(chunk);
+	free(head);
+}
+
+/* A body that trickles in (one byte every 100 ms: never idle long enough
+ * for the idle timeout) is cut at the body deadline, its connection
+ * closed, and nothing is scheduled. On the old code only the 10 s idle
+ * timeout existed, which such a client resets forever. The loop gives up
+ * after 8 s of trickling (80 of the 1000 bytes). */
+TEST(trickling_body_cut_off)
+{
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.sync = slow_run,
+		.sync_arg = &r,
+		.body_seconds = 1,
+	};
+	t_capture_logs();
+	struct webhook *w = NULL;
+	char *err = NULL;
+	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
+	int port = webhook_port(w);
+	char *head = post_head(1000);
+	int fd = connect_to(port);
+	CHECK(send_some(fd, head, strlen(head)));
+	int sent = 0;
+	bool closed = false;
+	while (sent < 80 && !closed) {
+		closed = !send_some(fd, "x", 1) || closed_by_server(fd);
+		sent += !closed;
+		usleep(100 * 1000);
+	}
+	CHECK(closed);
+	CHECK(sent < 1000);
+	close(fd);
+	struct webhook_stats ws;
+	webhook_stats(w, &ws);
+	CHECK_INT(ws.http.too_slow, 1);
+	CHECK_INT(ws.http.body_bytes, 0);
+	webhook_stop(w);
+	CHECK_INT(r.started, 0);
+	char *logs = t_captured_logs();
+	CHECK(strstr(logs, "request body not received within 1s") != NULL);
+	free(logs);
+	t_release_logs();
+	free(head);
+}
+
 T_MAIN(T_CASE(repo_identity_forms), T_CASE(signature), T_CASE(decide),
        T_CASE(coalescer_collapses_a_burst), T_CASE(coalescer_free_waits_for_a_run),
-       T_CASE(server_with_secret), T_CASE(server_without_secret))
+       T_CASE(server_with_secret), T_CASE(server_without_secret), T_CASE(replayed_delivery_ignored),
+       T_CASE(unsigned_request_does_not_poison_replay_set), T_CASE(replay_set_window_and_bound),
+       T_CASE(bodies_within_memory_budget), T_CASE(trickling_body_cut_off))
