@@ -55,8 +55,9 @@
 /* Connecting to a healthy daemon takes milliseconds; a longer wait means it
  * is not there. */
 #define CONNECT_TIMEOUT_MS 5000L
-/* GET /version and GET /_ping answer at once on a live daemon. */
-#define PROBE_TIMEOUT_MS 10000L
+/* GET /version and GET /_ping answer at once on a live daemon. docker_open
+ * makes one such request, so this is its whole bound (docker.h). */
+#define PROBE_TIMEOUT_MS DOCKER_OPEN_TIMEOUT_MS
 /* Upper bound for the attach request/response exchange. */
 #define HIJACK_TIMEOUT_MS 30000
 /* The upgrade answer is a handful of headers. */
@@ -76,6 +77,7 @@ struct docker {
 	char version[VERSION_MAX];
 	char *err;
 	char curl_err[CURL_ERROR_SIZE];
+	bool unsent; /* the last request failed before connecting */
 };
 
 struct docker_conn {
@@ -443,8 +445,13 @@ static bool connect_failure(CURL *h, CURLcode code)
 	case CURLE_SSL_CERTPROBLEM:
 	case CURLE_SSL_CACERT_BADFILE: return true;
 	case CURLE_OPERATION_TIMEDOUT: {
+		/* A connection reused from an earlier request reports a
+		 * connect time of 0 too: only a request that sent nothing
+		 * timed out connecting. */
 		curl_off_t t = 0;
-		return curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t == 0;
+		long sent = 0;
+		return curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t == 0 &&
+		       curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent == 0;
 	}
 	default: return false;
 	}
@@ -467,7 +474,8 @@ static void set_transport_err(struct docker *d, CURL *h, CURLcode code, const ch
 			      const char *method, const char *path)
 {
 	char *detail = curl_detail(h, code, errbuf);
-	if (connect_failure(h, code))
+	d->unsent = connect_failure(h, code);
+	if (d->unsent)
 		set_err(d, "cannot connect to the Docker daemon at %s: %s", d->endpoint, detail);
 	else
 		set_err(d, "Docker request %s %s to %s failed: %s", method, path, d->endpoint,
@@ -543,6 +551,7 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	char *url = NULL;
 	int64_t start = now_mono_ns();
 	*status = 0;
+	d->unsent = false;
 
 	if (!path_ok(full_path)) {
 		set_err(d, "invalid Docker API path \"%s\"", full_path);
@@ -868,6 +877,11 @@ const char *docker_errmsg(const struct docker *d)
 	return d->err ? d->err : "no error";
 }
 
+bool docker_request_unsent(const struct docker *d)
+{
+	return d->unsent;
+}
+
 /* ---- hijacked connections --------------------------------------------- */
 
 /* Waits for the socket to be ready; 1 ready, 0 timeout, -1 error. */
@@ -987,6 +1001,12 @@ static void read_error_body(struct docker_conn *c, const char *head, struct buf 
 
 int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 {
+	return docker_hijack_timeout(d, path, HIJACK_TIMEOUT_MS, out);
+}
+
+int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
+			  struct docker_conn **out)
+{
 	int rc = -1;
 	struct docker_conn *c = xcalloc(1, sizeof *c);
 	struct buf req, head, body;
@@ -995,7 +1015,9 @@ int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 	buf_init(&req, 4096 + strlen(full));
 	buf_init(&head, HIJACK_HEADER_MAX);
 	buf_init(&body, ERROR_BODY_MAX);
-	int64_t deadline = deadline_after(HIJACK_TIMEOUT_MS);
+	if (timeout_ms <= 0 || timeout_ms > 0x7fffffff)
+		timeout_ms = HIJACK_TIMEOUT_MS;
+	int64_t deadline = deadline_after((int)timeout_ms);
 	*out = NULL;
 	c->fd = CURL_SOCKET_BAD;
 
@@ -1009,6 +1031,9 @@ int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 		goto out;
 	}
 	setup_common(d, c->curl, c->curl_err);
+	/* Connecting counts against the same deadline as the exchange. */
+	if (timeout_ms < CONNECT_TIMEOUT_MS)
+		curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(c->curl, CURLOPT_URL, url);
 	curl_easy_setopt(c->curl, CURLOPT_CONNECT_ONLY, 1L);
 	CURLcode code = curl_easy_perform(c->curl);

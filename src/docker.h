@@ -17,6 +17,7 @@
 #ifndef RELAY_DOCKER_H
 #define RELAY_DOCKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,10 @@ struct docker;
 
 /* Maximum size of a buffered response body (a JSON reply). */
 #define DOCKER_BODY_MAX (8u * 1024 * 1024)
+
+/* Bound on docker_open() as a whole: its one request (GET /version),
+ * connecting included. The runner's time bounds count on it (runner.h). */
+#define DOCKER_OPEN_TIMEOUT_MS 10000L
 
 /* Parses the environment and negotiates the API version (GET /version).
  * On failure returns -1 and, when errp is not NULL, sets *errp to a
@@ -40,6 +45,12 @@ const char *docker_endpoint(const struct docker *d);
 const char *docker_api_version(const struct docker *d);
 /* The last error message on this handle (never NULL). */
 const char *docker_errmsg(const struct docker *d);
+
+/* Addition: true when the last docker_request()/docker_request_stream()
+ * on d failed before a connection to the daemon was made, so the request
+ * cannot have reached it (refused, no socket, connect timeout). False after
+ * any other outcome: a failure after connecting may have been acted on. */
+bool docker_request_unsent(const struct docker *d);
 
 /* GET /_ping; 0 when the daemon answers "OK". */
 int docker_ping(struct docker *d);
@@ -102,6 +113,12 @@ int docker_conn_write(struct docker_conn *c, const void *p, size_t n);
 int docker_conn_close_write(struct docker_conn *c);
 long docker_conn_read(struct docker_conn *c, void *p, size_t n, int timeout_ms);
 void docker_conn_free(struct docker_conn *c);
+
+/* Addition: docker_hijack() with a bound on the whole exchange (connect,
+ * request, upgrade answer) of timeout_ms (> 0; docker_hijack() uses 30 s).
+ * Returns -1 with a "timed out" message in docker_errmsg(d) when it passed. */
+int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
+			  struct docker_conn **out);
 
 /* Addition: docker_conn_write() with a bound: waits at most timeout_ms for
  * the daemon to accept more bytes (negative = no limit). Returns 0, -1 on

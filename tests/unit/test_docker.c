@@ -1,9 +1,16 @@
 /* Unit tests for the pure parts of src/docker.c: DOCKER_HOST parsing,
- * API version checks and negotiation, daemon error messages, and the
- * failure message of docker_open() for an unreachable daemon. */
+ * API version checks and negotiation, daemon error messages, the failure
+ * message of docker_open() for an unreachable daemon, and (against a fake
+ * daemon on a unix socket) which failed requests may have reached it. */
 #include "docker.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "t.h"
 #include "util.h"
@@ -315,7 +322,117 @@ TEST(open_tls_missing_certs)
 	unsetenv("DOCKER_CERT_PATH");
 }
 
+/* ---- which failed requests may have reached the daemon ---------------- */
+
+/* A fake daemon: answers GET /version, and reads but never answers any
+ * request for /hold (a daemon slower than the caller's timeout). One
+ * connection at a time, kept alive as a daemon does. */
+struct fake {
+	char path[108];
+	int lfd;
+	atomic_int stop, held;
+	pthread_t th;
+};
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	static const char version[] = "{\"ApiVersion\":\"1.41\",\"MinAPIVersion\":\"1.12\"}";
+	char *ok = xasprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+			     "Content-Length: %zu\r\n\r\n%s",
+			     sizeof version - 1, version);
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = {f->lfd, POLLIN, 0};
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		int c = accept(f->lfd, NULL, NULL);
+		if (c < 0)
+			continue;
+		char req[8192];
+		size_t have = 0;
+		while (!atomic_load(&f->stop)) {
+			struct pollfd q = {c, POLLIN, 0};
+			if (poll(&q, 1, 50) <= 0)
+				continue;
+			ssize_t n = read(c, req + have, sizeof req - 1 - have);
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+			req[have] = '\0';
+			if (!strstr(req, "\r\n\r\n"))
+				continue;
+			if (strstr(req, "/hold"))
+				atomic_fetch_add(&f->held, 1);
+			else if (write_all(c, ok, strlen(ok)) < 0)
+				break;
+			have = 0;
+		}
+		close(c);
+	}
+	free(ok);
+	return NULL;
+}
+
+static int fake_start(struct fake *f)
+{
+	snprintf_(f->path, sizeof f->path, "/tmp/relay-test-docker-%d.sock", (int)getpid());
+	unlink(f->path);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strlcpy_(a.sun_path, f->path, sizeof a.sun_path);
+	if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(f->lfd, 4) < 0)
+		return -1;
+	return pthread_create(&f->th, NULL, fake_main, f) == 0 ? 0 : -1;
+}
+
+static void fake_stop(struct fake *f)
+{
+	atomic_store(&f->stop, 1);
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+	unlink(f->path);
+}
+
+/*
+ * A request that timed out on a connection kept alive from the previous
+ * one was sent, and the daemon may act on it (a container create): it is
+ * not "unsent", and its message is not "cannot connect". Curl reports a
+ * connect time of 0 for a reused connection, which used to pass for a
+ * connect timeout. A daemon that is gone is unsent.
+ */
+TEST(request_unsent_only_before_connecting)
+{
+	struct fake f = {0};
+	REQUIRE(fake_start(&f) == 0);
+	char *host = xasprintf("unix://%s", f.path);
+	setenv("DOCKER_HOST", host, 1);
+	unsetenv("DOCKER_API_VERSION");
+	unsetenv("DOCKER_TLS_VERIFY");
+	struct docker *d = NULL;
+	char *err = NULL;
+	int rc = docker_open(&d, &err);
+	if (rc < 0)
+		printf("  %s\n", err);
+	REQUIRE(rc == 0);
+	struct docker_response r;
+	CHECK_INT(docker_request(d, "POST", "/hold/containers/create", "{}", 2, NULL, 300, &r), -1);
+	docker_response_free(&r);
+	CHECK_INT(atomic_load(&f.held), 1);
+	CHECK(!docker_request_unsent(d));
+	CHECK(strstr(docker_errmsg(d), "cannot connect") == NULL);
+	/* The daemon goes away: nothing can be sent any more. */
+	fake_stop(&f);
+	CHECK_INT(docker_request(d, "GET", "/containers/json", NULL, 0, NULL, 300, &r), -1);
+	docker_response_free(&r);
+	CHECK(docker_request_unsent(d));
+	CHECK(strstr(docker_errmsg(d), "cannot connect") != NULL);
+	docker_close(d);
+	free(host);
+	unsetenv("DOCKER_HOST");
+}
+
 T_MAIN(T_CASE(host_good), T_CASE(host_bad), T_CASE(host_bad_without_errp), T_CASE(version_valid),
        T_CASE(version_cmp), T_CASE(negotiate_picks_lower), T_CASE(negotiate_errors),
        T_CASE(error_message), T_CASE(error_message_bounded), T_CASE(open_unreachable),
-       T_CASE(open_tls_missing_certs))
+       T_CASE(open_tls_missing_certs), T_CASE(request_unsent_only_before_connecting))
