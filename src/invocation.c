@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "docker.h"
 #include "duration.h"
+#include "runner.h"
 #include "util.h"
 
 static int parse_u64(const char *s, size_t n, int64_t *out)
@@ -78,6 +80,14 @@ void marker_format(const struct marker *m, char *out, size_t outlen)
 	case MARK_EXHAUSTED: snprintf_(out, outlen, "exhausted:%d", m->attempts); break;
 	case MARK_ABSENT: snprintf_(out, outlen, "%s", ""); break;
 	}
+}
+
+int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns)
+{
+	struct invocation in = {.timeout_ns = timeout_ns};
+	return claim_wall_ns + RUNNER_CLAIM_TIMEOUT_MS * NS_PER_MS +
+	       DOCKER_OPEN_TIMEOUT_MS * NS_PER_MS + runner_worst_case_ns(&in) +
+	       RUNNER_RECORD_TIMEOUT_MS * NS_PER_MS + RUNNER_CLOCK_SKEW_MS * NS_PER_MS;
 }
 
 bool marker_eligible(const struct marker *m, int64_t now_ns)

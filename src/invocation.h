@@ -45,6 +45,17 @@ struct marker marker_parse(const char *s, size_t len);
 /* Formats m into out (at least 64 bytes). */
 void marker_format(const struct marker *m, char *out, size_t outlen);
 
+/*
+ * The deadline of the running marker written when an invocation is claimed
+ * at claim_wall_ns (now_wall_ns(), taken just before TryStart) for a rule
+ * whose timeout is timeout_ns (<= 0: the default). It is the claim instant
+ * plus every phase bound of the path that follows, so the marker outlives
+ * the container on any path; the bounds and where each is enforced are
+ * listed in one place, "Time bounds" in runner.h. The only place the
+ * running deadline is computed.
+ */
+int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns);
+
 /* Whether an invocation with marker m may run at now_ns. */
 bool marker_eligible(const struct marker *m, int64_t now_ns);
 

@@ -10,6 +10,13 @@
  * body {"StatusCode":N} when the process exits, so the runner can hold the
  * wait open while it pumps the attach stream on the same thread.
  *
+ * Why phases share deadlines instead of each call having its own timeout:
+ * the running marker's deadline is a sum of phase bounds (runner.h, "Time
+ * bounds"). Per-call timeouts would make the path's length the number of
+ * calls times the timeout, which nothing outside the runner can know; one
+ * deadline per phase, with every call given only what is left of it, keeps
+ * the whole path inside setup + handler + teardown whatever the daemon does.
+ *
  * Why secrets are scrubbed by hand: the values pass through jansson strings
  * and the serialised request; both are overwritten before being freed so a
  * later heap dump or reuse does not carry them. Docker itself keeps them in
@@ -21,9 +28,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -31,7 +40,6 @@
 #include "duration.h"
 #include "image.h"
 #include "log.h"
-#include "metrics.h"
 #include "util.h"
 
 #define WAIT_BODY_MAX (64u * 1024)
@@ -75,6 +83,69 @@ const char *runner_hostname(void)
 {
 	pthread_once(&host_once, host_init);
 	return host_name;
+}
+
+/* ---- time bounds and names ------------------------------------------- */
+
+int64_t runner_timeout_ns(int64_t timeout_ns)
+{
+	if (timeout_ns <= 0)
+		return TEMPLATE_DEFAULT_TIMEOUT_NS;
+	return timeout_ns > TEMPLATE_MAX_TIMEOUT_NS ? TEMPLATE_MAX_TIMEOUT_NS : timeout_ns;
+}
+
+static long setup_ms(const struct invocation *in);
+static long teardown_ms(const struct invocation *in);
+
+int64_t runner_worst_case_ns(const struct invocation *in)
+{
+	static const struct invocation none;
+	if (!in)
+		in = &none;
+	return (int64_t)setup_ms(in) * NS_PER_MS + runner_timeout_ns(in->timeout_ns) +
+	       (int64_t)teardown_ms(in) * NS_PER_MS + RUNNER_LOCAL_SLACK_MS * NS_PER_MS;
+}
+
+/* Appends at most max bytes of s to out at *o, each outside
+ * [A-Za-z0-9_.-] as '_'. */
+static void name_part(char *out, size_t *o, const char *s, size_t max)
+{
+	for (size_t i = 0; s[i] && i < max; i++) {
+		char c = s[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+		out[(*o)++] = ok ? c : '_';
+	}
+}
+
+/* 64 random bits: getrandom, or (no getrandom: an old kernel, a seccomp
+ * filter) the clock, the pid and a counter, still unique in this process
+ * and unlikely to repeat across processes. */
+static uint64_t name_random(void)
+{
+	static _Atomic uint64_t counter;
+	uint64_t v;
+	if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+		return v;
+	v = (uint64_t)now_wall_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)now_mono_ns();
+	return v + 0x9e3779b97f4a7c15ULL * ++counter;
+}
+
+char *runner_container_name(const struct invocation *in, char *out)
+{
+	/* 6 + 32 + 1 + 32 + 1 + 24 + 1 + 16 = 113 <= RUNNER_NAME_MAX */
+	size_t o = 0;
+	name_part(out, &o, "relay-", 6);
+	name_part(out, &o, in->function ? in->function : "none", 32);
+	out[o++] = '-';
+	name_part(out, &o, in->handler ? in->handler : "none", 32);
+	out[o++] = '-';
+	name_part(out, &o, in->message_id && *in->message_id ? in->message_id : "none", 24);
+	char hex[24];
+	snprintf_(hex, sizeof hex, "-%016" PRIx64, name_random());
+	name_part(out, &o, hex, 17);
+	out[o] = '\0';
+	return out;
 }
 
 /* ---- labels and prefix ----------------------------------------------- */
@@ -338,50 +409,116 @@ out:
 
 /* ---- Engine API helpers ---------------------------------------------- */
 
-int runner_remove_container(struct docker *d, const char *id, char **err)
+/* Milliseconds left until deadline for one call: at least 1, because a
+ * timeout of 0 means "no timeout" to docker_request, so a call made after
+ * its phase's deadline fails at once instead of waiting without limit. */
+static long call_ms(int64_t deadline)
+{
+	int64_t left = deadline - now_mono_ns();
+	if (left < NS_PER_MS)
+		return 1;
+	int64_t ms = left / NS_PER_MS;
+	return ms > 0x7fffffff ? 0x7fffffff : (long)ms;
+}
+
+static bool phase_over(int64_t deadline)
+{
+	return now_mono_ns() >= deadline;
+}
+
+/* DELETE ?force=1 of a container named by id or name, bounded by
+ * timeout_ms. 1 removed or going, 0 no such container, -1 with *err. */
+static int remove_once(struct docker *d, const char *ref, long timeout_ms, char **err)
 {
 	struct docker_response r;
-	char *path = xasprintf("/containers/%s?force=1", id);
+	char *path = xasprintf("/containers/%s?force=1", ref);
 	int rc = -1;
-	if (docker_request(d, "DELETE", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) < 0) {
-		*err = xasprintf("removing container %.12s: %s", id, docker_errmsg(d));
+	if (docker_request(d, "DELETE", path, NULL, 0, NULL, timeout_ms, &r) < 0) {
+		*err = xasprintf("removing container %.*s: %s", RUNNER_NAME_MAX, ref,
+				 docker_errmsg(d));
 		goto out;
 	}
-	if (r.status == 204 || r.status == 200 || r.status == 404 ||
+	if (r.status == 204 || r.status == 200 ||
 	    (r.status == 409 && strstr(docker_errmsg(d), "already in progress")))
+		rc = 1;
+	else if (r.status == 404)
 		rc = 0;
 	else
-		*err = xasprintf("removing container %.12s: %s", id, docker_errmsg(d));
+		*err = xasprintf("removing container %.*s: %s", RUNNER_NAME_MAX, ref,
+				 docker_errmsg(d));
 out:
 	docker_response_free(&r);
 	free(path);
 	return rc;
 }
 
-static void kill_container(struct docker *d, const char *id)
+int runner_remove_container(struct docker *d, const char *id, char **err)
 {
-	struct docker_response r;
-	char *path = xasprintf("/containers/%s/kill?signal=KILL", id);
-	if (docker_request(d, "POST", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) == 0 &&
-	    r.status != 204 && r.status != 404 && r.status != 409)
-		log_debug(LOG_ATTRS("container", id, "error", docker_errmsg(d)),
-			  "killing container failed");
-	docker_response_free(&r);
-	free(path);
+	return remove_once(d, id, RUNNER_API_TIMEOUT_MS, err) < 0 ? -1 : 0;
 }
 
-/* Kill (when it may be running) and remove: the abnormal-path backstop. */
-static void backstop(struct docker *d, const struct invocation *in, const char *id, bool kill)
+enum teardown_kind {
+	TEARDOWN_ID,	     /* a container we created: gone when 404 */
+	TEARDOWN_NAME_ONCE,  /* the daemon answered create: 404 is final */
+	TEARDOWN_NAME_AWAIT, /* create's answer was lost: the daemon may still
+				be creating it, so 404 is retried too */
+};
+
+static long teardown_ms(const struct invocation *in)
 {
+	long ms = in->teardown_timeout_ms;
+	return ms > 0 && ms < RUNNER_TEARDOWN_TIMEOUT_MS ? ms : RUNNER_TEARDOWN_TIMEOUT_MS;
+}
+
+static long setup_ms(const struct invocation *in)
+{
+	long ms = in->setup_timeout_ms;
+	return ms > 0 && ms < RUNNER_SETUP_TIMEOUT_MS ? ms : RUNNER_SETUP_TIMEOUT_MS;
+}
+
+/*
+ * The abnormal-path backstop: forced removal (the daemon kills a running
+ * container first) of ref, tried until it is gone or the teardown deadline
+ * passes. Returns 1 when it was removed (or was going), 0 when it is known
+ * not to exist, -1 when time ran out (logged; the orphan sweep is the last
+ * resort, the container carrying the relay.* labels).
+ */
+static int teardown(struct docker *d, const struct invocation *in, const char *ref,
+		    enum teardown_kind kind)
+{
+	int64_t deadline = now_mono_ns() + (int64_t)teardown_ms(in) * NS_PER_MS;
 	char *e = NULL;
-	if (kill)
-		kill_container(d, id);
-	if (runner_remove_container(d, id, &e) < 0) {
-		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
-				   id, "error", e),
-			 "backstop removal of an execution container failed");
+	int tries = 0;
+	for (;;) {
 		free(e);
+		e = NULL;
+		tries++;
+		int rc = remove_once(d, ref, call_ms(deadline), &e);
+		if (rc == 1 || (rc == 0 && kind != TEARDOWN_NAME_AWAIT)) {
+			free(e);
+			return rc;
+		}
+		if (phase_over(deadline))
+			break;
+		int64_t left = (deadline - now_mono_ns()) / NS_PER_MS;
+		sleep_ms_interruptible(
+			left < RUNNER_REMOVE_RETRY_MS ? left : RUNNER_REMOVE_RETRY_MS, NULL);
+		if (phase_over(deadline))
+			break;
 	}
+	char t[16];
+	snprintf_(t, sizeof t, "%d", tries);
+	if (kind == TEARDOWN_NAME_AWAIT && !e)
+		log_debug(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
+				    ref, "tries", t),
+			  "no container by this name appeared after the create timed out");
+	else
+		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
+				   ref, "tries", t, "error", e ? e : "not removed in time"),
+			 "backstop removal of an execution container failed; the startup "
+			 "orphan sweep removes it");
+	free(e);
+	return kind == TEARDOWN_NAME_AWAIT && !e ? 0 : -1;
 }
 
 /* Overwrites a jansson string's bytes in place before it is freed. */
@@ -571,7 +708,9 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	const char *F = in->function, *H = in->handler;
 	const char *host = in->hostname ? in->hostname : runner_hostname();
 	int64_t start = now_mono_ns();
-	int64_t timeout = in->timeout_ns > 0 ? in->timeout_ns : TEMPLATE_DEFAULT_TIMEOUT_NS;
+	/* Setup: secrets, create, attach and wait share one deadline. */
+	int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
+	int64_t timeout = runner_timeout_ns(in->timeout_ns);
 	struct docker_conn *attach = NULL, *waitc = NULL;
 	struct docker_response r = {0};
 	json_t *body = NULL, *created = NULL;
@@ -598,7 +737,7 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	buf_init(&waitbuf, WAIT_BODY_MAX);
 	image_hold(in->image);
 
-	/* 1-2: resolve secrets, create. */
+	/* 1-2: resolve secrets, create under a fresh name. */
 	body = create_body(in, host, &e);
 	if (!body) {
 		finish(out, RUNNER_ERROR, -1,
@@ -615,8 +754,17 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 				 F, H));
 		goto out;
 	}
-	int rq = docker_request(d, "POST", "/containers/create", text, strlen(text), NULL,
-				RUNNER_API_TIMEOUT_MS, &r);
+	if (phase_over(setup_deadline)) {
+		finish(out, RUNNER_ERROR, -1,
+		       xasprintf("function \"%s\" handler \"%s\": no time left to create the "
+				 "container (setup is bounded by %ld ms)",
+				 F, H, setup_ms(in)));
+		goto out;
+	}
+	const char *name = runner_container_name(in, out->container_name);
+	path = xasprintf("/containers/create?name=%s", name);
+	int rq = docker_request(d, "POST", path, text, strlen(text), NULL, call_ms(setup_deadline),
+				&r);
 	scrub(text, strlen(text));
 	free(text);
 	text = NULL;
@@ -624,6 +772,15 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": creating container from %s: %s",
 				 F, H, in->image, docker_errmsg(d)));
+		/* The answer was lost after the request left (a timeout, a
+		 * dropped connection): the daemon may have created the
+		 * container, or may still be creating it, with the secrets in
+		 * its Env. A 5xx answer leaves it unknown as well; a 4xx is a
+		 * refusal (and a 409 would be someone else's container). */
+		if (rq < 0 && !docker_request_unsent(d))
+			teardown(d, in, name, TEARDOWN_NAME_AWAIT);
+		else if (rq == 0 && r.status >= 500)
+			teardown(d, in, name, TEARDOWN_NAME_ONCE);
 		goto out;
 	}
 	created = json_loadb(r.body, r.len, 0, NULL);
@@ -633,42 +790,46 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 		       xasprintf("function \"%s\" handler \"%s\": creating container: the "
 				 "daemon's answer has no Id",
 				 F, H));
+		teardown(d, in, name, TEARDOWN_NAME_ONCE);
 		goto out;
 	}
 	strlcpy_(out->container_id, id, sizeof out->container_id);
 	id = out->container_id;
-	log_debug(LOG_ATTRS("function", F, "handler", H, "container", id), "container created");
+	log_debug(LOG_ATTRS("function", F, "handler", H, "container", id, "name", name),
+		  "container created");
 
 	/* 3: attach and wait before start. */
+	free(path);
 	path = xasprintf("/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
-	if (docker_hijack(d, path, &attach) < 0) {
+	if (docker_hijack_timeout(d, path, call_ms(setup_deadline), &attach) < 0) {
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": attaching to container %.12s: %s",
 				 F, H, id, docker_errmsg(d)));
-		backstop(d, in, id, false);
+		teardown(d, in, id, TEARDOWN_ID);
 		goto out;
 	}
 	free(path);
 	path = xasprintf("/containers/%s/wait?condition=next-exit", id);
-	if (docker_hijack(d, path, &waitc) < 0) {
+	if (docker_hijack_timeout(d, path, call_ms(setup_deadline), &waitc) < 0) {
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": waiting on container %.12s: %s",
 				 F, H, id, docker_errmsg(d)));
-		backstop(d, in, id, false);
+		teardown(d, in, id, TEARDOWN_ID);
 		goto out;
 	}
 
-	/* 4: start, stdin, output. */
+	/* 4: start, stdin, output: the handler phase, one deadline from just
+	 * before start. */
 	int64_t deadline = now_mono_ns() + timeout;
 	free(path);
 	path = xasprintf("/containers/%s/start", id);
 	docker_response_free(&r);
-	if (docker_request(d, "POST", path, NULL, 0, NULL, RUNNER_API_TIMEOUT_MS, &r) < 0 ||
+	if (docker_request(d, "POST", path, NULL, 0, NULL, call_ms(deadline), &r) < 0 ||
 	    (r.status != 204 && r.status != 304)) {
 		finish(out, RUNNER_ERROR, -1,
 		       xasprintf("function \"%s\" handler \"%s\": starting container %.12s: %s", F,
 				 H, id, docker_errmsg(d)));
-		backstop(d, in, id, true);
+		teardown(d, in, id, TEARDOWN_ID);
 		goto out;
 	}
 	if (in->payload_len) {
@@ -735,7 +896,7 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	runner_demux_flush(&demux);
 
 	if (abort_as != RUNNER_SUCCESS) {
-		backstop(d, in, id, true);
+		teardown(d, in, id, TEARDOWN_ID);
 		char dur[DURATION_STR_MAX];
 		if (abort_as == RUNNER_TIMEOUT)
 			finish(out, RUNNER_TIMEOUT, -1,

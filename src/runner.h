@@ -20,14 +20,30 @@
  *      EOF); demultiplex stdout/stderr and forward each line as it arrives;
  *   5. read the exit status from the wait. Exit 0 is success.
  *
- * The rule's timeout runs from just before start. When it expires the
- * container is killed and removed, and the outcome is RUNNER_TIMEOUT. The
+ * Time. Every Engine API call of an invocation belongs to one of three
+ * phases, each with one deadline that all of its calls share (see "Time
+ * bounds" below): setup (secrets, create, attach, wait) ends at most
+ * RUNNER_SETUP_TIMEOUT_MS after runner_invoke was entered; the handler phase
+ * (start, stdin, output, exit status) is the rule's timeout from just before
+ * start; teardown (forced removal, retried) ends at most
+ * RUNNER_TEARDOWN_TIMEOUT_MS after it began. When the handler deadline
+ * passes the container is removed and the outcome is RUNNER_TIMEOUT. The
  * caller's cancellation callback is polled every RUNNER_POLL_MS; when it
- * answers true the container is killed and removed (RUNNER_CANCELLED).
- * Explicit removal (DELETE ?force=1) happens only on those paths and when
- * attach, start or wait fail; it is idempotent (404 and "removal ... already
- * in progress" are success). A container that exits on its own is left to
- * AutoRemove.
+ * answers true the container is removed (RUNNER_CANCELLED). Explicit
+ * removal (DELETE ?force=1, which kills a running container first) happens
+ * only on those paths and when create, attach, start or wait fail; it is
+ * idempotent (404 and "removal ... already in progress" are success). A
+ * container that exits on its own is left to AutoRemove.
+ *
+ * Names. Each container is created with a name chosen before the request
+ * (runner_container_name: relay-<function>-<handler>-<message>-<random>),
+ * so a create whose answer never arrives (a timeout, a dropped connection)
+ * can still be found: the runner removes it by that name, retrying until
+ * the teardown deadline, because the daemon may finish creating it after
+ * the runner gave up waiting. Its Env holds secret values, which must not
+ * stay readable through docker inspect. Should even that fail, the
+ * container carries the relay.* labels and the next startup orphan sweep
+ * removes it.
  *
  * Output forwarding. Each line of the handler's stdout or stderr is written
  * with log_raw() (one write, whatever LOG_LEVEL says) as
@@ -45,8 +61,9 @@
  * Thread-safety: runner_invoke uses the caller's struct docker (one per
  * thread, docker.h) and opens two short-lived connections of its own
  * (attach and wait). Any number of threads may invoke at once, each with its
- * own handle. It holds image_hold(in->image) for the duration and moves the
- * in_flight_invocations gauge; handler metrics are the caller's.
+ * own handle. It holds image_hold(in->image) for the duration. Metrics are
+ * the caller's: the consumer alone moves in_flight_invocations (once per
+ * invocation) and records the handler metrics.
  */
 #ifndef RELAY_RUNNER_H
 #define RELAY_RUNNER_H
@@ -70,10 +87,61 @@
 #define RUNNER_LABEL_MAX 128
 /* How often a running invocation checks its cancellation callback. */
 #define RUNNER_POLL_MS 100
-/* Bounds on single Engine API calls made by the runner. */
+/* Bound on single Engine API calls outside an invocation (the sweep's). */
 #define RUNNER_API_TIMEOUT_MS 30000L
 /* Bound on the startup orphan sweep. */
 #define RUNNER_SWEEP_TIMEOUT_MS 30000
+/* Longest container name runner_container_name writes (without the NUL). */
+#define RUNNER_NAME_MAX 127
+
+/*
+ * Time bounds of one invocation, and the running marker
+ * -----------------------------------------------------
+ * The running marker (invocation.h) keeps a reclaim on any worker from
+ * running an invocation again until its deadline. It must outlive every path
+ * the invocation can take, including a daemon that answers each call at the
+ * last moment, or two containers would run the same invocation at once. So
+ * the deadline is the sum of the bounds that the code on that path enforces,
+ * phase by phase, from the instant the consumer computes it (just before
+ * TryStart):
+ *
+ *   phase     what runs                          bound                       enforced by
+ *   claim     TryStart (one Redis script)        RUNNER_CLAIM_TIMEOUT_MS     the consumer worker's Redis
+ *                                                                            command timeout
+ *   connect   the worker thread's first Docker   DOCKER_OPEN_TIMEOUT_MS      docker_open (GET /version),
+ *             connection (executor.c)                                        called by the executor
+ *   setup     secrets, create, attach, wait      RUNNER_SETUP_TIMEOUT_MS     runner: one deadline from
+ *             registration                                                   entry, shared by these calls
+ *   handler   start, stdin, output, exit status  the rule's timeout          runner: one deadline from
+ *                                                (runner_timeout_ns)         just before start
+ *   teardown  forced removal by id or by name,   RUNNER_TEARDOWN_TIMEOUT_MS  runner: one deadline from
+ *             retried                                                        its start, shared by tries
+ *   record    the outcome marker (ok, backoff)   RUNNER_RECORD_TIMEOUT_MS    the consumer worker's Redis
+ *                                                                            command timeout
+ *   slack     CPU work between bounded calls     RUNNER_LOCAL_SLACK_MS
+ *             workers' wall clocks disagreeing   RUNNER_CLOCK_SKEW_MS
+ *
+ * invocation_running_deadline() (invocation.h) adds them up; it is the only
+ * place the marker deadline is computed. runner_worst_case_ns() is the part
+ * the runner itself owns (setup + handler + teardown + local slack). Every
+ * path ends within it: a setup failure skips the handler phase, a handler
+ * that exits on its own skips teardown, and no call of a phase may outlive
+ * that phase's deadline (each gets the time left, at least 1 ms, never
+ * "no timeout"). Changing a bound here changes both at once.
+ *
+ * The cost is recovery latency: a worker that crashed mid-invocation is
+ * waited out for up to the whole sum (1m37s plus the rule's timeout)
+ * before a reclaim may run the handler again. That is the price of never
+ * running it twice concurrently.
+ */
+#define RUNNER_CLAIM_TIMEOUT_MS 10000L
+#define RUNNER_SETUP_TIMEOUT_MS 30000L
+#define RUNNER_TEARDOWN_TIMEOUT_MS 30000L
+#define RUNNER_RECORD_TIMEOUT_MS 10000L
+#define RUNNER_LOCAL_SLACK_MS 2000L
+#define RUNNER_CLOCK_SKEW_MS 5000L
+/* Pause between two removal tries within the teardown deadline. */
+#define RUNNER_REMOVE_RETRY_MS 250
 
 enum runner_outcome {
 	RUNNER_SUCCESS,	  /* exit status 0 */
@@ -109,6 +177,11 @@ struct invocation {
 	/* Polled every RUNNER_POLL_MS while the container runs; NULL = never. */
 	bool (*cancelled)(void *ctx);
 	void *cancel_ctx;
+	/* Phase bounds; 0 = RUNNER_SETUP_TIMEOUT_MS / RUNNER_TEARDOWN_TIMEOUT_MS.
+	 * A value can only shorten its bound (larger ones are cut to it), so
+	 * the marker deadline holds whatever is set here. Tests only. */
+	long setup_timeout_ms;
+	long teardown_timeout_ms;
 };
 
 struct invocation_result {
@@ -118,6 +191,9 @@ struct invocation_result {
 	char *error;	       /* NULL on success; else malloc'd, naming function and
 			       handler (and the secret reference, never a value) */
 	char container_id[72]; /* "" when none was created */
+	/* The name it was created under (runner_container_name); "" when the
+	 * invocation ended before create. */
+	char container_name[RUNNER_NAME_MAX + 1];
 };
 
 /* Runs one invocation; fills *out (release with invocation_result_free).
@@ -139,6 +215,15 @@ int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms,
  * (204, 404, 409 "already in progress"), -1 with *err otherwise. */
 int runner_remove_container(struct docker *d, const char *id, char **err);
 
+/* The rule's timeout as the runner enforces it: <= 0 means
+ * TEMPLATE_DEFAULT_TIMEOUT_NS, above TEMPLATE_MAX_TIMEOUT_NS is cut to it. */
+int64_t runner_timeout_ns(int64_t timeout_ns);
+
+/* The longest runner_invoke(in) can take on any path (see "Time bounds"):
+ * setup + handler timeout + teardown + RUNNER_LOCAL_SLACK_MS, with in's
+ * shortened bounds (in may be NULL: the full ones, default timeout). */
+int64_t runner_worst_case_ns(const struct invocation *in);
+
 /* gethostname(), read once per process (also the consumer name). */
 const char *runner_hostname(void);
 
@@ -148,6 +233,16 @@ const char *runner_hostname(void);
  * RUNNER_LABEL_MAX) bytes: valid UTF-8 is kept whole, control characters
  * and invalid bytes become '?'. Returns out. */
 char *runner_label_value(const char *s, char *out, size_t outsz);
+
+/*
+ * A fresh container name for in: "relay-<function>-<handler>-<message>-<16
+ * hex digits from getrandom>". Each part keeps [A-Za-z0-9_.-] and turns any
+ * other byte into '_', and is cut (function and handler to 32 bytes, the
+ * message id to 24; "none" when there is none), so the name always matches
+ * Docker's [a-zA-Z0-9][a-zA-Z0-9_.-]+ and fits RUNNER_NAME_MAX. out must
+ * hold RUNNER_NAME_MAX + 1 bytes. Returns out.
+ */
+char *runner_container_name(const struct invocation *in, char *out);
 
 /* The forwarding prefix for in (see above), malloc'd. */
 char *runner_format_prefix(const struct invocation *in);

@@ -1,7 +1,11 @@
 /*
  * The execution engine against the real Docker daemon: runtimes and
  * bootstraps, image builds and reuse, hardened containers, output
- * forwarding, timeouts, hygiene, the orphan sweep, env and secret injection.
+ * forwarding, timeouts, hygiene, the orphan sweep, env and secret injection;
+ * through a socket proxy that holds the daemon's answers, the time bounds of
+ * every phase and the removal of a container whose create timed out; through
+ * a consumer on a private redis-server, the in_flight_invocations gauge and
+ * the running marker while a handler runs.
  *
  * Needs a daemon on DOCKER_HOST and the python:3.14-slim and node:24-alpine
  * images (scripts/standin-images makes stand-ins). Every function name
@@ -11,20 +15,30 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "consumer.h"
 #include "docker.h"
+#include "duration.h"
+#include "executor.h"
 #include "fingerprint.h"
+#include "function.h"
 #include "image.h"
+#include "invocation.h"
+#include "itlib.h"
 #include "log.h"
+#include "metrics.h"
+#include "registry.h"
 #include "runner.h"
 #include "runtime.h"
 #include "secret.h"
@@ -1002,6 +1016,510 @@ TEST(orphan_sweep)
 	free(foreign);
 }
 
+/* ---- a Docker socket proxy that holds answers ------------------------- */
+
+/*
+ * Sits between a runner and the daemon's unix socket and forwards bytes both
+ * ways (half-closes included: the attach stream's stdin EOF is one). A
+ * request whose bytes contain `hold` still reaches the daemon, which acts on
+ * it, but its answer and everything after it on that connection are read
+ * and dropped: the runner never hears back, as from a daemon that takes
+ * longer than any bound. Counts the held requests and the held answers that
+ * were "201 Created" (the daemon made the container).
+ */
+#define PROXY_MAX_CONNS 256
+
+struct proxy {
+	char path[108];
+	char upstream[108];
+	char hold[64];
+	int lfd;
+	pthread_t accept_th;
+	atomic_int stop;
+	atomic_int held, held_201;
+	pthread_mutex_t lock;
+	pthread_t conns[PROXY_MAX_CONNS];
+	int nconns;
+};
+
+struct proxy_conn {
+	struct proxy *p;
+	int cfd;
+};
+
+static int unix_connect(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strlcpy_(a.sun_path, path, sizeof a.sun_path);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+static void *proxy_conn_main(void *arg)
+{
+	struct proxy_conn *pc = arg;
+	struct proxy *p = pc->p;
+	int cfd = pc->cfd;
+	free(pc);
+	int ufd = unix_connect(p->upstream);
+	char *chunk = xmalloc(65536);
+	char carry[64];
+	size_t carry_len = 0, hl = strlen(p->hold);
+	bool c_eof = false, u_eof = false, holding = false, status_seen = false;
+	while (ufd >= 0 && !atomic_load(&p->stop) && !(c_eof && u_eof)) {
+		struct pollfd f[2] = {{c_eof ? -1 : cfd, POLLIN, 0}, {u_eof ? -1 : ufd, POLLIN, 0}};
+		if (poll(f, 2, 100) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (f[0].revents) {
+			ssize_t n = read(cfd, chunk, 65536);
+			if (n < 0)
+				break;
+			if (n == 0) {
+				c_eof = true;
+				shutdown(ufd, SHUT_WR);
+			} else {
+				/* The pattern may straddle two reads. */
+				struct buf look;
+				buf_init(&look, sizeof carry + 65536);
+				buf_append(&look, carry, carry_len);
+				buf_append(&look, chunk, (size_t)n);
+				if (!holding && memmem(look.data, look.len, p->hold, hl)) {
+					holding = true;
+					atomic_fetch_add(&p->held, 1);
+				}
+				carry_len = look.len < sizeof carry ? look.len : sizeof carry;
+				memcpy(carry, look.data + look.len - carry_len, carry_len);
+				buf_free(&look);
+				if (write_all(ufd, chunk, (size_t)n) < 0)
+					break;
+			}
+		}
+		if (f[1].revents) {
+			ssize_t n = read(ufd, chunk, 65536);
+			if (n < 0)
+				break;
+			if (n == 0) {
+				u_eof = true;
+				if (!holding)
+					shutdown(cfd, SHUT_WR);
+			} else if (holding) {
+				if (!status_seen && n >= 12 && memcmp(chunk + 9, "201", 3) == 0)
+					atomic_fetch_add(&p->held_201, 1);
+				status_seen = true;
+			} else if (write_all(cfd, chunk, (size_t)n) < 0) {
+				break;
+			}
+		}
+	}
+	free(chunk);
+	if (ufd >= 0)
+		close(ufd);
+	close(cfd);
+	return NULL;
+}
+
+static void *proxy_accept_main(void *arg)
+{
+	struct proxy *p = arg;
+	while (!atomic_load(&p->stop)) {
+		struct pollfd f = {p->lfd, POLLIN, 0};
+		if (poll(&f, 1, 100) <= 0)
+			continue;
+		int cfd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (cfd < 0)
+			continue;
+		pthread_mutex_lock(&p->lock);
+		if (p->nconns == PROXY_MAX_CONNS) {
+			pthread_mutex_unlock(&p->lock);
+			close(cfd);
+			continue;
+		}
+		struct proxy_conn *pc = xmalloc(sizeof *pc);
+		*pc = (struct proxy_conn){p, cfd};
+		pthread_create(&p->conns[p->nconns++], NULL, proxy_conn_main, pc);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return NULL;
+}
+
+/* A proxy in front of this machine's daemon socket holding answers to
+ * requests containing hold; NULL (and *why) when the daemon is not on a
+ * unix socket. */
+static struct proxy *proxy_start(const char *hold, const char **why)
+{
+	struct docker_host h;
+	char *e = NULL;
+	if (docker_host_parse(getenv("DOCKER_HOST"), &h, &e) < 0 ||
+	    h.transport != DOCKER_TRANSPORT_UNIX) {
+		*why = "the Docker daemon is not on a unix socket";
+		free(e);
+		docker_host_clear(&h);
+		return NULL;
+	}
+	static int seq;
+	struct proxy *p = xcalloc(1, sizeof *p);
+	pthread_mutex_init(&p->lock, NULL);
+	strlcpy_(p->upstream, h.path, sizeof p->upstream);
+	docker_host_clear(&h);
+	strlcpy_(p->hold, hold, sizeof p->hold);
+	snprintf_(p->path, sizeof p->path, "%s/proxy-%d.sock", root, ++seq);
+	unlink(p->path);
+	p->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strlcpy_(a.sun_path, p->path, sizeof a.sun_path);
+	if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(p->lfd, 64) < 0) {
+		*why = "cannot listen on the proxy socket";
+		if (p->lfd >= 0)
+			close(p->lfd);
+		free(p);
+		return NULL;
+	}
+	pthread_create(&p->accept_th, NULL, proxy_accept_main, p);
+	return p;
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	if (!p)
+		return;
+	atomic_store(&p->stop, 1);
+	pthread_join(p->accept_th, NULL);
+	for (int i = 0; i < p->nconns; i++)
+		pthread_join(p->conns[i], NULL);
+	close(p->lfd);
+	unlink(p->path);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+/* A Docker handle whose requests go through the proxy. */
+static struct docker *open_via(const struct proxy *p)
+{
+	const char *old = getenv("DOCKER_HOST");
+	char *saved = old ? xstrdup(old) : NULL;
+	char *v = xasprintf("unix://%s", p->path);
+	setenv("DOCKER_HOST", v, 1);
+	struct docker *d = NULL;
+	char *e = NULL;
+	if (docker_open(&d, &e) < 0) {
+		printf("  through the proxy: %s\n", e);
+		free(e);
+	}
+	if (saved)
+		setenv("DOCKER_HOST", saved, 1);
+	else
+		unsetenv("DOCKER_HOST");
+	free(saved);
+	free(v);
+	return d;
+}
+
+/* Forced removal, on the direct handle, of every container labelled
+ * relay.function=fn; returns how many there were. */
+static int remove_labelled(const char *fn)
+{
+	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", fn);
+	struct buf enc;
+	buf_init(&enc, 4096);
+	for (const char *c = q; *c; c++) {
+		if ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.')
+			buf_append(&enc, c, 1);
+		else
+			buf_appendf(&enc, "%%%02X", (unsigned char)*c);
+	}
+	char *path = xasprintf("/containers/json?all=1&filters=%s", enc.data);
+	struct docker_response r;
+	int n = 0;
+	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
+		json_t *a = json_loadb(r.body, r.len, 0, NULL);
+		size_t i;
+		json_t *c;
+		json_array_foreach(a, i, c)
+		{
+			char *e = NULL;
+			const char *id = json_string_value(json_object_get(c, "Id"));
+			if (id && runner_remove_container(D, id, &e) < 0)
+				free(e);
+			n++;
+		}
+		json_decref(a);
+	}
+	docker_response_free(&r);
+	free(path);
+	buf_free(&enc);
+	free(q);
+	return n;
+}
+
+/* Defect 9: the create request reaches the daemon, which creates the
+ * container with the secret in its Env, but its answer never reaches the
+ * runner. Once the invocation has failed, no container of it is left, by
+ * label or by name: nothing for docker inspect to show the secret from. */
+TEST(create_timeout_leaves_no_container)
+{
+	REQUIRE(img_py[0]);
+	const char *why = NULL;
+	struct proxy *p = proxy_start("/containers/create?", &why);
+	if (!p) {
+		T_SKIP("%s", why);
+		return;
+	}
+	struct docker *pd = open_via(p);
+	REQUIRE(pd);
+	char fn[64];
+	snprintf_(fn, sizeof fn, "it-eng-ctmo-%d", pid);
+	char *e = NULL;
+	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
+	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
+	struct invocation in = inv(fn, img_py, "ok.handler");
+	in.secrets = secrets;
+	in.nsecrets = 1;
+	in.provider = SP;
+	in.setup_timeout_ms = 3000;
+	struct invocation_result r;
+	CHECK(runner_invoke(pd, &in, &r) < 0);
+	CHECK_INT(r.outcome, RUNNER_ERROR);
+	CHECK(has(r.error, "creating container"));
+	CHECK(!has(r.error, canary));
+	CHECK_INT(atomic_load(&p->held), 1);
+	/* The daemon did create it (the held answer was 201 Created): wait
+	 * for that answer, the runner may have given up first. */
+	for (int i = 0; i < 300 && atomic_load(&p->held_201) == 0; i++)
+		usleep(100 * 1000);
+	CHECK_INT(atomic_load(&p->held_201), 1);
+	int n = -1;
+	for (int i = 0; i < 300; i++) {
+		n = count_containers(fn);
+		if (n == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	CHECK_INT(n, 0);
+	CHECK(str_has_prefix(r.container_name, "relay-it-eng-ctmo-"));
+	if (r.container_name[0])
+		CHECK_INT(container_status(r.container_name), 404);
+	invocation_result_free(&r);
+	docker_close(pd);
+	proxy_stop(p);
+	remove_labelled(fn);
+}
+
+/* Defect 10, the runner's part: a daemon that never answers one kind of
+ * call, phase by phase. Every path still ends within the runner's worst
+ * case (setup + timeout + teardown + local slack), the bound the running
+ * marker is computed from; before, each call had its own 30 s. */
+TEST(slow_daemon_every_phase_within_bound)
+{
+	REQUIRE(img_py[0]);
+	static const struct {
+		const char *hold;
+		enum runner_outcome want;
+	} phases[] = {
+		{"/containers/create?", RUNNER_ERROR}, /* setup */
+		{"/attach?stream", RUNNER_ERROR},      /* setup */
+		{"/wait?condition", RUNNER_ERROR},     /* setup */
+		{"/start HTTP", RUNNER_ERROR},	       /* handler */
+		{"DELETE /", RUNNER_TIMEOUT},	       /* teardown after the timeout */
+	};
+	char fn[64];
+	snprintf_(fn, sizeof fn, "it-eng-slowd-%d", pid);
+	for (size_t i = 0; i < ARRAY_LEN(phases); i++) {
+		const char *why = NULL;
+		struct proxy *p = proxy_start(phases[i].hold, &why);
+		if (!p) {
+			T_SKIP("%s", why);
+			return;
+		}
+		struct docker *pd = open_via(p);
+		REQUIRE(pd);
+		struct invocation in = inv(fn, img_py, "slow.handler");
+		in.timeout_ns = NS_PER_SEC;
+		in.setup_timeout_ms = 2000;
+		in.teardown_timeout_ms = 2000;
+		struct invocation_result r;
+		int64_t t0 = now_mono_ns();
+		runner_invoke(pd, &in, &r);
+		int64_t took = now_mono_ns() - t0;
+		if (atomic_load(&p->held) < 1)
+			T_FAIL_("%s: the runner never reached this call", phases[i].hold);
+		if (took > runner_worst_case_ns(&in))
+			T_FAIL_("%s: took %lld ms, the bound is %lld ms", phases[i].hold,
+				(long long)(took / NS_PER_MS),
+				(long long)(runner_worst_case_ns(&in) / NS_PER_MS));
+		if (r.outcome != phases[i].want)
+			T_FAIL_("%s: outcome %s: %s", phases[i].hold,
+				runner_outcome_name(r.outcome), r.error ? r.error : "");
+		invocation_result_free(&r);
+		docker_close(pd);
+		proxy_stop(p);
+		remove_labelled(fn);
+	}
+}
+
+/* ---- through the consumer ---------------------------------------------- */
+
+/* Defect 14 and the consumer's part of defect 10, with one real handler
+ * running through the consumer and the executor: the in_flight_invocations
+ * gauge reads 1 while it runs and 0 once it is done, and the running marker
+ * written when it was claimed lasts at least as long as the longest path
+ * (invocation_running_deadline from the moment the event was added). */
+static double inflight_during = -1, inflight_after = -1;
+static char inflight_text_during[64], inflight_text_after[64];
+static struct marker marker_during;
+static int64_t marker_claim_floor, marker_timeout_ns;
+static bool consumer_ran;
+
+/* The "in_flight_invocations N" line of the exposition text. */
+static void gauge_line(char *out, size_t outsz)
+{
+	struct buf b;
+	buf_init(&b, 16u << 20);
+	metrics_render(&b);
+	const char *l = b.data ? strstr(b.data, "\nin_flight_invocations ") : NULL;
+	size_t n = l ? strcspn(l + 1, "\n") : 0;
+	snprintf_(out, outsz, "%.*s", (int)n, l ? l + 1 : "");
+	buf_free(&b);
+}
+
+TEST(consumer_one_handler_in_flight)
+{
+	REQUIRE(img_py[0]);
+	struct itredis R = {0};
+	if (it_redis_start(&R, NULL) < 0) {
+		T_SKIP("cannot start redis-server");
+		return;
+	}
+	char fn[64], stream[80], fns[320];
+	snprintf_(fn, sizeof fn, "it-eng-inflight-%d", pid);
+	snprintf_(stream, sizeof stream, "it-eng-inflight-%d", pid);
+	snprintf_(fns, sizeof fns, "%s/consumer-fns", root);
+	char *d = xasprintf("%s/%s", fns, fn);
+	/* slow.handler sleeps 60 s; the rule allows 1m, so only the test
+	 * ends it. The image is the Python function's (it has slow.py). */
+	write_file(d, "template.yaml",
+		   "runtime: python3.14\nevents:\n  - handler: slow.handler\n"
+		   "    pattern: {}\n    timeout: 1m\n");
+	write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
+	free(d);
+	struct function *f = NULL;
+	struct strlist errs = {0}, warns = {0};
+	int st = function_load(fns, fn, &f, &errs, &warns);
+	strlist_free(&errs);
+	strlist_free(&warns);
+	REQUIRE(st == FUNCTION_OK);
+	marker_timeout_ns = f->tpl->rules[0].timeout_ns;
+	struct registry *reg = registry_new();
+	struct fn_version **fvs = xcalloc(1, sizeof *fvs);
+	fvs[0] = fn_version_new(f, xstrdup(img_py), NULL);
+	registry_publish(reg, fvs, 1);
+
+	static volatile int cancel;
+	struct executor ex = {.provider = SP, .cancel = &cancel};
+	struct consumer_config cfg = {
+		.uri = &R.uri,
+		.stream = stream,
+		.group = "g",
+		.consumer = "worker-1",
+		.max_buffered = 4,
+		.max_concurrency = 2,
+		.backoff_ns = {3600 * NS_PER_SEC, 3600 * NS_PER_SEC, 3600 * NS_PER_SEC,
+			       3600 * NS_PER_SEC},
+		.block_ms = 100,
+		.registry = reg,
+		.invoke = executor_invoke,
+		.invoke_ctx = &ex,
+	};
+	struct redis *rc = it_conn(&R);
+	REQUIRE(rc);
+	char err[256];
+	REQUIRE(consumer_ensure_group(rc, stream, "g", err, sizeof err) == 0);
+	CHECK(metrics_gauge_value(METRIC_IN_FLIGHT) == 0);
+	struct consumer *c = consumer_start(&cfg);
+	REQUIRE(c);
+	marker_claim_floor = now_wall_ns();
+	redisReply *rep = redis_command(rc, "XADD %s * event %s", stream, "{\"id\":\"evt-if\"}");
+	char *id = rep && rep->type == REDIS_REPLY_STRING ? xstrdup(rep->str) : NULL;
+	if (rep)
+		freeReplyObject(rep);
+	REQUIRE(id);
+	char *key = invocation_key(stream, "g", id);
+	char *field = xasprintf("%s/slow.handler", fn);
+
+	/* Running: its container is up. */
+	char *cid = NULL;
+	for (int i = 0; i < 600 && !cid; i++) {
+		cid = find_running(fn);
+		if (!cid)
+			usleep(100 * 1000);
+	}
+	CHECK(cid != NULL);
+	if (cid) {
+		inflight_during = metrics_gauge_value(METRIC_IN_FLIGHT);
+		gauge_line(inflight_text_during, sizeof inflight_text_during);
+		rep = redis_command(rc, "HGET %s %s", key, field);
+		if (rep && rep->type == REDIS_REPLY_STRING)
+			marker_during = marker_parse(rep->str, rep->len);
+		if (rep)
+			freeReplyObject(rep);
+		/* End it from outside: a failure, recorded with a backoff. */
+		char *e = NULL;
+		CHECK(runner_remove_container(D, cid, &e) == 0);
+		free(e);
+	}
+	bool recorded = false;
+	for (int i = 0; i < 600 && !recorded; i++) {
+		rep = redis_command(rc, "HGET %s %s", key, field);
+		recorded = rep && rep->type == REDIS_REPLY_STRING &&
+			   str_has_prefix(rep->str, "next_attempt_at:");
+		if (rep)
+			freeReplyObject(rep);
+		if (!recorded)
+			usleep(100 * 1000);
+	}
+	CHECK(recorded);
+	inflight_after = metrics_gauge_value(METRIC_IN_FLIGHT);
+	gauge_line(inflight_text_after, sizeof inflight_text_after);
+	consumer_ran = cid != NULL && recorded;
+
+	CHECK(inflight_during == 1);
+	CHECK_STR(inflight_text_during, "in_flight_invocations 1");
+	CHECK(inflight_after == 0);
+	CHECK_STR(inflight_text_after, "in_flight_invocations 0");
+
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(rc);
+	it_redis_cleanup(&R);
+	remove_labelled(fn);
+	free(cid);
+	free(id);
+	free(key);
+	free(field);
+}
+
+/* The running marker the consumer wrote for that invocation (read while
+ * the handler ran) outlives every path of it. */
+TEST(consumer_running_marker_outlives_the_container)
+{
+	REQUIRE(consumer_ran);
+	CHECK_INT(marker_during.kind, MARK_RUNNING);
+	int64_t want = invocation_running_deadline(marker_claim_floor, marker_timeout_ns);
+	if (marker_during.deadline_ns < want)
+		T_FAIL_("the running marker expires %lld ms too early (it should last at least "
+			"claim + %lld ms)",
+			(long long)((want - marker_during.deadline_ns) / NS_PER_MS),
+			(long long)((want - marker_claim_floor) / NS_PER_MS));
+}
+
 /* ---- the examples ------------------------------------------------------- */
 
 TEST(examples_try_it)
@@ -1093,5 +1611,8 @@ T_MAIN(T_FIXTURE(setup), T_CASE(build_python_and_reuse), T_CASE(build_node_and_c
        T_CASE(output_forwarding), T_CASE(timeouts), T_CASE(hardening_labels_and_secret_placement),
        T_CASE(env_and_secret_injection), T_CASE(canary_never_in_images_or_logs),
        T_CASE(dependency_image_shared), T_CASE(edit_rebuild_gc_and_failed_build),
-       T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep), T_CASE(examples_try_it),
+       T_CASE(fifty_invocations_leave_no_container), T_CASE(orphan_sweep),
+       T_CASE(create_timeout_leaves_no_container), T_CASE(slow_daemon_every_phase_within_bound),
+       T_CASE(consumer_one_handler_in_flight),
+       T_CASE(consumer_running_marker_outlives_the_container), T_CASE(examples_try_it),
        T_FIXTURE(cleanup))

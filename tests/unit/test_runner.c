@@ -1,5 +1,9 @@
 /* The runner's pure parts (runner.h): label bounding, the output prefix,
- * stream demultiplexing and line splitting, wait answers. */
+ * stream demultiplexing and line splitting, wait answers, container names,
+ * and the time bounds the running marker is computed from. */
+#include "docker.h"
+#include "duration.h"
+#include "invocation.h"
 #include "runner.h"
 #include "t.h"
 #include "util.h"
@@ -213,6 +217,176 @@ TEST(outcome_names)
 	CHECK_STR(runner_outcome_name(RUNNER_CANCELLED), "cancelled");
 }
 
+/* Docker's rule for container names: [a-zA-Z0-9][a-zA-Z0-9_.-]+ */
+static bool docker_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < 2)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool alnum =
+			(c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && (i == 0 || (c != '_' && c != '.' && c != '-')))
+			return false;
+	}
+	return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+TEST(container_names)
+{
+	char name[RUNNER_NAME_MAX + 1];
+	struct invocation in = {.function = "user-events",
+				.handler = "events.created.handler",
+				.message_id = "1700000000000-0"};
+	runner_container_name(&in, name);
+	CHECK(str_has_prefix(name, "relay-user-events-events.created.handler-1700000000000-0-"));
+	CHECK_INT(strlen(name),
+		  strlen("relay-user-events-events.created.handler-1700000000000-0-") + 16);
+	CHECK(docker_name_ok(name));
+
+	/* Anything outside Docker's alphabet becomes '_'; each part is cut;
+	 * no message id is "none". */
+	char big[300];
+	memset(big, 'f', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	const struct invocation odd[] = {
+		{.function = "f/../x y", .handler = "h\xc3\xa9;$(rm)", .message_id = "a:b\n"},
+		{.function = big, .handler = big, .message_id = big},
+		{.function = "f", .handler = "h", .message_id = NULL},
+		{.function = "f", .handler = "h", .message_id = ""},
+		{.function = NULL, .handler = NULL},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(odd); i++) {
+		runner_container_name(&odd[i], name);
+		if (!docker_name_ok(name) || strlen(name) > RUNNER_NAME_MAX)
+			T_FAIL_("case %zu: bad name %s", i, name);
+	}
+	runner_container_name(&odd[0], name);
+	CHECK(str_has_prefix(name, "relay-f_.._x_y-h_____rm_-a_b_-"));
+	runner_container_name(&odd[2], name);
+	CHECK(str_has_prefix(name, "relay-f-h-none-"));
+	runner_container_name(&odd[1], name);
+	CHECK_INT(strlen(name), 6 + 32 + 1 + 32 + 1 + 24 + 1 + 16);
+
+	/* Fresh each time: 2000 names for the same invocation, all distinct. */
+	enum { N = 2000 };
+	char **names = xcalloc(N, sizeof *names);
+	for (int i = 0; i < N; i++)
+		names[i] = xstrdup(runner_container_name(&in, name));
+	qsort(names, N, sizeof *names, cmp_str);
+	int dups = 0;
+	for (int i = 1; i < N; i++)
+		dups += strcmp(names[i - 1], names[i]) == 0;
+	CHECK_INT(dups, 0);
+	for (int i = 0; i < N; i++)
+		free(names[i]);
+	free(names);
+}
+
+TEST(timeouts_as_enforced)
+{
+	CHECK_INT(runner_timeout_ns(0), TEMPLATE_DEFAULT_TIMEOUT_NS);
+	CHECK_INT(runner_timeout_ns(-5), TEMPLATE_DEFAULT_TIMEOUT_NS);
+	CHECK_INT(runner_timeout_ns(20 * NS_PER_SEC), 20 * NS_PER_SEC);
+	CHECK_INT(runner_timeout_ns(TEMPLATE_MAX_TIMEOUT_NS), TEMPLATE_MAX_TIMEOUT_NS);
+	CHECK_INT(runner_timeout_ns(INT64_MAX), TEMPLATE_MAX_TIMEOUT_NS);
+	/* The runner's own bound: setup + handler + teardown + local slack. */
+	CHECK_INT(runner_worst_case_ns(NULL),
+		  (RUNNER_SETUP_TIMEOUT_MS + RUNNER_TEARDOWN_TIMEOUT_MS + RUNNER_LOCAL_SLACK_MS) *
+				  NS_PER_MS +
+			  TEMPLATE_DEFAULT_TIMEOUT_NS);
+	/* Per-invocation bounds only ever shorten it. */
+	struct invocation in = {
+		.timeout_ns = NS_PER_SEC, .setup_timeout_ms = 2000, .teardown_timeout_ms = 3000};
+	CHECK_INT(runner_worst_case_ns(&in),
+		  (2000 + 3000 + RUNNER_LOCAL_SLACK_MS) * NS_PER_MS + NS_PER_SEC);
+	in.setup_timeout_ms = 100 * RUNNER_SETUP_TIMEOUT_MS;
+	in.teardown_timeout_ms = 100 * RUNNER_TEARDOWN_TIMEOUT_MS;
+	in.timeout_ns = 0;
+	CHECK_INT(runner_worst_case_ns(&in), runner_worst_case_ns(NULL));
+}
+
+/*
+ * Defect 10: the running marker must outlive every path of the invocation.
+ * Each path below is a sequence of phases, each taking its whole bound (a
+ * daemon answering every call at the last moment). It ends no later than
+ * the marker deadline minus the clock skew another worker may have, for
+ * every timeout a rule can have. (The deadline the consumer used to write,
+ * claim + timeout, fails every path through the handler phase.)
+ */
+TEST(marker_outlives_every_path)
+{
+	enum { CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, NPHASES };
+	static const struct {
+		const char *name;
+		int phases[NPHASES + 1]; /* -1 terminated */
+	} paths[] = {
+		{"create answer lost, removal by name",
+		 {CLAIM, CONNECT, SETUP, TEARDOWN, RECORD, -1}},
+		{"attach or wait refused", {CLAIM, CONNECT, SETUP, TEARDOWN, RECORD, -1}},
+		{"start hangs", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
+		{"handler times out", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
+		{"handler exits at its timeout", {CLAIM, CONNECT, SETUP, HANDLER, RECORD, -1}},
+		{"shutdown cancels it", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
+		{"wait answer unreadable", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
+	};
+	const int64_t timeouts[] = {0,
+				    1,
+				    NS_PER_MS,
+				    NS_PER_SEC,
+				    TEMPLATE_DEFAULT_TIMEOUT_NS,
+				    20 * NS_PER_SEC,
+				    TEMPLATE_MAX_TIMEOUT_NS,
+				    TEMPLATE_MAX_TIMEOUT_NS + 1};
+	const int64_t claim = 1700000000LL * NS_PER_SEC;
+	for (size_t t = 0; t < ARRAY_LEN(timeouts); t++) {
+		int64_t bound[NPHASES] = {
+			[CLAIM] = RUNNER_CLAIM_TIMEOUT_MS * NS_PER_MS,
+			[CONNECT] = DOCKER_OPEN_TIMEOUT_MS * NS_PER_MS,
+			[SETUP] = RUNNER_SETUP_TIMEOUT_MS * NS_PER_MS,
+			[HANDLER] = runner_timeout_ns(timeouts[t]),
+			[TEARDOWN] = RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS,
+			[RECORD] = RUNNER_RECORD_TIMEOUT_MS * NS_PER_MS,
+		};
+		int64_t deadline = invocation_running_deadline(claim, timeouts[t]);
+		/* Another worker whose clock runs ahead sees it expire early. */
+		int64_t seen_expiring = deadline - RUNNER_CLOCK_SKEW_MS * NS_PER_MS;
+		for (size_t p = 0; p < ARRAY_LEN(paths); p++) {
+			int64_t end = claim;
+			for (const int *ph = paths[p].phases; *ph >= 0; ph++)
+				end += bound[*ph];
+			/* Work between bounded calls. */
+			end += RUNNER_LOCAL_SLACK_MS * NS_PER_MS;
+			if (end > seen_expiring)
+				T_FAIL_("timeout %" PRId64 " path \"%s\": ends %" PRId64
+					" ns after the marker expires",
+					timeouts[t], paths[p].name, end - seen_expiring);
+		}
+		/* Each phase counts: the runner's part is exactly its worst case. */
+		struct invocation in = {.timeout_ns = timeouts[t]};
+		CHECK_INT(runner_worst_case_ns(&in), bound[SETUP] + bound[HANDLER] +
+							     bound[TEARDOWN] +
+							     RUNNER_LOCAL_SLACK_MS * NS_PER_MS);
+		int64_t sum = 0;
+		for (int ph = 0; ph < NPHASES; ph++)
+			sum += bound[ph];
+		CHECK_INT(deadline - claim,
+			  sum + (RUNNER_LOCAL_SLACK_MS + RUNNER_CLOCK_SKEW_MS) * NS_PER_MS);
+	}
+	/* Marker and runner agree on the timeout: a later claim, a later
+	 * deadline, by exactly as much. */
+	CHECK_INT(invocation_running_deadline(claim + 7, NS_PER_SEC) -
+			  invocation_running_deadline(claim, NS_PER_SEC),
+		  7);
+}
+
 T_MAIN(T_CASE(label_values_are_bounded), T_CASE(prefix_format), T_CASE(demux_every_split_point),
        T_CASE(long_lines_are_split), T_CASE(huge_output_memory_is_bounded), T_CASE(wait_answers),
-       T_CASE(outcome_names))
+       T_CASE(outcome_names), T_CASE(container_names), T_CASE(timeouts_as_enforced),
+       T_CASE(marker_outlives_every_path))
