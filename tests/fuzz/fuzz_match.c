@@ -1,12 +1,14 @@
 /*
  * libFuzzer target: arbitrary bytes as a stream message's event field,
  * decoded and matched against a fixed set of patterns that use every
- * operator. Besides crashes, leaks and hangs it checks three invariants:
+ * operator. Besides crashes, leaks and hangs it checks four invariants:
  * the pattern set agrees with rule-by-rule evaluation; a decoded event is an
- * object; and when jansson also accepts the text, matching its tree gives the
- * same answers as matching Relay's own decoding.
+ * object; every member of every object is what event_get finds for its key
+ * (the last member with that key); and when jansson also accepts the text,
+ * matching its tree gives the same answers as matching Relay's own decoding.
  */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,43 @@ static void init(void)
 	set = pattern_set_new((const struct pattern *const *)patterns, NPAT);
 }
 
+static bool same_key(const struct event_member *a, const struct event_member *b)
+{
+	return a->klen == b->klen && memcmp(a->key, b->key, a->klen) == 0;
+}
+
+/* event_get against the members themselves: the value found for member i's
+ * key belongs to a member with that key at or after i, and, in objects of up
+ * to 64 members (the exact check is quadratic), to the last such member. */
+static void check_lookups(const struct event_value *v)
+{
+	if (v->type == EVENT_ARRAY)
+		for (size_t i = 0; i < v->n; i++)
+			check_lookups(&v->u.items[i]);
+	if (v->type != EVENT_OBJECT)
+		return;
+	const struct event_member *first = event_member_at(v, 0);
+	for (size_t i = 0; i < v->n; i++) {
+		const struct event_member *m = event_member_at(v, i);
+		const struct event_value *got = event_get(v, m->key, m->klen);
+		CHECK(got, "member %zu of an object of %zu is not found by its key", i, v->n);
+		const struct event_member *owner =
+			(const void *)((const char *)got - offsetof(struct event_member, value));
+		size_t k = (size_t)(owner - first);
+		CHECK(k < v->n && k >= i && same_key(owner, m),
+		      "the key of member %zu of %zu finds member %zu", i, v->n, k);
+		if (v->n <= 64) {
+			size_t last = i;
+			for (size_t j = i + 1; j < v->n; j++)
+				if (same_key(event_member_at(v, j), m))
+					last = j;
+			CHECK(k == last, "the key of member %zu of %zu finds member %zu, not %zu",
+			      i, v->n, k, last);
+		}
+		check_lookups(&m->value);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int ready;
@@ -75,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!ev)
 		return 0;
 	CHECK(event_root(ev)->type == EVENT_OBJECT, "a decoded event is not an object");
+	check_lookups(event_root(ev));
 
 	bool naive[NPAT];
 	for (size_t i = 0; i < NPAT; i++)
