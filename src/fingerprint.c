@@ -65,6 +65,8 @@ static int read_all(int fd, size_t max, char **data, size_t *len)
 	return 0;
 }
 
+/* Reads the directory dfd, which it owns: every return closes it (and
+ * whatever else it opened), so a walk that stops early leaks nothing. */
 static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 {
 	int rc = -1;
@@ -75,6 +77,7 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 
 	if (depth > FN_TREE_MAX_DEPTH) {
 		l->err = xasprintf("%s: nested deeper than %d directories", rel, FN_TREE_MAX_DEPTH);
+		close(dfd);
 		goto out;
 	}
 	d = fdopendir(dfd);
@@ -106,6 +109,12 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 			goto out;
 		}
 		if (S_ISDIR(st.st_mode)) {
+			/* Too deep: refused before the directory is even opened. */
+			if (depth + 1 > FN_TREE_MAX_DEPTH) {
+				l->err = xasprintf("%s: nested deeper than %d directories", path,
+						   FN_TREE_MAX_DEPTH);
+				goto out;
+			}
 			int sub = openat(dirfd(d), e->d_name,
 					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sub < 0) {

@@ -1,10 +1,13 @@
 /* Fingerprint stability and the in-memory tree (fingerprint.h). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fingerprint.h"
+#include "function.h"
 #include "t.h"
 #include "tfiles.h"
 #include "util.h"
@@ -232,7 +235,186 @@ TEST(symlinks_recorded_special_files_refused)
 	free(d);
 }
 
+/* A fresh directory on a tmpfs when there is one: the trees below hold
+ * 10,000 files, which a loaded disk creates in tens of seconds. */
+static char *fast_tmpdir(void)
+{
+	char *d = xstrdup("/dev/shm/relay-test-fp-XXXXXX");
+	if (mkdtemp(d))
+		return d;
+	free(d);
+	return mkdtemp_();
+}
+
+/* Descriptors open in this process (the one reading /proc/self/fd aside). */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;
+}
+
+/* dir/rel/ as nested directories "d/d/d..." levels deep; returns the
+ * deepest one (malloc'd). */
+static char *nest(const char *dir, int levels)
+{
+	char *p = xstrdup(dir);
+	for (int i = 0; i < levels; i++) {
+		char *q = xasprintf("%s/d", p);
+		free(p);
+		p = q;
+		if (mkdir(p, 0755) < 0)
+			abort();
+	}
+	return p;
+}
+
+/* Loads and fingerprints dir times times, each expected to fail with a
+ * message holding want (or to succeed when want is NULL); returns the
+ * growth in open descriptors. */
+static int fds_leaked_by(const char *dir, const char *want, int times)
+{
+	int before = open_fds();
+	for (int i = 0; i < times; i++) {
+		struct fn_tree t;
+		char *e = NULL;
+		int rc = fn_tree_load(dir, &t, &e);
+		if (want) {
+			CHECK(rc < 0);
+			if (!e || !strstr(e, want))
+				T_FAIL_("error \"%s\" does not say \"%s\"", e ? e : "(none)", want);
+		} else {
+			CHECK(rc == 0);
+			fn_tree_free(&t);
+		}
+		free(e);
+		char hex[FINGERPRINT_HEX_LEN + 1];
+		e = NULL;
+		CHECK((fingerprint_dir(dir, hex, &e) == 0) == (want == NULL));
+		free(e);
+	}
+	return open_fds() - before;
+}
+
+/* Every early return of the tree walk closes what it opened: 100 loads
+ * of each tree that stops it leave the descriptor count where it was. */
+TEST(early_returns_close_their_descriptors)
+{
+	REQUIRE(open_fds() > 0);
+	char *d = fast_tmpdir();
+
+	char *deep = xasprintf("%s/deep", d);
+	mkdir(deep, 0755);
+	char *bottom = nest(deep, FN_TREE_MAX_DEPTH + 2);
+	put(bottom, "x.py", "X");
+	CHECK_INT(fds_leaked_by(deep, "nested deeper than", 100), 0);
+
+	/* The cap is hit three directories down, with all of them open; each
+	 * load reads 10,000 files, so fewer loads (a leak shows after one). */
+	char *many = xasprintf("%s/many", d);
+	mkdir(many, 0755);
+	char *mdir = nest(many, 3);
+	for (int i = 0; i <= FN_TREE_MAX_FILES; i++) {
+		char name[32];
+		snprintf_(name, sizeof name, "f%d", i);
+		put(mdir, name, "");
+	}
+	CHECK_INT(fds_leaked_by(many, "more than", 3), 0);
+
+	char *special = xasprintf("%s/special", d);
+	mkdir(special, 0755);
+	char *sdir = nest(special, 3);
+	char *fifo = xasprintf("%s/pipe", sdir);
+	REQUIRE(mkfifo(fifo, 0644) == 0);
+	CHECK_INT(fds_leaked_by(special, "not a regular file", 100), 0);
+
+	/* Symbolic links are recorded, never followed: a loop is just two
+	 * entries, and loading it succeeds. */
+	char *loop = xasprintf("%s/loop", d);
+	mkdir(loop, 0755);
+	char *l1 = xasprintf("%s/a", loop), *l2 = xasprintf("%s/b", loop),
+	     *l3 = xasprintf("%s/self", loop);
+	REQUIRE(symlink("b", l1) == 0 && symlink("a", l2) == 0 && symlink(".", l3) == 0);
+	CHECK_INT(fds_leaked_by(loop, NULL, 100), 0);
+
+	/* function.c walks the same trees (check_tree) when it loads one. */
+	put(deep, "template.yaml", "runtime: python3.14\n");
+	put(loop, "template.yaml", "runtime: python3.14\n");
+	int before = open_fds();
+	for (int i = 0; i < 100; i++) {
+		const char *names[] = {"deep", "loop"};
+		for (size_t k = 0; k < 2; k++) {
+			struct function *f = NULL;
+			struct strlist errors = {0}, warnings = {0};
+			CHECK(function_load(d, names[k], &f, &errors, &warnings) ==
+			      FUNCTION_INVALID);
+			function_free(f);
+			strlist_free(&errors);
+			strlist_free(&warnings);
+		}
+	}
+	CHECK_INT(open_fds() - before, 0);
+
+	t_rmtree(d);
+	free(deep);
+	free(bottom);
+	free(many);
+	free(mdir);
+	free(special);
+	free(sdir);
+	free(fifo);
+	free(loop);
+	free(l1);
+	free(l2);
+	free(l3);
+	free(d);
+}
+
+/* A directory the walk may not read stops it too. Root reads anything, so
+ * the loads run in a child that drops to nobody when started as root. */
+TEST(unreadable_directory_closes_its_descriptors)
+{
+	char *d = mkdtemp_();
+	REQUIRE(chmod(d, 0755) == 0);
+	char *bottom = nest(d, 3);
+	put(bottom, "x.py", "X");
+	char *locked = xasprintf("%s/locked", bottom);
+	REQUIRE(mkdir(locked, 0) == 0);
+	REQUIRE(chmod(locked, 0) == 0);
+	fflush(stdout);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+			_exit(100);
+		int leaked = fds_leaked_by(d, "cannot open directory", 100);
+		_exit(t_failed_ ? 101 : leaked > 99 ? 99 : leaked < 0 ? 98 : leaked);
+	}
+	int status = 0;
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	REQUIRE(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 100)
+		T_SKIP("cannot switch to uid 65534");
+	else if (WEXITSTATUS(status) == 101)
+		T_FAIL_("the walk did not fail on the unreadable directory");
+	else
+		CHECK_INT(WEXITSTATUS(status), 0);
+	t_rmtree(d);
+	free(bottom);
+	free(locked);
+	free(d);
+}
+
 T_MAIN(T_CASE(golden_value), T_CASE(same_tree_same_hash), T_CASE(every_change_changes_the_hash),
        T_CASE(no_ambiguity_between_path_and_content), T_CASE(recipe_is_part_of_the_fingerprint),
        T_CASE(disk_order_and_location_do_not_matter),
-       T_CASE(symlinks_recorded_special_files_refused))
+       T_CASE(symlinks_recorded_special_files_refused),
+       T_CASE(early_returns_close_their_descriptors),
+       T_CASE(unreadable_directory_closes_its_descriptors))
