@@ -80,7 +80,27 @@ struct compiler {
 	int nerr;
 };
 
-__attribute__((format(printf, 3, 4))) static void report(struct compiler *c, const char *path,
+/* Where a value is: a chain up to the pattern's own path, made into text
+ * only for a message, so a deep path costs nothing per value compiled. */
+struct at {
+	const struct at *up; /* NULL: key is the whole path */
+	const char *key;     /* a field or operator name; NULL: list element */
+	size_t klen;
+	size_t index;
+};
+
+static char *at_path(const struct at *a)
+{
+	if (!a->up)
+		return xstrdup(a->key);
+	char *up = at_path(a->up);
+	char *p =
+		a->key ? pattern_path_key(up, a->key, a->klen) : xasprintf("%s[%zu]", up, a->index);
+	free(up);
+	return p;
+}
+
+__attribute__((format(printf, 3, 4))) static void report(struct compiler *c, const struct at *at,
 							 const char *fmt, ...)
 {
 	c->nerr++;
@@ -90,7 +110,9 @@ __attribute__((format(printf, 3, 4))) static void report(struct compiler *c, con
 	va_start(ap, fmt);
 	char *msg = xvasprintf(fmt, ap);
 	va_end(ap);
+	char *path = at_path(at);
 	buf_appendf(c->errors, "%s: %s\n", path, msg);
+	free(path);
 	free(msg);
 }
 
@@ -234,31 +256,35 @@ static int parse_temporal(const char *s, size_t n, int64_t *offset)
 }
 
 /* The operands of one operator: a non-empty list, or (allow_single) one
- * value. Calls each() for every element with its path. */
-typedef void (*operand_fn)(struct compiler *c, const json_t *v, const char *path, void *arg);
+ * value. Calls each() for every element with its place; reserve() first
+ * learns how many there may be, so arrays grow once, not per element. */
+typedef void (*operand_fn)(struct compiler *c, const json_t *v, const struct at *at, void *arg);
 
-static void each_operand(struct compiler *c, const json_t *v, const char *path, bool allow_single,
-			 operand_fn fn, void *arg)
+static void each_operand(struct compiler *c, const json_t *v, const struct at *at,
+			 bool allow_single, void (*reserve)(void *arg, size_t n), operand_fn fn,
+			 void *arg)
 {
 	if (json_is_array(v)) {
-		if (json_array_size(v) == 0) {
-			report(c, path, "empty list matches nothing");
+		size_t n = json_array_size(v);
+		if (n == 0) {
+			report(c, at, "empty list matches nothing");
 			return;
 		}
-		for (size_t i = 0; i < json_array_size(v); i++) {
-			char *p = xasprintf("%s[%zu]", path, i);
-			fn(c, json_array_get(v, i), p, arg);
-			free(p);
+		reserve(arg, n);
+		for (size_t i = 0; i < n; i++) {
+			struct at item = {.up = at, .index = i};
+			fn(c, json_array_get(v, i), &item, arg);
 		}
 		return;
 	}
 	if (!allow_single) {
 		char *d = describe(v);
-		report(c, path, "must be a list, got %s", d);
+		report(c, at, "must be a list, got %s", d);
 		free(d);
 		return;
 	}
-	fn(c, v, path, arg);
+	reserve(arg, 1);
+	fn(c, v, at, arg);
 }
 
 struct scalars {
@@ -267,12 +293,18 @@ struct scalars {
 	bool strings_only;
 };
 
-static void add_scalar(struct compiler *c, const json_t *v, const char *path, void *arg)
+static void reserve_scalars(void *arg, size_t more)
+{
+	struct scalars *ss = arg;
+	ss->v = xrealloc(ss->v, (ss->n + more) * sizeof *ss->v);
+}
+
+static void add_scalar(struct compiler *c, const json_t *v, const struct at *at, void *arg)
 {
 	struct scalars *ss = arg;
 	if (ss->strings_only ? !json_is_string(v) : !is_scalar(v)) {
 		char *d = describe(v);
-		report(c, path, "%s, got %s",
+		report(c, at, "%s, got %s",
 		       ss->strings_only
 			       ? "must be a string"
 			       : "values must be scalars (string, number, boolean or null)",
@@ -280,7 +312,6 @@ static void add_scalar(struct compiler *c, const json_t *v, const char *path, vo
 		free(d);
 		return;
 	}
-	ss->v = xrealloc(ss->v, (ss->n + 1) * sizeof *ss->v);
 	scalar_from_json(v, &ss->v[ss->n++]);
 }
 
@@ -290,7 +321,13 @@ struct cmps {
 	enum cmp_op op;
 };
 
-static void add_cmp(struct compiler *c, const json_t *v, const char *path, void *arg)
+static void reserve_cmps(void *arg, size_t more)
+{
+	struct cmps *cs = arg;
+	cs->v = xrealloc(cs->v, (cs->n + more) * sizeof *cs->v);
+}
+
+static void add_cmp(struct compiler *c, const json_t *v, const struct at *at, void *arg)
 {
 	struct cmps *cs = arg;
 	struct cmp cm = {.op = cs->op};
@@ -300,7 +337,7 @@ static void add_cmp(struct compiler *c, const json_t *v, const char *path, void 
 		if (parse_temporal(json_string_value(v), json_string_length(v), &cm.offset_ns) <
 		    0) {
 			char *q = quote(json_string_value(v), json_string_length(v));
-			report(c, path,
+			report(c, at,
 			       "invalid temporal operand %s (use now() or now()±<Go duration>)", q);
 			free(q);
 			return;
@@ -308,18 +345,17 @@ static void add_cmp(struct compiler *c, const json_t *v, const char *path, void 
 		cm.temporal = true;
 	} else {
 		char *d = describe(v);
-		report(c, path, "must be a number or a now() expression, got %s", d);
+		report(c, at, "must be a number or a now() expression, got %s", d);
 		free(d);
 		return;
 	}
-	cs->v = xrealloc(cs->v, (cs->n + 1) * sizeof *cs->v);
 	cs->v[cs->n++] = cm;
 }
 
-static void compile_node(struct compiler *c, const json_t *obj, const char *path, int depth,
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
 			 struct node *out);
 
-static void compile_ops(struct compiler *c, const json_t *obj, const char *path, struct cond *cd)
+static void compile_ops(struct compiler *c, const json_t *obj, const struct at *at, struct cond *cd)
 {
 	const char *key;
 	size_t klen;
@@ -327,11 +363,11 @@ static void compile_ops(struct compiler *c, const json_t *obj, const char *path,
 	json_object_keylen_foreach((json_t *)obj, key, klen, v)
 	{
 		int op = operator_index(key, klen);
-		char *p = pattern_path_key(path, key, klen);
+		struct at p = {.up = at, .key = key, .klen = klen};
 		switch (op) {
 		case 0: { /* equals */
 			struct scalars ss = {.v = cd->eq, .n = cd->neq};
-			each_operand(c, v, p, true, add_scalar, &ss);
+			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
 			cd->eq = ss.v;
 			cd->neq = ss.n;
 			break;
@@ -341,7 +377,7 @@ static void compile_ops(struct compiler *c, const json_t *obj, const char *path,
 			struct scalars ss = {.v = op == 1 ? cd->pre : cd->suf,
 					     .n = op == 1 ? cd->npre : cd->nsuf,
 					     .strings_only = true};
-			each_operand(c, v, p, true, add_scalar, &ss);
+			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
 			if (op == 1) {
 				cd->pre = ss.v;
 				cd->npre = ss.n;
@@ -356,19 +392,18 @@ static void compile_ops(struct compiler *c, const json_t *obj, const char *path,
 				cd->exists = json_is_true(v);
 			} else {
 				char *d = describe(v);
-				report(c, p, "must be true or false, got %s", d);
+				report(c, &p, "must be true or false, got %s", d);
 				free(d);
 			}
 			break;
 		default: { /* gt gte lt lte */
 			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - 4)};
-			each_operand(c, v, p, true, add_cmp, &cs);
+			each_operand(c, v, &p, true, reserve_cmps, add_cmp, &cs);
 			cd->cmp = cs.v;
 			cd->ncmp = cs.n;
 			break;
 		}
 		}
-		free(p);
 	}
 }
 
@@ -396,20 +431,20 @@ static char *key_names(const json_t *obj, bool want_ops)
 	return buf_steal(&b);
 }
 
-static void compile_cond(struct compiler *c, const json_t *v, const char *path, int depth,
+static void compile_cond(struct compiler *c, const json_t *v, const struct at *at, int depth,
 			 struct cond *cd)
 {
 	cd->exists = -1;
 	if (json_is_array(v)) {
 		struct scalars ss = {0};
-		each_operand(c, v, path, false, add_scalar, &ss);
+		each_operand(c, v, at, false, reserve_scalars, add_scalar, &ss);
 		cd->eq = ss.v;
 		cd->neq = ss.n;
 		return;
 	}
 	if (!json_is_object(v)) {
 		char *d = describe(v);
-		report(c, path,
+		report(c, at,
 		       "condition must be a list of values, an operator map or a nested field map, "
 		       "got %s",
 		       d);
@@ -417,7 +452,7 @@ static void compile_cond(struct compiler *c, const json_t *v, const char *path, 
 		return;
 	}
 	if (json_object_size(v) == 0) {
-		report(c, path, "empty map (use exists: true to test presence)");
+		report(c, at, "empty map (use exists: true to test presence)");
 		return;
 	}
 	size_t nops = 0;
@@ -431,24 +466,24 @@ static void compile_cond(struct compiler *c, const json_t *v, const char *path, 
 	}
 	if (nops && nops != json_object_size(v)) {
 		char *ops = key_names(v, true), *fields = key_names(v, false);
-		report(c, path, "map mixes operator keys (%s) with field keys (%s)", ops, fields);
+		report(c, at, "map mixes operator keys (%s) with field keys (%s)", ops, fields);
 		free(ops);
 		free(fields);
 		return;
 	}
 	if (nops) {
-		compile_ops(c, v, path, cd);
+		compile_ops(c, v, at, cd);
 		return;
 	}
 	if (depth >= PATTERN_MAX_DEPTH) {
-		report(c, path, "pattern nested deeper than %d levels", PATTERN_MAX_DEPTH);
+		report(c, at, "pattern nested deeper than %d levels", PATTERN_MAX_DEPTH);
 		return;
 	}
 	cd->nested = xcalloc(1, sizeof *cd->nested);
-	compile_node(c, v, path, depth + 1, cd->nested);
+	compile_node(c, v, at, depth + 1, cd->nested);
 }
 
-static void compile_node(struct compiler *c, const json_t *obj, const char *path, int depth,
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
 			 struct node *out)
 {
 	size_t n = json_object_size(obj);
@@ -458,19 +493,18 @@ static void compile_node(struct compiler *c, const json_t *obj, const char *path
 	for (; it; it = json_object_iter_next((json_t *)obj, it)) {
 		const char *key = json_object_iter_key(it);
 		size_t klen = json_object_iter_key_len(it);
-		char *p = pattern_path_key(path, key, klen);
+		struct at p = {.up = at, .key = key, .klen = klen};
 		if (klen == 0) {
-			report(c, p, "empty field name");
+			report(c, &p, "empty field name");
 		} else if (depth == 1 && operator_index(key, klen) >= 0) {
-			report(c, p, "operator outside a field (write field: {%.*s: ...})",
+			report(c, &p, "operator outside a field (write field: {%.*s: ...})",
 			       (int)klen, key);
 		} else {
 			struct cond *cd = &out->conds[out->n++];
 			cd->key = xstrndup(key, klen);
 			cd->klen = klen;
-			compile_cond(c, json_object_iter_value(it), p, depth, cd);
+			compile_cond(c, json_object_iter_value(it), &p, depth, cd);
 		}
-		free(p);
 	}
 }
 
@@ -514,15 +548,16 @@ int pattern_compile(const json_t *node, const char *path, struct pattern **out, 
 	*out = NULL;
 	if (!path)
 		path = "pattern";
+	struct at root = {.key = path};
 	if (!node) {
-		report(&c, path, "pattern is required");
+		report(&c, &root, "pattern is required");
 	} else if (!json_is_object(node)) {
 		char *d = describe(node);
-		report(&c, path, "pattern must be a map of field conditions, got %s", d);
+		report(&c, &root, "pattern must be a map of field conditions, got %s", d);
 		free(d);
 	} else {
 		p = xcalloc(1, sizeof *p);
-		compile_node(&c, node, path, 1, &p->root);
+		compile_node(&c, node, &root, 1, &p->root);
 	}
 	if (c.nerr) {
 		pattern_free(p);
@@ -748,249 +783,319 @@ static void canon_scalar(const struct scalar *s, struct ckey *k)
 	}
 }
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
-static uint64_t ckey_hash(uint32_t path, const struct ckey *k)
-{
-	uint64_t h = mix64(((uint64_t)path << 8) | (uint64_t)k->kind);
-	switch (k->kind) {
-	case SC_INT: h ^= mix64((uint64_t)k->i); break;
-	case SC_REAL: {
-		uint64_t bits;
-		memcpy(&bits, &k->d, sizeof bits);
-		h ^= mix64(bits);
-		break;
-	}
-	case SC_STRING: {
-		uint64_t x = 14695981039346656037ull;
-		for (size_t i = 0; i < k->len; i++) {
-			x ^= (unsigned char)k->s[i];
-			x *= 1099511628211ull;
-		}
-		h ^= mix64(x);
-		break;
-	}
-	default: break;
-	}
-	return h;
-}
-
-static bool ckey_eq(const struct ckey *a, const struct ckey *b)
+/* Total order on index values: kind, then value (NaN, which no template
+ * operand can hold, after every other real). */
+static int ckey_cmp(const struct ckey *a, const struct ckey *b)
 {
 	if (a->kind != b->kind)
-		return false;
+		return a->kind < b->kind ? -1 : 1;
 	switch (a->kind) {
-	case SC_INT: return a->i == b->i;
-	case SC_REAL: return a->d == b->d;
-	case SC_STRING: return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
-	default: return true;
+	case SC_INT: return (a->i > b->i) - (a->i < b->i);
+	case SC_REAL:
+		if (isnan(a->d) || isnan(b->d))
+			return isnan(a->d) - isnan(b->d);
+		return (a->d > b->d) - (a->d < b->d);
+	case SC_STRING: {
+		int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+		return c ? c : (a->len > b->len) - (a->len < b->len);
+	}
+	default: return 0;
 	}
 }
-
-struct entry {
-	uint64_t hash;
-	uint32_t path;
-	struct ckey key; /* strings borrowed from the patterns */
-	uint32_t count;	 /* rules that could be filed here (selectivity) */
-	uint32_t *ids;
-	uint32_t nids, cap;
-	bool used;
-};
 
 struct segment {
 	const char *key;
 	size_t klen;
 };
 
+static int segs_cmp(const struct segment *a, size_t na, const struct segment *b, size_t nb)
+{
+	for (size_t i = 0; i < na && i < nb; i++) {
+		size_t n = a[i].klen < b[i].klen ? a[i].klen : b[i].klen;
+		int c = memcmp(a[i].key, b[i].key, n);
+		if (c || a[i].klen != b[i].klen)
+			return c ? c : (a[i].klen > b[i].klen) - (a[i].klen < b[i].klen);
+	}
+	return (na > nb) - (na < nb);
+}
+
+/* One (path, value) the index knows, in a sorted array: a lookup is a
+ * binary search (no hash, so no input can make it slow). */
+struct entry {
+	uint32_t path;
+	struct ckey key;    /* strings borrowed from the patterns */
+	uint32_t count;	    /* rule values that could be filed here (selectivity) */
+	uint32_t first, n;  /* the filed rules: set->ids[first..first+n), ascending */
+	uint32_t last_rule; /* while building: the rule filed last, +1 */
+};
+
 struct ipath {
-	struct segment *segs;
+	struct segment *segs; /* borrowed from the set's segment pool */
 	size_t nseg;
-	bool probed; /* some rule is filed under this path */
+	uint32_t lo, hi; /* its entries: entries[lo..hi) */
+	bool probed;	 /* some rule is filed under this path */
 };
 
 struct pattern_set {
 	const struct pattern *const *patterns;
 	size_t n;
-	struct entry *table;
-	size_t tsize; /* power of two */
-	size_t tused;
+	struct segment *pool; /* every indexed path's segments */
+	struct entry *entries;
+	size_t nentries;
+	uint32_t *ids;
 	struct ipath *paths;
 	size_t npaths;
 	uint32_t *probe; /* ids of the probed paths */
 	size_t nprobe;
 	uint32_t *unindexed;
 	size_t nunindexed;
+	uint64_t work; /* comparisons and allocations made building it */
 };
-
-static struct entry *table_find(const struct pattern_set *set, uint32_t path, const struct ckey *k,
-				uint64_t h)
-{
-	size_t mask = set->tsize - 1;
-	for (size_t i = h & mask;; i = (i + 1) & mask) {
-		struct entry *e = &set->table[i];
-		if (!e->used)
-			return e;
-		if (e->hash == h && e->path == path && ckey_eq(&e->key, k))
-			return e;
-	}
-}
-
-static struct entry *table_get(struct pattern_set *set, uint32_t path, const struct ckey *k)
-{
-	if ((set->tused + 1) * 2 > set->tsize) {
-		struct entry *old = set->table;
-		size_t oldsize = set->tsize;
-		set->tsize = oldsize ? oldsize * 2 : 64;
-		set->table = xcalloc(set->tsize, sizeof *set->table);
-		for (size_t i = 0; i < oldsize; i++)
-			if (old[i].used)
-				*table_find(set, old[i].path, &old[i].key, old[i].hash) = old[i];
-		free(old);
-	}
-	uint64_t h = ckey_hash(path, k);
-	struct entry *e = table_find(set, path, k, h);
-	if (!e->used) {
-		e->used = true;
-		e->hash = h;
-		e->path = path;
-		e->key = *k;
-		set->tused++;
-	}
-	return e;
-}
 
 /* A required-equality field of one rule. */
 struct req {
-	struct segment *segs;
+	uint32_t rule;
+	uint32_t path;
+	size_t seg; /* first segment in the pool */
 	size_t nseg;
 	const struct cond *cd;
-	uint32_t path;
 };
 
-static void collect_reqs(const struct node *nd, struct segment *stack, size_t depth,
-			 struct req **reqs, size_t *nreqs)
+struct builder {
+	struct pattern_set *set;
+	struct segment *pool;
+	size_t npool, cappool;
+	struct req *reqs;
+	size_t nreqs, capreqs;
+};
+
+/* Grows *v (of *cap elements of size sz) to hold need: doubling, so n
+ * appends cost O(n) copies and O(log n) allocations. */
+static void grow(struct pattern_set *set, void **v, size_t *cap, size_t need, size_t sz)
+{
+	if (need <= *cap)
+		return;
+	size_t c = *cap ? *cap : 16;
+	while (c < need)
+		c *= 2;
+	*v = xrealloc(*v, c * sz);
+	*cap = c;
+	set->work++;
+}
+
+static void collect_reqs(struct builder *b, uint32_t rule, const struct node *nd,
+			 struct segment *stack, size_t depth)
 {
 	for (size_t i = 0; i < nd->n; i++) {
 		const struct cond *cd = &nd->conds[i];
 		stack[depth].key = cd->key;
 		stack[depth].klen = cd->klen;
 		if (cd->nested) {
-			collect_reqs(cd->nested, stack, depth + 1, reqs, nreqs);
+			collect_reqs(b, rule, cd->nested, stack, depth + 1);
 		} else if (cd->exists < 0 && cd->npre == 0 && cd->nsuf == 0 && cd->ncmp == 0 &&
 			   cd->neq > 0) {
-			*reqs = xrealloc(*reqs, (*nreqs + 1) * sizeof **reqs);
-			struct req *r = &(*reqs)[(*nreqs)++];
+			grow(b->set, (void **)&b->reqs, &b->capreqs, b->nreqs + 1, sizeof *b->reqs);
+			grow(b->set, (void **)&b->pool, &b->cappool, b->npool + depth + 1,
+			     sizeof *b->pool);
+			struct req *r = &b->reqs[b->nreqs++];
+			r->rule = rule;
+			r->seg = b->npool;
 			r->nseg = depth + 1;
-			r->segs = xmalloc(r->nseg * sizeof *r->segs);
-			memcpy(r->segs, stack, r->nseg * sizeof *r->segs);
 			r->cd = cd;
+			memcpy(b->pool + b->npool, stack, r->nseg * sizeof *stack);
+			b->npool += r->nseg;
 		}
 	}
 }
 
-static uint32_t intern_path(struct pattern_set *set, const struct segment *segs, size_t nseg)
+struct sort_ctx {
+	const struct segment *pool;
+	const struct req *reqs;
+	uint64_t *work;
+};
+
+static int req_path_cmp(const void *x, const void *y, void *arg)
 {
-	for (size_t i = 0; i < set->npaths; i++) {
-		const struct ipath *p = &set->paths[i];
-		if (p->nseg != nseg)
-			continue;
-		size_t k = 0;
-		for (; k < nseg; k++)
-			if (p->segs[k].klen != segs[k].klen ||
-			    memcmp(p->segs[k].key, segs[k].key, segs[k].klen) != 0)
-				break;
-		if (k == nseg)
-			return (uint32_t)i;
-	}
-	set->paths = xrealloc(set->paths, (set->npaths + 1) * sizeof *set->paths);
-	struct ipath *p = &set->paths[set->npaths];
-	p->segs = xmalloc(nseg * sizeof *p->segs);
-	memcpy(p->segs, segs, nseg * sizeof *p->segs);
-	p->nseg = nseg;
-	p->probed = false;
-	return (uint32_t)set->npaths++;
+	struct sort_ctx *sc = arg;
+	const struct req *a = &sc->reqs[*(const uint32_t *)x], *b = &sc->reqs[*(const uint32_t *)y];
+	(*sc->work)++;
+	return segs_cmp(sc->pool + a->seg, a->nseg, sc->pool + b->seg, b->nseg);
 }
 
-static void entry_add(struct entry *e, uint32_t id)
+/* Gives every req the id of its path; equal paths share one. */
+static void intern_paths(struct builder *b)
 {
-	if (e->nids && e->ids[e->nids - 1] == id)
-		return; /* [1, 1.0] files the rule once */
-	if (e->nids == e->cap) {
-		e->cap = e->cap ? e->cap * 2 : 4;
-		e->ids = xrealloc(e->ids, e->cap * sizeof *e->ids);
+	struct pattern_set *set = b->set;
+	uint32_t *order = xmalloc((b->nreqs ? b->nreqs : 1) * sizeof *order);
+	for (size_t i = 0; i < b->nreqs; i++)
+		order[i] = (uint32_t)i;
+	struct sort_ctx sc = {b->pool, b->reqs, &set->work};
+	qsort_r(order, b->nreqs, sizeof *order, req_path_cmp, &sc);
+	set->paths = xcalloc(b->nreqs ? b->nreqs : 1, sizeof *set->paths);
+	for (size_t i = 0; i < b->nreqs; i++) {
+		struct req *r = &b->reqs[order[i]];
+		if (i == 0 || req_path_cmp(&order[i - 1], &order[i], &sc) != 0) {
+			struct ipath *p = &set->paths[set->npaths++];
+			p->segs = b->pool + r->seg;
+			p->nseg = r->nseg;
+		}
+		r->path = (uint32_t)(set->npaths - 1);
 	}
-	e->ids[e->nids++] = id;
+	free(order);
+	set->work += 3;
+}
+
+static int entry_cmp(const void *x, const void *y, void *arg)
+{
+	const struct entry *a = x, *b = y;
+	(*(uint64_t *)arg)++;
+	if (a->path != b->path)
+		return a->path < b->path ? -1 : 1;
+	return ckey_cmp(&a->key, &b->key);
+}
+
+/* Every (path, value) of every req, sorted and merged, counting the rule
+ * values that name each; each path gets its range of entries. */
+static void build_entries(struct builder *b)
+{
+	struct pattern_set *set = b->set;
+	size_t total = 0;
+	for (size_t r = 0; r < b->nreqs; r++)
+		total += b->reqs[r].cd->neq;
+	struct entry *all = xcalloc(total ? total : 1, sizeof *all);
+	size_t k = 0;
+	for (size_t r = 0; r < b->nreqs; r++)
+		for (size_t v = 0; v < b->reqs[r].cd->neq; v++, k++) {
+			all[k].path = b->reqs[r].path;
+			canon_scalar(&b->reqs[r].cd->eq[v], &all[k].key);
+		}
+	qsort_r(all, total, sizeof *all, entry_cmp, &set->work);
+	size_t m = 0;
+	for (size_t i = 0; i < total; i++) {
+		if (m == 0 || entry_cmp(&all[m - 1], &all[i], &set->work) != 0)
+			all[m++] = all[i];
+		all[m - 1].count++;
+	}
+	set->entries = all;
+	set->nentries = m;
+	for (size_t i = 0; i < m; i++) {
+		struct ipath *p = &set->paths[all[i].path];
+		if (p->lo == p->hi)
+			p->lo = (uint32_t)i;
+		p->hi = (uint32_t)i + 1;
+	}
+	set->work += 1;
+}
+
+/* The entry (path, k), or NULL; O(log entries). */
+static struct entry *entry_find(const struct pattern_set *set, uint32_t path, const struct ckey *k,
+				uint64_t *work)
+{
+	const struct ipath *p = &set->paths[path];
+	size_t lo = p->lo, hi = p->hi;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = ckey_cmp(&set->entries[mid].key, k);
+		if (work)
+			(*work)++;
+		if (c == 0)
+			return &set->entries[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static struct entry *req_entry(struct pattern_set *set, const struct req *r, size_t v)
+{
+	struct ckey k;
+	canon_scalar(&r->cd->eq[v], &k);
+	return entry_find(set, r->path, &k, &set->work);
+}
+
+/* Files each rule under its most selective required-equality field (the
+ * first of the cheapest, in pattern order), or lists it as unindexed. */
+static void file_rules(struct builder *b, const size_t *first_req)
+{
+	struct pattern_set *set = b->set;
+	const struct req **best = xcalloc(set->n ? set->n : 1, sizeof *best);
+	for (size_t i = 0; i < set->n; i++) {
+		uint64_t best_cost = UINT64_MAX;
+		for (size_t r = first_req[i]; r < first_req[i + 1]; r++) {
+			uint64_t cost = 0;
+			for (size_t v = 0; v < b->reqs[r].cd->neq; v++)
+				cost += req_entry(set, &b->reqs[r], v)->count;
+			if (cost < best_cost) {
+				best_cost = cost;
+				best[i] = &b->reqs[r];
+			}
+		}
+	}
+	/* Two passes: count each entry's rules, then place them, so the ids
+	 * are one array. [1, 1.0] files a rule once. */
+	size_t nids = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t e = 0; e < set->nentries; e++)
+			set->entries[e].last_rule = 0;
+		for (size_t i = 0; i < set->n; i++) {
+			if (!best[i]) {
+				if (pass == 0)
+					set->unindexed[set->nunindexed++] = (uint32_t)i;
+				continue;
+			}
+			set->paths[best[i]->path].probed = true;
+			for (size_t v = 0; v < best[i]->cd->neq; v++) {
+				struct entry *e = req_entry(set, best[i], v);
+				if (e->last_rule == i + 1)
+					continue;
+				e->last_rule = (uint32_t)i + 1;
+				if (pass == 0)
+					e->n++;
+				else
+					set->ids[e->first + e->n++] = (uint32_t)i;
+			}
+		}
+		if (pass == 0) {
+			for (size_t e = 0; e < set->nentries; e++) {
+				set->entries[e].first = (uint32_t)nids;
+				nids += set->entries[e].n;
+				set->entries[e].n = 0;
+			}
+			set->ids = xmalloc((nids ? nids : 1) * sizeof *set->ids);
+		}
+	}
+	free(best);
+	set->work += 2;
 }
 
 struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_t n)
 {
 	struct pattern_set *set = xcalloc(1, sizeof *set);
+	struct builder b = {.set = set};
 	struct segment stack[PATTERN_MAX_DEPTH + 1];
-	struct req **reqs = xcalloc(n ? n : 1, sizeof *reqs);
-	size_t *nreqs = xcalloc(n ? n : 1, sizeof *nreqs);
+	size_t *first_req = xmalloc((n + 1) * sizeof *first_req);
 
 	set->patterns = patterns;
 	set->n = n;
 	set->unindexed = xmalloc((n ? n : 1) * sizeof *set->unindexed);
-
-	/* 1: every candidate (path, value), counting rules per entry */
 	for (size_t i = 0; i < n; i++) {
-		collect_reqs(&patterns[i]->root, stack, 0, &reqs[i], &nreqs[i]);
-		for (size_t r = 0; r < nreqs[i]; r++) {
-			struct req *rq = &reqs[i][r];
-			rq->path = intern_path(set, rq->segs, rq->nseg);
-			for (size_t v = 0; v < rq->cd->neq; v++) {
-				struct ckey k;
-				canon_scalar(&rq->cd->eq[v], &k);
-				table_get(set, rq->path, &k)->count++;
-			}
-		}
+		first_req[i] = b.nreqs;
+		collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
 	}
-	/* 2: file each rule under its most selective field */
-	for (size_t i = 0; i < n; i++) {
-		struct req *best = NULL;
-		uint64_t best_cost = UINT64_MAX;
-		for (size_t r = 0; r < nreqs[i]; r++) {
-			struct req *rq = &reqs[i][r];
-			uint64_t cost = 0;
-			for (size_t v = 0; v < rq->cd->neq; v++) {
-				struct ckey k;
-				canon_scalar(&rq->cd->eq[v], &k);
-				cost += table_get(set, rq->path, &k)->count;
-			}
-			if (cost < best_cost) {
-				best_cost = cost;
-				best = rq;
-			}
-		}
-		if (!best) {
-			set->unindexed[set->nunindexed++] = (uint32_t)i;
-		} else {
-			set->paths[best->path].probed = true;
-			for (size_t v = 0; v < best->cd->neq; v++) {
-				struct ckey k;
-				canon_scalar(&best->cd->eq[v], &k);
-				entry_add(table_get(set, best->path, &k), (uint32_t)i);
-			}
-		}
-		for (size_t r = 0; r < nreqs[i]; r++)
-			free(reqs[i][r].segs);
-		free(reqs[i]);
-	}
-	free(reqs);
-	free(nreqs);
+	first_req[n] = b.nreqs;
+	intern_paths(&b);
+	build_entries(&b);
+	file_rules(&b, first_req);
+	set->pool = b.pool;
 	set->probe = xmalloc((set->npaths ? set->npaths : 1) * sizeof *set->probe);
 	for (size_t i = 0; i < set->npaths; i++)
 		if (set->paths[i].probed)
 			set->probe[set->nprobe++] = (uint32_t)i;
+	free(b.reqs);
+	free(first_req);
+	set->work += 5;
 	return set;
 }
 
@@ -998,12 +1103,10 @@ void pattern_set_free(struct pattern_set *set)
 {
 	if (!set)
 		return;
-	for (size_t i = 0; i < set->tsize; i++)
-		free(set->table[i].ids);
-	free(set->table);
-	for (size_t i = 0; i < set->npaths; i++)
-		free(set->paths[i].segs);
+	free(set->entries);
+	free(set->ids);
 	free(set->paths);
+	free(set->pool);
 	free(set->probe);
 	free(set->unindexed);
 	free(set);
@@ -1017,6 +1120,11 @@ size_t pattern_set_size(const struct pattern_set *set)
 size_t pattern_set_unindexed(const struct pattern_set *set)
 {
 	return set->nunindexed;
+}
+
+uint64_t pattern_set_build_work(const struct pattern_set *set)
+{
+	return set->work;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -1035,7 +1143,7 @@ size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, 
 	int sources = k > 0;
 	if (k)
 		memcpy(ids, set->unindexed, k * sizeof *ids);
-	for (size_t p = 0; p < set->nprobe && set->tsize; p++) {
+	for (size_t p = 0; p < set->nprobe; p++) {
 		const struct ipath *ip = &set->paths[set->probe[p]];
 		const struct event_value *v = root;
 		for (size_t s = 0; s < ip->nseg && v; s++)
@@ -1043,12 +1151,11 @@ size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, 
 		struct ckey key;
 		if (!v || !canon_event(v, &key))
 			continue;
-		const struct entry *e =
-			table_find(set, set->probe[p], &key, ckey_hash(set->probe[p], &key));
-		if (!e->used || !e->nids)
+		const struct entry *e = entry_find(set, set->probe[p], &key, NULL);
+		if (!e || !e->n)
 			continue;
-		memcpy(ids + k, e->ids, e->nids * sizeof *ids);
-		k += e->nids;
+		memcpy(ids + k, set->ids + e->first, e->n * sizeof *ids);
+		k += e->n;
 		sources++;
 	}
 	if (sources > 1)

@@ -103,6 +103,10 @@ void pattern_set_free(struct pattern_set *set);
 size_t pattern_set_size(const struct pattern_set *set);
 /* Rules that the index cannot narrow (evaluated for every event). */
 size_t pattern_set_unindexed(const struct pattern_set *set);
+/* Comparisons and allocations pattern_set_new made for this set: at most
+ * c · m · log2(m) for m required-equality values over all patterns (a
+ * bound tests check, since building is sorting and binary search). */
+uint64_t pattern_set_build_work(const struct pattern_set *set);
 
 /* Stores the ids of the matching patterns in ascending order into ids, which
  * must have room for pattern_set_size(set) entries, and returns how many.
