@@ -1,32 +1,32 @@
 /*
- * template.yaml parser. The libfyaml document tree is walked once; each
- * field is checked against the rules below and every problem recorded with
- * its path, so an operator sees all mistakes at once (OpenSMTPD parse.y
- * style). A pattern is converted into a jansson tree (core-schema typed)
- * and compiled by pattern.c.
+ * template.yaml parser. The YAML is read by yaml.c into a bounded tree,
+ * which is walked once; each field is checked against the rules below and
+ * every problem recorded with its path, so an operator sees all mistakes at
+ * once (OpenSMTPD parse.y style). A pattern is converted into a jansson
+ * tree (core-schema typed) and compiled by pattern.c.
  *
- * Bounds: the text is at most TEMPLATE_MAX_BYTES; converting a pattern
- * (aliases included) visits at most NODE_BUDGET nodes and nests at most
- * MAX_DEPTH levels, so an alias bomb or a deep nest is an error, not an
- * explosion.
+ * Bounds (template.h has the cost model): the text is at most
+ * TEMPLATE_MAX_BYTES; the whole document, aliases expanded, is at most
+ * TEMPLATE_MAX_NODES nodes nested at most TEMPLATE_MAX_DEPTH levels, both
+ * checked by yaml.c while reading, before anything is built for an
+ * expansion. Every walk below follows aliases, so each one is bounded by
+ * those two figures: an alias bomb, in one rule or spread over many, is an
+ * error, not an explosion.
  */
 #include "template.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <libfyaml.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "duration.h"
+#include "yaml.h"
 
-#define NODE_BUDGET 100000
-#define MAX_DEPTH 64
 #define MAX_HANDLER_LEN 255
-#define MAX_ITEMS 1000
 
 void strlist_add(struct strlist *l, char *s)
 {
@@ -177,41 +177,31 @@ static bool match_float(const char *t, size_t n, double *out)
 }
 
 /* Types a scalar node by the core schema. */
-static void classify(struct fy_node *n, struct yscalar *y)
+static void classify(const struct ynode *n, struct yscalar *y)
 {
 	memset(y, 0, sizeof *y);
-	y->text = fy_node_get_scalar(n, &y->len);
-	if (!y->text) {
-		y->text = "";
-		y->len = 0;
-	}
-	size_t taglen = 0;
-	const char *tag = fy_node_get_tag(n, &taglen);
-	enum fy_node_style style = fy_node_get_style(n);
+	y->text = n->u.s.text;
+	y->len = n->u.s.len;
 	const char *t = y->text;
 	size_t len = y->len;
 
-	if (tag) {
-		if (text_eq(tag, taglen, "tag:yaml.org,2002:str") ||
-		    text_eq(tag, taglen, "!!str")) {
+	if (n->tag != YT_NONE) {
+		if (n->tag == YT_STR) {
 			y->type = Y_STR;
 			return;
 		}
 		bool ok = false;
-		if (text_eq(tag, taglen, "tag:yaml.org,2002:int") ||
-		    text_eq(tag, taglen, "!!int")) {
+		if (n->tag == YT_INT) {
 			ok = match_int(t, len, &y->i, &y->int_overflow) && !y->int_overflow;
 			y->type = Y_INT;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:float") ||
-			   text_eq(tag, taglen, "!!float")) {
+		} else if (n->tag == YT_FLOAT) {
 			ok = match_float(t, len, &y->f);
 			if (!ok && match_int(t, len, &y->i, &y->int_overflow)) {
 				ok = true;
 				y->f = (double)y->i;
 			}
 			y->type = Y_FLOAT;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:bool") ||
-			   text_eq(tag, taglen, "!!bool")) {
+		} else if (n->tag == YT_BOOL) {
 			ok = true;
 			if (text_eq(t, len, "true") || text_eq(t, len, "True") ||
 			    text_eq(t, len, "TRUE"))
@@ -220,8 +210,7 @@ static void classify(struct fy_node *n, struct yscalar *y)
 				   text_eq(t, len, "FALSE")))
 				ok = false;
 			y->type = Y_BOOL;
-		} else if (text_eq(tag, taglen, "tag:yaml.org,2002:null") ||
-			   text_eq(tag, taglen, "!!null")) {
+		} else if (n->tag == YT_NULL) {
 			ok = len == 0 || text_eq(t, len, "~") || text_eq(t, len, "null") ||
 			     text_eq(t, len, "Null") || text_eq(t, len, "NULL");
 			y->type = Y_NULL;
@@ -230,7 +219,7 @@ static void classify(struct fy_node *n, struct yscalar *y)
 			y->type = Y_BAD;
 		return;
 	}
-	if (style != FYNS_PLAIN) {
+	if (!n->plain) {
 		y->type = Y_STR;
 		return;
 	}
@@ -272,19 +261,9 @@ static const char *type_name(enum ytype t)
 	return "?";
 }
 
-/* Follows aliases; NULL stays NULL. */
-static struct fy_node *deref(struct fy_node *n)
+/* A node's core-schema type; an absent node (NULL) is null. */
+static enum ytype node_type(const struct ynode *n, struct yscalar *y)
 {
-	for (int i = 0; n && fy_node_is_alias(n) && i < 32; i++)
-		n = fy_node_resolve_alias(n);
-	if (n && fy_node_is_alias(n))
-		return NULL;
-	return n;
-}
-
-static enum ytype node_type(struct fy_node *n, struct yscalar *y)
-{
-	n = deref(n);
 	if (!n) {
 		if (y) {
 			memset(y, 0, sizeof *y);
@@ -292,9 +271,9 @@ static enum ytype node_type(struct fy_node *n, struct yscalar *y)
 		}
 		return Y_NULL;
 	}
-	switch (fy_node_get_type(n)) {
-	case FYNT_SEQUENCE: return Y_SEQ;
-	case FYNT_MAPPING: return Y_MAP;
+	switch (n->type) {
+	case YN_SEQ: return Y_SEQ;
+	case YN_MAP: return Y_MAP;
 	default: {
 		struct yscalar tmp;
 		classify(n, y ? y : &tmp);
@@ -318,29 +297,50 @@ static char *shown(const struct yscalar *y)
 
 /* ---- pattern → JSON --------------------------------------------------- */
 
+/* Where a node is, as a chain up to the pattern's own path: the text of a
+ * path is only made for a message, so a deep path costs nothing per node. */
+struct seg {
+	const struct seg *up; /* NULL: key is the whole path */
+	const char *key;      /* a map key, or NULL for a list index */
+	size_t klen;
+	size_t index;
+};
+
+static char *seg_path(const struct seg *s)
+{
+	if (!s->up)
+		return xstrdup(s->key);
+	char *up = seg_path(s->up);
+	char *p =
+		s->key ? pattern_path_key(up, s->key, s->klen) : xasprintf("%s[%zu]", up, s->index);
+	free(up);
+	return p;
+}
+
 struct conv {
-	int budget;
 	struct strlist *errors;
-	const char *path;
 	bool failed;
 };
 
-static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char *path)
+__attribute__((format(printf, 3, 4))) static void conv_error(struct conv *c, const struct seg *at,
+							     const char *fmt, ...)
 {
-	if (c->failed)
-		return NULL;
-	if (--c->budget < 0 || depth > MAX_DEPTH) {
-		strlist_addf(
-			c->errors,
-			"%s: pattern too large or too deeply nested (limits: %d nodes, depth %d)",
-			c->path, NODE_BUDGET, MAX_DEPTH);
-		(void)path;
-		c->failed = true;
-		return NULL;
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	char *path = seg_path(at);
+	strlist_addf(c->errors, "%s: %s", path, msg);
+	free(path);
+	free(msg);
+	c->failed = true;
+}
+
+/* Converts n (its nodes and depth bounded by yaml.c, aliases included). */
+static json_t *to_json(struct conv *c, const struct ynode *n, const struct seg *at)
+{
 	struct yscalar y;
 	enum ytype t = node_type(n, &y);
-	n = deref(n);
 	switch (t) {
 	case Y_NULL: return json_null();
 	case Y_BOOL: return json_boolean(y.b);
@@ -348,29 +348,23 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 	case Y_FLOAT:
 		if (!isfinite(y.f)) {
 			char *s = shown(&y);
-			strlist_addf(c->errors, "%s: %s is not a finite number", path, s);
+			conv_error(c, at, "%s is not a finite number", s);
 			free(s);
-			c->failed = true;
 			return NULL;
 		}
 		return json_real(y.f);
 	case Y_STR: return json_stringn_nocheck(y.text, y.len);
 	case Y_BAD: {
 		char *s = shown(&y);
-		strlist_addf(c->errors, "%s: %s does not match its explicit tag", path, s);
+		conv_error(c, at, "%s does not match its explicit tag", s);
 		free(s);
-		c->failed = true;
 		return NULL;
 	}
 	case Y_SEQ: {
 		json_t *a = json_array();
-		void *it = NULL;
-		struct fy_node *item;
-		size_t i = 0;
-		while ((item = fy_node_sequence_iterate(n, &it))) {
-			char *ipath = xasprintf("%s[%zu]", path, i++);
-			json_t *v = to_json(c, item, depth + 1, ipath);
-			free(ipath);
+		for (uint32_t i = 0; i < n->n; i++) {
+			struct seg item = {.up = at, .index = i};
+			json_t *v = to_json(c, n->u.kids[i], &item);
 			if (!v) {
 				json_decref(a);
 				return NULL;
@@ -381,36 +375,27 @@ static json_t *to_json(struct conv *c, struct fy_node *n, int depth, const char 
 	}
 	case Y_MAP: {
 		json_t *o = json_object();
-		void *it = NULL;
-		struct fy_node_pair *p;
-		while ((p = fy_node_mapping_iterate(n, &it))) {
+		for (uint32_t i = 0; i < n->n; i++) {
 			struct yscalar k;
-			enum ytype kt = node_type(fy_node_pair_key(p), &k);
+			enum ytype kt = node_type(n->u.kids[2 * i], &k);
 			if (kt == Y_SEQ || kt == Y_MAP || kt == Y_BAD) {
-				strlist_addf(c->errors, "%s: a pattern key must be a scalar", path);
-				c->failed = true;
+				conv_error(c, at, "a pattern key must be a scalar");
 				json_decref(o);
 				return NULL;
 			}
-			char *key = xstrndup(k.text, k.len);
-			if (strlen(key) != k.len) {
-				strlist_addf(c->errors, "%s: a pattern key contains a NUL byte",
-					     path);
-				free(key);
-				c->failed = true;
+			if (memchr(k.text, '\0', k.len)) {
+				conv_error(c, at, "a pattern key contains a NUL byte");
 				json_decref(o);
 				return NULL;
 			}
-			char *kpath = pattern_path_key(path, key, k.len);
-			json_t *v = to_json(c, fy_node_pair_value(p), depth + 1, kpath);
-			free(kpath);
+			struct seg field = {.up = at, .key = k.text, .klen = k.len};
+			json_t *v = to_json(c, n->u.kids[2 * i + 1], &field);
 			if (!v) {
-				free(key);
 				json_decref(o);
 				return NULL;
 			}
-			json_object_set_new_nocheck(o, key, v);
-			free(key);
+			/* k.text is NUL-terminated (yaml.c) and holds no NUL. */
+			json_object_set_new_nocheck(o, k.text, v);
 		}
 		return o;
 	}
@@ -438,34 +423,30 @@ static void err(struct ctx *c, const char *path, const char *fmt, ...)
 }
 
 /* Looks up key in a mapping node (NULL when absent). */
-static struct fy_node *map_get(struct fy_node *map, const char *key, bool *present)
+static const struct ynode *map_get(const struct ynode *map, const char *key, bool *present)
 {
-	void *it = NULL;
-	struct fy_node_pair *p;
 	*present = false;
-	while ((p = fy_node_mapping_iterate(map, &it))) {
+	for (uint32_t i = 0; i < map->n; i++) {
 		struct yscalar k;
-		if (node_type(fy_node_pair_key(p), &k) == Y_STR && text_eq(k.text, k.len, key)) {
+		if (node_type(map->u.kids[2 * i], &k) == Y_STR && text_eq(k.text, k.len, key)) {
 			*present = true;
-			return fy_node_pair_value(p);
+			return map->u.kids[2 * i + 1];
 		}
 	}
 	return NULL;
 }
 
 /* Warns about keys not in known[]; errors for non-string keys. */
-static void check_keys(struct ctx *c, struct fy_node *map, const char *path,
+static void check_keys(struct ctx *c, const struct ynode *map, const char *path,
 		       const char *const *known)
 {
-	void *it = NULL;
-	struct fy_node_pair *p;
-	while ((p = fy_node_mapping_iterate(map, &it))) {
+	for (uint32_t i = 0; i < map->n; i++) {
 		struct yscalar k;
-		enum ytype kt = node_type(fy_node_pair_key(p), &k);
+		enum ytype kt = node_type(map->u.kids[2 * i], &k);
 		bool ok = false;
 		if (kt == Y_STR || kt == Y_INT || kt == Y_BOOL || kt == Y_NULL || kt == Y_FLOAT) {
-			for (size_t i = 0; known[i]; i++)
-				if (kt == Y_STR && text_eq(k.text, k.len, known[i]))
+			for (size_t j = 0; known[j]; j++)
+				if (kt == Y_STR && text_eq(k.text, k.len, known[j]))
 					ok = true;
 			if (!ok) {
 				char *s = shown(&k);
@@ -480,10 +461,10 @@ static void check_keys(struct ctx *c, struct fy_node *map, const char *path,
 }
 
 /* A Go duration string > 0 and ≤ 5m; default when absent. */
-static int64_t get_timeout(struct ctx *c, struct fy_node *parent, const char *path)
+static int64_t get_timeout(struct ctx *c, const struct ynode *parent, const char *path)
 {
 	bool present;
-	struct fy_node *n = map_get(parent, "timeout", &present);
+	const struct ynode *n = map_get(parent, "timeout", &present);
 	if (!present)
 		return TEMPLATE_DEFAULT_TIMEOUT_NS;
 	char *p = xasprintf("%s.timeout", path);
@@ -509,10 +490,10 @@ static int64_t get_timeout(struct ctx *c, struct fy_node *parent, const char *pa
 	return d;
 }
 
-static int get_retries(struct ctx *c, struct fy_node *parent, const char *path)
+static int get_retries(struct ctx *c, const struct ynode *parent, const char *path)
 {
 	bool present;
-	struct fy_node *n = map_get(parent, "retries", &present);
+	const struct ynode *n = map_get(parent, "retries", &present);
 	if (!present)
 		return TEMPLATE_DEFAULT_RETRIES;
 	char *p = xasprintf("%s.retries", path);
@@ -535,11 +516,11 @@ static int get_retries(struct ctx *c, struct fy_node *parent, const char *path)
 }
 
 /* handler: module.function split at the last dot, no empty segment. */
-static int get_handler(struct ctx *c, struct fy_node *parent, const char *path, char **handler,
+static int get_handler(struct ctx *c, const struct ynode *parent, const char *path, char **handler,
 		       char **module, char **function)
 {
 	bool present;
-	struct fy_node *n = map_get(parent, "handler", &present);
+	const struct ynode *n = map_get(parent, "handler", &present);
 	char *p = xasprintf("%s.handler", path);
 	struct yscalar y;
 	enum ytype t = node_type(n, &y);
@@ -616,23 +597,19 @@ int secret_name_valid(const char *s)
 
 /* ---- sections --------------------------------------------------------- */
 
-static void parse_rules(struct ctx *c, struct fy_node *seq, struct template *t)
+static void parse_rules(struct ctx *c, const struct ynode *seq, struct template *t)
 {
-	int count = fy_node_sequence_item_count(seq);
-	if (count > MAX_ITEMS) {
-		err(c, "events", "more than %d rules", MAX_ITEMS);
+	uint32_t count = seq->n;
+	if (count > TEMPLATE_MAX_ITEMS) {
+		err(c, "events", "more than %d rules", TEMPLATE_MAX_ITEMS);
 		return;
 	}
 	t->rules = xcalloc((size_t)count + 1, sizeof *t->rules);
-	void *it = NULL;
-	struct fy_node *item;
-	int i = 0;
 	static const char *const known[] = {"handler", "pattern", "timeout", "retries", NULL};
-	while ((item = fy_node_sequence_iterate(seq, &it))) {
+	for (uint32_t i = 1; i <= count; i++) {
+		const struct ynode *item = seq->u.kids[i - 1];
 		char path[32];
-		snprintf_(path, sizeof path, "events[%d]", i);
-		item = deref(item);
-		i++;
+		snprintf_(path, sizeof path, "events[%u]", i - 1);
 		if (node_type(item, NULL) != Y_MAP) {
 			err(c, path, "must be a map with handler and pattern");
 			continue;
@@ -645,14 +622,15 @@ static void parse_rules(struct ctx *c, struct fy_node *seq, struct template *t)
 		r.retries = get_retries(c, item, path);
 
 		bool present;
-		struct fy_node *pn = map_get(item, "pattern", &present);
+		const struct ynode *pn = map_get(item, "pattern", &present);
 		char *ppath = xasprintf("%s.pattern", path);
 		if (!present || node_type(pn, NULL) == Y_NULL) {
 			err(c, ppath, "is required (use {} to match every event)");
 			ok = 0;
 		} else {
-			struct conv cv = {NODE_BUDGET, c->errors, ppath, false};
-			json_t *j = to_json(&cv, pn, 0, ppath);
+			struct conv cv = {c->errors, false};
+			struct seg at = {.key = ppath};
+			json_t *j = to_json(&cv, pn, &at);
 			if (!j) {
 				ok = 0;
 			} else {
@@ -672,24 +650,20 @@ static void parse_rules(struct ctx *c, struct fy_node *seq, struct template *t)
 	}
 }
 
-static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template *t)
+static void parse_schedules(struct ctx *c, const struct ynode *seq, struct template *t)
 {
-	int count = fy_node_sequence_item_count(seq);
-	if (count > MAX_ITEMS) {
-		err(c, "schedules", "more than %d schedules", MAX_ITEMS);
+	uint32_t count = seq->n;
+	if (count > TEMPLATE_MAX_ITEMS) {
+		err(c, "schedules", "more than %d schedules", TEMPLATE_MAX_ITEMS);
 		return;
 	}
 	t->schedules = xcalloc((size_t)count + 1, sizeof *t->schedules);
-	void *it = NULL;
-	struct fy_node *item;
-	int i = 0;
 	static const char *const known[] = {"handler", "cron",	  "timezone",
 					    "timeout", "retries", NULL};
-	while ((item = fy_node_sequence_iterate(seq, &it))) {
+	for (uint32_t i = 1; i <= count; i++) {
+		const struct ynode *item = seq->u.kids[i - 1];
 		char path[32];
-		snprintf_(path, sizeof path, "schedules[%d]", i);
-		item = deref(item);
-		i++;
+		snprintf_(path, sizeof path, "schedules[%u]", i - 1);
 		if (node_type(item, NULL) != Y_MAP) {
 			err(c, path, "must be a map with handler and cron");
 			continue;
@@ -703,7 +677,7 @@ static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template 
 
 		bool present;
 		struct yscalar y;
-		struct fy_node *cn = map_get(item, "cron", &present);
+		const struct ynode *cn = map_get(item, "cron", &present);
 		enum ytype ct = node_type(cn, &y);
 		if (!present || ct == Y_NULL) {
 			err(c, path, "cron is required (e.g. \"0 3 * * *\")");
@@ -723,7 +697,7 @@ static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template 
 			free(p);
 		}
 
-		struct fy_node *zn = map_get(item, "timezone", &present);
+		const struct ynode *zn = map_get(item, "timezone", &present);
 		enum ytype zt = node_type(zn, &y);
 		char *zp = xasprintf("%s.timezone", path);
 		if (!present) {
@@ -745,28 +719,26 @@ static void parse_schedules(struct ctx *c, struct fy_node *seq, struct template 
 }
 
 /* env / secrets: a map of variable name → scalar text. */
-static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
+static void parse_vars(struct ctx *c, const struct ynode *map, const char *section,
 		       struct env_var **out, size_t *nout)
 {
-	int count = fy_node_mapping_item_count(map);
-	if (count > MAX_ITEMS) {
-		err(c, section, "more than %d variables", MAX_ITEMS);
+	uint32_t count = map->n;
+	if (count > TEMPLATE_MAX_ITEMS) {
+		err(c, section, "more than %d variables", TEMPLATE_MAX_ITEMS);
 		return;
 	}
 	*out = xcalloc((size_t)count + 1, sizeof **out);
-	void *it = NULL;
-	struct fy_node_pair *p;
 	bool secrets = strcmp(section, "secrets") == 0;
-	while ((p = fy_node_mapping_iterate(map, &it))) {
+	for (uint32_t i = 0; i < count; i++) {
 		struct yscalar k, v;
-		enum ytype kt = node_type(fy_node_pair_key(p), &k);
+		enum ytype kt = node_type(map->u.kids[2 * i], &k);
 		if (kt == Y_SEQ || kt == Y_MAP) {
 			err(c, section, "variable names must be scalars");
 			continue;
 		}
 		char *name = xstrndup(k.text, k.len);
 		char *path = xasprintf("%s.%s", section, name);
-		enum ytype vt = node_type(fy_node_pair_value(p), &v);
+		enum ytype vt = node_type(map->u.kids[2 * i + 1], &v);
 		if (strlen(name) != k.len || !env_name_valid(name)) {
 			char *q = shown(&k);
 			err(c, section, "%s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
@@ -805,51 +777,6 @@ static void parse_vars(struct ctx *c, struct fy_node *map, const char *section,
 }
 
 /* ---- document --------------------------------------------------------- */
-
-struct diag_ctx {
-	struct buf msg;	  /* the first error */
-	struct buf first; /* the first diagnostic of any level */
-};
-
-/* Keeps the first error: a warning before it (an unsupported %DIRECTIVE)
- * is not why the document failed. Some input fails with a warning only
- * ("%%"), so the first diagnostic is kept too. */
-static void diag_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
-{
-	struct diag_ctx *d = user;
-	if (d->msg.len == 0 && memmem(buf, len, ": error: ", 9))
-		buf_append(&d->msg, buf, len);
-	if (d->first.len == 0)
-		buf_append(&d->first, buf, len);
-}
-
-/* "<file>:3:5: error: duplicate key" → "invalid YAML at line 3, column 5:
- * duplicate key"; a diagnostic without a position is about the whole file. */
-static char *yaml_error_text(const char *raw)
-{
-	char *s = xstrdup(raw ? raw : "");
-	size_t n = strlen(s);
-	while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
-		s[--n] = '\0';
-	/* Keep the first line only. */
-	char *nl = strchr(s, '\n');
-	if (nl)
-		*nl = '\0';
-	int line = 0, col = 0;
-	const char *e = strstr(s, ": error: ");
-	size_t skip = 9;
-	if (!e && (e = strstr(s, ": warning: ")))
-		skip = 11;
-	char *out;
-	if (e && sscanf(s, "%*[^:]:%d:%d:", &line, &col) == 2)
-		out = xasprintf("invalid YAML at line %d, column %d: %s", line, col, e + skip);
-	else if (e) /* no position: the whole file is the place */
-		out = xasprintf("template.yaml: invalid YAML: %s", e + skip);
-	else
-		out = xasprintf("template.yaml: invalid YAML: %s", *s ? s : "parse error");
-	free(s);
-	return out;
-}
 
 /* Offset of the first byte that is not part of valid UTF-8, or len. */
 static size_t utf8_invalid_at(const char *text, size_t len)
@@ -909,31 +836,23 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		return -1;
 	}
 
-	struct diag_ctx dc;
-	buf_init(&dc.msg, 4096);
-	buf_init(&dc.first, 4096);
-	struct fy_diag_cfg dcfg;
-	fy_diag_cfg_default(&dcfg);
-	dcfg.fp = NULL;
-	dcfg.output_fn = diag_output;
-	dcfg.user = &dc;
-	dcfg.colorize = false;
-	struct fy_diag *diag = fy_diag_create(&dcfg);
-	struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, .diag = diag};
-	struct fy_document *doc = fy_document_build_from_string(&pcfg, text, len);
 	struct template *t = NULL;
 	struct ctx c = {errors, warnings};
-
-	if (!doc) {
-		if (yaml_is_blank(text, len))
+	struct ydoc *doc = NULL;
+	char *yerr = NULL;
+	static const struct ylimits lim = {TEMPLATE_MAX_NODES, TEMPLATE_MAX_DEPTH,
+					   TEMPLATE_MAX_LINE};
+	if (ydoc_parse(text, len, "template.yaml", &lim, &doc, &yerr) < 0) {
+		if (yaml_is_blank(text, len)) {
+			free(yerr);
 			strlist_addf(errors, "template.yaml: empty (runtime and events or "
 					     "schedules are required)");
-		else
-			strlist_add(errors,
-				    yaml_error_text(dc.msg.len ? dc.msg.data : dc.first.data));
+		} else {
+			strlist_add(errors, yerr);
+		}
 		goto out;
 	}
-	struct fy_node *root = deref(fy_document_root(doc));
+	const struct ynode *root = ydoc_root(doc);
 	enum ytype rt = node_type(root, NULL);
 	if (!root || rt == Y_NULL) {
 		strlist_addf(errors,
@@ -955,7 +874,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 
 	bool present;
 	struct yscalar y;
-	struct fy_node *n = map_get(root, "runtime", &present);
+	const struct ynode *n = map_get(root, "runtime", &present);
 	enum ytype ty = node_type(n, &y);
 	if (!present || ty == Y_NULL) {
 		err(&c, "runtime", "is required (one of %s)", runtime_names());
@@ -996,8 +915,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	n = map_get(root, "events", &present);
 	ty = node_type(n, NULL);
 	if (present && ty == Y_SEQ) {
-		listed += fy_node_sequence_item_count(deref(n));
-		parse_rules(&c, deref(n), t);
+		listed += (int)n->n;
+		parse_rules(&c, n, t);
 	} else if (present && ty != Y_NULL) {
 		listed++;
 		err(&c, "events", "must be a list of rules, not %s", type_name(ty));
@@ -1006,8 +925,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	n = map_get(root, "schedules", &present);
 	ty = node_type(n, NULL);
 	if (present && ty == Y_SEQ) {
-		listed += fy_node_sequence_item_count(deref(n));
-		parse_schedules(&c, deref(n), t);
+		listed += (int)n->n;
+		parse_schedules(&c, n, t);
 	} else if (present && ty != Y_NULL) {
 		listed++;
 		err(&c, "schedules", "must be a list of schedules, not %s", type_name(ty));
@@ -1022,14 +941,14 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	n = map_get(root, "env", &present);
 	ty = node_type(n, NULL);
 	if (present && ty == Y_MAP)
-		parse_vars(&c, deref(n), "env", &t->env, &t->nenv);
+		parse_vars(&c, n, "env", &t->env, &t->nenv);
 	else if (present && ty != Y_NULL)
 		err(&c, "env", "must be a map of NAME: value, not %s", type_name(ty));
 
 	n = map_get(root, "secrets", &present);
 	ty = node_type(n, NULL);
 	if (present && ty == Y_MAP)
-		parse_vars(&c, deref(n), "secrets", &t->secrets, &t->nsecrets);
+		parse_vars(&c, n, "secrets", &t->secrets, &t->nsecrets);
 	else if (present && ty != Y_NULL)
 		err(&c, "secrets", "must be a map of NAME: secret-name, not %s", type_name(ty));
 
@@ -1043,11 +962,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 			}
 
 out:
-	if (doc)
-		fy_document_destroy(doc);
-	fy_diag_destroy(diag);
-	buf_free(&dc.msg);
-	buf_free(&dc.first);
+	ydoc_free(doc);
 	if (errors->n > nerr0) {
 		template_free(t);
 		return -1;

@@ -1,3 +1,5 @@
+#include <math.h>
+
 #include "t.h"
 #include "template.h"
 
@@ -193,6 +195,11 @@ static const struct {
 	{"%\xc3", "template.yaml: not valid UTF-8 (at byte 1)"},
 	{HDR "env:\n  A: \xed\xa0\x80\n" RULE, "template.yaml: not valid UTF-8 (at byte 30)"},
 	{"%YAML 1.2\n---\n" HDR RULE, NULL},
+	{HDR "x: &a 1\nevents:\n  - handler: m.f\n    pattern: {a: [*a]}\n", NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [*a]}\n",
+	 "invalid YAML at line 4, column 20: alias *a has no anchor before it"},
+	{HDR "events:\n  - handler: m.f\n    pattern: &p {a: *p}\n",
+	 "invalid YAML at line 4, column 22: alias *p is inside the node its anchor names"},
 };
 
 TEST(table)
@@ -330,10 +337,161 @@ TEST(alias_bomb_is_bounded)
 	struct strlist errors = {0}, warnings = {0};
 	struct template *t = NULL;
 	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
-	REQUIRE(errors.n >= 1);
-	CHECK(strstr(errors.v[0], "events[0].pattern: pattern too large") != NULL);
+	REQUIRE(errors.n == 1);
+	CHECK(strstr(errors.v[0], "template.yaml: more than 100000 YAML nodes with aliases "
+				  "expanded (at line 9,") == errors.v[0]);
 	strlist_free(&errors);
 	strlist_free(&warnings);
+}
+
+/* A rule whose pattern is a 91,024-node anchor (made of aliases itself),
+ * then more rules aliasing all of it: 1,000 rules are 32 KB of YAML that
+ * stood for 91 million nodes, taking gigabytes and hours when the bound was
+ * per rule. The bound is on the whole file now: the read stops at the
+ * second rule, the first reference past TEMPLATE_MAX_NODES, before
+ * anything is built for it. */
+static char *many_rules_one_anchor(int rules)
+{
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_appendf(&b, HDR "events:\n"
+			    "- handler: m.f\n"
+			    "  pattern: &big\n"
+			    "    a: &l [1,1,1,1,1,1,1,1,1]\n");
+	const char *names[] = {"l", "m", "n", "o"};
+	for (int lv = 1; lv < 4; lv++) {
+		buf_appendf(&b, "    %c: &%s {", 'a' + lv, names[lv]);
+		for (int k = 0; k < 10; k++)
+			buf_appendf(&b, "%sk%d: *%s", k ? ", " : "", k, names[lv - 1]);
+		buf_appendf(&b, "}\n");
+	}
+	buf_appendf(&b, "    e: {k0: *o, k1: *o, k2: *o, k3: *o, k4: *o, k5: *o, k6: *o}\n");
+	for (int i = 1; i < rules; i++)
+		buf_appendf(&b, "- {handler: m.f, pattern: *big}\n");
+	return buf_steal(&b);
+}
+
+TEST(aliases_in_many_rules_count_against_one_bound)
+{
+	char *y = many_rules_one_anchor(1000);
+	CHECK(strlen(y) > 32000 && strlen(y) < 33000);
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
+	REQUIRE(errors.n == 1);
+	/* Line 10 holds the second rule. */
+	CHECK(strstr(errors.v[0], "template.yaml: more than 100000 YAML nodes with aliases "
+				  "expanded (at line 10,") == errors.v[0]);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	free(y);
+
+	/* One rule of it fits, and compiles. */
+	y = many_rules_one_anchor(1);
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) == 0);
+	REQUIRE(t && t->nrules == 1 && t->rules[0].pattern);
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	free(y);
+}
+
+/* The worst a valid template can ask of pattern_set_new: every leaf a
+ * required equality at its own path, as many as TEMPLATE_MAX_NODES allows
+ * (aliases make that 600 bytes of YAML): 10 + 100 + 1,000 + 10,000 leaves
+ * under v..v3, 10,000 more under each extra key aliasing v3. Building the
+ * set was a linear search over the paths for every path (7 s for 11,000 of
+ * them) and one reallocation per element; now it sorts: O(m log m). */
+static char *many_paths(int extra)
+{
+	const int levels = 4;
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	buf_appendf(&b, HDR "events:\n- handler: m.f\n  pattern:\n"
+			    "    v: &a0 {k0: [0], k1: [1], k2: [2], k3: [3], k4: [4], k5: [5], k6: "
+			    "[6], k7: [7], k8: [8], k9: [9]}\n");
+	for (int lv = 1; lv < levels; lv++) {
+		buf_appendf(&b, "    v%d: &a%d {", lv, lv);
+		for (int k = 0; k < 10; k++)
+			buf_appendf(&b, "%sk%d: *a%d", k ? ", " : "", k, lv - 1);
+		buf_appendf(&b, "}\n");
+	}
+	for (int x = 0; x < extra; x++)
+		buf_appendf(&b, "    w%d: *a%d\n", x, levels - 1);
+	/* More rules over the same paths and values, so entries are shared. */
+	for (int r = 0; r < 50; r++)
+		buf_appendf(&b, "- {handler: m.g, pattern: {v: {k%d: [%d, 1.0, \"x\"]}}}\n", r % 10,
+			    r);
+	return buf_steal(&b);
+}
+
+TEST(worst_valid_template_compiles_in_n_log_n)
+{
+	char *y = many_paths(1);
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	int rc = template_parse(y, strlen(y), &t, &errors, &warnings);
+	if (rc != 0)
+		T_FAIL_("rejected: %s", errors.n ? errors.v[0] : "?");
+	REQUIRE(rc == 0 && t);
+	CHECK(t->nrules == 51);
+	const struct pattern **pats = xcalloc(t->nrules, sizeof *pats);
+	for (size_t i = 0; i < t->nrules; i++)
+		pats[i] = t->rules[i].pattern;
+	struct pattern_set *set = pattern_set_new(pats, t->nrules);
+	/* 21,110 leaves in the first rule and 150 values in the others. */
+	double m = 21110 + 150;
+	uint64_t bound = (uint64_t)(8 * m * log2(m));
+	if (pattern_set_build_work(set) > bound)
+		T_FAIL_("pattern_set_new: %llu comparisons and allocations for %.0f values; "
+			"bound %llu",
+			(unsigned long long)pattern_set_build_work(set), m,
+			(unsigned long long)bound);
+	CHECK_INT(pattern_set_unindexed(set), 0);
+	pattern_set_free(set);
+	free(pats);
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	free(y);
+
+	/* One more alias of v3 is past TEMPLATE_MAX_NODES. */
+	y = many_paths(2);
+	CHECK(template_parse(y, strlen(y), &t, &errors, &warnings) < 0);
+	CHECK(errors.n == 1 && strstr(errors.v[0], "more than 100000 YAML nodes"));
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	free(y);
+}
+
+TEST(long_lines_and_deep_nesting_refused)
+{
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_appendf(&b, HDR RULE "env:\n  A: \"");
+	for (int i = 0; i < TEMPLATE_MAX_LINE; i++)
+		buf_append(&b, "x", 1);
+	buf_appendf(&b, "\"\n");
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(b.data, b.len, &t, &errors, &warnings) < 0);
+	CHECK(errors.n == 1 &&
+	      strstr(errors.v[0], "template.yaml: line 6 is longer than 65536 bytes") ==
+		      errors.v[0]);
+	strlist_free(&errors);
+	buf_reset(&b);
+	buf_appendf(&b, HDR "x: ");
+	for (int i = 0; i < TEMPLATE_MAX_DEPTH; i++)
+		buf_append(&b, "[", 1);
+	for (int i = 0; i < TEMPLATE_MAX_DEPTH; i++)
+		buf_append(&b, "]", 1);
+	buf_appendf(&b, "\n" RULE);
+	CHECK(template_parse(b.data, b.len, &t, &errors, &warnings) < 0);
+	CHECK(errors.n == 1 && strstr(errors.v[0], "template.yaml: nested deeper than 64 levels "
+						   "with aliases expanded (at line 2, column 67)"));
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	buf_free(&b);
 }
 
 TEST(size_bound)
@@ -353,4 +511,6 @@ TEST(size_bound)
 
 T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warnings_with_paths),
        T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected),
-       T_CASE(alias_bomb_is_bounded), T_CASE(size_bound))
+       T_CASE(alias_bomb_is_bounded), T_CASE(aliases_in_many_rules_count_against_one_bound),
+       T_CASE(worst_valid_template_compiles_in_n_log_n),
+       T_CASE(long_lines_and_deep_nesting_refused), T_CASE(size_bound))
