@@ -310,21 +310,12 @@ out:
 	return same;
 }
 
-/* True when pushed ("refs/heads/main") is the configured ref as a branch
- * or a tag. */
-static bool same_ref(const char *pushed, const char *ref)
-{
-	const char *rest = NULL;
-	if (str_has_prefix(pushed, "refs/heads/"))
-		rest = pushed + strlen("refs/heads/");
-	else if (str_has_prefix(pushed, "refs/tags/"))
-		rest = pushed + strlen("refs/tags/");
-	return rest && strcmp(rest, ref) == 0;
-}
-
-enum webhook_verdict webhook_decide(const char *event, const char *content_type, const char *body,
-				    size_t len, const char *repository, const char *ref,
-				    const char **why)
+/* webhook_decide, with the pushed ref matched by gitsync_ref_matches: only
+ * the exact ref the configured one resolves to (data_dir: where the last
+ * sync recorded what a bare name resolved to; NULL: not known). */
+static enum webhook_verdict decide(const char *event, const char *content_type, const char *body,
+				   size_t len, const char *repository, const char *ref,
+				   const char *data_dir, const char **why)
 {
 	if (!event || strcmp(event, "push") != 0) {
 		*why = event && strcmp(event, "ping") == 0 ? "ping" : "not a push event";
@@ -351,7 +342,7 @@ enum webhook_verdict webhook_decide(const char *event, const char *content_type,
 		v = WEBHOOK_BAD;
 	} else if (json_is_true(json_object_get(root, "deleted"))) {
 		*why = "deleted ref";
-	} else if (!same_ref(pushed, ref && *ref ? ref : "main")) {
+	} else if (!gitsync_ref_matches(data_dir, ref && *ref ? ref : "main", pushed)) {
 		*why = "other ref";
 	} else if (!same_repository(repository, json_object_get(root, "repository"))) {
 		*why = "other repository";
@@ -363,10 +354,17 @@ enum webhook_verdict webhook_decide(const char *event, const char *content_type,
 	return v;
 }
 
+enum webhook_verdict webhook_decide(const char *event, const char *content_type, const char *body,
+				    size_t len, const char *repository, const char *ref,
+				    const char **why)
+{
+	return decide(event, content_type, body, len, repository, ref, NULL, why);
+}
+
 /* ---- server ------------------------------------------------------------ */
 
 struct webhook {
-	char *repository, *ref, *secret_name; /* copies */
+	char *repository, *ref, *secret_name, *data_dir; /* copies */
 	const struct secret_provider *secrets;
 	struct coalescer *coalescer;
 	struct http_server *server;
@@ -432,9 +430,8 @@ static void serve(const struct http_request *req, struct http_response *resp, vo
 		return;
 	}
 	const char *why = "";
-	enum webhook_verdict v =
-		webhook_decide(event, http_request_header(req, "Content-Type"), req->body,
-			       req->body_len, w->repository, w->ref, &why);
+	enum webhook_verdict v = decide(event, http_request_header(req, "Content-Type"), req->body,
+					req->body_len, w->repository, w->ref, w->data_dir, &why);
 	char *msg = NULL;
 	/* After the signature and the decision: only an authenticated delivery
 	 * that would sync is remembered (and so can be a replay). */
@@ -484,6 +481,7 @@ int webhook_start(const struct webhook_config *cfg, struct webhook **out, char *
 	w->repository = xstrdup(cfg->repository);
 	w->ref = xstrdup(cfg->ref && *cfg->ref ? cfg->ref : "main");
 	w->secret_name = cfg->secret_name ? xstrdup(cfg->secret_name) : NULL;
+	w->data_dir = cfg->data_dir ? xstrdup(cfg->data_dir) : NULL;
 	w->secrets = cfg->secrets;
 	pthread_mutex_init(&w->mu, NULL);
 	w->replays = replay_set_new(WEBHOOK_REPLAY_MAX, WEBHOOK_REPLAY_SECONDS * 1000000000LL);
@@ -530,6 +528,7 @@ void webhook_stop(struct webhook *w)
 	free(w->repository);
 	free(w->ref);
 	free(w->secret_name);
+	free(w->data_dir);
 	free(w);
 }
 

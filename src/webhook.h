@@ -41,10 +41,13 @@
 struct secret_provider;
 
 struct webhook_config {
-	const char *listen_addr;	       /* GIT_WEBHOOK_ADDR */
-	const char *repository;		       /* configured SSH URL */
-	const char *ref;		       /* configured ref */
-	const char *secret_name;	       /* webhook secret reference, or NULL */
+	const char *listen_addr; /* GIT_WEBHOOK_ADDR */
+	const char *repository;	 /* configured SSH URL */
+	const char *ref;	 /* configured ref */
+	const char *secret_name; /* webhook secret reference, or NULL */
+	/* RELAY_DATA_DIR: where git/source.json records what the configured
+	 * ref resolved to (gitsync_ref_matches); NULL: not consulted */
+	const char *data_dir;
 	const struct secret_provider *secrets; /* read on every delivery */
 	/* Runs one sync on the scheduler's thread. */
 	void (*sync)(void *arg);
@@ -92,7 +95,11 @@ enum webhook_verdict {
 /* Decides on an authenticated delivery. event is X-GitHub-Event (may be
  * NULL); content_type selects application/json or form-encoded
  * (payload=<urlencoded json>); anything else is read as JSON. ref NULL or
- * "" means "main". *why (static string) says why for logs. Pure. */
+ * "" means "main"; the pushed ref must be exactly what ref designates
+ * (gitsync_ref_matches without a data directory: refs/heads/X and
+ * refs/tags/X only themselves, a 40-hex commit id nothing, a bare NAME
+ * refs/heads/NAME or refs/tags/NAME; the server also consults what the last
+ * sync resolved NAME to). *why (static string) says why for logs. Pure. */
 enum webhook_verdict webhook_decide(const char *event, const char *content_type, const char *body,
 				    size_t len, const char *repository, const char *ref,
 				    const char **why);

@@ -18,6 +18,7 @@
 #include "webhook.h"
 
 #define REPO "git@github.com:acme/functions.git"
+#define HEX40 "0123456789abcdef0123456789abcdef01234567"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -160,6 +161,8 @@ TEST(decide)
 				    "\"repository\":{\"ssh_url\":\"" REPO "\"}}");
 	char *form = form_encode(main_ssh);
 	char *form_other = form_encode(dev);
+	char *tag_main = push_json("refs/tags/main", REPO, NULL, NULL);
+	char *hex_branch = push_json("refs/heads/" HEX40, REPO, NULL, NULL);
 	const char *json = "application/json";
 	const char *formct = "application/x-www-form-urlencoded";
 
@@ -212,6 +215,17 @@ TEST(decide)
 		{"push", json, "{\"ref\":7}", REPO, "main", WEBHOOK_BAD,
 		 "push payload without ref"},
 		{"ping", json, "garbage", REPO, "main", WEBHOOK_IGNORE, "ping"},
+		/* exactly the configured ref (issue 8): explicit refs only
+		 * themselves, a commit id never (a branch named like it is not
+		 * it), a bare name as a branch or a tag */
+		{"push", json, main_ssh, REPO, "refs/heads/main", WEBHOOK_SYNC, "push"},
+		{"push", json, tag_main, REPO, "refs/heads/main", WEBHOOK_IGNORE, "other ref"},
+		{"push", json, main_ssh, REPO, "refs/tags/main", WEBHOOK_IGNORE, "other ref"},
+		{"push", json, tag_main, REPO, "refs/tags/main", WEBHOOK_SYNC, "push"},
+		{"push", json, tag, REPO, "refs/tags/v1.2", WEBHOOK_SYNC, "push"},
+		{"push", json, tag_main, REPO, "main", WEBHOOK_SYNC, "push"},
+		{"push", json, hex_branch, REPO, HEX40, WEBHOOK_IGNORE, "other ref"},
+		{"push", json, main_ssh, REPO, "refs/heads/ma", WEBHOOK_IGNORE, "other ref"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		const char *why = NULL;
@@ -233,6 +247,8 @@ TEST(decide)
 	free(main_ssh), free(dev), free(main_sub), free(tag), free(other), free(clone);
 	free(full), free(no_repo), free(url), free(deleted), free(not_deleted), free(form);
 	free(form_other);
+	free(tag_main);
+	free(hex_branch);
 }
 
 /* ---- coalescer -------------------------------------------------------- */
@@ -601,6 +617,55 @@ TEST(server_without_secret)
 	t_release_logs();
 }
 
+/* With the data directory, a bare configured ref matches only what the last
+ * sync resolved it to (here a tag named like the default branch): a push to
+ * the branch of that name schedules nothing. */
+TEST(server_ref_as_last_resolved)
+{
+	char *data = t_tmpdir(), *err = NULL;
+	struct git_source src = {
+		.repository = (char *)REPO,
+		.ref = (char *)"main",
+		.last_ref = (char *)"refs/tags/main",
+	};
+	if (git_source_save(data, &src, &err) < 0) {
+		T_FAIL_("git_source_save: %s", err);
+		free(err);
+		t_rmtree(data);
+		free(data);
+		return;
+	}
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.ref = "main",
+		.data_dir = data,
+		.sync = slow_run,
+		.sync_arg = &r,
+	};
+	t_capture_logs();
+	struct webhook *w = NULL;
+	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
+	int port = webhook_port(w);
+	char *branch = push_json("refs/heads/main", REPO, NULL, NULL);
+	char *tagged = push_json("refs/tags/main", REPO, NULL, NULL);
+	struct reply rep;
+	CHECK_INT(deliver(port, "push", branch, NULL, &rep), 200);
+	CHECK_STR(rep.body.data, "ignored: other ref\n");
+	buf_free(&rep.body);
+	CHECK_INT(deliver(port, "push", tagged, NULL, &rep), 202);
+	buf_free(&rep.body);
+	CHECK_INT(wait_for(&r, &r.finished, 1, 2000), 1);
+	webhook_stop(w);
+	CHECK_INT(r.started, 1);
+	t_release_logs();
+	free(branch);
+	free(tagged);
+	t_rmtree(data);
+	free(data);
+}
+
 /* ---- replay protection ------------------------------------------------ */
 
 static struct webhook *start_signed(struct temp_store *st, struct runs *r, const char *value,
@@ -934,6 +999,7 @@ TEST(trickling_body_cut_off)
 
 T_MAIN(T_CASE(repo_identity_forms), T_CASE(signature), T_CASE(decide),
        T_CASE(coalescer_collapses_a_burst), T_CASE(coalescer_free_waits_for_a_run),
-       T_CASE(server_with_secret), T_CASE(server_without_secret), T_CASE(replayed_delivery_ignored),
+       T_CASE(server_with_secret), T_CASE(server_without_secret),
+       T_CASE(server_ref_as_last_resolved), T_CASE(replayed_delivery_ignored),
        T_CASE(unsigned_request_does_not_poison_replay_set), T_CASE(replay_set_window_and_bound),
        T_CASE(bodies_within_memory_budget), T_CASE(trickling_body_cut_off))
