@@ -147,6 +147,7 @@ static int webhook_maybe_start(const struct config *cfg, const struct secret_pro
 			.listen_addr = cfg->webhook_addr,
 			.repository = src.repository,
 			.ref = src.ref,
+			.data_dir = cfg->data_dir,
 			.secret_name = src.webhook_secret,
 			.secrets = secrets,
 			.sync = webhook_sync,
