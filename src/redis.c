@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -29,8 +30,8 @@
 #include "log.h"
 #include "util.h"
 
-/* A reply bigger than this is treated as a protocol error. */
-#define REDIS_REPLY_MAX (64u * 1024 * 1024)
+/* REDIS_REPLY_MAX (redis.h) bounds every reply read; REDIS_OUT_MAX every
+ * queue of outgoing commands. */
 #define REDIS_OUT_MAX (64u * 1024 * 1024)
 #define BACKOFF_MIN_MS 1000
 #define BACKOFF_MAX_MS 30000
@@ -556,8 +557,10 @@ static int flush_out(struct redis *r, int64_t deadline)
 	return 0;
 }
 
-/* Reads what is available into the reader; waits until the deadline. */
-static int fill_reader(struct redis *r, int64_t deadline)
+/* Reads what is available into the reader, waiting until the deadline.
+ * 1 when bytes were fed; at the deadline -1 (connection closed) or, when
+ * soft, 0 with the connection kept; -1 on any other failure. */
+static int fill_reader(struct redis *r, int64_t deadline, bool soft)
 {
 	char chunk[16384];
 	for (;;) {
@@ -609,9 +612,11 @@ static int fill_reader(struct redis *r, int64_t deadline)
 				fail(r, "protocol error: %s", r->reader->errstr);
 				return -1;
 			}
-			return 0;
+			return 1;
 		}
 		int w = wait_fd(r->fd, ev, deadline);
+		if (w == 0 && soft)
+			return 0;
 		if (w <= 0) {
 			fail(r, "read: %s", w == 0 ? "timed out" : strerror(errno));
 			return -1;
@@ -641,9 +646,104 @@ redisReply *redis_get_reply(struct redis *r, int timeout_ms)
 			r->fed = 0;
 			return reply;
 		}
-		if (fill_reader(r, deadline) < 0)
+		if (fill_reader(r, deadline, false) < 0)
 			return NULL;
 	}
+}
+
+int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
+{
+	*out = NULL;
+	if (r->fd < 0) {
+		if (!r->err[0])
+			set_err(r, "not connected");
+		return -1;
+	}
+	int64_t deadline = now_mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
+	if (r->out.len && flush_out(r, deadline) < 0)
+		return -1;
+	for (;;) {
+		void *reply = NULL;
+		if (redisReaderGetReply(r->reader, &reply) != REDIS_OK) {
+			fail(r, "protocol error: %s", r->reader->errstr);
+			return -1;
+		}
+		if (reply) {
+			r->fed = 0;
+			*out = reply;
+			return 1;
+		}
+		int f = fill_reader(r, deadline, true);
+		if (f <= 0)
+			return f;
+	}
+}
+
+/* ---- scripts ------------------------------------------------------------ */
+
+void redis_script_init(struct redis_script *s, const char *text)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	s->text = text;
+	if (EVP_Digest(text, strlen(text), md, &n, EVP_sha1(), NULL) != 1 || n != 20) {
+		/* Never matches a cached script: every call falls back to EVAL. */
+		memset(s->sha, '0', 40);
+	} else {
+		for (unsigned int i = 0; i < 20; i++) {
+			s->sha[2 * i] = hex[md[i] >> 4];
+			s->sha[2 * i + 1] = hex[md[i] & 15];
+		}
+	}
+	s->sha[40] = '\0';
+}
+
+/* Queues <verb> <body> argv... */
+static int append_script(struct redis *r, const char *verb, const char *body, int argc,
+			 const char **argv, const size_t *lens)
+{
+	const char **a = xcalloc((size_t)argc + 2, sizeof *a);
+	size_t *l = xcalloc((size_t)argc + 2, sizeof *l);
+	a[0] = verb;
+	l[0] = strlen(verb);
+	a[1] = body;
+	l[1] = strlen(body);
+	for (int i = 0; i < argc; i++) {
+		a[i + 2] = argv[i];
+		l[i + 2] = lens ? lens[i] : strlen(argv[i]);
+	}
+	int rc = redis_append_argv(r, argc + 2, a, l);
+	free(a);
+	free(l);
+	return rc;
+}
+
+int redis_append_script(struct redis *r, const struct redis_script *s, int argc, const char **argv,
+			const size_t *lens)
+{
+	return append_script(r, "EVALSHA", s->sha, argc, argv, lens);
+}
+
+bool redis_reply_is_noscript(const redisReply *rep)
+{
+	return rep && rep->type == REDIS_REPLY_ERROR && rep->str &&
+	       strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+redisReply *redis_script_run(struct redis *r, const struct redis_script *s, int argc,
+			     const char **argv, const size_t *lens)
+{
+	if (redis_append_script(r, s, argc, argv, lens) < 0)
+		return NULL;
+	redisReply *rep = redis_get_reply(r, -1);
+	if (!redis_reply_is_noscript(rep))
+		return rep;
+	freeReplyObject(rep);
+	/* EVAL also caches it for the next EVALSHA. */
+	if (append_script(r, "EVAL", s->text, argc, argv, lens) < 0)
+		return NULL;
+	return redis_get_reply(r, -1);
 }
 
 int redis_append_argv(struct redis *r, int argc, const char **argv, const size_t *lens)

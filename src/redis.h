@@ -40,6 +40,12 @@ void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src);
 /* s with any password replaced by "xxxxx" (malloc'd), for messages. */
 char *redis_uri_redact(const char *s);
 
+/* A reply larger than this is a protocol error: the connection is closed
+ * (bound on every Redis reply Relay reads, enforced in redis.c). Readers of
+ * data that others write (the stream) must size their requests below it
+ * (consumer.h). */
+#define REDIS_REPLY_MAX (64u * 1024 * 1024)
+
 struct redis_opts {
 	int connect_timeout_ms; /* 0: 5000 */
 	int command_timeout_ms; /* 0: 5000 */
@@ -80,5 +86,32 @@ redisReply *redis_command_argv(struct redis *r, int argc, const char **argv, con
 int redis_append_argv(struct redis *r, int argc, const char **argv, const size_t *lens);
 int redis_append(struct redis *r, const char *fmt, ...);
 redisReply *redis_get_reply(struct redis *r, int timeout_ms);
+/* Like redis_get_reply, but a timeout is not an error: returns 1 with the
+ * reply in *out, 0 when none arrived within timeout_ms (the connection
+ * stays up, a partly read reply is kept), -1 on a transport/protocol error
+ * (the connection is closed). For connections that wait for pushed
+ * messages (a subscriber). */
+int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out);
+
+/*
+ * Lua scripts run by their SHA1 (EVALSHA), falling back to EVAL when the
+ * server does not know the script (NOSCRIPT: a restarted or flushed
+ * server). A struct redis_script is immutable after redis_script_init and
+ * may be shared by threads.
+ */
+struct redis_script {
+	const char *text; /* borrowed: a string literal */
+	char sha[41];
+};
+void redis_script_init(struct redis_script *s, const char *text);
+/* Queues EVALSHA <sha> argv... (argv[0] is numkeys). */
+int redis_append_script(struct redis *r, const struct redis_script *s, int argc, const char **argv,
+			const size_t *lens);
+/* Whether rep is the NOSCRIPT error of an EVALSHA. */
+bool redis_reply_is_noscript(const redisReply *rep);
+/* Runs the script (EVALSHA, then EVAL on NOSCRIPT) and returns its reply
+ * as redis_command does. */
+redisReply *redis_script_run(struct redis *r, const struct redis_script *s, int argc,
+			     const char **argv, const size_t *lens);
 
 #endif

@@ -89,5 +89,46 @@ TEST(commands_on_a_closed_connection_fail_cleanly)
 	redis_free(r);
 }
 
+/* EVALSHA needs the server's name for a script: SHA1 of its text, lower
+ * case hex (what SCRIPT LOAD answers for "return 1"). */
+TEST(scripts_are_named_by_the_sha1_redis_gives_them)
+{
+	struct redis_script s;
+	redis_script_init(&s, "return 1");
+	CHECK_STR(s.sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+	CHECK(s.text != NULL && strcmp(s.text, "return 1") == 0);
+	redisReply noscript = {.type = REDIS_REPLY_ERROR,
+			       .str = "NOSCRIPT No matching script. Please use EVAL.",
+			       .len = 45};
+	redisReply other = {.type = REDIS_REPLY_ERROR, .str = "ERR something", .len = 13};
+	redisReply ok = {.type = REDIS_REPLY_STATUS, .str = "NOSCRIPT", .len = 8};
+	CHECK(redis_reply_is_noscript(&noscript));
+	CHECK(!redis_reply_is_noscript(&other));
+	CHECK(!redis_reply_is_noscript(&ok));
+	CHECK(!redis_reply_is_noscript(NULL));
+}
+
+/* A subscriber's wait on a closed connection is an error (-1), never a
+ * timeout (0) that would have its caller wait forever. */
+TEST(waiting_on_a_closed_connection_is_an_error)
+{
+	struct redis_uri u;
+	char *why = NULL;
+	REQUIRE(redis_uri_parse("127.0.0.1:1", &u, &why) == 0);
+	struct redis *r = redis_new(&u, NULL);
+	redis_uri_free(&u);
+	redisReply dummy = {0}, *rep = &dummy;
+	CHECK_INT(redis_wait_reply(r, 10, &rep), -1);
+	CHECK(rep == NULL);
+	const char *argv[] = {"1", "k"};
+	struct redis_script s;
+	redis_script_init(&s, "return 1");
+	CHECK(redis_script_run(r, &s, 2, argv, NULL) == NULL);
+	CHECK(redis_errmsg(r)[0] != '\0');
+	redis_free(r);
+}
+
 T_MAIN(T_CASE(backoff_is_capped_and_jittered), T_CASE(retry_logs_each_failure_and_stops),
-       T_CASE(commands_on_a_closed_connection_fail_cleanly))
+       T_CASE(commands_on_a_closed_connection_fail_cleanly),
+       T_CASE(scripts_are_named_by_the_sha1_redis_gives_them),
+       T_CASE(waiting_on_a_closed_connection_is_an_error))
