@@ -55,21 +55,35 @@ struct scheduler {
 
 /* Publish-if-new. KEYS[1] dedup key, KEYS[2] stream; ARGV[1] TTL seconds,
  * ARGV[2..] the entry's field/value pairs. Answers the new entry id, or 0
- * when the occurrence was already published. */
+ * when the occurrence was already published. The key ends up holding the
+ * entry's id: the consumer's proof that the entry is this script's. */
 static const char publish_script[] =
 	"local t = redis.call('TYPE', KEYS[2])['ok']\n"
 	"if t ~= 'stream' and t ~= 'none' then\n"
 	"  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. t .. ', not a "
 	"stream')\n"
 	"end\n"
-	"if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then\n"
+	"if not redis.call('SET', KEYS[1], 'publishing', 'NX', 'EX', ARGV[1]) then\n"
 	"  return 0\n"
 	"end\n"
 	"local id = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))\n"
 	"if type(id) == 'table' and id.err then\n"
 	"  redis.call('DEL', KEYS[1])\n"
+	"  return id\n"
 	"end\n"
+	"redis.call('SET', KEYS[1], id, 'EX', ARGV[1])\n"
 	"return id\n";
+
+/* Verification of a delivered occurrence. KEYS[1] dedup key; ARGV[1] the
+ * delivered entry's id, ARGV[2] TTL seconds. 1 when the key names this
+ * entry (its TTL is then renewed), 0 when it names something else, -1
+ * when it does not exist, -2 when it is not a string. */
+static const char verify_script[] = "local v = redis.pcall('GET', KEYS[1])\n"
+				    "if type(v) == 'table' and v.err then return -2 end\n"
+				    "if v == false then return -1 end\n"
+				    "if v ~= ARGV[1] then return 0 end\n"
+				    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+				    "return 1\n";
 
 static int64_t floor_div(int64_t a, int64_t b)
 {
@@ -164,6 +178,110 @@ bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
 	if (found && out)
 		*out = r;
 	return found;
+}
+
+/* The one value of field `name`, or NULL (also when it is there twice). */
+static const char *only_value(char *const *fields, const size_t *lens, size_t nfields,
+			      const char *name, size_t *len, int *count)
+{
+	size_t nl = strlen(name);
+	const char *v = NULL;
+	for (size_t i = 0; i + 1 < nfields; i += 2) {
+		if (fields[i] && lens[i] == nl && memcmp(fields[i], name, nl) == 0) {
+			(*count)++;
+			v = fields[i + 1];
+			*len = v ? lens[i + 1] : 0;
+		}
+	}
+	return v;
+}
+
+int schedule_envelope_check(char *const *fields, const size_t *lens, size_t nfields, char *why,
+			    size_t whylen)
+{
+	static const char *const names[] = {"event", SCHEDULE_FIELD_FUNCTION,
+					    SCHEDULE_FIELD_HANDLER, SCHEDULE_FIELD_OCCURRENCE};
+	const char *v[4];
+	size_t len[4] = {0};
+	int seen = 0;
+	for (size_t k = 0; k < 4; k++) {
+		int count = 0;
+		v[k] = only_value(fields, lens, nfields, names[k], &len[k], &count);
+		if (count != 1 || !v[k] || memchr(v[k], '\0', len[k])) {
+			snprintf_(why, whylen, "field %s %s", names[k],
+				  count == 0  ? "missing"
+				  : count > 1 ? "repeated"
+					      : "not text");
+			return 0;
+		}
+		seen += count;
+	}
+	if ((size_t)seen * 2 != nfields) {
+		snprintf_(why, whylen, "fields other than the four a publication writes");
+		return 0;
+	}
+	/* relay_occurrence_id = schedule:<function>:<handler>:<RFC 3339 UTC>,
+	 * the instant in its canonical form (whole seconds, Z). */
+	int64_t at = 0;
+	int32_t ns = 0;
+	const size_t tslen = 20;
+	char *prefix = xasprintf("schedule:%s:%s:", v[1], v[2]);
+	size_t pl = strlen(prefix);
+	bool ok = len[3] == pl + tslen && memcmp(v[3], prefix, pl) == 0 &&
+		  rfc3339_parse(v[3] + pl, tslen, &at, &ns) == 0 && ns == 0;
+	free(prefix);
+	if (ok) {
+		char *canon = schedule_occurrence_id(v[1], v[2], at);
+		ok = strlen(canon) == len[3] && memcmp(canon, v[3], len[3]) == 0;
+		free(canon);
+	}
+	if (!ok) {
+		snprintf_(why, whylen, "%s does not name this function, handler and an instant",
+			  SCHEDULE_FIELD_OCCURRENCE);
+		return 0;
+	}
+	char *payload = schedule_payload(at);
+	ok = strlen(payload) == len[0] && memcmp(payload, v[0], len[0]) == 0;
+	free(payload);
+	if (!ok) {
+		snprintf_(why, whylen, "event is not the envelope published for the occurrence");
+		return 0;
+	}
+	return 1;
+}
+
+int schedule_verify(struct redis *r, char *const *fields, const size_t *lens, size_t nfields,
+		    const char *msg_id, char *why, size_t whylen)
+{
+	if (schedule_envelope_check(fields, lens, nfields, why, whylen) != 1)
+		return 0;
+	struct schedule_route route;
+	schedule_route_of(fields, lens, nfields, &route);
+	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", route.occurrence_id);
+	char ttl[16];
+	snprintf_(ttl, sizeof ttl, "%d", SCHEDULE_DEDUP_TTL_S);
+	const char *argv[] = {"EVAL", verify_script, "1", key, msg_id, ttl};
+	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
+	int rc = -1;
+	if (!rep) {
+		snprintf_(why, whylen, "%s", redis_errmsg(r));
+	} else if (rep->type != REDIS_REPLY_INTEGER) {
+		snprintf_(why, whylen, "%s",
+			  rep->type == REDIS_REPLY_ERROR ? rep->str
+							 : "unexpected reply to the verify script");
+	} else if (rep->integer == 1) {
+		rc = 1;
+	} else {
+		rc = 0;
+		snprintf_(why, whylen, "dedup key %s %s", key,
+			  rep->integer == 0    ? "names another stream entry"
+			  : rep->integer == -1 ? "does not exist"
+					       : "is not a string");
+	}
+	if (rep)
+		freeReplyObject(rep);
+	free(key);
+	return rc;
 }
 
 const struct schedule *schedule_find(const struct fn_version *fv, const char *handler)

@@ -19,14 +19,15 @@
  *
  * Publication. One Lua script, in one atomic step:
  *
- *     SET relay:schedule:<occurrence_id> 1 NX EX 604800
- *     only if it was set:  XADD <stream> * <fields>
+ *     SET relay:schedule:<occurrence_id> publishing NX EX 604800
+ *     only if it was set:  id = XADD <stream> * <fields>
+ *                          SET relay:schedule:<occurrence_id> <id> EX 604800
  *
  * and answers published (the new entry id) or duplicate. The script first
  * checks that <stream> is a stream (or absent), and if the XADD fails it
  * deletes the key it just set, so the dedup key never exists without its
  * stream entry. Dedup keys are never deleted otherwise: they expire by
- * their 7-day TTL only. Occurrence id:
+ * their TTL only. Occurrence id:
  *
  *     schedule:<function>:<handler>:<scheduled_at>
  *
@@ -42,8 +43,37 @@
  *     relay_schedule_handler   the schedule's handler ("jobs.cleanup.handler")
  *     relay_occurrence_id      the occurrence id above
  *
- * An entry carrying relay_schedule_function is a scheduled occurrence: the
- * consumer never pattern-matches it and it does not count as an event.
+ * An entry carrying relay_schedule_function claims to be a scheduled
+ * occurrence: the consumer never pattern-matches it and it does not count
+ * as an event. Anyone who can XADD to the stream can write such an entry,
+ * so the consumer runs it only once it is proven genuine
+ * (schedule_verify): exactly the four fields above, the occurrence id
+ * naming that function, handler and a canonical instant, the event exactly
+ * the envelope for that instant, and the dedup key holding this entry's
+ * id — which only the publish script writes (entry ids are unique and
+ * entries immutable, so the key binds the whole entry). Anything else is
+ * dead-lettered as "forged schedule occurrence" and runs nothing. Against
+ * a producer that can also write relay:schedule:* keys nothing in Redis
+ * can tell the difference: the deployment that makes this airtight gives
+ * producers an ACL limited to XADD on the stream (docs/redis-acl.md).
+ *
+ * Dedup key TTL (SCHEDULE_DEDUP_TTL_S, 7 days). A genuine occurrence must
+ * never be taken for a forged one because its key expired while it was
+ * still pending. Every delivery that verifies it renews the TTL to the
+ * full 7 days (in the same script), so the key outlives the occurrence as
+ * long as a worker keeps delivering it. A pending message is delivered
+ * again by every reclaim once it has been idle for MinPendingIdle (1 min),
+ * backing off or not (a delivery during the backoff only skips the
+ * handler), so two deliveries are at most one delivery's own processing
+ * (the slot wait, 10 s, plus one invocation, bounded by its running marker:
+ * the rule's timeout, at most 5 min, plus 1m37s, runner.h) + MinPendingIdle
+ * + one reclaim interval (1 min) apart: under 10 minutes, against 7 days.
+ * A fixed TTL alone would not do: 1 + 1000 retries with the capped backoff
+ * keep an occurrence pending for up to about 11 days. The key can only run
+ * out when no worker delivered the occurrence for 7 days (fleet down, or
+ * the group that far behind); it is then dead-lettered with its payload
+ * (reason "forged schedule occurrence", the log line saying its dedup key
+ * does not exist) rather than run a week late.
  *
  * Catch-up policy. A worker publishes only occurrences strictly after the
  * instant its scheduler started (for a schedule that appears later, after
@@ -144,6 +174,22 @@ struct schedule_route {
  * scheduled occurrence; then *out is filled (handler "" when missing). */
 bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
 		       struct schedule_route *out);
+
+/* Local half of the proof: 1 when the fields are exactly what the publish
+ * script writes for some occurrence (see above), else 0 with why filled.
+ * Pure. */
+int schedule_envelope_check(char *const *fields, const size_t *lens, size_t nfields, char *why,
+			    size_t whylen);
+
+/*
+ * Whether the delivered entry msg_id is a genuine occurrence: the envelope
+ * check, then one script on r (connected by the caller) that compares the
+ * dedup key with msg_id and renews its TTL when they match. 1 genuine, 0
+ * forged (why says what is wrong), -1 on a Redis error (why holds it; the
+ * caller leaves the message pending: it is never run unverified).
+ */
+int schedule_verify(struct redis *r, char *const *fields, const size_t *lens, size_t nfields,
+		    const char *msg_id, char *why, size_t whylen);
 
 /* The first schedule of fv's template with this handler, or NULL. */
 const struct schedule *schedule_find(const struct fn_version *fv, const char *handler);

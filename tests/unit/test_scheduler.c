@@ -112,6 +112,103 @@ TEST(find_returns_the_first_schedule_with_the_handler)
 	strlist_free(&warns);
 }
 
+/* schedule_envelope_check on kv (NULL-terminated; "\x01" stands for a
+ * value with a NUL byte inside). */
+static int envelope(const char *const *kv, char *why, size_t whylen)
+{
+	char *fields[24] = {0};
+	size_t lens[24] = {0}, n = 0;
+	for (; kv[n] && n < 24; n++) {
+		fields[n] = xstrdup(kv[n]);
+		lens[n] = strlen(kv[n]);
+		if (strcmp(kv[n], "\x01") == 0)
+			fields[n][0] = '\0';
+	}
+	int rc = schedule_envelope_check(fields, lens, n, why, whylen);
+	for (size_t i = 0; i < n; i++)
+		free(fields[i]);
+	return rc;
+}
+
+#define ENV_OK "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}"
+#define OCC_OK "schedule:fn:m.h:2026-03-29T01:00:00Z"
+#define F SCHEDULE_FIELD_FUNCTION
+#define H SCHEDULE_FIELD_HANDLER
+#define O SCHEDULE_FIELD_OCCURRENCE
+
+/* The local half of the genuineness proof: exactly what the publish script
+ * writes, nothing more or less. Each row changes one thing. */
+TEST(envelope_check_accepts_exactly_what_publication_writes)
+{
+	static const struct {
+		const char *kv[14];
+		int want;
+		const char *why; /* part of the reason */
+	} cases[] = {
+		{{"event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK}, 1, ""},
+		{{O, OCC_OK, H, "m.h", F, "fn", "event", ENV_OK}, 1, ""}, /* order free */
+		{{"event", "{\"x\":1}", F, "fn", H, "m.h", O, OCC_OK}, 0, "envelope"},
+		{{"event", ENV_OK " ", F, "fn", H, "m.h", O, OCC_OK}, 0, "envelope"},
+		{{"event",
+		  "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:01Z\"}", F,
+		  "fn", H, "m.h", O, OCC_OK},
+		 0,
+		 "envelope"},
+		{{"event", ENV_OK, F, "fn", H, "m.h"}, 0, O " missing"},
+		{{"event", ENV_OK, H, "m.h", O, OCC_OK}, 0, F " missing"},
+		{{F, "fn", H, "m.h", O, OCC_OK}, 0, "event missing"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", H, "m.h", O, OCC_OK}, 0, H " repeated"},
+		{{"event", ENV_OK, "event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK},
+		 0,
+		 "event repeated"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK, "extra", "x"}, 0, "other than"},
+		{{"event", ENV_OK, F, "other", H, "m.h", O, OCC_OK}, 0, "does not name"},
+		{{"event", ENV_OK, F, "fn", H, "x.y", O, OCC_OK}, 0, "does not name"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", O,
+		  "schedule:fn:m.h:2026-03-29T01:00:00+00:00"},
+		 0,
+		 "does not name"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:2026-03-29T01:00:00.5Z"},
+		 0,
+		 "does not name"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:2026-02-30T01:00:00Z"},
+		 0,
+		 "does not name"},
+		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:"}, 0, "does not name"},
+		{{"event", ENV_OK, F, "\x01", H, "m.h", O, OCC_OK}, 0, F " not text"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char why[256] = "";
+		int got = envelope(cases[i].kv, why, sizeof why);
+		if (got != cases[i].want || (cases[i].want == 0 && !strstr(why, cases[i].why)))
+			T_FAIL_("case %zu: got %d (%s), want %d (%s)", i, got, why, cases[i].want,
+				cases[i].why);
+	}
+}
+
+/* A genuine publication's fields, as schedule_publish writes them, pass. */
+TEST(envelope_check_accepts_every_published_occurrence)
+{
+	static const struct {
+		const char *function, *handler;
+		int64_t at;
+	} occ[] = {{"user-events", "jobs.cleanup.handler", 1774746000},
+		   {"jobs.v2", "x.y.z", 0},
+		   {"a", "m.f", 4102444799}};
+	for (size_t i = 0; i < ARRAY_LEN(occ); i++) {
+		char *id = schedule_occurrence_id(occ[i].function, occ[i].handler, occ[i].at);
+		char *p = schedule_payload(occ[i].at);
+		const char *kv[] = {"event", p, F, occ[i].function, H, occ[i].handler, O, id, NULL};
+		char why[256] = "";
+		if (envelope(kv, why, sizeof why) != 1)
+			T_FAIL_("%s: %s", id, why);
+		free(id);
+		free(p);
+	}
+}
+
 T_MAIN(T_CASE(occurrence_ids_and_payloads_are_utc_whole_seconds),
        T_CASE(route_of_recognises_scheduled_entries_only),
-       T_CASE(find_returns_the_first_schedule_with_the_handler))
+       T_CASE(find_returns_the_first_schedule_with_the_handler),
+       T_CASE(envelope_check_accepts_exactly_what_publication_writes),
+       T_CASE(envelope_check_accepts_every_published_occurrence))
