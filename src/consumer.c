@@ -17,8 +17,9 @@
  * - Bookkeeping errors fail open: an unreadable state is treated as absent,
  *   a failed claim write still runs the invocation.
  * - What a message runs is resolved first (resolve_work): a scheduled
- *   occurrence (scheduler.h) runs exactly its schedule's handler and is
- *   never pattern-matched; an event runs its matching rules. From then on
+ *   occurrence (scheduler.h) is first proven genuine (else dead-lettered as
+ *   forged), then runs exactly its schedule's handler and is never
+ *   pattern-matched; an event runs its matching rules. From then on
  *   both take the same path (state, slots, timeout, retries, DLQ, handler
  *   metrics), except that scheduled occurrences never move the event
  *   counters, and one whose function or schedule handler is gone is
@@ -52,6 +53,7 @@ struct msg {
 	char **fields; /* alternating names and values (copies; NULL = not a string) */
 	size_t *lens;
 	size_t nfields;
+	struct event *ev; /* decoded by the reader, or NULL: the worker decodes */
 	struct msg *next;
 };
 
@@ -64,6 +66,7 @@ struct consumer {
 	struct consumer_config cfg;
 	struct redis_uri uri;
 	char *stream, *group, *name, *dlq;
+	size_t budget; /* bytes per read reply (CONSUMER_READ_BUDGET) */
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;  /* a message was queued / stop */
@@ -99,6 +102,7 @@ static void msg_free(struct msg *m)
 	free(m->fields);
 	free(m->lens);
 	free(m->id);
+	event_free(m->ev);
 	free(m);
 }
 
@@ -190,7 +194,7 @@ static void release(struct consumer *c, const char *id)
 	release_ids(c, ids, 1);
 }
 
-/* Messages from an XREADGROUP / XAUTOCLAIM entry list. */
+/* A message from one entry ({id, fields}) of a read script's answer. */
 static struct msg *msg_from_entry(const redisReply *e)
 {
 	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
@@ -246,28 +250,439 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
 	return rc;
 }
 
+/* ---- the read scripts ---------------------------------------------------- */
+
+/*
+ * Both paths read through a Lua script that looks at every entry inside
+ * Redis before anything is transferred (consumer.h, cost model). Shared
+ * part: KEYS[1] stream, KEYS[2] DLQ; ARGV[1] group, ARGV[2] consumer,
+ * ARGV[3] at most this many entries, ARGV[4] CONSUMER_ENTRY_MAX, ARGV[5]
+ * timestamp (RFC 3339) for DLQ entries.
+ *
+ * measure() keeps only the fields Relay reads, in order (duplicates too:
+ * the last `event` wins, as in event_decode), and answers their bytes,
+ * names and values, and what they cost in a reply (CONSUMER_ENTRY_COST).
+ * An entry costing more than the limit is dead-lettered by too_large()
+ * without its body and acknowledged; a failed DLQ write leaves it pending
+ * (retried by the next reclaim, like any DLQ write) and is reported, not
+ * raised, so the entries after it are still read. Each script answers its
+ * entries in XREADGROUP's shape ({id, fields}) and the too-large ones as
+ * {id, size, DLQ error or ""}.
+ */
+/* The framing allowance is spelled out in the scripts. */
+_Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
+	       "the read scripts count 64 + 16 per string");
+/* clang-format off */
+#define READ_LUA_PRELUDE \
+	"local WANTED = {event = true, " SCHEDULE_FIELD_FUNCTION " = true,\n" \
+	"  " SCHEDULE_FIELD_HANDLER " = true, " SCHEDULE_FIELD_OCCURRENCE " = true}\n" \
+	"local function measure(e)\n" \
+	"  local f, size, all = e[2], 0, true\n" \
+	"  for i = 1, #f - 1, 2 do\n" \
+	"    if WANTED[f[i]] then size = size + #f[i] + #f[i + 1] else all = false end\n" \
+	"  end\n" \
+	"  if not all then\n" \
+	"    local keep = {}\n" \
+	"    for i = 1, #f - 1, 2 do\n" \
+	"      if WANTED[f[i]] then\n" \
+	"        keep[#keep + 1] = f[i]\n" \
+	"        keep[#keep + 1] = f[i + 1]\n" \
+	"      end\n" \
+	"    end\n" \
+	"    e[2] = keep\n" \
+	"  end\n" \
+	"  return size, size + 64 + 16 * #e[2]\n" \
+	"end\n" \
+	"local function too_large(id, size)\n" \
+	"  local r = redis.pcall('XADD', KEYS[2], '*', 'original_stream', KEYS[1],\n" \
+	"    'original_id', id, 'group', ARGV[1], 'consumer', ARGV[2], 'event', '',\n" \
+	"    'reason', 'event too large', 'attempts', '0', 'timestamp', ARGV[5],\n" \
+	"    'size', string.format('%d', size))\n" \
+	"  if type(r) == 'table' and r.err then return r.err end\n" \
+	"  redis.call('XACK', KEYS[1], ARGV[1], id)\n" \
+	"  return ''\n" \
+	"end\n" \
+	"local count, emax = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+/* clang-format on */
+
+/*
+ * New messages: one XREADGROUP of at most ARGV[3] entries (the caller's
+ * count keeps count x CONSUMER_ENTRY_MAX within the read budget, so what
+ * is returned always fits a reply); each entry measured in place. A
+ * missing group answers XREADGROUP's own NOGROUP error.
+ */
+static const char read_lua[] = READ_LUA_PRELUDE
+	"local got = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,\n"
+	"  'STREAMS', KEYS[1], '>')\n"
+	"if type(got) == 'table' and got.err then return got end\n"
+	"local out, big = {}, {}\n"
+	"if not got then return {out, big} end\n"
+	"for _, e in ipairs(got[1][2]) do\n"
+	"  local size, cost = measure(e)\n"
+	"  if cost > emax then\n"
+	"    big[#big + 1] = {e[1], size, too_large(e[1], size)}\n"
+	"  else\n"
+	"    out[#out + 1] = e\n"
+	"  end\n"
+	"end\n"
+	"return {out, big}\n";
+
+/*
+ * Reclaim: XAUTOCLAIM's job, measured first. ARGV[6] MinPendingIdle (ms),
+ * ARGV[7] cursor: the last pending id looked at ("0-0": from the start).
+ * For each message idle that long (XPENDING IDLE, in id order, at most
+ * ARGV[3]) the entry is read with XRANGE, one at a time: gone (trimmed or
+ * deleted) ones are reported, too-large ones dead-lettered, the others
+ * claimed with XCLAIM ... RETRYCOUNT <deliveries + 1> JUSTID, which is what
+ * XAUTOCLAIM does (new owner, idle reset, one more delivery) without
+ * copying the entry again. Answers {cursor, entries, too_large, gone}; the
+ * cursor is "0-0" once the whole PEL was looked at.
+ */
+static const char reclaim_lua[] = READ_LUA_PRELUDE
+	"local start = ARGV[7] == '0-0' and '-' or ('(' .. ARGV[7])\n"
+	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[6], start, '+',\n"
+	"  count)\n"
+	"if pend.err then return pend end\n"
+	"local out, big, gone, cursor = {}, {}, {}, '0-0'\n"
+	"for _, p in ipairs(pend) do\n"
+	"  local id = p[1]\n"
+	"  local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
+	"  if not e then\n"
+	"    gone[#gone + 1] = id\n"
+	"  else\n"
+	"    local size, cost = measure(e)\n"
+	"    if cost > emax then\n"
+	"      big[#big + 1] = {id, size, too_large(id, size)}\n"
+	"    elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
+	"        'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 then\n"
+	"      out[#out + 1] = e\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"if #pend == count then cursor = pend[#pend][1] end\n"
+	"return {cursor, out, big, gone}\n";
+
+static struct redis_script read_script, reclaim_script;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_init(void)
+{
+	redis_script_init(&read_script, read_lua);
+	redis_script_init(&reclaim_script, reclaim_lua);
+}
+
+/* The arguments both scripts share (after "2", the number of keys). */
+struct read_args {
+	char count[16], emax[24], ts[RFC3339_STR_MAX];
+};
+
+/* At most room entries, and only as many as the byte budget holds at
+ * CONSUMER_ENTRY_MAX each (at least one). */
+static void read_args_fill(struct consumer *c, int room, struct read_args *a)
+{
+	size_t fit = c->budget / CONSUMER_ENTRY_MAX;
+	int n = fit < 1 ? 1 : fit < (size_t)room ? (int)fit : room;
+	snprintf_(a->count, sizeof a->count, "%d", n);
+	snprintf_(a->emax, sizeof a->emax, "%d", CONSUMER_ENTRY_MAX);
+	rfc3339_format_utc(now_wall_ns(), a->ts);
+}
+
+/*
+ * Entries a script dead-lettered as too large ({id, size, error}): each is
+ * a message read and done with, never transferred. fresh: from a read of
+ * new messages (counted as received).
+ */
+static void report_too_large(struct consumer *c, const redisReply *big, bool fresh)
+{
+	for (size_t i = 0; big && i < big->elements; i++) {
+		const redisReply *e = big->element[i];
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
+		    e->element[0]->type != REDIS_REPLY_STRING ||
+		    e->element[1]->type != REDIS_REPLY_INTEGER ||
+		    e->element[2]->type != REDIS_REPLY_STRING)
+			continue;
+		const char *id = e->element[0]->str, *err = e->element[2]->str;
+		char size[24], limit[24];
+		snprintf_(size, sizeof size, "%lld", e->element[1]->integer);
+		snprintf_(limit, sizeof limit, "%d", CONSUMER_ENTRY_MAX);
+		if (fresh)
+			metrics_inc(METRIC_EVENTS_RECEIVED);
+		if (err[0]) {
+			log_error(LOG_ATTRS("message_id", id, "size", size, "dlq", c->dlq, "error",
+					    err),
+				  "DLQ write failed for an event too large to read; the message "
+				  "stays pending and the write is retried");
+			continue;
+		}
+		log_warn(LOG_ATTRS("message_id", id, "size", size, "limit", limit, "dlq", c->dlq),
+			 "event too large: sent to the dead-letter stream without reading it");
+		metrics_inc(METRIC_DLQ_ENTRIES);
+		metrics_inc(METRIC_EVENTS_PROCESSED);
+	}
+}
+
+/* ---- change notifications ------------------------------------------------ */
+
+/*
+ * The scripts cannot block (Redis runs scripts without BLOCK), so an idle
+ * reader waits for the stream to change instead: CLIENT TRACKING in
+ * broadcast mode for keys prefixed with the stream's name, redirected to a
+ * second connection subscribed to __redis__:invalidate. Every XADD to the
+ * stream pushes a message there; the reader then reads again. The wait is
+ * bounded by block_ms, so a lost notification costs at most that. When
+ * the server refuses (an ACL without CLIENT or SUBSCRIBE, say), the reader
+ * polls every CONSUMER_POLL_MS, says so once, and asks again every
+ * BELL_REFUSED_RETRY_NS.
+ */
+struct bell {
+	struct redis *sub;
+	bool armed;	  /* tracking on the reader's connection redirects to sub */
+	bool refused;	  /* the server said no (said once): poll */
+	int64_t retry_ns; /* no new attempt before (monotonic) */
+};
+
+/* Between attempts to arm: a failed connection, or a refusal (an ACL may
+ * be changed, a loading server comes back). */
+#define BELL_RETRY_NS (5 * NS_PER_SEC)
+#define BELL_REFUSED_RETRY_NS (60 * NS_PER_SEC)
+
+static void bell_disarm(struct bell *b)
+{
+	redis_disconnect(b->sub);
+	b->armed = false;
+}
+
+/* The reply to a command on r, or NULL with why filled. */
+static redisReply *bell_command(struct redis *r, const char **argv, int argc, char *why,
+				size_t whylen)
+{
+	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
+	if (!rep) {
+		snprintf_(why, whylen, "%s", redis_errmsg(r));
+		return NULL;
+	}
+	if (rep->type == REDIS_REPLY_ERROR) {
+		snprintf_(why, whylen, "%s: %s", argv[0], rep->str);
+		freeReplyObject(rep);
+		return NULL;
+	}
+	return rep;
+}
+
+static void bell_arm(struct consumer *c, struct redis *r, struct bell *b)
+{
+	if (b->armed || now_mono_ns() < b->retry_ns)
+		return;
+	char why[300] = "", id[32];
+	bool refused = false;
+	redis_disconnect(b->sub);
+	b->retry_ns = now_mono_ns() + BELL_RETRY_NS;
+	if (redis_connect(b->sub) < 0) {
+		log_debug(LOG_ATTRS("error", redis_errmsg(b->sub)),
+			  "cannot connect for stream change notifications; polling meanwhile");
+		return;
+	}
+	const char *cid[] = {"CLIENT", "ID"};
+	const char *sub[] = {"SUBSCRIBE", "__redis__:invalidate"};
+	const char *off[] = {"CLIENT", "TRACKING", "OFF"};
+	const char *on[] = {"CLIENT", "TRACKING", "ON",	     "REDIRECT", id,
+			    "BCAST",  "PREFIX",	  c->stream, "NOLOOP"};
+	redisReply *rep = bell_command(b->sub, cid, 2, why, sizeof why);
+	if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+		refused = rep != NULL || redis_is_connected(b->sub);
+		goto out;
+	}
+	snprintf_(id, sizeof id, "%lld", rep->integer);
+	freeReplyObject(rep);
+	if (!(rep = bell_command(b->sub, sub, 2, why, sizeof why))) {
+		refused = redis_is_connected(b->sub);
+		goto out;
+	}
+	freeReplyObject(rep);
+	if ((rep = bell_command(r, off, 3, why, sizeof why)))
+		freeReplyObject(rep);
+	if (!(rep = bell_command(r, on, 9, why, sizeof why))) {
+		refused = redis_is_connected(r);
+		goto out;
+	}
+	b->armed = true;
+out:
+	if (rep)
+		freeReplyObject(rep);
+	if (b->armed) {
+		if (b->refused)
+			log_info(NULL, "stream change notifications accepted by redis again");
+		b->refused = false;
+		return;
+	}
+	redis_disconnect(b->sub);
+	if (refused) {
+		char poll[DURATION_STR_MAX];
+		b->retry_ns = now_mono_ns() + BELL_REFUSED_RETRY_NS;
+		if (!b->refused)
+			log_warn(LOG_ATTRS("error", why, "poll_interval",
+					   duration_format(CONSUMER_POLL_MS * NS_PER_MS, poll)),
+				 "stream change notifications refused by redis; polling the "
+				 "stream instead");
+		b->refused = true;
+	}
+}
+
+/* Consumes the notifications already there. */
+static void bell_drain(struct bell *b)
+{
+	redisReply *rep = NULL;
+	int w;
+	while (b->armed && (w = redis_wait_reply(b->sub, 0, &rep)) != 0) {
+		if (w < 0) {
+			bell_disarm(b);
+			break;
+		}
+		freeReplyObject(rep);
+	}
+}
+
+/* Waits until the stream changes, for at most ms (and promptly stops). */
+static void bell_wait(struct consumer *c, struct bell *b, int ms)
+{
+	if (!b->armed) {
+		sleep_ms_interruptible(ms < CONSUMER_POLL_MS ? ms : CONSUMER_POLL_MS, &c->stop);
+		return;
+	}
+	int64_t end = now_mono_ns() + (int64_t)ms * NS_PER_MS;
+	while (!c->stop) {
+		int64_t left = (end - now_mono_ns()) / NS_PER_MS;
+		if (left <= 0)
+			return;
+		redisReply *rep = NULL;
+		int w = redis_wait_reply(b->sub, left < 200 ? (int)left : 200, &rep);
+		if (w < 0) {
+			log_debug(LOG_ATTRS("error", redis_errmsg(b->sub)),
+				  "stream change notifications lost; re-arming");
+			bell_disarm(b);
+			return;
+		}
+		if (w > 0) {
+			freeReplyObject(rep);
+			return;
+		}
+	}
+}
+
 /* ---- reader ------------------------------------------------------------ */
 
 /*
  * Whether a freshly read message matches nothing: then the reader
- * acknowledges it itself, with the XACK pipelined ahead of its next
- * XREADGROUP (architecture.md: "an XACK can travel with the next
- * XREADGROUP"). No hand-off to a worker and no extra round trip keeps the
- * no-match path close to a bare XREADGROUP + XACK loop (bench/consume).
- * Anything else (a match, a malformed event, a scheduled occurrence) goes
- * to the workers, which decode it again.
+ * acknowledges it itself, with the XACK pipelined ahead of its next read
+ * (architecture.md: "an XACK can travel with the next XREADGROUP"). No
+ * hand-off to a worker and no extra round trip keeps the no-match path
+ * close to a bare XREADGROUP + XACK loop (bench/consume). A message that
+ * matches takes its decoded event to the worker; anything else (a
+ * malformed event, a scheduled occurrence) is decoded by the worker.
+ * Called without the consumer lock: decoding a large event takes a while.
  */
-static bool matches_nothing(const struct snapshot *snap, uint32_t *ids, const struct msg *m)
+static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uint32_t *ids,
+			    struct msg *m)
 {
 	if (schedule_route_of(m->fields, m->lens, m->nfields, NULL))
 		return false;
+	if (c->cfg.test_before_decode)
+		c->cfg.test_before_decode(c->cfg.test_ctx);
 	struct event *ev = NULL;
 	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) !=
 	    EVENT_OK)
 		return false;
-	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
-	event_free(ev);
-	return n == 0;
+	if (pattern_set_match(snap->set, ev, now_wall_ns(), ids) == 0) {
+		event_free(ev);
+		return true;
+	}
+	m->ev = ev;
+	return false;
+}
+
+/*
+ * Takes in one read's entries: decodes and matches each outside the lock,
+ * then takes the lock once to count them in the buffer and queue those
+ * that match (the others join *fast, to be acknowledged with the next
+ * read).
+ */
+static void take_batch(struct consumer *c, const redisReply *entries, char ***fast, size_t *nfast,
+		       size_t *capfast)
+{
+	size_t n = entries->elements, k = 0;
+	struct msg **ms = xcalloc(n + 1, sizeof *ms);
+	bool *skip = xcalloc(n + 1, sizeof *skip);
+	struct snapshot *snap = registry_acquire(c->cfg.registry);
+	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	for (size_t i = 0; i < n; i++) {
+		struct msg *m = msg_from_entry(entries->element[i]);
+		if (!m)
+			continue;
+		log_debug(LOG_ATTRS("message_id", m->id), "message read");
+		/* Scheduled occurrences are not events. */
+		if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
+			metrics_inc(METRIC_EVENTS_RECEIVED);
+		skip[k] = matches_nothing(c, snap, ids, m);
+		ms[k++] = m;
+	}
+	free(ids);
+	registry_release(c->cfg.registry, snap);
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < k; i++) {
+		struct msg *m = ms[i];
+		if (!skip[i]) {
+			enqueue_locked(c, m);
+			continue;
+		}
+		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
+		metrics_inc(METRIC_EVENTS_PROCESSED);
+		hold_locked(c, m->id);
+		if (*nfast == *capfast) {
+			*capfast = *capfast ? *capfast * 2 : 32;
+			*fast = xrealloc(*fast, *capfast * sizeof **fast);
+		}
+		(*fast)[(*nfast)++] = m->id;
+		m->id = NULL;
+		msg_free(m);
+	}
+	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
+	pthread_mutex_unlock(&c->lock);
+	free(ms);
+	free(skip);
+}
+
+/* XACK of the fast ones, queued ahead of the next command on r. */
+static void append_fast_ack(struct consumer *c, struct redis *r, char **fast, size_t nfast)
+{
+	const char **argv = xcalloc(nfast + 3, sizeof *argv);
+	argv[0] = "XACK";
+	argv[1] = c->stream;
+	argv[2] = c->group;
+	for (size_t i = 0; i < nfast; i++)
+		argv[3 + i] = fast[i];
+	redis_append_argv(r, (int)nfast + 3, argv, NULL);
+	free(argv);
+}
+
+/* A read's error reply: NOGROUP recreates the group, anything else waits. */
+static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
+{
+	char err[256];
+	snprintf_(err, sizeof err, "%s", rep->str);
+	freeReplyObject(rep);
+	if (strncmp(err, "NOGROUP", 7) == 0) {
+		/* Redis lost the group (restarted without persistence):
+		 * recreate it rather than stop consuming. */
+		char why[512];
+		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
+			 "consumer group missing; recreating it");
+		if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) < 0)
+			log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
+	} else {
+		log_warn(LOG_ATTRS("error", err), "reading the stream failed");
+	}
+	sleep_ms_interruptible(1000, &c->stop);
 }
 
 static void *reader_main(void *arg)
@@ -275,21 +690,27 @@ static void *reader_main(void *arg)
 	struct consumer *c = arg;
 	block_signals();
 	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
-	char count[16], block[16];
-	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
+	struct bell bell = {.sub = conn_new(c, 5000)};
 	/* No-match messages read last time, acknowledged with the next read. */
 	char **fast = NULL;
 	size_t nfast = 0, capfast = 0;
+	bool idle = false; /* the last read found nothing */
 	while (!c->stop) {
+		if (!redis_is_connected(r) && bell.armed) {
+			/* Tracking went with the connection: arm again at once. */
+			bell.armed = false;
+			bell.retry_ns = 0;
+		}
 		if (ensure_conn(c, r) < 0)
 			break;
+		bell_arm(c, r, &bell);
 		pthread_mutex_lock(&c->lock);
 		/* The fast ones are ACKed before the next read executes. */
 		while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
 			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
 		/* Less than half the buffer free: wait a moment for the ACKs in
-		 * flight to free more, so one XREADGROUP fetches a batch rather
-		 * than a message or two (bench/consume). */
+		 * flight to free more, so one read fetches a batch rather than a
+		 * message or two (bench/consume). */
 		if (c->cfg.max_buffered - (c->buffered - (int)nfast) <
 			    (c->cfg.max_buffered + 1) / 2 &&
 		    !c->stop)
@@ -298,21 +719,21 @@ static void *reader_main(void *arg)
 		pthread_mutex_unlock(&c->lock);
 		if (c->stop)
 			break;
-		if (nfast) {
-			const char **argv = xcalloc(nfast + 3, sizeof *argv);
-			argv[0] = "XACK";
-			argv[1] = c->stream;
-			argv[2] = c->group;
-			for (size_t i = 0; i < nfast; i++)
-				argv[3 + i] = fast[i];
-			redis_append_argv(r, (int)nfast + 3, argv, NULL);
-			free(argv);
-		}
-		snprintf_(count, sizeof count, "%d", room);
-		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
-				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
+		if (idle && nfast == 0)
+			bell_wait(c, &bell, c->cfg.block_ms);
+		bell_drain(&bell);
+		if (c->stop)
+			break;
+
+		struct read_args a;
+		read_args_fill(c, room, &a);
+		const char *argv[] = {"2",     c->stream, c->dlq, c->group,
+				      c->name, a.count,	  a.emax, a.ts};
+		const int argc = (int)ARRAY_LEN(argv);
+		if (nfast)
+			append_fast_ack(c, r, fast, nfast);
 		redisReply *rep = NULL;
-		if (redis_append_argv(r, 11, argv, NULL) == 0) {
+		if (redis_append_script(r, &read_script, argc, argv, NULL) == 0) {
 			if (nfast) {
 				redisReply *ack = redis_get_reply(r, -1);
 				if (!ack || ack->type == REDIS_REPLY_ERROR)
@@ -325,99 +746,50 @@ static void *reader_main(void *arg)
 			}
 			if (redis_is_connected(r))
 				rep = redis_get_reply(r, -1);
+			if (redis_reply_is_noscript(rep)) {
+				freeReplyObject(rep);
+				rep = redis_script_run(r, &read_script, argc, argv, NULL);
+			}
 		}
 		/* ACKed (or, on a dropped connection, left pending for reclaim). */
 		release_ids(c, (const char *const *)fast, nfast);
 		for (size_t i = 0; i < nfast; i++)
 			free(fast[i]);
 		nfast = 0;
+		idle = false;
 		if (!rep) {
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
 				 "redis read failed; reconnecting");
 			continue;
 		}
 		if (rep->type == REDIS_REPLY_ERROR) {
-			char err[256];
-			snprintf_(err, sizeof err, "%s", rep->str);
-			freeReplyObject(rep);
-			if (strncmp(err, "NOGROUP", 7) == 0) {
-				/* Redis lost the group (restarted without persistence):
-				 * recreate it rather than stop consuming. */
-				char why[512];
-				log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error",
-						   err),
-					 "consumer group missing; recreating it");
-				if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) <
-				    0)
-					log_warn(LOG_ATTRS("error", why),
-						 "cannot recreate the consumer group");
-			} else {
-				log_warn(LOG_ATTRS("error", err), "XREADGROUP failed");
-			}
-			sleep_ms_interruptible(1000, &c->stop);
+			read_failed(c, r, rep);
 			continue;
 		}
-		if (rep->type == REDIS_REPLY_ARRAY) {
-			struct snapshot *snap = registry_acquire(c->cfg.registry);
-			uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
-			for (size_t s = 0; s < rep->elements; s++) {
-				const redisReply *st = rep->element[s];
-				if (st->type != REDIS_REPLY_ARRAY || st->elements < 2 ||
-				    st->element[1]->type != REDIS_REPLY_ARRAY)
-					continue;
-				const redisReply *entries = st->element[1];
-				pthread_mutex_lock(&c->lock);
-				for (size_t i = 0; i < entries->elements; i++) {
-					struct msg *m = msg_from_entry(entries->element[i]);
-					if (!m)
-						continue;
-					log_debug(LOG_ATTRS("message_id", m->id), "message read");
-					/* Scheduled occurrences are not events. */
-					if (!schedule_route_of(m->fields, m->lens, m->nfields,
-							       NULL))
-						metrics_inc(METRIC_EVENTS_RECEIVED);
-					if (matches_nothing(snap, ids, m)) {
-						log_debug(LOG_ATTRS("message_id", m->id),
-							  "no rule matched; acknowledging");
-						metrics_inc(METRIC_EVENTS_PROCESSED);
-						hold_locked(c, m->id);
-						if (nfast == capfast) {
-							capfast = capfast ? capfast * 2 : 32;
-							fast = xrealloc(fast,
-									capfast * sizeof *fast);
-						}
-						fast[nfast++] = m->id;
-						m->id = NULL;
-						msg_free(m);
-						continue;
-					}
-					enqueue_locked(c, m);
-				}
-				metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
-				pthread_mutex_unlock(&c->lock);
-			}
-			free(ids);
-			registry_release(c->cfg.registry, snap);
+		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		    rep->element[0]->type == REDIS_REPLY_ARRAY &&
+		    rep->element[1]->type == REDIS_REPLY_ARRAY) {
+			take_batch(c, rep->element[0], &fast, &nfast, &capfast);
+			report_too_large(c, rep->element[1], true);
+			idle = rep->element[0]->elements == 0 && rep->element[1]->elements == 0;
+		} else {
+			log_warn(NULL, "unexpected reply to the stream read script");
+			idle = true;
 		}
 		freeReplyObject(rep);
 	}
 	/* Stopping with no-match messages read: acknowledge them now. */
 	if (nfast && redis_is_connected(r)) {
-		const char **argv = xcalloc(nfast + 3, sizeof *argv);
-		argv[0] = "XACK";
-		argv[1] = c->stream;
-		argv[2] = c->group;
-		for (size_t i = 0; i < nfast; i++)
-			argv[3 + i] = fast[i];
-		redisReply *ack = redis_command_argv(r, (int)nfast + 3, argv, NULL);
+		append_fast_ack(c, r, fast, nfast);
+		redisReply *ack = redis_get_reply(r, -1);
 		if (ack)
 			freeReplyObject(ack);
-		free(argv);
 	}
 	release_ids(c, (const char *const *)fast, nfast);
 	for (size_t i = 0; i < nfast; i++)
 		free(fast[i]);
 	free(fast);
+	redis_free(bell.sub);
 	redis_free(r);
 	return NULL;
 }
@@ -426,13 +798,11 @@ static void *reader_main(void *arg)
 
 /*
  * Pending messages whose stream entry is gone (retention trimmed it, or an
- * XDEL): nothing can run them any more. Redis 7 drops them from the PEL
- * itself and lists their ids in XAUTOCLAIM's third element; 6.2 hands them
- * back with nil fields and keeps them pending, so they are acknowledged
- * here too (XACK of an id no longer pending is a no-op). Their invocation
- * state goes with them, so nothing waits for its 7-day TTL, and no DLQ
- * entry is written: there is no payload left to dead-letter. One WARN per
- * message.
+ * XDEL): nothing can run them any more. The reclaim script finds them
+ * (XRANGE of the id is empty) and lists them; they are acknowledged here
+ * (XACK of an id no longer pending is a no-op). Their invocation state
+ * goes with them, so nothing waits for its 7-day TTL, and no DLQ entry is
+ * written: there is no payload left to dead-letter. One WARN per message.
  */
 static void drop_gone(struct consumer *c, struct redis *r, const char *const *ids, size_t n)
 {
@@ -472,16 +842,9 @@ static void drop_gone(struct consumer *c, struct redis *r, const char *const *id
 	free(ack);
 }
 
-/* Whether an XAUTOCLAIM entry is a deleted one (6.2: id with nil fields). */
-static bool entry_gone(const redisReply *e)
-{
-	return e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
-	       e->element[0]->type == REDIS_REPLY_STRING && e->element[1]->type == REDIS_REPLY_NIL;
-}
-
 static void reclaim_once(struct consumer *c, struct redis *r)
 {
-	char start[64] = "0-0", idle[32], count[16];
+	char cursor[64] = "0-0", idle[32];
 	snprintf_(idle, sizeof idle, "%" PRId64, (int64_t)(c->cfg.min_pending_idle_ns / NS_PER_MS));
 	for (int rounds = 0; rounds < 100 && !c->stop; rounds++) {
 		pthread_mutex_lock(&c->lock);
@@ -491,24 +854,30 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			log_debug(NULL, "reclaim skipped: local buffer full");
 			return;
 		}
-		snprintf_(count, sizeof count, "%d", room);
-		const char *argv[] = {"XAUTOCLAIM", c->stream, c->group, c->name,
-				      idle,	    start,     "COUNT",	 count};
-		redisReply *rep = redis_command_argv(r, 8, argv, NULL);
+		struct read_args a;
+		read_args_fill(c, room, &a);
+		const char *argv[] = {"2",     c->stream, c->dlq, c->group, c->name,
+				      a.count, a.emax,	  a.ts,	  idle,	    cursor};
+		redisReply *rep =
+			redis_script_run(r, &reclaim_script, (int)ARRAY_LEN(argv), argv, NULL);
 		if (!rep) {
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "reclaim failed");
 			return;
 		}
-		/* Redis 7 answers 3 elements (next, entries, deleted ids), 6.2 two. */
-		if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+		if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
 		    rep->element[0]->type != REDIS_REPLY_STRING ||
-		    rep->element[1]->type != REDIS_REPLY_ARRAY) {
-			if (rep->type == REDIS_REPLY_ERROR)
-				log_warn(LOG_ATTRS("error", rep->str), "XAUTOCLAIM failed");
+		    rep->element[1]->type != REDIS_REPLY_ARRAY ||
+		    rep->element[2]->type != REDIS_REPLY_ARRAY ||
+		    rep->element[3]->type != REDIS_REPLY_ARRAY) {
+			log_warn(LOG_ATTRS("error",
+					   rep->type == REDIS_REPLY_ERROR
+						   ? rep->str
+						   : "unexpected reply to the reclaim script"),
+				 "reclaim failed");
 			freeReplyObject(rep);
 			return;
 		}
-		snprintf_(start, sizeof start, "%.*s", (int)rep->element[0]->len,
+		snprintf_(cursor, sizeof cursor, "%.*s", (int)rep->element[0]->len,
 			  rep->element[0]->str);
 		const redisReply *entries = rep->element[1];
 		int claimed = 0;
@@ -528,19 +897,11 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			claimed++;
 		}
 		pthread_mutex_unlock(&c->lock);
-		/* Ids of deleted entries: Redis 7's third element, 6.2's nil
-		 * entries (borrowed from rep). */
-		const redisReply *deleted =
-			rep->elements >= 3 && rep->element[2]->type == REDIS_REPLY_ARRAY
-				? rep->element[2]
-				: NULL;
+		report_too_large(c, rep->element[2], false);
+		const redisReply *deleted = rep->element[3];
+		const char **gone = xcalloc(deleted->elements + 1, sizeof *gone);
 		size_t ngone = 0;
-		const char **gone = xcalloc(
-			entries->elements + (deleted ? deleted->elements : 0) + 1, sizeof *gone);
-		for (size_t i = 0; i < entries->elements; i++)
-			if (entry_gone(entries->element[i]))
-				gone[ngone++] = entries->element[i]->element[0]->str;
-		for (size_t i = 0; deleted && i < deleted->elements; i++)
+		for (size_t i = 0; i < deleted->elements; i++)
 			if (deleted->element[i]->type == REDIS_REPLY_STRING)
 				gone[ngone++] = deleted->element[i]->str;
 		drop_gone(c, r, gone, ngone);
@@ -548,7 +909,7 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		freeReplyObject(rep);
 		if (claimed)
 			log_debug(NULL, "reclaimed %d idle message(s)", claimed);
-		if (strcmp(start, "0-0") == 0)
+		if (strcmp(cursor, "0-0") == 0)
 			return;
 	}
 }
@@ -821,15 +1182,50 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 	return n;
 }
 
+/*
+ * A message that claims to be a scheduled occurrence runs only once proven
+ * genuine (scheduler.h, schedule_verify). Returns true when it is; false
+ * when it was dealt with here: dead-lettered as forged (never run), or left
+ * pending when it could not be checked (Redis error: retried by a later
+ * reclaim, never run unverified).
+ */
+static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *m,
+			       const char *payload, size_t plen)
+{
+	char why[512] = "";
+	int g = ensure_conn(c, r) < 0 ? -1
+				      : schedule_verify(r, m->fields, m->lens, m->nfields, m->id,
+							why, sizeof why);
+	if (g == 1)
+		return true;
+	if (g < 0) {
+		log_warn(LOG_ATTRS("message_id", m->id, "error", why[0] ? why : redis_errmsg(r)),
+			 "cannot verify a scheduled occurrence; it stays pending");
+	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) == 1) {
+		log_warn(LOG_ATTRS("message_id", m->id, "reason", why),
+			 "forged schedule occurrence sent to the dead-letter stream without "
+			 "running any handler");
+		metrics_inc(METRIC_DLQ_ENTRIES);
+	}
+	release(c, m->id);
+	return false;
+}
+
 static void process(struct consumer *c, struct redis *r, struct msg *m)
 {
 	struct schedule_route route;
 	bool scheduled = schedule_route_of(m->fields, m->lens, m->nfields, &route);
 	size_t plen = 0;
 	const char *payload = payload_of(m, &plen);
-	struct event *ev = NULL;
+	if (scheduled && !occurrence_genuine(c, r, m, payload, plen))
+		return;
+	/* Decoded by the reader when it matched something there. */
+	struct event *ev = m->ev;
+	m->ev = NULL;
 	char *why = NULL;
-	int derr = event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, &why);
+	int derr =
+		ev ? EVENT_OK
+		   : event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, &why);
 	if (derr != EVENT_OK) {
 		char reason[600];
 		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
@@ -1188,6 +1584,8 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		c->cfg.block_ms = CONSUMER_BLOCK_MS;
 	if (c->cfg.sample_interval_ns <= 0)
 		c->cfg.sample_interval_ns = CONSUMER_SAMPLE_INTERVAL_NS;
+	c->budget = c->cfg.read_budget ? c->cfg.read_budget : CONSUMER_READ_BUDGET;
+	pthread_once(&scripts_once, scripts_init);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->ack_lock, NULL);
 	cond_init_mono(&c->work);

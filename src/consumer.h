@@ -3,21 +3,49 @@
  * "Acknowledgment semantics", "Recovery and retries").
  *
  * Threads, each with its own Redis connection:
- *   reader    XREADGROUP ... COUNT <free buffer slots> BLOCK, only while the
- *             local buffer (MAX_BUFFERED_EVENTS) has room;
+ *   reader    reads new messages (a script around XREADGROUP, see the cost
+ *             model below) for at most the free buffer slots, only while the
+ *             local buffer (MAX_BUFFERED_EVENTS) has room; when the stream
+ *             is idle it sleeps until it changes (at most block_ms);
  *   workers   MAX_CONCURRENCY of them: decode, match, run each matching
  *             invocation in order under the invocation-state protocol,
  *             then ACK / leave pending / dead-letter;
  *   acker     batches XACKs (and the DEL of invocation-state keys) into one
  *             round trip; a message's buffer slot is released once its ACK
  *             is confirmed, it is dead-lettered, or it is left pending;
- *   reclaim   XAUTOCLAIM every reclaim interval for messages idle longer
- *             than min_pending_idle, buffer-aware;
+ *   reclaim   every reclaim interval, claims messages idle longer than
+ *             min_pending_idle (a script doing what XAUTOCLAIM does, with
+ *             the same measuring), buffer-aware;
  *   sampler   XPENDING every 15 s for the pending_entries and
  *             pending_oldest_age_seconds gauges.
  *
  * The consumer never runs containers itself: it calls cfg.invoke, which the
  * runtime wires to the Docker runner (and tests may wire to anything).
+ *
+ * Cost model of a stream entry (anyone who can XADD writes them):
+ *   bytes    Relay reads only the fields it uses (`event` and the three
+ *            schedule routing fields), at most CONSUMER_ENTRY_MAX bytes per
+ *            entry counted as CONSUMER_ENTRY_COST (their names and values
+ *            plus a bound on their RESP framing). The read and reclaim
+ *            paths run a Lua script that measures every entry inside Redis
+ *            first: a larger entry is dead-lettered there (reason "event
+ *            too large", its size, no body) and acknowledged, so it is
+ *            never transferred and never stops the reads after it. Other
+ *            fields are never transferred at all.
+ *   replies  one read or reclaim asks for at most CONSUMER_READ_BUDGET /
+ *            CONSUMER_ENTRY_MAX entries (62), so a reply stays within
+ *            CONSUMER_READ_BUDGET, below the transport's REDIS_REPLY_MAX: a
+ *            backlog whose sum is larger is read over several calls, and a
+ *            legal entry always fits.
+ *   redis    the read script holds the entries of one read (at most that
+ *            count, oversized ones included) as Lua strings while it
+ *            measures them; the reclaim script one entry at a time.
+ *   memory   at most MAX_BUFFERED_EVENTS messages held locally, each at
+ *            most CONSUMER_ENTRY_MAX bytes (plus its decoded event, see
+ *            event.h).
+ *   time     decoding happens outside the consumer lock (the reader decodes
+ *            a batch, then takes the lock once to queue it), so a slow
+ *            decode never stops the workers or the acker.
  */
 #ifndef RELAY_CONSUMER_H
 #define RELAY_CONSUMER_H
@@ -26,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "event.h"
 #include "redis.h"
 #include "registry.h"
 
@@ -35,6 +64,22 @@
 #define CONSUMER_SLOT_WAIT_NS (10LL * 1000000000LL)
 #define CONSUMER_BLOCK_MS 2000
 #define CONSUMER_SAMPLE_INTERVAL_NS (15LL * 1000000000LL)
+
+/* Stream entry bounds (see the cost model above). An entry costs the bytes
+ * of the fields Relay reads (names and values) plus CONSUMER_ENTRY_FRAMING
+ * and CONSUMER_STRING_FRAMING per name or value: more than RESP needs to
+ * carry them. An event-only entry of EVENT_MAX_BYTES costs
+ * EVENT_MAX_BYTES + 101, well within CONSUMER_ENTRY_MAX. */
+#define CONSUMER_ENTRY_MAX (EVENT_MAX_BYTES + 1024)
+#define CONSUMER_ENTRY_FRAMING 64
+#define CONSUMER_STRING_FRAMING 16
+#define CONSUMER_ENTRY_COST(bytes, nstrings) \
+	((bytes) + CONSUMER_ENTRY_FRAMING + CONSUMER_STRING_FRAMING * (nstrings))
+#define CONSUMER_READ_BUDGET ((size_t)REDIS_REPLY_MAX - 1024 * 1024)
+/* Between reads of an idle stream when Redis refuses change notifications
+ * (CLIENT TRACKING); with them the reader sleeps until an entry arrives,
+ * at most block_ms. */
+#define CONSUMER_POLL_MS 50
 
 /* One invocation handed to the executor. Borrowed for the call only. */
 struct invoke_request {
@@ -84,6 +129,14 @@ struct consumer_config {
 	struct registry *registry;
 	consumer_invoke_fn invoke;
 	void *invoke_ctx;
+	/* Tests only: the byte budget of one read (0: CONSUMER_READ_BUDGET);
+	 * a read asks for at most read_budget / CONSUMER_ENTRY_MAX entries
+	 * (at least one). */
+	size_t read_budget;
+	/* Tests only: called by the reader thread just before it decodes a
+	 * freshly read message. */
+	void (*test_before_decode)(void *ctx);
+	void *test_ctx;
 };
 
 struct consumer;

@@ -163,8 +163,8 @@ static struct registry *load_registry(void)
 }
 
 /* first_backoff_ns: the delay after a failed attempt 1 (later ones: 300 ms). */
-static struct consumer *start_backoff(struct registry *reg, const char *stream, int buffered,
-				      int conc, int64_t first_backoff_ns)
+static struct consumer_config base_cfg(struct registry *reg, const char *stream, int buffered,
+				       int conc, int64_t first_backoff_ns)
 {
 	struct consumer_config cfg = {
 		.uri = &R.uri,
@@ -182,11 +182,23 @@ static struct consumer *start_backoff(struct registry *reg, const char *stream, 
 		.registry = reg,
 		.invoke = invoke,
 	};
+	return cfg;
+}
+
+static struct consumer *start_cfg(const struct consumer_config *cfg)
+{
 	struct redis *r = it_conn(&R);
 	char err[256];
-	consumer_ensure_group(r, stream, "g", err, sizeof err);
+	consumer_ensure_group(r, cfg->stream, "g", err, sizeof err);
 	redis_free(r);
-	return consumer_start(&cfg);
+	return consumer_start(cfg);
+}
+
+static struct consumer *start_backoff(struct registry *reg, const char *stream, int buffered,
+				      int conc, int64_t first_backoff_ns)
+{
+	struct consumer_config cfg = base_cfg(reg, stream, buffered, conc, first_backoff_ns);
+	return start_cfg(&cfg);
 }
 
 static struct consumer *start(struct registry *reg, const char *stream, int buffered, int conc)
@@ -829,6 +841,493 @@ TEST(dead_letter_only_while_pending)
 	free(id);
 }
 
+/* ---- hostile entries (issue 13) ------------------------------------------ */
+
+/* The reader's decode hook holds the reader inside a decode until opened. */
+struct gate {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int arrived, open;
+};
+static struct gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void gate_hook(void *ctx)
+{
+	struct gate *g = ctx;
+	pthread_mutex_lock(&g->m);
+	g->arrived++;
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->m);
+	pthread_mutex_unlock(&g->m);
+}
+
+static bool gate_arrived(void *a)
+{
+	struct gate *g = a;
+	pthread_mutex_lock(&g->m);
+	bool r = g->arrived > 0;
+	pthread_mutex_unlock(&g->m);
+	return r;
+}
+
+static void gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->m);
+	g->open = 1;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->m);
+}
+
+struct peek {
+	struct consumer *c;
+	atomic_int done;
+};
+static void *peek_buffered(void *a)
+{
+	struct peek *p = a;
+	consumer_buffered(p->c); /* takes the consumer lock */
+	atomic_store(&p->done, 1);
+	return NULL;
+}
+static bool peek_done(void *a)
+{
+	return atomic_load(&((struct peek *)a)->done) != 0;
+}
+
+/* Defect 1 (consumer part): a slow decode (a hash-flooding event took
+ * seconds) must not hold the lock the workers, the acker and the reclaim
+ * loop need. The decode is held open by the hook; the lock is taken from
+ * another thread meanwhile. */
+TEST(the_reader_decodes_outside_the_consumer_lock)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct consumer_config cfg = base_cfg(reg, "lk1", 16, 4, 300 * NS_PER_MS);
+	cfg.test_before_decode = gate_hook;
+	cfg.test_ctx = &gate;
+	struct consumer *c = start_cfg(&cfg);
+	struct redis *r = it_conn(&R);
+	char *ev = xasprintf(EV, "good");
+	char *id = xadd(r, "lk1", ev);
+	REQUIRE(wait_until(10000, gate_arrived, &gate));
+	struct peek p = {c, 0};
+	pthread_t t;
+	pthread_create(&t, NULL, peek_buffered, &p);
+	bool free_while_decoding = wait_until(5000, peek_done, &p);
+	gate_open(&gate);
+	pthread_join(t, NULL);
+	CHECK(free_while_decoding);
+	struct done_arg da = {r, "lk1", id};
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 1);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(id);
+	free(ev);
+}
+
+/* XADD <stream> * event <prefix + pad x 'x' + suffix> [<extra> <n x 'y'>],
+ * built inside Redis: an entry this size must not travel over the test's
+ * own connection either (its replies are capped like Relay's). */
+static char *xadd_padded(struct redis *r, const char *stream, const char *prefix, long long pad,
+			 const char *suffix, const char *extra, long long extra_len)
+{
+	static const char lua[] =
+		"local ev = ARGV[1] .. string.rep('x', tonumber(ARGV[2])) .. ARGV[3]\n"
+		"if ARGV[4] ~= '' then\n"
+		"  return redis.call('XADD', KEYS[1], '*', 'event', ev, ARGV[4],\n"
+		"    string.rep('y', tonumber(ARGV[5])))\n"
+		"end\n"
+		"return redis.call('XADD', KEYS[1], '*', 'event', ev)\n";
+	char n[24], m[24];
+	snprintf_(n, sizeof n, "%lld", pad);
+	snprintf_(m, sizeof m, "%lld", extra_len);
+	const char *argv[] = {"EVAL", lua, "1", stream, prefix, n, suffix, extra ? extra : "", m};
+	redisReply *rep = redis_command_argv(r, 9, argv, NULL);
+	char *id = rep && rep->type == REDIS_REPLY_STRING ? xstrdup(rep->str) : NULL;
+	if (!id)
+		printf("  xadd_padded: %s\n",
+		       rep && rep->type == REDIS_REPLY_ERROR ? rep->str : redis_errmsg(r));
+	if (rep)
+		freeReplyObject(rep);
+	return id;
+}
+
+/* A legal event of exactly `bytes` bytes: {"kind":"<kind>","pad":"xxx…"}. */
+static char *xadd_sized(struct redis *r, const char *stream, const char *kind, long long bytes)
+{
+	char *prefix = xasprintf("{\"kind\":\"%s\",\"pad\":\"", kind);
+	long long pad = bytes - (long long)strlen(prefix) - 2;
+	char *id = xadd_padded(r, stream, prefix, pad, "\"}", NULL, 0);
+	free(prefix);
+	return id;
+}
+
+/* Delivers every new entry of stream to consumer "ghost" of group g inside
+ * Redis (a worker that read them and died); returns how many. */
+static long long deliver_to_ghost(struct redis *r, const char *stream)
+{
+	static const char lua[] =
+		"local got = redis.call('XREADGROUP', 'GROUP', 'g', 'ghost', 'COUNT', 100000,\n"
+		"  'STREAMS', KEYS[1], '>')\n"
+		"if not got then return 0 end\n"
+		"return #got[1][2]\n";
+	const char *argv[] = {"EVAL", lua, "1", stream};
+	redisReply *rep = redis_command_argv(r, 4, argv, NULL);
+	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* Field `name` of DLQ entry i (0-based) of stream's DLQ (malloc'd), or NULL. */
+static char *dlq_field(struct redis *r, const char *stream, size_t i, const char *name)
+{
+	redisReply *rep = redis_command(r, "XRANGE relay:%s:dlq - +", stream);
+	char *v = NULL;
+	if (rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements) {
+		const redisReply *f = rep->element[i]->element[1];
+		for (size_t k = 0; k + 1 < f->elements; k += 2)
+			if (strcmp(f->element[k]->str, name) == 0)
+				v = xstrndup(f->element[k + 1]->str, f->element[k + 1]->len);
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return v;
+}
+
+/* Checks DLQ entry i: every spec field, reason "event too large", its size
+ * and no event body. */
+static void check_too_large_entry(struct redis *r, const char *stream, size_t i, const char *id,
+				  long long size)
+{
+	static const char *const names[] = {"original_stream", "original_id", "group",
+					    "consumer",	       "event",	      "reason",
+					    "attempts",	       "timestamp",   "size"};
+	char *v[ARRAY_LEN(names)];
+	for (size_t k = 0; k < ARRAY_LEN(names); k++) {
+		v[k] = dlq_field(r, stream, i, names[k]);
+		if (!v[k])
+			T_FAIL_("DLQ entry %zu has no %s field", i, names[k]);
+	}
+	char want_size[24];
+	snprintf_(want_size, sizeof want_size, "%lld", size);
+	if (v[0] && v[1] && v[2] && v[3] && v[4] && v[5] && v[6] && v[7] && v[8]) {
+		CHECK_STR(v[0], stream);
+		CHECK_STR(v[1], id);
+		CHECK_STR(v[2], "g");
+		CHECK_STR(v[3], "worker-1");
+		CHECK_STR(v[4], "");
+		CHECK_STR(v[5], "event too large");
+		CHECK_STR(v[6], "0");
+		CHECK(strlen(v[7]) == 20 && v[7][19] == 'Z');
+		CHECK_STR(v[8], want_size);
+	}
+	for (size_t k = 0; k < ARRAY_LEN(names); k++)
+		free(v[k]);
+}
+
+/* Defect 6 at the entry limit (CONSUMER_ENTRY_MAX: what Relay reads of an
+ * entry, names and values of `event` and the routing fields, counted with
+ * their framing as CONSUMER_ENTRY_COST). One byte over: dead-lettered
+ * inside Redis, without its body, and acknowledged.
+ * Exactly at the limit: read (and, its event being over EVENT_MAX_BYTES,
+ * dead-lettered as malformed, with its body). A small event next to a big
+ * field Relay never reads runs. Reading goes on after all of them. */
+TEST(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "big1", "g", err, sizeof err) == 0);
+	/* An event-only entry: "event" (5 bytes) and the value, 2 strings. */
+	const long long framing = CONSUMER_ENTRY_COST(5, 2);
+	const long long over = CONSUMER_ENTRY_MAX + 1 - framing, at = CONSUMER_ENTRY_MAX - framing;
+	char *big = xadd_sized(r, "big1", "good", over);
+	char *edge = xadd_sized(r, "big1", "good", at);
+	char *side = xadd_padded(r, "big1", "{\"kind\":\"good\"}", 0, "", "attachment",
+				 3LL * CONSUMER_ENTRY_MAX);
+	char *ev = xasprintf(EV, "good");
+	char *last = xadd(r, "big1", ev);
+	REQUIRE(big && edge && side && last);
+	struct consumer *c = start(reg, "big1", 16, 4);
+	struct done_arg da = {r, "big1", last};
+	CHECK(wait_until(20000, done_is, &da));
+	CHECK_INT(xlen(r, "relay:big1:dlq"), 2);
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 2); /* side and last */
+	char *why = dlq_field(r, "big1", 0, "reason");
+	if (why && strcmp(why, "event too large") == 0) {
+		check_too_large_entry(r, "big1", 0, big, 5 + over);
+		char *edge_reason = dlq_field(r, "big1", 1, "reason");
+		char *edge_id = dlq_field(r, "big1", 1, "original_id");
+		CHECK(edge_reason && strstr(edge_reason, "malformed event (too_large)"));
+		CHECK_STR(edge_id ? edge_id : "", edge);
+		free(edge_reason);
+		free(edge_id);
+	} else {
+		T_FAIL_("first DLQ entry's reason: %s, want \"event too large\"",
+			why ? why : "(none)");
+	}
+	free(why);
+	CHECK_INT(pending(r, "big1"), 0);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(big), free(edge), free(side), free(last), free(ev);
+}
+
+/* Defect 6 as found: one entry over the 64 MiB reply cap between two
+ * events, one of which fails twice before it succeeds. Before the fix the
+ * read failed on it, everything stayed pending, and every reclaim pass
+ * failed on it again from 0-0: the flaky event was never retried. */
+TEST(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "big2", "g", err, sizeof err) == 0);
+	char *flaky = xadd(r, "big2", "{\"kind\":\"flaky\"}");
+	const long long huge = (long long)REDIS_REPLY_MAX + 1024 * 1024; /* 65 MiB */
+	char *big = xadd_sized(r, "big2", "good", huge);
+	char *ev = xasprintf(EV, "good");
+	char *last = xadd(r, "big2", ev);
+	REQUIRE(flaky && big && last);
+	struct consumer *c = start(reg, "big2", 16, 4);
+	struct done_arg da = {r, "big2", last};
+	CHECK(wait_until(30000, done_is, &da));
+	CHECK_INT(calls_count("i-flaky/flaky.x#3@"), 1); /* retried past it */
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 1);
+	CHECK_INT(xlen(r, "relay:big2:dlq"), 1);
+	check_too_large_entry(r, "big2", 0, big, huge + 5);
+	CHECK_INT(pending(r, "big2"), 0);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(flaky), free(big), free(last), free(ev);
+}
+
+/* The reclaim path: a dead worker left an entry over the reply cap pending
+ * between two events. XAUTOCLAIM used to fail on it on every pass. */
+TEST(reclaim_goes_past_a_pending_entry_over_the_reply_cap)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "big3", "g", err, sizeof err) == 0);
+	char *ev = xasprintf(EV, "good");
+	char *first = xadd(r, "big3", ev);
+	const long long huge = (long long)REDIS_REPLY_MAX + 1024 * 1024;
+	char *big = xadd_sized(r, "big3", "good", huge);
+	char *last = xadd(r, "big3", ev);
+	REQUIRE(first && big && last);
+	REQUIRE(deliver_to_ghost(r, "big3") == 3);
+	struct consumer *c = start(reg, "big3", 16, 4);
+	struct done_arg da = {r, "big3", last};
+	CHECK(wait_until(30000, done_is, &da));
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 2);
+	CHECK_INT(xlen(r, "relay:big3:dlq"), 1);
+	check_too_large_entry(r, "big3", 0, big, huge + 5);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(first), free(big), free(last), free(ev);
+}
+
+/* How often Redis ran cmd since the last CONFIG RESETSTAT (calls from
+ * scripts included). */
+static long long cmd_calls(struct redis *r, const char *cmd)
+{
+	redisReply *rep = redis_command(r, "INFO commandstats");
+	long long n = -1;
+	char *needle = xasprintf("cmdstat_%s:calls=", cmd);
+	const char *p = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, needle) : NULL;
+	n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
+	free(needle);
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* Pending entries idle at least ms (XPENDING IDLE), at most 1000. */
+static long long idle_pending(struct redis *r, const char *stream, int ms)
+{
+	redisReply *rep = redis_command(r, "XPENDING %s g IDLE %d - + 1000", stream, ms);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+struct idle_arg {
+	struct redis *r;
+	const char *stream;
+	int ms;
+	long long want;
+};
+static bool idle_is(void *a)
+{
+	struct idle_arg *p = a;
+	return idle_pending(p->r, p->stream, p->ms) == p->want;
+}
+
+struct calls_arg {
+	struct redis *r;
+	const char *cmd;
+	long long want;
+};
+static bool cmd_calls_at_least(void *a)
+{
+	struct calls_arg *p = a;
+	return cmd_calls(p->r, p->cmd) >= p->want;
+}
+
+/* Defect 6, the batch: 70 legal events of about 1 MiB, 70 MiB together,
+ * with room for all of them in the buffer; once fresh, once left pending
+ * by a dead worker (all idle). One XREADGROUP or XAUTOCLAIM for all of
+ * them was a reply over the cap (the same wedge: the reclaim of the
+ * pending ones failed on every pass); now each is read in parts below the
+ * cap and every event runs. */
+TEST(a_batch_over_the_reply_cap_is_read_in_parts)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	const int n = 70;
+	static const char *const streams[] = {"big4", "big5"};
+	for (size_t s = 0; s < 2; s++) {
+		const char *st = streams[s];
+		REQUIRE(consumer_ensure_group(r, st, "g", err, sizeof err) == 0);
+		for (int i = 0; i < n; i++) {
+			char *id = xadd_sized(r, st, "good", EVENT_MAX_BYTES - 64);
+			REQUIRE(id);
+			free(id);
+		}
+		char *ev = xasprintf(EV, "good");
+		char *last = xadd(r, st, ev);
+		if (s == 1) {
+			REQUIRE(deliver_to_ghost(r, st) == n + 1);
+			struct idle_arg ia = {r, st, 300, n + 1};
+			REQUIRE(wait_until(10000, idle_is, &ia));
+		}
+		redisReply *rep = redis_command(r, "CONFIG RESETSTAT");
+		freeReplyObject(rep);
+		struct consumer *c = start(reg, st, 100, 4);
+		struct done_arg da = {r, st, last};
+		CHECK(wait_until(60000, done_is, &da));
+		CHECK_INT(calls_count("a-first/ok.one#1@"), (int)(s + 1) * (n + 1));
+		CHECK_INT(calls_count("b-second/ok.two#1@"), (int)(s + 1) * (n + 1));
+		CHECK_INT(xlen(r, s ? "relay:big5:dlq" : "relay:big4:dlq"), 0);
+		CHECK(cmd_calls(r, s ? "xclaim" : "xreadgroup") >= (s ? n + 1 : 2));
+		consumer_stop(c);
+		consumer_free(c);
+		rep = redis_command(r, "DEL %s", st);
+		freeReplyObject(rep);
+		free(last), free(ev);
+	}
+	registry_free(reg);
+	redis_free(r);
+}
+
+/* The same split with a smaller budget (an internal setting), on both
+ * paths: room for 3 entries per call, 20 events read fresh and 20 reclaimed
+ * from a dead worker (the reclaim goes on from its cursor round after
+ * round). */
+TEST(reads_and_reclaims_stay_within_the_byte_budget)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "bud1", "g", err, sizeof err) == 0);
+	REQUIRE(consumer_ensure_group(r, "bud2", "g", err, sizeof err) == 0);
+	char *last1 = NULL, *last2 = NULL;
+	for (int i = 0; i < 20; i++) {
+		free(last1);
+		free(last2);
+		last1 = xadd_sized(r, "bud1", "good", 3 * 1024);
+		last2 = xadd_sized(r, "bud2", "good", 3 * 1024);
+	}
+	REQUIRE(last1 && last2);
+	REQUIRE(deliver_to_ghost(r, "bud2") == 20);
+	redisReply *rep = redis_command(r, "CONFIG RESETSTAT");
+	freeReplyObject(rep);
+	struct consumer_config cfg = base_cfg(reg, "bud1", 16, 4, 300 * NS_PER_MS);
+	cfg.read_budget = 3 * CONSUMER_ENTRY_MAX + 1;
+	struct consumer *c1 = start_cfg(&cfg);
+	struct done_arg da = {r, "bud1", last1};
+	CHECK(wait_until(20000, done_is, &da));
+	CHECK(cmd_calls(r, "xreadgroup") >= 7);
+	cfg.stream = "bud2";
+	struct consumer *c2 = start_cfg(&cfg);
+	struct done_arg db = {r, "bud2", last2};
+	CHECK(wait_until(20000, done_is, &db));
+	CHECK(cmd_calls(r, "xpending") >= 7);
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 40);
+	consumer_stop(c1);
+	consumer_free(c1);
+	consumer_stop(c2);
+	consumer_free(c2);
+	registry_free(reg);
+	redis_free(r);
+	free(last1), free(last2);
+}
+
+/* The read scripts cannot block, so an idle reader sleeps until the stream
+ * changes (CLIENT TRACKING, broadcast to a subscriber connection), at most
+ * block_ms. With block_ms at 10 minutes, an event added to an idle stream
+ * still runs at once; so it does for a reader whose Redis user may not use
+ * CLIENT or SUBSCRIBE: it polls instead (CONSUMER_POLL_MS). */
+TEST(an_idle_reader_wakes_when_an_entry_arrives)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	redisReply *rep = redis_command(r, "ACL SETUSER nonotify on >pw ~* &* +@all -client "
+					   "-subscribe");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	struct redis_uri limited = R.uri;
+	limited.user = "nonotify";
+	limited.password = "pw";
+	static const char *const streams[] = {"wake1", "wake2"};
+	for (size_t i = 0; i < 2; i++) {
+		struct consumer_config cfg = base_cfg(reg, streams[i], 16, 4, 300 * NS_PER_MS);
+		cfg.block_ms = 600000;
+		cfg.reclaim_interval_ns = 3600 * NS_PER_SEC; /* no reclaim: only the reader */
+		if (i == 1)
+			cfg.uri = &limited;
+		rep = redis_command(r, "CONFIG RESETSTAT");
+		freeReplyObject(rep);
+		struct consumer *c = start_cfg(&cfg);
+		/* The reader found the stream empty: it sleeps from now on. */
+		struct calls_arg ka = {r, "evalsha", 1};
+		REQUIRE(wait_until(10000, cmd_calls_at_least, &ka));
+		char *ev = xasprintf(EV, "good");
+		char *id = xadd(r, streams[i], ev);
+		struct done_arg da = {r, streams[i], id};
+		if (!wait_until(20000, done_is, &da))
+			T_FAIL_("%s: the event added to the idle stream did not run",
+				i ? "polling reader" : "notified reader");
+		consumer_stop(c);
+		consumer_free(c);
+		free(id);
+		free(ev);
+	}
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 2);
+	rep = redis_command(r, "ACL DELUSER nonotify");
+	freeReplyObject(rep);
+	registry_free(reg);
+	redis_free(r);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -854,6 +1353,8 @@ int main(int argc, char **argv)
 			    " pattern: {kind: [slowb]}\n");
 	write_fn("g-wide", "runtime: python3.14\nconcurrency: 8\nevents:\n  - handler: slow.w\n    "
 			   "pattern: {kind: [wide]}\n");
+	write_fn("i-flaky", "runtime: python3.14\nevents:\n  - handler: flaky.x\n    pattern: "
+			    "{kind: [flaky]}\n");
 	write_fn("h-wideb", "runtime: node24\nconcurrency: 8\nevents:\n  - handler: slow.w\n    "
 			    "pattern: {kind: [wideb]}\n");
 	static const struct t_case cases[] = {
@@ -868,6 +1369,13 @@ int main(int argc, char **argv)
 		T_CASE(backlog_gauges_sampled_from_xpending),
 		T_CASE(try_start_refuses_an_acknowledged_message),
 		T_CASE(dead_letter_only_while_pending),
+		T_CASE(the_reader_decodes_outside_the_consumer_lock),
+		T_CASE(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it),
+		T_CASE(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries),
+		T_CASE(reclaim_goes_past_a_pending_entry_over_the_reply_cap),
+		T_CASE(a_batch_over_the_reply_cap_is_read_in_parts),
+		T_CASE(reads_and_reclaims_stay_within_the_byte_budget),
+		T_CASE(an_idle_reader_wakes_when_an_entry_arrives),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();

@@ -256,6 +256,12 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 	long long ttl =
 		integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
 	CHECK(ttl > 604700 && ttl <= 604800);
+	/* The key holds the entry's id: the consumer's proof (schedule_verify). */
+	redisReply *rep = redis_command(r, "GET %s",
+					"relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
+	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, id) == 0);
+	if (rep)
+		freeReplyObject(rep);
 	redis_free(r);
 }
 
@@ -272,8 +278,9 @@ TEST(a_wrong_type_stream_fails_the_publish_and_leaves_no_dedup_key)
 				   sizeof err),
 		  SCHEDULE_PUBLISH_FAILED);
 	CHECK(strstr(err, "WRONGTYPE") != NULL);
-	CHECK_INT(integer(r, "EXISTS %s", "relay:schedule:schedule:fn-b:jobs.h:2026-03-29T01:00:00Z"),
-		  0);
+	CHECK_INT(
+		integer(r, "EXISTS %s", "relay:schedule:schedule:fn-b:jobs.h:2026-03-29T01:00:00Z"),
+		0);
 	redis_free(r);
 }
 
@@ -682,6 +689,253 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	registry_free(reg);
 }
 
+/* ---- cases: forged occurrences (issue 13, defect 7) --------------------- */
+
+/* XADD stream * <field value>... as r (NULL-terminated pairs); the id or NULL. */
+static char *xadd_fields(struct redis *r, const char *stream, const char *const *kv)
+{
+	const char *argv[16] = {"XADD", stream, "*"};
+	int argc = 3;
+	for (int i = 0; kv[i] && argc < 15; i++)
+		argv[argc++] = kv[i];
+	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
+	char *id = rep && rep->type == REDIS_REPLY_STRING ? xstrdup(rep->str) : NULL;
+	if (rep)
+		freeReplyObject(rep);
+	return id;
+}
+
+/* How many entries of stream's DLQ have this reason and original id. */
+static int dlq_has(struct redis *r, const char *stream, const char *reason, const char *id)
+{
+	redisReply *rep = redis_command(r, "XRANGE relay:%s:dlq - +", stream);
+	int n = 0;
+	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+		const redisReply *f = rep->element[i]->element[1];
+		bool reason_ok = false, id_ok = false;
+		for (size_t k = 0; k + 1 < f->elements; k += 2) {
+			if (strcmp(f->element[k]->str, "reason") == 0)
+				reason_ok = strcmp(f->element[k + 1]->str, reason) == 0;
+			else if (strcmp(f->element[k]->str, "original_id") == 0)
+				id_ok = strcmp(f->element[k + 1]->str, id) == 0;
+		}
+		n += reason_ok && id_ok;
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+#define FORGED "forged schedule occurrence"
+
+/* Entries that claim to be occurrences without having been published by
+ * the script: a cron-only handler with the producer's own payload, a
+ * missing function (was acknowledged silently as obsolete), a replay of a
+ * genuine occurrence's exact fields, fields missing or repeated, an
+ * instant that is not canonical. Each is dead-lettered with its payload
+ * and runs nothing; the genuine occurrence runs once. */
+TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
+{
+	calls_reset();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "route");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
+	char err[256], gid[64] = "";
+	consumer_ensure_group(r, "fg", "g", err, sizeof err);
+	const int64_t at = 1774746000;
+	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
+	char *env = schedule_payload(at);
+	char *nofn = schedule_occurrence_id("nofn", "ok.tick", at);
+	char *offset = xasprintf("schedule:ra:ok.tick:2026-03-29T01:00:00+00:00");
+	REQUIRE(schedule_publish(r, "fg", "ra", "ok.tick", at, gid, sizeof gid, err, sizeof err) ==
+		SCHEDULE_PUBLISHED);
+	const char *own[] = {"event",
+			     "{\"rm\":\"-rf\"}",
+			     SCHEDULE_FIELD_FUNCTION,
+			     "ra",
+			     SCHEDULE_FIELD_HANDLER,
+			     "ok.tick",
+			     SCHEDULE_FIELD_OCCURRENCE,
+			     occ,
+			     NULL};
+	const char *missing_fn[] = {"event",
+				    env,
+				    SCHEDULE_FIELD_FUNCTION,
+				    "nofn",
+				    SCHEDULE_FIELD_HANDLER,
+				    "ok.tick",
+				    SCHEDULE_FIELD_OCCURRENCE,
+				    nofn,
+				    NULL};
+	const char *replay[] = {"event",
+				env,
+				SCHEDULE_FIELD_FUNCTION,
+				"ra",
+				SCHEDULE_FIELD_HANDLER,
+				"ok.tick",
+				SCHEDULE_FIELD_OCCURRENCE,
+				occ,
+				NULL};
+	const char *bare[] = {"event",	 env, SCHEDULE_FIELD_FUNCTION, "ra", SCHEDULE_FIELD_HANDLER,
+			      "ok.tick", NULL};
+	const char *twice[] = {"event",
+			       env,
+			       SCHEDULE_FIELD_FUNCTION,
+			       "ra",
+			       SCHEDULE_FIELD_HANDLER,
+			       "ok.tick",
+			       SCHEDULE_FIELD_HANDLER,
+			       "fail.tick",
+			       SCHEDULE_FIELD_OCCURRENCE,
+			       occ,
+			       NULL};
+	const char *noncanon[] = {"event",
+				  env,
+				  SCHEDULE_FIELD_FUNCTION,
+				  "ra",
+				  SCHEDULE_FIELD_HANDLER,
+				  "ok.tick",
+				  SCHEDULE_FIELD_OCCURRENCE,
+				  offset,
+				  NULL};
+	const char *const *forged[] = {own, missing_fn, replay, bare, twice, noncanon};
+	char *ids[ARRAY_LEN(forged)];
+	for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
+		ids[i] = xadd_fields(r, "fg", forged[i]);
+		REQUIRE(ids[i]);
+	}
+	int forged_before = log_count("forged schedule occurrence sent to the dead-letter stream");
+	int obsolete_before = log_count("scheduled occurrence obsolete");
+	struct consumer *c = consumer(reg, "fg");
+	CHECK(settled(r, "fg", (long long)ARRAY_LEN(forged)));
+	CHECK_INT(calls.n, 1); /* the genuine one, nothing else */
+	CHECK_INT(calls_count("ra/ok.tick#1"), 1);
+	if (calls.n >= 1)
+		CHECK_STR(calls.payloads[0], env);
+	for (size_t i = 0; i < ARRAY_LEN(forged); i++)
+		if (dlq_has(r, "fg", FORGED, ids[i]) != 1)
+			T_FAIL_("forged entry %zu (%s): not dead-lettered as " FORGED, i, ids[i]);
+	CHECK_INT(dlq_has(r, "fg", FORGED, gid), 0);
+	CHECK_INT(log_count("forged schedule occurrence sent to the dead-letter stream"),
+		  forged_before + (int)ARRAY_LEN(forged));
+	CHECK_INT(log_count("scheduled occurrence obsolete"), obsolete_before);
+	consumer_stop(c);
+	consumer_free(c);
+	for (size_t i = 0; i < ARRAY_LEN(forged); i++)
+		free(ids[i]);
+	free(occ), free(env), free(nofn), free(offset);
+	redis_free(r);
+	registry_free(reg);
+}
+
+/* The dedup key names the published entry, and every delivery of a genuine
+ * occurrence renews its TTL to the full 7 days: a failing occurrence whose
+ * key was about to expire is retried, verified and its key renewed, so a
+ * long retry schedule never outlives the proof. */
+TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
+{
+	calls_reset();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "route");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
+	char err[256], gid[64] = "";
+	consumer_ensure_group(r, "rn", "g", err, sizeof err);
+	const int64_t at = 1774746000;
+	char *key =
+		xasprintf(SCHEDULE_KEY_PREFIX "%s", "schedule:ra:fail.tick:2026-03-29T01:00:00Z");
+	REQUIRE(schedule_publish(r, "rn", "ra", "fail.tick", at, gid, sizeof gid, err,
+				 sizeof err) == SCHEDULE_PUBLISHED);
+	redisReply *rep = redis_command(r, "GET %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, gid) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	/* Nearly expired before it is ever delivered. */
+	CHECK_INT(integer(r, "PERSIST %s", key), 1);
+	rep = redis_command(r, "EXPIRE %s 100", key);
+	freeReplyObject(rep);
+	struct consumer *c = consumer(reg, "rn");
+	CHECK(settled(r, "rn", 1)); /* fail.tick: retries 1, then the DLQ */
+	CHECK_INT(calls_count("ra/fail.tick#1"), 1);
+	CHECK_INT(calls_count("ra/fail.tick#2"), 1);
+	CHECK_INT(dlq_has(r, "rn", FORGED, gid), 0);
+	long long ttl = integer(r, "TTL %s", key);
+	CHECK(ttl > 604700 && ttl <= 604800);
+	consumer_stop(c);
+	consumer_free(c);
+	free(key);
+	redis_free(r);
+	registry_free(reg);
+}
+
+/* docs/redis-acl.md: a producer whose ACL allows XADD on the stream and
+ * nothing else. Its events run; it cannot write (or read) the dedup keys;
+ * an occurrence it forges is dead-lettered and runs nothing. */
+TEST(a_producer_limited_to_xadd_cannot_forge_an_occurrence)
+{
+	calls_reset();
+	struct registry *reg = registry_new();
+	publish_dir(reg, "route");
+	struct redis *r = clean_conn();
+	REQUIRE(r);
+	char err[256];
+	consumer_ensure_group(r, "acl", "g", err, sizeof err);
+	/* The line from docs/redis-acl.md, for a stream named acl. */
+	redisReply *rep = redis_command(r, "ACL SETUSER producer on >pw ~acl -@all +xadd");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	struct redis_uri u = R.uri;
+	u.user = "producer";
+	u.password = "pw";
+	struct redis *p = redis_new(&u, NULL);
+	REQUIRE(redis_connect(p) == 0);
+
+	const char *event[] = {"event", "{\"kind\":\"x\"}", NULL};
+	char *eid = xadd_fields(p, "acl", event);
+	CHECK(eid != NULL);
+	const int64_t at = 1774746000;
+	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
+	char *env = schedule_payload(at);
+	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
+	rep = redis_command(p, "SET %s 1", key);
+	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOPERM", 6) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	rep = redis_command(p, "GET %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOPERM", 6) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	const char *forged[] = {"event",
+				env,
+				SCHEDULE_FIELD_FUNCTION,
+				"ra",
+				SCHEDULE_FIELD_HANDLER,
+				"ok.tick",
+				SCHEDULE_FIELD_OCCURRENCE,
+				occ,
+				NULL};
+	char *fid = xadd_fields(p, "acl", forged);
+	CHECK(fid != NULL);
+	CHECK_INT(integer(r, "EXISTS %s", key), 0);
+
+	struct consumer *c = consumer(reg, "acl");
+	CHECK(settled(r, "acl", 1));
+	CHECK_INT(calls_count("ra/ok.any#1"), 1); /* the producer's event */
+	CHECK_INT(calls_count("ra/ok.tick"), 0);
+	CHECK_INT(calls.n, 1);
+	if (fid)
+		CHECK_INT(dlq_has(r, "acl", FORGED, fid), 1);
+	consumer_stop(c);
+	consumer_free(c);
+	rep = redis_command(r, "ACL DELUSER producer");
+	freeReplyObject(rep);
+	redis_free(p);
+	free(eid), free(fid), free(occ), free(env), free(key);
+	redis_free(r);
+	registry_free(reg);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -728,6 +982,9 @@ int main(int argc, char **argv)
 		T_CASE(live_changes_replace_the_jobs_in_place),
 		T_CASE(consumer_routes_an_occurrence_to_exactly_its_schedule_handler),
 		T_CASE(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete),
+		T_CASE(forged_occurrences_are_dead_lettered_and_run_nothing),
+		T_CASE(delivering_a_genuine_occurrence_renews_its_dedup_key),
+		T_CASE(a_producer_limited_to_xadd_cannot_forge_an_occurrence),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
