@@ -89,22 +89,36 @@ struct at {
 	size_t index;
 };
 
+/* The chain as text, built once from the root (O(path length)). */
 static char *at_path(const struct at *a)
 {
-	if (!a->up)
-		return xstrdup(a->key);
-	char *up = at_path(a->up);
-	char *p =
-		a->key ? pattern_path_key(up, a->key, a->klen) : xasprintf("%s[%zu]", up, a->index);
-	free(up);
-	return p;
+	const struct at *chain[2 * PATTERN_MAX_DEPTH + 4];
+	size_t n = 0;
+	for (; a && n < ARRAY_LEN(chain); a = a->up)
+		chain[n++] = a;
+	struct buf b;
+	buf_init(&b, 1 << 20); /* paths: at most ~90 bytes per level */
+	while (n--) {
+		const struct at *x = chain[n];
+		if (!x->up) {
+			buf_append(&b, x->key, strlen(x->key));
+		} else if (!x->key) {
+			buf_appendf(&b, "[%zu]", x->index);
+		} else {
+			char *seg = pattern_path_key("", x->key, x->klen);
+			buf_append(&b, seg, strlen(seg));
+			free(seg);
+		}
+	}
+	return buf_steal(&b);
 }
 
 __attribute__((format(printf, 3, 4))) static void report(struct compiler *c, const struct at *at,
 							 const char *fmt, ...)
 {
-	c->nerr++;
-	if (!c->errors)
+	/* Past PATTERN_MAX_MESSAGES errors are counted, not formatted: 30,000
+	 * bad operands at the bottom of a deep path took seconds to describe. */
+	if (c->nerr++ >= PATTERN_MAX_MESSAGES || !c->errors)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
@@ -178,7 +192,8 @@ static char *describe(const json_t *j)
 
 char *pattern_path_key(const char *path, const char *key, size_t klen)
 {
-	bool plain = klen > 0;
+	/* A long key is quoted, hence cut: a path stays short. */
+	bool plain = klen > 0 && klen <= QUOTE_MAX;
 	for (size_t i = 0; i < klen && plain; i++) {
 		unsigned char ch = (unsigned char)key[i];
 		plain = ch >= 0x80 || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -559,6 +574,9 @@ int pattern_compile(const json_t *node, const char *path, struct pattern **out, 
 		p = xcalloc(1, sizeof *p);
 		compile_node(&c, node, &root, 1, &p->root);
 	}
+	if (c.nerr > PATTERN_MAX_MESSAGES && errors)
+		buf_appendf(errors, "%s: %d more errors not shown\n", path,
+			    c.nerr - PATTERN_MAX_MESSAGES);
 	if (c.nerr) {
 		pattern_free(p);
 		return -c.nerr;

@@ -57,14 +57,17 @@
 #include "util.h"
 
 #define PATTERN_MAX_DEPTH 32
+/* Errors of one pattern described in full; the rest are counted in one
+ * last line "<path>: N more errors not shown". */
+#define PATTERN_MAX_MESSAGES 20
 
 struct pattern;
 
 /*
  * Compiles node (borrowed; NULL means the pattern key is absent) into a
  * matcher. path names the node in messages, e.g. "events[1].pattern".
- * Every problem found is appended to errors (when not NULL) as one line
- * "<path>: <problem>\n", e.g.
+ * Every problem found (the first PATTERN_MAX_MESSAGES of them) is appended
+ * to errors (when not NULL) as one line "<path>: <problem>\n", e.g.
  *   events[1].pattern.new_image.created_at.gt: invalid temporal operand
  *   "now-5m" (use now() or now()±<Go duration>)
  * Returns 0 with *out set (free with pattern_free), or -n where n >= 1 is
@@ -75,7 +78,8 @@ void pattern_free(struct pattern *p);
 
 /* The path of field key[0..klen) under path, as messages show it: path +
  * ".key", or path + "[\"key\"]" (escaped, cut at 80 bytes) when the key is
- * not a plain word, so a path never holds ": " or a line break. malloc'd. */
+ * not a plain word of at most 80 bytes, so a path never holds ": " or a
+ * line break and grows by at most ~90 bytes per level. malloc'd. */
 char *pattern_path_key(const char *path, const char *key, size_t klen);
 
 /* Whether event matches p, with now() = now_unix_ns (nanoseconds since the

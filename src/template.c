@@ -51,23 +51,6 @@ void strlist_free(struct strlist *l)
 	l->n = 0;
 }
 
-/* Adds each non-empty line of text to l. */
-static void add_lines(struct strlist *l, const char *text)
-{
-	if (!text || !*text) {
-		strlist_addf(l, "invalid pattern");
-		return;
-	}
-	for (const char *p = text; *p;) {
-		size_t n = strcspn(p, "\n");
-		if (n)
-			strlist_add(l, xstrndup(p, n));
-		p += n;
-		if (*p == '\n')
-			p++;
-	}
-}
-
 /* ---- YAML scalars under the core schema ------------------------------- */
 
 enum ytype { Y_NULL, Y_BOOL, Y_INT, Y_FLOAT, Y_STR, Y_SEQ, Y_MAP, Y_BAD };
@@ -295,6 +278,63 @@ static char *shown(const struct yscalar *y)
 	return out;
 }
 
+/* ---- messages --------------------------------------------------------- */
+
+/* Where the messages go. At most TEMPLATE_MAX_MESSAGES errors and as many
+ * warnings are kept; the rest are counted into one last line of each, so
+ * 30,000 unknown keys or bad operands cost a count, not 30,000 lines. */
+struct ctx {
+	struct strlist *errors;
+	struct strlist *warnings;
+	size_t nerr0, nwarn0;
+	size_t more_errors, more_warnings;
+};
+
+static void add_error(struct ctx *c, char *line)
+{
+	if (c->errors->n - c->nerr0 < TEMPLATE_MAX_MESSAGES) {
+		strlist_add(c->errors, line);
+	} else {
+		c->more_errors++;
+		free(line);
+	}
+}
+
+static void add_warning(struct ctx *c, char *line)
+{
+	if (c->warnings->n - c->nwarn0 < TEMPLATE_MAX_MESSAGES) {
+		strlist_add(c->warnings, line);
+	} else {
+		c->more_warnings++;
+		free(line);
+	}
+}
+
+static void err(struct ctx *c, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void err(struct ctx *c, const char *path, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	add_error(c, xasprintf("%s: %s", path, msg));
+	free(msg);
+}
+
+/* Adds each line of pattern_compile's messages. */
+static void add_lines(struct ctx *c, const char *text)
+{
+	for (const char *p = text ? text : ""; *p;) {
+		size_t n = strcspn(p, "\n");
+		if (n)
+			add_error(c, xstrndup(p, n));
+		p += n;
+		if (*p == '\n')
+			p++;
+	}
+}
+
 /* ---- pattern → JSON --------------------------------------------------- */
 
 /* Where a node is, as a chain up to the pattern's own path: the text of a
@@ -308,17 +348,25 @@ struct seg {
 
 static char *seg_path(const struct seg *s)
 {
-	if (!s->up)
-		return xstrdup(s->key);
-	char *up = seg_path(s->up);
-	char *p =
-		s->key ? pattern_path_key(up, s->key, s->klen) : xasprintf("%s[%zu]", up, s->index);
-	free(up);
-	return p;
+	const struct seg *chain[TEMPLATE_MAX_DEPTH + 2];
+	size_t n = 0;
+	for (; s && n < ARRAY_LEN(chain); s = s->up)
+		chain[n++] = s;
+	struct buf b;
+	buf_init(&b, 1 << 20); /* paths: at most ~90 bytes per level */
+	while (n--) {
+		const struct seg *x = chain[n];
+		char *part = !x->up   ? xstrdup(x->key)
+			     : x->key ? pattern_path_key("", x->key, x->klen)
+				      : xasprintf("[%zu]", x->index);
+		buf_append(&b, part, strlen(part));
+		free(part);
+	}
+	return buf_steal(&b);
 }
 
 struct conv {
-	struct strlist *errors;
+	struct ctx *ctx;
 	bool failed;
 };
 
@@ -330,7 +378,7 @@ __attribute__((format(printf, 3, 4))) static void conv_error(struct conv *c, con
 	char *msg = xvasprintf(fmt, ap);
 	va_end(ap);
 	char *path = seg_path(at);
-	strlist_addf(c->errors, "%s: %s", path, msg);
+	add_error(c->ctx, xasprintf("%s: %s", path, msg));
 	free(path);
 	free(msg);
 	c->failed = true;
@@ -405,23 +453,6 @@ static json_t *to_json(struct conv *c, const struct ynode *n, const struct seg *
 
 /* ---- field helpers ---------------------------------------------------- */
 
-struct ctx {
-	struct strlist *errors;
-	struct strlist *warnings;
-};
-
-static void err(struct ctx *c, const char *path, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void err(struct ctx *c, const char *path, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *msg = xvasprintf(fmt, ap);
-	va_end(ap);
-	strlist_addf(c->errors, "%s: %s", path, msg);
-	free(msg);
-}
-
 /* Looks up key in a mapping node (NULL when absent). */
 static const struct ynode *map_get(const struct ynode *map, const char *key, bool *present)
 {
@@ -450,8 +481,8 @@ static void check_keys(struct ctx *c, const struct ynode *map, const char *path,
 					ok = true;
 			if (!ok) {
 				char *s = shown(&k);
-				strlist_addf(c->warnings, "%s%s%s: unknown key, ignored", path,
-					     *path ? "." : "", s);
+				add_warning(c, xasprintf("%s%s%s: unknown key, ignored", path,
+							 *path ? "." : "", s));
 				free(s);
 			}
 		} else {
@@ -628,7 +659,7 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 			err(c, ppath, "is required (use {} to match every event)");
 			ok = 0;
 		} else {
-			struct conv cv = {c->errors, false};
+			struct conv cv = {c, false};
 			struct seg at = {.key = ppath};
 			json_t *j = to_json(&cv, pn, &at);
 			if (!j) {
@@ -638,7 +669,7 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 				buf_init(&pe, 1 << 20);
 				if (pattern_compile(j, ppath, &r.pattern, &pe) != 0) {
 					ok = 0;
-					add_lines(c->errors, pe.data);
+					add_lines(c, pe.data);
 				}
 				buf_free(&pe);
 				json_decref(j);
@@ -837,7 +868,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	}
 
 	struct template *t = NULL;
-	struct ctx c = {errors, warnings};
+	struct ctx c = {errors, warnings, nerr0, warnings->n, 0, 0};
 	struct ydoc *doc = NULL;
 	char *yerr = NULL;
 	static const struct ylimits lim = {TEMPLATE_MAX_NODES, TEMPLATE_MAX_DEPTH,
@@ -962,6 +993,11 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 			}
 
 out:
+	if (c.more_errors)
+		strlist_addf(errors, "template.yaml: %zu more errors not shown", c.more_errors);
+	if (c.more_warnings)
+		strlist_addf(warnings, "template.yaml: %zu more warnings not shown",
+			     c.more_warnings);
 	ydoc_free(doc);
 	if (errors->n > nerr0) {
 		template_free(t);

@@ -35,7 +35,10 @@
  *          line's tokens while an implicit key may be pending: ~400 bytes
  *          of memory per byte of line);
  *   items  at most TEMPLATE_MAX_ITEMS rules, schedules, env and secrets
- *          entries each.
+ *          entries each;
+ *   output at most TEMPLATE_MAX_MESSAGES error lines and as many warnings
+ *          (PATTERN_MAX_MESSAGES per pattern), each with a path of at most
+ *          ~90 bytes per level.
  * yaml.c checks lines before parsing, nodes and depth at each YAML event,
  * before the node is allocated and before any expansion could be: an alias
  * shares the anchored node, whose expanded size is computed once. Later
@@ -50,6 +53,8 @@
 #define TEMPLATE_MAX_DEPTH 64
 #define TEMPLATE_MAX_LINE (64 * 1024)
 #define TEMPLATE_MAX_ITEMS 1000
+/* Error lines and warning lines kept per template (the rest are counted). */
+#define TEMPLATE_MAX_MESSAGES 100
 #define TEMPLATE_DEFAULT_CONCURRENCY 2
 #define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
 #define TEMPLATE_MAX_TIMEOUT_NS (5LL * 60 * 1000000000LL)

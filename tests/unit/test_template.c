@@ -494,6 +494,52 @@ TEST(long_lines_and_deep_nesting_refused)
 	buf_free(&b);
 }
 
+/* Messages are bounded too: 30,000 bad operands at the bottom of a deep
+ * path of long keys were 30,000 formatted paths (2 s), and 30,000 unknown
+ * keys 30,000 warnings. At most PATTERN_MAX_MESSAGES per pattern and
+ * TEMPLATE_MAX_MESSAGES per template are kept, the rest counted. */
+TEST(messages_are_bounded)
+{
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_appendf(&b, HDR "events:\n");
+	for (int r = 0; r < 10; r++) {
+		buf_appendf(&b, "- handler: m.f\n  pattern:\n    ");
+		for (int i = 0; i < PATTERN_MAX_DEPTH - 1; i++)
+			buf_appendf(&b, "%s_%d: {", "a-long-field-name-at-this-level", i);
+		buf_appendf(&b, "x: {gt: [");
+		for (int i = 0; i < 3000; i++)
+			buf_appendf(&b, "%sbad", i ? (i % 20 ? "," : ",\n      ") : "");
+		buf_appendf(&b, "]}");
+		for (int i = 0; i < PATTERN_MAX_DEPTH - 1; i++)
+			buf_appendf(&b, "}");
+		buf_appendf(&b, "\n");
+		for (int k = 0; k < 3000; k++)
+			buf_appendf(&b, "  unknown%d: 1\n", k);
+	}
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	CHECK(template_parse(b.data, b.len, &t, &errors, &warnings) < 0);
+	/* Each rule has 20 lines and "2980 more errors not shown": the first
+	 * 100 of those 210 lines are kept. */
+	CHECK_INT(errors.n, TEMPLATE_MAX_MESSAGES + 1);
+	CHECK_INT(warnings.n, TEMPLATE_MAX_MESSAGES + 1);
+	if (errors.n > 21) {
+		CHECK(strstr(errors.v[0], "events[0].pattern.a-long-field-name-at-this-level_0."
+					  "a-long-field-name-at-this-level_1.") == errors.v[0]);
+		CHECK(strstr(errors.v[0], ".x.gt[0]: invalid temporal operand \"bad\""));
+		CHECK(strstr(errors.v[20], "events[0].pattern: 2980 more errors not shown") ==
+		      errors.v[20]);
+	}
+	CHECK_STR(errors.v[errors.n - 1], "template.yaml: 110 more errors not shown");
+	CHECK_STR(warnings.v[warnings.n - 1], "template.yaml: 29900 more warnings not shown");
+	for (size_t i = 0; i < errors.n; i++)
+		CHECK(strlen(errors.v[i]) < 4096);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	buf_free(&b);
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -513,4 +559,5 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected),
        T_CASE(alias_bomb_is_bounded), T_CASE(aliases_in_many_rules_count_against_one_bound),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
-       T_CASE(long_lines_and_deep_nesting_refused), T_CASE(size_bound))
+       T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
+       T_CASE(size_bound))
