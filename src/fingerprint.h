@@ -8,9 +8,12 @@
  * made from that one snapshot, so an image tag always names exactly the
  * bytes that went into it, even if the directory changes meanwhile.
  * Bounds: FN_TREE_MAX_FILES entries, FN_TREE_MAX_BYTES of contents in
- * total, FN_TREE_MAX_DEPTH nested directories; symbolic links are recorded
- * (their target text), never followed; any other kind of file (FIFO,
- * socket, device) is an error.
+ * total, FN_TREE_MAX_DEPTH nested directories (a deeper one is refused
+ * before it is opened); symbolic links are recorded (their target text),
+ * never followed; any other kind of file (FIFO, socket, device) is an
+ * error. Descriptors: at most FN_TREE_MAX_DEPTH + 2 open at once (one per
+ * directory level and the file being read), every one closed on every
+ * return, error or not.
  *
  * The fingerprint is SHA-256 over this byte string (all integers are
  * unsigned 64-bit big-endian, so no field can run into the next):
