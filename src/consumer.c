@@ -1340,9 +1340,11 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		if (waited)
 			metrics_inc(METRIC_CONCURRENCY_WAITS);
 
-		/* The deadline counts from now (after any slot wait), matching the
-		 * timeout the runner enforces. */
-		struct marker running = {MARK_RUNNING, now_wall_ns() + timeout, attempt};
+		/* The deadline counts from now (after any slot wait) and outlives
+		 * every path the invocation can take (invocation_running_deadline,
+		 * runner.h "Time bounds"), so no reclaim runs it concurrently. */
+		struct marker running = {
+			MARK_RUNNING, invocation_running_deadline(now_wall_ns(), timeout), attempt};
 		char next[64];
 		marker_format(&running, next, sizeof next);
 		char *prev = raw[i] ? xstrdup(raw[i]) : NULL;
