@@ -11,6 +11,10 @@
  * does not bound these inputs.
  *
  * Targets (issue 13): every case under 1 s and under 128 MiB of peak RSS.
+ *
+ * `validate -w DIR` writes each case to DIR/NAME.yaml instead (seeds for
+ * fuzz_template at -max_len=1048576, or files for `relay function
+ * validate`).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -268,8 +272,28 @@ static void child(int fd, const char *text, size_t len)
 	strlist_free(&warnings);
 }
 
-int main(void)
+static int write_cases(const char *dir)
 {
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		struct buf b;
+		buf_init(&b, 2 * TEMPLATE_MAX_BYTES);
+		cases[c].make(&b);
+		char *path = xasprintf("%s/%s.yaml", dir, cases[c].name);
+		FILE *f = fopen(path, "wb");
+		if (!f || fwrite(b.data, 1, b.len, f) != b.len || fclose(f) != 0) {
+			perror(path);
+			return 1;
+		}
+		free(path);
+		buf_free(&b);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "-w") == 0)
+		return write_cases(argv[2]);
 	int misses = 0;
 	printf("%-12s %8s %9s %8s %9s  %s\n", "case", "bytes", "validate", "compile", "peak RSS",
 	       "result");

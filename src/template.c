@@ -365,12 +365,8 @@ static char *seg_path(const struct seg *s)
 	return buf_steal(&b);
 }
 
-struct conv {
-	struct ctx *ctx;
-	bool failed;
-};
-
-__attribute__((format(printf, 3, 4))) static void conv_error(struct conv *c, const struct seg *at,
+/* The first problem of a pattern ends its conversion. */
+__attribute__((format(printf, 3, 4))) static void conv_error(struct ctx *c, const struct seg *at,
 							     const char *fmt, ...)
 {
 	va_list ap;
@@ -378,14 +374,13 @@ __attribute__((format(printf, 3, 4))) static void conv_error(struct conv *c, con
 	char *msg = xvasprintf(fmt, ap);
 	va_end(ap);
 	char *path = seg_path(at);
-	add_error(c->ctx, xasprintf("%s: %s", path, msg));
+	add_error(c, xasprintf("%s: %s", path, msg));
 	free(path);
 	free(msg);
-	c->failed = true;
 }
 
 /* Converts n (its nodes and depth bounded by yaml.c, aliases included). */
-static json_t *to_json(struct conv *c, const struct ynode *n, const struct seg *at)
+static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *at)
 {
 	struct yscalar y;
 	enum ytype t = node_type(n, &y);
@@ -659,9 +654,8 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 			err(c, ppath, "is required (use {} to match every event)");
 			ok = 0;
 		} else {
-			struct conv cv = {c, false};
 			struct seg at = {.key = ppath};
-			json_t *j = to_json(&cv, pn, &at);
+			json_t *j = to_json(c, pn, &at);
 			if (!j) {
 				ok = 0;
 			} else {
