@@ -335,7 +335,9 @@ static const char read_lua[] = READ_LUA_PRELUDE
  * deleted) ones are reported, too-large ones dead-lettered, the others
  * claimed with XCLAIM ... RETRYCOUNT <deliveries + 1> JUSTID, which is what
  * XAUTOCLAIM does (new owner, idle reset, one more delivery) without
- * copying the entry again. Answers {cursor, entries, too_large, gone}; the
+ * copying the entry again. A too-large one whose DLQ write failed is
+ * claimed too, so it is retried once per MinPendingIdle like any message
+ * whose DLQ write failed. Answers {cursor, entries, too_large, gone}; the
  * cursor is "0-0" once the whole PEL was looked at.
  */
 static const char reclaim_lua[] = READ_LUA_PRELUDE
@@ -352,7 +354,12 @@ static const char reclaim_lua[] = READ_LUA_PRELUDE
 	"  else\n"
 	"    local size, cost = measure(e)\n"
 	"    if cost > emax then\n"
-	"      big[#big + 1] = {id, size, too_large(id, size)}\n"
+	"      local err = too_large(id, size)\n"
+	"      if err ~= '' then\n"
+	"        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
+	"          'RETRYCOUNT', p[4] + 1, 'JUSTID')\n"
+	"      end\n"
+	"      big[#big + 1] = {id, size, err}\n"
 	"    elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
 	"        'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 then\n"
 	"      out[#out + 1] = e\n"

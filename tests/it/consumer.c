@@ -1141,6 +1141,42 @@ TEST(reclaim_goes_past_a_pending_entry_over_the_reply_cap)
 	free(first), free(big), free(last), free(ev);
 }
 
+/* A too-large entry whose DLQ write fails (the DLQ key holds a string)
+ * stays pending, is reported, and does not stop the entries after it; the
+ * reclaim writes it once the DLQ can take it. */
+TEST(a_too_large_entry_whose_dlq_write_fails_stays_pending_until_it_can)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "big6", "g", err, sizeof err) == 0);
+	redisReply *rep = redis_command(r, "SET relay:big6:dlq not-a-stream");
+	freeReplyObject(rep);
+	char *big = xadd_sized(r, "big6", "good", 2LL * CONSUMER_ENTRY_MAX);
+	char *ev = xasprintf(EV, "good");
+	char *last = xadd(r, "big6", ev);
+	REQUIRE(big && last);
+	struct consumer *c = start(reg, "big6", 16, 4);
+	struct count_arg ca = {"a-first/ok.one#1@", 1};
+	REQUIRE(wait_until(10000, count_is, &ca));
+	/* The DLQ write failed on the read and on two reclaims since. */
+	struct deliv_arg dv = {r, "big6", big, 3};
+	REQUIRE(wait_until(10000, deliveries_at_least, &dv));
+	CHECK_INT(pending(r, "big6"), 1);
+	rep = redis_command(r, "DEL relay:big6:dlq");
+	freeReplyObject(rep);
+	struct done_arg da = {r, "big6", last};
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(xlen(r, "relay:big6:dlq"), 1);
+	check_too_large_entry(r, "big6", 0, big, 5 + 2LL * CONSUMER_ENTRY_MAX);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(big), free(last), free(ev);
+}
+
 /* How often Redis ran cmd since the last CONFIG RESETSTAT (calls from
  * scripts included). */
 static long long cmd_calls(struct redis *r, const char *cmd)
@@ -1373,6 +1409,7 @@ int main(int argc, char **argv)
 		T_CASE(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it),
 		T_CASE(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries),
 		T_CASE(reclaim_goes_past_a_pending_entry_over_the_reply_cap),
+		T_CASE(a_too_large_entry_whose_dlq_write_fails_stays_pending_until_it_can),
 		T_CASE(a_batch_over_the_reply_cap_is_read_in_parts),
 		T_CASE(reads_and_reclaims_stay_within_the_byte_budget),
 		T_CASE(an_idle_reader_wakes_when_an_entry_arrives),
