@@ -26,7 +26,7 @@
  *   the Python and Node handlers (and Go's map decoding) see for that event.
  *
  * Cost, whatever the text: time linear in its length, except that each object
- * of n > 8 members gets an index costing at most 33n probes and n log2 n
+ * of n > 16 members gets an index costing at most 33n probes and n log2 n
  * comparisons even when its keys were chosen to collide (event.c, "object
  * index"); a 1 MiB event peaks at about 35 MB of memory (measured: an array
  * of empty objects), about 30 bytes per byte of text.
