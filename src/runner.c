@@ -257,6 +257,11 @@ static void emit_full(struct runner_demux *m, int s)
 static void demux_bytes(struct runner_demux *m, int s, const char *p, size_t n)
 {
 	while (n > 0) {
+		/* A full line is cut only once the next byte is known not to be
+		 * its newline, so the output does not depend on how reads split
+		 * the stream. */
+		if (m->line_len[s] == RUNNER_LINE_MAX && *p != '\n')
+			emit_full(m, s);
 		const char *nl = memchr(p, '\n', n);
 		size_t take = nl ? (size_t)(nl - p) : n;
 		size_t room = RUNNER_LINE_MAX - m->line_len[s];
@@ -271,8 +276,6 @@ static void demux_bytes(struct runner_demux *m, int s, const char *p, size_t n)
 			m->line_len[s] = 0;
 			p++;
 			n--;
-		} else if (m->line_len[s] == RUNNER_LINE_MAX) {
-			emit_full(m, s);
 		}
 	}
 }

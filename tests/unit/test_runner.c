@@ -162,6 +162,31 @@ TEST(long_lines_are_split)
 	free(big);
 }
 
+TEST(full_line_with_newline_in_the_next_frame)
+{
+	/* A line of exactly RUNNER_LINE_MAX bytes whose newline comes in a
+	 * later frame is one line, not that line and an empty one. */
+	char *big = xmalloc(RUNNER_LINE_MAX);
+	memset(big, 'x', RUNNER_LINE_MAX);
+	struct buf in;
+	buf_init(&in, 1 << 20);
+	frame(&in, 1, big, RUNNER_LINE_MAX);
+	frame(&in, 1, "\nnext\n", 6);
+	struct lines l = {0};
+	buf_init(&l.out, 1 << 20);
+	struct runner_demux m;
+	runner_demux_init(&m, collect, &l);
+	runner_demux_feed(&m, in.data, in.len);
+	runner_demux_flush(&m);
+	CHECK_INT(l.count[1], 2);
+	CHECK_INT(l.longest, RUNNER_LINE_MAX);
+	CHECK(strstr(l.out.data, "x|1:next|") != NULL);
+	runner_demux_free(&m);
+	buf_free(&l.out);
+	buf_free(&in);
+	free(big);
+}
+
 TEST(huge_output_memory_is_bounded)
 {
 	/* 8 MiB on stderr in one frame, no newline: pieces, never a big buffer. */
@@ -387,6 +412,7 @@ TEST(marker_outlives_every_path)
 }
 
 T_MAIN(T_CASE(label_values_are_bounded), T_CASE(prefix_format), T_CASE(demux_every_split_point),
-       T_CASE(long_lines_are_split), T_CASE(huge_output_memory_is_bounded), T_CASE(wait_answers),
+       T_CASE(long_lines_are_split), T_CASE(full_line_with_newline_in_the_next_frame),
+       T_CASE(huge_output_memory_is_bounded), T_CASE(wait_answers),
        T_CASE(outcome_names), T_CASE(container_names), T_CASE(timeouts_as_enforced),
        T_CASE(marker_outlives_every_path))
