@@ -111,7 +111,7 @@ events:
 	rcli XPENDING events relay - + 10 | grep -q worker-a || fail "worker-a does not own the pending entry"
 	start_relay_as "$TMP/b.log" worker-b
 	# reclaim runs every minute for entries idle over a minute
-	wait_for 170 grep -q 'finished evt-k9' "$TMP/b.log" || fail "worker-b did not complete the message: $(tail -n 20 "$TMP/b.log")"
+	wait_for 240 grep -q 'finished evt-k9' "$TMP/b.log" || fail "worker-b did not complete the message: $(tail -n 20 "$TMP/b.log")"
 	wait_for 10 nothing_pending || fail "still pending after worker-b completed it"
 	grep -q 'handler executed.*attempt=2' "$TMP/b.log" || fail "the redelivery was not attempt 2"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
