@@ -65,14 +65,7 @@
 #define REF_MAX 255
 #define SUBPATH_MAX 1024
 #define SOURCE_FILE_MAX (64 * 1024)
-#define COPY_MAX_FILES 20000
-#define COPY_MAX_BYTES (512ULL * 1024 * 1024)
-#define COPY_MAX_DEPTH 64
 #define AUTH_ATTEMPTS 2
-/* The most a fetch may download (the pack as received): the functions it
- * can bring are bounded at 512 MiB (COPY_MAX_BYTES), history included
- * twice that. */
-#define PACK_MAX_BYTES (1024ULL * 1024 * 1024)
 #define SYNC_PREFIX FUNCTION_STAGING_PREFIX
 /* A wait for the sync lock looks for gitsync_cancel_all this often. */
 #define LOCK_POLL_MS 50
@@ -955,7 +948,7 @@ static int copy_file(struct copy_ctx *c, int sfd, int dfd, const char *name, con
 		if (n == 0)
 			break;
 		c->bytes += (unsigned long long)n;
-		if (c->bytes > COPY_MAX_BYTES) {
+		if (c->bytes > GITSYNC_COPY_MAX_BYTES) {
 			copy_fail(c, rel, "the functions exceed 512 MiB in total", 0);
 			goto out;
 		}
@@ -1004,7 +997,7 @@ static int copy_dir(struct copy_ctx *c, int sfd, int dfd, const char *rel, int d
 		if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			rc = copy_fail(c, r, "cannot stat", errno);
 		} else if (S_ISDIR(st.st_mode)) {
-			if (depth + 1 > COPY_MAX_DEPTH) {
+			if (depth + 1 > GITSYNC_COPY_MAX_DEPTH) {
 				rc = copy_fail(c, r, "nested deeper than 64 directories", 0);
 			} else if (mkdirat(dfd, name, 0755) < 0 ||
 				   fchmodat(dfd, name, 0755, 0) < 0) {
@@ -1024,7 +1017,7 @@ static int copy_dir(struct copy_ctx *c, int sfd, int dfd, const char *rel, int d
 					close(d2);
 			}
 		} else if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) {
-			if (++c->files > COPY_MAX_FILES) {
+			if (++c->files > GITSYNC_COPY_MAX_FILES) {
 				rc = copy_fail(c, r, "the functions hold more than 20000 files", 0);
 			} else if (S_ISREG(st.st_mode)) {
 				rc = copy_file(c, sfd, dfd, name, r, &st);
@@ -1832,7 +1825,7 @@ static int cb_sideband(const char *str, int len, void *payload)
 static int cb_transfer(const git_indexer_progress *stats, void *payload)
 {
 	struct remote_ctx *c = payload;
-	if (stats->received_bytes > PACK_MAX_BYTES) {
+	if (stats->received_bytes > GITSYNC_PACK_MAX_BYTES) {
 		if (!c->err)
 			c->err = xstrdup("the server sent more than 1 GiB; giving up");
 		return GIT_EUSER;

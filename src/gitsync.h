@@ -92,12 +92,20 @@ bool gitsync_ref_matches(const char *data_dir, const char *ref, const char *push
  * the SSH handshake, authentication, ref negotiation and the pack
  * transfer, each cut when no byte has come from the server for stall_ms
  * (default 60 s), with a message naming the phase. What the server sends
- * is bounded at 1 GiB (PACK_MAX_BYTES in gitsync.c); a server that keeps
+ * is bounded at 1 GiB (GITSYNC_PACK_MAX_BYTES); a server that keeps
  * sending slowly under that is not cut. Process-wide, for every later
  * sync; 0 restores a default. Meant for tests, which cannot wait a minute.
  */
 #define GITSYNC_CONNECT_TIMEOUT_MS 30000
 #define GITSYNC_STALL_TIMEOUT_MS 60000
+/* The most a fetch may download (the pack as received): the functions it
+ * can bring are bounded at 512 MiB (GITSYNC_COPY_MAX_BYTES), history
+ * included twice that. */
+#define GITSYNC_PACK_MAX_BYTES (1024ULL * 1024 * 1024)
+/* Bounds on the checkout's functions directory as copied into place. */
+#define GITSYNC_COPY_MAX_FILES 20000
+#define GITSYNC_COPY_MAX_BYTES (512ULL * 1024 * 1024)
+#define GITSYNC_COPY_MAX_DEPTH 64
 void gitsync_set_timeouts(int connect_ms, int stall_ms);
 
 /*

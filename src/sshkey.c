@@ -52,7 +52,6 @@
 #define PEM_COLUMNS 70
 #define BLOB_LEN (4 + sizeof KEY_TYPE - 1 + 4 + 32) /* 51 */
 #define KEY_FILE_MAX (64 * 1024)
-#define KNOWN_HOSTS_MAX (1024 * 1024) /* bytes; the other bounds: see known_hosts */
 #define HOST_BLOB_MAX (16 * 1024)
 #define KEY_TYPE_MAX 64
 
@@ -598,8 +597,7 @@ int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, c
  * a long name cost ~250 steps per byte, most of a second for 1 MiB.
  */
 
-#define KNOWN_HOSTS_MAX_LINES 16384
-#define KNOWN_HOSTS_LINE_MAX (32 * 1024) /* > 4/3 * HOST_BLOB_MAX: any key we accept fits */
+_Static_assert(KNOWN_HOSTS_LINE_MAX > 4 * HOST_BLOB_MAX / 3, "any key we accept fits a line");
 #define HOST_NAME_MAX_ 255		 /* host_ok() */
 #define NAME_MAX_ (HOST_NAME_MAX_ + 8)	 /* "[host]:65535" */
 #define NAME_WORDS ((NAME_MAX_ + 1 + 63) / 64)

@@ -44,6 +44,10 @@
 
 #define SSHKEY_FILE "id_ed25519"
 #define SSHKEY_KNOWN_HOSTS "known_hosts"
+/* The known_hosts bounds above. */
+#define KNOWN_HOSTS_MAX (1024 * 1024)
+#define KNOWN_HOSTS_MAX_LINES 16384
+#define KNOWN_HOSTS_LINE_MAX (32 * 1024)
 
 /*
  * Generates a new key into ssh_dir. When a key already exists and force is

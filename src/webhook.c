@@ -32,17 +32,6 @@
 #include "secret.h"
 #include "util.h"
 
-/* The limits of webhook.h's cost model. GitHub caps payloads at 25 MB but
- * pushes are far smaller; larger bodies get 413 from http.c without
- * reaching the handler. GitHub gives up on a delivery after 10 s, so a body
- * still arriving after 5 s is not GitHub's. */
-#define WEBHOOK_MAX_BODY (5u << 20)
-#define WEBHOOK_BODY_BUDGET (16u << 20)
-#define WEBHOOK_BODY_SECONDS 5
-#define WEBHOOK_IDLE_SECONDS 5
-#define WEBHOOK_REPLAY_SECONDS 3600
-#define WEBHOOK_REPLAY_MAX 4096
-
 /* ---- coalescer --------------------------------------------------------- */
 
 /* mu guards pending, running and stopping; cond wakes the thread. */

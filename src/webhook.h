@@ -38,6 +38,17 @@
 
 #include "http.h"
 
+/* The limits of the cost model above. GitHub caps payloads at 25 MB but
+ * pushes are far smaller; larger bodies get 413 from http.c without
+ * reaching the handler. GitHub gives up on a delivery after 10 s, so a body
+ * still arriving after 5 s is not GitHub's. */
+#define WEBHOOK_MAX_BODY (5u << 20)
+#define WEBHOOK_BODY_BUDGET (16u << 20)
+#define WEBHOOK_BODY_SECONDS 5
+#define WEBHOOK_IDLE_SECONDS 5
+#define WEBHOOK_REPLAY_SECONDS 3600
+#define WEBHOOK_REPLAY_MAX 4096
+
 struct secret_provider;
 
 struct webhook_config {

@@ -31,7 +31,6 @@
 #include "sshkey.h"
 #include "util.h"
 
-#define KNOWN_HOSTS_MAX (1024 * 1024) /* sshkey.c's bound on the file */
 #define MAX_LINES_MSG "more than 16384 lines"
 
 static const char *const hosts[] = {"github.com", "h.example", "10.0.0.1", "GitLab.COM"};
