@@ -354,7 +354,9 @@ TEST(stalled_clients_do_not_block)
 		CHECK_INT(fetch("GET", url, NULL, NULL, &r), CURLE_OK);
 		CHECK_INT(r.status, 200);
 		CHECK(r.body.len > 1000000);
-		CHECK(r.seconds < 2.0);
+		/* Not a speed check: a server blocked by the stalled clients
+		 * would answer only when their 10 s idle timeout closes them. */
+		CHECK(r.seconds < 8.0);
 		buf_free(&r.body);
 	}
 	free(url);
@@ -362,7 +364,7 @@ TEST(stalled_clients_do_not_block)
 	int64_t t0 = now_mono_ns();
 	metrics_server_stop();
 	double stop_s = (double)(now_mono_ns() - t0) / 1e9;
-	CHECK(stop_s < 3.0);
+	CHECK(stop_s < 8.0); /* the same: not waiting for the stalled clients */
 	for (int i = 0; i < 4; i++)
 		close(silent[i]);
 	for (int i = 0; i < 2; i++)
