@@ -94,6 +94,59 @@ redisReply *redis_get_reply(struct redis *r, int timeout_ms);
 int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out);
 
 /*
+ * Reply guard: bounds the elements at one array depth of every reply on a
+ * connection without reading them. The bytes are looked at as they arrive,
+ * before hiredis buffers them; an element that would grow past max bytes
+ * (as sent: every header line, string and CRLF of it) is refused at the
+ * header of the string that would take it there (or at a header line that
+ * already does), the connection is closed at once (the rest of the reply
+ * is never read) and redis_guard_tripped() is true until the next connect.
+ * Depth 0 is the reply itself, 1 its elements, and so on: in an XREADGROUP
+ * reply ([[stream, [[id, [field, value, ...]], ...]]]) depth 3 is one
+ * stream entry. Bytes that are not RESP2 (a RESP3 type, a bad header,
+ * nesting deeper than hiredis takes) are refused the same way. max 0
+ * turns the guard off. Set it between replies (before a command, or
+ * before connecting): it starts scanning at the next reply.
+ */
+void redis_set_guard(struct redis *r, int depth, size_t max);
+bool redis_guard_tripped(const struct redis *r);
+/* The first string inside the guarded elements of the refused reply (an
+ * XREADGROUP reply: the id of its first entry), or "" when none was passed
+ * before the refusal or it was longer than REDIS_GUARD_FIRST_MAX bytes.
+ * Valid until the next connect. */
+const char *redis_guard_first(const struct redis *r);
+
+/* The guard's scanner, exposed for tests. Its state is a few fixed fields:
+ * it stores nothing of what it passes except the first string above. */
+#define REDIS_GUARD_STACK 8 /* nested arrays: hiredis refuses a ninth */
+#define REDIS_GUARD_FIRST_MAX 63
+struct redis_guard {
+	int depth;
+	size_t max;
+	int state;			 /* a type byte, a header line, a string, its CRLF */
+	char type;			 /* of the line being read */
+	bool cr;			 /* the line's last byte was '\r' */
+	char num[24];			 /* the line's number ($ * :) */
+	size_t numlen;			 /* its digits so far */
+	uint64_t linelen;		 /* bytes of the line so far */
+	uint64_t skip;			 /* string bytes still to pass */
+	size_t caplen;			 /* bytes of this string to copy into first */
+	int64_t left[REDIS_GUARD_STACK]; /* elements still to come per open array */
+	int sp;				 /* open arrays */
+	uint64_t sum;			 /* bytes of the guarded element so far */
+	bool in;			 /* inside a guarded element */
+	bool first_done;		 /* this reply's first guarded string was seen */
+	char first[REDIS_GUARD_FIRST_MAX + 1];
+	size_t firstlen;
+};
+void redis_guard_init(struct redis_guard *g, int depth, size_t max);
+/* Looks at the next n bytes of the connection's reply stream: 0, or -1
+ * when an element is refused or the bytes are not RESP2 (then the scanner
+ * is stuck: every later call refuses too). g->first (g->firstlen bytes)
+ * is the current reply's first guarded string. */
+int redis_guard_feed(struct redis_guard *g, const char *p, size_t n);
+
+/*
  * Lua scripts run by their SHA1 (EVALSHA), falling back to EVAL when the
  * server does not know the script (NOSCRIPT: a restarted or flushed
  * server). A struct redis_script is immutable after redis_script_init and
