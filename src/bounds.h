@@ -71,48 +71,45 @@
 #define KIB 1024LL
 #define MIB (1024LL * 1024)
 #define GIB (1024LL * 1024 * 1024)
-#define RELAY_LIMITS(X)                                                                     \
-	X("stream entry", "`event` field", EVENT_MAX_BYTES, MIB, "1 MiB")                   \
-	X("stream entry", "JSON nesting", EVENT_MAX_DEPTH, 128, "128 levels")               \
-	X("stream entry", "fields Relay reads", CONSUMER_ENTRY_MAX, MIB + KIB, "1 MiB + 1 KiB") \
-	X("Redis reply", "bytes", REDIS_REPLY_MAX, 64 * MIB, "64 MiB")                      \
-	X("template.yaml", "bytes", TEMPLATE_MAX_BYTES, MIB, "1 MiB")                       \
-	X("template.yaml", "YAML nodes, aliases expanded", TEMPLATE_MAX_NODES, 100000,      \
-	  "100,000")                                                                        \
-	X("template.yaml", "nesting", TEMPLATE_MAX_DEPTH, 64, "64 levels")                  \
-	X("template.yaml", "line", TEMPLATE_MAX_LINE, 64 * KIB, "64 KiB")                   \
-	X("template.yaml", "rules, schedules, env, secrets (each)", TEMPLATE_MAX_ITEMS,     \
-	  1000, "1,000")                                                                    \
-	X("template.yaml", "pattern nesting", PATTERN_MAX_DEPTH, 32, "32 levels")           \
-	X("template.yaml", "error and warning lines (each)", TEMPLATE_MAX_MESSAGES, 100,    \
-	  "100")                                                                            \
-	X("template.yaml", "handler timeout", TEMPLATE_MAX_TIMEOUT_NS,                      \
-	  5LL * 60 * 1000000000, "5 min")                                                   \
-	X("function tree", "files", FN_TREE_MAX_FILES, 10000, "10,000")                     \
-	X("function tree", "bytes", FN_TREE_MAX_BYTES, 256 * MIB, "256 MiB")                \
-	X("function tree", "directory depth", FN_TREE_MAX_DEPTH, 32, "32 levels")           \
-	X("image build", "time", IMAGE_BUILD_TIMEOUT_MS, 15LL * 60 * 1000, "15 min")        \
-	X("webhook request", "body", WEBHOOK_MAX_BODY, 5 * MIB, "5 MiB")                    \
-	X("webhook request", "bodies of all connections", WEBHOOK_BODY_BUDGET, 16 * MIB,    \
-	  "16 MiB")                                                                         \
-	X("webhook request", "time for the body", WEBHOOK_BODY_SECONDS, 5, "5 s")           \
-	X("webhook request", "idle connection", WEBHOOK_IDLE_SECONDS, 5, "5 s")             \
-	X("webhook request", "replay window", WEBHOOK_REPLAY_SECONDS, 3600, "1 h")          \
-	X("webhook request", "deliveries remembered", WEBHOOK_REPLAY_MAX, 4096, "4,096")    \
-	X("git fetch", "connect", GITSYNC_CONNECT_TIMEOUT_MS, 30000, "30 s")                \
-	X("git fetch", "no byte received", GITSYNC_STALL_TIMEOUT_MS, 60000, "60 s")         \
-	X("git fetch", "pack", GITSYNC_PACK_MAX_BYTES, GIB, "1 GiB")                        \
-	X("git checkout", "files", GITSYNC_COPY_MAX_FILES, 20000, "20,000")                 \
-	X("git checkout", "bytes", GITSYNC_COPY_MAX_BYTES, 512 * MIB, "512 MiB")            \
-	X("git checkout", "directory depth", GITSYNC_COPY_MAX_DEPTH, 64, "64 levels")       \
-	X("known_hosts", "bytes", KNOWN_HOSTS_MAX, MIB, "1 MiB")                            \
-	X("known_hosts", "lines", KNOWN_HOSTS_MAX_LINES, 16384, "16,384")                   \
-	X("known_hosts", "line", KNOWN_HOSTS_LINE_MAX, 32 * KIB, "32 KiB")                  \
-	X("TZif file", "bytes", TZ_FILE_MAX, MIB, "1 MiB")                                  \
-	X("secret", "value", SECRET_VALUE_MAX, MIB, "1 MiB")                                \
-	X("cron expression", "bytes", CRON_EXPR_MAX, 1024, "1 KiB")                         \
-	X("Docker reply", "JSON body", DOCKER_BODY_MAX, 8 * MIB, "8 MiB")                   \
-	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB,     \
-	  "16 KiB")
+#define RELAY_LIMITS(X)                                                                            \
+	X("stream entry", "`event` field", EVENT_MAX_BYTES, MIB, "1 MiB")                          \
+	X("stream entry", "JSON nesting", EVENT_MAX_DEPTH, 128, "128 levels")                      \
+	X("stream entry", "fields Relay reads", CONSUMER_ENTRY_MAX, MIB + KIB, "1 MiB + 1 KiB")    \
+	X("Redis reply", "bytes", REDIS_REPLY_MAX, 64 * MIB, "64 MiB")                             \
+	X("template.yaml", "bytes", TEMPLATE_MAX_BYTES, MIB, "1 MiB")                              \
+	X("template.yaml", "YAML nodes, aliases expanded", TEMPLATE_MAX_NODES, 100000, "100,000")  \
+	X("template.yaml", "nesting", TEMPLATE_MAX_DEPTH, 64, "64 levels")                         \
+	X("template.yaml", "line", TEMPLATE_MAX_LINE, 64 * KIB, "64 KiB")                          \
+	X("template.yaml", "rules, schedules, env, secrets (each)", TEMPLATE_MAX_ITEMS, 1000,      \
+	  "1,000")                                                                                 \
+	X("template.yaml", "pattern nesting", PATTERN_MAX_DEPTH, 32, "32 levels")                  \
+	X("template.yaml", "error and warning lines (each)", TEMPLATE_MAX_MESSAGES, 100, "100")    \
+	X("template.yaml", "handler timeout", TEMPLATE_MAX_TIMEOUT_NS, 5LL * 60 * 1000000000,      \
+	  "5 min")                                                                                 \
+	X("function tree", "files", FN_TREE_MAX_FILES, 10000, "10,000")                            \
+	X("function tree", "bytes", FN_TREE_MAX_BYTES, 256 * MIB, "256 MiB")                       \
+	X("function tree", "directory depth", FN_TREE_MAX_DEPTH, 32, "32 levels")                  \
+	X("image build", "time", IMAGE_BUILD_TIMEOUT_MS, 15LL * 60 * 1000, "15 min")               \
+	X("webhook request", "body", WEBHOOK_MAX_BODY, 5 * MIB, "5 MiB")                           \
+	X("webhook request", "bodies of all connections", WEBHOOK_BODY_BUDGET, 16 * MIB, "16 MiB") \
+	X("webhook request", "time for the body", WEBHOOK_BODY_SECONDS, 5, "5 s")                  \
+	X("webhook request", "idle connection", WEBHOOK_IDLE_SECONDS, 5, "5 s")                    \
+	X("webhook request", "replay window", WEBHOOK_REPLAY_SECONDS, 3600, "1 h")                 \
+	X("webhook request", "deliveries remembered", WEBHOOK_REPLAY_MAX, 4096, "4,096")           \
+	X("git fetch", "connect", GITSYNC_CONNECT_TIMEOUT_MS, 30000, "30 s")                       \
+	X("git fetch", "no byte received", GITSYNC_STALL_TIMEOUT_MS, 60000, "60 s")                \
+	X("git fetch", "whole fetch", GITSYNC_FETCH_TIMEOUT_MS, 30LL * 60 * 1000, "30 min")        \
+	X("git fetch", "pack", GITSYNC_PACK_MAX_BYTES, GIB, "1 GiB")                               \
+	X("git checkout", "files", GITSYNC_COPY_MAX_FILES, 20000, "20,000")                        \
+	X("git checkout", "bytes", GITSYNC_COPY_MAX_BYTES, 512 * MIB, "512 MiB")                   \
+	X("git checkout", "directory depth", GITSYNC_COPY_MAX_DEPTH, 64, "64 levels")              \
+	X("known_hosts", "bytes", KNOWN_HOSTS_MAX, MIB, "1 MiB")                                   \
+	X("known_hosts", "lines", KNOWN_HOSTS_MAX_LINES, 16384, "16,384")                          \
+	X("known_hosts", "line", KNOWN_HOSTS_LINE_MAX, 32 * KIB, "32 KiB")                         \
+	X("TZif file", "bytes", TZ_FILE_MAX, MIB, "1 MiB")                                         \
+	X("secret", "value", SECRET_VALUE_MAX, MIB, "1 MiB")                                       \
+	X("cron expression", "bytes", CRON_EXPR_MAX, 1024, "1 KiB")                                \
+	X("Docker reply", "JSON body", DOCKER_BODY_MAX, 8 * MIB, "8 MiB")                          \
+	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")
 
 #endif

@@ -1278,8 +1278,9 @@ out:
 
 static atomic_int connect_ms_setting = GITSYNC_CONNECT_TIMEOUT_MS;
 static atomic_int stall_ms_setting = GITSYNC_STALL_TIMEOUT_MS;
+static atomic_int fetch_ms_setting = GITSYNC_FETCH_TIMEOUT_MS;
 
-enum cut { CUT_NONE, CUT_STALLED, CUT_CANCELLED };
+enum cut { CUT_NONE, CUT_STALLED, CUT_TOO_LONG, CUT_CANCELLED };
 
 /* One fetch's watch: mu guards the members from fd to done. */
 struct fetch_guard {
@@ -1292,6 +1293,8 @@ struct fetch_guard {
 	enum cut cut;
 	bool done; /* the fetch returned: the watchdog ends */
 	int stall_ms;
+	int fetch_ms;		  /* the whole fetch, however the server paces it */
+	int64_t start_ns;	  /* monotonic time the fetch started */
 	struct fetch_guard *next; /* in guards (guards_mu) */
 	pthread_t thread;
 };
@@ -1310,6 +1313,11 @@ void gitsync_set_timeouts(int connect_ms, int stall_ms)
 {
 	atomic_store(&connect_ms_setting, connect_ms > 0 ? connect_ms : GITSYNC_CONNECT_TIMEOUT_MS);
 	atomic_store(&stall_ms_setting, stall_ms > 0 ? stall_ms : GITSYNC_STALL_TIMEOUT_MS);
+}
+
+void gitsync_set_fetch_timeout(int fetch_ms)
+{
+	atomic_store(&fetch_ms_setting, fetch_ms > 0 ? fetch_ms : GITSYNC_FETCH_TIMEOUT_MS);
 }
 
 /* Under g->mu: cut the connection (now and any made later). */
@@ -1349,7 +1357,8 @@ static bool received_bytes(int fd, uint64_t *out)
 static void *watchdog_main(void *arg)
 {
 	struct fetch_guard *g = arg;
-	int tick = g->stall_ms / 10 < WATCH_TICK_MS ? g->stall_ms / 10 : WATCH_TICK_MS;
+	int least = g->stall_ms < g->fetch_ms ? g->stall_ms : g->fetch_ms;
+	int tick = least / 10 < WATCH_TICK_MS ? least / 10 : WATCH_TICK_MS;
 	if (tick < 1)
 		tick = 1;
 	pthread_mutex_lock(&g->mu);
@@ -1370,6 +1379,8 @@ static void *watchdog_main(void *arg)
 		}
 		if (atomic_load(&cancel_all))
 			guard_cut_locked(g, CUT_CANCELLED);
+		else if (now - g->start_ns >= (int64_t)g->fetch_ms * 1000000)
+			guard_cut_locked(g, CUT_TOO_LONG);
 		else if (g->cut != CUT_NONE || now - g->last_ns >= (int64_t)g->stall_ms * 1000000)
 			guard_cut_locked(g, CUT_STALLED);
 	}
@@ -1391,6 +1402,8 @@ static int guard_start(struct fetch_guard *g, char **err)
 	g->last_ns = now_mono_ns();
 	g->phase = "connecting";
 	g->stall_ms = atomic_load(&stall_ms_setting);
+	g->fetch_ms = atomic_load(&fetch_ms_setting);
+	g->start_ns = g->last_ns;
 	int e = pthread_create(&g->thread, NULL, watchdog_main, g);
 	if (e) {
 		/* No fetch without its bound. */
@@ -1479,6 +1492,9 @@ static char *guard_reason(struct fetch_guard *g)
 	else if (g->cut == CUT_STALLED)
 		why = xasprintf("no data from the server for %s during %s; giving up",
 				duration_format((int64_t)g->stall_ms * 1000000, d), g->phase);
+	else if (g->cut == CUT_TOO_LONG)
+		why = xasprintf("the fetch took longer than %s (still in %s); giving up",
+				duration_format((int64_t)g->fetch_ms * 1000000, d), g->phase);
 	pthread_mutex_unlock(&g->mu);
 	return why;
 }

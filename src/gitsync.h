@@ -91,10 +91,12 @@ bool gitsync_ref_matches(const char *data_dir, const char *ref, const char *push
  * the TCP connect to the server, at most connect_ms (default 30 s); then
  * the SSH handshake, authentication, ref negotiation and the pack
  * transfer, each cut when no byte has come from the server for stall_ms
- * (default 60 s), with a message naming the phase. What the server sends
- * is bounded at 1 GiB (GITSYNC_PACK_MAX_BYTES); a server that keeps
- * sending slowly under that is not cut. Process-wide, for every later
- * sync; 0 restores a default. Meant for tests, which cannot wait a minute.
+ * (default 60 s), with a message naming the phase; and the whole fetch,
+ * connect included, within GITSYNC_FETCH_TIMEOUT_MS however the server
+ * paces its bytes (a byte every 59 s is never a stall). What the server
+ * sends is bounded at 1 GiB (GITSYNC_PACK_MAX_BYTES). Process-wide, for
+ * every later sync; 0 restores a default. Meant for tests, which cannot
+ * wait a minute.
  */
 #define GITSYNC_CONNECT_TIMEOUT_MS 30000
 #define GITSYNC_STALL_TIMEOUT_MS 60000
@@ -106,7 +108,10 @@ bool gitsync_ref_matches(const char *data_dir, const char *ref, const char *push
 #define GITSYNC_COPY_MAX_FILES 20000
 #define GITSYNC_COPY_MAX_BYTES (512ULL * 1024 * 1024)
 #define GITSYNC_COPY_MAX_DEPTH 64
+/* 30 min: a 1 GiB pack at 600 KB/s. */
+#define GITSYNC_FETCH_TIMEOUT_MS (30 * 60 * 1000)
 void gitsync_set_timeouts(int connect_ms, int stall_ms);
+void gitsync_set_fetch_timeout(int fetch_ms);
 
 /*
  * Shutdown (relay start, on its first signal): with on, every git_sync

@@ -1262,6 +1262,45 @@ TEST(stalled_server_is_cut)
 	env_fini(&e);
 }
 
+/*
+ * A server that never stalls but never finishes: its forced command
+ * announces a 4 KiB pkt-line and then sends one byte of it every 100 ms
+ * (a stall bound of 2 s, room for a slow handshake, never fires). The
+ * whole fetch is bounded all the same.
+ */
+TEST(trickling_server_is_cut)
+{
+	struct env e;
+	env_init(&e);
+	char *home = getenv("HOME") ? xstrdup(getenv("HOME")) : NULL;
+	setenv("HOME", e.tmp, 1);
+	REQUIRE(env_sshd(&e, "command=\"sh -c 'printf 0fff; while :; do printf a; sleep 0.1; "
+			     "done'\""));
+	gitsync_set_timeouts(0, 2000);
+	gitsync_set_fetch_timeout(4000);
+	REQUIRE(set_source(&e, e.url, "main", NULL) == 0);
+	struct git_sync_result res;
+	char *err = NULL;
+	int64_t t0 = now_mono_ns();
+	CHECK_INT(sync_(&e, &res, &err), -1);
+	char *want = xasprintf("cannot fetch %s: the fetch took longer than 4s (still in "
+			       "authentication and ref negotiation); giving up",
+			       e.url);
+	CHECK_STR(err, want);
+	/* Not a speed check: without the bound the fetch never ends (the
+	 * test runner's own timeout would stop it). */
+	CHECK((now_mono_ns() - t0) / 1000000000 < 60);
+	free(want);
+	free(err);
+	gitsync_set_timeouts(0, 0);
+	gitsync_set_fetch_timeout(0);
+	if (home) {
+		setenv("HOME", home, 1);
+		free(home);
+	}
+	env_fini(&e);
+}
+
 struct bg_sync {
 	struct env *e;
 	pthread_t thread;
@@ -1349,6 +1388,7 @@ int main(int argc, char **argv)
 		T_CASE(ref_matches_table),
 		T_CASE(ref_pinning_end_to_end),
 		T_CASE(stalled_server_is_cut),
+		T_CASE(trickling_server_is_cut),
 		T_CASE(cancel_interrupts_a_sync),
 	};
 	alarm(600); /* a hung sync fails the run instead of blocking it */
