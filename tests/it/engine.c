@@ -296,8 +296,9 @@ static bool container_gone(const char *id)
 	return false;
 }
 
-/* Containers (all states) labelled relay.function=<name>. */
-static int count_containers(const char *name)
+/* Containers (all states) labelled relay.function=<name>, as a JSON array
+ * (NULL when the daemon did not answer). */
+static json_t *labelled_containers(const char *name)
 {
 	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", name);
 	struct buf enc;
@@ -310,16 +311,26 @@ static int count_containers(const char *name)
 	}
 	char *path = xasprintf("/containers/json?all=1&filters=%s", enc.data);
 	struct docker_response r;
-	int n = -1;
+	json_t *a = NULL;
 	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
-		json_t *a = json_loadb(r.body, r.len, 0, NULL);
-		n = json_is_array(a) ? (int)json_array_size(a) : -1;
-		json_decref(a);
+		a = json_loadb(r.body, r.len, 0, NULL);
+		if (!json_is_array(a)) {
+			json_decref(a);
+			a = NULL;
+		}
 	}
 	docker_response_free(&r);
 	free(path);
 	buf_free(&enc);
 	free(q);
+	return a;
+}
+
+static int count_containers(const char *name)
+{
+	json_t *a = labelled_containers(name);
+	int n = a ? (int)json_array_size(a) : -1;
+	json_decref(a);
 	return n;
 }
 
@@ -1226,36 +1237,18 @@ static struct docker *open_via(const struct proxy *p)
  * relay.function=fn; returns how many there were. */
 static int remove_labelled(const char *fn)
 {
-	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", fn);
-	struct buf enc;
-	buf_init(&enc, 4096);
-	for (const char *c = q; *c; c++) {
-		if ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.')
-			buf_append(&enc, c, 1);
-		else
-			buf_appendf(&enc, "%%%02X", (unsigned char)*c);
-	}
-	char *path = xasprintf("/containers/json?all=1&filters=%s", enc.data);
-	struct docker_response r;
+	json_t *a = labelled_containers(fn), *c;
+	size_t i;
 	int n = 0;
-	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
-		json_t *a = json_loadb(r.body, r.len, 0, NULL);
-		size_t i;
-		json_t *c;
-		json_array_foreach(a, i, c)
-		{
-			char *e = NULL;
-			const char *id = json_string_value(json_object_get(c, "Id"));
-			if (id && runner_remove_container(D, id, &e) < 0)
-				free(e);
-			n++;
-		}
-		json_decref(a);
+	json_array_foreach(a, i, c)
+	{
+		char *e = NULL;
+		const char *id = json_string_value(json_object_get(c, "Id"));
+		if (id && runner_remove_container(D, id, &e) < 0)
+			free(e);
+		n++;
 	}
-	docker_response_free(&r);
-	free(path);
-	buf_free(&enc);
-	free(q);
+	json_decref(a);
 	return n;
 }
 
