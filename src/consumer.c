@@ -194,8 +194,27 @@ static void release(struct consumer *c, const char *id)
 	release_ids(c, ids, 1);
 }
 
-/* A message from one entry ({id, fields}) of a read script's answer. */
-static struct msg *msg_from_entry(const redisReply *e)
+/* Whether a field is one Relay reads: the read scripts' WANTED. */
+static bool field_wanted(const redisReply *f)
+{
+	static const char *const names[] = {"event", SCHEDULE_FIELD_FUNCTION,
+					    SCHEDULE_FIELD_HANDLER, SCHEDULE_FIELD_OCCURRENCE};
+	if (f->type != REDIS_REPLY_STRING)
+		return false;
+	for (size_t i = 0; i < ARRAY_LEN(names); i++)
+		if (f->len == strlen(names[i]) && memcmp(f->str, names[i], f->len) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * A message from one entry ({id, fields}) of an XREADGROUP reply or a read
+ * script's answer, with only the fields Relay reads, in order (what the
+ * scripts' measure() keeps, duplicates too), and in *cost what they cost
+ * (CONSUMER_ENTRY_COST, as measure() counts it). NULL for a deleted entry
+ * (nil fields) or one that is not an entry.
+ */
+static struct msg *msg_from_entry(const redisReply *e, size_t *cost)
 {
 	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
 	    e->element[0]->type != REDIS_REPLY_STRING)
@@ -205,16 +224,23 @@ static struct msg *msg_from_entry(const redisReply *e)
 		return NULL; /* a deleted entry (nil fields) */
 	struct msg *m = xcalloc(1, sizeof *m);
 	m->id = xstrndup(e->element[0]->str, e->element[0]->len);
-	m->nfields = f->elements;
-	m->fields = xcalloc(m->nfields + 1, sizeof *m->fields);
-	m->lens = xcalloc(m->nfields + 1, sizeof *m->lens);
-	for (size_t i = 0; i < f->elements; i++) {
-		const redisReply *v = f->element[i];
-		if (v->type == REDIS_REPLY_STRING || v->type == REDIS_REPLY_STATUS) {
-			m->fields[i] = xstrndup(v->str, v->len);
-			m->lens[i] = v->len;
+	m->fields = xcalloc(f->elements + 1, sizeof *m->fields);
+	m->lens = xcalloc(f->elements + 1, sizeof *m->lens);
+	size_t bytes = 0;
+	for (size_t i = 0; i + 1 < f->elements; i += 2) {
+		if (!field_wanted(f->element[i]))
+			continue;
+		for (size_t k = i; k < i + 2; k++) {
+			const redisReply *v = f->element[k];
+			if (v->type == REDIS_REPLY_STRING || v->type == REDIS_REPLY_STATUS) {
+				m->fields[m->nfields] = xstrndup(v->str, v->len);
+				m->lens[m->nfields] = v->len;
+				bytes += v->len;
+			}
+			m->nfields++;
 		}
 	}
+	*cost = CONSUMER_ENTRY_COST(bytes, m->nfields);
 	return m;
 }
 
@@ -253,20 +279,25 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
 /* ---- the read scripts ---------------------------------------------------- */
 
 /*
- * Both paths read through a Lua script that looks at every entry inside
- * Redis before anything is transferred (consumer.h, cost model). Shared
- * part: KEYS[1] stream, KEYS[2] DLQ; ARGV[1] group, ARGV[2] consumer,
- * ARGV[3] at most this many entries, ARGV[4] CONSUMER_ENTRY_MAX, ARGV[5]
- * timestamp (RFC 3339) for DLQ entries.
+ * New messages are read with a plain XREADGROUP on a guarded connection
+ * (reader_main); the scripts here read what that cannot, looking at every
+ * entry inside Redis before anything is transferred (consumer.h, cost
+ * model): the batch of a read the guard refused, an entry the guard let
+ * through that still costs more than CONSUMER_ENTRY_MAX (recover_lua), and
+ * the idle pending messages of any consumer (reclaim_lua). Shared part:
+ * KEYS[1] stream, KEYS[2] DLQ; ARGV[1] group, ARGV[2] consumer, ARGV[3] at
+ * most this many entries, ARGV[4] CONSUMER_ENTRY_MAX, ARGV[5] timestamp
+ * (RFC 3339) for DLQ entries.
  *
  * measure() keeps only the fields Relay reads, in order (duplicates too:
- * the last `event` wins, as in event_decode), and answers their bytes,
- * names and values, and what they cost in a reply (CONSUMER_ENTRY_COST).
- * An entry costing more than the limit is dead-lettered by too_large()
- * without its body and acknowledged; a failed DLQ write leaves it pending
- * (retried by the next reclaim, like any DLQ write) and is reported, not
- * raised, so the entries after it are still read. Each script answers its
- * entries in XREADGROUP's shape ({id, fields}) and the too-large ones as
+ * the last `event` wins, as in event_decode; msg_from_entry keeps the same
+ * ones from a plain read), and answers their bytes, names and values, and
+ * what they cost in a reply (CONSUMER_ENTRY_COST). An entry costing more
+ * than the limit is dead-lettered by too_large() without its body and
+ * acknowledged; a failed DLQ write leaves it pending (retried by the next
+ * reclaim, like any DLQ write) and is reported, not raised, so the entries
+ * after it are still read. Each script answers its entries in XREADGROUP's
+ * shape ({id, fields}, with only the fields kept) and the too-large ones as
  * {id, size, DLQ error or ""}.
  */
 /* The framing allowance is spelled out in the scripts. */
@@ -306,26 +337,40 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 /* clang-format on */
 
 /*
- * New messages: one XREADGROUP of at most ARGV[3] entries (the caller's
- * count keeps count x CONSUMER_ENTRY_MAX within the read budget, so what
- * is returned always fits a reply); each entry measured in place. A
- * missing group answers XREADGROUP's own NOGROUP error.
+ * Recover: a read of new messages was refused by the reply guard (an entry
+ * over CONSUMER_ENTRY_SENT_MAX as sent), so its whole batch is pending for
+ * this consumer and was never read; or an entry the guard let through
+ * costs more than the limit. ARGV[6] is the first id of that batch (or
+ * the entry's id), ARGV[3] the batch's count (1 for one entry). This
+ * consumer's pending entries from that id on (XPENDING <id> + count
+ * <consumer>: ids a read with ">" delivers are newer than any delivered
+ * before, so these are that batch) are read with XRANGE one at a time and
+ * measured: too-large ones dead-lettered, gone (trimmed or deleted) ones
+ * reported, the others answered with the fields kept. Nothing is claimed:
+ * they are this consumer's already, delivered once. Answers
+ * {{stream, entries}, too_large, gone}: the entries at depth 3, where the
+ * reader's guard bounds them as it bounds a read's (within it: each costs
+ * at most the limit).
  */
-static const char read_lua[] = READ_LUA_PRELUDE
-	"local got = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count,\n"
-	"  'STREAMS', KEYS[1], '>')\n"
-	"if type(got) == 'table' and got.err then return got end\n"
-	"local out, big = {}, {}\n"
-	"if not got then return {out, big} end\n"
-	"for _, e in ipairs(got[1][2]) do\n"
-	"  local size, cost = measure(e)\n"
-	"  if cost > emax then\n"
-	"    big[#big + 1] = {e[1], size, too_large(e[1], size)}\n"
+static const char recover_lua[] = READ_LUA_PRELUDE
+	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[6], '+', count, ARGV[2])\n"
+	"if pend.err then return pend end\n"
+	"local out, big, gone = {}, {}, {}\n"
+	"for _, p in ipairs(pend) do\n"
+	"  local id = p[1]\n"
+	"  local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
+	"  if not e then\n"
+	"    gone[#gone + 1] = id\n"
 	"  else\n"
-	"    out[#out + 1] = e\n"
+	"    local size, cost = measure(e)\n"
+	"    if cost > emax then\n"
+	"      big[#big + 1] = {id, size, too_large(id, size)}\n"
+	"    else\n"
+	"      out[#out + 1] = e\n"
+	"    end\n"
 	"  end\n"
 	"end\n"
-	"return {out, big}\n";
+	"return {{KEYS[1], out}, big, gone}\n";
 
 /*
  * Reclaim: XAUTOCLAIM's job, measured first. ARGV[6] MinPendingIdle (ms),
@@ -369,26 +414,30 @@ static const char reclaim_lua[] = READ_LUA_PRELUDE
 	"if #pend == count then cursor = pend[#pend][1] end\n"
 	"return {cursor, out, big, gone}\n";
 
-static struct redis_script read_script, reclaim_script;
+static struct redis_script recover_script, reclaim_script;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 
 static void scripts_init(void)
 {
-	redis_script_init(&read_script, read_lua);
+	redis_script_init(&recover_script, recover_lua);
 	redis_script_init(&reclaim_script, reclaim_lua);
 }
 
-/* The arguments both scripts share (after "2", the number of keys). */
+/* At most room entries, and only as many as the byte budget holds at
+ * CONSUMER_ENTRY_MAX each (at least one). */
+static int read_count(const struct consumer *c, int room)
+{
+	size_t fit = c->budget / CONSUMER_ENTRY_MAX;
+	return fit < 1 ? 1 : fit < (size_t)room ? (int)fit : room;
+}
+
+/* The arguments the scripts share (after "2", the number of keys). */
 struct read_args {
 	char count[16], emax[24], ts[RFC3339_STR_MAX];
 };
 
-/* At most room entries, and only as many as the byte budget holds at
- * CONSUMER_ENTRY_MAX each (at least one). */
-static void read_args_fill(struct consumer *c, int room, struct read_args *a)
+static void read_args_fill(int n, struct read_args *a)
 {
-	size_t fit = c->budget / CONSUMER_ENTRY_MAX;
-	int n = fit < 1 ? 1 : fit < (size_t)room ? (int)fit : room;
 	snprintf_(a->count, sizeof a->count, "%d", n);
 	snprintf_(a->emax, sizeof a->emax, "%d", CONSUMER_ENTRY_MAX);
 	rfc3339_format_utc(now_wall_ns(), a->ts);
@@ -428,154 +477,6 @@ static void report_too_large(struct consumer *c, const redisReply *big, bool fre
 	}
 }
 
-/* ---- change notifications ------------------------------------------------ */
-
-/*
- * The scripts cannot block (Redis runs scripts without BLOCK), so an idle
- * reader waits for the stream to change instead: CLIENT TRACKING in
- * broadcast mode for keys prefixed with the stream's name, redirected to a
- * second connection subscribed to __redis__:invalidate. Every XADD to the
- * stream pushes a message there; the reader then reads again. The wait is
- * bounded by block_ms, so a lost notification costs at most that. When
- * the server refuses (an ACL without CLIENT or SUBSCRIBE, say), the reader
- * polls every CONSUMER_POLL_MS, says so once, and asks again every
- * BELL_REFUSED_RETRY_NS.
- */
-struct bell {
-	struct redis *sub;
-	bool armed;	  /* tracking on the reader's connection redirects to sub */
-	bool refused;	  /* the server said no (said once): poll */
-	int64_t retry_ns; /* no new attempt before (monotonic) */
-};
-
-/* Between attempts to arm: a failed connection, or a refusal (an ACL may
- * be changed, a loading server comes back). */
-#define BELL_RETRY_NS (5 * NS_PER_SEC)
-#define BELL_REFUSED_RETRY_NS (60 * NS_PER_SEC)
-
-static void bell_disarm(struct bell *b)
-{
-	redis_disconnect(b->sub);
-	b->armed = false;
-}
-
-/* The reply to a command on r, or NULL with why filled. */
-static redisReply *bell_command(struct redis *r, const char **argv, int argc, char *why,
-				size_t whylen)
-{
-	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
-	if (!rep) {
-		snprintf_(why, whylen, "%s", redis_errmsg(r));
-		return NULL;
-	}
-	if (rep->type == REDIS_REPLY_ERROR) {
-		snprintf_(why, whylen, "%s: %s", argv[0], rep->str);
-		freeReplyObject(rep);
-		return NULL;
-	}
-	return rep;
-}
-
-static void bell_arm(struct consumer *c, struct redis *r, struct bell *b)
-{
-	if (b->armed || now_mono_ns() < b->retry_ns)
-		return;
-	char why[300] = "", id[32];
-	bool refused = false;
-	redis_disconnect(b->sub);
-	b->retry_ns = now_mono_ns() + BELL_RETRY_NS;
-	if (redis_connect(b->sub) < 0) {
-		log_debug(LOG_ATTRS("error", redis_errmsg(b->sub)),
-			  "cannot connect for stream change notifications; polling meanwhile");
-		return;
-	}
-	const char *cid[] = {"CLIENT", "ID"};
-	const char *sub[] = {"SUBSCRIBE", "__redis__:invalidate"};
-	const char *off[] = {"CLIENT", "TRACKING", "OFF"};
-	const char *on[] = {"CLIENT", "TRACKING", "ON",	     "REDIRECT", id,
-			    "BCAST",  "PREFIX",	  c->stream, "NOLOOP"};
-	redisReply *rep = bell_command(b->sub, cid, 2, why, sizeof why);
-	if (!rep || rep->type != REDIS_REPLY_INTEGER) {
-		refused = rep != NULL || redis_is_connected(b->sub);
-		goto out;
-	}
-	snprintf_(id, sizeof id, "%lld", rep->integer);
-	freeReplyObject(rep);
-	if (!(rep = bell_command(b->sub, sub, 2, why, sizeof why))) {
-		refused = redis_is_connected(b->sub);
-		goto out;
-	}
-	freeReplyObject(rep);
-	if ((rep = bell_command(r, off, 3, why, sizeof why)))
-		freeReplyObject(rep);
-	if (!(rep = bell_command(r, on, 9, why, sizeof why))) {
-		refused = redis_is_connected(r);
-		goto out;
-	}
-	b->armed = true;
-out:
-	if (rep)
-		freeReplyObject(rep);
-	if (b->armed) {
-		if (b->refused)
-			log_info(NULL, "stream change notifications accepted by redis again");
-		b->refused = false;
-		return;
-	}
-	redis_disconnect(b->sub);
-	if (refused) {
-		char poll[DURATION_STR_MAX];
-		b->retry_ns = now_mono_ns() + BELL_REFUSED_RETRY_NS;
-		if (!b->refused)
-			log_warn(LOG_ATTRS("error", why, "poll_interval",
-					   duration_format(CONSUMER_POLL_MS * NS_PER_MS, poll)),
-				 "stream change notifications refused by redis; polling the "
-				 "stream instead");
-		b->refused = true;
-	}
-}
-
-/* Consumes the notifications already there. */
-static void bell_drain(struct bell *b)
-{
-	redisReply *rep = NULL;
-	int w;
-	while (b->armed && (w = redis_wait_reply(b->sub, 0, &rep)) != 0) {
-		if (w < 0) {
-			bell_disarm(b);
-			break;
-		}
-		freeReplyObject(rep);
-	}
-}
-
-/* Waits until the stream changes, for at most ms (and promptly stops). */
-static void bell_wait(struct consumer *c, struct bell *b, int ms)
-{
-	if (!b->armed) {
-		sleep_ms_interruptible(ms < CONSUMER_POLL_MS ? ms : CONSUMER_POLL_MS, &c->stop);
-		return;
-	}
-	int64_t end = now_mono_ns() + (int64_t)ms * NS_PER_MS;
-	while (!c->stop) {
-		int64_t left = (end - now_mono_ns()) / NS_PER_MS;
-		if (left <= 0)
-			return;
-		redisReply *rep = NULL;
-		int w = redis_wait_reply(b->sub, left < 200 ? (int)left : 200, &rep);
-		if (w < 0) {
-			log_debug(LOG_ATTRS("error", redis_errmsg(b->sub)),
-				  "stream change notifications lost; re-arming");
-			bell_disarm(b);
-			return;
-		}
-		if (w > 0) {
-			freeReplyObject(rep);
-			return;
-		}
-	}
-}
-
 /* ---- reader ------------------------------------------------------------ */
 
 /*
@@ -607,30 +508,86 @@ static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uin
 	return false;
 }
 
+/* Message ids (owned strings). */
+struct idlist {
+	char **v;
+	size_t n, cap;
+};
+
+static void idlist_push(struct idlist *l, char *id)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 32;
+		l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+	}
+	l->v[l->n++] = id;
+}
+
+static void idlist_clear(struct idlist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	l->n = 0;
+}
+
 /*
- * Takes in one read's entries: decodes and matches each outside the lock,
- * then takes the lock once to count them in the buffer and queue those
- * that match (the others join *fast, to be acknowledged with the next
- * read).
+ * Takes in the entries of one read, or those the recover script answered
+ * (recovered: the ones this process holds already are left alone; each
+ * entry is counted as received once either way). Decodes and matches each
+ * outside the lock, then takes the lock once to count them in the buffer
+ * and queue those that match (the others join *fast, to be acknowledged
+ * with the next read). An entry of a read whose fields cost more than
+ * CONSUMER_ENTRY_MAX (it can be within the guard's bound as sent, see
+ * consumer.h) is not taken: its id joins *over, for the recover script
+ * to dead-letter.
  */
-static void take_batch(struct consumer *c, const redisReply *entries, char ***fast, size_t *nfast,
-		       size_t *capfast)
+static void take_batch(struct consumer *c, const redisReply *entries, bool recovered,
+		       struct idlist *fast, struct idlist *over)
 {
 	size_t n = entries->elements, k = 0;
 	struct msg **ms = xcalloc(n + 1, sizeof *ms);
 	bool *skip = xcalloc(n + 1, sizeof *skip);
-	struct snapshot *snap = registry_acquire(c->cfg.registry);
-	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
 	for (size_t i = 0; i < n; i++) {
-		struct msg *m = msg_from_entry(entries->element[i]);
+		size_t cost;
+		struct msg *m = msg_from_entry(entries->element[i], &cost);
 		if (!m)
 			continue;
-		log_debug(LOG_ATTRS("message_id", m->id), "message read");
+		if (cost > CONSUMER_ENTRY_MAX) {
+			if (!recovered) {
+				idlist_push(over, m->id);
+				m->id = NULL;
+			} else { /* the script measured it: cannot happen */
+				log_warn(LOG_ATTRS("message_id", m->id),
+					 "recovered entry over the limit left pending");
+			}
+			msg_free(m);
+			continue;
+		}
+		ms[k++] = m;
+	}
+	if (recovered) {
+		/* Still in progress here: the running marker protects it; no
+		 * second local copy. */
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < k; i++)
+			if (held_locked(c, ms[i]->id)) {
+				msg_free(ms[i]);
+				ms[i] = NULL;
+			}
+		pthread_mutex_unlock(&c->lock);
+	}
+	struct snapshot *snap = registry_acquire(c->cfg.registry);
+	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	for (size_t i = 0; i < k; i++) {
+		struct msg *m = ms[i];
+		if (!m)
+			continue;
+		log_debug(LOG_ATTRS("message_id", m->id),
+			  recovered ? "message read (recovered)" : "message read");
 		/* Scheduled occurrences are not events. */
 		if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
 			metrics_inc(METRIC_EVENTS_RECEIVED);
-		skip[k] = matches_nothing(c, snap, ids, m);
-		ms[k++] = m;
+		skip[i] = matches_nothing(c, snap, ids, m);
 	}
 	free(ids);
 	registry_release(c->cfg.registry, snap);
@@ -638,6 +595,8 @@ static void take_batch(struct consumer *c, const redisReply *entries, char ***fa
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < k; i++) {
 		struct msg *m = ms[i];
+		if (!m)
+			continue;
 		if (!skip[i]) {
 			enqueue_locked(c, m);
 			continue;
@@ -645,11 +604,7 @@ static void take_batch(struct consumer *c, const redisReply *entries, char ***fa
 		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
 		metrics_inc(METRIC_EVENTS_PROCESSED);
 		hold_locked(c, m->id);
-		if (*nfast == *capfast) {
-			*capfast = *capfast ? *capfast * 2 : 32;
-			*fast = xrealloc(*fast, *capfast * sizeof **fast);
-		}
-		(*fast)[(*nfast)++] = m->id;
+		idlist_push(fast, m->id);
 		m->id = NULL;
 		msg_free(m);
 	}
@@ -660,15 +615,15 @@ static void take_batch(struct consumer *c, const redisReply *entries, char ***fa
 }
 
 /* XACK of the fast ones, queued ahead of the next command on r. */
-static void append_fast_ack(struct consumer *c, struct redis *r, char **fast, size_t nfast)
+static void append_fast_ack(struct consumer *c, struct redis *r, const struct idlist *fast)
 {
-	const char **argv = xcalloc(nfast + 3, sizeof *argv);
+	const char **argv = xcalloc(fast->n + 3, sizeof *argv);
 	argv[0] = "XACK";
 	argv[1] = c->stream;
 	argv[2] = c->group;
-	for (size_t i = 0; i < nfast; i++)
-		argv[3 + i] = fast[i];
-	redis_append_argv(r, (int)nfast + 3, argv, NULL);
+	for (size_t i = 0; i < fast->n; i++)
+		argv[3 + i] = fast->v[i];
+	redis_append_argv(r, (int)fast->n + 3, argv, NULL);
 	free(argv);
 }
 
@@ -692,58 +647,141 @@ static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 	sleep_ms_interruptible(1000, &c->stop);
 }
 
+/* Between looks at the stop flag while a read blocks in Redis. */
+#define READ_STOP_SLICE_MS 200
+
+/*
+ * The reply to the read just queued, which may block in Redis for up to
+ * block_ms (plus the usual margin). Waits in slices so that a stop is
+ * prompt: stopping abandons the read by closing the connection (entries
+ * Redis delivers at that instant stay pending for this consumer and come
+ * back through the reclaim, as after a crash). NULL on failure.
+ */
+static redisReply *read_reply(struct consumer *c, struct redis *r)
+{
+	int64_t end = now_mono_ns() + (int64_t)(c->cfg.block_ms + 10000) * NS_PER_MS;
+	for (;;) {
+		if (c->stop) {
+			redis_disconnect(r);
+			return NULL;
+		}
+		int64_t left = (end - now_mono_ns()) / NS_PER_MS;
+		if (left <= READ_STOP_SLICE_MS)
+			return redis_get_reply(r, left > 0 ? (int)left : 1);
+		redisReply *rep = NULL;
+		if (redis_wait_reply(r, READ_STOP_SLICE_MS, &rep) != 0)
+			return rep;
+	}
+}
+
+static void drop_gone(struct consumer *c, struct redis *r, const char *const *ids, size_t n);
+
+/*
+ * Runs the recover script from id over at most n of this consumer's pending
+ * entries and takes in its answer like a read's: the entries it returns
+ * are queued (or acknowledged with the next read when they match nothing),
+ * the too-large ones reported, the gone ones dropped. On a failure they
+ * stay pending and come back through the reclaim once idle long enough.
+ */
+static void recover(struct consumer *c, struct redis *r, const char *id, int n, struct idlist *fast)
+{
+	struct read_args a;
+	read_args_fill(n, &a);
+	const char *argv[] = {"2", c->stream, c->dlq, c->group, c->name, a.count, a.emax, a.ts, id};
+	redisReply *rep = redis_script_run(r, &recover_script, (int)ARRAY_LEN(argv), argv, NULL);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+	    rep->element[0]->type != REDIS_REPLY_ARRAY || rep->element[0]->elements != 2 ||
+	    rep->element[0]->element[1]->type != REDIS_REPLY_ARRAY ||
+	    rep->element[1]->type != REDIS_REPLY_ARRAY ||
+	    rep->element[2]->type != REDIS_REPLY_ARRAY) {
+		log_warn(LOG_ATTRS("message_id", id, "error",
+				   !rep				    ? redis_errmsg(r)
+				   : rep->type == REDIS_REPLY_ERROR ? rep->str
+								    : "unexpected reply"),
+			 "cannot read the entries of a refused read through the recover "
+			 "script; they stay pending and come back through the reclaim");
+		if (rep)
+			freeReplyObject(rep);
+		return;
+	}
+	take_batch(c, rep->element[0]->element[1], true, fast, NULL);
+	report_too_large(c, rep->element[1], true);
+	const redisReply *deleted = rep->element[2];
+	const char **gone = xcalloc(deleted->elements + 1, sizeof *gone);
+	size_t ngone = 0;
+	for (size_t i = 0; i < deleted->elements; i++)
+		if (deleted->element[i]->type == REDIS_REPLY_STRING)
+			gone[ngone++] = deleted->element[i]->str;
+	drop_gone(c, r, gone, ngone);
+	free(gone);
+	freeReplyObject(rep);
+}
+
+/* A read of n entries the guard refused (redis_set_guard): the batch is
+ * pending for this consumer and unread. Reconnects and recovers it from
+ * its first id. */
+static void recover_refused(struct consumer *c, struct redis *r, int n, struct idlist *fast)
+{
+	char first[REDIS_GUARD_FIRST_MAX + 1];
+	snprintf_(first, sizeof first, "%s", redis_guard_first(r));
+	if (!first[0]) {
+		log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+			 "a read was refused before its first entry id; its entries stay "
+			 "pending and come back through the reclaim");
+		return;
+	}
+	log_debug(LOG_ATTRS("message_id", first, "error", redis_errmsg(r)),
+		  "read refused by the reply guard; reading its batch through the recover "
+		  "script");
+	if (ensure_conn(c, r) < 0)
+		return;
+	recover(c, r, first, n, fast);
+}
+
 static void *reader_main(void *arg)
 {
 	struct consumer *c = arg;
 	block_signals();
 	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
-	struct bell bell = {.sub = conn_new(c, 5000)};
-	/* No-match messages read last time, acknowledged with the next read. */
-	char **fast = NULL;
-	size_t nfast = 0, capfast = 0;
-	bool idle = false; /* the last read found nothing */
+	/* Every entry of a read bounded as sent (consumer.h, cost model). */
+	redis_set_guard(r, 3, CONSUMER_ENTRY_SENT_MAX);
+	char block[16], count[16];
+	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
+	/* No-match messages read last time, acknowledged with the next read;
+	 * entries of the last read that cost more than the limit. */
+	struct idlist fast = {0}, over = {0};
 	while (!c->stop) {
-		if (!redis_is_connected(r) && bell.armed) {
-			/* Tracking went with the connection: arm again at once. */
-			bell.armed = false;
-			bell.retry_ns = 0;
-		}
 		if (ensure_conn(c, r) < 0)
 			break;
-		bell_arm(c, r, &bell);
 		pthread_mutex_lock(&c->lock);
 		/* The fast ones are ACKed before the next read executes. */
-		while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
+		while (c->buffered - (int)fast.n >= c->cfg.max_buffered && !c->stop)
 			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
 		/* Less than half the buffer free: wait a moment for the ACKs in
 		 * flight to free more, so one read fetches a batch rather than a
 		 * message or two (bench/consume). */
-		if (c->cfg.max_buffered - (c->buffered - (int)nfast) <
+		if (c->cfg.max_buffered - (c->buffered - (int)fast.n) <
 			    (c->cfg.max_buffered + 1) / 2 &&
 		    !c->stop)
 			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-		int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
+		int room = c->cfg.max_buffered - (c->buffered - (int)fast.n);
 		pthread_mutex_unlock(&c->lock);
 		if (c->stop)
 			break;
-		if (idle && nfast == 0)
-			bell_wait(c, &bell, c->cfg.block_ms);
-		bell_drain(&bell);
-		if (c->stop)
-			break;
 
-		struct read_args a;
-		read_args_fill(c, room, &a);
-		const char *argv[] = {"2",     c->stream, c->dlq, c->group,
-				      c->name, a.count,	  a.emax, a.ts};
-		const int argc = (int)ARRAY_LEN(argv);
-		if (nfast)
-			append_fast_ack(c, r, fast, nfast);
+		int n = read_count(c, room);
+		snprintf_(count, sizeof count, "%d", n);
+		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
+				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
+		if (fast.n)
+			append_fast_ack(c, r, &fast);
 		redisReply *rep = NULL;
-		if (redis_append_script(r, &read_script, argc, argv, NULL) == 0) {
-			if (nfast) {
+		if (redis_append_argv(r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
+			if (fast.n) {
 				redisReply *ack = redis_get_reply(r, -1);
-				if (!ack || ack->type == REDIS_REPLY_ERROR)
+				/* A read the guard refused came after the XACK was done. */
+				if ((!ack && !redis_guard_tripped(r)) ||
+				    (ack && ack->type == REDIS_REPLY_ERROR))
 					log_warn(LOG_ATTRS("error",
 							   ack ? ack->str : redis_errmsg(r)),
 						 "acknowledgement lost; the messages stay pending "
@@ -752,51 +790,46 @@ static void *reader_main(void *arg)
 					freeReplyObject(ack);
 			}
 			if (redis_is_connected(r))
-				rep = redis_get_reply(r, -1);
-			if (redis_reply_is_noscript(rep)) {
-				freeReplyObject(rep);
-				rep = redis_script_run(r, &read_script, argc, argv, NULL);
-			}
+				rep = read_reply(c, r);
 		}
 		/* ACKed (or, on a dropped connection, left pending for reclaim). */
-		release_ids(c, (const char *const *)fast, nfast);
-		for (size_t i = 0; i < nfast; i++)
-			free(fast[i]);
-		nfast = 0;
-		idle = false;
+		release_ids(c, (const char *const *)fast.v, fast.n);
+		idlist_clear(&fast);
 		if (!rep) {
-			log_warn(LOG_ATTRS("error", redis_errmsg(r)),
-				 "redis read failed; reconnecting");
+			if (redis_guard_tripped(r))
+				recover_refused(c, r, n, &fast);
+			else if (!c->stop)
+				log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+					 "redis read failed; reconnecting");
 			continue;
 		}
 		if (rep->type == REDIS_REPLY_ERROR) {
 			read_failed(c, r, rep);
 			continue;
 		}
-		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-		    rep->element[0]->type == REDIS_REPLY_ARRAY &&
-		    rep->element[1]->type == REDIS_REPLY_ARRAY) {
-			take_batch(c, rep->element[0], &fast, &nfast, &capfast);
-			report_too_large(c, rep->element[1], true);
-			idle = rep->element[0]->elements == 0 && rep->element[1]->elements == 0;
-		} else {
-			log_warn(NULL, "unexpected reply to the stream read script");
-			idle = true;
-		}
+		/* [[stream, entries]], or nil when BLOCK ran out. */
+		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+		    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
+		    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
+			take_batch(c, rep->element[0]->element[1], false, &fast, &over);
+		else if (rep->type != REDIS_REPLY_NIL)
+			log_warn(NULL, "unexpected reply to XREADGROUP");
 		freeReplyObject(rep);
+		for (size_t i = 0; i < over.n && !c->stop; i++)
+			recover(c, r, over.v[i], 1, &fast);
+		idlist_clear(&over);
 	}
 	/* Stopping with no-match messages read: acknowledge them now. */
-	if (nfast && redis_is_connected(r)) {
-		append_fast_ack(c, r, fast, nfast);
+	if (fast.n && redis_is_connected(r)) {
+		append_fast_ack(c, r, &fast);
 		redisReply *ack = redis_get_reply(r, -1);
 		if (ack)
 			freeReplyObject(ack);
 	}
-	release_ids(c, (const char *const *)fast, nfast);
-	for (size_t i = 0; i < nfast; i++)
-		free(fast[i]);
-	free(fast);
-	redis_free(bell.sub);
+	release_ids(c, (const char *const *)fast.v, fast.n);
+	idlist_clear(&fast);
+	free(fast.v);
+	free(over.v);
 	redis_free(r);
 	return NULL;
 }
@@ -862,7 +895,7 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			return;
 		}
 		struct read_args a;
-		read_args_fill(c, room, &a);
+		read_args_fill(read_count(c, room), &a);
 		const char *argv[] = {"2",     c->stream, c->dlq, c->group, c->name,
 				      a.count, a.emax,	  a.ts,	  idle,	    cursor};
 		redisReply *rep =
@@ -890,7 +923,8 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		int claimed = 0;
 		pthread_mutex_lock(&c->lock);
 		for (size_t i = 0; i < entries->elements; i++) {
-			struct msg *m = msg_from_entry(entries->element[i]);
+			size_t cost;
+			struct msg *m = msg_from_entry(entries->element[i], &cost);
 			if (!m)
 				continue;
 			if (held_locked(c, m->id)) {

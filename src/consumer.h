@@ -75,11 +75,25 @@
 #define CONSUMER_STRING_FRAMING 16
 #define CONSUMER_ENTRY_COST(bytes, nstrings) \
 	((bytes) + CONSUMER_ENTRY_FRAMING + CONSUMER_STRING_FRAMING * (nstrings))
+/*
+ * The most bytes a legal entry (fields Relay reads only, costing at most
+ * CONSUMER_ENTRY_MAX) takes in an XREADGROUP reply (RESP2), the bound the
+ * reader's guard puts on every entry. As sent, an entry is "*2\r\n" (4
+ * bytes), its id "$<len>\r\n<id>\r\n" (an id is two 64-bit numbers and a
+ * '-', at most 41 bytes: 48), its fields' array header "*<N>\r\n" (3 +
+ * digits(N)) and N strings "$<len>\r\n<bytes>\r\n" (5 + digits(len) +
+ * len each): sent = 55 + digits(N) + B + sum(5 + digits(len)), where B is
+ * the bytes of the names and values, against cost = B + 64 + 16 N. In a
+ * legal entry every string is under 10^7 bytes (7 digits), so each one's
+ * framing is at most 12, 4 under its 16, and cost - sent >= 9 - digits(N)
+ * + 4 N, which is at least 16 for N >= 2 (N is even; an entry with none of
+ * Relay's fields takes 56 bytes). So sent <= CONSUMER_ENTRY_MAX - 16.
+ */
+#define CONSUMER_ENTRY_SENT_MAX (CONSUMER_ENTRY_MAX - 16)
+_Static_assert(CONSUMER_ENTRY_MAX < 10000000, "CONSUMER_ENTRY_SENT_MAX: lengths of 7 digits");
+_Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
+	       "CONSUMER_ENTRY_SENT_MAX: framing allowances");
 #define CONSUMER_READ_BUDGET ((size_t)REDIS_REPLY_MAX - 1024 * 1024)
-/* Between reads of an idle stream when Redis refuses change notifications
- * (CLIENT TRACKING); with them the reader sleeps until an entry arrives,
- * at most block_ms. */
-#define CONSUMER_POLL_MS 50
 
 /* One invocation handed to the executor. Borrowed for the call only. */
 struct invoke_request {
