@@ -3,10 +3,10 @@
  * "Acknowledgment semantics", "Recovery and retries").
  *
  * Threads, each with its own Redis connection:
- *   reader    reads new messages (a script around XREADGROUP, see the cost
- *             model below) for at most the free buffer slots, only while the
- *             local buffer (MAX_BUFFERED_EVENTS) has room; when the stream
- *             is idle it sleeps until it changes (at most block_ms);
+ *   reader    reads new messages (XREADGROUP ... BLOCK block_ms, through the
+ *             reply guard: see the cost model below) for at most the free
+ *             buffer slots, only while the local buffer
+ *             (MAX_BUFFERED_EVENTS) has room;
  *   workers   MAX_CONCURRENCY of them: decode, match, run each matching
  *             invocation in order under the invocation-state protocol,
  *             then ACK / leave pending / dead-letter;
@@ -23,29 +23,47 @@
  * runtime wires to the Docker runner (and tests may wire to anything).
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
- *   bytes    Relay reads only the fields it uses (`event` and the three
+ *   bytes    Relay keeps only the fields it uses (`event` and the three
  *            schedule routing fields), at most CONSUMER_ENTRY_MAX bytes per
  *            entry counted as CONSUMER_ENTRY_COST (their names and values
- *            plus a bound on their RESP framing). The read and reclaim
- *            paths run a Lua script that measures every entry inside Redis
- *            first: a larger entry is dead-lettered there (reason "event
- *            too large", its size, no body) and acknowledged, so it is
- *            never transferred and never stops the reads after it. Other
- *            fields are never transferred at all.
- *   replies  one read or reclaim asks for at most CONSUMER_READ_BUDGET /
+ *            plus a bound on their RESP framing). New messages are read
+ *            with a plain XREADGROUP on a connection whose reply guard
+ *            (redis.h) bounds every entry as sent at CONSUMER_ENTRY_SENT_MAX,
+ *            the most a legal entry takes (fields Relay does not read
+ *            within that bound are transferred, then dropped): a larger one
+ *            is refused at the header of the string that would take it
+ *            over and the connection closed, so nothing of that string
+ *            reaches hiredis (at most one 16 KiB socket read of it is
+ *            received, and dropped). The refused read's batch, pending for
+ *            this consumer but unread,
+ *            is then read through a Lua script that measures every entry
+ *            inside Redis first (recover): a too-large entry is
+ *            dead-lettered there (reason "event too large", its size, no
+ *            body) and acknowledged, so it is never transferred and never
+ *            stops the reads after it; a legal entry that was only over the
+ *            bound because of fields Relay does not read comes back
+ *            without them and runs. An entry within the bound as sent whose
+ *            fields still cost more than the limit (the framing allowance
+ *            unused) is read, at most CONSUMER_ENTRY_SENT_MAX bytes, and
+ *            dead-lettered the same way through that script. The reclaim
+ *            path runs a script of the same kind for every entry it looks
+ *            at, so fields Relay does not read are never transferred there.
+ *   replies  one read or script call asks for at most CONSUMER_READ_BUDGET /
  *            CONSUMER_ENTRY_MAX entries (62), so a reply stays within
  *            CONSUMER_READ_BUDGET, below the transport's REDIS_REPLY_MAX: a
  *            backlog whose sum is larger is read over several calls, and a
  *            legal entry always fits.
- *   redis    the read script holds the entries of one read (at most that
- *            count, oversized ones included) as Lua strings while it
- *            measures them; the reclaim script one entry at a time.
+ *   redis    an XREADGROUP reply is built whole in Redis's output buffer
+ *            (a refused one too, until Relay closes the connection); the
+ *            recover and reclaim scripts hold one entry at a time as Lua
+ *            strings while they measure it.
  *   memory   at most MAX_BUFFERED_EVENTS messages held locally, each at
  *            most CONSUMER_ENTRY_MAX bytes (plus its decoded event, see
  *            event.h).
  *   time     decoding happens outside the consumer lock (the reader decodes
  *            a batch, then takes the lock once to queue it), so a slow
- *            decode never stops the workers or the acker.
+ *            decode never stops the workers or the acker. A refused read
+ *            costs a reconnect and one recover call over its batch.
  */
 #ifndef RELAY_CONSUMER_H
 #define RELAY_CONSUMER_H
