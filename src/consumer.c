@@ -289,9 +289,9 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
  * most this many entries, ARGV[4] CONSUMER_ENTRY_MAX, ARGV[5] timestamp
  * (RFC 3339) for DLQ entries.
  *
- * measure() keeps only the fields Relay reads, in order (duplicates too:
- * the last `event` wins, as in event_decode; msg_from_entry keeps the same
- * ones from a plain read), and answers their bytes, names and values, and
+ * measure() keeps only the fields Relay reads, the last of each in order
+ * (the one Relay uses: the last `event` wins, as in payload_of; from a
+ * plain read, msg_from_entry keeps them all, at most 32 fields), and answers their bytes, names and values, and
  * what they cost in a reply (CONSUMER_ENTRY_COST). An entry costing more
  * than the limit is dead-lettered by too_large() without its body and
  * acknowledged; a failed DLQ write leaves it pending (retried by the next
@@ -308,21 +308,28 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	"local WANTED = {event = true, " SCHEDULE_FIELD_FUNCTION " = true,\n" \
 	"  " SCHEDULE_FIELD_HANDLER " = true, " SCHEDULE_FIELD_OCCURRENCE " = true}\n" \
 	"local function measure(e)\n" \
-	"  local f, size, all = e[2], 0, true\n" \
+	"  local f, size, n, last, all = e[2], 0, 0, {}, true\n" \
 	"  for i = 1, #f - 1, 2 do\n" \
-	"    if WANTED[f[i]] then size = size + #f[i] + #f[i + 1] else all = false end\n" \
+	"    if WANTED[f[i]] then\n" \
+	"      size = size + #f[i] + #f[i + 1]\n" \
+	"      n = n + 2\n" \
+	"      if last[f[i]] then all = false end\n" \
+	"      last[f[i]] = i\n" \
+	"    else\n" \
+	"      all = false\n" \
+	"    end\n" \
 	"  end\n" \
 	"  if not all then\n" \
 	"    local keep = {}\n" \
 	"    for i = 1, #f - 1, 2 do\n" \
-	"      if WANTED[f[i]] then\n" \
+	"      if last[f[i]] == i then\n" \
 	"        keep[#keep + 1] = f[i]\n" \
 	"        keep[#keep + 1] = f[i + 1]\n" \
 	"      end\n" \
 	"    end\n" \
 	"    e[2] = keep\n" \
 	"  end\n" \
-	"  return size, size + 64 + 16 * #e[2]\n" \
+	"  return size, size + 64 + 16 * n\n" \
 	"end\n" \
 	"local function too_large(id, size)\n" \
 	"  local r = redis.pcall('XADD', KEYS[2], '*', 'original_stream', KEYS[1],\n" \
@@ -744,7 +751,7 @@ static void *reader_main(void *arg)
 	block_signals();
 	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
 	/* Every entry of a read bounded as sent (consumer.h, cost model). */
-	redis_set_guard(r, 3, CONSUMER_ENTRY_SENT_MAX);
+	redis_set_guard(r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
 	char block[16], count[16];
 	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
 	/* No-match messages read last time, acknowledged with the next read;

@@ -108,6 +108,15 @@
  * Relay's fields takes 56 bytes). So sent <= CONSUMER_ENTRY_MAX - 16.
  */
 #define CONSUMER_ENTRY_SENT_MAX (CONSUMER_ENTRY_MAX - 16)
+/*
+ * And in elements (the entry, its id, its field array, each name and
+ * value): an entry of more than 32 fields is not parsed from a plain read,
+ * since hiredis spends some 80 bytes per element (an entry of 1 MiB in
+ * one-byte fields would take 12 MiB, a read of 62 of them 750 MiB). Such an
+ * entry is read through the recover script, which keeps the last of each
+ * field Relay reads (the value Relay uses), at most 8 strings.
+ */
+#define CONSUMER_ENTRY_SENT_ELEMENTS (3 + 2 * 32)
 _Static_assert(CONSUMER_ENTRY_MAX < 10000000, "CONSUMER_ENTRY_SENT_MAX: lengths of 7 digits");
 _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	       "CONSUMER_ENTRY_SENT_MAX: framing allowances");

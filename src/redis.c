@@ -341,7 +341,7 @@ void redis_disconnect(struct redis *r)
 	buf_reset(&r->out);
 	r->fed = 0;
 	/* A new connection starts a new reply stream. */
-	redis_guard_init(&r->guard, r->guard.depth, r->guard.max);
+	redis_guard_init(&r->guard, r->guard.depth, r->guard.max, r->guard.max_elements);
 }
 
 void redis_free(struct redis *r)
@@ -577,11 +577,12 @@ static int flush_out(struct redis *r, int64_t deadline)
  */
 enum { GUARD_TYPE, GUARD_LINE, GUARD_BODY, GUARD_BODY_CR, GUARD_BODY_LF, GUARD_STUCK };
 
-void redis_guard_init(struct redis_guard *g, int depth, size_t max)
+void redis_guard_init(struct redis_guard *g, int depth, size_t max, size_t max_elements)
 {
 	memset(g, 0, sizeof *g);
 	g->depth = depth;
 	g->max = max;
+	g->max_elements = max_elements;
 	g->state = GUARD_TYPE;
 }
 
@@ -620,7 +621,10 @@ static int guard_line(struct redis_guard *g)
 	if (g->sp == g->depth) {
 		g->in = true; /* a guarded element starts with this line */
 		g->sum = 0;
+		g->elements = 0;
 	}
+	if (g->in && g->max_elements && ++g->elements > g->max_elements)
+		return -1;
 	if (guard_count(g, g->linelen) < 0)
 		return -1;
 	if (g->type == '+' || g->type == '-') {
@@ -730,9 +734,9 @@ refuse:
 	return -1;
 }
 
-void redis_set_guard(struct redis *r, int depth, size_t max)
+void redis_set_guard(struct redis *r, int depth, size_t max, size_t max_elements)
 {
-	redis_guard_init(&r->guard, depth, max);
+	redis_guard_init(&r->guard, depth, max, max_elements);
 }
 
 bool redis_guard_tripped(const struct redis *r)

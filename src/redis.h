@@ -104,11 +104,16 @@ int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out);
  * Depth 0 is the reply itself, 1 its elements, and so on: in an XREADGROUP
  * reply ([[stream, [[id, [field, value, ...]], ...]]]) depth 3 is one
  * stream entry. Bytes that are not RESP2 (a RESP3 type, a bad header,
- * nesting deeper than hiredis takes) are refused the same way. max 0
- * turns the guard off. Set it between replies (before a command, or
- * before connecting): it starts scanning at the next reply.
+ * nesting deeper than hiredis takes) are refused the same way. With
+ * max_elements, a guarded element is also refused at the header of its
+ * element past that many (itself, and every array, string or line inside
+ * it, at any depth): hiredis allocates an object of some 80 bytes per
+ * element, so a million tiny strings in 8 MiB would cost 80 MiB to parse
+ * (0: no such bound). max 0 turns the guard off. Set it between replies
+ * (before a command, or before connecting): it starts scanning at the
+ * next reply.
  */
-void redis_set_guard(struct redis *r, int depth, size_t max);
+void redis_set_guard(struct redis *r, int depth, size_t max, size_t max_elements);
 bool redis_guard_tripped(const struct redis *r);
 /* The first string inside the guarded elements of the refused reply (an
  * XREADGROUP reply: the id of its first entry), or "" when none was passed
@@ -123,6 +128,8 @@ const char *redis_guard_first(const struct redis *r);
 struct redis_guard {
 	int depth;
 	size_t max;
+	size_t max_elements;		 /* 0: no bound */
+	uint64_t elements;		 /* of the guarded element so far */
 	int state;			 /* a type byte, a header line, a string, its CRLF */
 	char type;			 /* of the line being read */
 	bool cr;			 /* the line's last byte was '\r' */
@@ -139,7 +146,7 @@ struct redis_guard {
 	char first[REDIS_GUARD_FIRST_MAX + 1];
 	size_t firstlen;
 };
-void redis_guard_init(struct redis_guard *g, int depth, size_t max);
+void redis_guard_init(struct redis_guard *g, int depth, size_t max, size_t max_elements);
 /* Looks at the next n bytes of the connection's reply stream: 0, or -1
  * when an element is refused or the bytes are not RESP2 (then the scanner
  * is stuck: every later call refuses too). g->first (g->firstlen bytes)

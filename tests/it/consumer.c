@@ -1411,6 +1411,61 @@ TEST(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs)
 	free(first), free(side), free(third), free(last), free(ev);
 }
 
+/*
+ * An entry of many small fields (100 `event` fields, the last one the
+ * event, and 100 foreign ones): past the guard's element bound
+ * (CONSUMER_ENTRY_SENT_ELEMENTS), so its batch is recovered through the
+ * script, which keeps only the last of each field. The event Relay runs is
+ * the last `event`, as from a plain read: a-first runs it and c-fail, which
+ * the other 99 would match, never runs.
+ */
+TEST(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	REQUIRE(consumer_ensure_group(r, "many1", "g", err, sizeof err) == 0);
+	char *ev = xasprintf(EV, "good"), *bad = xasprintf(EV, "bad");
+	char *first = xadd(r, "many1", ev);
+	const char *argv[3 + 400];
+	int argc = 0;
+	argv[argc++] = "XADD";
+	argv[argc++] = "many1";
+	argv[argc++] = "*";
+	for (int i = 0; i < 100; i++) {
+		argv[argc++] = "f";
+		argv[argc++] = "x";
+		argv[argc++] = "event";
+		argv[argc++] = i < 99 ? bad : ev;
+	}
+	redisReply *rep = redis_command_argv(r, argc, argv, NULL);
+	char *many = rep && rep->type == REDIS_REPLY_STRING ? xstrdup(rep->str) : NULL;
+	freeReplyObject(rep);
+	char *last = xadd(r, "many1", ev);
+	REQUIRE(first && many && last);
+	rep = redis_command(r, "CONFIG RESETSTAT");
+	freeReplyObject(rep);
+	struct consumer_config cfg = base_cfg(reg, "many1", 16, 4, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	struct consumer *c = start_cfg(&cfg);
+	struct done_arg da = {r, "many1", last};
+	CHECK(wait_until(20000, done_is, &da));
+	char *want = xasprintf("a-first/ok.one#1@%s", many);
+	CHECK_INT(calls_count(want), 1);
+	CHECK_INT(calls_count("a-first/ok.one#1@"), 3);
+	CHECK_INT(calls_count("c-fail/"), 0);
+	CHECK_INT(cmd_calls(r, "xrange"), 3); /* the batch, from its first id */
+	CHECK_INT(xlen(r, "relay:many1:dlq"), 0);
+	CHECK_INT(pending(r, "many1"), 0);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(want);
+	free(first), free(many), free(last), free(ev), free(bad);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -1461,6 +1516,7 @@ int main(int argc, char **argv)
 		T_CASE(reads_and_reclaims_stay_within_the_byte_budget),
 		T_CASE(an_idle_reader_wakes_when_an_entry_arrives),
 		T_CASE(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs),
+		T_CASE(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();

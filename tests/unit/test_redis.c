@@ -187,9 +187,9 @@ static long feed_bytes(struct redis_guard *g, const char *p, size_t n)
 static long refused_at(int depth, size_t max, const char *p, size_t n)
 {
 	struct redis_guard g;
-	redis_guard_init(&g, depth, max);
+	redis_guard_init(&g, depth, max, 0);
 	long at = feed_bytes(&g, p, n);
-	redis_guard_init(&g, depth, max);
+	redis_guard_init(&g, depth, max, 0);
 	int whole = redis_guard_feed(&g, p, n);
 	if ((whole < 0) != (at >= 0))
 		T_FAIL_("fed whole: %d, byte by byte: refused at %ld", whole, at);
@@ -197,6 +197,41 @@ static long refused_at(int depth, size_t max, const char *p, size_t n)
 }
 
 static const char *const EVENT_FIELDS[] = {"event", "{\"kind\":\"a\"}"};
+
+/* The index at which a fresh guard (depth 3, 1 MiB, max_elements) refuses
+ * p fed byte by byte, or -1; feeding it whole must agree. */
+static long refused_at_elements(size_t max_elements, const char *p, size_t n)
+{
+	struct redis_guard g;
+	redis_guard_init(&g, 3, 1 << 20, max_elements);
+	long at = feed_bytes(&g, p, n);
+	redis_guard_init(&g, 3, 1 << 20, max_elements);
+	int whole = redis_guard_feed(&g, p, n);
+	if ((whole < 0) != (at >= 0))
+		T_FAIL_("fed whole: %d, byte by byte: refused at %ld", whole, at);
+	return at;
+}
+
+/* max_elements: an entry of 20 one-byte fields is 43 elements (the entry,
+ * its id, the field array, 40 strings). 43 pass, for each of two entries
+ * (each counts its own); at 42 the refusal is at the '\n' of the last
+ * string's header, before hiredis would allocate it. */
+TEST(guard_bounds_the_elements_of_an_entry)
+{
+	const char *f[40];
+	for (int i = 0; i < 40; i++)
+		f[i] = "a";
+	struct resp e[2] = {0}, b = {0};
+	put_entry(&e[0], "1-1", 40, f);
+	put_entry(&e[1], "1-2", 40, f);
+	put_reply(&b, 2, e);
+	CHECK_INT(refused_at_elements(43, b.s, b.n), -1);
+	CHECK_INT(refused_at_elements(0, b.s, b.n), -1);
+	/* The first entry's last string header: "$1\r\n" before its "a\r\n",
+	 * the last 7 bytes of the entry. */
+	size_t first_entry_end = b.n - e[1].n;
+	CHECK_INT(refused_at_elements(42, b.s, b.n), (long)(first_entry_end - 7 + 3));
+}
 
 /* Two entries and a second reply, whole, in every split into two chunks,
  * and byte by byte: nothing refused, and the scanner ends between replies. */
@@ -209,7 +244,7 @@ TEST(guard_passes_whole_replies_however_they_are_split)
 	put(&b, ":2\r\n"); /* a second reply after a complete one */
 	for (size_t cut = 0; cut <= b.n; cut++) {
 		struct redis_guard g;
-		redis_guard_init(&g, 3, e[0].n);
+		redis_guard_init(&g, 3, e[0].n, 0);
 		if (redis_guard_feed(&g, b.s, cut) < 0 ||
 		    redis_guard_feed(&g, b.s + cut, b.n - cut) < 0)
 			T_FAIL_("refused with a cut at %zu", cut);
@@ -275,7 +310,7 @@ TEST(guard_counts_nested_arrays_nulls_and_lines)
 	for (size_t i = 0; i < ARRAY_LEN(alone); i++) {
 		const char *t = alone[i].text;
 		struct redis_guard g;
-		redis_guard_init(&g, 0, 64);
+		redis_guard_init(&g, 0, 64, 0);
 		CHECK_INT(redis_guard_feed(&g, t, strlen(t)), 0);
 		CHECK(g.sp == 0 && !g.in);
 		CHECK_INT(redis_guard_feed(&g, t, strlen(t)), 0);
@@ -304,16 +339,16 @@ TEST(guard_keeps_the_first_id_of_the_refused_reply)
 	const size_t completed = a.n;
 	put_reply(&a, 2, pair);
 	struct redis_guard g;
-	redis_guard_init(&g, 3, small.n);
+	redis_guard_init(&g, 3, small.n, 0);
 	CHECK(feed_bytes(&g, a.s, a.n) >= 0);
 	CHECK(g.firstlen == 15 && memcmp(g.first, "1700000000000-7", 15) == 0);
 	struct resp b = {0};
 	put_reply(&b, 1, lone);
-	redis_guard_init(&g, 3, small.n);
+	redis_guard_init(&g, 3, small.n, 0);
 	CHECK(redis_guard_feed(&g, b.s, b.n) < 0);
 	CHECK(g.firstlen == 15 && memcmp(g.first, "1700000000001-0", 15) == 0);
 	/* A completed reply leaves nothing for the next. */
-	redis_guard_init(&g, 3, small.n);
+	redis_guard_init(&g, 3, small.n, 0);
 	CHECK_INT(redis_guard_feed(&g, a.s, completed), 0);
 	CHECK_INT((long)g.firstlen, 0);
 	CHECK(!g.first_done);
@@ -341,7 +376,7 @@ TEST(guard_refuses_what_is_not_resp2)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		struct redis_guard g;
-		redis_guard_init(&g, 3, 1 << 20);
+		redis_guard_init(&g, 3, 1 << 20, 0);
 		if (redis_guard_feed(&g, bad[i], strlen(bad[i])) == 0)
 			T_FAIL_("accepted %s", bad[i]);
 		CHECK(redis_guard_feed(&g, ":1\r\n", 4) < 0);
@@ -359,6 +394,7 @@ T_MAIN(T_CASE(backoff_is_capped_and_jittered), T_CASE(retry_logs_each_failure_an
        T_CASE(commands_on_a_closed_connection_fail_cleanly),
        T_CASE(scripts_are_named_by_the_sha1_redis_gives_them),
        T_CASE(waiting_on_a_closed_connection_is_an_error),
+       T_CASE(guard_bounds_the_elements_of_an_entry),
        T_CASE(guard_passes_whole_replies_however_they_are_split),
        T_CASE(guard_refuses_at_the_header_of_the_string_that_crosses_max),
        T_CASE(guard_counts_nested_arrays_nulls_and_lines),
