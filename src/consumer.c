@@ -681,7 +681,7 @@ static redisReply *read_reply(struct consumer *c, struct redis *r)
 	}
 }
 
-static void drop_gone(struct consumer *c, struct redis *r, const char *const *ids, size_t n);
+static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone);
 
 /*
  * Runs the recover script from id over at most n of this consumer's pending
@@ -713,14 +713,7 @@ static void recover(struct consumer *c, struct redis *r, const char *id, int n, 
 	}
 	take_batch(c, rep->element[0]->element[1], true, fast, NULL);
 	report_too_large(c, rep->element[1], true);
-	const redisReply *deleted = rep->element[2];
-	const char **gone = xcalloc(deleted->elements + 1, sizeof *gone);
-	size_t ngone = 0;
-	for (size_t i = 0; i < deleted->elements; i++)
-		if (deleted->element[i]->type == REDIS_REPLY_STRING)
-			gone[ngone++] = deleted->element[i]->str;
-	drop_gone(c, r, gone, ngone);
-	free(gone);
+	drop_gone(c, r, rep->element[2]);
 	freeReplyObject(rep);
 }
 
@@ -850,26 +843,30 @@ static void *reader_main(void *arg)
  * (XACK of an id no longer pending is a no-op). Their invocation state
  * goes with them, so nothing waits for its 7-day TTL, and no DLQ entry is
  * written: there is no payload left to dead-letter. One WARN per message.
+ * gone: the script's array of their ids.
  */
-static void drop_gone(struct consumer *c, struct redis *r, const char *const *ids, size_t n)
+static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone)
 {
-	if (n == 0)
-		return;
-	const char **ack = xcalloc(n + 3, sizeof *ack);
-	const char **del = xcalloc(n + 1, sizeof *del);
+	size_t n = 0;
+	const char **ack = xcalloc(gone->elements + 3, sizeof *ack);
+	const char **del = xcalloc(gone->elements + 1, sizeof *del);
 	ack[0] = "XACK";
 	ack[1] = c->stream;
 	ack[2] = c->group;
 	del[0] = "DEL";
-	for (size_t i = 0; i < n; i++) {
-		ack[3 + i] = ids[i];
-		del[1 + i] = invocation_key(c->stream, c->group, ids[i]);
-		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "message_id", ids[i]),
+	for (size_t i = 0; i < gone->elements; i++) {
+		if (gone->element[i]->type != REDIS_REPLY_STRING)
+			continue;
+		const char *id = gone->element[i]->str;
+		ack[3 + n] = id;
+		del[1 + n] = invocation_key(c->stream, c->group, id);
+		n++;
+		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "message_id", id),
 			 "pending message no longer in the stream (trimmed or deleted); dropped "
 			 "without running or dead-lettering it");
 	}
 	int sent = 0;
-	if (redis_append_argv(r, (int)n + 3, ack, NULL) == 0) {
+	if (n > 0 && redis_append_argv(r, (int)n + 3, ack, NULL) == 0) {
 		sent++;
 		if (redis_append_argv(r, (int)n + 1, del, NULL) == 0)
 			sent++;
@@ -946,14 +943,7 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		}
 		pthread_mutex_unlock(&c->lock);
 		report_too_large(c, rep->element[2], false);
-		const redisReply *deleted = rep->element[3];
-		const char **gone = xcalloc(deleted->elements + 1, sizeof *gone);
-		size_t ngone = 0;
-		for (size_t i = 0; i < deleted->elements; i++)
-			if (deleted->element[i]->type == REDIS_REPLY_STRING)
-				gone[ngone++] = deleted->element[i]->str;
-		drop_gone(c, r, gone, ngone);
-		free(gone);
+		drop_gone(c, r, rep->element[3]);
 		freeReplyObject(rep);
 		if (claimed)
 			log_debug(NULL, "reclaimed %d idle message(s)", claimed);
