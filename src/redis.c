@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -569,11 +570,14 @@ static int flush_out(struct redis *r, int64_t deadline)
  * header lines one byte at a time, and passes strings by their announced
  * length, looking only at their closing CRLF. Its stack mirrors the open
  * arrays, so it knows the depth of every element and the bytes of the
- * guarded one so far. It is as strict as hiredis or stricter (a number is
- * digits with an optional leading '-', a length -1 or more; every line
- * and string ends in CRLF; at most 8 nested arrays): whatever hiredis
- * parses, the scanner saw in the same shape, so the two never disagree
- * about where an element ends.
+ * guarded one so far. It is as strict as hiredis or stricter, and refuses
+ * no later than hiredis fails (a number is written as hiredis 0.14 reads
+ * it: digits with an optional leading '-', no leading zero, not "-0", a
+ * length -1 or more, an array count at most INT_MAX; every line and string
+ * ends in CRLF; at most 8 nested arrays, a ninth refused at its type byte):
+ * whatever hiredis parses, the scanner saw in the same shape, so the two
+ * never disagree about where an element ends. tests/fuzz/fuzz_resp.c
+ * checks this against hiredis.
  */
 enum { GUARD_TYPE, GUARD_LINE, GUARD_BODY, GUARD_BODY_CR, GUARD_BODY_LF, GUARD_STUCK };
 
@@ -639,8 +643,8 @@ static int guard_line(struct redis_guard *g)
 		guard_done(g);
 		return 0;
 	}
-	if (v < -1 || (g->type == '*' && g->sp >= REDIS_GUARD_STACK))
-		return -1;
+	if (v < -1 || (g->type == '*' && v > INT_MAX))
+		return -1; /* hiredis 0.14 keeps a count in an int */
 	if (v == -1 || (g->type == '*' && v == 0)) {
 		guard_done(g); /* a null, or an empty array */
 		return 0;
@@ -678,6 +682,10 @@ static int guard_line_byte(struct redis_guard *g, char ch)
 	if (!((ch >= '0' && ch <= '9') || (ch == '-' && g->numlen == 0)) ||
 	    g->numlen + 1 >= sizeof g->num)
 		return -1;
+	/* As hiredis' string2ll: nothing after a leading '0', no "-0". */
+	size_t neg = g->numlen > 0 && g->num[0] == '-';
+	if ((g->numlen > neg && g->num[neg] == '0') || (neg && g->numlen == 1 && ch == '0'))
+		return -1;
 	g->num[g->numlen++] = ch;
 	return 0;
 }
@@ -690,6 +698,9 @@ int redis_guard_feed(struct redis_guard *g, const char *p, size_t n)
 		case GUARD_TYPE:
 			g->type = p[i++];
 			if (!g->type || !strchr("+-:$*", g->type))
+				goto refuse;
+			/* hiredis fails at the type byte of a ninth nested array. */
+			if (g->type == '*' && g->sp >= REDIS_GUARD_STACK)
 				goto refuse;
 			g->numlen = 0;
 			g->linelen = 1;

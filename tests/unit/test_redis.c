@@ -390,6 +390,55 @@ TEST(guard_refuses_what_is_not_resp2)
 	CHECK_INT(refused_at(0, 1 << 20, odd, sizeof odd - 1), -1);
 }
 
+/* A number hiredis 0.14 refuses is refused no later: written otherwise
+ * than its shortest way (a leading zero, "-0"), an array count over
+ * INT_MAX; and a ninth nested array at its type byte, where hiredis stops.
+ * Found by tests/fuzz/fuzz_resp.c (corpus/resp/regress-*). */
+TEST(guard_refuses_what_hiredis_refuses_no_later)
+{
+	static const struct {
+		const char *text;
+		long at; /* the byte refused, -1: none */
+	} cases[] = {
+		{":01\r\n", 2},
+		{":-01\r\n", 2},
+		{"$-0\r\n\r\n", 2},
+		{"*00\r\n", 2},
+		{":-0\r\n", 2},
+		{"*2147483648\r\n", 12},
+		{"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", 32},
+		{"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*-1\r\n", 32},
+		/* what both take */
+		{":0\r\n", -1},
+		{":-10\r\n", -1},
+		{"$0\r\n\r\n", -1},
+		{"*-1\r\n", -1},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		const char *t = cases[i].text;
+		size_t n = strlen(t);
+		long at = refused_at(0, 1 << 20, t, n);
+		if (at != cases[i].at)
+			T_FAIL_("%zu: refused at %ld, want %ld", i, at, cases[i].at);
+		/* hiredis: an error on the text, none before the refused byte */
+		redisReader *r = redisReaderCreate();
+		void *reply = NULL;
+		size_t upto = at < 0 ? n : (size_t)at;
+		CHECK(redisReaderFeed(r, t, upto) == REDIS_OK);
+		CHECK_INT(redisReaderGetReply(r, &reply), REDIS_OK);
+		if (reply)
+			freeReplyObject(reply);
+		if (at >= 0) {
+			CHECK(redisReaderFeed(r, t + upto, n - upto) == REDIS_OK);
+			CHECK_INT(redisReaderGetReply(r, &reply), REDIS_ERR);
+		}
+		redisReaderFree(r);
+	}
+	/* Eight deep, and a count of INT_MAX, still pass. */
+	const char count[] = "*2147483647\r\n:1\r\n";
+	CHECK_INT(refused_at(0, 1 << 20, count, sizeof count - 1), -1);
+}
+
 T_MAIN(T_CASE(backoff_is_capped_and_jittered), T_CASE(retry_logs_each_failure_and_stops),
        T_CASE(commands_on_a_closed_connection_fail_cleanly),
        T_CASE(scripts_are_named_by_the_sha1_redis_gives_them),
@@ -399,4 +448,4 @@ T_MAIN(T_CASE(backoff_is_capped_and_jittered), T_CASE(retry_logs_each_failure_an
        T_CASE(guard_refuses_at_the_header_of_the_string_that_crosses_max),
        T_CASE(guard_counts_nested_arrays_nulls_and_lines),
        T_CASE(guard_keeps_the_first_id_of_the_refused_reply),
-       T_CASE(guard_refuses_what_is_not_resp2))
+       T_CASE(guard_refuses_what_is_not_resp2), T_CASE(guard_refuses_what_hiredis_refuses_no_later))
