@@ -21,11 +21,13 @@ xlen_at_most() { [ "$(rcli XLEN "$REDIS_STREAM")" -le "$1" ]; }
 # One field of the group's XINFO GROUPS entry (lag, last-delivered-id, ...).
 group_info() { rcli XINFO GROUPS "$REDIS_STREAM" | sed -n "/^$1\$/{n;p}"; }
 group_exists() { rcli XINFO GROUPS "$REDIS_STREAM" 2>/dev/null | grep -qx "$REDIS_GROUP"; }
-# Everything read and acknowledged: nothing pending, lag 0, and the group's
-# last delivered id is LAST_ID (so the worker really read up to it).
+# Everything read and acknowledged: the group's last delivered id is
+# LAST_ID (so the worker really read up to it), lag 0, and then nothing
+# pending. In that order: XPENDING read before the delivery would see 0
+# for a message about to be read and run.
 all_acked_up_to() {
-	[ "$(pending_count)" = 0 ] && [ "$(group_info lag)" = 0 ] &&
-		[ "$(group_info last-delivered-id)" = "$1" ]
+	[ "$(group_info last-delivered-id)" = "$1" ] && [ "$(group_info lag)" = 0 ] &&
+		[ "$(pending_count)" = 0 ]
 }
 # count PATTERN FILE: lines matching the extended regex PATTERN.
 count() { grep -cE -- "$1" "$2"; }
