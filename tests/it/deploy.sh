@@ -1,0 +1,108 @@
+# Deployment files: the man page (rendered without warnings, listing every
+# command of `relay --help` as its usage line says and every variable Relay
+# reads, with its default). Static checks: no Redis or Docker.
+
+# need TOOL...: scripts/install-deps installs each of them.
+need() {
+	local t
+	for t in "$@"; do
+		command -v "$t" >/dev/null || fail "$t is not installed (scripts/install-deps installs it)"
+	done
+}
+
+test_man_page_renders_without_warnings() {
+	need man groff
+	MANWIDTH=80 man --warnings -l "$ROOT/docs/relay.1" >"$TMP/page" 2>"$TMP/err"
+	STATUS=$?
+	assert_status 0
+	[ ! -s "$TMP/err" ] || fail "man --warnings: $(cat "$TMP/err")"
+	# --warnings alone enables groff's macro warnings only; all of them
+	# also catch unknown escapes, bad numbers and lines that cannot break.
+	MANWIDTH=80 man --warnings=all -l "$ROOT/docs/relay.1" >/dev/null 2>"$TMP/err"
+	STATUS=$?
+	assert_status 0
+	[ ! -s "$TMP/err" ] || fail "man --warnings=all: $(cat "$TMP/err")"
+	[ "$(wc -l <"$TMP/page")" -ge 300 ] || fail "the page renders to $(wc -l <"$TMP/page") lines"
+	local s
+	for s in NAME SYNOPSIS DESCRIPTION COMMANDS ENVIRONMENT FILES "EXIT STATUS" SIGNALS EXAMPLES "SEE ALSO"; do
+		grep -qx "$s" "$TMP/page" || fail "no $s section"
+	done
+}
+
+# section NAME: the lines of one section of the page rendered 200 wide (no
+# wrapped tags), from its heading to the next.
+render_wide() { MANWIDTH=200 man -l "$ROOT/docs/relay.1" 2>/dev/null | col -b >"$TMP/wide"; }
+section() { awk -v s="$1" '/^[A-Z]/ { on = ($0 == s); next } on' "$TMP/wide"; }
+
+# Each command of `relay --help` as its own usage line writes it
+# ("relay function inspect <name>", placeholders without the brackets):
+# COMMANDS has exactly these entries, and SYNOPSIS each of them.
+test_man_page_lists_every_command_as_its_usage_says() {
+	need man col
+	render_wide
+	run "$RELAY" --help
+	assert_status 0
+	# Entries are indented 2, the summary after two spaces or more (or on
+	# the next line, indented more, after a long synopsis); a command's words
+	# are the synopsis's leading lowercase words.
+	awk '/^Commands:/ { on = 1; next } /^$/ { on = 0 } on && /^  [a-z]/' "$TMP/out" |
+		sed 's/^  //; s/   *.*//' |
+		awk '{ w = ""; for (i = 1; i <= NF && $i ~ /^[a-z]+$/; i++) w = w (w ? " " : "") $i; print w }' >"$TMP/commands"
+	[ "$(wc -l <"$TMP/commands")" -ge 16 ] || fail "too few commands in --help: $(cat "$TMP/commands")"
+	local words usage want=()
+	while IFS= read -r words; do
+		# shellcheck disable=SC2086
+		usage=$("$RELAY" $words --help | head -n1)
+		[[ "$usage" == "usage: relay $words"* ]] || fail "relay $words --help: $usage"
+		want+=("$(sed 's/^usage: //; s/[<>]//g' <<<"$usage")")
+	done <"$TMP/commands"
+	printf '%s\n' "${want[@]}" | LC_ALL=C sort >"$TMP/want"
+	# COMMANDS entries: the tag lines (indented 7; bodies are indented 14).
+	section COMMANDS | grep -E '^ {7}relay ' | sed 's/^ *//; s/ *$//' | LC_ALL=C sort >"$TMP/have"
+	diff "$TMP/want" "$TMP/have" >"$TMP/diff" ||
+		fail "COMMANDS entries differ from the usage lines (< --help, > man page): $(cat "$TMP/diff")"
+	section SYNOPSIS | sed 's/^ *//; s/ *$//' >"$TMP/synopsis"
+	local u
+	for u in "${want[@]}"; do
+		grep -qxF -- "$u" "$TMP/synopsis" || fail "SYNOPSIS lacks: $u"
+	done
+}
+
+# The names in config.c's table of variables, and "NAME DEFAULT" for those
+# whose accepted text states a default.
+config_vars() { sed -nE 's/^[[:space:]]*\{"([A-Z][A-Z0-9_]*)", K_.*/\1/p' "$ROOT/src/config.c"; }
+config_defaults() {
+	awk '/^\t\{"[A-Z]/ { match($0, /"[A-Z][A-Z0-9_]*"/); n = substr($0, RSTART + 1, RLENGTH - 2) }
+		n && match($0, /default [^)]+\)/) { print n, substr($0, RSTART + 8, RLENGTH - 9); n = "" }' "$ROOT/src/config.c"
+}
+
+# Every variable Relay reads (config.c's table and every getenv in src/) is
+# an ENVIRONMENT entry, and every entry is one Relay reads; config.c's
+# documented defaults are the page's.
+test_man_page_documents_every_variable_and_default() {
+	need man col
+	render_wide
+	{
+		config_vars
+		grep -rhoE 'getenv\("[A-Z][A-Z0-9_]*"\)' "$ROOT/src" | grep -oE '"[A-Z0-9_]+"' | tr -d '"'
+	} | LC_ALL=C sort -u >"$TMP/want"
+	grep -q '^REDIS_URI$' "$TMP/want" && grep -q '^DOCKER_HOST$' "$TMP/want" ||
+		fail "could not read the variables from src/: $(cat "$TMP/want")"
+	# Entries: the first word of the lines indented 7 that is a variable name.
+	section ENVIRONMENT | grep -E '^ {7}[A-Z][A-Z0-9_]+( |$)' | awk '{print $1}' | LC_ALL=C sort -u >"$TMP/have"
+	diff "$TMP/want" "$TMP/have" >"$TMP/diff" ||
+		fail "ENVIRONMENT entries differ from what src/ reads (< src, > man page): $(cat "$TMP/diff")"
+	# An entry: its tag line and the body lines under it.
+	local name def body
+	while IFS= read -r name; do
+		body=$(section ENVIRONMENT | awk -v n="$name" '/^       [^ ]/ { on = ($1 == n) } on')
+		grep -qE 'Default|default' <<<"$body" || fail "$name: no default stated"
+	done < <(config_vars)
+	# config.c's own defaults: "(default X)" or "; default X)" in the
+	# accepted text.
+	[ "$(config_defaults | wc -l)" -ge 5 ] || fail "could not read the defaults from src/config.c"
+	while IFS=' ' read -r name def; do
+		body=$(section ENVIRONMENT | awk -v n="$name" '/^       [^ ]/ { on = ($1 == n) } on' | tr -s ' \n' '  ')
+		grep -qF "Default: $def" <<<"$body" || fail "$name: config.c says default $def, the page: $body"
+	done < <(config_defaults)
+}
