@@ -1,6 +1,8 @@
-# Deployment files: the man page (rendered without warnings, listing every
-# command of `relay --help` as its usage line says and every variable Relay
-# reads, with its default). Static checks: no Redis or Docker.
+# Deployment files: the systemd unit (systemd-analyze verify, and the
+# sandbox as systemd-analyze security scores it) and the man page (rendered
+# without warnings, listing every command of `relay --help` as its usage line
+# says and every variable Relay reads, with its default). Static checks: no
+# Redis or Docker.
 
 # need TOOL...: scripts/install-deps installs each of them.
 need() {
@@ -8,6 +10,60 @@ need() {
 	for t in "$@"; do
 		command -v "$t" >/dev/null || fail "$t is not installed (scripts/install-deps installs it)"
 	done
+}
+
+# verify_copy: deploy/relay.service with ExecStart= pointing at the tested
+# build's binary, since systemd-analyze checks that ExecStart= is
+# executable on this machine, and a man tree holding docs/relay.1.
+verify_copy() {
+	mkdir -p "$TMP/verify" "$TMP/root/usr/share/man/man1"
+	cp "$ROOT/docs/relay.1" "$TMP/root/usr/share/man/man1/relay.1"
+	sed "s|^ExecStart=/usr/local/bin/relay |ExecStart=$ROOT/$BUILD/relay |" \
+		"$ROOT/deploy/relay.service" >"$TMP/verify/relay.service"
+	grep -q "^ExecStart=$ROOT/$BUILD/relay start\$" "$TMP/verify/relay.service" || fail "ExecStart= not rewritten"
+}
+
+test_unit_passes_systemd_analyze_verify() {
+	need systemd-analyze man
+	verify_copy
+	# systemd-analyze reports an unknown key or a value it cannot parse and
+	# still exits 0: any output at all is a failure. MANPATH: it also runs
+	# man for Documentation=man:relay(1), which must be docs/relay.1.
+	MANPATH=$TMP/root/usr/share/man systemd-analyze verify "$TMP/verify/relay.service" >"$TMP/verify.log" 2>&1
+	STATUS=$?
+	[ "$STATUS" -eq 0 ] && [ ! -s "$TMP/verify.log" ] ||
+		fail "systemd-analyze verify (exit status $STATUS): $(cat "$TMP/verify.log")"
+}
+
+# The sandbox as systemd itself scores it (systemd-analyze security, 81
+# checks on systemd 252): every check passes but those Relay needs to fail,
+# namely the network, Unix and Internet sockets, the docker group, the host's
+# root, its users and the device ACL that ProtectClock= adds; overall
+# exposure 1.3 (0 is fully isolated, 10 not at all). Dropping any other
+# protection, even one too light to move the score (MemoryDenyWriteExecute=,
+# LockPersonality=, ProcSubset=), fails a check.
+test_unit_sandbox_fails_only_the_checks_relay_needs() {
+	need systemd-analyze
+	verify_copy
+	# A UTF-8 locale: under LC_ALL=C the marks are + and - instead.
+	(cd "$TMP/verify" && LC_ALL=C.UTF-8 systemd-analyze security --offline=yes --no-pager relay.service) >"$TMP/security" 2>&1
+	grep -q 'Overall exposure level for relay.service: ' "$TMP/security" || fail "no exposure level: $(cat "$TMP/security")"
+	[ "$(grep -c '✓' "$TMP/security")" -ge 70 ] || fail "fewer checks passed than expected: $(cat "$TMP/security")"
+	grep '✗' "$TMP/security" | awk '{print $2}' | LC_ALL=C sort >"$TMP/failed"
+	LC_ALL=C sort >"$TMP/needed" <<'EOF_NEEDED'
+DeviceAllow=
+IPAddressDeny=
+PrivateNetwork=
+PrivateUsers=
+RestrictAddressFamilies=~AF_(INET|INET6)
+RestrictAddressFamilies=~AF_UNIX
+RootDirectory=/RootImage=
+SupplementaryGroups=
+EOF_NEEDED
+	diff "$TMP/needed" "$TMP/failed" >"$TMP/diff" ||
+		fail "sandbox checks failed differ from those Relay needs (> newly failing): $(cat "$TMP/diff")"
+	(cd "$TMP/verify" && systemd-analyze security --offline=yes --threshold=13 relay.service) >/dev/null 2>&1 ||
+		fail "exposure above 1.3: $(grep -E 'Overall' "$TMP/security")"
 }
 
 test_man_page_renders_without_warnings() {
