@@ -30,7 +30,7 @@ ITC_BIN   := $(ITC_SRC:tests/it/%.c=$(BUILD)/it/%)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all tests bench clean fuzz
+.PHONY: all tests bench clean fuzz install
 all: $(BUILD)/relay
 tests: $(BUILD)/relay $(UNIT_BIN) $(ITC_BIN)
 bench: $(BENCH_BIN)
@@ -69,5 +69,22 @@ build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard src/*.h src/cmd/*.h tests/fuz
 
 clean:
 	rm -rf build build-san build-fuzz
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the binary, the systemd unit
+# (its ExecStart= rewritten to $(PREFIX)/bin/relay) and the man page. Needs
+# no root when DESTDIR is a directory the user can write; sets no owner.
+PREFIX  ?= /usr/local
+BINDIR  := $(PREFIX)/bin
+UNITDIR := $(PREFIX)/lib/systemd/system
+MAN1DIR := $(PREFIX)/share/man/man1
+install: $(BUILD)/relay deploy/relay.service docs/relay.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MAN1DIR)
+	install -m 0755 $(BUILD)/relay $(DESTDIR)$(BINDIR)/relay
+	@tmp=$(DESTDIR)$(UNITDIR)/relay.service.tmp; \
+	sed 's|^ExecStart=/usr/local/bin/relay |ExecStart=$(BINDIR)/relay |' deploy/relay.service >$$tmp && \
+	grep -qx 'ExecStart=$(BINDIR)/relay start' $$tmp && chmod 0644 $$tmp && \
+	mv -f $$tmp $(DESTDIR)$(UNITDIR)/relay.service || \
+	{ rm -f $$tmp; echo "install: cannot write relay.service with ExecStart=$(BINDIR)/relay" >&2; exit 1; }
+	install -m 0644 docs/relay.1 $(DESTDIR)$(MAN1DIR)/relay.1
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(UNIT_BIN:=.d) $(ITC_BIN:=.d) $(BENCH_BIN:=.d)

@@ -1,8 +1,8 @@
-# Deployment files: the systemd unit (systemd-analyze verify, and the
-# sandbox as systemd-analyze security scores it) and the man page (rendered
-# without warnings, listing every command of `relay --help` as its usage line
-# says and every variable Relay reads, with its default). Static checks: no
-# Redis or Docker.
+# Deployment files: the systemd unit as `make install` installs it
+# (systemd-analyze verify, and the sandbox as systemd-analyze security scores
+# it), the installed file list, the man page (rendered without warnings,
+# listing every command of `relay --help` as its usage line says and every
+# variable Relay reads, with its default). Static checks: no Redis or Docker.
 
 # need TOOL...: scripts/install-deps installs each of them.
 need() {
@@ -12,15 +12,73 @@ need() {
 	done
 }
 
-# verify_copy: deploy/relay.service with ExecStart= pointing at the tested
-# build's binary, since systemd-analyze checks that ExecStart= is
-# executable on this machine, and a man tree holding docs/relay.1.
+# install_to DESTDIR [make variables...]: `make install` from the tree into
+# DESTDIR with the tested build's binary (-o: never rebuilt here).
+install_to() {
+	local dest=$1
+	shift
+	[ -x "$ROOT/$BUILD/relay" ] || fail "$BUILD/relay is not built"
+	make -s -C "$ROOT" -o "$BUILD/relay" BUILD="$BUILD" DESTDIR="$dest" "$@" install \
+		>"$TMP/make.log" 2>&1 || fail "make install $*: $(cat "$TMP/make.log")"
+}
+
+# The files under DIR as "mode path", sorted.
+file_list() { (cd "$1" && find . -type f -printf '%m %P\n' | LC_ALL=C sort -k2); }
+
+test_make_install_installs_binary_unit_and_man_page() {
+	install_to "$TMP/root" PREFIX=/usr
+	[ "$(file_list "$TMP/root")" = "755 usr/bin/relay
+644 usr/lib/systemd/system/relay.service
+644 usr/share/man/man1/relay.1" ] || fail "installed files differ: $(file_list "$TMP/root")"
+	cmp -s "$ROOT/$BUILD/relay" "$TMP/root/usr/bin/relay" || fail "installed binary differs from $BUILD/relay"
+	cmp -s "$ROOT/docs/relay.1" "$TMP/root/usr/share/man/man1/relay.1" || fail "installed man page differs"
+	# The unit as shipped, but for ExecStart= pointing at PREFIX.
+	diff <(sed 's|^ExecStart=/usr/local/bin/relay |ExecStart=/usr/bin/relay |' "$ROOT/deploy/relay.service") \
+		"$TMP/root/usr/lib/systemd/system/relay.service" >"$TMP/diff" ||
+		fail "installed unit differs: $(cat "$TMP/diff")"
+	grep -qx 'ExecStart=/usr/bin/relay start' "$TMP/root/usr/lib/systemd/system/relay.service" ||
+		fail "ExecStart= does not follow PREFIX=/usr"
+
+	# The default PREFIX is /usr/local, where the shipped unit points.
+	install_to "$TMP/local"
+	[ "$(file_list "$TMP/local")" = "755 usr/local/bin/relay
+644 usr/local/lib/systemd/system/relay.service
+644 usr/local/share/man/man1/relay.1" ] || fail "installed files differ: $(file_list "$TMP/local")"
+	cmp -s "$ROOT/deploy/relay.service" "$TMP/local/usr/local/lib/systemd/system/relay.service" ||
+		fail "with the default PREFIX the unit should be installed unchanged"
+	install_to "$TMP/opt" PREFIX=/opt/relay
+	grep -qx 'ExecStart=/opt/relay/bin/relay start' "$TMP/opt/opt/relay/lib/systemd/system/relay.service" ||
+		fail "ExecStart= does not follow PREFIX=/opt/relay"
+}
+
+test_make_install_into_destdir_needs_no_root() {
+	[ "$(id -u)" -eq 0 ] || {
+		install_to "$TMP/user" PREFIX=/usr
+		[ -x "$TMP/user/usr/bin/relay" ] || fail "nothing installed"
+		return 0
+	}
+	# As root, install as nobody into a directory nobody owns.
+	chmod 0711 "$TMP"
+	mkdir "$TMP/nobody" && chown nobody: "$TMP/nobody"
+	setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
+		make -s -C "$ROOT" -o "$BUILD/relay" BUILD="$BUILD" DESTDIR="$TMP/nobody/root" PREFIX=/usr install \
+		>"$TMP/make.log" 2>&1 || fail "make install as nobody: $(cat "$TMP/make.log")"
+	[ "$(file_list "$TMP/nobody/root")" = "755 usr/bin/relay
+644 usr/lib/systemd/system/relay.service
+644 usr/share/man/man1/relay.1" ] || fail "installed files differ: $(file_list "$TMP/nobody/root")"
+	[ "$(stat -c %U "$TMP/nobody/root/usr/bin/relay")" = nobody ] || fail "installed files should belong to the installing user"
+}
+
+# verify_copy: the unit installed with PREFIX=/usr, with ExecStart= moved
+# into DESTDIR so that systemd-analyze finds the binary it names (it checks
+# that ExecStart= is executable on this machine, and --root would look for
+# every unit it pulls in, sysinit.target..., inside DESTDIR as well).
 verify_copy() {
-	mkdir -p "$TMP/verify" "$TMP/root/usr/share/man/man1"
-	cp "$ROOT/docs/relay.1" "$TMP/root/usr/share/man/man1/relay.1"
-	sed "s|^ExecStart=/usr/local/bin/relay |ExecStart=$ROOT/$BUILD/relay |" \
-		"$ROOT/deploy/relay.service" >"$TMP/verify/relay.service"
-	grep -q "^ExecStart=$ROOT/$BUILD/relay start\$" "$TMP/verify/relay.service" || fail "ExecStart= not rewritten"
+	install_to "$TMP/root" PREFIX=/usr
+	mkdir -p "$TMP/verify"
+	sed "s|^ExecStart=/usr/bin/relay |ExecStart=$TMP/root/usr/bin/relay |" \
+		"$TMP/root/usr/lib/systemd/system/relay.service" >"$TMP/verify/relay.service"
+	grep -q "^ExecStart=$TMP/root/usr/bin/relay start\$" "$TMP/verify/relay.service" || fail "ExecStart= not rewritten"
 }
 
 test_unit_passes_systemd_analyze_verify() {
@@ -28,7 +86,7 @@ test_unit_passes_systemd_analyze_verify() {
 	verify_copy
 	# systemd-analyze reports an unknown key or a value it cannot parse and
 	# still exits 0: any output at all is a failure. MANPATH: it also runs
-	# man for Documentation=man:relay(1), which must be docs/relay.1.
+	# man for Documentation=man:relay(1), which must be the installed page.
 	MANPATH=$TMP/root/usr/share/man systemd-analyze verify "$TMP/verify/relay.service" >"$TMP/verify.log" 2>&1
 	STATUS=$?
 	[ "$STATUS" -eq 0 ] && [ ! -s "$TMP/verify.log" ] ||
