@@ -2,7 +2,8 @@
 # (systemd-analyze verify, and the sandbox as systemd-analyze security scores
 # it), the installed file list, the man page (rendered without warnings,
 # listing every command of `relay --help` as its usage line says and every
-# variable Relay reads, with its default). Static checks: no Redis or Docker.
+# variable Relay reads, with its default) and the Prometheus alerting rules
+# (promtool check and unit tests). Static checks: no Redis or Docker.
 
 # need TOOL...: scripts/install-deps installs each of them.
 need() {
@@ -219,4 +220,26 @@ test_man_page_documents_every_variable_and_default() {
 		body=$(section ENVIRONMENT | awk -v n="$name" '/^       [^ ]/ { on = ($1 == n) } on' | tr -s ' \n' '  ')
 		grep -qF "Default: $def" <<<"$body" || fail "$name: config.c says default $def, the page: $body"
 	done < <(config_defaults)
+}
+
+test_prometheus_rules_check_and_unit_tests_pass() {
+	need promtool
+	local rules=$ROOT/deploy/prometheus/relay-rules.yml tests=$ROOT/deploy/prometheus/relay-rules.test.yml a n
+	n=$(grep -cE '^ *- alert: ' "$rules")
+	[ "$n" -ge 6 ] || fail "only $n alerts in $rules"
+	run promtool check rules "$rules"
+	assert_status 0
+	assert_out_contains "SUCCESS: $n rules found"
+	# Every alert has a case where it fires and one where it does not.
+	for a in $(grep -oE '^ *- alert: [A-Za-z]+' "$rules" | awk '{print $3}'); do
+		awk -v a="$a" '$1 == "alertname:" { on = ($2 == a); next }
+			on && /exp_labels:/ { found = 1 } END { exit !found }' "$tests" ||
+			fail "alert $a never fires in relay-rules.test.yml"
+		awk -v a="$a" '$1 == "alertname:" { on = ($2 == a); next }
+			on && /exp_alerts: \[\]/ { found = 1 } END { exit !found }' "$tests" ||
+			fail "alert $a has no case where it must not fire in relay-rules.test.yml"
+	done
+	run promtool test rules "$tests"
+	[ "$STATUS" -eq 0 ] || fail "promtool test rules exited $STATUS"
+	assert_out_contains "SUCCESS"
 }
