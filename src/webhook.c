@@ -423,8 +423,11 @@ static void serve(const struct http_request *req, struct http_response *resp, vo
 					req->body_len, w->repository, w->ref, w->data_dir, &why);
 	char *msg = NULL;
 	/* After the signature and the decision: only an authenticated delivery
-	 * that would sync is remembered (and so can be a replay). */
-	if (v == WEBHOOK_SYNC &&
+	 * that would sync is remembered (and so can be a replay). Without a
+	 * secret nothing is authenticated: anyone may trigger a sync with a
+	 * body of their own, so refusing a repeated one protects nothing and
+	 * would drop a legitimate redelivery. */
+	if (v == WEBHOOK_SYNC && w->secret_name &&
 	    !replay_set_add(w->replays, delivery, req->body, req->body_len, now_mono_ns())) {
 		pthread_mutex_lock(&w->mu);
 		w->nreplays++;

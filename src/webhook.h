@@ -15,9 +15,11 @@
  *    covers the whole body: these bounds are what limits them;
  *  - with a secret, one HMAC-SHA256 over the body before anything else is
  *    looked at; then one JSON parse of the body (jansson, linear);
- *  - replay protection: a delivery that would schedule a sync is refused
- *    when its X-GitHub-Delivery id, or its exact body, was accepted in the
- *    last hour (WEBHOOK_REPLAY_SECONDS). The check comes after the
+ *  - replay protection, with a secret: a delivery that would schedule a
+ *    sync is refused when its X-GitHub-Delivery id, or its exact body, was
+ *    accepted in the last hour (WEBHOOK_REPLAY_SECONDS). Without a secret
+ *    nothing is authenticated (anyone may send a fresh body), so there is
+ *    no replay set and every matching push schedules a sync. The check comes after the
  *    signature, so an unauthenticated request never enters the set. The
  *    body counts as well as the id because the id header is not covered
  *    by the signature: a captured delivery re-sent under a fresh id is
