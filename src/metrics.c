@@ -662,7 +662,7 @@ static const struct {
 				    "Entries pending in the consumer group (sampled every 15s)."},
 	[METRIC_PENDING_OLDEST_AGE] =
 		{"pending_oldest_age_seconds",
-		 "Idle time of the oldest pending entry (sampled every 15s)."},
+		 "Age of the oldest pending entry, from its stream id (sampled every 15s)."},
 	[METRIC_BUFFERED_EVENTS] = {"buffered_events", "Events held in the local buffer."},
 	[METRIC_IN_FLIGHT] = {"in_flight_invocations",
 			      "Handler invocations currently executing in this worker."},

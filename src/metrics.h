@@ -24,7 +24,7 @@
  *   histogram function_build_seconds{function}
  *             buckets 0.5 1 2 5 10 30 60 120 300 600
  *   gauge     pending_entries                       consumer-group XPENDING count (sampled)
- *   gauge     pending_oldest_age_seconds            idle time of the oldest pending entry
+ *   gauge     pending_oldest_age_seconds            age of the oldest pending entry (from its id)
  *   gauge     buffered_events                       local buffer occupancy
  *   gauge     in_flight_invocations                 invocations executing in this worker
  *   counter   concurrency_waits_total               slot acquisitions that had to block

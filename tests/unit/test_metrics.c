@@ -717,8 +717,8 @@ TEST(exact_rendering)
 		"# HELP pending_entries Entries pending in the consumer group (sampled every 15s).",
 		"# TYPE pending_entries gauge",
 		"pending_entries 2",
-		"# HELP pending_oldest_age_seconds Idle time of the oldest pending entry (sampled "
-		"every 15s).",
+		"# HELP pending_oldest_age_seconds Age of the oldest pending entry, from its "
+		"stream id (sampled every 15s).",
 		"# TYPE pending_oldest_age_seconds gauge",
 		"pending_oldest_age_seconds 61.5",
 		"# HELP buffered_events Events held in the local buffer.",
