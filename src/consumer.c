@@ -209,8 +209,9 @@ static bool field_wanted(const redisReply *f)
 
 /*
  * A message from one entry ({id, fields}) of an XREADGROUP reply or a read
- * script's answer, with only the fields Relay reads, in order (what the
- * scripts' measure() keeps, duplicates too), and in *cost what they cost
+ * script's answer, with only the fields Relay reads, in order, duplicates
+ * too (at most 32 fields from a plain read, the guard's bound; a script has
+ * already kept only the last of each), and in *cost what they cost
  * (CONSUMER_ENTRY_COST, as measure() counts it). NULL for a deleted entry
  * (nil fields) or one that is not an entry.
  */
