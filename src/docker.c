@@ -78,6 +78,7 @@ struct docker {
 	char *err;
 	char curl_err[CURL_ERROR_SIZE];
 	bool unsent; /* the last request failed before connecting */
+	bool denied; /* the last request was answered 403 */
 };
 
 struct docker_conn {
@@ -143,6 +144,11 @@ static bool path_ok(const char *path)
 		if (*p <= 0x20 || *p >= 0x7f)
 			return false;
 	return true;
+}
+
+static bool method_is(const char *method, const char *want)
+{
+	return strcmp(method, want) == 0;
 }
 
 static int64_t deadline_after(int timeout_ms)
@@ -384,26 +390,122 @@ static const char *first_line(const char *body, size_t len, size_t *n)
 	return body + i;
 }
 
-char *docker_error_message(long status, const char *body, size_t len)
+/* The "message" field of a JSON error body (malloc'd), or NULL. */
+static char *json_message(const char *body, size_t len)
 {
 	json_error_t jerr;
-	char *msg = NULL;
 	json_t *root = len ? json_loadb(body, len, 0, &jerr) : NULL;
 	const char *m = json_string_value(json_object_get(root, "message"));
-	if (m && *m) {
-		msg = xstrdup(m);
-		goto out;
-	}
+	char *msg = m && *m ? xstrdup(m) : NULL;
+	json_decref(root);
+	return msg;
+}
+
+char *docker_error_message(long status, const char *body, size_t len)
+{
+	char *msg = json_message(body, len);
+	if (msg)
+		return msg;
 	/* Not the daemon's JSON (a proxy's text or HTML page): its first
 	 * non-blank line, bounded, is still the most useful thing to show. */
 	size_t n;
 	const char *line = first_line(body, len, &n);
 	if (n)
-		msg = xasprintf("HTTP %ld: %.*s", status, (int)n, line);
-	else
-		msg = xasprintf("HTTP %ld", status);
-out:
-	json_decref(root);
+		return xasprintf("HTTP %ld: %.*s", status, (int)n, line);
+	return xasprintf("HTTP %ld", status);
+}
+
+/* ---- exposed for tests: refusals (HTTP 403) ---------------------------- */
+
+/* The sections of tecnativa/docker-socket-proxy's allow-list: a path's
+ * first segment after the version prefix, and the variable allowing it. */
+static const struct {
+	const char *segment, *var;
+} proxy_sections[] = {
+	{"_ping", "PING"},
+	{"auth", "AUTH"},
+	{"build", "BUILD"},
+	{"commit", "COMMIT"},
+	{"configs", "CONFIGS"},
+	{"containers", "CONTAINERS"},
+	{"distribution", "DISTRIBUTION"},
+	{"events", "EVENTS"},
+	{"exec", "EXEC"},
+	{"images", "IMAGES"},
+	{"info", "INFO"},
+	{"networks", "NETWORKS"},
+	{"nodes", "NODES"},
+	{"plugins", "PLUGINS"},
+	{"secrets", "SECRETS"},
+	{"services", "SERVICES"},
+	{"session", "SESSION"},
+	{"swarm", "SWARM"},
+	{"system", "SYSTEM"},
+	{"tasks", "TASKS"},
+	{"version", "VERSION"},
+	{"volumes", "VOLUMES"},
+};
+
+/* Length of the path segment at p (up to '/', '?' or the end). */
+static size_t segment_len(const char *p)
+{
+	return strcspn(p, "/?");
+}
+
+static bool segment_is(const char *p, size_t n, const char *want)
+{
+	return strlen(want) == n && strncmp(p, want, n) == 0;
+}
+
+char *docker_proxy_allowance(const char *method, const char *path)
+{
+	const char *var = NULL;
+	const char *p = path && path[0] == '/' ? path + 1 : "";
+	/* The version prefix: "v1.41/". */
+	size_t n = segment_len(p);
+	if (n > 1 && p[0] == 'v' && p[n] == '/' && strspn(p + 1, "0123456789.") == n - 1)
+		p += n + 1;
+	n = segment_len(p);
+	/* /containers/{id}/exec creates an exec instance: EXEC, not
+	 * CONTAINERS. */
+	if (segment_is(p, n, "containers") && p[n] == '/') {
+		const char *id = p + n + 1;
+		size_t idn = segment_len(id);
+		if (idn && id[idn] == '/' &&
+		    segment_is(id + idn + 1, segment_len(id + idn + 1), "exec"))
+			var = "EXEC";
+	}
+	for (size_t i = 0; !var && i < ARRAY_LEN(proxy_sections); i++)
+		if (segment_is(p, n, proxy_sections[i].segment))
+			var = proxy_sections[i].var;
+	bool write = !method_is(method, "GET") && !method_is(method, "HEAD");
+	if (var && write)
+		return xasprintf("%s=1 and POST=1", var);
+	if (var)
+		return xasprintf("%s=1", var);
+	return write ? xstrdup("POST=1") : NULL;
+}
+
+char *docker_forbidden_message(const char *endpoint, const char *method, const char *path,
+			       const char *body, size_t len)
+{
+	/* The query is left out: it only makes the line longer. */
+	int path_len = (int)strcspn(path, "?");
+	char *allow = docker_proxy_allowance(method, path);
+	char *hint = allow ? xasprintf(" (allowing it takes %s)", allow) : xstrdup("");
+	/* A daemon's own refusal (an authorization plugin) says why in its
+	 * JSON message: keep its first line. A proxy's page says nothing
+	 * more than the status. */
+	char *said = json_message(body, len);
+	size_t said_len = 0;
+	const char *said_line = said ? first_line(said, strlen(said), &said_len) : NULL;
+	char *msg = xasprintf("Docker API request %s %.*s to %s refused with HTTP 403, probably "
+			      "by a Docker socket proxy%s%s%.*s",
+			      method, path_len, path, endpoint, hint, said_len ? ": " : "",
+			      (int)said_len, said_line ? said_line : "");
+	free(said);
+	free(hint);
+	free(allow);
 	return msg;
 }
 
@@ -531,11 +633,6 @@ static bool slist_add(struct curl_slist **list, const char *s)
 	return true;
 }
 
-static bool method_is(const char *method, const char *want)
-{
-	return strcmp(method, want) == 0;
-}
-
 /*
  * Runs one request on d's handle. full_path already carries the version
  * prefix (or none, for /version and /_ping). Fills *status and leaves the
@@ -552,6 +649,7 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	int64_t start = now_mono_ns();
 	*status = 0;
 	d->unsent = false;
+	d->denied = false;
 
 	if (!path_ok(full_path)) {
 		set_err(d, "invalid Docker API path \"%s\"", full_path);
@@ -610,7 +708,12 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 		set_transport_err(d, d->curl, code, d->curl_err, method, full_path);
 		goto out;
 	}
-	if (*status >= 400) {
+	if (*status == 403) {
+		d->denied = true;
+		free(d->err);
+		d->err = docker_forbidden_message(d->endpoint, method, full_path,
+						  s->body.data ? s->body.data : "", s->body.len);
+	} else if (*status >= 400) {
 		char *msg = docker_error_message(*status, s->body.data ? s->body.data : "",
 						 s->body.len);
 		free(d->err);
@@ -813,7 +916,9 @@ int docker_open(struct docker **out, char **errp)
 	if (status != 200) {
 		/* For >= 400 d->err is the daemon's message (or "HTTP <n>: ..."
 		 * when whatever answered was not a daemon). */
-		if (status >= 400)
+		if (status == 403) /* the message names the request and the endpoint */
+			errp_set(errp, xstrdup(d->err));
+		else if (status >= 400)
 			errp_set(errp, xasprintf("Docker daemon at %s refused GET /version: %s",
 						 d->endpoint, d->err));
 		else
@@ -880,6 +985,11 @@ const char *docker_errmsg(const struct docker *d)
 bool docker_request_unsent(const struct docker *d)
 {
 	return d->unsent;
+}
+
+bool docker_request_denied(const struct docker *d)
+{
+	return d->denied;
 }
 
 /* ---- hijacked connections --------------------------------------------- */
@@ -1020,6 +1130,7 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 	int64_t deadline = deadline_after((int)timeout_ms);
 	*out = NULL;
 	c->fd = CURL_SOCKET_BAD;
+	d->denied = false;
 
 	if (!path_ok(full)) {
 		set_err(d, "invalid Docker API path \"%s\"", full);
@@ -1108,6 +1219,13 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 		buf_append(&body, head.data + head_len, extra);
 		head.data[head_len] = '\0';
 		read_error_body(c, head.data, &body, deadline);
+		if (status == 403) {
+			d->denied = true;
+			free(d->err);
+			d->err = docker_forbidden_message(d->endpoint, "POST", full,
+							  body.data ? body.data : "", body.len);
+			goto out;
+		}
 		size_t vlen = 0;
 		const char *ctype = header_value(head.data, "Content-Type", &vlen);
 		size_t n;

@@ -12,7 +12,9 @@
  * A struct docker is one connection handle: not thread-safe, each thread
  * opens its own. Errors are returned as negative values with the message in
  * docker_errmsg(); an error answered by the daemon carries the daemon's own
- * message verbatim (the "message" field of its JSON error body).
+ * message verbatim (the "message" field of its JSON error body), except
+ * HTTP 403, which is what a Docker socket proxy answers for a request its
+ * allow-list does not permit: that message is docker_forbidden_message().
  */
 #ifndef RELAY_DOCKER_H
 #define RELAY_DOCKER_H
@@ -51,6 +53,12 @@ const char *docker_errmsg(const struct docker *d);
  * cannot have reached it (refused, no socket, connect timeout). False after
  * any other outcome: a failure after connecting may have been acted on. */
 bool docker_request_unsent(const struct docker *d);
+
+/* Addition: true when the last request on d (docker_request(),
+ * docker_request_stream(), docker_ping() or docker_hijack()) was answered
+ * HTTP 403, most likely by a socket proxy's allow-list; docker_errmsg()
+ * then names the request (docker_forbidden_message()). */
+bool docker_request_denied(const struct docker *d);
 
 /* GET /_ping; 0 when the daemon answers "OK". */
 int docker_ping(struct docker *d);
@@ -173,5 +181,26 @@ int docker_negotiate_version(const char *body, size_t len, const char *max, char
  * body>" (cut at 200 bytes), else "HTTP <status>". Returns a malloc'd string.
  */
 char *docker_error_message(long status, const char *body, size_t len);
+
+/*
+ * What a tecnativa/docker-socket-proxy would need to let method path
+ * through (path with or without the /vX.Y prefix, query allowed): "IMAGES=1"
+ * for a read, "BUILD=1 and POST=1" for a write, "EXEC=1 and POST=1" for
+ * /containers/{id}/exec, "POST=1" for a write to a path in no section.
+ * NULL for a read of a path in no section. Malloc'd.
+ */
+char *docker_proxy_allowance(const char *method, const char *path);
+
+/*
+ * The one-line message for an HTTP 403 answer to method path at endpoint:
+ *   Docker API request POST /v1.41/build to tcp://proxy:2375 refused with
+ *   HTTP 403, probably by a Docker socket proxy (allowing it takes BUILD=1
+ *   and POST=1)
+ * The query is left out. When body is JSON with a "message" (a daemon's
+ * own refusal, e.g. an authorization plugin), its first line follows after
+ * ": ". Malloc'd.
+ */
+char *docker_forbidden_message(const char *endpoint, const char *method, const char *path,
+			       const char *body, size_t len);
 
 #endif

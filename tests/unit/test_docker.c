@@ -1,7 +1,9 @@
 /* Unit tests for the pure parts of src/docker.c: DOCKER_HOST parsing,
- * API version checks and negotiation, daemon error messages, the failure
+ * API version checks and negotiation, daemon error messages, the message
+ * for a refusal (HTTP 403) and the proxy variable it names, the failure
  * message of docker_open() for an unreachable daemon, and (against a fake
- * daemon on a unix socket) which failed requests may have reached it. */
+ * daemon on a unix socket) which failed requests may have reached it and
+ * what a refusal of each kind of request reports. */
 #include "docker.h"
 
 #include <poll.h>
@@ -260,6 +262,89 @@ TEST(error_message_bounded)
 	free(m);
 }
 
+/* ---- refusals (HTTP 403) ------------------------------------------------ */
+
+TEST(proxy_allowance)
+{
+	static const struct {
+		const char *method, *path, *want;
+	} cases[] = {
+		{"GET", "/_ping", "PING=1"},
+		{"HEAD", "/_ping", "PING=1"},
+		{"GET", "/version", "VERSION=1"},
+		{"GET", "/v1.41/version", "VERSION=1"},
+		{"GET", "/v1.41/images/relay-fn-x:0123456789abcdef/json", "IMAGES=1"},
+		{"GET", "/v1.41/images/json", "IMAGES=1"},
+		{"DELETE", "/v1.41/images/relay-fn-x:0123456789abcdef", "IMAGES=1 and POST=1"},
+		{"POST", "/v1.41/build?t=relay-fn-x:01&rm=1", "BUILD=1 and POST=1"},
+		{"GET", "/v1.41/containers/json?all=1", "CONTAINERS=1"},
+		{"POST", "/v1.41/containers/create?name=x", "CONTAINERS=1 and POST=1"},
+		{"POST", "/v1.41/containers/abc/attach?stream=1", "CONTAINERS=1 and POST=1"},
+		{"DELETE", "/v1.41/containers/abc?force=1", "CONTAINERS=1 and POST=1"},
+		/* Creating an exec instance is an EXEC request, not a container one. */
+		{"POST", "/v1.41/containers/abc/exec", "EXEC=1 and POST=1"},
+		{"POST", "/containers/abc/exec", "EXEC=1 and POST=1"},
+		{"POST", "/v1.41/exec/123/start", "EXEC=1 and POST=1"},
+		{"POST", "/v1.41/containers/exec/start", "CONTAINERS=1 and POST=1"},
+		{"GET", "/v1.41/secrets", "SECRETS=1"},
+		{"GET", "/v1.41/events?since=1", "EVENTS=1"},
+		/* A segment that merely starts like a section is not one. */
+		{"GET", "/v1.41/containersx", NULL},
+		{"GET", "/v1.41/nothing", NULL},
+		{"PUT", "/v1.41/nothing", "POST=1"},
+		/* "v" and digits only make a version prefix before a slash. */
+		{"GET", "/v1.41", NULL},
+		{"GET", "/vx/images/json", NULL},
+		{"GET", "", NULL},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *got = docker_proxy_allowance(cases[i].method, cases[i].path);
+		if (cases[i].want)
+			CHECK_STR(got, cases[i].want);
+		else if (got)
+			CHECK_STR(got, "(NULL)");
+		free(got);
+	}
+}
+
+/* What haproxy (tecnativa/docker-socket-proxy) answers for a denied path. */
+static const char proxy_403_body[] = "<html><body><h1>403 Forbidden</h1>\n"
+				     "Request forbidden by administrative rules.\n"
+				     "</body></html>\n";
+
+TEST(forbidden_message)
+{
+	char *m = docker_forbidden_message("tcp://socket-proxy:2375", "POST",
+					   "/v1.41/build?t=relay-fn-x:0123456789abcdef&rm=1",
+					   proxy_403_body, sizeof proxy_403_body - 1);
+	CHECK_STR(m, "Docker API request POST /v1.41/build to tcp://socket-proxy:2375 refused "
+		     "with HTTP 403, probably by a Docker socket proxy (allowing it takes BUILD=1 "
+		     "and POST=1)");
+	free(m);
+	m = docker_forbidden_message("unix:///var/run/docker.sock", "GET", "/v1.41/images/json", "",
+				     0);
+	CHECK_STR(m, "Docker API request GET /v1.41/images/json to unix:///var/run/docker.sock "
+		     "refused with HTTP 403, probably by a Docker socket proxy (allowing it takes "
+		     "IMAGES=1)");
+	free(m);
+	/* A path in no section: nothing to suggest. */
+	m = docker_forbidden_message("tcp://h:1", "GET", "/v1.41/nothing", "", 0);
+	CHECK_STR(m, "Docker API request GET /v1.41/nothing to tcp://h:1 refused with HTTP 403, "
+		     "probably by a Docker socket proxy");
+	free(m);
+	/* A daemon's own refusal (an authorization plugin) keeps its reason,
+	 * first line only: the message stays one line. */
+	static const char authz[] = "{\"message\":\"authorization denied by plugin "
+				    "opa: no\\nsecond line\"}";
+	m = docker_forbidden_message("tcp://h:1", "POST", "/v1.41/containers/abc/exec", authz,
+				     sizeof authz - 1);
+	CHECK_STR(m, "Docker API request POST /v1.41/containers/abc/exec to tcp://h:1 refused "
+		     "with HTTP 403, probably by a Docker socket proxy (allowing it takes EXEC=1 "
+		     "and POST=1): authorization denied by plugin opa: no");
+	CHECK(strchr(m, '\n') == NULL);
+	free(m);
+}
+
 /* ---- docker_open failures (no daemon needed) -------------------------- */
 
 static void check_open_fails(const char *host, const char *api, const char *want)
@@ -331,6 +416,9 @@ struct fake {
 	char path[108];
 	int lfd;
 	atomic_int stop, held;
+	/* Answer every request but GET /version as a socket proxy denying
+	 * it: haproxy's 403 page, then close. */
+	bool deny;
 	pthread_t th;
 };
 
@@ -361,10 +449,19 @@ static void *fake_main(void *arg)
 			req[have] = '\0';
 			if (!strstr(req, "\r\n\r\n"))
 				continue;
-			if (strstr(req, "/hold"))
+			if (strstr(req, "/hold")) {
 				atomic_fetch_add(&f->held, 1);
-			else if (write_all(c, ok, strlen(ok)) < 0)
+			} else if (f->deny && strncmp(req, "GET /version ", 13) != 0) {
+				char *no = xasprintf("HTTP/1.1 403 Forbidden\r\ncontent-length: "
+						     "%zu\r\ncontent-type: text/html\r\n"
+						     "connection: close\r\n\r\n%s",
+						     sizeof proxy_403_body - 1, proxy_403_body);
+				write_all(c, no, strlen(no));
+				free(no);
 				break;
+			} else if (write_all(c, ok, strlen(ok)) < 0) {
+				break;
+			}
 			have = 0;
 		}
 		close(c);
@@ -432,7 +529,78 @@ TEST(request_unsent_only_before_connecting)
 	unsetenv("DOCKER_HOST");
 }
 
+/* Every kind of request reports a refusal the same way: denied, and the
+ * message names the request and the proxy variable. */
+TEST(refusals_name_the_request)
+{
+	struct fake f = {.deny = true};
+	REQUIRE(fake_start(&f) == 0);
+	char *host = xasprintf("unix://%s", f.path);
+	setenv("DOCKER_HOST", host, 1);
+	unsetenv("DOCKER_API_VERSION");
+	unsetenv("DOCKER_TLS_VERIFY");
+	struct docker *d = NULL;
+	char *err = NULL;
+	int rc = docker_open(&d, &err);
+	if (rc < 0)
+		printf("  %s\n", err);
+	REQUIRE(rc == 0);
+	char *want = NULL;
+
+	struct docker_response r;
+	CHECK_INT(docker_request(d, "GET", "/images/relay-fn-x:01/json", NULL, 0, NULL, 5000, &r),
+		  0);
+	CHECK_INT(r.status, 403);
+	docker_response_free(&r);
+	CHECK(docker_request_denied(d));
+	CHECK(!docker_request_unsent(d));
+	want = xasprintf("Docker API request GET /v1.41/images/relay-fn-x:01/json to unix://%s "
+			 "refused with HTTP 403, probably by a Docker socket proxy (allowing it "
+			 "takes IMAGES=1)",
+			 f.path);
+	CHECK_STR(docker_errmsg(d), want);
+	free(want);
+
+	long status = 0;
+	CHECK_INT(docker_request_stream(d, "POST", "/build?t=x", "tar", 3, "application/x-tar",
+					5000, NULL, NULL, &status),
+		  0);
+	CHECK_INT(status, 403);
+	CHECK(docker_request_denied(d));
+	CHECK(strstr(docker_errmsg(d), "POST /v1.41/build to ") != NULL);
+	CHECK(strstr(docker_errmsg(d), "(allowing it takes BUILD=1 and POST=1)") != NULL);
+
+	CHECK_INT(docker_ping(d), -1);
+	CHECK(docker_request_denied(d));
+	CHECK(strstr(docker_errmsg(d), "GET /_ping to ") != NULL);
+	CHECK(strstr(docker_errmsg(d), "(allowing it takes PING=1)") != NULL);
+
+	struct docker_conn *c = NULL;
+	CHECK_INT(docker_hijack(d, "/containers/abc/attach?stream=1&stdin=1", &c), -1);
+	CHECK(c == NULL);
+	CHECK(docker_request_denied(d));
+	want = xasprintf("Docker API request POST /v1.41/containers/abc/attach to unix://%s "
+			 "refused with HTTP 403, probably by a Docker socket proxy (allowing it "
+			 "takes CONTAINERS=1 and POST=1)",
+			 f.path);
+	CHECK_STR(docker_errmsg(d), want);
+	free(want);
+
+	/* A request that is answered clears the flag. */
+	f.deny = false;
+	CHECK_INT(docker_request(d, "GET", "/containers/json", NULL, 0, NULL, 5000, &r), 0);
+	CHECK_INT(r.status, 200);
+	docker_response_free(&r);
+	CHECK(!docker_request_denied(d));
+
+	docker_close(d);
+	fake_stop(&f);
+	free(host);
+	unsetenv("DOCKER_HOST");
+}
+
 T_MAIN(T_CASE(host_good), T_CASE(host_bad), T_CASE(host_bad_without_errp), T_CASE(version_valid),
        T_CASE(version_cmp), T_CASE(negotiate_picks_lower), T_CASE(negotiate_errors),
-       T_CASE(error_message), T_CASE(error_message_bounded), T_CASE(open_unreachable),
-       T_CASE(open_tls_missing_certs), T_CASE(request_unsent_only_before_connecting))
+       T_CASE(error_message), T_CASE(error_message_bounded), T_CASE(proxy_allowance),
+       T_CASE(forbidden_message), T_CASE(open_unreachable), T_CASE(open_tls_missing_certs),
+       T_CASE(request_unsent_only_before_connecting), T_CASE(refusals_name_the_request))
