@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,6 +487,31 @@ out:
 	return rc;
 }
 
+/*
+ * image_exists() for image_prepare: a refused check (HTTP 403, a socket
+ * proxy without IMAGES=1) counts as "not there", so the image is built: with
+ * nothing changed the daemon's layer cache makes that build fast and its
+ * result the same image. Said once per process (a WARN), not once per
+ * function or per look.
+ */
+static atomic_bool exists_denied_said;
+
+static int exists_else_build(struct docker *d, const char *ref, char **err)
+{
+	int have = image_exists(d, ref, err);
+	if (have >= 0 || !docker_request_denied(d))
+		return have;
+	if (!atomic_exchange(&exists_denied_said, true))
+		log_warn(LOG_ATTRS("error", *err),
+			 "cannot check for existing images; building every function image instead "
+			 "(IMAGES=1 on the Docker socket proxy allows the check)");
+	else
+		log_debug(LOG_ATTRS("image", ref), "image check refused; building");
+	free(*err);
+	*err = NULL;
+	return 0;
+}
+
 /* The daemon's architecture ("x86_64"), asked once per process. */
 static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
 static char arch_cached[ARCH_MAX];
@@ -536,7 +562,7 @@ static int ensure_dep_image(struct docker *d, const char *name, const struct run
 	if (daemon_arch(d, arch, sizeof arch, err) < 0)
 		goto out;
 	out->dep_ref = image_dep_ref(rt, rule, t, arch);
-	int have = image_exists(d, out->dep_ref, err);
+	int have = exists_else_build(d, out->dep_ref, err);
 	if (have < 0)
 		goto out;
 	if (have) {
@@ -576,7 +602,7 @@ int image_prepare_tree(struct docker *d, const char *name, const struct runtime 
 
 	fingerprint_tree(t, out->fingerprint);
 	out->ref = image_fn_ref(name, out->fingerprint);
-	int have = image_exists(d, out->ref, &e);
+	int have = exists_else_build(d, out->ref, &e);
 	if (have < 0)
 		goto out;
 	if (have) {
@@ -718,6 +744,8 @@ int image_gc(struct docker *d, const char *function, const char *const *keep, si
 	if (docker_request(d, "GET", "/images/json", NULL, 0, NULL, 60000, &r) < 0 ||
 	    r.status != 200) {
 		*err = xasprintf("listing images: %s", docker_errmsg(d));
+		if (r.status == 403)
+			rc = IMAGE_GC_DENIED;
 		goto out;
 	}
 	list = json_loadb(r.body, r.len, 0, NULL);
@@ -746,6 +774,14 @@ int image_gc(struct docker *d, const char *function, const char *const *keep, si
 			if (docker_request(d, "DELETE", path, NULL, 0, NULL, 60000, &dr) < 0) {
 				buf_appendf(&errs, "%s%s: %s", errs.len ? "; " : "", tag,
 					    docker_errmsg(d));
+			} else if (dr.status == 403) {
+				/* Every other removal would be refused the same way. */
+				*err = xasprintf("removing function image %s: %s", tag,
+						 docker_errmsg(d));
+				rc = IMAGE_GC_DENIED;
+				docker_response_free(&dr);
+				free(path);
+				goto out;
 			} else if (dr.status == 200) {
 				count++;
 				log_info(LOG_ATTRS("image", tag), "removed unused function image");

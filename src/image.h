@@ -79,6 +79,9 @@ void image_result_free(struct image_result *r);
  * exists: reuses relay-fn-<name>:<fp16> when the daemon has it (one GET
  * /images/{ref}/json, no build), else builds the dependency image when the
  * runtime's rules call for one and it is missing, then the function image.
+ * When that check is refused (HTTP 403: a Docker socket proxy without
+ * IMAGES=1) the image counts as missing and is built; the first refusal in
+ * the process is logged as a WARN.
  * When a build ran, metrics_build(name, ok, seconds) is recorded.
  * Returns 0 and fills *out, or -1 with a malloc'd message in *err naming
  * the function and carrying the daemon's own error text. A failure leaves
@@ -106,8 +109,11 @@ bool image_held(const char *ref);
  * a container still uses (HTTP 409) or one already gone (404) is skipped.
  * *removed (may be NULL) counts the tags removed. Returns 0, or -1 with *err
  * when listing failed or some removal failed for another reason (the others
- * are still attempted).
+ * are still attempted), or IMAGE_GC_DENIED with *err when the listing or a
+ * removal was refused (HTTP 403: a Docker socket proxy without IMAGES=1);
+ * nothing more is tried then.
  */
+#define IMAGE_GC_DENIED (-2)
 int image_gc(struct docker *d, const char *function, const char *const *keep, size_t nkeep,
 	     size_t *removed, char **err);
 

@@ -27,6 +27,13 @@
  * image; the queue is looked at every RECONCILE_GC_RETRY_NS, and once the
  * image is in no live snapshot and held by no running container,
  * image_gc(function) removes every unused relay-fn-<function>:* tag.
+ * When the daemon refuses a collection (HTTP 403: a Docker socket proxy
+ * without IMAGES=1, as in the minimal allow-list PING VERSION BUILD
+ * CONTAINERS POST), collections are skipped for GC_DENIED_PAUSE_NS and then
+ * tried once more: an operator who adds IMAGES=1 and restarts the proxy
+ * gets cleanup back within the hour without restarting Relay, and a proxy
+ * that keeps refusing costs one request an hour. The first refusal in the
+ * process is a WARN naming IMAGES=1; later ones are DEBUG.
  */
 #include "reconcile.h"
 
@@ -63,6 +70,8 @@
 /* While the functions directory is missing, how often its return is looked for. */
 #define ROOT_RETRY_NS (1LL * NS_PER_SEC)
 #define BUILD_RETRY_MAX_NS (30LL * NS_PER_MIN)
+/* After a refused image collection, how long collections are skipped. */
+#define GC_DENIED_PAUSE_NS (60LL * NS_PER_MIN)
 
 enum note {
 	NOTE_NONE,
@@ -117,6 +126,9 @@ struct reconciler {
 	struct gc_item *gc;
 	size_t ngc;
 	int64_t gc_next_ns;
+	/* Collections were refused (HTTP 403): none until then (monotonic). */
+	bool gc_denied;
+	int64_t gc_denied_until_ns;
 	char **startup_gc; /* names whose old images are looked at once started */
 	size_t nstartup_gc;
 
@@ -462,16 +474,39 @@ static bool keep_has(const struct keep_list *k, const char *image)
 	return false;
 }
 
+/* One WARN per process for refused collections, whatever the reconciler. */
+static atomic_bool gc_denied_said;
+
 static void gc_function(struct reconciler *rc, struct docker *d, const char *fn,
 			const struct keep_list *keep)
 {
 	char *err = NULL;
 	size_t removed = 0;
-	if (image_gc(d, fn, (const char *const *)keep->v, keep->n, &removed, &err) < 0) {
+	if (rc->gc_denied && now_mono_ns() < rc->gc_denied_until_ns) {
+		log_debug(LOG_ATTRS("function", fn),
+			  "image cleanup skipped: the Docker daemon refused the last one");
+		return;
+	}
+	int r = image_gc(d, fn, (const char *const *)keep->v, keep->n, &removed, &err);
+	if (r == IMAGE_GC_DENIED) {
+		rc->gc_denied = true;
+		rc->gc_denied_until_ns = now_mono_ns() + GC_DENIED_PAUSE_NS;
+		if (!atomic_exchange(&gc_denied_said, true))
+			log_warn(LOG_ATTRS("error", err ? err : ""),
+				 "old function images are not removed: the Docker daemon refused "
+				 "image cleanup (IMAGES=1 on the Docker socket proxy allows it); "
+				 "tried again hourly");
+		else
+			log_debug(LOG_ATTRS("function", fn, "error", err ? err : ""),
+				  "image cleanup refused again");
+	} else if (r < 0) {
 		log_warn(LOG_ATTRS("function", fn, "error", err ? err : ""),
 			 "image cleanup failed; retried later");
-		free(err);
+	} else if (rc->gc_denied) {
+		rc->gc_denied = false;
+		log_info(LOG_ATTRS("function", fn), "image cleanup allowed again");
 	}
+	free(err);
 }
 
 static void gc_queue(struct reconciler *rc, const char *fn, const char *image)
