@@ -157,4 +157,7 @@ EOF
 	try_it
 	logs_have 1 'image build failed' && fail "a build failed behind the minimal allow-list"
 	logs_have 1 'msg="Loaded 2 function(s)"' || fail "not both functions loaded"
+	# Said once, naming what to allow, although both functions were built.
+	[ "$(dc logs --no-color relay | grep -c 'level=WARN msg="cannot check for existing images.*IMAGES=1')" = 1 ] ||
+		fail "want one WARN naming IMAGES=1 for the existence check: $(dc logs --no-color relay | grep IMAGES=1)"
 }
