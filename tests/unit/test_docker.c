@@ -491,6 +491,27 @@ static void fake_stop(struct fake *f)
 	unlink(f->path);
 }
 
+/* Starts the fake daemon f and opens a client on it (DOCKER_HOST set to
+ * its socket, no version pinned, no TLS); NULL when either fails. The
+ * caller closes d, then unsets DOCKER_HOST and frees the returned host. */
+static char *open_on_fake(struct fake *f, struct docker **d)
+{
+	if (fake_start(f) != 0)
+		return NULL;
+	char *host = xasprintf("unix://%s", f->path);
+	setenv("DOCKER_HOST", host, 1);
+	unsetenv("DOCKER_API_VERSION");
+	unsetenv("DOCKER_TLS_VERIFY");
+	char *err = NULL;
+	if (docker_open(d, &err) < 0) {
+		printf("  %s\n", err);
+		free(err);
+		free(host);
+		return NULL;
+	}
+	return host;
+}
+
 /*
  * A request that timed out on a connection kept alive from the previous
  * one was sent, and the daemon may act on it (a container create): it is
@@ -501,17 +522,9 @@ static void fake_stop(struct fake *f)
 TEST(request_unsent_only_before_connecting)
 {
 	struct fake f = {0};
-	REQUIRE(fake_start(&f) == 0);
-	char *host = xasprintf("unix://%s", f.path);
-	setenv("DOCKER_HOST", host, 1);
-	unsetenv("DOCKER_API_VERSION");
-	unsetenv("DOCKER_TLS_VERIFY");
 	struct docker *d = NULL;
-	char *err = NULL;
-	int rc = docker_open(&d, &err);
-	if (rc < 0)
-		printf("  %s\n", err);
-	REQUIRE(rc == 0);
+	char *host = open_on_fake(&f, &d);
+	REQUIRE(host != NULL);
 	struct docker_response r;
 	CHECK_INT(docker_request(d, "POST", "/hold/containers/create", "{}", 2, NULL, 300, &r), -1);
 	docker_response_free(&r);
@@ -534,17 +547,9 @@ TEST(request_unsent_only_before_connecting)
 TEST(refusals_name_the_request)
 {
 	struct fake f = {.deny = true};
-	REQUIRE(fake_start(&f) == 0);
-	char *host = xasprintf("unix://%s", f.path);
-	setenv("DOCKER_HOST", host, 1);
-	unsetenv("DOCKER_API_VERSION");
-	unsetenv("DOCKER_TLS_VERIFY");
 	struct docker *d = NULL;
-	char *err = NULL;
-	int rc = docker_open(&d, &err);
-	if (rc < 0)
-		printf("  %s\n", err);
-	REQUIRE(rc == 0);
+	char *host = open_on_fake(&f, &d);
+	REQUIRE(host != NULL);
 	char *want = NULL;
 
 	struct docker_response r;
