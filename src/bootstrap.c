@@ -1,28 +1,56 @@
 /*
  * The bootstraps, embedded in the binary and written into every function
  * image (see runtime.c, which names where each goes and how it is run).
+ * Their text is part of the runtime recipe digest (fingerprint.c), so a
+ * change here gives every function a new fingerprint and a rebuild.
  *
- * Each one reads RELAY_HANDLER ("module.function", split at the last dot),
- * reads the whole event JSON from stdin, resolves the module, calls the
- * function with the event and awaits a coroutine/Promise. Exit status: 0 on
- * success; 1 with exactly one line on stderr ("relay bootstrap: ...") when
- * RELAY_HANDLER is unset or malformed, the event is not JSON, the module is
- * missing or fails to import, the function is missing, or the handler
- * raised; a handler calling sys.exit(n) / process.exit(n) exits with n.
+ * Each one reads RELAY_HANDLER ("module.function"), reads the whole event
+ * JSON from stdin, resolves the module, calls the function with the event
+ * and awaits a coroutine/Promise. Exit status: 0 on success; 1 with exactly
+ * one line on stderr ("relay bootstrap: ...") when RELAY_HANDLER is unset
+ * or malformed, the event is not JSON, the module is missing or fails to
+ * import, the function is missing, or the handler raised; a handler calling
+ * sys.exit(n) / process.exit(n) exits with n.
+ *
+ * What validation accepts, the bootstraps run: RELAY_HANDLER is malformed
+ * exactly when template.c's handler_valid() refuses it (no last dot, an
+ * empty side of it, or whitespace, counted as Go's unicode.IsSpace does),
+ * so a handler `relay function validate` accepted never fails for its
+ * shape; what is left to fail at run time is what only the function's
+ * files can tell (no such module or function, an import error, the
+ * handler itself). The module is the text before the last dot exactly as
+ * written:
+ *
+ *   python3.14  importlib.import_module(module) with /app first on
+ *               sys.path, as the original does: "my-mod" is my-mod.py,
+ *               "events.created" is events/created.py, "a." is a/.py (the
+ *               empty-named module of package a). Python cannot import a
+ *               name starting with "." (a relative import), containing
+ *               "/" or with an empty part before the last ("a..c"): no
+ *               file makes those run, and the bootstrap says "not found".
+ *   node24      the first file that exists of <module>.mjs,
+ *               <module>/index.mjs, <module>.js, <module>/index.js,
+ *               <module>.cjs, <module>/index.cjs under /app, dots kept
+ *               ("a." is a..mjs, "my.lib" is my.lib.mjs, a "/" names a
+ *               directory); then, for a dotted module with no empty part,
+ *               the same six with the dots as directories ("events.created"
+ *               is events/created.mjs, ...): how Python reads the same
+ *               handler, and how this build read every dotted Node module
+ *               before, so functions written that way keep working.
  *
  * The text below is the source verbatim, one C string per line, so a diff
  * of this file reads like a diff of the scripts.
  */
 #include "bootstrap.h"
 
-/* Python (python3.14): run as `python3 /opt/relay/bootstrap.py`; modules are
- * imported with importlib from /app, so dotted modules and namespace
- * packages without __init__.py work. */
+/* Python (python3.14): run as `python3 /opt/relay/bootstrap.py`. */
 const char bootstrap_python[] =
 	"# Relay's Python bootstrap: runs one handler for one event.\n"
-	"# RELAY_HANDLER = \"<module>.<function>\" (split at the last dot); the event\n"
-	"# JSON arrives on stdin. Exit 0 on success; 1 with one line on stderr naming\n"
-	"# the problem; a handler's sys.exit(n) exits n.\n"
+	"# RELAY_HANDLER = \"<module>.<function>\" (split at the last dot: both parts\n"
+	"# non-empty, no whitespace, the rule template validation applies); the\n"
+	"# module is importlib.import_module(<module>) exactly as written, with /app\n"
+	"# first on sys.path. The event JSON arrives on stdin. Exit 0 on success; 1\n"
+	"# with one line on stderr naming the problem; a handler's sys.exit(n) exits n.\n"
 	"import asyncio\n"
 	"import importlib\n"
 	"import inspect\n"
@@ -32,6 +60,10 @@ const char bootstrap_python[] =
 	"import traceback\n"
 	"\n"
 	"APP = \"/app\"\n"
+	"# Whitespace as template validation counts it (Go's unicode.IsSpace).\n"
+	"SPACE = frozenset(\"\\t\\n\\v\\f\\r "
+	"\\x85\\xa0\\u1680\\u2028\\u2029\\u202f\\u205f\\u3000\"\n"
+	"                  + \"\".join(chr(c) for c in range(0x2000, 0x200B)))\n"
 	"\n"
 	"\n"
 	"def one_line(text):\n"
@@ -66,9 +98,7 @@ const char bootstrap_python[] =
 	"    if not spec:\n"
 	"        fail(\"RELAY_HANDLER is not set\")\n"
 	"    module_name, _, function_name = spec.rpartition(\".\")\n"
-	"    parts = module_name.split(\".\") if module_name else []\n"
-	"    if not parts or not all(p.isidentifier() for p in parts) or not "
-	"function_name.isidentifier():\n"
+	"    if not module_name or not function_name or any(ch in SPACE for ch in spec):\n"
 	"        fail('RELAY_HANDLER \"%s\" is not of the form module.function' % spec)\n"
 	"\n"
 	"    raw = sys.stdin.buffer.read()\n"
@@ -77,6 +107,13 @@ const char bootstrap_python[] =
 	"    except ValueError as exc:\n"
 	"        fail(\"event is not valid JSON: %s\" % exc)\n"
 	"\n"
+	"    # The module name as written: \"my-mod\" is my-mod.py, \"events.created\" is\n"
+	"    # events/created.py, \"a.\" is a/.py (the empty-named module of package a).\n"
+	"    # A name starting with \".\" would be a relative import, which has no\n"
+	"    # package to be relative to here.\n"
+	"    if module_name.startswith(\".\"):\n"
+	"        fail('module \"%s\" not found (handler \"%s\"; Python cannot import a module '\n"
+	"             'name starting with \".\")' % (module_name, spec))\n"
 	"    sys.path[0] = APP\n"
 	"    try:\n"
 	"        module = importlib.import_module(module_name)\n"
@@ -114,22 +151,22 @@ const char bootstrap_python[] =
 	"if __name__ == \"__main__\":\n"
 	"    main()\n";
 
-/* Node (node24): run as `node /opt/relay/bootstrap.mjs`; the module is found
- * on disk (<path>.js, .mjs, .cjs, <path>/index.js under /app, the dots of
- * the module name being directories) and loaded with import() by file URL,
- * so ESM and CommonJS handlers both work. */
+/* Node (node24): run as `node /opt/relay/bootstrap.mjs`; import() by file
+ * URL, so ESM and CommonJS handlers both work. */
 const char bootstrap_node[] =
 	"// Relay's Node bootstrap: runs one handler for one event.\n"
-	"// RELAY_HANDLER = \"<module>.<function>\" (split at the last dot); the module\n"
-	"// is found on disk under /app (<path>.js, .mjs, .cjs, <path>/index.js, dots\n"
-	"// of the module name being directories) and loaded with import() by file\n"
-	"// URL; the event JSON arrives on stdin. Exit 0 on success; 1 with one line\n"
-	"// on stderr naming the problem; a handler's process.exit(n) exits n.\n"
+	"// RELAY_HANDLER = \"<module>.<function>\" (split at the last dot: both parts\n"
+	"// non-empty, no whitespace, the rule template validation applies). The\n"
+	"// module is found on disk under /app (see resolve) and loaded with import()\n"
+	"// by file URL; the event JSON arrives on stdin. Exit 0 on success; 1 with\n"
+	"// one line on stderr naming the problem; a handler's process.exit(n) exits n.\n"
 	"import fs from 'node:fs';\n"
-	"import path from 'node:path';\n"
 	"import { pathToFileURL } from 'node:url';\n"
 	"\n"
 	"const APP = '/app';\n"
+	"// Whitespace as template validation counts it (Go's unicode.IsSpace).\n"
+	"const SPACE = /[\\t\\n\\v\\f\\r "
+	"\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]/;\n"
 	"\n"
 	"function oneLine(text) {\n"
 	"  return String(text).replace(/\\r?\\n|\\r/g, ' ');\n"
@@ -164,6 +201,26 @@ const char bootstrap_node[] =
 	"  }\n"
 	"}\n"
 	"\n"
+	"// The files module <module> may be, in order: <module>.mjs,\n"
+	"// <module>/index.mjs, <module>.js, <module>/index.js, then <module>.cjs,\n"
+	"// <module>/index.cjs, <module> being the text before the last dot as\n"
+	"// written, dots included (\"a.\" is a..mjs, \"my.lib\" is my.lib.mjs; a \"/\"\n"
+	"// names a directory). A dotted module none of whose parts is empty is then\n"
+	"// also looked up with its dots as directories, as Python reads it\n"
+	"// (\"events.created\" is events/created.mjs, ... after events.created.mjs, ...).\n"
+	"function candidates(moduleName) {\n"
+	"  const names = [moduleName];\n"
+	"  const parts = moduleName.split('.');\n"
+	"  if (parts.length > 1 && !parts.includes('')) names.push(parts.join('/'));\n"
+	"  const files = [];\n"
+	"  for (const name of names) {\n"
+	"    const base = APP + '/' + name;\n"
+	"    for (const ext of ['.mjs', '.js', '.cjs']) files.push(base + ext, base + '/index' + "
+	"ext);\n"
+	"  }\n"
+	"  return files;\n"
+	"}\n"
+	"\n"
 	"async function readStdin() {\n"
 	"  const chunks = [];\n"
 	"  for await (const chunk of process.stdin) chunks.push(chunk);\n"
@@ -176,9 +233,7 @@ const char bootstrap_node[] =
 	"  const dot = spec.lastIndexOf('.');\n"
 	"  const moduleName = dot > 0 ? spec.slice(0, dot) : '';\n"
 	"  const functionName = dot > 0 ? spec.slice(dot + 1) : '';\n"
-	"  const parts = moduleName.split('.');\n"
-	"  if (!moduleName || !functionName || parts.some((p) => p === '' || p === '..' || "
-	"p.includes('/'))) {\n"
+	"  if (!moduleName || !functionName || SPACE.test(spec)) {\n"
 	"    fail(`RELAY_HANDLER \"${spec}\" is not of the form module.function`);\n"
 	"  }\n"
 	"\n"
@@ -190,12 +245,10 @@ const char bootstrap_node[] =
 	"    fail(`event is not valid JSON: ${err.message}`);\n"
 	"  }\n"
 	"\n"
-	"  const base = path.join(APP, ...parts);\n"
-	"  const candidates = [base + '.js', base + '.mjs', base + '.cjs', path.join(base, "
-	"'index.js')];\n"
-	"  const file = candidates.find(isFile);\n"
+	"  const files = candidates(moduleName);\n"
+	"  const file = files.find(isFile);\n"
 	"  if (!file) {\n"
-	"    const rel = candidates.map((c) => path.relative(APP, c)).join(', ');\n"
+	"    const rel = files.map((f) => f.slice(APP.length + 1)).join(', ');\n"
 	"    fail(`module \"${moduleName}\" not found (handler \"${spec}\"; looked for ${rel})`);\n"
 	"  }\n"
 	"\n"

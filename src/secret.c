@@ -34,7 +34,8 @@
 bool secret_name_ok(const char *name)
 {
 	size_t n = strlen(name);
-	if (n == 0 || n > SECRET_NAME_MAX || name[0] == '.' || name[n - 1] == '.')
+	if (n == 0 || n > SECRET_NAME_MAX || name[n - 1] == '.' ||
+	    !((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9')))
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = name[i];

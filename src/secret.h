@@ -53,13 +53,16 @@ enum secret_status {
 };
 
 /* One line describing the naming rule, for error messages. */
-#define SECRET_NAME_RULE                                                                     \
-	"a secret name uses lowercase letters, digits, '.', '_' and '-', does not start or " \
-	"end with '.', and has at most 63 characters"
+#define SECRET_NAME_RULE                                                                    \
+	"a secret name starts with a lowercase letter or a digit, uses lowercase letters, " \
+	"digits, '.', '_' and '-', does not end with '.', and has at most 63 characters"
 
 /*
- * The rule for secret names (and secret references in templates):
- * [a-z0-9._-]{1,63}, not starting or ending with '.'.
+ * The rule for secret names, the only place it is decided: the store
+ * (secret_get/set/remove/list, relay secret, relay git --webhook-secret)
+ * and template validation (secret references in template.yaml) both call
+ * it. [a-z0-9][a-z0-9._-]{0,62}, not ending with '.' (the original's rule:
+ * "_lead", "-lead" and ".lead" are refused). Pure; any thread.
  */
 bool secret_name_ok(const char *name);
 /* Same rule; on failure returns SECRET_INVALID_NAME and sets *err to a

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "duration.h"
+#include "secret.h"
 #include "yaml.h"
 
 #define MAX_HANDLER_LEN 255
@@ -541,7 +542,51 @@ static int get_retries(struct ctx *c, const struct ynode *parent, const char *pa
 	return r;
 }
 
-/* handler: module.function split at the last dot, no empty segment. */
+/* ---- the handler rule -------------------------------------------------- */
+
+/*
+ * Length of the whitespace character at p[0..n), 0 if there is none: the
+ * Unicode White_Space characters, as Go's unicode.IsSpace counts them
+ * (ASCII \t \n \v \f \r and space; U+0085, U+00A0, U+1680, U+2000..U+200A,
+ * U+2028, U+2029, U+202F, U+205F, U+3000, in UTF-8). The bootstraps
+ * (bootstrap.c) check the same set.
+ */
+static size_t space_at(const unsigned char *p, size_t n)
+{
+	if (p[0] == ' ' || (p[0] >= '\t' && p[0] <= '\r'))
+		return 1;
+	if (n >= 2 && p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0))
+		return 2;
+	if (n < 3)
+		return 0;
+	if ((p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80) ||
+	    (p[0] == 0xe2 && p[1] == 0x80 &&
+	     ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf)) ||
+	    (p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f) ||
+	    (p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80))
+		return 3;
+	return 0;
+}
+
+bool handler_valid(const char *s, size_t len, const char **why)
+{
+	const char *dot = NULL, *w = NULL;
+	for (size_t i = 0; i < len && !w; i++) {
+		if (s[i] == '\0')
+			w = "no NUL byte";
+		else if (space_at((const unsigned char *)s + i, len - i))
+			w = "no whitespace";
+		else if (s[i] == '.')
+			dot = s + i;
+	}
+	if (!w && !(dot != NULL && dot > s && dot < s + len - 1))
+		w = "split at the last dot, no empty part";
+	if (why)
+		*why = w;
+	return w == NULL;
+}
+
+/* handler: the handler rule above, then split at the last dot. */
 static int get_handler(struct ctx *c, const struct ynode *parent, const char *path, char **handler,
 		       char **module, char **function)
 {
@@ -550,6 +595,7 @@ static int get_handler(struct ctx *c, const struct ynode *parent, const char *pa
 	char *p = xasprintf("%s.handler", path);
 	struct yscalar y;
 	enum ytype t = node_type(n, &y);
+	const char *why;
 	int rc = -1;
 	if (!present || t == Y_NULL) {
 		err(c, p, "is required (module.function, e.g. events.created.handler)");
@@ -557,41 +603,16 @@ static int get_handler(struct ctx *c, const struct ynode *parent, const char *pa
 		err(c, p, "must be a string of the form module.function, not %s", type_name(t));
 	} else if (y.len > MAX_HANDLER_LEN) {
 		err(c, p, "longer than %d characters", MAX_HANDLER_LEN);
-	} else {
-		char *h = xstrndup(y.text, y.len);
+	} else if (!handler_valid(y.text, y.len, &why)) {
 		char *q = shown(&y);
-		const char *dot = strrchr(h, '.');
-		bool ok = dot != NULL && strlen(h) == y.len;
-		/* Every dot-separated segment is non-empty and made of identifier
-		 * characters ('-' allowed for file names like my-handler.js). */
-		size_t seg = 0;
-		for (const char *s = h; ok && *s; s++) {
-			if (*s == '.') {
-				if (seg == 0)
-					ok = false;
-				seg = 0;
-			} else if (isalnum((unsigned char)*s) || *s == '_' || *s == '$' ||
-				   *s == '-') {
-				seg++;
-			} else {
-				ok = false;
-			}
-		}
-		if (ok && seg == 0)
-			ok = false;
-		if (!ok) {
-			err(c, p,
-			    "%s is not of the form module.function (split at the last dot, no "
-			    "empty part)",
-			    q);
-			free(h);
-		} else {
-			*handler = h;
-			*module = xstrndup(h, (size_t)(dot - h));
-			*function = xstrdup(dot + 1);
-			rc = 0;
-		}
+		err(c, p, "%s is not of the form module.function (%s)", q, why);
 		free(q);
+	} else {
+		*handler = xstrndup(y.text, y.len);
+		const char *dot = strrchr(*handler, '.');
+		*module = xstrndup(*handler, (size_t)(dot - *handler));
+		*function = xstrdup(dot + 1);
+		rc = 0;
 	}
 	free(p);
 	return rc;
@@ -605,18 +626,6 @@ int env_name_valid(const char *s)
 		return 0;
 	for (const char *p = s; *p; p++)
 		if (!(isalnum((unsigned char)*p) || *p == '_') || (unsigned char)*p > 0x7f)
-			return 0;
-	return 1;
-}
-
-int secret_name_valid(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 63 || s[0] == '.' || s[n - 1] == '.')
-		return 0;
-	for (const char *p = s; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-		      *p == '_' || *p == '-'))
 			return 0;
 	return 1;
 }
@@ -775,12 +784,16 @@ static void parse_vars(struct ctx *c, const struct ynode *map, const char *secti
 			err(c, path, "must be a scalar, not %s", type_name(vt));
 		} else if (secrets) {
 			char *ref = xstrndup(v.text, v.len);
-			if (vt != Y_STR || strlen(ref) != v.len || !secret_name_valid(ref)) {
+			if (vt != Y_STR || strlen(ref) != v.len || !secret_name_ok(ref)) {
 				char *q = shown(&v);
-				err(c, path,
-				    "%s is not a valid secret name (lowercase letters, digits, "
-				    "'.', '_', '-'; no leading or trailing '.'; at most 63)",
-				    q);
+				if (vt != Y_STR)
+					err(c, path,
+					    "%s is not a valid secret name: it is %s, not a string "
+					    "(quote it)",
+					    q, type_name(vt));
+				else
+					err(c, path,
+					    "%s is not a valid secret name: " SECRET_NAME_RULE, q);
 				free(q);
 				free(ref);
 			} else {

@@ -120,8 +120,20 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		   struct strlist *warnings);
 void template_free(struct template *t);
 
-/* Name rules shared with the secret store and the CLI. */
+/*
+ * The handler rule (the original's), the only place it is decided: s[0..len)
+ * has a last dot with a non-empty module before it and a non-empty function
+ * after it, and no whitespace (Unicode White_Space, as Go's unicode.IsSpace)
+ * and no NUL byte anywhere. So "a..b" is module "a.", function "b"; any
+ * other character is allowed and is the bootstrap's to resolve (bootstrap.c
+ * says how each runtime finds the module). Returns true when valid;
+ * otherwise false and, if why is given, a static reason ("split at the last
+ * dot, no empty part", "no whitespace", "no NUL byte"). Pure; any thread.
+ */
+bool handler_valid(const char *s, size_t len, const char **why);
+
+/* The variable-name rule of env and secrets keys. (Secret names, the values
+ * of secrets, follow secret.h's secret_name_ok.) */
 int env_name_valid(const char *s);
-int secret_name_valid(const char *s);
 
 #endif

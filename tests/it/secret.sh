@@ -171,24 +171,32 @@ assert_err_eq_line() { [ "$(cat "$TMP/err")" = "$1" ] || fail "stderr differs; w
 test_invalid_names_rejected() {
 	local n long
 	long=$(printf 'a%.0s' $(seq 64))
-	for n in Foo .hidden trailing. a/b ../x "a b" "$long" "" "caf$(printf '\303\251')"; do
+	# The first character is a lowercase letter or a digit ("--" so that
+	# "-lead" is the name, not an option).
+	for n in _lead -lead Foo .hidden trailing. a/b ../x "a b" "$long" "" "caf$(printf '\303\251')"; do
 		printf 'v' >"$TMP/v"
-		run_with "$TMP/v" "$RELAY" secret set "$n"
+		run_with "$TMP/v" "$RELAY" secret set -- "$n"
 		assert_status 1
 		assert_out_empty
 		assert_err_lines 1
-		assert_err_contains "relay: secret set: invalid secret name"
-		assert_err_contains "lowercase letters, digits, '.', '_' and '-', does not start or end with '.', and has at most 63 characters"
-		run "$RELAY" secret rm "$n"
+		assert_err_contains "relay: secret set: invalid secret name \""
+		assert_err_contains "\": a secret name starts with a lowercase letter or a digit, uses lowercase letters, digits, '.', '_' and '-', does not end with '.', and has at most 63 characters"
+		run "$RELAY" secret rm -- "$n"
 		assert_status 1
 		assert_err_contains "relay: secret rm: invalid secret name"
 	done
 	[ ! -e "$RELAY_DATA_DIR" ] || fail "invalid names created files: $(find "$RELAY_DATA_DIR")"
-	# 63 characters is the limit.
-	set_value "${long:1}" 'v'
+	# 63 characters is the limit; a digit or a letter may lead, '_' and '-'
+	# may follow.
+	for n in "${long:1}" 0abc abc 9_-x; do
+		set_value "$n" 'v'
+	done
 	run "$RELAY" secret ls
 	assert_out_eq "NAME
-${long:1}"
+0abc
+9_-x
+${long:1}
+abc"
 }
 
 test_usage_errors() {

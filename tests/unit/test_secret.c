@@ -53,14 +53,21 @@ TEST(name_rule_table)
 		{"0", true},
 		{"a.b.c", true},
 		{"a..b", true},
-		{"-a", true},
 		{"a_", true},
+		{"a-", true},
+		{"abc", true},
+		{"0abc", true},
+		{"9-_.x", true},
 		{"123456789012345678901234567890123456789012345678901234567890123", true},
 		{"1234567890123456789012345678901234567890123456789012345678901234", false},
 		{"", false},
 		{".", false},
 		{"..", false},
 		{".a", false},
+		{"_lead", false}, /* the first character is a lowercase letter or a digit */
+		{"-lead", false},
+		{"_", false},
+		{"-", false},
 		{"a.", false},
 		{"A", false},
 		{"Database", false},
@@ -79,7 +86,8 @@ TEST(name_rule_table)
 		int rc = secret_name_check(cases[i].name, &err);
 		CHECK_INT(rc, cases[i].ok ? 0 : SECRET_INVALID_NAME);
 		if (!cases[i].ok)
-			CHECK(contains(err, "at most 63 characters"));
+			CHECK(contains(err, "starts with a lowercase letter or a digit") &&
+			      contains(err, "at most 63 characters"));
 		free(err);
 	}
 }
@@ -535,7 +543,8 @@ TEST(not_found_and_invalid_names)
 	free(err);
 	err = NULL;
 
-	static const char *const bad[] = {"", "../other", "Other", ".other", "a\x01\"b"};
+	static const char *const bad[] = {"",	   "../other", "Other",	  ".other",
+					  "_lead", "-lead",    "a\x01\"b"};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		CHECK_INT(secret_get(p, bad[i], &v, &len, &err), SECRET_INVALID_NAME);
 		CHECK(contains(err, "invalid secret name"));

@@ -32,6 +32,7 @@ static const struct {
 		  "8080\n  _x1: true\n",
 	 NULL},
 	{HDR RULE "secrets:\n  DATABASE_URL: database-url\n  K: a.b_c-1\n", NULL},
+	{HDR RULE "secrets:\n  A: 0abc\n  B: abc\n  C: \"0\"\n  D: a_\n  E: a-\n", NULL},
 	{HDR RULE "env: {}\nsecrets: {}\n", NULL},
 	{HDR RULE "events_extra: 1\n", NULL}, /* unknown key: warning only */
 	{"runtime: !!str python3.14\n" RULE, NULL},
@@ -78,11 +79,8 @@ static const struct {
 	 "events[0].handler: \".f\" is not of the form"},
 	{HDR "events:\n  - handler: m.\n    pattern: {a: [1]}\n",
 	 "events[0].handler: \"m.\" is not of the form"},
-	{HDR "events:\n  - handler: a..f\n    pattern: {a: [1]}\n",
-	 "events[0].handler: \"a..f\" is not of the form"},
 	{HDR "events:\n  - handler: a b.f\n    pattern: {a: [1]}\n",
 	 "events[0].handler: \"a b.f\" is not of the form"},
-	{HDR "events:\n  - handler: a/b.f\n    pattern: {a: [1]}\n", "events[0].handler:"},
 	{HDR "events:\n  - handler: 12\n    pattern: {a: [1]}\n",
 	 "events[0].handler: must be a string of the form module.function, not an integer"},
 	{HDR RULE "  - handler: x\n    pattern: {a: [1]}\n",
@@ -179,7 +177,12 @@ static const struct {
 	 "secrets:\n  DB: 1234567890123456789012345678901234567890123456789012345678901234\n",
 	 "secrets.DB: "},
 	{HDR RULE "secrets:\n  DB: a/b\n", "secrets.DB: \"a/b\" is not a valid secret name"},
-	{HDR RULE "secrets:\n  DB: 5\n", "secrets.DB: \"5\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: _lead\n",
+	 "secrets.DB: \"_lead\" is not a valid secret name: "
+	 "a secret name starts with a lowercase letter or a digit"},
+	{HDR RULE "secrets:\n  DB: -lead\n", "secrets.DB: \"-lead\" is not a valid secret name"},
+	{HDR RULE "secrets:\n  DB: 5\n",
+	 "secrets.DB: \"5\" is not a valid secret name: it is an integer, not a string (quote it)"},
 	{HDR RULE "env:\n  DB: x\nsecrets:\n  DB: db\n",
 	 "secrets.DB: DB is defined in both env and secrets"},
 
@@ -540,6 +543,98 @@ TEST(messages_are_bounded)
 	buf_free(&b);
 }
 
+/*
+ * The handler rule (the original's): two non-empty sides around the last
+ * dot, no whitespace; the module is everything before the last dot. Each
+ * row goes through handler_valid() and through a rule and a schedule of a
+ * template, with the handler written as a YAML double-quoted scalar.
+ */
+TEST(handler_rule)
+{
+	static const struct {
+		const char *raw; /* the handler */
+		size_t len;	 /* its length when it holds a NUL, else 0 */
+		const char *yaml;
+		const char *module;   /* NULL: refused */
+		const char *function; /* or, when refused, the reason */
+	} cases[] = {
+		{"a.b", 0, "a.b", "a", "b"},
+		{"a..b", 0, "a..b", "a.", "b"},
+		{"my-mod.main", 0, "my-mod.main", "my-mod", "main"},
+		{"events.created.handler", 0, "events.created.handler", "events.created",
+		 "handler"},
+		{"a.b.c", 0, "a.b.c", "a.b", "c"},
+		{"pkg/sub.fn", 0, "pkg/sub.fn", "pkg/sub", "fn"},
+		{".a.b", 0, ".a.b", ".a", "b"},
+		{"a...b", 0, "a...b", "a..", "b"},
+		{"caf\xc3\xa9.$fn", 0, "caf\\u00e9.$fn", "caf\xc3\xa9", "$fn"},
+		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", "a\xef\xbb\xbf", "b"}, /* not White_Space */
+		{"ab", 0, "ab", NULL, "split at the last dot, no empty part"},
+		{".b", 0, ".b", NULL, "split at the last dot, no empty part"},
+		{"a.", 0, "a.", NULL, "split at the last dot, no empty part"},
+		{".", 0, ".", NULL, "split at the last dot, no empty part"},
+		{"..", 0, "..", NULL, "split at the last dot, no empty part"},
+		{"", 0, "", NULL, "split at the last dot, no empty part"},
+		{"a b.c", 0, "a b.c", NULL, "no whitespace"},
+		{"a.b c", 0, "a.b c", NULL, "no whitespace"},
+		{" a.b", 0, " a.b", NULL, "no whitespace"},
+		{"a.b ", 0, "a.b ", NULL, "no whitespace"},
+		{"a\tb.c", 0, "a\\tb.c", NULL, "no whitespace"},
+		{"a.b\n", 0, "a.b\\n", NULL, "no whitespace"},
+		{"a\r.b", 0, "a\\r.b", NULL, "no whitespace"},
+		{"a.\vb", 0, "a.\\vb", NULL, "no whitespace"},
+		{"a.\fb", 0, "a.\\fb", NULL, "no whitespace"},
+		{"a\xc2\xa0.b", 0, "a\\u00a0.b", NULL, "no whitespace"},
+		{"a\xc2\x85.b", 0, "a\\u0085.b", NULL, "no whitespace"},
+		{"a.b\xe2\x80\x8a", 0, "a.b\\u200a", NULL, "no whitespace"},
+		{"a\xe2\x80\xa8.b", 0, "a\\u2028.b", NULL, "no whitespace"},
+		{"a\xe3\x80\x80.b", 0, "a\\u3000.b", NULL, "no whitespace"},
+		{"a\0.b", 4, "a\\0.b", NULL,
+		 "no NUL byte"}, /* an environment variable cannot hold it */
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].raw);
+		bool want = cases[i].module != NULL;
+		const char *why = "unset";
+		if (handler_valid(cases[i].raw, len, &why) != want)
+			T_FAIL_("handler_valid(\"%s\") != %d", cases[i].yaml, want);
+		if (want ? why != NULL : !why || strcmp(why, cases[i].function) != 0)
+			T_FAIL_("handler_valid(\"%s\"): reason %s", cases[i].yaml,
+				why ? why : "NULL");
+		char *y =
+			xasprintf(HDR "events:\n  - handler: \"%s\"\n    pattern: {}\n"
+				      "schedules:\n  - handler: \"%s\"\n    cron: \"0 3 * * *\"\n",
+				  cases[i].yaml, cases[i].yaml);
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(y, strlen(y), &t, &errors, &warnings);
+		if (want) {
+			if (rc != 0 || !t) {
+				T_FAIL_("\"%s\" refused: %s", cases[i].yaml,
+					errors.n ? errors.v[0] : "(no error)");
+			} else {
+				CHECK_STR(t->rules[0].handler, cases[i].raw);
+				CHECK_STR(t->rules[0].module, cases[i].module);
+				CHECK_STR(t->rules[0].function, cases[i].function);
+				CHECK_STR(t->schedules[0].handler, cases[i].raw);
+				CHECK_STR(t->schedules[0].module, cases[i].module);
+				CHECK_STR(t->schedules[0].function, cases[i].function);
+			}
+		} else if (rc == 0 || errors.n != 2 ||
+			   strncmp(errors.v[0], "events[0].handler: \"", 20) != 0 ||
+			   !strstr(errors.v[0], "\" is not of the form module.function (") ||
+			   !strstr(errors.v[0], cases[i].function) ||
+			   strncmp(errors.v[1], "schedules[0].handler: \"", 23) != 0) {
+			T_FAIL_("\"%s\" not refused as a handler (rc %d, %zu errors): %s",
+				cases[i].yaml, rc, errors.n, errors.n ? errors.v[0] : "");
+		}
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+		free(y);
+	}
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -560,4 +655,4 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(alias_bomb_is_bounded), T_CASE(aliases_in_many_rules_count_against_one_bound),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
-       T_CASE(size_bound))
+       T_CASE(handler_rule), T_CASE(size_bound))
