@@ -197,14 +197,7 @@ static void release(struct consumer *c, const char *id)
 /* Whether a field is one Relay reads: the read scripts' WANTED. */
 static bool field_wanted(const redisReply *f)
 {
-	static const char *const names[] = {"event", SCHEDULE_FIELD_FUNCTION,
-					    SCHEDULE_FIELD_HANDLER, SCHEDULE_FIELD_OCCURRENCE};
-	if (f->type != REDIS_REPLY_STRING)
-		return false;
-	for (size_t i = 0; i < ARRAY_LEN(names); i++)
-		if (f->len == strlen(names[i]) && memcmp(f->str, names[i], f->len) == 0)
-			return true;
-	return false;
+	return f->type == REDIS_REPLY_STRING && f->len == 5 && memcmp(f->str, "event", 5) == 0;
 }
 
 /*
@@ -306,8 +299,7 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	       "the read scripts count 64 + 16 per string");
 /* clang-format off */
 #define READ_LUA_PRELUDE \
-	"local WANTED = {event = true, " SCHEDULE_FIELD_FUNCTION " = true,\n" \
-	"  " SCHEDULE_FIELD_HANDLER " = true, " SCHEDULE_FIELD_OCCURRENCE " = true}\n" \
+	"local WANTED = {event = true}\n" \
 	"local function measure(e)\n" \
 	"  local f, size, n, last, all = e[2], 0, 0, {}, true\n" \
 	"  for i = 1, #f - 1, 2 do\n" \
@@ -493,21 +485,26 @@ static void report_too_large(struct consumer *c, const redisReply *big, bool fre
  * (architecture.md: "an XACK can travel with the next XREADGROUP"). No
  * hand-off to a worker and no extra round trip keeps the no-match path
  * close to a bare XREADGROUP + XACK loop (bench/consume). A message that
- * matches takes its decoded event to the worker; anything else (a
- * malformed event, a scheduled occurrence) is decoded by the worker.
- * Called without the consumer lock: decoding a large event takes a while.
+ * matches, or claims to be a scheduled occurrence (*scheduled set), takes
+ * its decoded event to the worker; a malformed one is decoded again by the
+ * worker, which dead-letters it with the reason. Called without the
+ * consumer lock: decoding a large event takes a while.
  */
 static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uint32_t *ids,
-			    struct msg *m)
+			    struct msg *m, bool *scheduled)
 {
-	if (schedule_route_of(m->fields, m->lens, m->nfields, NULL))
-		return false;
+	*scheduled = false;
 	if (c->cfg.test_before_decode)
 		c->cfg.test_before_decode(c->cfg.test_ctx);
 	struct event *ev = NULL;
 	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) !=
 	    EVENT_OK)
 		return false;
+	if (schedule_claimed(ev)) {
+		*scheduled = true;
+		m->ev = ev;
+		return false;
+	}
 	if (pattern_set_match(snap->set, ev, now_wall_ns(), ids) == 0) {
 		event_free(ev);
 		return true;
@@ -592,10 +589,11 @@ static void take_batch(struct consumer *c, const redisReply *entries, bool recov
 			continue;
 		log_debug(LOG_ATTRS("message_id", m->id),
 			  recovered ? "message read (recovered)" : "message read");
+		bool scheduled;
+		skip[i] = matches_nothing(c, snap, ids, m, &scheduled);
 		/* Scheduled occurrences are not events. */
-		if (!schedule_route_of(m->fields, m->lens, m->nfields, NULL))
+		if (!scheduled)
 			metrics_inc(METRIC_EVENTS_RECEIVED);
-		skip[i] = matches_nothing(c, snap, ids, m);
 	}
 	free(ids);
 	registry_release(c->cfg.registry, snap);
@@ -1223,18 +1221,20 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 
 /*
  * A message that claims to be a scheduled occurrence runs only once proven
- * genuine (scheduler.h, schedule_verify). Returns true when it is; false
- * when it was dealt with here: dead-lettered as forged (never run), or left
- * pending when it could not be checked (Redis error: retried by a later
- * reclaim, never run unverified).
+ * genuine (scheduler.h: schedule_envelope_check, schedule_verify). Returns
+ * true with *route filled when it is; false when it was dealt with here:
+ * dead-lettered as forged (never run), or left pending when it could not
+ * be checked (Redis error: retried by a later reclaim, never run
+ * unverified).
  */
 static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *m,
+			       const struct event *ev, struct schedule_route *route,
 			       const char *payload, size_t plen)
 {
 	char why[512] = "";
-	int g = ensure_conn(c, r) < 0 ? -1
-				      : schedule_verify(r, m->fields, m->lens, m->nfields, m->id,
-							why, sizeof why);
+	int g = schedule_envelope_check(ev, route, why, sizeof why);
+	if (g == 1)
+		g = ensure_conn(c, r) < 0 ? -1 : schedule_verify(r, route, why, sizeof why);
 	if (g == 1)
 		return true;
 	if (g < 0) {
@@ -1252,12 +1252,8 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 
 static void process(struct consumer *c, struct redis *r, struct msg *m)
 {
-	struct schedule_route route;
-	bool scheduled = schedule_route_of(m->fields, m->lens, m->nfields, &route);
 	size_t plen = 0;
 	const char *payload = payload_of(m, &plen);
-	if (scheduled && !occurrence_genuine(c, r, m, payload, plen))
-		return;
 	/* Decoded by the reader when it matched something there. */
 	struct event *ev = m->ev;
 	m->ev = NULL;
@@ -1275,12 +1271,19 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 				 "malformed event sent to the dead-letter stream without running "
 				 "any handler");
 			metrics_inc(METRIC_DLQ_ENTRIES);
-			if (!scheduled)
-				metrics_inc(METRIC_EVENTS_PROCESSED);
+			metrics_inc(METRIC_EVENTS_PROCESSED);
 		}
 		release(c, m->id);
 		return;
 	}
+	struct schedule_route route;
+	bool scheduled = schedule_claimed(ev);
+	if (scheduled && !occurrence_genuine(c, r, m, ev, &route, payload, plen)) {
+		event_free(ev);
+		return;
+	}
+	/* A scheduled handler reads the occurrence's payload, not the entry. */
+	char *sched_stdin = scheduled ? schedule_payload(route.at_s) : NULL;
 
 	struct snapshot *snap = registry_acquire(c->cfg.registry);
 	struct target *t = NULL;
@@ -1343,13 +1346,30 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		 * Exhausted is terminal and, invocations being sequential,
 		 * leaves every later rule unrunnable: the message is routed to
 		 * the DLQ below. */
-		if (res[i] == INV_OK)
+		log_say(fname, scheduled ? "schedule" : "rule", handler, " matched event \"%s\"",
+			m->id);
+		if (res[i] == INV_OK) {
+			log_say(fname, "handler", handler,
+				" already succeeded for event \"%s\"; skipping", m->id);
 			continue;
-		if (res[i] == INV_EXHAUSTED)
+		}
+		if (res[i] == INV_EXHAUSTED) {
+			log_say(fname, "handler", handler, " exhausted for event \"%s\"; skipping",
+				m->id);
 			break;
+		}
 		struct marker mk = loaded[i];
 		int64_t now = now_wall_ns();
 		if (!marker_eligible(&mk, now)) {
+			/* Whole seconds, rounded up: "eligible in 0s" would read
+			 * as eligible. */
+			char in[DURATION_STR_MAX];
+			int64_t left = mk.deadline_ns - now;
+			left = (left + NS_PER_SEC - 1) / NS_PER_SEC * NS_PER_SEC;
+			log_say(fname, "handler", handler,
+				" not eligible for event \"%s\" (running or waiting for retry; "
+				"eligible in %s)",
+				m->id, duration_format(left, in));
 			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
 					    m->id, "marker", raw[i] ? raw[i] : ""),
 				  "invocation running elsewhere or backing off; leaving the "
@@ -1359,10 +1379,10 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT)
 				      ? mk.attempts + 1
 				      : 1;
-		log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id,
-				   "event_id", event_id ? event_id : "", "event_name",
-				   event_name ? event_name : ""),
-			 scheduled ? "scheduled occurrence" : "rule matched");
+		log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id,
+				    "event_id", event_id ? event_id : "", "event_name",
+				    event_name ? event_name : ""),
+			  scheduled ? "scheduled occurrence" : "rule matched");
 
 		bool waited = false;
 		int64_t timeout = t[i].timeout_ns;
@@ -1422,8 +1442,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			.fv = fv,
 			.handler = handler,
 			.timeout_ns = timeout,
-			.payload = payload,
-			.payload_len = plen,
+			.payload = sched_stdin ? sched_stdin : payload,
+			.payload_len = sched_stdin ? strlen(sched_stdin) : plen,
 			.message_id = m->id,
 			.event_id = event_id,
 			.event_name = event_name,
@@ -1468,7 +1488,8 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 		free(prev);
 		if (out.outcome == INVOKE_OK) {
 			metrics_handler_invocation(fname, handler, METRIC_OUTCOME_SUCCESS, secs);
-			log_info(attrs, "handler executed");
+			log_say(fname, "handler", handler, " executed for event \"%s\"", m->id);
+			log_debug(attrs, "handler executed");
 			res[i] = INV_OK;
 		} else {
 			metrics_handler_invocation(fname, handler,
@@ -1477,18 +1498,20 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 							   : METRIC_OUTCOME_FAILURE,
 						   secs);
 			snprintf_(last_error, sizeof last_error, "%s", out.error);
+			log_say(fname, "handler", handler, " execution failed for event \"%s\": %s",
+				m->id, out.error);
 			if (attempt >= 1 + t[i].retries) {
 				after.kind = MARK_EXHAUSTED;
 				res[i] = INV_EXHAUSTED;
-				log_error(attrs, "handler failed; attempts exhausted: %s",
+				log_debug(attrs, "handler failed; attempts exhausted: %s",
 					  out.error);
 			} else {
 				after.kind = MARK_NEXT_ATTEMPT;
 				int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
 				after.deadline_ns = now_wall_ns() + b;
 				char bs[DURATION_STR_MAX];
-				log_warn(attrs, "handler failed; retrying in %s: %s",
-					 duration_format(b, bs), out.error);
+				log_debug(attrs, "handler failed; retrying in %s: %s",
+					  duration_format(b, bs), out.error);
 			}
 		}
 		char mark[64];
@@ -1567,6 +1590,7 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 	free(key);
 out:
 	free(t);
+	free(sched_stdin);
 	registry_release(c->cfg.registry, snap);
 	event_free(ev);
 }

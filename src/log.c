@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -236,6 +237,51 @@ void log_record(enum log_level level, const char *const *attrs, const char *fmt,
 	memcpy(out, line, len);
 	out[len] = '\n';
 	(void)write_all(atomic_load(&log_fd_), out, len + 1);
+	free(out);
+	buf_free(&b);
+}
+
+static void say_value(struct buf *b, const char *s)
+{
+	char v[LOG_SAY_VALUE_MAX + 1];
+	printable_copy(s, v, sizeof v, LOG_SAY_VALUE_MAX);
+	for (char *p = v; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '?';
+	buf_appendf(b, "\"%s\"", v);
+}
+
+void log_say_head(struct buf *b, const char *function, const char *kind, const char *name)
+{
+	buf_appendf(b, "relay: function ");
+	say_value(b, function);
+	buf_appendf(b, " %s ", kind);
+	say_value(b, name);
+}
+
+void log_say(const char *function, const char *kind, const char *name, const char *fmt, ...)
+{
+	struct buf b;
+	buf_init(&b, 16 * LOG_LINE_MAX);
+	log_say_head(&b, function, kind, name);
+	size_t head = b.len;
+	va_list ap;
+	va_start(ap, fmt);
+	char *tail = xvasprintf(fmt, ap);
+	va_end(ap);
+	size_t tl = strlen(tail);
+	buf_append(&b, tail, tl < LOG_LINE_MAX ? tl : LOG_LINE_MAX);
+	free(tail);
+	for (size_t i = head; i < b.len; i++)
+		if ((unsigned char)b.data[i] < 0x20 || b.data[i] == 0x7f)
+			b.data[i] = '?';
+	/* Cut at the cap, the line still ends in exactly one newline. */
+	if (b.len > LOG_LINE_MAX - 1)
+		b.len = LOG_LINE_MAX - 1;
+	char *out = xmalloc(b.len + 1);
+	memcpy(out, b.data, b.len);
+	out[b.len] = '\n';
+	(void)write_all(atomic_load(&log_fd_), out, b.len + 1);
 	free(out);
 	buf_free(&b);
 }

@@ -58,6 +58,26 @@ void log_render(struct buf *b, const struct tm *tm, long gmtoff, enum log_level 
 /* Appends value to b, quoted as slog's text handler would. */
 void log_append_value(struct buf *b, const char *value);
 
+/*
+ * The plain lines that tell what Relay did with a message (the spec's
+ * "Try it" output), next to the forwarded handler output:
+ *
+ *   relay: function "F" rule "R" matched event "<msg-id>"
+ *   relay: function "F" handler "H" executed for event "<msg-id>"
+ *
+ * log_say() writes `relay: function "F" <kind> "N"` followed by the tail
+ * formatted from fmt and a newline, with one write(2), whatever LOG_LEVEL
+ * says. F and N are cut to LOG_SAY_VALUE_MAX bytes of printable UTF-8 with
+ * '"' and '\\' shown as '?' (log_say_head, shared with the forwarding
+ * prefix); control characters in the tail become '?', so one call is
+ * always exactly one line.
+ */
+#define LOG_SAY_VALUE_MAX 128
+void log_say(const char *function, const char *kind, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Appends `relay: function "F" <kind> "N"` to b. */
+void log_say_head(struct buf *b, const char *function, const char *kind, const char *name);
+
 /* Writes an already formatted line as is, with one write(2), regardless of
  * the level (used to forward handler output). */
 void log_raw(const char *line, size_t len);

@@ -152,59 +152,14 @@ char *runner_container_name(const struct invocation *in, char *out)
 
 char *runner_label_value(const char *s, char *out, size_t outsz)
 {
-	size_t max = outsz - 1;
-	if (max > RUNNER_LABEL_MAX)
-		max = RUNNER_LABEL_MAX;
-	size_t o = 0;
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	size_t n = strlen((const char *)p);
-	for (size_t i = 0; i < n;) {
-		uint32_t rune;
-		size_t k = utf8_decode(p + i, n - i, &rune);
-		if (k == 0 || (k == 1 && (p[i] < 0x20 || p[i] == 0x7f))) {
-			if (o + 1 > max)
-				break;
-			out[o++] = '?';
-			i += k ? k : 1;
-			continue;
-		}
-		if (o + k > max)
-			break;
-		memcpy(out + o, p + i, k);
-		o += k;
-		i += k;
-	}
-	out[o] = '\0';
-	return out;
-}
-
-/* A label-bounded value with '"' and '\\' also replaced: for the prefix. */
-static void prefix_value(struct buf *b, const char *s)
-{
-	char v[RUNNER_LABEL_MAX + 1];
-	runner_label_value(s, v, sizeof v);
-	for (char *p = v; *p; p++)
-		if (*p == '"' || *p == '\\')
-			*p = '?';
-	buf_appendf(b, "\"%s\"", v);
+	return printable_copy(s, out, outsz, RUNNER_LABEL_MAX);
 }
 
 char *runner_format_prefix(const struct invocation *in)
 {
 	struct buf b;
 	buf_init(&b, 4096);
-	buf_appendf(&b, "relay: function ");
-	prefix_value(&b, in->function);
-	buf_appendf(&b, " handler ");
-	prefix_value(&b, in->handler);
-	if (in->message_id && *in->message_id) {
-		buf_appendf(&b, " message ");
-		prefix_value(&b, in->message_id);
-	}
-	if (in->event_id && *in->event_id) {
-		buf_appendf(&b, " event ");
-		prefix_value(&b, in->event_id);
-	}
+	log_say_head(&b, in->function, "handler", in->handler);
 	buf_appendf(&b, ": ");
 	return buf_steal(&b);
 }

@@ -49,10 +49,9 @@
  * with log_raw() (one write, whatever LOG_LEVEL says) as
  *
  *   relay: function "<f>" handler "<h>": <line>
- *   relay: function "<f>" handler "<h>" message "<msg-id>" event "<event-id>": <line>
  *
- * the message and event parts each present when the invocation has one
- * (runner_format_prefix). Lines keep their order within each stream; a line
+ * (runner_format_prefix; the spec's Try-it format: the message id is on the
+ * consumer's "matched" and "executed" lines around it, log.h log_say). Lines keep their order within each stream; a line
  * longer than RUNNER_LINE_MAX bytes is forwarded in pieces of at most that
  * size (cut at a UTF-8 boundary), so a handler printing without newlines
  * cannot grow Relay's memory. A last line without a newline is forwarded
@@ -229,9 +228,7 @@ const char *runner_hostname(void);
 
 /* ---- exposed for tests (pure, no I/O) -------------------------------- */
 
-/* Copies s into out (size outsz >= 4) bounded to min(outsz-1,
- * RUNNER_LABEL_MAX) bytes: valid UTF-8 is kept whole, control characters
- * and invalid bytes become '?'. Returns out. */
+/* printable_copy (util.h) bounded to RUNNER_LABEL_MAX. */
 char *runner_label_value(const char *s, char *out, size_t outsz);
 
 /*

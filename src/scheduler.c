@@ -18,6 +18,7 @@
 #include "scheduler.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #include "cron.h"
 #include "duration.h"
+#include "event.h"
 #include "function.h"
 #include "log.h"
 #include "metrics.h"
@@ -53,36 +55,36 @@ struct scheduler {
 	bool failing; /* last publish failed: log recovery once */
 };
 
-/* Publish-if-new. KEYS[1] dedup key, KEYS[2] stream; ARGV[1] TTL seconds,
- * ARGV[2..] the entry's field/value pairs. Answers the new entry id, or 0
- * when the occurrence was already published. The key ends up holding the
- * entry's id: the consumer's proof that the entry is this script's. */
+/* Publish-if-new. KEYS[1] dedup key, KEYS[2] stream; ARGV[1] the
+ * occurrence id (the key's value), ARGV[2] TTL in ms, ARGV[3] the entry's
+ * event field. Answers the new entry id, or 0 when the occurrence was
+ * already published. The key and the entry are written together or not at
+ * all: a failed XADD takes the key back. */
 static const char publish_script[] =
 	"local t = redis.call('TYPE', KEYS[2])['ok']\n"
 	"if t ~= 'stream' and t ~= 'none' then\n"
 	"  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. t .. ', not a "
 	"stream')\n"
 	"end\n"
-	"if not redis.call('SET', KEYS[1], 'publishing', 'NX', 'EX', ARGV[1]) then\n"
+	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 	"  return 0\n"
 	"end\n"
-	"local id = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))\n"
+	"local id = redis.pcall('XADD', KEYS[2], '*', 'event', ARGV[3])\n"
 	"if type(id) == 'table' and id.err then\n"
 	"  redis.call('DEL', KEYS[1])\n"
 	"  return id\n"
 	"end\n"
-	"redis.call('SET', KEYS[1], id, 'EX', ARGV[1])\n"
 	"return id\n";
 
 /* Verification of a delivered occurrence. KEYS[1] dedup key; ARGV[1] the
- * delivered entry's id, ARGV[2] TTL seconds. 1 when the key names this
- * entry (its TTL is then renewed), 0 when it names something else, -1
- * when it does not exist, -2 when it is not a string. */
+ * occurrence id, ARGV[2] TTL in ms. 1 when the key holds that id (its TTL
+ * is then renewed), 0 when it holds something else, -1 when it does not
+ * exist, -2 when it is not a string. */
 static const char verify_script[] = "local v = redis.pcall('GET', KEYS[1])\n"
 				    "if type(v) == 'table' and v.err then return -2 end\n"
 				    "if v == false then return -1 end\n"
 				    "if v ~= ARGV[1] then return 0 end\n"
-				    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+				    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 				    "return 1\n";
 
 static int64_t floor_div(int64_t a, int64_t b)
@@ -102,7 +104,29 @@ char *schedule_payload(int64_t at_s)
 {
 	char ts[RFC3339_STR_MAX];
 	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
-	return xasprintf("{\"source\":\"" SCHEDULE_SOURCE "\",\"scheduled_at\":\"%s\"}", ts);
+	return xasprintf("{\"scheduled_at\":\"%s\",\"source\":\"" SCHEDULE_SOURCE "\"}", ts);
+}
+
+char *schedule_entry(const char *function, const char *handler, int64_t at_s)
+{
+	char ts[RFC3339_STR_MAX];
+	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
+	char *occ = schedule_occurrence_id(function, handler, at_s);
+	/* Keys in this order, compact, as the original's encoder writes them. */
+	json_t *o = json_object();
+	json_object_set_new(o, "function", json_string(function));
+	json_object_set_new(o, "handler", json_string(handler));
+	json_object_set_new(o, "occurrence_id", json_string(occ));
+	json_object_set_new(o, "scheduled_at", json_string(ts));
+	json_object_set_new(o, "source", json_string(SCHEDULE_SOURCE));
+	char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	free(occ);
+	if (!text) /* out of memory, or a name that is not UTF-8 (validated) */
+		abort();
+	char *out = xstrdup(text);
+	free(text);
+	return out;
 }
 
 enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
@@ -112,23 +136,10 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 {
 	char *occ = schedule_occurrence_id(function, handler, at_s);
 	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
-	char *payload = schedule_payload(at_s);
-	char ttl[16];
-	snprintf_(ttl, sizeof ttl, "%d", SCHEDULE_DEDUP_TTL_S);
-	const char *argv[] = {"EVAL",
-			      publish_script,
-			      "2",
-			      key,
-			      stream,
-			      ttl,
-			      "event",
-			      payload,
-			      SCHEDULE_FIELD_FUNCTION,
-			      function,
-			      SCHEDULE_FIELD_HANDLER,
-			      handler,
-			      SCHEDULE_FIELD_OCCURRENCE,
-			      occ};
+	char *entry = schedule_entry(function, handler, at_s);
+	char ttl[24];
+	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
+	const char *argv[] = {"EVAL", publish_script, "2", key, stream, occ, ttl, entry};
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
 	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep) {
@@ -148,119 +159,84 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 	}
 	if (rep)
 		freeReplyObject(rep);
-	free(payload);
+	free(entry);
 	free(key);
 	free(occ);
 	return res;
 }
 
-bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
-		       struct schedule_route *out)
+/* The string member key of obj, or NULL (absent, or not a string). */
+static const struct event_value *str_member(const struct event_value *obj, const char *key)
 {
-	static const size_t flen = sizeof SCHEDULE_FIELD_FUNCTION - 1;
-	static const size_t hlen = sizeof SCHEDULE_FIELD_HANDLER - 1;
-	static const size_t olen = sizeof SCHEDULE_FIELD_OCCURRENCE - 1;
-	struct schedule_route r = {NULL, "", NULL};
-	bool found = false;
-	for (size_t i = 0; i + 1 < nfields; i += 2) {
-		const char *name = fields[i], *value = fields[i + 1];
-		if (!name || !value)
-			continue;
-		if (lens[i] == flen && memcmp(name, SCHEDULE_FIELD_FUNCTION, flen) == 0) {
-			r.function = value;
-			found = true;
-		} else if (lens[i] == hlen && memcmp(name, SCHEDULE_FIELD_HANDLER, hlen) == 0) {
-			r.handler = value;
-		} else if (lens[i] == olen && memcmp(name, SCHEDULE_FIELD_OCCURRENCE, olen) == 0) {
-			r.occurrence_id = value;
-		}
-	}
-	if (found && out)
-		*out = r;
-	return found;
+	const struct event_value *v = event_get(obj, key, strlen(key));
+	return v && v->type == EVENT_STRING ? v : NULL;
 }
 
-/* The one value of field `name`, or NULL (also when it is there twice). */
-static const char *only_value(char *const *fields, const size_t *lens, size_t nfields,
-			      const char *name, size_t *len, int *count)
+bool schedule_claimed(const struct event *ev)
 {
-	size_t nl = strlen(name);
-	const char *v = NULL;
-	for (size_t i = 0; i + 1 < nfields; i += 2) {
-		if (fields[i] && lens[i] == nl && memcmp(fields[i], name, nl) == 0) {
-			(*count)++;
-			v = fields[i + 1];
-			*len = v ? lens[i + 1] : 0;
-		}
-	}
-	return v;
+	const struct event_value *root = ev ? event_root(ev) : NULL;
+	const struct event_value *src = root ? str_member(root, "source") : NULL;
+	if (!src || src->n != sizeof SCHEDULE_SOURCE - 1 ||
+	    memcmp(src->u.str, SCHEDULE_SOURCE, src->n) != 0)
+		return false;
+	return event_get(root, "function", 8) && event_get(root, "handler", 7) &&
+	       event_get(root, "occurrence_id", 13);
 }
 
-int schedule_envelope_check(char *const *fields, const size_t *lens, size_t nfields, char *why,
+int schedule_envelope_check(const struct event *ev, struct schedule_route *out, char *why,
 			    size_t whylen)
 {
-	static const char *const names[] = {"event", SCHEDULE_FIELD_FUNCTION,
-					    SCHEDULE_FIELD_HANDLER, SCHEDULE_FIELD_OCCURRENCE};
-	const char *v[4];
-	size_t len[4] = {0};
-	int seen = 0;
-	for (size_t k = 0; k < 4; k++) {
-		int count = 0;
-		v[k] = only_value(fields, lens, nfields, names[k], &len[k], &count);
-		if (count != 1 || !v[k] || memchr(v[k], '\0', len[k])) {
-			snprintf_(why, whylen, "field %s %s", names[k],
-				  count == 0  ? "missing"
-				  : count > 1 ? "repeated"
-					      : "not text");
+	static const char *const names[] = {"function", "handler", "occurrence_id", "scheduled_at",
+					    "source"};
+	const struct event_value *root = event_root(ev);
+	const struct event_value *v[5];
+	for (size_t k = 0; k < 5; k++) {
+		v[k] = str_member(root, names[k]);
+		if (!v[k] || memchr(v[k]->u.str, '\0', v[k]->n) || v[k]->n == 0) {
+			snprintf_(why, whylen, "%s %s", names[k],
+				  !event_get(root, names[k], strlen(names[k])) ? "missing"
+				  : !v[k]				       ? "not a string"
+					  : "empty or not text");
 			return 0;
 		}
-		seen += count;
 	}
-	if ((size_t)seen * 2 != nfields) {
-		snprintf_(why, whylen, "fields other than the four a publication writes");
+	if (root->n != 5) {
+		snprintf_(why, whylen, "members other than the five a publication writes");
 		return 0;
 	}
-	/* relay_occurrence_id = schedule:<function>:<handler>:<RFC 3339 UTC>,
-	 * the instant in its canonical form (whole seconds, Z). */
+	/* scheduled_at: an instant in its canonical form (whole seconds, Z). */
 	int64_t at = 0;
 	int32_t ns = 0;
-	const size_t tslen = 20;
-	char *prefix = xasprintf("schedule:%s:%s:", v[1], v[2]);
-	size_t pl = strlen(prefix);
-	bool ok = len[3] == pl + tslen && memcmp(v[3], prefix, pl) == 0 &&
-		  rfc3339_parse(v[3] + pl, tslen, &at, &ns) == 0 && ns == 0;
-	free(prefix);
+	char canon_ts[RFC3339_STR_MAX];
+	bool ok = rfc3339_parse(v[3]->u.str, v[3]->n, &at, &ns) == 0 && ns == 0;
 	if (ok) {
-		char *canon = schedule_occurrence_id(v[1], v[2], at);
-		ok = strlen(canon) == len[3] && memcmp(canon, v[3], len[3]) == 0;
-		free(canon);
+		rfc3339_format_utc(at * NS_PER_SEC, canon_ts);
+		ok = strlen(canon_ts) == v[3]->n && memcmp(canon_ts, v[3]->u.str, v[3]->n) == 0;
 	}
 	if (!ok) {
-		snprintf_(why, whylen, "%s does not name this function, handler and an instant",
-			  SCHEDULE_FIELD_OCCURRENCE);
+		snprintf_(why, whylen, "scheduled_at is not an instant in whole seconds UTC");
 		return 0;
 	}
-	char *payload = schedule_payload(at);
-	ok = strlen(payload) == len[0] && memcmp(payload, v[0], len[0]) == 0;
-	free(payload);
+	int64_t at_s = at;
+	char *occ = schedule_occurrence_id(v[0]->u.str, v[1]->u.str, at_s);
+	ok = strlen(occ) == v[2]->n && memcmp(occ, v[2]->u.str, v[2]->n) == 0;
+	free(occ);
 	if (!ok) {
-		snprintf_(why, whylen, "event is not the envelope published for the occurrence");
+		snprintf_(why, whylen,
+			  "occurrence_id does not name this function, handler and scheduled_at");
 		return 0;
 	}
+	if (out)
+		*out = (struct schedule_route){v[0]->u.str, v[1]->u.str, v[2]->u.str, at_s};
 	return 1;
 }
 
-int schedule_verify(struct redis *r, char *const *fields, const size_t *lens, size_t nfields,
-		    const char *msg_id, char *why, size_t whylen)
+int schedule_verify(struct redis *r, const struct schedule_route *route, char *why, size_t whylen)
 {
-	if (schedule_envelope_check(fields, lens, nfields, why, whylen) != 1)
-		return 0;
-	struct schedule_route route;
-	schedule_route_of(fields, lens, nfields, &route);
-	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", route.occurrence_id);
-	char ttl[16];
-	snprintf_(ttl, sizeof ttl, "%d", SCHEDULE_DEDUP_TTL_S);
-	const char *argv[] = {"EVAL", verify_script, "1", key, msg_id, ttl};
+	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", route->occurrence_id);
+	char ttl[24];
+	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
+	const char *argv[] = {"EVAL", verify_script, "1", key, route->occurrence_id, ttl};
 	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
 	int rc = -1;
 	if (!rep) {
@@ -274,7 +250,7 @@ int schedule_verify(struct redis *r, char *const *fields, const size_t *lens, si
 	} else {
 		rc = 0;
 		snprintf_(why, whylen, "dedup key %s %s", key,
-			  rep->integer == 0    ? "names another stream entry"
+			  rep->integer == 0    ? "holds another occurrence id"
 			  : rep->integer == -1 ? "does not exist"
 					       : "is not a string");
 	}
@@ -327,6 +303,7 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 	char ts[RFC3339_STR_MAX], late[DURATION_STR_MAX], id[64] = "", err[512] = "";
 	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
 	duration_format(late_ns / NS_PER_MS * NS_PER_MS, late);
+	char *occ = schedule_occurrence_id(jb->function, jb->sched->handler, at_s);
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
 	if (!redis_is_connected(r) && redis_connect(r) < 0)
 		snprintf_(err, sizeof err, "%s", redis_errmsg(r));
@@ -334,34 +311,38 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 		res = schedule_publish(r, s->stream, jb->function, jb->sched->handler, at_s, id,
 				       sizeof id, err, sizeof err);
 	const char *const attrs[] = {
-		"function", jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
-		"late",	    late,	  NULL};
+		"function",	 jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
+		"occurrence_id", occ,	       NULL};
 	switch (res) {
 	case SCHEDULE_PUBLISHED:
 		metrics_inc(METRIC_SCHEDULE_PUBLISHED);
-		log_debug(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
-				    "scheduled_at", ts, "message_id", id, "late", late),
-			  "schedule occurrence published");
+		log_info(LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
+				   "scheduled_at", ts, "occurrence_id", occ, "message_id", id,
+				   "late", late),
+			 "Schedule: occurrence published");
 		break;
 	case SCHEDULE_DUPLICATE:
 		metrics_inc(METRIC_SCHEDULE_DUPLICATE);
-		log_debug(attrs, "schedule occurrence already published by another worker");
+		log_debug(attrs, "Schedule: occurrence already published");
 		break;
 	case SCHEDULE_PUBLISH_FAILED:
 		metrics_inc(METRIC_SCHEDULE_PUBLISH_FAILURE);
 		/* One WARN when publishing starts failing, DEBUG while it goes
-		 * on (an every-second schedule would flood the log otherwise). */
+		 * on (an every-second schedule would flood the log otherwise);
+		 * the other workers may still publish the occurrence. */
 		log_record(s->failing ? LOG_DEBUG : LOG_WARN,
 			   LOG_ATTRS("function", jb->function, "handler", jb->sched->handler,
-				     "scheduled_at", ts, "error", err),
-			   "schedule occurrence not published; other workers may still publish it");
+				     "scheduled_at", ts, "occurrence_id", occ, "reason", err),
+			   "Schedule: publish failed");
 		s->failing = true;
+		free(occ);
 		return;
 	}
 	if (s->failing) {
 		s->failing = false;
-		log_info(attrs, "schedule publishing recovered");
+		log_info(attrs, "Schedule: publishing recovered");
 	}
+	free(occ);
 }
 
 /* Handles every occurrence of jb due at or before now. */
@@ -448,12 +429,10 @@ struct scheduler *scheduler_start(const struct scheduler_config *cfg)
 	s->snap = registry_acquire(s->registry);
 	jobs_rebuild(s);
 
-	char start[RFC3339_STR_MAX], n[24], grace[DURATION_STR_MAX];
+	char start[RFC3339_STR_MAX], grace[DURATION_STR_MAX];
 	rfc3339_format_utc(s->start_ns, start);
-	snprintf_(n, sizeof n, "%zu", s->njobs);
-	log_info(LOG_ATTRS("start", start, "schedules", n, "grace",
-			   duration_format(s->grace_ns, grace)),
-		 "scheduler started");
+	log_info(LOG_ATTRS("start", start, "grace", duration_format(s->grace_ns, grace)),
+		 "Cron scheduler started with %zu schedule job(s)", s->njobs);
 	pthread_create(&s->thread, NULL, scheduler_main, s);
 	return s;
 }
@@ -469,5 +448,5 @@ void scheduler_stop(struct scheduler *s)
 	redis_uri_free(&s->uri);
 	free(s->stream);
 	free(s);
-	log_info(NULL, "scheduler stopped");
+	log_info(NULL, "Cron scheduler stopped");
 }

@@ -19,9 +19,8 @@
  *
  * Publication. One Lua script, in one atomic step:
  *
- *     SET relay:schedule:<occurrence_id> publishing NX EX 604800
- *     only if it was set:  id = XADD <stream> * <fields>
- *                          SET relay:schedule:<occurrence_id> <id> EX 604800
+ *     SET relay:schedule:<occurrence_id> <occurrence_id> NX PX 604800000
+ *     only if it was set:  XADD <stream> * event <entry>
  *
  * and answers published (the new entry id) or duplicate. The script first
  * checks that <stream> is a stream (or absent), and if the XADD fails it
@@ -35,29 +34,36 @@
  * whole seconds ("2026-03-29T01:00:00Z"); 6-field schedules carry their own
  * second. The time zone decides when a schedule fires, never the identity.
  *
- * Stream entry fields (in this order):
+ * Wire format: the original's, so workers of either implementation can
+ * share one stream during a migration. The entry has the single field
+ * `event` holding (keys in this order, compact JSON)
  *
- *     event                    {"source":"relay.schedule","scheduled_at":"<RFC3339 UTC>"}
- *                              (exactly what the handler reads on stdin)
- *     relay_schedule_function  the function name
- *     relay_schedule_handler   the schedule's handler ("jobs.cleanup.handler")
- *     relay_occurrence_id      the occurrence id above
+ *     {"function":"<f>","handler":"<h>","occurrence_id":"<id>",
+ *      "scheduled_at":"<RFC3339 UTC>","source":"relay.schedule"}
  *
- * An entry carrying relay_schedule_function claims to be a scheduled
- * occurrence: the consumer never pattern-matches it and it does not count
- * as an event. Anyone who can XADD to the stream can write such an entry,
- * so the consumer runs it only once it is proven genuine
- * (schedule_verify): exactly the four fields above, the occurrence id
- * naming that function, handler and a canonical instant, the event exactly
- * the envelope for that instant, and the dedup key holding this entry's
- * id — which only the publish script writes (entry ids are unique and
- * entries immutable, so the key binds the whole entry). Anything else is
- * dead-lettered as "forged schedule occurrence" and runs nothing. Against
- * a producer that can also write relay:schedule:* keys nothing in Redis
- * can tell the difference: the deployment that makes this airtight gives
- * producers an ACL limited to XADD on the stream (docs/redis-acl.md).
+ * and the handler reads {"scheduled_at":"<RFC3339 UTC>","source":"relay.schedule"}
+ * on stdin (schedule_payload), never the entry itself.
  *
- * Dedup key TTL (SCHEDULE_DEDUP_TTL_S, 7 days). A genuine occurrence must
+ * An event whose source is "relay.schedule" and that has function, handler
+ * and occurrence_id claims to be a scheduled occurrence (schedule_claimed):
+ * the consumer never pattern-matches it and it does not count as an event.
+ * Anyone who can XADD to the stream can write such an entry, so the
+ * consumer runs it only once it is checked (schedule_envelope_check, then
+ * schedule_verify): exactly those five members, all text; scheduled_at a
+ * canonical instant; the occurrence id recomputed from function, handler
+ * and scheduled_at; and the dedup key existing and holding that occurrence
+ * id, which only a publication writes. Anything else is dead-lettered as
+ * "forged schedule occurrence" and runs nothing. What this cannot tell: a
+ * producer that copies a genuine entry (the key then exists) gets that
+ * occurrence run once more, which at-least-once handlers must tolerate
+ * anyway (the original's wire format has no per-entry proof; the build
+ * before issue 15 stored the entry id in the key, see README "Differences
+ * from the original"). Against a producer that can also write
+ * relay:schedule:* keys nothing in Redis can tell the difference: the
+ * deployment that makes this airtight gives producers an ACL limited to
+ * XADD on the stream (docs/redis-acl.md).
+ *
+ * Dedup key TTL (SCHEDULE_DEDUP_TTL_MS, 7 days). A genuine occurrence must
  * never be taken for a forged one because its key expired while it was
  * still pending. Every delivery that verifies it renews the TTL to the
  * full 7 days (in the same script), so the key outlives the occurrence as
@@ -100,18 +106,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "event.h"
 #include "redis.h"
 #include "registry.h"
 
-/* Stream entry field names of a scheduled occurrence. */
-#define SCHEDULE_FIELD_FUNCTION "relay_schedule_function"
-#define SCHEDULE_FIELD_HANDLER "relay_schedule_handler"
-#define SCHEDULE_FIELD_OCCURRENCE "relay_occurrence_id"
-
-/* The payload's source and the dedup key prefix and TTL. */
+/* The entry's and the payload's source, the dedup key prefix and TTL. */
 #define SCHEDULE_SOURCE "relay.schedule"
 #define SCHEDULE_KEY_PREFIX "relay:schedule:"
-#define SCHEDULE_DEDUP_TTL_S (7 * 24 * 3600)
+#define SCHEDULE_DEDUP_TTL_MS (7LL * 24 * 3600 * 1000)
 
 /* Fixed defaults. */
 #define SCHEDULER_GRACE_NS (2LL * 1000000000LL)
@@ -132,7 +134,8 @@ struct scheduler_config {
 struct scheduler;
 
 /* Starts the scheduler thread (signals blocked, own Redis connection).
- * Logs INFO "scheduler started" with the start instant. Never NULL. */
+ * Logs INFO "Cron scheduler started with N schedule job(s)" with the start
+ * instant. Never NULL. */
 struct scheduler *scheduler_start(const struct scheduler_config *cfg);
 /* Stops the thread (promptly: at most one Redis command in flight),
  * joins it and frees everything. NULL is fine. */
@@ -142,8 +145,12 @@ void scheduler_stop(struct scheduler *s);
 
 /* "schedule:<function>:<handler>:<RFC3339 UTC of at_s>" (malloc'd). */
 char *schedule_occurrence_id(const char *function, const char *handler, int64_t at_s);
-/* The handler's payload for the occurrence at at_s (malloc'd JSON text). */
+/* The handler's stdin for the occurrence at at_s (malloc'd JSON text):
+ * {"scheduled_at":"<RFC3339 UTC>","source":"relay.schedule"}. */
 char *schedule_payload(int64_t at_s);
+/* The stream entry's `event` field for the occurrence (malloc'd JSON):
+ * {"function":…,"handler":…,"occurrence_id":…,"scheduled_at":…,"source":…}. */
+char *schedule_entry(const char *function, const char *handler, int64_t at_s);
 
 enum schedule_publish_result {
 	SCHEDULE_PUBLISHED = 1,
@@ -162,34 +169,33 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 					      int64_t at_s, char *entry_id, size_t idlen, char *err,
 					      size_t errlen);
 
-/* Routing of a stream message: function and handler borrowed from the
- * message's fields (alternating names and values, NULL values ignored). */
+/* A checked scheduled occurrence; the strings are borrowed from its event. */
 struct schedule_route {
 	const char *function;
 	const char *handler;
-	const char *occurrence_id; /* may be NULL */
+	const char *occurrence_id;
+	int64_t at_s; /* scheduled_at, Unix seconds */
 };
 
-/* True when the fields carry SCHEDULE_FIELD_FUNCTION, i.e. the message is a
- * scheduled occurrence; then *out is filled (handler "" when missing). */
-bool schedule_route_of(char *const *fields, const size_t *lens, size_t nfields,
-		       struct schedule_route *out);
+/* True when the decoded event claims to be a scheduled occurrence: source
+ * is "relay.schedule" and it has function, handler and occurrence_id. */
+bool schedule_claimed(const struct event *ev);
 
-/* Local half of the proof: 1 when the fields are exactly what the publish
- * script writes for some occurrence (see above), else 0 with why filled.
- * Pure. */
-int schedule_envelope_check(char *const *fields, const size_t *lens, size_t nfields, char *why,
+/* Local half of the proof: 1 when ev is exactly what a publication writes
+ * (the five members, all non-empty text, scheduled_at canonical, the
+ * occurrence id recomputed from function, handler and scheduled_at), with
+ * *out filled (if non-NULL); else 0 with why filled. Pure. */
+int schedule_envelope_check(const struct event *ev, struct schedule_route *out, char *why,
 			    size_t whylen);
 
 /*
- * Whether the delivered entry msg_id is a genuine occurrence: the envelope
- * check, then one script on r (connected by the caller) that compares the
- * dedup key with msg_id and renews its TTL when they match. 1 genuine, 0
- * forged (why says what is wrong), -1 on a Redis error (why holds it; the
- * caller leaves the message pending: it is never run unverified).
+ * The Redis half: one script on r (connected by the caller) that checks
+ * that the occurrence's dedup key holds its occurrence id and renews its
+ * TTL when it does. 1 genuine, 0 forged (why says what is wrong), -1 on a
+ * Redis error (why holds it; the caller leaves the message pending: it is
+ * never run unverified).
  */
-int schedule_verify(struct redis *r, char *const *fields, const size_t *lens, size_t nfields,
-		    const char *msg_id, char *why, size_t whylen);
+int schedule_verify(struct redis *r, const struct schedule_route *route, char *why, size_t whylen);
 
 /* The first schedule of fv's template with this handler, or NULL. */
 const struct schedule *schedule_find(const struct fn_version *fv, const char *handler);

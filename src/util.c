@@ -210,6 +210,33 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune)
 	return len;
 }
 
+char *printable_copy(const char *s, char *out, size_t outsz, size_t max)
+{
+	if (max > outsz - 1)
+		max = outsz - 1;
+	size_t o = 0;
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t n = strlen((const char *)p);
+	for (size_t i = 0; i < n;) {
+		uint32_t rune;
+		size_t k = utf8_decode(p + i, n - i, &rune);
+		if (k == 0 || (k == 1 && (p[i] < 0x20 || p[i] == 0x7f))) {
+			if (o + 1 > max)
+				break;
+			out[o++] = '?';
+			i += k ? k : 1;
+			continue;
+		}
+		if (o + k > max)
+			break;
+		memcpy(out + o, p + i, k);
+		o += k;
+		i += k;
+	}
+	out[o] = '\0';
+	return out;
+}
+
 int hex_digit(int c)
 {
 	if (c >= '0' && c <= '9')

@@ -55,6 +55,11 @@ int parse_int64(const char *s, int64_t *out);
  * invalid, as in Go). */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune);
 
+/* Copies s (NULL reads as "") into out (outsz >= 4) bounded to
+ * min(outsz-1, max) bytes: valid UTF-8 is kept whole, control characters
+ * and invalid bytes become '?'. Returns out. */
+char *printable_copy(const char *s, char *out, size_t outsz, size_t max);
+
 /* The value of one hexadecimal digit (either case), or -1. */
 int hex_digit(int c);
 /* Trim ASCII whitespace in place; returns s. */

@@ -541,6 +541,154 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	free(running), free(backoff), free(expired), free(ev);
 }
 
+/* The whole log written while fn runs: reads the capture file. */
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return xstrdup("");
+	struct buf b;
+	buf_init(&b, 1 << 24);
+	char chunk[4096];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		buf_append(&b, chunk, n);
+	fclose(f);
+	return buf_steal(&b);
+}
+
+/* The lines of all that name message id ("<id>"), in order. */
+static char *lines_for(const char *all, const char *id)
+{
+	char *q = xasprintf("\"%s\"", id);
+	struct buf b;
+	buf_init(&b, 1 << 24);
+	for (const char *p = all; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
+		char *line = xstrndup(p, len);
+		if (strstr(line, q))
+			buf_append(&b, line, len);
+		free(line);
+		p += len;
+	}
+	free(q);
+	return buf_steal(&b);
+}
+
+struct log_arg {
+	const char *path, *want;
+};
+
+static bool log_has(void *a)
+{
+	struct log_arg *p = a;
+	char *all = read_all(p->path);
+	bool ok = strstr(all, p->want) != NULL;
+	free(all);
+	return ok;
+}
+
+/*
+ * The spec's Try-it family of plain lines, at LOG_LEVEL=ERROR (they are
+ * written whatever the level): one "matched" line per target considered,
+ * then what became of it, each naming the message. The per-invocation
+ * slog records are DEBUG, so ERROR shows nothing else about them.
+ */
+TEST(outcome_lines_name_the_message_whatever_the_level)
+{
+	calls_reset();
+	char path[] = "/tmp/relay-consumer-log-XXXXXX";
+	int fd = mkstemp(path);
+	REQUIRE(fd >= 0);
+	log_set_fd(fd);
+	log_set_level(LOG_ERROR);
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	char err[128];
+	consumer_ensure_group(r, "s-lines", "g", err, sizeof err);
+	char *good = xasprintf(EV, "good"), *once = xasprintf(EV, "once");
+	char *id1 = xadd(r, "s-lines", good), *id2 = xadd(r, "s-lines", good),
+	     *id3 = xadd(r, "s-lines", good), *id4 = xadd(r, "s-lines", once);
+	char *k1 = invocation_key("s-lines", "g", id1), *k2 = invocation_key("s-lines", "g", id2),
+	     *k3 = invocation_key("s-lines", "g", id3);
+	/* 1: a-first already ok. 2: a-first running for another hour.
+	 * 3: a-first exhausted. 4: d-once fails (retries 0). */
+	/* "eligible in" rounds up to whole seconds: 1h0m25s right now, 1h0m2Xs
+	 * for the first few seconds. */
+	int64_t far = now_wall_ns() + 3625 * NS_PER_SEC;
+	redisReply *rep = redis_command(r, "HSET %s a-first/ok.one ok", k1);
+	freeReplyObject(rep);
+	rep = redis_command(r, "HSET %s a-first/ok.one running:%lld#1", k2, (long long)far);
+	freeReplyObject(rep);
+	rep = redis_command(r, "HSET %s a-first/ok.one exhausted:1", k3);
+	freeReplyObject(rep);
+	struct consumer *c = start(reg, "s-lines", 16, 4);
+	struct pend_arg p1 = {r, "s-lines", 1}; /* only id2 */
+	struct len_arg la = {r, "relay:s-lines:dlq", 2};
+	REQUIRE(wait_until(10000, len_is, &la));
+	char *skip2 = xasprintf("relay: function \"a-first\" handler \"ok.one\" not eligible for "
+				"event \"%s\" (running or waiting for retry; eligible in 1h0m2",
+				id2);
+	struct log_arg l2 = {path, skip2};
+	CHECK(wait_until(10000, log_has, &l2));
+	CHECK(wait_until(10000, pend_is, &p1));
+	consumer_stop(c);
+	consumer_free(c);
+	log_set_fd(2);
+	log_set_level(LOG_INFO);
+	char *all = read_all(path);
+	char *want1 =
+		xasprintf("relay: function \"a-first\" rule \"ok.one\" matched event \"%s\"\n"
+			  "relay: function \"a-first\" handler \"ok.one\" already succeeded for "
+			  "event \"%s\"; skipping\n"
+			  "relay: function \"b-second\" rule \"ok.two\" matched event \"%s\"\n"
+			  "relay: function \"b-second\" handler \"ok.two\" executed for event "
+			  "\"%s\"\n",
+			  id1, id1, id1, id1);
+	char *want2 = xasprintf("relay: function \"a-first\" rule \"ok.one\" matched event "
+				"\"%s\"\n%s",
+				id2, skip2);
+	char *want3 =
+		xasprintf("relay: function \"a-first\" rule \"ok.one\" matched event \"%s\"\n"
+			  "relay: function \"a-first\" handler \"ok.one\" exhausted for event "
+			  "\"%s\"; skipping\n",
+			  id3, id3);
+	char *want4 =
+		xasprintf("relay: function \"d-once\" rule \"fail.zero\" matched event \"%s\"\n"
+			  "relay: function \"d-once\" handler \"fail.zero\" execution failed for "
+			  "event \"%s\": function d-once handler fail.zero exited with status 1\n",
+			  id4, id4);
+	/* Messages run concurrently: their lines interleave, so each
+	 * message's lines are compared on their own (the forwarded output,
+	 * which names no message, is not part of this scripted executor). */
+	char *got1 = lines_for(all, id1), *got2 = lines_for(all, id2), *got3 = lines_for(all, id3),
+	     *got4 = lines_for(all, id4);
+	CHECK_STR(got1, want1);
+	CHECK(strncmp(got2, want2, strlen(want2)) == 0);
+	CHECK_STR(got3, want3);
+	CHECK_STR(got4, want4);
+	/* Nothing after an exhausted or ineligible one, nothing twice. */
+	char *b3 = xasprintf("rule \"ok.two\" matched event \"%s\"", id3);
+	CHECK(strstr(all, b3) == NULL);
+	char *b2 = xasprintf("rule \"ok.two\" matched event \"%s\"", id2);
+	CHECK(strstr(all, b2) == NULL);
+	/* At ERROR only the DLQ records besides them: no per-invocation slog. */
+	CHECK(strstr(all, "msg=\"rule matched\"") == NULL);
+	CHECK(strstr(all, "msg=\"handler executed\"") == NULL);
+	CHECK(strstr(all, "level=INFO") == NULL);
+	if (t_failed_)
+		printf("  log:\n%s\n", all);
+	unlink(path);
+	close(fd);
+	registry_free(reg);
+	redis_free(r);
+	free(all), free(want1), free(want2), free(want3), free(want4), free(skip2), free(b3);
+	free(got1), free(got2), free(got3), free(got4), free(b2);
+	free(k1), free(k2), free(k3), free(id1), free(id2), free(id3), free(id4);
+	free(good), free(once);
+}
+
 TEST(malformed_events_go_to_dlq_without_running_anything)
 {
 	calls_reset();
@@ -1517,6 +1665,7 @@ int main(int argc, char **argv)
 		T_CASE(an_idle_reader_wakes_when_an_entry_arrives),
 		T_CASE(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs),
 		T_CASE(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event),
+		T_CASE(outcome_lines_name_the_message_whatever_the_level),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();

@@ -50,6 +50,7 @@ relay_env() {
 }
 
 test_backpressure_bounds_buffer_and_containers() {
+	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
 	start_redis
 	wait_redis_plain
 	relay_env
@@ -90,6 +91,7 @@ events:
 }
 
 test_worker_killed_mid_invocation_is_recovered_by_another() {
+	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
 	start_redis
 	wait_redis_plain
 	relay_env
@@ -336,6 +338,7 @@ line_of() { grep -nF -m1 -- "$1" "$2" | cut -d: -f1; }
 # SIGTERM lets a running handler finish (README, relay-spec): the message
 # is acknowledged before Relay exits 0, nothing is left pending.
 test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
+	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
 	start_redis
 	wait_redis_plain
 	relay_env
@@ -365,6 +368,7 @@ test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
 # attempt (here: absent), so the redelivery, by the same worker restarted,
 # runs it as attempt 1 again.
 test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
+	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
 	start_redis
 	wait_redis_plain
 	relay_env
@@ -412,6 +416,7 @@ test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 # it from the group with one WARN, deletes its invocation state, and writes
 # no DLQ entry; the handler never runs again.
 test_pending_entry_trimmed_by_retention_is_dropped_without_dlq() {
+	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
 	start_redis
 	wait_redis_plain
 	relay_env

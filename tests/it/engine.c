@@ -448,8 +448,8 @@ static void run_table(const char *fn, const char *img, const struct expect *x, s
 TEST(python_handlers)
 {
 	REQUIRE(img_py[0]);
-	char *p = xasprintf("relay: function \"%s\" handler \"ok.handler\" message "
-			    "\"1700000000000-0\" event \"evt-1\": py sync ok evt-1\n",
+	char *p = xasprintf("relay: function \"%s\" handler \"ok.handler\": "
+			    "py sync ok evt-1\n",
 			    fn_py);
 	const struct expect x[] = {
 		{"ok.handler", RUNNER_SUCCESS, 0, p, NULL},
@@ -501,9 +501,7 @@ static void check_streams(const char *fn, const char *img, bool python)
 	CHECK_INT(r.outcome, RUNNER_SUCCESS);
 	invocation_result_free(&r);
 	char *out = captured();
-	char *pre = xasprintf("relay: function \"%s\" handler \"out.handler\" message "
-			      "\"1700000000000-0\" event \"evt-1\": ",
-			      fn);
+	char *pre = xasprintf("relay: function \"%s\" handler \"out.handler\": ", fn);
 	const char *last_out = out, *last_err = out;
 	for (int i = 0; i < 3; i++) {
 		char *lo = xasprintf("%sout %d\n", pre, i);
@@ -737,7 +735,7 @@ TEST(env_and_secret_injection)
 	CHECK(runner_invoke(D, &in, &r) == 0);
 	invocation_result_free(&r);
 	char *out = captured();
-	CHECK(has(out, "envdump.handler\" message \"1700000000000-0\" event \"evt-1\": "
+	CHECK(has(out, "envdump.handler\": "
 		       "API_URL=https://api.example.com\n"));
 	CHECK(has(out, ": DB_URL=postgres://v1\n"));
 	CHECK(has(out, ": UID=10001\n"));
@@ -1527,13 +1525,11 @@ TEST(examples_try_it)
 		const char *name, *runtime, *handler, *line;
 	} ex[] = {
 		{"user-events-python", "python3.14", "events.created.handler",
-		 "relay: function \"user-events-python\" handler \"events.created.handler\" "
-		 "message "
-		 "\"1700000000000-0\" event \"evt_123\": User created: user_123\n"},
+		 "relay: function \"user-events-python\" handler \"events.created.handler\": "
+		 "User created: user_123\n"},
 		{"welcome-email-node", "node24", "handler.handler",
-		 "relay: function \"welcome-email-node\" handler \"handler.handler\" message "
-		 "\"1700000000000-0\" event \"evt_123\": Sending welcome email to "
-		 "john@example.com\n"},
+		 "relay: function \"welcome-email-node\" handler \"handler.handler\": "
+		 "Sending welcome email to john@example.com\n"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(ex); i++) {
 		char *d = xasprintf("%s/%s", base, ex[i].name);

@@ -72,19 +72,20 @@ schedules:
 
 	# ...so an occurrence it forges for the cron-only handler, envelope and
 	# all, is dead-lettered and runs nothing.
-	fid=$(hs_producer XADD events '*' event '{"source":"relay.schedule","scheduled_at":"2026-03-29T03:00:00Z"}' \
-		relay_schedule_function hs-acl relay_schedule_handler handlers.cron \
-		relay_occurrence_id schedule:hs-acl:handlers.cron:2026-03-29T03:00:00Z)
+	# (exactly what a publication would write, in the original's format)
+	local forged='{"function":"hs-acl","handler":"handlers.cron","occurrence_id":"schedule:hs-acl:handlers.cron:2026-03-29T03:00:00Z","scheduled_at":"2026-03-29T03:00:00Z","source":"relay.schedule"}'
+	fid=$(hs_producer XADD events '*' event "$forged")
 	[ -n "$fid" ] || fail "the producer cannot XADD the forged entry"
 	wait_for 60 acked_through "$REDIS_PORT" events relay "$fid" || fail "the forged entry was not dealt with: $(tail -n 20 "$TMP/relay.log")"
 	[ "$(hs_dlq_field "$fid" reason)" = "forged schedule occurrence" ] ||
 		fail "no DLQ entry 'forged schedule occurrence' for $fid: $(hs_cli XRANGE relay:events:dlq - +)"
-	[ "$(hs_dlq_field "$fid" event)" = '{"source":"relay.schedule","scheduled_at":"2026-03-29T03:00:00Z"}' ] ||
+	[ "$(hs_dlq_field "$fid" event)" = "$forged" ] ||
 		fail "the DLQ entry does not keep the forged payload"
 	grep -q "msg=\"forged schedule occurrence sent to the dead-letter stream without running any handler\" message_id=$fid" "$TMP/relay.log" ||
 		fail "no WARN line for the forged entry"
 	! grep -q 'CRON HANDLER RAN' "$TMP/relay.log" || fail "the forged occurrence ran the cron handler"
 	! grep -q 'function=hs-acl handler=handlers.cron' "$TMP/relay.log" || fail "the cron handler was started"
+	! grep -q 'relay: function "hs-acl" schedule "handlers.cron"' "$TMP/relay.log" || fail "the cron handler was considered"
 
 	# Events still run after it.
 	eid=$(hs_producer XADD events '*' event '{"kind":"hello","n":2}')

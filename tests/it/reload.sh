@@ -84,13 +84,13 @@ acked() {
 }
 
 handled() { # fn n marker: waits for the handler's line for event n
-	wait_for 30 grep -qE -- "^relay: function \"$1\" handler \"[a-z.]+\" message \"[0-9-]+\" event \"evt_$2\": $3 $2\$" "$TMP/relay.log" ||
+	wait_for 30 grep -qE -- "^relay: function \"$1\" handler \"[a-z.]+\": $3 $2\$" "$TMP/relay.log" ||
 		fail_log "event $2 of $1 not handled with \"$3\""
 }
 
 # marker_of fn n: waits for the handler's line for event n; prints its marker.
 marker_of() {
-	local re="^relay: function \"$1\" handler \"[a-z.]+\" message \"[0-9-]+\" event \"evt_$2\": ([^ ]+) $2\$"
+	local re="^relay: function \"$1\" handler \"[a-z.]+\": ([^ ]+) $2\$"
 	wait_for 30 grep -qE -- "$re" "$TMP/relay.log" || fail_log "event $2 of $1 not handled"
 	grep -E -- "$re" "$TMP/relay.log" | head -1 | sed -E "s/$re/\\1/"
 }
@@ -143,7 +143,7 @@ EOF
 	wait_log 1 'msg="state database ready"'
 	ev rl-mix-good 1
 	handled rl-mix-good 1 good
-	wait_log 10 'msg="handler executed" function=rl-mix-good'
+	wait_log 10 'relay: function "rl-mix-good" handler "main.handler" executed for event'
 	stop_relay
 
 	run "$RELAY" function ls
@@ -358,21 +358,21 @@ test_remove_function_with_invocation_in_flight() {
 	pyfn rl-rm-other other
 	start_relay
 	ev rl-rm 1
-	wait_log 20 'msg="rule matched" function=rl-rm handler=main.handler'
+	wait_log 20 'relay: function "rl-rm" rule "main.handler" matched event'
 	wait_for 20 sh -c '[ -n "$(docker ps -q --filter label=relay.function=rl-rm)" ]' ||
 		fail_log "no running container for rl-rm"
 	rm -rf "$RELAY_FUNCTIONS_DIR/rl-rm"
 	wait_log 10 'msg="function removed" function=rl-rm'
 	# The invocation in flight finishes on the version it started with.
 	handled rl-rm 1 slow
-	wait_log 10 'msg="handler executed" function=rl-rm handler=main.handler message_id='
+	wait_log 10 'relay: function "rl-rm" handler "main.handler" executed for event'
 	# Its events are no longer handled (the message is simply acknowledged).
 	ev rl-rm 2
 	local id2=$EV_ID
 	ev rl-rm-other 3
 	handled rl-rm-other 3 other
 	wait_for 10 acked "$id2" || fail_log "event 2 not read and acknowledged"
-	[ "$(count_log 'msg="rule matched" function=rl-rm handler')" -eq 1 ] || fail_log "removed function still matched"
+	[ "$(count_log 'relay: function "rl-rm" rule "main.handler" matched event')" -eq 1 ] || fail_log "removed function still matched"
 	# Its images go once the invocation released them.
 	wait_for 20 sh -c '[ -z "$(docker images -q relay-fn-rl-rm)" ]' || fail_log "images of rl-rm not removed"
 	docker images -q relay-fn-rl-rm-other | grep -q . || fail "another function's image was removed"

@@ -14,7 +14,7 @@ sc_fn() { # name, handler module file, handler body, template
 # sc_start LOG HOSTNAME [METRICS_ADDR]: a worker, ready once its scheduler runs.
 sc_start() {
 	export METRICS_ADDR=${3:-}
-	start_relay_as "$1" "$2" 'msg="scheduler started"'
+	start_relay_as "$1" "$2" 'msg="Cron scheduler started with '
 }
 
 sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
@@ -33,8 +33,7 @@ sc_cleanup_images() {
 sc_occurrences() {
 	sc_cli XRANGE events - + | awk '
 		/^[0-9]+-[0-9]+$/ { id = $0 }
-		prev == "relay_occurrence_id" { print id, $0 }
-		{ prev = $0 }' >"$TMP/occ.raw"
+		match($0, /"occurrence_id":"[^"]*"/) { print id, substr($0, RSTART + 17, RLENGTH - 18) }' >"$TMP/occ.raw"
 	# scheduled_at is the id's last 20 characters
 	awk '{ print substr($2, length($2) - 19) }' "$TMP/occ.raw" | date -u -f - +%s >"$TMP/occ.secs"
 	paste -d' ' "$TMP/occ.secs" <(awk '{print $2, $1}' "$TMP/occ.raw")
@@ -122,8 +121,10 @@ test_three_workers_publish_each_occurrence_once() {
 	start_redis
 	wait_redis_plain
 	sc_env
-	sc_fn sc-tick tick.py 'def handler(event):
+	sc_fn sc-tick tick.py 'import json
+def handler(event):
     print("ran", event["scheduled_at"], event["source"], flush=True)
+    print("stdin", json.dumps(event, separators=(",", ":")), flush=True)
 ' 'runtime: python3.14
 concurrency: 4
 schedules:
@@ -133,7 +134,9 @@ schedules:
 	local m1=127.0.0.1:$(free_port)
 	sc_start "$TMP/w1.log" sched-worker-1 "$m1"
 	local p1=$RELAY_PID t_start
-	t_start=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w1.log" | sed 's/.*start=//')
+	t_start=$(grep -o 'msg="Cron scheduler started with [0-9]* schedule job(s)" start=[^ ]*' "$TMP/w1.log" | sed 's/.*start=//')
+	grep -q 'level=INFO msg="Cron scheduler started with 1 schedule job(s)" start=' "$TMP/w1.log" ||
+		fail "no start line naming one job: $(grep -F 'Cron scheduler' "$TMP/w1.log")"
 	sc_start "$TMP/w2.log" sched-worker-2
 	local p2=$RELAY_PID
 	sc_start "$TMP/w3.log" sched-worker-3
@@ -182,6 +185,27 @@ schedules:
 		grep -q 'ran .* relay.schedule' "$TMP/w$w.log" || fail "worker-$w ran no occurrence"
 	done
 	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+	# The original's wire format: one field, the five keys in order; the
+	# handler reads only scheduled_at and source; the dedup key holds the
+	# occurrence id for 7 days; INFO "Schedule: occurrence published".
+	local e1 o1 at1
+	e1=$(sc_cli XRANGE events - + COUNT 1 | sed -n 3p)
+	[ "$(sc_cli XRANGE events - + COUNT 1 | wc -l)" -eq 3 ] || fail "not a single-field entry: $(sc_cli XRANGE events - + COUNT 1)"
+	[ "$(sc_cli XRANGE events - + COUNT 1 | sed -n 2p)" = event ] || fail "the field is not event"
+	o1=$(sed -n 1p "$TMP/series" | awk '{print $2}')
+	at1=${o1: -20}
+	[ "$e1" = "{\"function\":\"sc-tick\",\"handler\":\"tick.handler\",\"occurrence_id\":\"$o1\",\"scheduled_at\":\"$at1\",\"source\":\"relay.schedule\"}" ] ||
+		fail "entry: $e1"
+	[ "$(sc_cli GET "relay:schedule:$o1")" = "$o1" ] || fail "dedup key value: $(sc_cli GET "relay:schedule:$o1")"
+	local pttl
+	pttl=$(sc_cli PTTL "relay:schedule:$o1")
+	[ "$pttl" -gt 604000000 ] && [ "$pttl" -le 604800000 ] || fail "dedup key PTTL $pttl"
+	grep -qhF "relay: function \"sc-tick\" handler \"tick.handler\": stdin {\"scheduled_at\":\"" "$TMP"/w[123].log ||
+		fail "no stdin line"
+	! grep -hF 'handler "tick.handler": stdin' "$TMP"/w[123].log | grep -vqE '^relay: function "sc-tick" handler "tick.handler": stdin \{"scheduled_at":"[0-9TZ:-]{20}","source":"relay.schedule"\}$' ||
+		fail "a handler read more than the occurrence payload: $(grep -hF 'stdin' "$TMP"/w[123].log | head -n 3)"
+	grep -qE "level=INFO msg=\"Schedule: occurrence published\" function=sc-tick handler=tick.handler scheduled_at=[0-9TZ:-]{20} occurrence_id=schedule:sc-tick:tick.handler:" "$TMP"/w[123].log ||
+		fail "no 'Schedule: occurrence published' line"
 
 	# /metrics of worker-1: schedule counters move, event counters do not
 	metric() { awk -v k="$1" '$1 == k {print $2}' "$TMP/metrics"; }
@@ -200,7 +224,7 @@ schedules:
 	while [ "$(date +%s)" -lt $((last + 4)) ]; do sleep 0.2; done
 	sc_start "$TMP/w4.log" sched-worker-1
 	local p4=$RELAY_PID t_restart
-	t_restart=$(grep -o 'msg="scheduler started" start=[^ ]*' "$TMP/w4.log" | sed 's/.*start=//')
+	t_restart=$(grep -o 'msg="Cron scheduler started with [0-9]* schedule job(s)" start=[^ ]*' "$TMP/w4.log" | sed 's/.*start=//')
 	t_restart=$(date -u -d "$t_restart" +%s)
 	[ "$t_restart" -ge $((last + 3)) ] || fail "restarted at $t_restart, only $((t_restart - last)) s after $last"
 	published_after() { sc_occurrences | awk -v l="$last" '$1 > l { found = 1 } END { exit !found }'; }
@@ -250,7 +274,7 @@ events:
 	[ "$(sc_cli XLEN events)" -eq "$len" ] || fail "the removed schedule still publishes"
 	local obsolete ran
 	obsolete=$(grep -c 'scheduled occurrence obsolete' "$TMP/w.log")
-	ran=$(grep -c 'msg="handler executed" function=sc-gone' "$TMP/w.log")
+	ran=$(grep -c '^relay: function "sc-gone" handler "[^"]*" executed for event' "$TMP/w.log")
 	echo "$len occurrences: $ran ran before the removal, $obsolete acknowledged as obsolete"
 	grep 'scheduled occurrence obsolete' "$TMP/w.log" | head -n1
 	grep -q 'level=INFO msg="scheduled occurrence obsolete' "$TMP/w.log" || fail "not an INFO line"
@@ -291,7 +315,7 @@ schedules:
 	wait "$REDIS_PID" 2>/dev/null
 	t_gone=$(date +%s.%N)
 	[ -s "$TMP/redis-$REDIS_PORT/dump.rdb" ] || fail "redis saved no data at shutdown"
-	wait_for 10 grep -q 'msg="schedule occurrence not published' "$TMP/w.log" ||
+	wait_for 10 grep -q 'msg="Schedule: publish failed"' "$TMP/w.log" ||
 		fail "no WARN while redis is down: $(tail -n 20 "$TMP/w.log")"
 	# Down for at least 4 whole seconds: several occurrences fall due.
 	while [ "$(date +%s)" -lt $((${t_gone%.*} + 5)) ]; do sleep 0.2; done
@@ -302,7 +326,7 @@ schedules:
 	track "$REDIS_PID"
 	wait_redis_plain
 	t_ready=$(date +%s.%N)
-	wait_for 15 grep -q 'msg="schedule publishing recovered"' "$TMP/w.log" ||
+	wait_for 15 grep -q 'msg="Schedule: publishing recovered"' "$TMP/w.log" ||
 		fail "no recovery line: $(tail -n 20 "$TMP/w.log")"
 	# two more occurrences after the recovery, then stop
 	published_since() { sc_occurrences | awk -v t="$1" '$1 > t { n++ } END { exit !(n >= 2) }'; }
@@ -344,18 +368,18 @@ schedules:
 	done
 	# One WARN for the whole outage, one recovery line after it.
 	local warns recovered
-	warns=$(grep -c 'level=WARN msg="schedule occurrence not published' "$TMP/w.log")
-	recovered=$(grep -c 'level=INFO msg="schedule publishing recovered"' "$TMP/w.log")
+	warns=$(grep -c 'level=WARN msg="Schedule: publish failed"' "$TMP/w.log")
+	recovered=$(grep -c 'level=INFO msg="Schedule: publishing recovered"' "$TMP/w.log")
 	[ "$warns" -eq 1 ] || fail "$warns WARN lines for one outage"
 	[ "$recovered" -eq 1 ] || fail "$recovered recovery lines"
-	[ "$(grep -n 'schedule occurrence not published' "$TMP/w.log" | cut -d: -f1)" -lt \
-		"$(grep -n 'schedule publishing recovered' "$TMP/w.log" | cut -d: -f1)" ] || fail "recovery logged before the failure"
-	grep 'schedule occurrence not published\|schedule publishing recovered' "$TMP/w.log"
+	[ "$(grep -n 'Schedule: publish failed' "$TMP/w.log" | cut -d: -f1)" -lt \
+		"$(grep -n 'Schedule: publishing recovered' "$TMP/w.log" | cut -d: -f1)" ] || fail "recovery logged before the failure"
+	grep 'Schedule: publish failed\|Schedule: publishing recovered' "$TMP/w.log"
 	# Each missed occurrence was attempted once and counted as a failure.
 	metric() { awk -v k="$1" '$1 == k {print $2}' "$TMP/metrics"; }
 	[ "$(metric schedule_publish_failures_total)" = "$missed" ] ||
 		fail "schedule_publish_failures_total $(metric schedule_publish_failures_total), want $missed"
 	echo "other WARN/ERROR lines during the outage:"
-	grep -E 'level=(WARN|ERROR)' "$TMP/w.log" | grep -v 'schedule occurrence not published' | sed 's/^/  /' | head -n 20
+	grep -E 'level=(WARN|ERROR)' "$TMP/w.log" | grep -v 'Schedule: publish failed' | sed 's/^/  /' | head -n 20
 	sc_cleanup_images sc-out
 }

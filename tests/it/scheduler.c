@@ -15,6 +15,7 @@
  * counters, with retries and DLQ; obsolete occurrences (fresh, and pending
  * then reclaimed) ACKed with an INFO line.
  */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -132,7 +133,7 @@ static struct redis *clean_conn(void)
 
 struct occ {
 	char id[64];
-	char event[128];
+	char event[512];
 	char function[64];
 	char handler[64];
 	char occurrence[160];
@@ -154,17 +155,18 @@ static int read_stream(struct redis *r, const char *stream, struct occ *out, int
 		snprintf_(o->id, sizeof o->id, "%s", e->element[0]->str);
 		const redisReply *f = e->element[1];
 		o->nfields = (int)f->elements;
-		for (size_t k = 0; k + 1 < f->elements; k += 2) {
-			const char *name = f->element[k]->str, *v = f->element[k + 1]->str;
-			if (strcmp(name, "event") == 0)
-				snprintf_(o->event, sizeof o->event, "%s", v);
-			else if (strcmp(name, SCHEDULE_FIELD_FUNCTION) == 0)
-				snprintf_(o->function, sizeof o->function, "%s", v);
-			else if (strcmp(name, SCHEDULE_FIELD_HANDLER) == 0)
-				snprintf_(o->handler, sizeof o->handler, "%s", v);
-			else if (strcmp(name, SCHEDULE_FIELD_OCCURRENCE) == 0)
-				snprintf_(o->occurrence, sizeof o->occurrence, "%s", v);
-		}
+		for (size_t k = 0; k + 1 < f->elements; k += 2)
+			if (strcmp(f->element[k]->str, "event") == 0)
+				snprintf_(o->event, sizeof o->event, "%s", f->element[k + 1]->str);
+		/* The routing keys live in the event (the original's format). */
+		json_t *j = json_loads(o->event, 0, NULL);
+		snprintf_(o->function, sizeof o->function, "%s",
+			  json_string_value(json_object_get(j, "function")) ?: "");
+		snprintf_(o->handler, sizeof o->handler, "%s",
+			  json_string_value(json_object_get(j, "handler")) ?: "");
+		snprintf_(o->occurrence, sizeof o->occurrence, "%s",
+			  json_string_value(json_object_get(j, "occurrence_id")) ?: "");
+		json_decref(j);
 		const char *p = strstr(o->event, "\"scheduled_at\":\"");
 		int32_t ns;
 		if (p && rfc3339_parse(p + 16, 20, &o->at, &ns) < 0)
@@ -246,20 +248,24 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 	struct occ o[4];
 	REQUIRE(read_stream(r, "pub", o, 4) == 2);
 	CHECK_STR(o[0].id, id);
-	CHECK_INT(o[0].nfields, 8);
+	CHECK_INT(o[0].nfields, 2); /* one field, event */
 	CHECK_STR(o[0].event,
-		  "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}");
+		  "{\"function\":\"fn-a\",\"handler\":\"jobs.h\",\"occurrence_id\":\"schedule:fn-a:"
+		  "jobs.h:2026-03-29T01:00:00Z\",\"scheduled_at\":\"2026-03-29T01:00:00Z\","
+		  "\"source\":"
+		  "\"relay.schedule\"}");
 	CHECK_STR(o[0].function, "fn-a");
 	CHECK_STR(o[0].handler, "jobs.h");
 	CHECK_STR(o[0].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
 	CHECK_STR(o[1].occurrence, "schedule:fn-a:jobs.h:2026-03-29T01:00:01Z");
 	long long ttl =
-		integer(r, "TTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
-	CHECK(ttl > 604700 && ttl <= 604800);
-	/* The key holds the entry's id: the consumer's proof (schedule_verify). */
+		integer(r, "PTTL %s", "relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
+	CHECK(ttl > 604700000 && ttl <= 604800000);
+	/* The key holds the occurrence id, as the original writes it. */
 	redisReply *rep = redis_command(r, "GET %s",
 					"relay:schedule:schedule:fn-a:jobs.h:2026-03-29T01:00:00Z");
-	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, id) == 0);
+	CHECK(rep && rep->type == REDIS_REPLY_STRING &&
+	      strcmp(rep->str, "schedule:fn-a:jobs.h:2026-03-29T01:00:00Z") == 0);
 	if (rep)
 		freeReplyObject(rep);
 	redis_free(r);
@@ -728,12 +734,15 @@ static int dlq_has(struct redis *r, const char *stream, const char *reason, cons
 
 #define FORGED "forged schedule occurrence"
 
-/* Entries that claim to be occurrences without having been published by
- * the script: a cron-only handler with the producer's own payload, a
- * missing function (was acknowledged silently as obsolete), a replay of a
- * genuine occurrence's exact fields, fields missing or repeated, an
- * instant that is not canonical. Each is dead-lettered with its payload
- * and runs nothing; the genuine occurrence runs once. */
+/* Entries that claim to be occurrences (source relay.schedule plus the
+ * three routing keys) without having been published: extra members, a
+ * function nobody published (was acknowledged silently as obsolete),
+ * scheduled_at missing, a repeated member, an instant that is not
+ * canonical, an occurrence id that names another instant. Each is
+ * dead-lettered with its payload and runs nothing; the genuine occurrence
+ * runs once, with the occurrence payload on stdin. (An exact copy of a
+ * genuine entry cannot be told apart in the original's wire format: see
+ * scheduler.h.) */
 TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 {
 	calls_reset();
@@ -746,63 +755,35 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	const int64_t at = 1774746000;
 	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
 	char *env = schedule_payload(at);
-	char *nofn = schedule_occurrence_id("nofn", "ok.tick", at);
-	char *offset = xasprintf("schedule:ra:ok.tick:2026-03-29T01:00:00+00:00");
+	char *nofn = schedule_entry("nofn", "ok.tick", at);
 	REQUIRE(schedule_publish(r, "fg", "ra", "ok.tick", at, gid, sizeof gid, err, sizeof err) ==
 		SCHEDULE_PUBLISHED);
-	const char *own[] = {"event",
-			     "{\"rm\":\"-rf\"}",
-			     SCHEDULE_FIELD_FUNCTION,
-			     "ra",
-			     SCHEDULE_FIELD_HANDLER,
-			     "ok.tick",
-			     SCHEDULE_FIELD_OCCURRENCE,
-			     occ,
-			     NULL};
-	const char *missing_fn[] = {"event",
-				    env,
-				    SCHEDULE_FIELD_FUNCTION,
-				    "nofn",
-				    SCHEDULE_FIELD_HANDLER,
-				    "ok.tick",
-				    SCHEDULE_FIELD_OCCURRENCE,
-				    nofn,
-				    NULL};
-	const char *replay[] = {"event",
-				env,
-				SCHEDULE_FIELD_FUNCTION,
-				"ra",
-				SCHEDULE_FIELD_HANDLER,
-				"ok.tick",
-				SCHEDULE_FIELD_OCCURRENCE,
-				occ,
-				NULL};
-	const char *bare[] = {"event",	 env, SCHEDULE_FIELD_FUNCTION, "ra", SCHEDULE_FIELD_HANDLER,
-			      "ok.tick", NULL};
-	const char *twice[] = {"event",
-			       env,
-			       SCHEDULE_FIELD_FUNCTION,
-			       "ra",
-			       SCHEDULE_FIELD_HANDLER,
-			       "ok.tick",
-			       SCHEDULE_FIELD_HANDLER,
-			       "fail.tick",
-			       SCHEDULE_FIELD_OCCURRENCE,
-			       occ,
-			       NULL};
-	const char *noncanon[] = {"event",
-				  env,
-				  SCHEDULE_FIELD_FUNCTION,
-				  "ra",
-				  SCHEDULE_FIELD_HANDLER,
-				  "ok.tick",
-				  SCHEDULE_FIELD_OCCURRENCE,
-				  offset,
-				  NULL};
-	const char *const *forged[] = {own, missing_fn, replay, bare, twice, noncanon};
+#define SRC "\"source\":\"relay.schedule\""
+	char *own =
+		xasprintf("{\"function\":\"ra\",\"handler\":\"ok.tick\",\"occurrence_id\":\"%s\","
+			  "\"scheduled_at\":\"2026-03-29T01:00:00Z\"," SRC ",\"rm\":\"-rf\"}",
+			  occ);
+	char *bare = xasprintf(
+		"{\"function\":\"ra\",\"handler\":\"ok.tick\",\"occurrence_id\":\"%s\"," SRC "}",
+		occ);
+	char *twice = xasprintf("{\"function\":\"ra\",\"handler\":\"fail.tick\",\"handler\":\"ok."
+				"tick\",\"occurrence_id\":\"%s\",\"scheduled_at\":\"2026-03-29T01:"
+				"00:00Z\"," SRC "}",
+				occ);
+	char *noncanon =
+		xstrdup("{\"function\":\"ra\",\"handler\":\"ok.tick\",\"occurrence_id\":"
+			"\"schedule:ra:ok.tick:2026-03-29T01:00:00+00:00\",\"scheduled_at\":"
+			"\"2026-03-29T01:00:00+00:00\"," SRC "}");
+	char *other =
+		xasprintf("{\"function\":\"ra\",\"handler\":\"ok.tick\",\"occurrence_id\":\"%s\","
+			  "\"scheduled_at\":\"2026-03-29T01:00:01Z\"," SRC "}",
+			  occ);
+#undef SRC
+	const char *forged[] = {own, nofn, bare, twice, noncanon, other};
 	char *ids[ARRAY_LEN(forged)];
 	for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
-		ids[i] = xadd_fields(r, "fg", forged[i]);
+		const char *kv[] = {"event", forged[i], NULL};
+		ids[i] = xadd_fields(r, "fg", kv);
 		REQUIRE(ids[i]);
 	}
 	int forged_before = log_count("forged schedule occurrence sent to the dead-letter stream");
@@ -824,12 +805,13 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	consumer_free(c);
 	for (size_t i = 0; i < ARRAY_LEN(forged); i++)
 		free(ids[i]);
-	free(occ), free(env), free(nofn), free(offset);
+	free(occ), free(env), free(nofn), free(own), free(bare), free(twice), free(noncanon);
+	free(other);
 	redis_free(r);
 	registry_free(reg);
 }
 
-/* The dedup key names the published entry, and every delivery of a genuine
+/* The dedup key names the occurrence, and every delivery of a genuine
  * occurrence renews its TTL to the full 7 days: a failing occurrence whose
  * key was about to expire is retried, verified and its key renewed, so a
  * long retry schedule never outlives the proof. */
@@ -848,7 +830,8 @@ TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
 	REQUIRE(schedule_publish(r, "rn", "ra", "fail.tick", at, gid, sizeof gid, err,
 				 sizeof err) == SCHEDULE_PUBLISHED);
 	redisReply *rep = redis_command(r, "GET %s", key);
-	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, gid) == 0);
+	CHECK(rep && rep->type == REDIS_REPLY_STRING &&
+	      strcmp(rep->str, "schedule:ra:fail.tick:2026-03-29T01:00:00Z") == 0);
 	if (rep)
 		freeReplyObject(rep);
 	/* Nearly expired before it is ever delivered. */
@@ -896,7 +879,7 @@ TEST(a_producer_limited_to_xadd_cannot_forge_an_occurrence)
 	CHECK(eid != NULL);
 	const int64_t at = 1774746000;
 	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
-	char *env = schedule_payload(at);
+	char *env = schedule_entry("ra", "ok.tick", at);
 	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
 	rep = redis_command(p, "SET %s 1", key);
 	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOPERM", 6) == 0);
@@ -906,15 +889,8 @@ TEST(a_producer_limited_to_xadd_cannot_forge_an_occurrence)
 	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOPERM", 6) == 0);
 	if (rep)
 		freeReplyObject(rep);
-	const char *forged[] = {"event",
-				env,
-				SCHEDULE_FIELD_FUNCTION,
-				"ra",
-				SCHEDULE_FIELD_HANDLER,
-				"ok.tick",
-				SCHEDULE_FIELD_OCCURRENCE,
-				occ,
-				NULL};
+	/* Exactly what a publication would write, never published. */
+	const char *forged[] = {"event", env, NULL};
 	char *fid = xadd_fields(p, "acl", forged);
 	CHECK(fid != NULL);
 	CHECK_INT(integer(r, "EXISTS %s", key), 0);

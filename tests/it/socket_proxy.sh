@@ -81,7 +81,7 @@ ev() {
 }
 
 handled() { # fn n marker: the handler's output line for event n
-	wait_for 60 grep -qE -- "^relay: function \"$1\" handler \"main.handler\" message \"[0-9-]+\" event \"evt_$2\": $3 $2\$" "$TMP/relay.log" ||
+	wait_for 60 grep -qE -- "^relay: function \"$1\" handler \"main.handler\": $3 $2\$" "$TMP/relay.log" ||
 		fail_log "event $2 of $1 not handled with \"$3\""
 }
 

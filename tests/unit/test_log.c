@@ -223,6 +223,25 @@ TEST(long_record_is_cut_but_one_line)
 	free(out);
 }
 
+static void emit_say(void)
+{
+	log_say("user-events-python", "rule", "events.created.handler", " matched event \"%s\"",
+		"1700000000000-0");
+	log_say("f\"x", "handler", "h\\\n.y", " execution failed for event \"%s\": %s", "1-0",
+		"exit 1:\nTraceback\t(most recent call last)");
+}
+
+/* The Try-it lines: exact text, whatever the level, one line each. */
+TEST(say_lines)
+{
+	const char *want = "relay: function \"user-events-python\" rule "
+			   "\"events.created.handler\" matched event \"1700000000000-0\"\n"
+			   "relay: function \"f?x\" handler \"h??.y\" execution failed for event "
+			   "\"1-0\": exit 1:?Traceback?(most recent call last)\n";
+	CHECK_STR(capture(LOG_ERROR, emit_say), want);
+	CHECK_STR(capture(LOG_DEBUG, emit_say), want);
+}
+
 T_MAIN(T_CASE(spec_example), T_CASE(utc_and_negative_offsets), T_CASE(value_quoting),
        T_CASE(keys_are_quoted_too), T_CASE(parse_level), T_CASE(level_filter),
-       T_CASE(long_record_is_cut_but_one_line))
+       T_CASE(long_record_is_cut_but_one_line), T_CASE(say_lines))

@@ -2,86 +2,90 @@
  * consumer recognises and resolves a scheduled entry. */
 #include "scheduler.h"
 
+#include "event.h"
 #include "function.h"
 #include "t.h"
 #include "template.h"
 #include "util.h"
 
-TEST(occurrence_ids_and_payloads_are_utc_whole_seconds)
+TEST(occurrence_ids_payloads_and_entries_are_utc_whole_seconds)
 {
 	static const struct {
 		const char *function, *handler;
 		int64_t at;
-		const char *id, *payload;
+		const char *id, *payload, *entry;
 	} cases[] = {
 		{"user-events", "jobs.cleanup.handler", 1774746000,
 		 "schedule:user-events:jobs.cleanup.handler:2026-03-29T01:00:00Z",
-		 "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}"},
+		 "{\"scheduled_at\":\"2026-03-29T01:00:00Z\",\"source\":\"relay.schedule\"}",
+		 "{\"function\":\"user-events\",\"handler\":\"jobs.cleanup.handler\","
+		 "\"occurrence_id\":\"schedule:user-events:jobs.cleanup.handler:2026-03-29T01:00:"
+		 "00Z\","
+		 "\"scheduled_at\":\"2026-03-29T01:00:00Z\",\"source\":\"relay.schedule\"}"},
 		{"a", "m.f", 1774746007, "schedule:a:m.f:2026-03-29T01:00:07Z",
-		 "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:07Z\"}"},
-		{"jobs.v2", "x.y.z", 0, "schedule:jobs.v2:x.y.z:1970-01-01T00:00:00Z",
-		 "{\"source\":\"relay.schedule\",\"scheduled_at\":\"1970-01-01T00:00:00Z\"}"},
+		 "{\"scheduled_at\":\"2026-03-29T01:00:07Z\",\"source\":\"relay.schedule\"}",
+		 "{\"function\":\"a\",\"handler\":\"m.f\",\"occurrence_id\":\"schedule:a:m.f:2026-"
+		 "03-"
+		 "29T01:00:07Z\",\"scheduled_at\":\"2026-03-29T01:00:07Z\",\"source\":\"relay."
+		 "schedule\"}"},
+		/* a handler that needs escaping in JSON */
+		{"jobs-v2", "x\"y.z", 0, "schedule:jobs-v2:x\"y.z:1970-01-01T00:00:00Z",
+		 "{\"scheduled_at\":\"1970-01-01T00:00:00Z\",\"source\":\"relay.schedule\"}",
+		 "{\"function\":\"jobs-v2\",\"handler\":\"x\\\"y.z\",\"occurrence_id\":\"schedule:"
+		 "jobs-v2:x\\\"y.z:1970-01-01T00:00:00Z\",\"scheduled_at\":\"1970-01-01T00:00:"
+		 "00Z\","
+		 "\"source\":\"relay.schedule\"}"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *id = schedule_occurrence_id(cases[i].function, cases[i].handler, cases[i].at);
 		char *p = schedule_payload(cases[i].at);
+		char *e = schedule_entry(cases[i].function, cases[i].handler, cases[i].at);
 		CHECK_STR(id, cases[i].id);
 		CHECK_STR(p, cases[i].payload);
+		CHECK_STR(e, cases[i].entry);
 		free(id);
 		free(p);
+		free(e);
 	}
 }
 
-static bool route(const char *const *kv, size_t n, struct schedule_route *out)
+/* The event of a message whose only field is event = text (NULL when it
+ * does not decode). */
+static struct event *decode(const char *text)
 {
-	char *fields[16] = {0};
-	size_t lens[16] = {0};
-	for (size_t i = 0; i < n; i++) {
-		fields[i] = kv[i] ? xstrdup(kv[i]) : NULL;
-		lens[i] = kv[i] ? strlen(kv[i]) : 0;
-	}
-	bool r = schedule_route_of(fields, lens, n, out);
-	/* out borrows from fields: copy before freeing */
-	static char f[64], h[64], o[128];
-	if (r) {
-		snprintf_(f, sizeof f, "%s", out->function);
-		snprintf_(h, sizeof h, "%s", out->handler);
-		snprintf_(o, sizeof o, "%s", out->occurrence_id ? out->occurrence_id : "(null)");
-		out->function = f;
-		out->handler = h;
-		out->occurrence_id = o;
-	}
-	for (size_t i = 0; i < n; i++)
-		free(fields[i]);
+	const char *fields[] = {"event", text};
+	size_t lens[] = {5, strlen(text)};
+	struct event *ev = NULL;
+	if (event_decode(fields, lens, 2, &ev, NULL) != EVENT_OK)
+		return NULL;
+	return ev;
+}
+
+static bool claimed(const char *text)
+{
+	struct event *ev = decode(text);
+	bool r = ev && schedule_claimed(ev);
+	event_free(ev);
 	return r;
 }
 
-TEST(route_of_recognises_scheduled_entries_only)
+/* source = relay.schedule plus the three routing keys, whatever their
+ * values: anything less is an ordinary event. */
+TEST(claimed_by_source_and_the_three_routing_keys)
 {
-	struct schedule_route r;
-	const char *ev[] = {"event", "{\"a\":1}"};
-	CHECK(!route(ev, 2, &r));
-	const char *sc[] = {"event",
-			    "{}",
-			    "relay_schedule_function",
-			    "fn",
-			    "relay_schedule_handler",
-			    "m.h",
-			    "relay_occurrence_id",
-			    "schedule:fn:m.h:2026-03-29T01:00:00Z"};
-	REQUIRE(route(sc, 8, &r));
-	CHECK_STR(r.function, "fn");
-	CHECK_STR(r.handler, "m.h");
-	CHECK_STR(r.occurrence_id, "schedule:fn:m.h:2026-03-29T01:00:00Z");
-	/* no handler field: routed (and then found obsolete), handler "" */
-	const char *nohandler[] = {"relay_schedule_function", "fn", "event", "{}"};
-	REQUIRE(route(nohandler, 4, &r));
-	CHECK_STR(r.handler, "");
-	CHECK_STR(r.occurrence_id, "(null)");
-	/* a field name as a value does not count */
-	const char *asvalue[] = {"event", "relay_schedule_function"};
-	CHECK(!route(asvalue, 2, &r));
-	CHECK(!schedule_route_of(NULL, NULL, 0, NULL));
+	CHECK(claimed("{\"source\":\"relay.schedule\",\"function\":1,\"handler\":null,"
+		      "\"occurrence_id\":\"x\"}"));
+	CHECK(claimed("{\"function\":\"f\",\"handler\":\"m.h\",\"occurrence_id\":\"o\","
+		      "\"scheduled_at\":\"x\",\"source\":\"relay.schedule\"}"));
+	CHECK(!claimed(
+		"{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}"));
+	CHECK(!claimed("{\"source\":\"relay.schedule\",\"function\":\"f\",\"handler\":\"m.h\"}"));
+	CHECK(!claimed("{\"source\":\"relay.schedul\",\"function\":\"f\",\"handler\":\"m.h\","
+		       "\"occurrence_id\":\"o\"}"));
+	CHECK(!claimed("{\"source\":[\"relay.schedule\"],\"function\":\"f\",\"handler\":\"m.h\","
+		       "\"occurrence_id\":\"o\"}"));
+	CHECK(!claimed("{\"event_id\":\"evt_123\",\"event_name\":\"INSERT\"}"));
+	CHECK(!schedule_claimed(NULL));
 }
 
 TEST(find_returns_the_first_schedule_with_the_handler)
@@ -112,103 +116,125 @@ TEST(find_returns_the_first_schedule_with_the_handler)
 	strlist_free(&warns);
 }
 
-/* schedule_envelope_check on kv (NULL-terminated; "\x01" stands for a
- * value with a NUL byte inside). */
-static int envelope(const char *const *kv, char *why, size_t whylen)
+/* schedule_envelope_check on the JSON text; the route's strings are
+ * copied into the statics below before the event is freed. */
+static char route_fn[64], route_h[64], route_occ[128];
+static int envelope(const char *text, struct schedule_route *out, char *why, size_t whylen)
 {
-	char *fields[24] = {0};
-	size_t lens[24] = {0}, n = 0;
-	for (; kv[n] && n < 24; n++) {
-		fields[n] = xstrdup(kv[n]);
-		lens[n] = strlen(kv[n]);
-		if (strcmp(kv[n], "\x01") == 0)
-			fields[n][0] = '\0';
+	struct event *ev = decode(text);
+	if (!ev) {
+		snprintf_(why, whylen, "does not decode");
+		return -1;
 	}
-	int rc = schedule_envelope_check(fields, lens, n, why, whylen);
-	for (size_t i = 0; i < n; i++)
-		free(fields[i]);
+	struct schedule_route r = {0};
+	int rc = schedule_envelope_check(ev, &r, why, whylen);
+	if (rc == 1 && out) {
+		snprintf_(route_fn, sizeof route_fn, "%s", r.function);
+		snprintf_(route_h, sizeof route_h, "%s", r.handler);
+		snprintf_(route_occ, sizeof route_occ, "%s", r.occurrence_id);
+		*out = (struct schedule_route){route_fn, route_h, route_occ, r.at_s};
+	}
+	event_free(ev);
 	return rc;
 }
 
-#define ENV_OK "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:00Z\"}"
-#define OCC_OK "schedule:fn:m.h:2026-03-29T01:00:00Z"
-#define F SCHEDULE_FIELD_FUNCTION
-#define H SCHEDULE_FIELD_HANDLER
-#define O SCHEDULE_FIELD_OCCURRENCE
+#define OCC "schedule:fn:m.h:2026-03-29T01:00:00Z"
+#define AT "2026-03-29T01:00:00Z"
+#define ENTRY(f, h, o, at, src)                                                              \
+	"{\"function\":" f ",\"handler\":" h ",\"occurrence_id\":" o ",\"scheduled_at\":" at \
+	",\"source\":" src "}"
+#define OK_ENTRY ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\"")
 
-/* The local half of the genuineness proof: exactly what the publish script
+/* The local half of the genuineness proof: exactly what a publication
  * writes, nothing more or less. Each row changes one thing. */
 TEST(envelope_check_accepts_exactly_what_publication_writes)
 {
 	static const struct {
-		const char *kv[14];
+		const char *text;
 		int want;
 		const char *why; /* part of the reason */
 	} cases[] = {
-		{{"event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK}, 1, ""},
-		{{O, OCC_OK, H, "m.h", F, "fn", "event", ENV_OK}, 1, ""}, /* order free */
-		{{"event", "{\"x\":1}", F, "fn", H, "m.h", O, OCC_OK}, 0, "envelope"},
-		{{"event", ENV_OK " ", F, "fn", H, "m.h", O, OCC_OK}, 0, "envelope"},
-		{{"event",
-		  "{\"source\":\"relay.schedule\",\"scheduled_at\":\"2026-03-29T01:00:01Z\"}", F,
-		  "fn", H, "m.h", O, OCC_OK},
-		 0,
-		 "envelope"},
-		{{"event", ENV_OK, F, "fn", H, "m.h"}, 0, O " missing"},
-		{{"event", ENV_OK, H, "m.h", O, OCC_OK}, 0, F " missing"},
-		{{F, "fn", H, "m.h", O, OCC_OK}, 0, "event missing"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", H, "m.h", O, OCC_OK}, 0, H " repeated"},
-		{{"event", ENV_OK, "event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK},
-		 0,
-		 "event repeated"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", O, OCC_OK, "extra", "x"}, 0, "other than"},
-		{{"event", ENV_OK, F, "other", H, "m.h", O, OCC_OK}, 0, "does not name"},
-		{{"event", ENV_OK, F, "fn", H, "x.y", O, OCC_OK}, 0, "does not name"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", O,
-		  "schedule:fn:m.h:2026-03-29T01:00:00+00:00"},
-		 0,
-		 "does not name"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:2026-03-29T01:00:00.5Z"},
-		 0,
-		 "does not name"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:2026-02-30T01:00:00Z"},
-		 0,
-		 "does not name"},
-		{{"event", ENV_OK, F, "fn", H, "m.h", O, "schedule:fn:m.h:"}, 0, "does not name"},
-		{{"event", ENV_OK, F, "\x01", H, "m.h", O, OCC_OK}, 0, F " not text"},
+		{OK_ENTRY, 1, ""},
+		/* member order is free (a JSON object), as in the original */
+		{"{\"source\":\"relay.schedule\",\"scheduled_at\":\"" AT
+		 "\",\"occurrence_id\":\"" OCC "\",\"handler\":\"m.h\",\"function\":\"fn\"}",
+		 1, ""},
+		{ENTRY("\"other\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""),
+		 0, "occurrence_id does not name"},
+		{ENTRY("\"fn\"", "\"x.y\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
+		 "occurrence_id does not name"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "\"2026-03-29T01:00:01Z\"",
+		       "\"relay.schedule\""),
+		 0, "occurrence_id does not name"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-03-29T01:00:00+00:00\"",
+		       "\"2026-03-29T01:00:00+00:00\"", "\"relay.schedule\""),
+		 0, "scheduled_at is not"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-03-29T01:00:00.5Z\"",
+		       "\"2026-03-29T01:00:00.5Z\"", "\"relay.schedule\""),
+		 0, "scheduled_at is not"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-02-30T01:00:00Z\"",
+		       "\"2026-02-30T01:00:00Z\"", "\"relay.schedule\""),
+		 0, "scheduled_at is not"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "1774746000", "\"relay.schedule\""), 0,
+		 "scheduled_at not a string"},
+		{ENTRY("7", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
+		 "function not a string"},
+		{ENTRY("\"\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
+		 "function empty or not text"},
+		{ENTRY("\"f\\u0000n\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"",
+		       "\"relay.schedule\""),
+		 0, "function empty or not text"},
+		{"{\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":\"" OCC
+		 "\",\"source\":\"relay.schedule\"}",
+		 0, "scheduled_at missing"},
+		{"{\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":\"" OCC
+		 "\",\"scheduled_at\":\"" AT "\",\"source\":\"relay.schedule\",\"extra\":1}",
+		 0, "members other than"},
+		/* a repeated member: the last one wins, but it is not what was written */
+		{"{\"function\":\"fn\",\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":"
+		 "\"" OCC "\",\"scheduled_at\":\"" AT "\",\"source\":\"relay.schedule\"}",
+		 0, "members other than"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char why[256] = "";
-		int got = envelope(cases[i].kv, why, sizeof why);
+		int got = envelope(cases[i].text, NULL, why, sizeof why);
 		if (got != cases[i].want || (cases[i].want == 0 && !strstr(why, cases[i].why)))
 			T_FAIL_("case %zu: got %d (%s), want %d (%s)", i, got, why, cases[i].want,
 				cases[i].why);
 	}
 }
 
-/* A genuine publication's fields, as schedule_publish writes them, pass. */
+/* A genuine publication's entry, as schedule_publish writes it, passes and
+ * routes to its function, handler and instant. */
 TEST(envelope_check_accepts_every_published_occurrence)
 {
 	static const struct {
 		const char *function, *handler;
 		int64_t at;
 	} occ[] = {{"user-events", "jobs.cleanup.handler", 1774746000},
-		   {"jobs.v2", "x.y.z", 0},
-		   {"a", "m.f", 4102444799}};
+		   {"jobs-v2", "x.y.z", 0},
+		   {"a", "m..f", 4102444799},
+		   {"a", "we\"ird\\.f", 1}};
 	for (size_t i = 0; i < ARRAY_LEN(occ); i++) {
 		char *id = schedule_occurrence_id(occ[i].function, occ[i].handler, occ[i].at);
-		char *p = schedule_payload(occ[i].at);
-		const char *kv[] = {"event", p, F, occ[i].function, H, occ[i].handler, O, id, NULL};
+		char *e = schedule_entry(occ[i].function, occ[i].handler, occ[i].at);
 		char why[256] = "";
-		if (envelope(kv, why, sizeof why) != 1)
+		struct schedule_route r;
+		if (envelope(e, &r, why, sizeof why) != 1) {
 			T_FAIL_("%s: %s", id, why);
+		} else {
+			CHECK_STR(r.function, occ[i].function);
+			CHECK_STR(r.handler, occ[i].handler);
+			CHECK_STR(r.occurrence_id, id);
+			CHECK_INT(r.at_s, occ[i].at);
+		}
 		free(id);
-		free(p);
+		free(e);
 	}
 }
 
-T_MAIN(T_CASE(occurrence_ids_and_payloads_are_utc_whole_seconds),
-       T_CASE(route_of_recognises_scheduled_entries_only),
+T_MAIN(T_CASE(occurrence_ids_payloads_and_entries_are_utc_whole_seconds),
+       T_CASE(claimed_by_source_and_the_three_routing_keys),
        T_CASE(find_returns_the_first_schedule_with_the_handler),
        T_CASE(envelope_check_accepts_exactly_what_publication_writes),
        T_CASE(envelope_check_accepts_every_published_occurrence))
