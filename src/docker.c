@@ -14,8 +14,10 @@
  *   handle with CURLOPT_CONNECT_ONLY: curl only connects (unix socket, TCP,
  *   or TCP + TLS handshake) and we speak HTTP ourselves through
  *   curl_easy_send/curl_easy_recv, which keeps TLS transparent. Half-closing
- *   stdin is shutdown(SHUT_WR) on the active socket; the daemon treats that
- *   as stdin EOF even under TLS (its TLS reader sees the TCP FIN).
+ *   stdin is shutdown(SHUT_WR) on the active socket, after a TLS
+ *   close_notify under TLS (curl hands out its OpenSSL handle for that):
+ *   the daemon's Go TLS would take the TCP FIN alone as EOF, but a TLS
+ *   terminator on OpenSSL in front of it takes that for a fatal error.
  *
  * - Proxies are disabled (CURLOPT_PROXY ""): curl would otherwise honour
  *   http_proxy/HTTPS_PROXY from the environment and send Engine API calls
@@ -48,6 +50,8 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "log.h"
 #include "util.h"
@@ -1278,15 +1282,70 @@ int docker_conn_write(struct docker_conn *c, const void *p, size_t n)
 	return conn_send_all(c, p, n, -1);
 }
 
+/* Under TLS, the end of what Relay sends is first a close_notify alert
+ * (TLS 1.3's half-close; Go's tls.Conn.CloseWrite sends the same). A
+ * daemon's own Go TLS reads EOF after a bare TCP FIN too, but a TLS
+ * terminator built on OpenSSL 3 in front of it (socat, seen) takes that
+ * FIN for an unexpected EOF, a fatal error: it dropped the connection
+ * before the container's output came back. Reading goes on
+ * after the alert until the peer's own close.
+ *
+ * curl has no call for the alert, but hands out its OpenSSL handle. The
+ * alert is written through a socket BIO of our own, swapped in for curl's
+ * write BIO just for SSL_shutdown(): curl's BIO only works inside curl's
+ * own calls. Everything sent before has left (docker_conn_write() returns
+ * once curl sent it all), so the alert follows it on the socket. Returns
+ * 0 (also when the connection is not TLS), or -1 with the message. */
+static int tls_close_notify(struct docker_conn *c)
+{
+	struct curl_tlssessioninfo *info = NULL;
+	if (curl_easy_getinfo(c->curl, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || !info ||
+	    info->backend != CURLSSLBACKEND_OPENSSL || !info->internals)
+		return 0;
+	SSL *ssl = info->internals;
+	BIO *curl_bio = SSL_get_wbio(ssl), *sock_bio = BIO_new_socket((int)c->fd, BIO_NOCLOSE);
+	if (!curl_bio || !sock_bio || !BIO_up_ref(curl_bio)) {
+		BIO_free(sock_bio);
+		conn_err(c, "half-closing the Docker connection: TLS close_notify: out of memory");
+		return -1;
+	}
+	SSL_set0_wbio(ssl, sock_bio); /* drops one reference to curl_bio: ours is kept */
+	int64_t deadline = deadline_after(CONNECT_TIMEOUT_MS);
+	int rc = 0;
+	for (;;) {
+		ERR_clear_error();
+		int r = SSL_shutdown(ssl);
+		if (r >= 0)
+			break;
+		int e = SSL_get_error(ssl, r);
+		if (e != SSL_ERROR_WANT_WRITE || remaining_ms(deadline) == 0) {
+			char msg[256] = "timed out";
+			if (e != SSL_ERROR_WANT_WRITE)
+				ERR_error_string_n(ERR_peek_last_error(), msg, sizeof msg);
+			conn_err(c, "half-closing the Docker connection: TLS close_notify: %s",
+				 msg);
+			rc = -1;
+			break;
+		}
+		struct pollfd pf = {(int)c->fd, POLLOUT, 0};
+		(void)poll(&pf, 1, remaining_ms(deadline));
+	}
+	SSL_set0_wbio(ssl, curl_bio); /* frees sock_bio, takes our reference back */
+	return rc;
+}
+
 int docker_conn_close_write(struct docker_conn *c)
 {
+	/* The TCP half-close follows even when the alert could not be sent:
+	 * the daemon's Go TLS takes it for EOF. */
+	int rc = tls_close_notify(c);
 	if (shutdown((int)c->fd, SHUT_WR) != 0) {
 		char tmp[128];
 		conn_err(c, "half-closing the Docker connection: %s",
 			 strerror_r(errno, tmp, sizeof tmp));
 		return -1;
 	}
-	return 0;
+	return rc;
 }
 
 long docker_conn_read(struct docker_conn *c, void *p, size_t n, int timeout_ms)
