@@ -586,6 +586,48 @@ bool handler_valid(const char *s, size_t len, const char **why)
 	return w == NULL;
 }
 
+/*
+ * Why Python's importlib.import_module can never load module m, whatever
+ * files exist, or NULL: a leading '.' (a relative import, which needs a
+ * package), a '/' (never part of a module name), or an empty part that is
+ * not the last ("a..b": "a." is never a package). A trailing empty part
+ * is fine: handler "a..b" imports "a.", which loads a/.py, as the original
+ * does. Checked for python3.14 only: what validation accepts, the
+ * bootstrap can run.
+ */
+static const char *python_module_problem(const char *m)
+{
+	if (m[0] == '.')
+		return "a leading '.' is a relative import, which needs a package";
+	if (strchr(m, '/'))
+		return "a '/' is never part of a Python module name";
+	if (strstr(m, ".."))
+		return "an empty part between two dots is never a Python package";
+	return NULL;
+}
+
+static void check_python_modules(struct ctx *c, const struct template *t)
+{
+	if (!t->runtime || strcmp(t->runtime->name, "python3.14") != 0)
+		return;
+	for (size_t i = 0; i < t->nrules + t->nschedules; i++) {
+		bool rule = i < t->nrules;
+		const char *handler =
+			rule ? t->rules[i].handler : t->schedules[i - t->nrules].handler;
+		const char *module = rule ? t->rules[i].module : t->schedules[i - t->nrules].module;
+		int index = rule ? t->rules[i].index : t->schedules[i - t->nrules].index;
+		const char *why = module ? python_module_problem(module) : NULL;
+		if (!why)
+			continue; /* fine, or refused as a handler already */
+		char *p = xasprintf("%s[%d].handler", rule ? "events" : "schedules", index);
+		char h[300], m[300];
+		err(c, p, "\"%s\": Python cannot import module \"%s\" (%s)",
+		    printable_copy(handler, h, sizeof h, sizeof h - 1),
+		    printable_copy(module, m, sizeof m, sizeof m - 1), why);
+		free(p);
+	}
+}
+
 /* handler: the handler rule above, then split at the last dot. */
 static int get_handler(struct ctx *c, const struct ynode *parent, const char *path, char **handler,
 		       char **module, char **function)
@@ -969,6 +1011,8 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		listed++;
 		err(&c, "schedules", "must be a list of schedules, not %s", type_name(ty));
 	}
+
+	check_python_modules(&c, t);
 
 	/* Rules that failed validation were reported already; only a template
 	 * that lists neither rules nor schedules gets this error. */

@@ -602,8 +602,10 @@ TEST(handler_rule)
 			T_FAIL_("handler_valid(\"%s\"): reason %s", cases[i].yaml,
 				why ? why : "NULL");
 		char *y =
-			xasprintf(HDR "events:\n  - handler: \"%s\"\n    pattern: {}\n"
-				      "schedules:\n  - handler: \"%s\"\n    cron: \"0 3 * * *\"\n",
+			/* node24: the rule is every runtime's; Python adds its
+			 * own check (python_modules_importable below). */
+			xasprintf("runtime: node24\nevents:\n  - handler: \"%s\"\n    pattern: {}\n"
+				  "schedules:\n  - handler: \"%s\"\n    cron: \"0 3 * * *\"\n",
 				  cases[i].yaml, cases[i].yaml);
 		struct strlist errors = {0}, warnings = {0};
 		struct template *t = NULL;
@@ -635,6 +637,59 @@ TEST(handler_rule)
 	}
 }
 
+/* For python3.14, validation also refuses the modules importlib can never
+ * load, whatever files exist; node24 accepts them (its lookups are file
+ * paths). */
+TEST(python_modules_importable)
+{
+	static const struct {
+		const char *handler, *why; /* why: NULL when Python accepts it */
+	} cases[] = {
+		{"a..b", NULL},
+		{"my-mod.main", NULL},
+		{"events.created.handler", NULL},
+		{"caf\xc3\xa9.$fn", NULL},
+		{"pkg/sub.fn", "a '/' is never part of a Python module name"},
+		{".a.b", "a leading '.' is a relative import"},
+		{"..b", "a leading '.' is a relative import"},
+		{"a...b", "an empty part between two dots"},
+		{"a..b.c", "an empty part between two dots"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		for (int node = 0; node < 2; node++) {
+			char *y = xasprintf(
+				"runtime: %s\nevents:\n  - handler: \"%s\"\n    pattern: "
+				"{}\nschedules:\n  - handler: \"%s\"\n    cron: \"@daily\"\n",
+				node ? "node24" : "python3.14", cases[i].handler, cases[i].handler);
+			struct strlist errors = {0}, warnings = {0};
+			struct template *t = NULL;
+			int rc = template_parse(y, strlen(y), &t, &errors, &warnings);
+			bool want_ok = node || !cases[i].why;
+			if (want_ok && rc != 0) {
+				T_FAIL_("%s %s refused: %s", node ? "node24" : "python3.14",
+					cases[i].handler, errors.n ? errors.v[0] : "");
+			} else if (!want_ok) {
+				char *w0 =
+					xasprintf("events[0].handler: \"%s\": Python cannot import "
+						  "module",
+						  cases[i].handler);
+				if (rc == 0 || errors.n != 2 ||
+				    strncmp(errors.v[0], w0, strlen(w0)) != 0 ||
+				    !strstr(errors.v[0], cases[i].why) ||
+				    strncmp(errors.v[1], "schedules[0].handler: ", 22) != 0)
+					T_FAIL_("python3.14 %s: rc %d, %zu errors: %s",
+						cases[i].handler, rc, errors.n,
+						errors.n ? errors.v[0] : "");
+				free(w0);
+			}
+			template_free(t);
+			strlist_free(&errors);
+			strlist_free(&warnings);
+			free(y);
+		}
+	}
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -655,4 +710,4 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(alias_bomb_is_bounded), T_CASE(aliases_in_many_rules_count_against_one_bound),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
-       T_CASE(handler_rule), T_CASE(size_bound))
+       T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(size_bound))
