@@ -219,15 +219,8 @@ gp_pki() {
 # gp_start_tls_redis PKI: a redis-server speaking TLS only on REDIS_PORT;
 # gp_cli talks to it over TLS with the CA.
 gp_start_tls_redis() {
-	local d=$1
-	REDIS_PORT=$(free_port)
-	mkdir -p "$TMP/redis-$REDIS_PORT"
-	redis-server --bind 127.0.0.1 --port 0 --tls-port "$REDIS_PORT" --tls-cert-file "$d/server.pem" \
-		--tls-key-file "$d/server.key" --tls-ca-cert-file "$d/ca.pem" --tls-auth-clients no \
-		--save '' --appendonly no --dir "$TMP/redis-$REDIS_PORT" >"$TMP/redis-$REDIS_PORT.log" 2>&1 &
-	track $!
-	GP_CLI_TLS=(--tls --cacert "$d/ca.pem")
-	wait_for 10 gp_cli ping || fail "TLS redis did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
+	start_tls_redis "$1"
+	GP_CLI_TLS=(--tls --cacert "$1/ca.pem")
 }
 
 # gp_acked ID: the group has read the stream up to ID and nothing is pending.

@@ -61,18 +61,6 @@ make_certs() { # dir, SAN of the server certificate
 	chmod 644 "$d"/*
 }
 
-start_tls_redis() { # cert dir
-	local d=$1
-	REDIS_PORT=$(free_port)
-	mkdir -p "$TMP/redis-$REDIS_PORT"
-	redis-server --bind 127.0.0.1 --port 0 --tls-port "$REDIS_PORT" --tls-cert-file "$d/server.pem" \
-		--tls-key-file "$d/server.key" --tls-ca-cert-file "$d/ca.pem" --tls-auth-clients no \
-		--save '' --appendonly no --dir "$TMP/redis-$REDIS_PORT" >"$TMP/redis-$REDIS_PORT.log" 2>&1 &
-	track $!
-	wait_for 10 redis-cli --tls --cacert "$d/ca.pem" -p "$REDIS_PORT" ping ||
-		fail "TLS redis did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
-}
-
 test_tls_redis() {
 	make_certs "$TMP/pki" "IP:127.0.0.1,DNS:localhost"
 	start_tls_redis "$TMP/pki"

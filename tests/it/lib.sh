@@ -244,3 +244,17 @@ kill9_relay_pid() {
 	kill -KILL "$1"
 	reap_relay "$1" 137 || fail "relay $1 after SIGKILL"
 }
+
+# start_tls_redis DIR: a redis-server speaking TLS only, on a new REDIS_PORT,
+# with DIR's server.pem/server.key and ca.pem; returns once it answers.
+start_tls_redis() { # cert dir
+	local d=$1
+	REDIS_PORT=$(free_port)
+	mkdir -p "$TMP/redis-$REDIS_PORT"
+	redis-server --bind 127.0.0.1 --port 0 --tls-port "$REDIS_PORT" --tls-cert-file "$d/server.pem" \
+		--tls-key-file "$d/server.key" --tls-ca-cert-file "$d/ca.pem" --tls-auth-clients no \
+		--save '' --appendonly no --dir "$TMP/redis-$REDIS_PORT" >"$TMP/redis-$REDIS_PORT.log" 2>&1 &
+	track $!
+	wait_for 10 redis-cli --tls --cacert "$d/ca.pem" -p "$REDIS_PORT" ping ||
+		fail "TLS redis did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
+}
