@@ -1,9 +1,9 @@
 /* The runner's pure parts (runner.h): label bounding, the output prefix,
- * stream demultiplexing and line splitting, wait answers, container names,
- * and the time bounds the running marker is computed from. */
+ * stream demultiplexing and line splitting, wait answers, container names
+ * and the time bounds as enforced. That the running marker outlives them is
+ * tested with the marker, in test_invocation.c. */
 #include "docker.h"
 #include "duration.h"
-#include "invocation.h"
 #include "runner.h"
 #include "t.h"
 #include "util.h"
@@ -335,81 +335,7 @@ TEST(timeouts_as_enforced)
 	CHECK_INT(runner_worst_case_ns(&in), runner_worst_case_ns(NULL));
 }
 
-/*
- * Defect 10: the running marker must outlive every path of the invocation.
- * Each path below is a sequence of phases, each taking its whole bound (a
- * daemon answering every call at the last moment). It ends no later than
- * the marker deadline minus the clock skew another worker may have, for
- * every timeout a rule can have. (The deadline the consumer used to write,
- * claim + timeout, fails every path through the handler phase.)
- */
-TEST(marker_outlives_every_path)
-{
-	enum { CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, NPHASES };
-	static const struct {
-		const char *name;
-		int phases[NPHASES + 1]; /* -1 terminated */
-	} paths[] = {
-		{"create answer lost, removal by name",
-		 {CLAIM, CONNECT, SETUP, TEARDOWN, RECORD, -1}},
-		{"attach or wait refused", {CLAIM, CONNECT, SETUP, TEARDOWN, RECORD, -1}},
-		{"start hangs", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
-		{"handler times out", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
-		{"handler exits at its timeout", {CLAIM, CONNECT, SETUP, HANDLER, RECORD, -1}},
-		{"shutdown cancels it", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
-		{"wait answer unreadable", {CLAIM, CONNECT, SETUP, HANDLER, TEARDOWN, RECORD, -1}},
-	};
-	const int64_t timeouts[] = {0,
-				    1,
-				    NS_PER_MS,
-				    NS_PER_SEC,
-				    TEMPLATE_DEFAULT_TIMEOUT_NS,
-				    20 * NS_PER_SEC,
-				    TEMPLATE_MAX_TIMEOUT_NS,
-				    TEMPLATE_MAX_TIMEOUT_NS + 1};
-	const int64_t claim = 1700000000LL * NS_PER_SEC;
-	for (size_t t = 0; t < ARRAY_LEN(timeouts); t++) {
-		int64_t bound[NPHASES] = {
-			[CLAIM] = RUNNER_CLAIM_TIMEOUT_MS * NS_PER_MS,
-			[CONNECT] = DOCKER_OPEN_TIMEOUT_MS * NS_PER_MS,
-			[SETUP] = RUNNER_SETUP_TIMEOUT_MS * NS_PER_MS,
-			[HANDLER] = runner_timeout_ns(timeouts[t]),
-			[TEARDOWN] = RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS,
-			[RECORD] = RUNNER_RECORD_TIMEOUT_MS * NS_PER_MS,
-		};
-		int64_t deadline = invocation_running_deadline(claim, timeouts[t]);
-		/* Another worker whose clock runs ahead sees it expire early. */
-		int64_t seen_expiring = deadline - RUNNER_CLOCK_SKEW_MS * NS_PER_MS;
-		for (size_t p = 0; p < ARRAY_LEN(paths); p++) {
-			int64_t end = claim;
-			for (const int *ph = paths[p].phases; *ph >= 0; ph++)
-				end += bound[*ph];
-			/* Work between bounded calls. */
-			end += RUNNER_LOCAL_SLACK_MS * NS_PER_MS;
-			if (end > seen_expiring)
-				T_FAIL_("timeout %" PRId64 " path \"%s\": ends %" PRId64
-					" ns after the marker expires",
-					timeouts[t], paths[p].name, end - seen_expiring);
-		}
-		/* Each phase counts: the runner's part is exactly its worst case. */
-		struct invocation in = {.timeout_ns = timeouts[t]};
-		CHECK_INT(runner_worst_case_ns(&in), bound[SETUP] + bound[HANDLER] +
-							     bound[TEARDOWN] +
-							     RUNNER_LOCAL_SLACK_MS * NS_PER_MS);
-		int64_t sum = 0;
-		for (int ph = 0; ph < NPHASES; ph++)
-			sum += bound[ph];
-		CHECK_INT(deadline - claim,
-			  sum + (RUNNER_LOCAL_SLACK_MS + RUNNER_CLOCK_SKEW_MS) * NS_PER_MS);
-	}
-	/* Marker and runner agree on the timeout: a later claim, a later
-	 * deadline, by exactly as much. */
-	CHECK_INT(invocation_running_deadline(claim + 7, NS_PER_SEC) -
-			  invocation_running_deadline(claim, NS_PER_SEC),
-		  7);
-}
-
 T_MAIN(T_CASE(label_values_are_bounded), T_CASE(prefix_format), T_CASE(demux_every_split_point),
        T_CASE(long_lines_are_split), T_CASE(full_line_with_newline_in_the_next_frame),
        T_CASE(huge_output_memory_is_bounded), T_CASE(wait_answers), T_CASE(outcome_names),
-       T_CASE(container_names), T_CASE(timeouts_as_enforced), T_CASE(marker_outlives_every_path))
+       T_CASE(container_names), T_CASE(timeouts_as_enforced))
