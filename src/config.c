@@ -1,11 +1,11 @@
 #include "config.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "duration.h"
+#include "http.h"
 #include "redis.h"
 
 enum kind {
@@ -18,14 +18,22 @@ enum kind {
 	K_PATH,
 };
 
+/*
+ * One variable. Its messages say what is accepted as
+ * "accepted (note; default X)": the parenthesis holds whichever of the
+ * note and the default there are, and the default is written from def_int
+ * or def_str, the DEFAULT_* constant the field is set to, so the text and
+ * the value cannot drift.
+ */
 struct var {
 	const char *name;
 	enum kind kind;
 	int required; /* under CONFIG_NEED_ALL */
 	const char *accepted;
+	const char *note; /* NULL, or a remark for the parenthesis */
 	size_t offset;
-	int64_t def_int;
-	const char *def_str;
+	int64_t def_int;     /* K_POSITIVE_INT; K_LOG_LEVEL (an enum log_level) */
+	const char *def_str; /* K_PATH */
 };
 
 #define OFF(field) offsetof(struct config, field)
@@ -34,76 +42,34 @@ static const struct var vars[] = {
 	{"REDIS_URI", K_REDIS_URI, 1,
 	 "host:port, redis://[user[:password]@]host:port[/db] or "
 	 "rediss://[user[:password]@]host:port[/db]",
-	 OFF(redis_uri), 0, NULL},
-	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", OFF(redis_stream), 0, NULL},
-	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", OFF(redis_group), 0, NULL},
-	{"REDIS_STREAM_RETENTION", K_DURATION, 0,
-	 "a positive Go duration such as 6h or 90m (unset or empty disables retention)",
-	 OFF(stream_retention_ns), 0, NULL},
+	 NULL, OFF(redis_uri), 0, NULL},
+	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", NULL, OFF(redis_stream), 0, NULL},
+	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", NULL, OFF(redis_group), 0,
+	 NULL},
+	{"REDIS_STREAM_RETENTION", K_DURATION, 0, "a positive Go duration such as 6h or 90m",
+	 "unset or empty disables retention", OFF(stream_retention_ns), 0, NULL},
 	{"METRICS_ADDR", K_LISTEN, 0,
-	 "a listen address such as :9090, 127.0.0.1:9090 or [::1]:9090 (unset or empty disables "
-	 "metrics)",
-	 OFF(metrics_addr), 0, NULL},
+	 "a listen address such as :9090, 127.0.0.1:9090 or [::1]:9090",
+	 "unset or empty disables metrics", OFF(metrics_addr), 0, NULL},
 	{"GIT_WEBHOOK_ADDR", K_LISTEN, 0,
-	 "a listen address such as :8081, 127.0.0.1:8081 or [::1]:8081 (unset or empty disables "
-	 "the webhook)",
-	 OFF(webhook_addr), 0, NULL},
-	{"LOG_LEVEL", K_LOG_LEVEL, 0, "DEBUG, INFO, WARN or ERROR (case-insensitive; default INFO)",
-	 OFF(log_level), 0, NULL},
-	{"MAX_CONCURRENCY", K_POSITIVE_INT, 0, "a positive integer (default 8)",
-	 OFF(max_concurrency), DEFAULT_MAX_CONCURRENCY, NULL},
-	{"MAX_BUFFERED_EVENTS", K_POSITIVE_INT, 0, "a positive integer (default 16)",
+	 "a listen address such as :8081, 127.0.0.1:8081 or [::1]:8081",
+	 "unset or empty disables the webhook", OFF(webhook_addr), 0, NULL},
+	{"LOG_LEVEL", K_LOG_LEVEL, 0, "DEBUG, INFO, WARN or ERROR", "case-insensitive",
+	 OFF(log_level), DEFAULT_LOG_LEVEL, NULL},
+	{"MAX_CONCURRENCY", K_POSITIVE_INT, 0, "a positive integer", NULL, OFF(max_concurrency),
+	 DEFAULT_MAX_CONCURRENCY, NULL},
+	{"MAX_BUFFERED_EVENTS", K_POSITIVE_INT, 0, "a positive integer", NULL,
 	 OFF(max_buffered_events), DEFAULT_MAX_BUFFERED_EVENTS, NULL},
-	{"RELAY_FUNCTIONS_DIR", K_PATH, 0, "a directory path (default /functions)",
-	 OFF(functions_dir), 0, DEFAULT_FUNCTIONS_DIR},
-	{"RELAY_DATA_DIR", K_PATH, 0, "a directory path (default /var/lib/relay)", OFF(data_dir), 0,
-	 DEFAULT_DATA_DIR},
+	{"RELAY_FUNCTIONS_DIR", K_PATH, 0, "a directory path", NULL, OFF(functions_dir), 0,
+	 DEFAULT_FUNCTIONS_DIR},
+	{"RELAY_DATA_DIR", K_PATH, 0, "a directory path", NULL, OFF(data_dir), 0, DEFAULT_DATA_DIR},
 };
 
 int config_valid_listen_addr(const char *s)
 {
-	const char *colon;
-	char host[256];
-	if (s[0] == '[') {
-		const char *close = strchr(s, ']');
-		if (!close || close[1] != ':')
-			return -1;
-		size_t n = (size_t)(close - s - 1);
-		if (n == 0 || n >= sizeof host)
-			return -1;
-		memcpy(host, s + 1, n);
-		host[n] = '\0';
-		struct in6_addr a6;
-		if (inet_pton(AF_INET6, host, &a6) != 1)
-			return -1;
-		colon = close + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			return -1;
-		size_t n = (size_t)(colon - s);
-		if (n >= sizeof host)
-			return -1;
-		memcpy(host, s, n);
-		host[n] = '\0';
-		if (memchr(host, ':', n))
-			return -1; /* an IPv6 host must be bracketed */
-		for (size_t i = 0; i < n; i++) {
-			unsigned char ch = (unsigned char)host[i];
-			if (!isalnum(ch) && ch != '.' && ch != '-' && ch != '_')
-				return -1;
-		}
-	}
-	const char *port = colon + 1;
-	int64_t p;
-	if (!*port || strlen(port) > 5)
-		return -1;
-	for (const char *q = port; *q; q++)
-		if (!isdigit((unsigned char)*q))
-			return -1;
-	if (parse_int64(port, &p) < 0 || p < 0 || p > 65535)
-		return -1;
-	return 0;
+	char host[HTTP_LISTEN_HOST_MAX];
+	unsigned port;
+	return http_parse_listen_addr(s, host, sizeof host, &port);
 }
 
 static void add_err(char ***errs, int *nerrs, char *msg)
@@ -129,101 +95,134 @@ static char *shown_value(const struct var *v, const char *value)
 	return out;
 }
 
+/* v's default as a user would write it (in num when a number), or NULL
+ * when it has none: unset, the setting is off (or required). */
+static const char *default_text(const struct var *v, char *num, size_t size)
+{
+	switch (v->kind) {
+	case K_POSITIVE_INT: snprintf_(num, size, "%" PRId64, v->def_int); return num;
+	case K_LOG_LEVEL: return log_level_name((enum log_level)v->def_int);
+	case K_PATH: return v->def_str;
+	default: return NULL;
+	}
+}
+
+/* What v accepts, for a message (malloc'd): see struct var. */
+static char *accepted_text(const struct var *v)
+{
+	char num[24];
+	const char *def = default_text(v, num, sizeof num);
+	if (!def && !v->note)
+		return xstrdup(v->accepted);
+	return xasprintf("%s (%s%s%s%s)", v->accepted, v->note ? v->note : "",
+			 v->note && def ? "; " : "", def ? "default " : "", def ? def : "");
+}
+
+/* Sets field to v's default; without one it stays zero (NULL, 0: off). */
+static void set_default(const struct var *v, void *field)
+{
+	switch (v->kind) {
+	case K_POSITIVE_INT: *(int64_t *)field = v->def_int; break;
+	case K_LOG_LEVEL: *(enum log_level *)field = (enum log_level)v->def_int; break;
+	case K_PATH: *(char **)field = xstrdup(v->def_str); break;
+	default: break;
+	}
+}
+
+/* Parses raw, set and non-empty (empty only for K_POSITIVE_INT), into
+ * field. Returns NULL, or why raw is refused (malloc'd). */
+static char *set_value(const struct var *v, const char *raw, void *field)
+{
+	switch (v->kind) {
+	case K_STRING:
+	case K_PATH:
+		free(*(char **)field);
+		*(char **)field = xstrdup(raw);
+		return NULL;
+	case K_REDIS_URI: {
+		struct redis_uri u;
+		char *why = NULL;
+		if (redis_uri_parse(raw, &u, &why) < 0)
+			return why;
+		redis_uri_free(&u);
+		*(char **)field = xstrdup(raw);
+		return NULL;
+	}
+	case K_DURATION: {
+		int64_t d;
+		if (duration_parse(raw, &d) < 0)
+			return xstrdup("not a Go duration");
+		if (d <= 0)
+			return xstrdup("must be positive");
+		*(int64_t *)field = d;
+		return NULL;
+	}
+	case K_LISTEN:
+		if (config_valid_listen_addr(raw) < 0)
+			return xstrdup("not a listen address");
+		*(char **)field = xstrdup(raw);
+		return NULL;
+	case K_LOG_LEVEL: {
+		enum log_level l;
+		if (log_parse_level(raw, &l) < 0)
+			return xstrdup("unknown log level");
+		*(enum log_level *)field = l;
+		return NULL;
+	}
+	case K_POSITIVE_INT: {
+		int64_t n;
+		if (!*raw)
+			return xstrdup("empty");
+		if (parse_int64(raw, &n) < 0 || raw[0] == '+')
+			return xstrdup("not an integer");
+		if (n <= 0)
+			return xstrdup("must be positive");
+		*(int64_t *)field = n;
+		return NULL;
+	}
+	}
+	return NULL;
+}
+
+/* Sets v's field from the environment. Returns NULL, or the message of
+ * its error (malloc'd). */
+static char *load_var(const struct var *v, enum config_need need, void *field)
+{
+	const char *raw = getenv(v->name);
+	bool required = v->required && (need == CONFIG_NEED_ALL || v->kind == K_REDIS_URI);
+	set_default(v, field);
+	/* Unset or empty is the default (or off), but an empty number is an
+	 * error: MAX_CONCURRENCY= is a mistake, not a request for 8. */
+	if (!raw || (!*raw && v->kind != K_POSITIVE_INT)) {
+		if (!required)
+			return NULL;
+		char *accepted = accepted_text(v);
+		char *msg = xasprintf("%s is required and must not be empty; accepted: %s", v->name,
+				      accepted);
+		free(accepted);
+		return msg;
+	}
+	char *why = set_value(v, raw, field);
+	if (!why)
+		return NULL;
+	char *shown = shown_value(v, raw);
+	char *accepted = accepted_text(v);
+	char *msg = xasprintf("%s %s is invalid (%s); accepted: %s", v->name, shown, why, accepted);
+	free(accepted);
+	free(shown);
+	free(why);
+	return msg;
+}
+
 int config_load(struct config *c, enum config_need need, char ***errs, int *nerrs)
 {
 	memset(c, 0, sizeof *c);
 	*errs = NULL;
 	*nerrs = 0;
 	for (size_t i = 0; i < ARRAY_LEN(vars); i++) {
-		const struct var *v = &vars[i];
-		const char *raw = getenv(v->name);
-		char *field = (char *)c + v->offset;
-		bool required = v->required && (need == CONFIG_NEED_ALL || v->kind == K_REDIS_URI);
-		bool empty = !raw || !*raw;
-
-		if (v->kind == K_POSITIVE_INT)
-			*(int64_t *)(void *)field = v->def_int;
-		if (v->kind == K_LOG_LEVEL)
-			*(enum log_level *)(void *)field = LOG_INFO;
-		if (v->kind == K_PATH)
-			*(char **)(void *)field = xstrdup(v->def_str);
-
-		if (empty && v->kind != K_LOG_LEVEL && v->kind != K_POSITIVE_INT) {
-			if (required)
-				add_err(errs, nerrs,
-					xasprintf("%s is required and must not be empty; accepted: "
-						  "%s",
-						  v->name, v->accepted));
-			continue;
-		}
-		if (!raw)
-			continue;
-
-		char *err = NULL;
-		switch (v->kind) {
-		case K_STRING:
-		case K_PATH:
-			free(*(char **)(void *)field);
-			*(char **)(void *)field = xstrdup(raw);
-			break;
-		case K_REDIS_URI: {
-			struct redis_uri u;
-			char *why = NULL;
-			if (redis_uri_parse(raw, &u, &why) < 0) {
-				err = why;
-			} else {
-				redis_uri_free(&u);
-				*(char **)(void *)field = xstrdup(raw);
-			}
-			break;
-		}
-		case K_DURATION: {
-			int64_t d;
-			if (duration_parse(raw, &d) < 0)
-				err = xstrdup("not a Go duration");
-			else if (d <= 0)
-				err = xstrdup("must be positive");
-			else
-				*(int64_t *)(void *)field = d;
-			break;
-		}
-		case K_LISTEN:
-			if (config_valid_listen_addr(raw) < 0)
-				err = xstrdup("not a listen address");
-			else
-				*(char **)(void *)field = xstrdup(raw);
-			break;
-		case K_LOG_LEVEL: {
-			enum log_level l;
-			if (empty)
-				break; /* unset or empty: the default INFO */
-			if (log_parse_level(raw, &l) < 0)
-				err = xstrdup("unknown log level");
-			else
-				*(enum log_level *)(void *)field = l;
-			break;
-		}
-		case K_POSITIVE_INT: {
-			int64_t n;
-			if (empty)
-				err = xstrdup("empty");
-			else if (parse_int64(raw, &n) < 0 || raw[0] == '+')
-				err = xstrdup("not an integer");
-			else if (n <= 0)
-				err = xstrdup("must be positive");
-			else
-				*(int64_t *)(void *)field = n;
-			break;
-		}
-		}
-		if (err) {
-			char *shown = shown_value(v, raw);
-			add_err(errs, nerrs,
-				xasprintf("%s %s is invalid (%s); accepted: %s", v->name, shown,
-					  err, v->accepted));
-			free(shown);
-			free(err);
-		}
+		char *msg = load_var(&vars[i], need, (char *)c + vars[i].offset);
+		if (msg)
+			add_err(errs, nerrs, msg);
 	}
 	if (*nerrs) {
 		config_free(c);

@@ -13,8 +13,11 @@
 
 #include "log.h"
 
+/* The defaults of the optional settings, each stated only here: config.c's
+ * table sets them and writes its "(default X)" texts from them. */
 #define DEFAULT_FUNCTIONS_DIR "/functions"
 #define DEFAULT_DATA_DIR "/var/lib/relay"
+#define DEFAULT_LOG_LEVEL LOG_INFO
 #define DEFAULT_MAX_CONCURRENCY 8
 #define DEFAULT_MAX_BUFFERED_EVENTS 16
 
@@ -49,7 +52,8 @@ void config_free(struct config *c);
 void config_errors_free(char **errs, int nerrs);
 
 /* Validates a Go-style listen address: ":9090", "127.0.0.1:9090",
- * "[::1]:9090", "localhost:9090". Returns 0 or -1. */
+ * "[::1]:9090", "localhost:9090". Returns 0 or -1. The rule is
+ * http_parse_listen_addr's (http.h), the one the servers start with. */
 int config_valid_listen_addr(const char *s);
 
 /* Loads the configuration for a command; on failure logs every error at

@@ -147,7 +147,7 @@ static int bind_one(const struct sockaddr *sa, socklen_t len, int family, int *e
 /* Returns a listening socket, or -1 with *err (malloc'd). */
 static int open_listener(const char *addr, char **err)
 {
-	char host[256];
+	char host[HTTP_LISTEN_HOST_MAX];
 	unsigned port;
 	if (http_parse_listen_addr(addr, host, sizeof host, &port) < 0) {
 		*err = xasprintf("invalid listen address %s", addr);
@@ -549,7 +549,7 @@ static void *retry_main(void *arg)
 
 int http_server_start(const struct http_server_config *cfg, struct http_server **out, char **err)
 {
-	char host[256];
+	char host[HTTP_LISTEN_HOST_MAX];
 	unsigned port;
 	*out = NULL;
 	*err = NULL;
@@ -566,19 +566,19 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 	if (!s->cfg.name)
 		s->cfg.name = "HTTP";
 	if (!s->cfg.max_body)
-		s->cfg.max_body = 1 << 20;
+		s->cfg.max_body = HTTP_DEFAULT_MAX_BODY;
 	if (!s->cfg.body_budget)
 		s->cfg.body_budget = 2 * s->cfg.max_body;
 	if (s->cfg.body_budget < s->cfg.max_body + 1)
 		s->cfg.body_budget = s->cfg.max_body + 1; /* one full body always fits */
 	if (!s->cfg.body_timeout_seconds)
-		s->cfg.body_timeout_seconds = 10;
+		s->cfg.body_timeout_seconds = HTTP_DEFAULT_BODY_TIMEOUT_SECONDS;
 	if (!s->cfg.connection_limit)
-		s->cfg.connection_limit = 64;
+		s->cfg.connection_limit = HTTP_DEFAULT_CONNECTION_LIMIT;
 	if (!s->cfg.timeout_seconds)
-		s->cfg.timeout_seconds = 10;
+		s->cfg.timeout_seconds = HTTP_DEFAULT_TIMEOUT_SECONDS;
 	if (!s->cfg.retry_interval_ms)
-		s->cfg.retry_interval_ms = 2000;
+		s->cfg.retry_interval_ms = HTTP_DEFAULT_RETRY_INTERVAL_MS;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->body_mu, NULL);
 	pthread_condattr_t ca;

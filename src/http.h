@@ -29,6 +29,9 @@
  * Listen addresses are Go's forms: ":9090" (every interface, IPv6 and IPv4),
  * "127.0.0.1:9090", "[::1]:9090", "host:9090" (resolved with getaddrinfo;
  * the first address that binds wins). Port 0 picks an ephemeral port.
+ * http_parse_listen_addr is the one parser of that form: config.c validates
+ * METRICS_ADDR and GIT_WEBHOOK_ADDR with it, so what configuration accepts
+ * is exactly what a server can be started on.
  */
 #ifndef RELAY_HTTP_H
 #define RELAY_HTTP_H
@@ -76,22 +79,37 @@ struct http_server_config {
 	/* Runs on a server thread, possibly several at once. Fills resp. */
 	void (*handler)(const struct http_request *req, struct http_response *resp, void *arg);
 	void *arg;
-	size_t max_body;	       /* larger bodies get 413; 0 means 1 MiB */
-	size_t body_budget;	       /* all buffered bodies; 0 means 2 * max_body */
-	unsigned connection_limit;     /* 0 means 64 */
-	unsigned timeout_seconds;      /* idle connection timeout; 0 means 10 */
-	unsigned body_timeout_seconds; /* headers to end of body; 0 means 10 */
+	/* Bounds; 0 means the HTTP_DEFAULT_* below. */
+	size_t max_body;	       /* larger bodies get 413 */
+	size_t body_budget;	       /* all buffered bodies; default 2 * max_body */
+	unsigned connection_limit;     /* connections at once */
+	unsigned timeout_seconds;      /* idle connection timeout */
+	unsigned body_timeout_seconds; /* headers to end of body */
 	/* When true a bind/resolve failure is logged (WARN) and retried in the
-	 * background every retry_interval_ms (0 means 2000) and start returns
-	 * 0; when false start fails with the error. */
+	 * background every retry_interval_ms and start returns 0; when false
+	 * start fails with the error. */
 	bool retry_bind;
 	unsigned retry_interval_ms;
 };
 
+#define HTTP_DEFAULT_MAX_BODY (1u << 20) /* 1 MiB */
+#define HTTP_DEFAULT_CONNECTION_LIMIT 64
+#define HTTP_DEFAULT_TIMEOUT_SECONDS 10
+#define HTTP_DEFAULT_BODY_TIMEOUT_SECONDS 10
+#define HTTP_DEFAULT_RETRY_INTERVAL_MS 2000
+
 struct http_server;
 
+/* A listen address's host part is shorter than this (a longer one is
+ * refused); every caller passes a buffer of this size, so all agree. */
+#define HTTP_LISTEN_HOST_MAX 256
+
 /* Parses "host:port" forms into host (without brackets, "" for any) and port.
- * Returns 0, or -1 when malformed. host_size bounds host. */
+ * The host is an IPv6 address in brackets, or else ASCII letters, digits,
+ * '.', '-' and '_' (possibly none); the port 1 to 5 ASCII digits, at most
+ * 65535. Returns 0, or -1 when malformed (addr NULL included), host and
+ * *port then unspecified. host_size bounds host: HTTP_LISTEN_HOST_MAX.
+ * Pure; any thread. */
 int http_parse_listen_addr(const char *addr, char *host, size_t host_size, unsigned *port);
 
 /* Starts a server; on success *out owns it (free with http_server_stop).

@@ -463,26 +463,33 @@ static const struct ynode *map_get(const struct ynode *map, const char *key, boo
 	return NULL;
 }
 
-/* Warns about keys not in known[]; errors for non-string keys. */
+/* Whether a string key is known, for check_keys. */
+typedef bool key_known_fn(const struct yscalar *key, const void *arg);
+
+/* key_known_fn over a NULL-terminated list of names. */
+static bool one_of(const struct yscalar *key, const void *names)
+{
+	for (const char *const *p = names; *p; p++)
+		if (text_eq(key->text, key->len, *p))
+			return true;
+	return false;
+}
+
+/* Warns about keys that are not strings known(key, arg) accepts; errors
+ * for keys that are not scalars. */
 static void check_keys(struct ctx *c, const struct ynode *map, const char *path,
-		       const char *const *known)
+		       key_known_fn *known, const void *arg)
 {
 	for (uint32_t i = 0; i < map->n; i++) {
 		struct yscalar k;
 		enum ytype kt = node_type(map->u.kids[2 * i], &k);
-		bool ok = false;
-		if (kt == Y_STR || kt == Y_INT || kt == Y_BOOL || kt == Y_NULL || kt == Y_FLOAT) {
-			for (size_t j = 0; known[j]; j++)
-				if (kt == Y_STR && text_eq(k.text, k.len, known[j]))
-					ok = true;
-			if (!ok) {
-				char *s = shown(&k);
-				add_warning(c, xasprintf("%s%s%s: unknown key, ignored", path,
-							 *path ? "." : "", s));
-				free(s);
-			}
-		} else {
+		if (kt == Y_SEQ || kt == Y_MAP || kt == Y_BAD) {
 			err(c, *path ? path : "template", "keys must be scalars");
+		} else if (kt != Y_STR || !known(&k, arg)) {
+			char *s = shown(&k);
+			add_warning(c, xasprintf("%s%s%s: unknown key, ignored", path,
+						 *path ? "." : "", s));
+			free(s);
 		}
 	}
 }
@@ -508,8 +515,8 @@ static int64_t get_timeout(struct ctx *c, const struct ynode *parent, const char
 		else if (d <= 0)
 			err(c, p, "%s must be positive", q);
 		else if (d > TEMPLATE_MAX_TIMEOUT_NS)
-			err(c, p, "%.*s exceeds the maximum of 5m", (int)(y.len > 40 ? 40 : y.len),
-			    y.text);
+			err(c, p, "%.*s exceeds the maximum of %dm", (int)(y.len > 40 ? 40 : y.len),
+			    y.text, TEMPLATE_MAX_TIMEOUT_MINUTES);
 		free(q);
 		free(s);
 	}
@@ -533,8 +540,8 @@ static int get_retries(struct ctx *c, const struct ynode *parent, const char *pa
 		free(q);
 	} else if (y.i < 0) {
 		err(c, p, "%" PRId64 " is negative; must be a non-negative integer", y.i);
-	} else if (y.i > 1000) {
-		err(c, p, "%" PRId64 " exceeds the maximum of 1000", y.i);
+	} else if (y.i > TEMPLATE_MAX_RETRIES) {
+		err(c, p, "%" PRId64 " exceeds the maximum of %d", y.i, TEMPLATE_MAX_RETRIES);
 	} else {
 		r = (int)y.i;
 	}
@@ -628,9 +635,10 @@ static void check_python_modules(struct ctx *c, const struct template *t)
 	}
 }
 
-/* handler: the handler rule above, then split at the last dot. */
-static int get_handler(struct ctx *c, const struct ynode *parent, const char *path, char **handler,
-		       char **module, char **function)
+/* handler: the handler rule above, then split at the last dot. The three
+ * outputs stay NULL when it is refused. */
+static void get_handler(struct ctx *c, const struct ynode *parent, const char *path, char **handler,
+			char **module, char **function)
 {
 	bool present;
 	const struct ynode *n = map_get(parent, "handler", &present);
@@ -638,7 +646,6 @@ static int get_handler(struct ctx *c, const struct ynode *parent, const char *pa
 	struct yscalar y;
 	enum ytype t = node_type(n, &y);
 	const char *why;
-	int rc = -1;
 	if (!present || t == Y_NULL) {
 		err(c, p, "is required (module.function, e.g. events.created.handler)");
 	} else if (t != Y_STR) {
@@ -654,10 +661,8 @@ static int get_handler(struct ctx *c, const struct ynode *parent, const char *pa
 		const char *dot = strrchr(*handler, '.');
 		*module = xstrndup(*handler, (size_t)(dot - *handler));
 		*function = xstrdup(dot + 1);
-		rc = 0;
 	}
 	free(p);
-	return rc;
 }
 
 /* ---- name rules ------------------------------------------------------- */
@@ -674,6 +679,48 @@ int env_name_valid(const char *s)
 
 /* ---- sections --------------------------------------------------------- */
 
+/* pattern: converted to JSON and compiled; NULL when refused. */
+static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, const char *path)
+{
+	bool present;
+	const struct ynode *n = map_get(parent, "pattern", &present);
+	char *p = xasprintf("%s.pattern", path);
+	struct pattern *pattern = NULL;
+	if (!present || node_type(n, NULL) == Y_NULL) {
+		err(c, p, "is required (use {} to match every event)");
+	} else {
+		struct seg at = {.key = p};
+		json_t *j = to_json(c, n, &at);
+		if (j) {
+			struct buf pe;
+			buf_init(&pe, 1 << 20);
+			if (pattern_compile(j, p, &pattern, &pe) != 0)
+				add_lines(c, pe.data);
+			buf_free(&pe);
+			json_decref(j);
+		}
+	}
+	free(p);
+	return pattern;
+}
+
+/* Item i of the list section (events or schedules) as a map, its keys
+ * checked against known and its path ("events[2]") in path; NULL, and
+ * reported, when it is not a map. */
+static const struct ynode *list_item(struct ctx *c, const struct ynode *seq, uint32_t i,
+				     const char *section, const char *shape,
+				     const char *const *known, char path[static 32])
+{
+	const struct ynode *item = seq->u.kids[i];
+	snprintf_(path, 32, "%s[%u]", section, i);
+	if (node_type(item, NULL) != Y_MAP) {
+		err(c, path, "must be a map with %s", shape);
+		return NULL;
+	}
+	check_keys(c, item, path, one_of, known);
+	return item;
+}
+
 static void parse_rules(struct ctx *c, const struct ynode *seq, struct template *t)
 {
 	uint32_t count = seq->n;
@@ -683,47 +730,71 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 	}
 	t->rules = xcalloc((size_t)count + 1, sizeof *t->rules);
 	static const char *const known[] = {"handler", "pattern", "timeout", "retries", NULL};
-	for (uint32_t i = 1; i <= count; i++) {
-		const struct ynode *item = seq->u.kids[i - 1];
+	for (uint32_t i = 0; i < count; i++) {
 		char path[32];
-		snprintf_(path, sizeof path, "events[%u]", i - 1);
-		if (node_type(item, NULL) != Y_MAP) {
-			err(c, path, "must be a map with handler and pattern");
+		const struct ynode *item =
+			list_item(c, seq, i, "events", "handler and pattern", known, path);
+		if (!item)
 			continue;
-		}
-		check_keys(c, item, path, known);
-		struct rule r = {0};
-		r.index = i - 1;
-		int ok = get_handler(c, item, path, &r.handler, &r.module, &r.function) == 0;
+		struct rule r = {.index = (int)i};
+		get_handler(c, item, path, &r.handler, &r.module, &r.function);
 		r.timeout_ns = get_timeout(c, item, path);
 		r.retries = get_retries(c, item, path);
-
-		bool present;
-		const struct ynode *pn = map_get(item, "pattern", &present);
-		char *ppath = xasprintf("%s.pattern", path);
-		if (!present || node_type(pn, NULL) == Y_NULL) {
-			err(c, ppath, "is required (use {} to match every event)");
-			ok = 0;
-		} else {
-			struct seg at = {.key = ppath};
-			json_t *j = to_json(c, pn, &at);
-			if (!j) {
-				ok = 0;
-			} else {
-				struct buf pe;
-				buf_init(&pe, 1 << 20);
-				if (pattern_compile(j, ppath, &r.pattern, &pe) != 0) {
-					ok = 0;
-					add_lines(c, pe.data);
-				}
-				buf_free(&pe);
-				json_decref(j);
-			}
-		}
-		free(ppath);
+		r.pattern = get_pattern(c, item, path);
 		t->rules[t->nrules++] = r;
-		(void)ok;
 	}
+}
+
+/* cron: a cron expression; s->cron_expr as written, s->cron parsed. */
+static void get_cron(struct ctx *c, const struct ynode *parent, const char *path,
+		     struct schedule *s)
+{
+	bool present;
+	struct yscalar y;
+	const struct ynode *n = map_get(parent, "cron", &present);
+	enum ytype t = node_type(n, &y);
+	if (!present || t == Y_NULL) {
+		err(c, path, "cron is required (e.g. \"0 3 * * *\")");
+		return;
+	}
+	char *p = xasprintf("%s.cron", path);
+	if (t != Y_STR) {
+		err(c, p, "must be a string such as \"0 3 * * *\", not %s", type_name(t));
+	} else {
+		s->cron_expr = xstrndup(y.text, y.len);
+		char *why = NULL;
+		if (strlen(s->cron_expr) != y.len)
+			err(c, p, "contains a NUL byte");
+		else if (cron_parse(s->cron_expr, &s->cron, &why) < 0)
+			err(c, p, "%s", why);
+		free(why);
+	}
+	free(p);
+}
+
+/* timezone: an IANA name, UTC when absent; s->timezone as written. */
+static void get_timezone(struct ctx *c, const struct ynode *parent, const char *path,
+			 struct schedule *s)
+{
+	bool present;
+	struct yscalar y;
+	const struct ynode *n = map_get(parent, "timezone", &present);
+	enum ytype t = node_type(n, &y);
+	char *p = xasprintf("%s.timezone", path);
+	if (!present) {
+		s->timezone = xstrdup("UTC");
+		s->tz = tz_utc();
+	} else if (t != Y_STR) {
+		err(c, p, "must be an IANA time zone name such as Europe/Rome, not %s",
+		    type_name(t));
+	} else {
+		s->timezone = xstrndup(y.text, y.len);
+		char *why = NULL;
+		if (strlen(s->timezone) != y.len || tz_load(s->timezone, &s->tz, &why) < 0)
+			err(c, p, "%s", why ? why : "invalid time zone");
+		free(why);
+	}
+	free(p);
 }
 
 static void parse_schedules(struct ctx *c, const struct ynode *seq, struct template *t)
@@ -736,60 +807,18 @@ static void parse_schedules(struct ctx *c, const struct ynode *seq, struct templ
 	t->schedules = xcalloc((size_t)count + 1, sizeof *t->schedules);
 	static const char *const known[] = {"handler", "cron",	  "timezone",
 					    "timeout", "retries", NULL};
-	for (uint32_t i = 1; i <= count; i++) {
-		const struct ynode *item = seq->u.kids[i - 1];
+	for (uint32_t i = 0; i < count; i++) {
 		char path[32];
-		snprintf_(path, sizeof path, "schedules[%u]", i - 1);
-		if (node_type(item, NULL) != Y_MAP) {
-			err(c, path, "must be a map with handler and cron");
+		const struct ynode *item =
+			list_item(c, seq, i, "schedules", "handler and cron", known, path);
+		if (!item)
 			continue;
-		}
-		check_keys(c, item, path, known);
-		struct schedule s = {0};
-		s.index = i - 1;
+		struct schedule s = {.index = (int)i};
 		get_handler(c, item, path, &s.handler, &s.module, &s.function);
 		s.timeout_ns = get_timeout(c, item, path);
 		s.retries = get_retries(c, item, path);
-
-		bool present;
-		struct yscalar y;
-		const struct ynode *cn = map_get(item, "cron", &present);
-		enum ytype ct = node_type(cn, &y);
-		if (!present || ct == Y_NULL) {
-			err(c, path, "cron is required (e.g. \"0 3 * * *\")");
-		} else if (ct != Y_STR) {
-			char *p = xasprintf("%s.cron", path);
-			err(c, p, "must be a string such as \"0 3 * * *\", not %s", type_name(ct));
-			free(p);
-		} else {
-			s.cron_expr = xstrndup(y.text, y.len);
-			char *why = NULL;
-			char *p = xasprintf("%s.cron", path);
-			if (strlen(s.cron_expr) != y.len)
-				err(c, p, "contains a NUL byte");
-			else if (cron_parse(s.cron_expr, &s.cron, &why) < 0)
-				err(c, p, "%s", why);
-			free(why);
-			free(p);
-		}
-
-		const struct ynode *zn = map_get(item, "timezone", &present);
-		enum ytype zt = node_type(zn, &y);
-		char *zp = xasprintf("%s.timezone", path);
-		if (!present) {
-			s.timezone = xstrdup("UTC");
-			s.tz = tz_utc();
-		} else if (zt != Y_STR) {
-			err(c, zp, "must be an IANA time zone name such as Europe/Rome, not %s",
-			    type_name(zt));
-		} else {
-			s.timezone = xstrndup(y.text, y.len);
-			char *why = NULL;
-			if (strlen(s.timezone) != y.len || tz_load(s.timezone, &s.tz, &why) < 0)
-				err(c, zp, "%s", why ? why : "invalid time zone");
-			free(why);
-		}
-		free(zp);
+		get_cron(c, item, path, &s);
+		get_timezone(c, item, path, &s);
 		t->schedules[t->nschedules++] = s;
 	}
 }
@@ -856,6 +885,165 @@ static void parse_vars(struct ctx *c, const struct ynode *map, const char *secti
 	}
 }
 
+/* ---- top-level keys ---------------------------------------------------- */
+
+/* What the rows of top_keys fill in. */
+struct top {
+	struct ctx *c;
+	struct template *t;
+	int listed; /* event rules and schedules written, valid or not */
+};
+
+static void top_runtime(struct top *top, const struct ynode *n, bool present)
+{
+	struct yscalar y;
+	enum ytype ty = node_type(n, &y);
+	if (!present || ty == Y_NULL) {
+		err(top->c, "runtime", "is required (one of %s)", runtime_names());
+	} else if (ty != Y_STR) {
+		err(top->c, "runtime", "must be one of %s, not %s", runtime_names(), type_name(ty));
+	} else {
+		char *name = xstrndup(y.text, y.len);
+		top->t->runtime = runtime_find(name);
+		if (!top->t->runtime) {
+			char *q = shown(&y);
+			err(top->c, "runtime", "unsupported runtime %s (supported: %s)", q,
+			    runtime_names());
+			free(q);
+		}
+		free(name);
+	}
+}
+
+static void top_concurrency(struct top *top, const struct ynode *n, bool present)
+{
+	top->t->concurrency = TEMPLATE_DEFAULT_CONCURRENCY;
+	if (!present)
+		return;
+	struct yscalar y;
+	enum ytype ty = node_type(n, &y);
+	if (ty != Y_INT) {
+		char *q = ty == Y_SEQ || ty == Y_MAP ? xstrdup(type_name(ty)) : shown(&y);
+		err(top->c, "concurrency", "must be a positive integer, not %s%s", q,
+		    ty == Y_STR	   ? " (a string)"
+		    : ty == Y_BOOL ? " (a boolean)"
+				   : "");
+		free(q);
+	} else if (y.i <= 0) {
+		err(top->c, "concurrency",
+		    "%" PRId64 " is not positive; must be a positive integer", y.i);
+	} else {
+		top->t->concurrency = y.i;
+	}
+}
+
+/* events or schedules: a list, parsed by parse; null is none. */
+static void top_list(struct top *top, const struct ynode *n, const char *key, const char *what,
+		     void (*parse)(struct ctx *, const struct ynode *, struct template *))
+{
+	enum ytype ty = node_type(n, NULL);
+	if (ty == Y_SEQ) {
+		top->listed += (int)n->n;
+		parse(top->c, n, top->t);
+	} else if (ty != Y_NULL) {
+		top->listed++;
+		err(top->c, key, "must be a list of %s, not %s", what, type_name(ty));
+	}
+}
+
+static void top_events(struct top *top, const struct ynode *n, bool present)
+{
+	top_list(top, n, "events", "rules", parse_rules);
+}
+
+static void top_schedules(struct top *top, const struct ynode *n, bool present)
+{
+	top_list(top, n, "schedules", "schedules", parse_schedules);
+}
+
+/* Over events and schedules: each handler's module importable (Python),
+ * and at least one of them written. */
+static void check_handlers(struct top *top, const struct ynode *n, bool present)
+{
+	check_python_modules(top->c, top->t);
+	/* Rules that failed validation were reported already; only a template
+	 * that lists neither rules nor schedules gets this error. */
+	if (top->listed == 0)
+		strlist_addf(top->c->errors,
+			     "events: a function needs at least one event rule or schedule");
+}
+
+/* env or secrets: a map, parsed by parse_vars; null is none. */
+static void top_vars(struct top *top, const struct ynode *n, const char *key, const char *what,
+		     struct env_var **out, size_t *nout)
+{
+	enum ytype ty = node_type(n, NULL);
+	if (ty == Y_MAP)
+		parse_vars(top->c, n, key, out, nout);
+	else if (ty != Y_NULL)
+		err(top->c, key, "must be a map of %s, not %s", what, type_name(ty));
+}
+
+static void top_env(struct top *top, const struct ynode *n, bool present)
+{
+	top_vars(top, n, "env", "NAME: value", &top->t->env, &top->t->nenv);
+}
+
+static void top_secrets(struct top *top, const struct ynode *n, bool present)
+{
+	top_vars(top, n, "secrets", "NAME: secret-name", &top->t->secrets, &top->t->nsecrets);
+}
+
+/* Over env and secrets: no variable in both. */
+static void check_vars(struct top *top, const struct ynode *n, bool present)
+{
+	const struct template *t = top->t;
+	for (size_t i = 0; i < t->nsecrets; i++)
+		for (size_t j = 0; j < t->nenv; j++)
+			if (strcmp(t->secrets[i].name, t->env[j].name) == 0) {
+				char *p = xasprintf("secrets.%s", t->secrets[i].name);
+				err(top->c, p, "%s is defined in both env and secrets",
+				    t->secrets[i].name);
+				free(p);
+			}
+}
+
+/*
+ * The top-level keys, each with what parses its value (n NULL and present
+ * false when the key is absent). Rows run in this order, which is the
+ * order of their messages; a row without a key is a check over what the
+ * rows above it filled in. check_keys warns about any key not named here.
+ */
+static const struct top_key {
+	const char *key;
+	void (*parse)(struct top *top, const struct ynode *n, bool present);
+} top_keys[] = {
+	{"runtime", top_runtime}, {"concurrency", top_concurrency},
+	{"events", top_events},	  {"schedules", top_schedules},
+	{NULL, check_handlers},	  {"env", top_env},
+	{"secrets", top_secrets}, {NULL, check_vars},
+};
+
+static bool top_key_known(const struct yscalar *key, const void *unused)
+{
+	for (size_t i = 0; i < ARRAY_LEN(top_keys); i++)
+		if (top_keys[i].key && text_eq(key->text, key->len, top_keys[i].key))
+			return true;
+	return false;
+}
+
+static void parse_top(struct ctx *c, const struct ynode *root, struct template *t)
+{
+	check_keys(c, root, "", top_key_known, NULL);
+	struct top top = {c, t, 0};
+	for (size_t i = 0; i < ARRAY_LEN(top_keys); i++) {
+		bool present = false;
+		const struct ynode *n =
+			top_keys[i].key ? map_get(root, top_keys[i].key, &present) : NULL;
+		top_keys[i].parse(&top, n, present);
+	}
+}
+
 /* ---- document --------------------------------------------------------- */
 
 /* Offset of the first byte that is not part of valid UTF-8, or len. */
@@ -895,34 +1083,31 @@ static bool yaml_is_blank(const char *text, size_t len)
 	return true;
 }
 
-int template_parse(const char *text, size_t len, struct template **out, struct strlist *errors,
-		   struct strlist *warnings)
+/* The document's root map, or NULL with the reason added to errors: too
+ * large, not UTF-8 text, not YAML, empty or not a map. *doc owns the tree
+ * (possibly set on failure too). */
+static const struct ynode *read_root(const char *text, size_t len, struct strlist *errors,
+				     struct ydoc **doc)
 {
-	*out = NULL;
-	size_t nerr0 = errors->n;
 	if (len > TEMPLATE_MAX_BYTES) {
 		strlist_addf(errors, "template.yaml: larger than %d bytes", TEMPLATE_MAX_BYTES);
-		return -1;
+		return NULL;
 	}
 	if (memchr(text, '\0', len)) {
 		strlist_addf(errors, "template.yaml: contains a NUL byte");
-		return -1;
+		return NULL;
 	}
 	/* YAML is UTF-8 text; checking first also keeps libfyaml 0.7 away from
 	 * truncated sequences, on which its scanner can loop forever. */
 	size_t bad = utf8_invalid_at(text, len);
 	if (bad < len) {
 		strlist_addf(errors, "template.yaml: not valid UTF-8 (at byte %zu)", bad);
-		return -1;
+		return NULL;
 	}
-
-	struct template *t = NULL;
-	struct ctx c = {errors, warnings, nerr0, warnings->n, 0, 0};
-	struct ydoc *doc = NULL;
 	char *yerr = NULL;
 	static const struct ylimits lim = {TEMPLATE_MAX_NODES, TEMPLATE_MAX_DEPTH,
 					   TEMPLATE_MAX_LINE};
-	if (ydoc_parse(text, len, "template.yaml", &lim, &doc, &yerr) < 0) {
+	if (ydoc_parse(text, len, "template.yaml", &lim, doc, &yerr) < 0) {
 		if (yaml_is_blank(text, len)) {
 			free(yerr);
 			strlist_addf(errors, "template.yaml: empty (runtime and events or "
@@ -930,120 +1115,38 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 		} else {
 			strlist_add(errors, yerr);
 		}
-		goto out;
+		return NULL;
 	}
-	const struct ynode *root = ydoc_root(doc);
+	const struct ynode *root = ydoc_root(*doc);
 	enum ytype rt = node_type(root, NULL);
 	if (!root || rt == Y_NULL) {
 		strlist_addf(errors,
 			     "template.yaml: empty (runtime and events or schedules are required)");
-		goto out;
+		return NULL;
 	}
 	if (rt != Y_MAP) {
 		strlist_addf(
 			errors,
 			"template.yaml: must be a map of runtime, events, schedules, ...; found %s",
 			type_name(rt));
-		goto out;
+		return NULL;
 	}
+	return root;
+}
 
-	t = xcalloc(1, sizeof *t);
-	static const char *const known[] = {"runtime", "concurrency", "events", "schedules",
-					    "env",     "secrets",     NULL};
-	check_keys(&c, root, "", known);
-
-	bool present;
-	struct yscalar y;
-	const struct ynode *n = map_get(root, "runtime", &present);
-	enum ytype ty = node_type(n, &y);
-	if (!present || ty == Y_NULL) {
-		err(&c, "runtime", "is required (one of %s)", runtime_names());
-	} else if (ty != Y_STR) {
-		err(&c, "runtime", "must be one of %s, not %s", runtime_names(), type_name(ty));
-	} else {
-		char *name = xstrndup(y.text, y.len);
-		t->runtime = runtime_find(name);
-		if (!t->runtime) {
-			char *q = shown(&y);
-			err(&c, "runtime", "unsupported runtime %s (supported: %s)", q,
-			    runtime_names());
-			free(q);
-		}
-		free(name);
+int template_parse(const char *text, size_t len, struct template **out, struct strlist *errors,
+		   struct strlist *warnings)
+{
+	*out = NULL;
+	size_t nerr0 = errors->n;
+	struct ctx c = {errors, warnings, nerr0, warnings->n, 0, 0};
+	struct ydoc *doc = NULL;
+	struct template *t = NULL;
+	const struct ynode *root = read_root(text, len, errors, &doc);
+	if (root) {
+		t = xcalloc(1, sizeof *t);
+		parse_top(&c, root, t);
 	}
-
-	t->concurrency = TEMPLATE_DEFAULT_CONCURRENCY;
-	n = map_get(root, "concurrency", &present);
-	if (present) {
-		ty = node_type(n, &y);
-		if (ty != Y_INT) {
-			char *q = ty == Y_SEQ || ty == Y_MAP ? xstrdup(type_name(ty)) : shown(&y);
-			err(&c, "concurrency", "must be a positive integer, not %s%s", q,
-			    ty == Y_STR	   ? " (a string)"
-			    : ty == Y_BOOL ? " (a boolean)"
-					   : "");
-			free(q);
-		} else if (y.i <= 0) {
-			err(&c, "concurrency",
-			    "%" PRId64 " is not positive; must be a positive integer", y.i);
-		} else {
-			t->concurrency = y.i;
-		}
-	}
-
-	int listed = 0;
-	n = map_get(root, "events", &present);
-	ty = node_type(n, NULL);
-	if (present && ty == Y_SEQ) {
-		listed += (int)n->n;
-		parse_rules(&c, n, t);
-	} else if (present && ty != Y_NULL) {
-		listed++;
-		err(&c, "events", "must be a list of rules, not %s", type_name(ty));
-	}
-
-	n = map_get(root, "schedules", &present);
-	ty = node_type(n, NULL);
-	if (present && ty == Y_SEQ) {
-		listed += (int)n->n;
-		parse_schedules(&c, n, t);
-	} else if (present && ty != Y_NULL) {
-		listed++;
-		err(&c, "schedules", "must be a list of schedules, not %s", type_name(ty));
-	}
-
-	check_python_modules(&c, t);
-
-	/* Rules that failed validation were reported already; only a template
-	 * that lists neither rules nor schedules gets this error. */
-	if (listed == 0)
-		strlist_addf(errors,
-			     "events: a function needs at least one event rule or schedule");
-
-	n = map_get(root, "env", &present);
-	ty = node_type(n, NULL);
-	if (present && ty == Y_MAP)
-		parse_vars(&c, n, "env", &t->env, &t->nenv);
-	else if (present && ty != Y_NULL)
-		err(&c, "env", "must be a map of NAME: value, not %s", type_name(ty));
-
-	n = map_get(root, "secrets", &present);
-	ty = node_type(n, NULL);
-	if (present && ty == Y_MAP)
-		parse_vars(&c, n, "secrets", &t->secrets, &t->nsecrets);
-	else if (present && ty != Y_NULL)
-		err(&c, "secrets", "must be a map of NAME: secret-name, not %s", type_name(ty));
-
-	for (size_t i = 0; i < t->nsecrets; i++)
-		for (size_t j = 0; j < t->nenv; j++)
-			if (strcmp(t->secrets[i].name, t->env[j].name) == 0) {
-				char *p = xasprintf("secrets.%s", t->secrets[i].name);
-				err(&c, p, "%s is defined in both env and secrets",
-				    t->secrets[i].name);
-				free(p);
-			}
-
-out:
 	if (c.more_errors)
 		strlist_addf(errors, "template.yaml: %zu more errors not shown", c.more_errors);
 	if (c.more_warnings)

@@ -55,10 +55,13 @@
 #define TEMPLATE_MAX_ITEMS 1000
 /* Error lines and warning lines kept per template (the rest are counted). */
 #define TEMPLATE_MAX_MESSAGES 100
+/* Defaults and limits of the fields; the messages quote these. */
 #define TEMPLATE_DEFAULT_CONCURRENCY 2
 #define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
-#define TEMPLATE_MAX_TIMEOUT_NS (5LL * 60 * 1000000000LL)
+#define TEMPLATE_MAX_TIMEOUT_MINUTES 5
+#define TEMPLATE_MAX_TIMEOUT_NS (TEMPLATE_MAX_TIMEOUT_MINUTES * 60 * 1000000000LL)
 #define TEMPLATE_DEFAULT_RETRIES 4
+#define TEMPLATE_MAX_RETRIES 1000
 
 /* A growable list of malloc'd strings (errors, warnings). */
 struct strlist {

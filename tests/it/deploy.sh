@@ -184,11 +184,17 @@ test_man_page_lists_every_command_as_its_usage_says() {
 }
 
 # The names in config.c's table of variables, and "NAME DEFAULT" for those
-# whose accepted text states a default.
+# with a default: the DEFAULT_* constant an entry names, as config.h
+# defines it (quotes dropped; DEFAULT_LOG_LEVEL's LOG_INFO is INFO, the
+# name config.c's messages show).
 config_vars() { sed -nE 's/^[[:space:]]*\{"([A-Z][A-Z0-9_]*)", K_.*/\1/p' "$ROOT/src/config.c"; }
 config_defaults() {
-	awk '/^\t\{"[A-Z]/ { match($0, /"[A-Z][A-Z0-9_]*"/); n = substr($0, RSTART + 1, RLENGTH - 2) }
-		n && match($0, /default [^)]+\)/) { print n, substr($0, RSTART + 8, RLENGTH - 9); n = "" }' "$ROOT/src/config.c"
+	awk 'FNR == NR { if ($1 == "#define" && $2 ~ /^DEFAULT_/) { v = $3; gsub(/"/, "", v); sub(/^LOG_/, "", v); def[$2] = v }; next }
+		/^static const struct var vars\[\] = \{/ { on = 1; next }
+		on && /^\};/ { on = 0 }
+		on && /^\t\{"[A-Z]/ { match($0, /"[A-Z][A-Z0-9_]*"/); n = substr($0, RSTART + 1, RLENGTH - 2) }
+		on && n && match($0, /DEFAULT_[A-Z0-9_]+/) { c = substr($0, RSTART, RLENGTH); if (c in def) print n, def[c]; n = "" }' \
+		"$ROOT/src/config.h" "$ROOT/src/config.c"
 }
 
 # Every variable Relay reads (config.c's table and every getenv in src/) is
