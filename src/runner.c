@@ -492,6 +492,14 @@ static void scrub_json_string(json_t *s)
 	}
 }
 
+/* Scrubs each string of a JSON array (the Env). */
+static void scrub_strings(json_t *array)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(array, i, s) scrub_json_string(s);
+}
+
 static void scrub(void *p, size_t n)
 {
 	volatile unsigned char *vp = p;
@@ -526,12 +534,49 @@ static json_t *label_str(const char *s)
 	return json_string(runner_label_value(s, v, sizeof v));
 }
 
-/* The create body. Secrets are resolved here. Returns the object, or NULL
- * with *err (naming the reference, never a value). */
-static json_t *create_body(const struct invocation *in, const char *host, char **err)
+/* Resolves the secret reference s->value and adds "<s->name>=<value>" to
+ * env; -1 with *err (naming the reference, never a value). The value is
+ * freed (scrubbed) by the secret store either way. */
+static int env_add_secret(json_t *env, const struct invocation *in, const struct env_var *s,
+			  char **err)
+{
+	const char *name = s->name, *ref = s->value;
+	char *value = NULL, *e = NULL;
+	size_t len = 0;
+	if (!in->provider) {
+		*err = xasprintf("secret \"%s\" (for %s): no secret provider", ref, name);
+		return -1;
+	}
+	int rc = secret_get(in->provider, ref, &value, &len, &e);
+	if (rc == SECRET_NOT_FOUND) {
+		*err = xasprintf("secret \"%s\" (for %s) not found", ref, name);
+		free(e);
+		return -1;
+	}
+	if (rc < 0) {
+		*err = xasprintf("secret \"%s\" (for %s): %s", ref, name, e ? e : "error");
+		free(e);
+		return -1;
+	}
+	const char *bad =
+		memchr(value, '\0', len) != NULL
+			? "contains a NUL byte, which an environment variable cannot carry"
+		: env_add(env, name, value, len) < 0
+			? "is not valid UTF-8, which the Docker API cannot carry"
+			: NULL;
+	secret_value_free(value, len);
+	if (bad) {
+		*err = xasprintf("secret \"%s\" (for %s) %s", ref, name, bad);
+		return -1;
+	}
+	return 0;
+}
+
+/* The container's Env: the template's literal values, its secrets
+ * resolved, RELAY_HANDLER. NULL with *err; what was built is scrubbed. */
+static json_t *container_env(const struct invocation *in, char **err)
 {
 	json_t *env = json_array();
-	json_t *body = NULL;
 	for (size_t i = 0; i < in->nenv; i++) {
 		const char *v = in->env[i].value ? in->env[i].value : "";
 		if (env_add(env, in->env[i].name, v, strlen(v)) < 0) {
@@ -539,41 +584,26 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 			goto fail;
 		}
 	}
-	for (size_t i = 0; i < in->nsecrets; i++) {
-		const char *name = in->secrets[i].name, *ref = in->secrets[i].value;
-		char *value = NULL, *e = NULL;
-		size_t len = 0;
-		if (!in->provider) {
-			*err = xasprintf("secret \"%s\" (for %s): no secret provider", ref, name);
+	for (size_t i = 0; i < in->nsecrets; i++)
+		if (env_add_secret(env, in, &in->secrets[i], err) < 0)
 			goto fail;
-		}
-		int rc = secret_get(in->provider, ref, &value, &len, &e);
-		if (rc == SECRET_NOT_FOUND) {
-			*err = xasprintf("secret \"%s\" (for %s) not found", ref, name);
-			free(e);
-			goto fail;
-		}
-		if (rc < 0) {
-			*err = xasprintf("secret \"%s\" (for %s): %s", ref, name, e ? e : "error");
-			free(e);
-			goto fail;
-		}
-		int bad = memchr(value, '\0', len) != NULL     ? 1
-			  : env_add(env, name, value, len) < 0 ? 2
-							       : 0;
-		secret_value_free(value, len);
-		if (bad) {
-			*err = xasprintf(
-				"secret \"%s\" (for %s) %s", ref, name,
-				bad == 1 ? "contains a NUL byte, which an environment "
-					   "variable cannot carry"
-					 : "is not valid UTF-8, which the Docker API cannot carry");
-			goto fail;
-		}
-	}
 	/* Last, so nothing can shadow it (templates may not set it anyway). */
 	env_add(env, "RELAY_HANDLER", in->handler, strlen(in->handler));
+	return env;
+fail:
+	scrub_strings(env);
+	json_decref(env);
+	return NULL;
+}
 
+/* The create body, field by field as runner.h lists them. Secrets are
+ * resolved here. Returns the object, or NULL with *err (naming the
+ * reference, never a value). */
+static json_t *create_body(const struct invocation *in, const char *host, char **err)
+{
+	json_t *env = container_env(in, err);
+	if (!env)
+		return NULL;
 	json_t *labels = json_object();
 	json_object_set_new(labels, "relay.function", label_str(in->function));
 	json_object_set_new(labels, "relay.handler", label_str(in->handler));
@@ -589,31 +619,20 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
 		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
 		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
-	body = json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
-			 in->image, "User", IMAGE_USER, "Env", env, "Labels", labels, "AttachStdin",
-			 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
-			 "Tty", 0, "HostConfig", host_config);
-	if (!body) {
+	/* json_pack "o" consumes env, labels and host_config, even on failure. */
+	json_t *body =
+		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
+			  in->image, "User", IMAGE_USER, "Env", env, "Labels", labels,
+			  "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1,
+			  "StdinOnce", 1, "Tty", 0, "HostConfig", host_config);
+	if (!body)
 		*err = xstrdup("cannot encode the container configuration");
-		env = NULL; /* json_pack "o" consumed it even on failure */
-		goto fail;
-	}
 	return body;
-fail:
-	if (env) {
-		size_t i;
-		json_t *s;
-		json_array_foreach(env, i, s) scrub_json_string(s);
-		json_decref(env);
-	}
-	return NULL;
 }
 
 static void scrub_body(json_t *body)
 {
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(body, "Env"), i, s) scrub_json_string(s);
+	scrub_strings(json_object_get(body, "Env"));
 	json_decref(body);
 }
 
