@@ -1054,7 +1054,8 @@ static int wait_fd(struct docker_conn *c, short events, int64_t deadline)
 	}
 }
 
-/* One curl_easy_recv with a deadline: bytes read, 0 at EOF, -1, -2. */
+/* One curl_easy_recv with a deadline: bytes read, 0 at EOF, -1, or
+ * DOCKER_CONN_TIMEOUT. */
 static long conn_recv(struct docker_conn *c, void *p, size_t n, int64_t deadline)
 {
 	for (;;) {
@@ -1071,7 +1072,7 @@ static long conn_recv(struct docker_conn *c, void *p, size_t n, int64_t deadline
 		}
 		int w = wait_fd(c, POLLIN, deadline);
 		if (w <= 0)
-			return w == 0 ? -2 : -1;
+			return w == 0 ? DOCKER_CONN_TIMEOUT : -1;
 	}
 }
 
@@ -1094,7 +1095,7 @@ static int conn_send_all(struct docker_conn *c, const void *p, size_t n, int64_t
 		int w = wait_fd(c, POLLOUT, deadline);
 		if (w == 0) {
 			conn_err(c, "writing to the Docker connection: timed out");
-			return -2;
+			return DOCKER_CONN_TIMEOUT;
 		}
 		if (w < 0)
 			return -1;
@@ -1238,7 +1239,7 @@ static int hijack_read_head(struct hijack *h)
 	const char *end = NULL;
 	while (!end) {
 		long n = conn_recv(h->c, chunk, sizeof chunk, h->deadline);
-		if (n == -2)
+		if (n == DOCKER_CONN_TIMEOUT)
 			conn_err(h->c, "timed out waiting for the daemon's answer");
 		else if (n == 0)
 			conn_err(h->c, "connection closed before the daemon answered");

@@ -912,7 +912,7 @@ static void pump_attach(struct run *r, int slice)
 		runner_demux_feed(&r->demux, r->chunk, (size_t)n);
 		return;
 	}
-	if (n == -2)
+	if (n == DOCKER_CONN_TIMEOUT)
 		return;
 	if (n == -1)
 		log_debug(LOG_ATTRS("function", r->in->function, "handler", r->in->handler, "error",
@@ -927,7 +927,7 @@ static void pump_attach(struct run *r, int slice)
 static int pump_wait(struct run *r, int slice)
 {
 	long n = docker_conn_read(r->waitc, r->chunk, READ_CHUNK, slice);
-	if (n == -2)
+	if (n == DOCKER_CONN_TIMEOUT)
 		return 0;
 	if (n > 0 && buf_append(&r->waitbuf, r->chunk, (size_t)n) < 0)
 		n = -1;
