@@ -637,6 +637,86 @@ static bool slist_add(struct curl_slist **list, const char *s)
 	return true;
 }
 
+/* The method, body and headers of one request, on a handle fresh from
+ * setup_common(). Returns 0, or -1 out of memory (*headers then holds what
+ * was built, for the caller to free). */
+static int set_request(CURL *h, const char *method, const void *body, size_t body_len,
+		       const char *content_type, struct curl_slist **headers)
+{
+	if (body || method_is(method, "POST") || method_is(method, "PUT")) {
+		/* POSTFIELDS does not copy: the caller's body is sent in place,
+		 * and a NULL body still yields "Content-Length: 0", which the
+		 * daemon's POST handlers expect. */
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? (const char *)body : "");
+		if (!method_is(method, "POST"))
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	} else if (method_is(method, "HEAD")) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (!method_is(method, "GET")) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	}
+	if (body || content_type) {
+		char *line = xasprintf("Content-Type: %s",
+				       content_type ? content_type : "application/json");
+		bool ok = slist_add(headers, line);
+		free(line);
+		if (!ok)
+			return -1;
+	}
+	/* curl asks "Expect: 100-continue" for large bodies and then waits
+	 * for an answer the daemon need not send; a build context should
+	 * start flowing at once. */
+	if (!slist_add(headers, "Expect:"))
+		return -1;
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
+	return 0;
+}
+
+/* What curl_easy_perform's result means: 0 when the daemon answered
+ * (for status >= 400 d->err becomes its message), -1 with d->err when it
+ * did not, or the body overflowed, or the sink's caller aborted. */
+static int perform_result(struct docker *d, CURLcode code, const char *method,
+			  const char *full_path, const struct sink *s, long status)
+{
+	if (s->overflow) {
+		set_err(d, "Docker response to %s %s exceeds the %zu-byte limit", method, full_path,
+			s->body.max);
+		return -1;
+	}
+	if (s->aborted) {
+		set_err(d, "Docker request %s %s aborted by the caller", method, full_path);
+		return -1;
+	}
+	if (code != CURLE_OK) {
+		set_transport_err(d, d->curl, code, d->curl_err, method, full_path);
+		return -1;
+	}
+	const char *body = s->body.data ? s->body.data : "";
+	if (status == 403) {
+		d->denied = true;
+		free(d->err);
+		d->err =
+			docker_forbidden_message(d->endpoint, method, full_path, body, s->body.len);
+	} else if (status >= 400) {
+		char *msg = docker_error_message(status, body, s->body.len);
+		free(d->err);
+		d->err = msg;
+	}
+	return 0;
+}
+
+static void log_request(const char *method, const char *full_path, long status, int64_t start)
+{
+	if (!log_enabled(LOG_DEBUG))
+		return;
+	char st[24], ms[24];
+	snprintf_(st, sizeof st, "%ld", status);
+	snprintf_(ms, sizeof ms, "%" PRId64, (now_mono_ns() - start) / 1000000);
+	log_debug(LOG_ATTRS("method", method, "path", full_path, "status", st, "ms", ms),
+		  "docker request");
+}
+
 /*
  * Runs one request on d's handle. full_path already carries the version
  * prefix (or none, for /version and /_ping). Fills *status and leaves the
@@ -664,77 +744,19 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	url = xasprintf("%s%s", d->base_url, full_path);
 	curl_easy_setopt(d->curl, CURLOPT_URL, url);
 	curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 0L);
-
-	if (body || method_is(method, "POST") || method_is(method, "PUT")) {
-		/* POSTFIELDS does not copy: the caller's body is sent in place,
-		 * and a NULL body still yields "Content-Length: 0", which the
-		 * daemon's POST handlers expect. */
-		curl_easy_setopt(d->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-		curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, body ? (const char *)body : "");
-		if (!method_is(method, "POST"))
-			curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
-	} else if (method_is(method, "HEAD")) {
-		curl_easy_setopt(d->curl, CURLOPT_NOBODY, 1L);
-	} else if (!method_is(method, "GET")) {
-		curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
+	if (set_request(d->curl, method, body, body_len, content_type, &headers) < 0) {
+		set_err(d, "out of memory building a Docker request");
+		goto out;
 	}
-	if (body || content_type) {
-		char *h = xasprintf("Content-Type: %s",
-				    content_type ? content_type : "application/json");
-		bool ok = slist_add(&headers, h);
-		free(h);
-		if (!ok)
-			goto oom;
-	}
-	/* curl asks "Expect: 100-continue" for large bodies and then waits
-	 * for an answer the daemon need not send; a build context should
-	 * start flowing at once. */
-	if (!slist_add(&headers, "Expect:"))
-		goto oom;
-	curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, headers);
-
 	s->curl = d->curl;
 	curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, sink_write);
 	curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, s);
 
 	CURLcode code = curl_easy_perform(d->curl);
 	curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, status);
-	if (s->overflow) {
-		set_err(d, "Docker response to %s %s exceeds the %zu-byte limit", method, full_path,
-			s->body.max);
-		goto out;
-	}
-	if (s->aborted) {
-		set_err(d, "Docker request %s %s aborted by the caller", method, full_path);
-		goto out;
-	}
-	if (code != CURLE_OK) {
-		set_transport_err(d, d->curl, code, d->curl_err, method, full_path);
-		goto out;
-	}
-	if (*status == 403) {
-		d->denied = true;
-		free(d->err);
-		d->err = docker_forbidden_message(d->endpoint, method, full_path,
-						  s->body.data ? s->body.data : "", s->body.len);
-	} else if (*status >= 400) {
-		char *msg = docker_error_message(*status, s->body.data ? s->body.data : "",
-						 s->body.len);
-		free(d->err);
-		d->err = msg;
-	}
-	rc = 0;
-	goto out;
-oom:
-	set_err(d, "out of memory building a Docker request");
+	rc = perform_result(d, code, method, full_path, s, *status);
 out:
-	if (log_enabled(LOG_DEBUG)) {
-		char st[24], ms[24];
-		snprintf_(st, sizeof st, "%ld", *status);
-		snprintf_(ms, sizeof ms, "%" PRId64, (now_mono_ns() - start) / 1000000);
-		log_debug(LOG_ATTRS("method", method, "path", full_path, "status", st, "ms", ms),
-			  "docker request");
-	}
+	log_request(method, full_path, *status, start);
 	curl_slist_free_all(headers);
 	free(url);
 	/* The handle must not keep pointers into this frame or the caller's
@@ -861,61 +883,40 @@ out:
 	return rc;
 }
 
-int docker_open(struct docker **out, char **errp)
+/* d's endpoint and base URL from DOCKER_HOST and, over TCP only (as with
+ * the docker CLI), DOCKER_TLS_VERIFY and its certificates. */
+static int open_endpoint(struct docker *d, char **errp)
 {
-	struct docker *d = NULL;
-	struct sink s = {.mode = SINK_BUFFER};
-	buf_init(&s.body, DOCKER_BODY_MAX);
-	long status = 0;
-	*out = NULL;
-	if (errp)
-		*errp = NULL;
-
-	pthread_once(&curl_once, curl_init_once);
-	if (curl_init_rc != CURLE_OK) {
-		errp_set(errp, xasprintf("curl_global_init failed: %s",
-					 curl_easy_strerror(curl_init_rc)));
-		goto fail;
-	}
-
-	d = xcalloc(1, sizeof *d);
 	if (docker_host_parse(getenv("DOCKER_HOST"), &d->host, errp) < 0)
-		goto fail;
+		return -1;
 	if (d->host.transport == DOCKER_TRANSPORT_UNIX) {
 		d->endpoint = xasprintf("unix://%s", d->host.path);
 		/* The authority is only the Host header over a unix socket. */
 		d->base_url = xstrdup("http://docker");
-	} else {
-		/* TLS only applies to TCP, as with the docker CLI. */
-		d->tls = env_tls_verify();
-		if (d->tls && tls_files(d, errp) < 0)
-			goto fail;
-		bool v6 = strchr(d->host.host, ':') != NULL;
-		d->endpoint =
-			xasprintf(v6 ? "tcp://[%s]:%u" : "tcp://%s:%u", d->host.host, d->host.port);
-		d->base_url = xasprintf(v6 ? "%s://[%s]:%u" : "%s://%s:%u",
-					d->tls ? "https" : "http", d->host.host, d->host.port);
+		return 0;
 	}
+	d->tls = env_tls_verify();
+	if (d->tls && tls_files(d, errp) < 0)
+		return -1;
+	bool v6 = strchr(d->host.host, ':') != NULL;
+	d->endpoint = xasprintf(v6 ? "tcp://[%s]:%u" : "tcp://%s:%u", d->host.host, d->host.port);
+	d->base_url = xasprintf(v6 ? "%s://[%s]:%u" : "%s://%s:%u", d->tls ? "https" : "http",
+				d->host.host, d->host.port);
+	return 0;
+}
 
-	const char *pin = getenv("DOCKER_API_VERSION");
-	if (pin && *pin && !docker_version_valid(pin)) {
-		errp_set(errp, xasprintf("invalid DOCKER_API_VERSION \"%s\": want a version "
-					 "like %s",
-					 pin, DOCKER_API_MAX));
-		goto fail;
-	}
-
-	d->curl = curl_easy_init();
-	if (!d->curl) {
-		errp_set(errp, xstrdup("curl_easy_init failed"));
-		goto fail;
-	}
-
-	/* Always ask, even with a pinned version: docker_open() doubles as
-	 * the reachability check. */
+/* GET /version, asked even with a pinned version (pin, or NULL): it
+ * doubles as the reachability check. Then the API version: the pin, or
+ * negotiated from the answer. */
+static int open_probe(struct docker *d, const char *pin, char **errp)
+{
+	int rc = -1;
+	long status = 0;
+	struct sink s = {.mode = SINK_BUFFER};
+	buf_init(&s.body, DOCKER_BODY_MAX);
 	if (perform(d, "GET", "/version", NULL, 0, NULL, PROBE_TIMEOUT_MS, &s, &status) < 0) {
 		errp_set(errp, xstrdup(d->err));
-		goto fail;
+		goto out;
 	}
 	if (status != 200) {
 		/* For >= 400 d->err is the daemon's message (or "HTTP <n>: ..."
@@ -929,9 +930,9 @@ int docker_open(struct docker **out, char **errp)
 			errp_set(errp, xasprintf("Docker daemon at %s answered GET /version with "
 						 "HTTP %ld",
 						 d->endpoint, status));
-		goto fail;
+		goto out;
 	}
-	if (pin && *pin) {
+	if (pin) {
 		strlcpy_(d->version, pin, sizeof d->version);
 	} else {
 		char *why = NULL;
@@ -939,18 +940,54 @@ int docker_open(struct docker **out, char **errp)
 					     sizeof d->version, &why) < 0) {
 			errp_set(errp, xasprintf("Docker daemon at %s: %s", d->endpoint, why));
 			free(why);
-			goto fail;
+			goto out;
 		}
 	}
+	rc = 0;
+out:
+	buf_free(&s.body);
+	return rc;
+}
+
+int docker_open(struct docker **out, char **errp)
+{
+	struct docker *d = NULL;
+	*out = NULL;
+	if (errp)
+		*errp = NULL;
+
+	pthread_once(&curl_once, curl_init_once);
+	if (curl_init_rc != CURLE_OK) {
+		errp_set(errp, xasprintf("curl_global_init failed: %s",
+					 curl_easy_strerror(curl_init_rc)));
+		goto fail;
+	}
+	d = xcalloc(1, sizeof *d);
+	if (open_endpoint(d, errp) < 0)
+		goto fail;
+	const char *pin = getenv("DOCKER_API_VERSION");
+	if (pin && !*pin)
+		pin = NULL;
+	if (pin && !docker_version_valid(pin)) {
+		errp_set(errp, xasprintf("invalid DOCKER_API_VERSION \"%s\": want a version "
+					 "like %s",
+					 pin, DOCKER_API_MAX));
+		goto fail;
+	}
+	d->curl = curl_easy_init();
+	if (!d->curl) {
+		errp_set(errp, xstrdup("curl_easy_init failed"));
+		goto fail;
+	}
+	if (open_probe(d, pin, errp) < 0)
+		goto fail;
 	log_debug(LOG_ATTRS("endpoint", d->endpoint, "api_version", d->version, "pinned",
-			    pin && *pin ? "true" : "false"),
+			    pin ? "true" : "false"),
 		  "connected to the Docker daemon");
 	set_err(d, "no error");
-	buf_free(&s.body);
 	*out = d;
 	return 0;
 fail:
-	buf_free(&s.body);
 	docker_close(d);
 	return -1;
 }
@@ -1017,7 +1054,8 @@ static int wait_fd(struct docker_conn *c, short events, int64_t deadline)
 	}
 }
 
-/* One curl_easy_recv with a deadline: bytes read, 0 at EOF, -1, -2. */
+/* One curl_easy_recv with a deadline: bytes read, 0 at EOF, -1, or
+ * DOCKER_CONN_TIMEOUT. */
 static long conn_recv(struct docker_conn *c, void *p, size_t n, int64_t deadline)
 {
 	for (;;) {
@@ -1034,7 +1072,7 @@ static long conn_recv(struct docker_conn *c, void *p, size_t n, int64_t deadline
 		}
 		int w = wait_fd(c, POLLIN, deadline);
 		if (w <= 0)
-			return w == 0 ? -2 : -1;
+			return w == 0 ? DOCKER_CONN_TIMEOUT : -1;
 	}
 }
 
@@ -1057,7 +1095,7 @@ static int conn_send_all(struct docker_conn *c, const void *p, size_t n, int64_t
 		int w = wait_fd(c, POLLOUT, deadline);
 		if (w == 0) {
 			conn_err(c, "writing to the Docker connection: timed out");
-			return -2;
+			return DOCKER_CONN_TIMEOUT;
 		}
 		if (w < 0)
 			return -1;
@@ -1118,55 +1156,58 @@ int docker_hijack(struct docker *d, const char *path, struct docker_conn **out)
 	return docker_hijack_timeout(d, path, HIJACK_TIMEOUT_MS, out);
 }
 
-int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
-			  struct docker_conn **out)
-{
-	int rc = -1;
-	struct docker_conn *c = xcalloc(1, sizeof *c);
-	struct buf req, head, body;
-	char *full = xasprintf("/v%s%s", d->version, path ? path : "");
-	char *url = xasprintf("%s/", d->base_url);
-	buf_init(&req, 4096 + strlen(full));
-	buf_init(&head, HIJACK_HEADER_MAX);
-	buf_init(&body, ERROR_BODY_MAX);
-	if (timeout_ms <= 0 || timeout_ms > 0x7fffffff)
-		timeout_ms = HIJACK_TIMEOUT_MS;
-	int64_t deadline = deadline_after((int)timeout_ms);
-	*out = NULL;
-	c->fd = CURL_SOCKET_BAD;
-	d->denied = false;
+/* One hijack in progress: what docker_hijack_timeout's phases share. */
+struct hijack {
+	struct docker *d;
+	struct docker_conn *c;
+	const char *full; /* the path with its version prefix */
+	int64_t deadline; /* of the whole exchange, connecting included */
+	struct buf head;  /* the answer: headers, then any bytes after them */
+	size_t head_len;  /* of the headers, through the blank line */
+};
 
-	if (!path_ok(full)) {
-		set_err(d, "invalid Docker API path \"%s\"", full);
-		goto out;
-	}
+/* Connects (unix socket, TCP, or TCP + TLS handshake) and nothing more:
+ * curl hands over the socket, the HTTP exchange is ours. */
+static int hijack_connect(struct hijack *h, long timeout_ms)
+{
+	struct docker *d = h->d;
+	struct docker_conn *c = h->c;
 	c->curl = curl_easy_init();
 	if (!c->curl) {
 		set_err(d, "curl_easy_init failed");
-		goto out;
+		return -1;
 	}
 	setup_common(d, c->curl, c->curl_err);
 	/* Connecting counts against the same deadline as the exchange. */
 	if (timeout_ms < CONNECT_TIMEOUT_MS)
 		curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+	char *url = xasprintf("%s/", d->base_url);
 	curl_easy_setopt(c->curl, CURLOPT_URL, url);
 	curl_easy_setopt(c->curl, CURLOPT_CONNECT_ONLY, 1L);
 	CURLcode code = curl_easy_perform(c->curl);
+	free(url);
 	if (code != CURLE_OK) {
-		set_transport_err(d, c->curl, code, c->curl_err, "POST", full);
-		goto out;
+		set_transport_err(d, c->curl, code, c->curl_err, "POST", h->full);
+		return -1;
 	}
 	curl_socket_t fd = CURL_SOCKET_BAD;
 	if (curl_easy_getinfo(c->curl, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK ||
 	    fd == CURL_SOCKET_BAD) {
 		set_err(d, "Docker attach to %s: no socket after connecting", d->endpoint);
-		goto out;
+		return -1;
 	}
 	c->fd = fd;
+	return 0;
+}
 
-	/* What the docker CLI sends: Upgrade asks for 101 and a raw stream;
-	 * the empty body must be announced for the daemon's HTTP server to
-	 * treat the request as complete. */
+/* What the docker CLI sends: Upgrade asks for 101 and a raw stream; the
+ * empty body must be announced for the daemon's HTTP server to treat the
+ * request as complete. */
+static int hijack_send(struct hijack *h)
+{
+	struct buf req;
+	int rc = -1;
+	buf_init(&req, 4096 + strlen(h->full));
 	if (buf_appendf(&req,
 			"POST %s HTTP/1.1\r\n"
 			"Host: docker\r\n"
@@ -1176,75 +1217,119 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 			"Connection: Upgrade\r\n"
 			"Upgrade: tcp\r\n"
 			"\r\n",
-			full) < 0) {
-		set_err(d, "Docker attach request too long");
+			h->full) < 0) {
+		set_err(h->d, "Docker attach request too long");
 		goto out;
 	}
-	int s = conn_send_all(c, req.data, req.len, deadline);
-	if (s < 0) {
-		set_err(d, "Docker attach %s at %s: %s", full, d->endpoint, c->err);
+	if (conn_send_all(h->c, req.data, req.len, h->deadline) < 0) {
+		set_err(h->d, "Docker attach %s at %s: %s", h->full, h->d->endpoint, h->c->err);
 		goto out;
 	}
+	rc = 0;
+out:
+	buf_free(&req);
+	return rc;
+}
 
-	/* Read up to the blank line; whatever follows is already stream data
-	 * (or the start of an error body). */
+/* Reads up to the blank line; whatever follows is already stream data (or
+ * the start of an error body). */
+static int hijack_read_head(struct hijack *h)
+{
 	char chunk[4096];
 	const char *end = NULL;
 	while (!end) {
-		long n = conn_recv(c, chunk, sizeof chunk, deadline);
-		if (n == -2)
-			conn_err(c, "timed out waiting for the daemon's answer");
+		long n = conn_recv(h->c, chunk, sizeof chunk, h->deadline);
+		if (n == DOCKER_CONN_TIMEOUT)
+			conn_err(h->c, "timed out waiting for the daemon's answer");
 		else if (n == 0)
-			conn_err(c, "connection closed before the daemon answered");
+			conn_err(h->c, "connection closed before the daemon answered");
 		if (n <= 0) {
-			set_err(d, "Docker attach %s at %s: %s", full, d->endpoint, c->err);
-			goto out;
+			set_err(h->d, "Docker attach %s at %s: %s", h->full, h->d->endpoint,
+				h->c->err);
+			return -1;
 		}
-		if (buf_append(&head, chunk, (size_t)n) < 0) {
-			set_err(d, "Docker attach %s at %s: answer headers exceed %u bytes", full,
-				d->endpoint, HIJACK_HEADER_MAX);
-			goto out;
+		if (buf_append(&h->head, chunk, (size_t)n) < 0) {
+			set_err(h->d, "Docker attach %s at %s: answer headers exceed %u bytes",
+				h->full, h->d->endpoint, HIJACK_HEADER_MAX);
+			return -1;
 		}
-		end = strstr(head.data, "\r\n\r\n");
+		end = strstr(h->head.data, "\r\n\r\n");
 	}
-	size_t head_len = (size_t)(end - head.data) + 4;
-	size_t extra = head.len - head_len;
+	h->head_len = (size_t)(end - h->head.data) + 4;
+	return 0;
+}
 
-	/* "HTTP/1.x NNN reason" */
-	const char *sl = head.data;
+/* The status of "HTTP/1.x NNN reason", or -1 when sl is not that. */
+static int status_line(const char *sl)
+{
 	if (strncmp(sl, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)sl[7]) || sl[8] != ' ' ||
 	    !isdigit((unsigned char)sl[9]) || !isdigit((unsigned char)sl[10]) ||
-	    !isdigit((unsigned char)sl[11]) || (sl[12] != ' ' && sl[12] != '\r')) {
+	    !isdigit((unsigned char)sl[11]) || (sl[12] != ' ' && sl[12] != '\r'))
+		return -1;
+	return (sl[9] - '0') * 100 + (sl[10] - '0') * 10 + (sl[11] - '0');
+}
+
+/* An error answer (status >= 400): its body, read to the end, becomes
+ * d->err. */
+static void hijack_refused(struct hijack *h, int status)
+{
+	struct docker *d = h->d;
+	struct buf body;
+	buf_init(&body, ERROR_BODY_MAX);
+	buf_append(&body, h->head.data + h->head_len, h->head.len - h->head_len);
+	h->head.data[h->head_len] = '\0';
+	read_error_body(h->c, h->head.data, &body, h->deadline);
+	const char *text = body.data ? body.data : "";
+	if (status == 403) {
+		d->denied = true;
+		free(d->err);
+		d->err = docker_forbidden_message(d->endpoint, "POST", h->full, text, body.len);
+		goto out;
+	}
+	size_t vlen = 0;
+	const char *ctype = header_value(h->head.data, "Content-Type", &vlen);
+	size_t n;
+	const char *line = first_line(text, body.len, &n);
+	/* The daemon writes attach errors as plain text on the raw stream:
+	 * that text is its message, verbatim. */
+	if (ctype && vlen >= 23 && strncasecmp(ctype, "application/vnd.docker.", 23) == 0 && n) {
+		set_err(d, "%.*s", (int)n, line);
+	} else {
+		char *msg = docker_error_message(status, text, body.len);
+		free(d->err);
+		d->err = msg;
+	}
+out:
+	buf_free(&body);
+}
+
+int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
+			  struct docker_conn **out)
+{
+	int rc = -1;
+	char *full = xasprintf("/v%s%s", d->version, path ? path : "");
+	struct hijack h = {.d = d, .c = xcalloc(1, sizeof *h.c), .full = full};
+	buf_init(&h.head, HIJACK_HEADER_MAX);
+	if (timeout_ms <= 0 || timeout_ms > 0x7fffffff)
+		timeout_ms = HIJACK_TIMEOUT_MS;
+	h.deadline = deadline_after((int)timeout_ms);
+	*out = NULL;
+	h.c->fd = CURL_SOCKET_BAD;
+	d->denied = false;
+
+	if (!path_ok(full)) {
+		set_err(d, "invalid Docker API path \"%s\"", full);
+		goto out;
+	}
+	if (hijack_connect(&h, timeout_ms) < 0 || hijack_send(&h) < 0 || hijack_read_head(&h) < 0)
+		goto out;
+	int status = status_line(h.head.data);
+	if (status < 0) {
 		set_err(d, "Docker attach %s at %s: not an HTTP answer", full, d->endpoint);
 		goto out;
 	}
-	int status = (sl[9] - '0') * 100 + (sl[10] - '0') * 10 + (sl[11] - '0');
 	if (status >= 400) {
-		buf_append(&body, head.data + head_len, extra);
-		head.data[head_len] = '\0';
-		read_error_body(c, head.data, &body, deadline);
-		if (status == 403) {
-			d->denied = true;
-			free(d->err);
-			d->err = docker_forbidden_message(d->endpoint, "POST", full,
-							  body.data ? body.data : "", body.len);
-			goto out;
-		}
-		size_t vlen = 0;
-		const char *ctype = header_value(head.data, "Content-Type", &vlen);
-		size_t n;
-		const char *line = first_line(body.data ? body.data : "", body.len, &n);
-		/* The daemon writes attach errors as plain text on the raw
-		 * stream: that text is its message, verbatim. */
-		if (ctype && vlen >= 23 && strncasecmp(ctype, "application/vnd.docker.", 23) == 0 &&
-		    n) {
-			set_err(d, "%.*s", (int)n, line);
-		} else {
-			char *msg =
-				docker_error_message(status, body.data ? body.data : "", body.len);
-			free(d->err);
-			d->err = msg;
-		}
+		hijack_refused(&h, status);
 		goto out;
 	}
 	/* Daemons before API 1.21 hijack after a plain 200. */
@@ -1252,23 +1337,21 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 		set_err(d, "Docker attach %s at %s: unexpected HTTP %d", full, d->endpoint, status);
 		goto out;
 	}
+	size_t extra = h.head.len - h.head_len;
 	if (extra) {
-		c->pending = xmalloc(extra);
-		memcpy(c->pending, head.data + head_len, extra);
-		c->pending_len = extra;
+		h.c->pending = xmalloc(extra);
+		memcpy(h.c->pending, h.head.data + h.head_len, extra);
+		h.c->pending_len = extra;
 	}
 	log_debug(LOG_ATTRS("path", full), "docker attach established");
-	conn_err(c, "no error");
-	*out = c;
-	c = NULL;
+	conn_err(h.c, "no error");
+	*out = h.c;
+	h.c = NULL;
 	rc = 0;
 out:
-	docker_conn_free(c);
-	buf_free(&req);
-	buf_free(&head);
-	buf_free(&body);
+	docker_conn_free(h.c);
+	buf_free(&h.head);
 	free(full);
-	free(url);
 	return rc;
 }
 

@@ -104,8 +104,9 @@ int docker_request_stream(struct docker *d, const char *method, const char *path
  * docker_conn_write() sends stdin, docker_conn_close_write() half-closes
  * (the container sees EOF on stdin), docker_conn_read() reads the
  * multiplexed stdout/stderr frames, waiting at most timeout_ms
- * (returns bytes read, 0 at EOF, -1 on error, -2 on timeout; a negative
- * timeout_ms waits without limit, 0 only takes what is already there).
+ * (returns bytes read, 0 at EOF, -1 on error, DOCKER_CONN_TIMEOUT when
+ * timeout_ms passed; a negative timeout_ms waits without limit, 0 only
+ * takes what is already there).
  *
  * docker_hijack() opens its own connection (the handle d is only borrowed
  * for its settings and its error message: on failure it returns -1 with the
@@ -116,6 +117,9 @@ int docker_request_stream(struct docker *d, const char *method, const char *path
  * (0 or -1). All memory is released by docker_conn_free().
  */
 struct docker_conn;
+/* What docker_conn_read() and docker_conn_write_timeout() return when their
+ * time ran out. */
+#define DOCKER_CONN_TIMEOUT (-2)
 int docker_hijack(struct docker *d, const char *path, struct docker_conn **out);
 int docker_conn_write(struct docker_conn *c, const void *p, size_t n);
 int docker_conn_close_write(struct docker_conn *c);
@@ -130,9 +134,10 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 
 /* Addition: docker_conn_write() with a bound: waits at most timeout_ms for
  * the daemon to accept more bytes (negative = no limit). Returns 0, -1 on
- * error, -2 on timeout (some bytes may have been sent; the stream is then
- * unusable for stdin, close it). A writer that never times out can
- * deadlock against a container that writes output before reading stdin. */
+ * error, DOCKER_CONN_TIMEOUT when it passed (some bytes may have been sent;
+ * the stream is then unusable for stdin, close it). A writer that never
+ * times out can deadlock against a container that writes output before
+ * reading stdin. */
 int docker_conn_write_timeout(struct docker_conn *c, const void *p, size_t n, int timeout_ms);
 /* Addition: the last error message on this connection (never NULL). */
 const char *docker_conn_errmsg(const struct docker_conn *c);

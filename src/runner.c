@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -491,6 +492,14 @@ static void scrub_json_string(json_t *s)
 	}
 }
 
+/* Scrubs each string of a JSON array (the Env). */
+static void scrub_strings(json_t *array)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(array, i, s) scrub_json_string(s);
+}
+
 static void scrub(void *p, size_t n)
 {
 	volatile unsigned char *vp = p;
@@ -525,12 +534,49 @@ static json_t *label_str(const char *s)
 	return json_string(runner_label_value(s, v, sizeof v));
 }
 
-/* The create body. Secrets are resolved here. Returns the object, or NULL
- * with *err (naming the reference, never a value). */
-static json_t *create_body(const struct invocation *in, const char *host, char **err)
+/* Resolves the secret reference s->value and adds "<s->name>=<value>" to
+ * env; -1 with *err (naming the reference, never a value). The value is
+ * freed (scrubbed) by the secret store either way. */
+static int env_add_secret(json_t *env, const struct invocation *in, const struct env_var *s,
+			  char **err)
+{
+	const char *name = s->name, *ref = s->value;
+	char *value = NULL, *e = NULL;
+	size_t len = 0;
+	if (!in->provider) {
+		*err = xasprintf("secret \"%s\" (for %s): no secret provider", ref, name);
+		return -1;
+	}
+	int rc = secret_get(in->provider, ref, &value, &len, &e);
+	if (rc == SECRET_NOT_FOUND) {
+		*err = xasprintf("secret \"%s\" (for %s) not found", ref, name);
+		free(e);
+		return -1;
+	}
+	if (rc < 0) {
+		*err = xasprintf("secret \"%s\" (for %s): %s", ref, name, e ? e : "error");
+		free(e);
+		return -1;
+	}
+	const char *bad =
+		memchr(value, '\0', len) != NULL
+			? "contains a NUL byte, which an environment variable cannot carry"
+		: env_add(env, name, value, len) < 0
+			? "is not valid UTF-8, which the Docker API cannot carry"
+			: NULL;
+	secret_value_free(value, len);
+	if (bad) {
+		*err = xasprintf("secret \"%s\" (for %s) %s", ref, name, bad);
+		return -1;
+	}
+	return 0;
+}
+
+/* The container's Env: the template's literal values, its secrets
+ * resolved, RELAY_HANDLER. NULL with *err; what was built is scrubbed. */
+static json_t *container_env(const struct invocation *in, char **err)
 {
 	json_t *env = json_array();
-	json_t *body = NULL;
 	for (size_t i = 0; i < in->nenv; i++) {
 		const char *v = in->env[i].value ? in->env[i].value : "";
 		if (env_add(env, in->env[i].name, v, strlen(v)) < 0) {
@@ -538,41 +584,26 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 			goto fail;
 		}
 	}
-	for (size_t i = 0; i < in->nsecrets; i++) {
-		const char *name = in->secrets[i].name, *ref = in->secrets[i].value;
-		char *value = NULL, *e = NULL;
-		size_t len = 0;
-		if (!in->provider) {
-			*err = xasprintf("secret \"%s\" (for %s): no secret provider", ref, name);
+	for (size_t i = 0; i < in->nsecrets; i++)
+		if (env_add_secret(env, in, &in->secrets[i], err) < 0)
 			goto fail;
-		}
-		int rc = secret_get(in->provider, ref, &value, &len, &e);
-		if (rc == SECRET_NOT_FOUND) {
-			*err = xasprintf("secret \"%s\" (for %s) not found", ref, name);
-			free(e);
-			goto fail;
-		}
-		if (rc < 0) {
-			*err = xasprintf("secret \"%s\" (for %s): %s", ref, name, e ? e : "error");
-			free(e);
-			goto fail;
-		}
-		int bad = memchr(value, '\0', len) != NULL     ? 1
-			  : env_add(env, name, value, len) < 0 ? 2
-							       : 0;
-		secret_value_free(value, len);
-		if (bad) {
-			*err = xasprintf(
-				"secret \"%s\" (for %s) %s", ref, name,
-				bad == 1 ? "contains a NUL byte, which an environment "
-					   "variable cannot carry"
-					 : "is not valid UTF-8, which the Docker API cannot carry");
-			goto fail;
-		}
-	}
 	/* Last, so nothing can shadow it (templates may not set it anyway). */
 	env_add(env, "RELAY_HANDLER", in->handler, strlen(in->handler));
+	return env;
+fail:
+	scrub_strings(env);
+	json_decref(env);
+	return NULL;
+}
 
+/* The create body, field by field as runner.h lists them. Secrets are
+ * resolved here. Returns the object, or NULL with *err (naming the
+ * reference, never a value). */
+static json_t *create_body(const struct invocation *in, const char *host, char **err)
+{
+	json_t *env = container_env(in, err);
+	if (!env)
+		return NULL;
 	json_t *labels = json_object();
 	json_object_set_new(labels, "relay.function", label_str(in->function));
 	json_object_set_new(labels, "relay.handler", label_str(in->handler));
@@ -588,31 +619,20 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
 		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
 		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
-	body = json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
-			 in->image, "User", IMAGE_USER, "Env", env, "Labels", labels, "AttachStdin",
-			 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1, "StdinOnce", 1,
-			 "Tty", 0, "HostConfig", host_config);
-	if (!body) {
+	/* json_pack "o" consumes env, labels and host_config, even on failure. */
+	json_t *body =
+		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
+			  in->image, "User", IMAGE_USER, "Env", env, "Labels", labels,
+			  "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "OpenStdin", 1,
+			  "StdinOnce", 1, "Tty", 0, "HostConfig", host_config);
+	if (!body)
 		*err = xstrdup("cannot encode the container configuration");
-		env = NULL; /* json_pack "o" consumed it even on failure */
-		goto fail;
-	}
 	return body;
-fail:
-	if (env) {
-		size_t i;
-		json_t *s;
-		json_array_foreach(env, i, s) scrub_json_string(s);
-		json_decref(env);
-	}
-	return NULL;
 }
 
 static void scrub_body(json_t *body)
 {
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(body, "Env"), i, s) scrub_json_string(s);
+	scrub_strings(json_object_get(body, "Env"));
 	json_decref(body);
 }
 
@@ -661,75 +681,136 @@ static int finish(struct invocation_result *out, enum runner_outcome o, int code
 	return o == RUNNER_SUCCESS ? 0 : -1;
 }
 
-int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
-{
-	const char *F = in->function, *H = in->handler;
-	const char *host = in->hostname ? in->hostname : runner_hostname();
-	int64_t start = now_mono_ns();
-	/* Setup: secrets, create, attach and wait share one deadline. */
-	int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
-	int64_t timeout = runner_timeout_ns(in->timeout_ns);
-	struct docker_conn *attach = NULL, *waitc = NULL;
-	struct docker_response r = {0};
-	json_t *body = NULL, *created = NULL;
-	char *text = NULL, *e = NULL, *path = NULL;
+/*
+ * One invocation in progress: what runner_invoke's phases share. The setup
+ * phases (run_create, run_open_streams) and run_start return 0 to go on, or
+ * -1 after recording the outcome in *out and removing whatever container
+ * they left behind; run_pump says how the handler phase ended and
+ * run_classify turns that into the outcome; run_free releases everything.
+ */
+struct run {
+	struct docker *d;
+	const struct invocation *in;
+	struct invocation_result *out;
+	const char *host;
+	int64_t start;		/* entry into runner_invoke */
+	int64_t setup_deadline; /* start + setup bound: secrets, create, attach, wait */
+	int64_t timeout;	/* the rule's timeout (runner_timeout_ns) */
+	int64_t deadline;	/* the handler phase's, set just before start */
+	const char *id;		/* out->container_id once created */
+	struct docker_conn *attach, *waitc;
+	bool attach_open; /* until the attach stream ends */
 	struct runner_demux demux;
 	struct forward fw;
-	struct buf waitbuf;
-	char *chunk = xmalloc(READ_CHUNK);
+	struct buf waitbuf; /* the wait answer so far */
+	int status;	    /* the exit status, once the wait answered */
+	char *wait_err;	    /* the daemon's error in the wait answer, or NULL */
+	char *err;	    /* why the wait failed (RUN_WAIT_FAILED) */
+	char *chunk;	    /* READ_CHUNK bytes, for both streams */
+};
 
-	memset(out, 0, sizeof *out);
-	out->exit_code = -1;
-	if (!in->function || !in->handler || !in->image) {
-		free(chunk);
-		return finish(out, RUNNER_ERROR, -1,
-			      xstrdup("invocation without a function, handler or image"));
-	}
-	buf_init(&fw.out, RUNNER_LINE_MAX + 4096);
-	fw.last_err[0] = '\0';
+/* How the handler phase ended. */
+enum run_end {
+	RUN_EXITED,	 /* the wait answered: an exit status */
+	RUN_CANCELLED,	 /* the cancellation callback said so */
+	RUN_TIMED_OUT,	 /* the handler deadline passed */
+	RUN_WAIT_FAILED, /* the wait broke off without an exit status (r->err) */
+};
+
+static void run_init(struct run *r, struct docker *d, const struct invocation *in,
+		     struct invocation_result *out, int64_t start)
+{
+	memset(r, 0, sizeof *r);
+	r->d = d;
+	r->in = in;
+	r->out = out;
+	r->host = in->hostname ? in->hostname : runner_hostname();
+	r->start = start;
+	r->setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
+	r->timeout = runner_timeout_ns(in->timeout_ns);
+	r->status = -1;
+	r->chunk = xmalloc(READ_CHUNK);
+	buf_init(&r->fw.out, RUNNER_LINE_MAX + 4096);
 	char *prefix = runner_format_prefix(in);
-	buf_append(&fw.out, prefix, strlen(prefix));
-	fw.prefix_len = fw.out.len;
+	buf_append(&r->fw.out, prefix, strlen(prefix));
+	r->fw.prefix_len = r->fw.out.len;
 	free(prefix);
-	runner_demux_init(&demux, forward_line, &fw);
-	buf_init(&waitbuf, WAIT_BODY_MAX);
+	runner_demux_init(&r->demux, forward_line, &r->fw);
+	buf_init(&r->waitbuf, WAIT_BODY_MAX);
 	image_hold(in->image);
+}
 
-	/* 1-2: resolve secrets, create under a fresh name. */
-	body = create_body(in, host, &e);
+static void run_free(struct run *r)
+{
+	r->out->seconds = (double)(now_mono_ns() - r->start) / 1e9;
+	image_release(r->in->image);
+	docker_conn_free(r->attach);
+	docker_conn_free(r->waitc);
+	runner_demux_free(&r->demux);
+	buf_free(&r->fw.out);
+	buf_free(&r->waitbuf);
+	free(r->chunk);
+	free(r->wait_err);
+	free(r->err);
+}
+
+/* Records RUNNER_ERROR (no exit status) with "function "f" handler "h": "
+ * and the formatted reason. Returns -1. */
+static int run_fail(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_fail(struct run *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *why = xvasprintf(fmt, ap);
+	va_end(ap);
+	finish(r->out, RUNNER_ERROR, -1,
+	       xasprintf("function \"%s\" handler \"%s\": %s", r->in->function, r->in->handler,
+			 why));
+	free(why);
+	return -1;
+}
+
+/* The serialised create body (secrets resolved), or NULL after run_fail. */
+static char *create_text(struct run *r)
+{
+	char *e = NULL;
+	json_t *body = create_body(r->in, r->host, &e);
 	if (!body) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": %s", F, H, e));
-		goto out;
+		run_fail(r, "%s", e);
+		free(e);
+		return NULL;
 	}
-	text = json_dumps(body, JSON_COMPACT);
+	char *text = json_dumps(body, JSON_COMPACT);
 	scrub_body(body);
-	body = NULL;
-	if (!text) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": cannot encode the container "
-				 "configuration",
-				 F, H));
+	if (!text)
+		run_fail(r, "cannot encode the container configuration");
+	return text;
+}
+
+/* 1-2: resolve secrets, create under a fresh name. */
+static int run_create(struct run *r)
+{
+	struct docker *d = r->d;
+	const struct invocation *in = r->in;
+	struct docker_response resp = {0};
+	json_t *created = NULL;
+	char *path = NULL;
+	int rc = -1;
+	char *text = create_text(r);
+	if (!text)
+		return -1;
+	if (phase_over(r->setup_deadline)) {
+		run_fail(r, "no time left to create the container (setup is bounded by %ld ms)",
+			 setup_ms(in));
 		goto out;
 	}
-	if (phase_over(setup_deadline)) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": no time left to create the "
-				 "container (setup is bounded by %ld ms)",
-				 F, H, setup_ms(in)));
-		goto out;
-	}
-	const char *name = runner_container_name(in, out->container_name);
+	const char *name = runner_container_name(in, r->out->container_name);
 	path = xasprintf("/containers/create?name=%s", name);
-	int rq = docker_request(d, "POST", path, text, strlen(text), NULL, call_ms(setup_deadline),
-				&r);
+	int rq = docker_request(d, "POST", path, text, strlen(text), NULL,
+				call_ms(r->setup_deadline), &resp);
 	scrub(text, strlen(text));
-	free(text);
-	text = NULL;
-	if (rq < 0 || r.status != 201) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": creating container from %s: %s",
-				 F, H, in->image, docker_errmsg(d)));
+	if (rq < 0 || resp.status != 201) {
+		run_fail(r, "creating container from %s: %s", in->image, docker_errmsg(d));
 		/* The answer was lost after the request left (a timeout, a
 		 * dropped connection): the daemon may have created the
 		 * container, or may still be creating it, with the secrets in
@@ -737,173 +818,213 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 		 * refusal (and a 409 would be someone else's container). */
 		if (rq < 0 && !docker_request_unsent(d))
 			teardown(d, in, name, TEARDOWN_NAME_AWAIT);
-		else if (rq == 0 && r.status >= 500)
+		else if (rq == 0 && resp.status >= 500)
 			teardown(d, in, name, TEARDOWN_NAME_ONCE);
 		goto out;
 	}
-	created = json_loadb(r.body, r.len, 0, NULL);
+	created = json_loadb(resp.body, resp.len, 0, NULL);
 	const char *id = json_string_value(json_object_get(created, "Id"));
-	if (!id || !*id || strlen(id) >= sizeof out->container_id) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": creating container: the "
-				 "daemon's answer has no Id",
-				 F, H));
+	if (!id || !*id || strlen(id) >= sizeof r->out->container_id) {
+		run_fail(r, "creating container: the daemon's answer has no Id");
 		teardown(d, in, name, TEARDOWN_NAME_ONCE);
 		goto out;
 	}
-	strlcpy_(out->container_id, id, sizeof out->container_id);
-	id = out->container_id;
-	log_debug(LOG_ATTRS("function", F, "handler", H, "container", id, "name", name),
+	strlcpy_(r->out->container_id, id, sizeof r->out->container_id);
+	r->id = r->out->container_id;
+	log_debug(LOG_ATTRS("function", in->function, "handler", in->handler, "container", r->id,
+			    "name", name),
 		  "container created");
+	rc = 0;
+out:
+	free(text);
+	free(path);
+	json_decref(created);
+	docker_response_free(&resp);
+	return rc;
+}
 
-	/* 3: attach and wait before start. */
+/* A raw connection to /containers/<id>/<endpoint> (attach or wait) within
+ * the setup deadline; what names the step in the failure ("attaching to"). */
+static int open_stream(struct run *r, const char *endpoint, const char *what,
+		       struct docker_conn **c)
+{
+	char *path = xasprintf("/containers/%s/%s", r->id, endpoint);
+	int rc = docker_hijack_timeout(r->d, path, call_ms(r->setup_deadline), c);
 	free(path);
-	path = xasprintf("/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
-	if (docker_hijack_timeout(d, path, call_ms(setup_deadline), &attach) < 0) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": attaching to container %.12s: %s",
-				 F, H, id, docker_errmsg(d)));
-		teardown(d, in, id, TEARDOWN_ID);
-		goto out;
+	if (rc < 0) {
+		run_fail(r, "%s container %.12s: %s", what, r->id, docker_errmsg(r->d));
+		teardown(r->d, r->in, r->id, TEARDOWN_ID);
 	}
-	free(path);
-	path = xasprintf("/containers/%s/wait?condition=next-exit", id);
-	if (docker_hijack_timeout(d, path, call_ms(setup_deadline), &waitc) < 0) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": waiting on container %.12s: %s",
-				 F, H, id, docker_errmsg(d)));
-		teardown(d, in, id, TEARDOWN_ID);
-		goto out;
-	}
+	return rc;
+}
 
-	/* 4: start, stdin, output: the handler phase, one deadline from just
-	 * before start. */
-	int64_t deadline = now_mono_ns() + timeout;
+/* 3: attach and wait, both before start. */
+static int run_open_streams(struct run *r)
+{
+	if (open_stream(r, "attach?stream=1&stdin=1&stdout=1&stderr=1", "attaching to",
+			&r->attach) < 0 ||
+	    open_stream(r, "wait?condition=next-exit", "waiting on", &r->waitc) < 0)
+		return -1;
+	r->attach_open = true;
+	return 0;
+}
+
+/* 4: start, write the event to stdin and half-close it: the handler
+ * phase, one deadline from just before start. A stdin that cannot be
+ * written is only logged: the handler sees EOF and the exit status
+ * decides. */
+static int run_start(struct run *r)
+{
+	const struct invocation *in = r->in;
+	struct docker_response resp = {0};
+	r->deadline = now_mono_ns() + r->timeout;
+	char *path = xasprintf("/containers/%s/start", r->id);
+	int rq = docker_request(r->d, "POST", path, NULL, 0, NULL, call_ms(r->deadline), &resp);
+	long status = resp.status;
 	free(path);
-	path = xasprintf("/containers/%s/start", id);
-	docker_response_free(&r);
-	if (docker_request(d, "POST", path, NULL, 0, NULL, call_ms(deadline), &r) < 0 ||
-	    (r.status != 204 && r.status != 304)) {
-		finish(out, RUNNER_ERROR, -1,
-		       xasprintf("function \"%s\" handler \"%s\": starting container %.12s: %s", F,
-				 H, id, docker_errmsg(d)));
-		teardown(d, in, id, TEARDOWN_ID);
-		goto out;
+	docker_response_free(&resp);
+	if (rq < 0 || (status != 204 && status != 304)) {
+		run_fail(r, "starting container %.12s: %s", r->id, docker_errmsg(r->d));
+		teardown(r->d, in, r->id, TEARDOWN_ID);
+		return -1;
 	}
 	if (in->payload_len) {
-		int w = docker_conn_write_timeout(attach, in->payload, in->payload_len,
-						  remaining_ms(deadline));
+		int w = docker_conn_write_timeout(r->attach, in->payload, in->payload_len,
+						  remaining_ms(r->deadline));
 		if (w < 0)
-			log_debug(LOG_ATTRS("function", F, "handler", H, "error",
-					    docker_conn_errmsg(attach)),
+			log_debug(LOG_ATTRS("function", in->function, "handler", in->handler,
+					    "error", docker_conn_errmsg(r->attach)),
 				  "writing the event to the container's stdin failed");
 	}
-	if (docker_conn_close_write(attach) < 0)
-		log_debug(
-			LOG_ATTRS("function", F, "handler", H, "error", docker_conn_errmsg(attach)),
-			"closing the container's stdin failed");
+	if (docker_conn_close_write(r->attach) < 0)
+		log_debug(LOG_ATTRS("function", in->function, "handler", in->handler, "error",
+				    docker_conn_errmsg(r->attach)),
+			  "closing the container's stdin failed");
+	return 0;
+}
 
-	enum runner_outcome abort_as = RUNNER_SUCCESS; /* SUCCESS = not aborted */
-	bool attach_open = true;
-	int status = -1;
-	char *wait_err = NULL;
+/* One read of the attach stream, at most slice ms: lines go to the
+ * forwarder; its end (EOF, or a read error) means the process exited. */
+static void pump_attach(struct run *r, int slice)
+{
+	long n = docker_conn_read(r->attach, r->chunk, READ_CHUNK, slice);
+	if (n > 0) {
+		runner_demux_feed(&r->demux, r->chunk, (size_t)n);
+		return;
+	}
+	if (n == DOCKER_CONN_TIMEOUT)
+		return;
+	if (n == -1)
+		log_debug(LOG_ATTRS("function", r->in->function, "handler", r->in->handler, "error",
+				    docker_conn_errmsg(r->attach)),
+			  "reading the container's output failed");
+	r->attach_open = false; /* EOF: the process has exited */
+	runner_demux_flush(&r->demux);
+}
+
+/* One read of the wait answer, at most slice ms: 0 read on, 1 the answer
+ * is in (r->status, r->wait_err), -1 the wait failed (r->err). */
+static int pump_wait(struct run *r, int slice)
+{
+	long n = docker_conn_read(r->waitc, r->chunk, READ_CHUNK, slice);
+	if (n == DOCKER_CONN_TIMEOUT)
+		return 0;
+	if (n > 0 && buf_append(&r->waitbuf, r->chunk, (size_t)n) < 0)
+		n = -1;
+	int p = n > 0 ? runner_parse_wait(r->waitbuf.data, r->waitbuf.len, &r->status, &r->wait_err)
+		      : -1;
+	if (p == 0)
+		return 0;
+	if (p < 0) {
+		r->err = xstrdup(n == 0	 ? "the daemon closed the wait without an exit status"
+				 : n < 0 ? docker_conn_errmsg(r->waitc)
+					 : "unreadable wait answer");
+		return -1;
+	}
+	return 1;
+}
+
+/* Forwards the output until the attach stream ends, then reads the exit
+ * status, polling the cancellation callback every RUNNER_POLL_MS, until
+ * the handler deadline. */
+static enum run_end run_pump(struct run *r)
+{
+	enum run_end end;
 	for (;;) {
-		if (is_cancelled(in)) {
-			abort_as = RUNNER_CANCELLED;
+		if (is_cancelled(r->in)) {
+			end = RUN_CANCELLED;
 			break;
 		}
-		int left = remaining_ms(deadline);
+		int left = remaining_ms(r->deadline);
 		if (left == 0) {
-			abort_as = RUNNER_TIMEOUT;
+			end = RUN_TIMED_OUT;
 			break;
 		}
 		int slice = left < RUNNER_POLL_MS ? left : RUNNER_POLL_MS;
-		if (attach_open) {
-			long n = docker_conn_read(attach, chunk, READ_CHUNK, slice);
-			if (n > 0) {
-				runner_demux_feed(&demux, chunk, (size_t)n);
-				continue;
-			}
-			if (n == -2)
-				continue;
-			if (n == -1)
-				log_debug(LOG_ATTRS("function", F, "handler", H, "error",
-						    docker_conn_errmsg(attach)),
-					  "reading the container's output failed");
-			attach_open = false; /* EOF: the process has exited */
-			runner_demux_flush(&demux);
+		if (r->attach_open) {
+			pump_attach(r, slice);
 			continue;
 		}
-		long n = docker_conn_read(waitc, chunk, READ_CHUNK, slice);
-		if (n == -2)
+		int w = pump_wait(r, slice);
+		if (w == 0)
 			continue;
-		if (n > 0 && buf_append(&waitbuf, chunk, (size_t)n) < 0)
-			n = -1;
-		int p = n > 0 ? runner_parse_wait(waitbuf.data, waitbuf.len, &status, &wait_err)
-			      : -1;
-		if (p == 0)
-			continue;
-		if (p < 0) {
-			abort_as = RUNNER_ERROR;
-			e = xstrdup(n == 0  ? "the daemon closed the wait without an exit status"
-				    : n < 0 ? docker_conn_errmsg(waitc)
-					    : "unreadable wait answer");
-		}
+		end = w > 0 ? RUN_EXITED : RUN_WAIT_FAILED;
 		break;
 	}
-	runner_demux_flush(&demux);
+	runner_demux_flush(&r->demux);
+	return end;
+}
 
-	if (abort_as != RUNNER_SUCCESS) {
-		teardown(d, in, id, TEARDOWN_ID);
-		char dur[DURATION_STR_MAX];
-		if (abort_as == RUNNER_TIMEOUT)
-			finish(out, RUNNER_TIMEOUT, -1,
-			       xasprintf("function \"%s\" handler \"%s\" timed out after %s", F, H,
-					 duration_format(timeout, dur)));
-		else if (abort_as == RUNNER_CANCELLED)
-			finish(out, RUNNER_CANCELLED, -1,
-			       xasprintf("function \"%s\" handler \"%s\" cancelled by shutdown", F,
-					 H));
-		else
-			finish(out, RUNNER_ERROR, -1,
-			       xasprintf("function \"%s\" handler \"%s\": waiting for container "
-					 "%.12s: %s",
-					 F, H, id, e));
-		free(wait_err);
-		goto out;
+/* 5: the outcome. An invocation that did not end with an exit status is
+ * removed first (teardown); one that exited is left to AutoRemove. */
+static void run_classify(struct run *r, enum run_end end)
+{
+	const char *F = r->in->function, *H = r->in->handler;
+	char dur[DURATION_STR_MAX];
+	if (end != RUN_EXITED)
+		teardown(r->d, r->in, r->id, TEARDOWN_ID);
+	switch (end) {
+	case RUN_TIMED_OUT:
+		finish(r->out, RUNNER_TIMEOUT, -1,
+		       xasprintf("function \"%s\" handler \"%s\" timed out after %s", F, H,
+				 duration_format(r->timeout, dur)));
+		return;
+	case RUN_CANCELLED:
+		finish(r->out, RUNNER_CANCELLED, -1,
+		       xasprintf("function \"%s\" handler \"%s\" cancelled by shutdown", F, H));
+		return;
+	case RUN_WAIT_FAILED: run_fail(r, "waiting for container %.12s: %s", r->id, r->err); return;
+	case RUN_EXITED: break;
 	}
-	if (wait_err) {
-		finish(out, RUNNER_ERROR, status,
-		       xasprintf("function \"%s\" handler \"%s\": container %.12s: %s", F, H, id,
-				 wait_err));
-		free(wait_err);
-		goto out;
-	}
-	if (status == 0)
-		finish(out, RUNNER_SUCCESS, 0, NULL);
-	else if (fw.last_err[0])
-		finish(out, RUNNER_FAILURE, status,
+	if (r->wait_err)
+		finish(r->out, RUNNER_ERROR, r->status,
+		       xasprintf("function \"%s\" handler \"%s\": container %.12s: %s", F, H, r->id,
+				 r->wait_err));
+	else if (r->status == 0)
+		finish(r->out, RUNNER_SUCCESS, 0, NULL);
+	else if (r->fw.last_err[0])
+		finish(r->out, RUNNER_FAILURE, r->status,
 		       xasprintf("function \"%s\" handler \"%s\" failed: exit status %d: %s", F, H,
-				 status, fw.last_err));
+				 r->status, r->fw.last_err));
 	else
-		finish(out, RUNNER_FAILURE, status,
+		finish(r->out, RUNNER_FAILURE, r->status,
 		       xasprintf("function \"%s\" handler \"%s\" failed: exit status %d", F, H,
-				 status));
-out:
-	out->seconds = (double)(now_mono_ns() - start) / 1e9;
-	image_release(in->image);
-	if (body)
-		scrub_body(body);
-	json_decref(created);
-	docker_response_free(&r);
-	docker_conn_free(attach);
-	docker_conn_free(waitc);
-	runner_demux_free(&demux);
-	buf_free(&fw.out);
-	buf_free(&waitbuf);
-	free(chunk);
-	free(path);
-	free(e);
+				 r->status));
+}
+
+int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+{
+	int64_t start = now_mono_ns(); /* the setup deadline counts from here */
+	memset(out, 0, sizeof *out);
+	out->exit_code = -1;
+	if (!in->function || !in->handler || !in->image)
+		return finish(out, RUNNER_ERROR, -1,
+			      xstrdup("invocation without a function, handler or image"));
+	struct run r;
+	run_init(&r, d, in, out, start);
+	if (run_create(&r) == 0 && run_open_streams(&r) == 0 && run_start(&r) == 0)
+		run_classify(&r, run_pump(&r));
+	run_free(&r);
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
 }
 
