@@ -83,7 +83,6 @@ struct consumer {
 	int ack_stop;
 
 	volatile int stop;
-	volatile int cancel;
 	struct slots *slots;
 
 	pthread_t reader, reclaimer, acker, sampler;
@@ -251,6 +250,21 @@ static int ensure_conn(struct consumer *c, struct redis *r)
 	if (redis_is_connected(r))
 		return 0;
 	return redis_connect_retry(r, &c->stop);
+}
+
+/* Queues XACK <stream> <group> <ids...> on r (the reply is read later).
+ * Returns redis_append_argv's result. */
+static int append_xack(const struct consumer *c, struct redis *r, const char *const *ids, size_t n)
+{
+	const char **argv = xcalloc(n + 3, sizeof *argv);
+	argv[0] = "XACK";
+	argv[1] = c->stream;
+	argv[2] = c->group;
+	for (size_t i = 0; i < n; i++)
+		argv[3 + i] = ids[i];
+	int rc = redis_append_argv(r, (int)n + 3, argv, NULL);
+	free(argv);
+	return rc;
 }
 
 int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
@@ -620,19 +634,6 @@ static void take_batch(struct consumer *c, const redisReply *entries, bool recov
 	free(skip);
 }
 
-/* XACK of the fast ones, queued ahead of the next command on r. */
-static void append_fast_ack(struct consumer *c, struct redis *r, const struct idlist *fast)
-{
-	const char **argv = xcalloc(fast->n + 3, sizeof *argv);
-	argv[0] = "XACK";
-	argv[1] = c->stream;
-	argv[2] = c->group;
-	for (size_t i = 0; i < fast->n; i++)
-		argv[3 + i] = fast->v[i];
-	redis_append_argv(r, (int)fast->n + 3, argv, NULL);
-	free(argv);
-}
-
 /* A read's error reply: NOGROUP recreates the group, anything else waits. */
 static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 {
@@ -773,7 +774,7 @@ static void *reader_main(void *arg)
 		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
 				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
 		if (fast.n)
-			append_fast_ack(c, r, &fast);
+			append_xack(c, r, (const char *const *)fast.v, fast.n);
 		redisReply *rep = NULL;
 		if (redis_append_argv(r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
 			if (fast.n) {
@@ -820,7 +821,7 @@ static void *reader_main(void *arg)
 	}
 	/* Stopping with no-match messages read: acknowledge them now. */
 	if (fast.n && redis_is_connected(r)) {
-		append_fast_ack(c, r, &fast);
+		append_xack(c, r, (const char *const *)fast.v, fast.n);
 		redisReply *ack = redis_get_reply(r, -1);
 		if (ack)
 			freeReplyObject(ack);
@@ -847,17 +848,14 @@ static void *reader_main(void *arg)
 static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone)
 {
 	size_t n = 0;
-	const char **ack = xcalloc(gone->elements + 3, sizeof *ack);
+	const char **ids = xcalloc(gone->elements + 1, sizeof *ids);
 	const char **del = xcalloc(gone->elements + 1, sizeof *del);
-	ack[0] = "XACK";
-	ack[1] = c->stream;
-	ack[2] = c->group;
 	del[0] = "DEL";
 	for (size_t i = 0; i < gone->elements; i++) {
 		if (gone->element[i]->type != REDIS_REPLY_STRING)
 			continue;
 		const char *id = gone->element[i]->str;
-		ack[3 + n] = id;
+		ids[n] = id;
 		del[1 + n] = invocation_key(c->stream, c->group, id);
 		n++;
 		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "message_id", id),
@@ -865,7 +863,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 			 "without running or dead-lettering it");
 	}
 	int sent = 0;
-	if (n > 0 && redis_append_argv(r, (int)n + 3, ack, NULL) == 0) {
+	if (n > 0 && append_xack(c, r, ids, n) == 0) {
 		sent++;
 		if (redis_append_argv(r, (int)n + 1, del, NULL) == 0)
 			sent++;
@@ -882,7 +880,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 	for (size_t i = 0; i < n; i++)
 		free((char *)del[1 + i]);
 	free(del);
-	free(ack);
+	free(ids);
 }
 
 static void reclaim_once(struct consumer *c, struct redis *r)
@@ -1043,15 +1041,12 @@ static void *acker_main(void *arg)
 		pthread_mutex_unlock(&c->ack_lock);
 
 		/* XACK <stream> <group> id... then DEL key...: one round trip. */
-		const char **argv = xcalloc(n + 3, sizeof *argv);
+		const char **ids = xcalloc(n + 1, sizeof *ids);
 		const char **dargv = xcalloc(n + 1, sizeof *dargv);
-		argv[0] = "XACK";
-		argv[1] = c->stream;
-		argv[2] = c->group;
 		int nd = 1;
 		dargv[0] = "DEL";
 		for (size_t i = 0; i < n; i++) {
-			argv[3 + i] = batch[i].id;
+			ids[i] = batch[i].id;
 			if (batch[i].key)
 				dargv[nd++] = batch[i].key;
 		}
@@ -1063,7 +1058,7 @@ static void *acker_main(void *arg)
 				sleep_ms_interruptible(500, NULL);
 				continue;
 			}
-			if (redis_append_argv(r, (int)n + 3, argv, NULL) < 0 ||
+			if (append_xack(c, r, ids, n) < 0 ||
 			    (nd > 1 && redis_append_argv(r, nd, dargv, NULL) < 0))
 				continue;
 			redisReply *rep = redis_get_reply(r, -1);
@@ -1084,14 +1079,13 @@ static void *acker_main(void *arg)
 				 "acknowledgement lost; %zu message(s) stay pending and will be "
 				 "reclaimed",
 				 n);
-		/* argv[3..] are the batch's ids, in order. */
-		release_ids(c, argv + 3, n);
+		release_ids(c, ids, n);
 		for (size_t i = 0; i < n; i++) {
 			free(batch[i].id);
 			free(batch[i].key);
 		}
 		free(batch);
-		free(argv);
+		free(ids);
 		free(dargv);
 	}
 	redis_free(r);
@@ -1693,16 +1687,6 @@ void consumer_stop(struct consumer *c)
 		msg_free(m);
 	}
 	c->tail = NULL;
-}
-
-void consumer_cancel(struct consumer *c)
-{
-	c->cancel = 1;
-}
-
-bool consumer_cancelled(const struct consumer *c)
-{
-	return c->cancel != 0;
 }
 
 int consumer_buffered(struct consumer *c)
