@@ -738,99 +738,144 @@ static void recover_refused(struct consumer *c, struct redis *r, int n, struct i
 	recover(c, r, first, n, fast);
 }
 
+/* The reader thread's state between reads. */
+struct reader {
+	struct consumer *c;
+	struct redis *r;
+	char block[16];
+	/* No-match messages read last time, acknowledged with the next read;
+	 * entries of the last read that cost more than the limit. */
+	struct idlist fast, over;
+};
+
+/*
+ * Room for the next read, waiting until the buffer has some. The consumer
+ * lock is held only for these waits: decoding and matching happen in
+ * take_batch, outside it. The fast ones do not count: they are ACKed
+ * before the next read executes.
+ */
+static int reader_room(struct consumer *c, size_t nfast)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
+		timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
+	/* Less than half the buffer free: wait a moment for the ACKs in
+	 * flight to free more, so one read fetches a batch rather than a
+	 * message or two (bench/consume). */
+	if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 &&
+	    !c->stop)
+		timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
+	int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
+	pthread_mutex_unlock(&c->lock);
+	return room;
+}
+
+/* The reply to the fast ones' XACK, sent ahead of a read. */
+static void reader_ack_reply(struct reader *rd)
+{
+	redisReply *ack = redis_get_reply(rd->r, -1);
+	/* A read the guard refused came after the XACK was done. */
+	if ((!ack && !redis_guard_tripped(rd->r)) || (ack && ack->type == REDIS_REPLY_ERROR))
+		log_warn(LOG_ATTRS("error", ack ? ack->str : redis_errmsg(rd->r)),
+			 "acknowledgement lost; the messages stay pending and will be reclaimed");
+	if (ack)
+		freeReplyObject(ack);
+}
+
+/*
+ * One round trip: the XACK of the fast ones (if any), then XREADGROUP of at
+ * most n new entries. Returns the read's reply, NULL on failure. The fast
+ * ones' buffer slots are released either way: ACKed or, on a dropped
+ * connection, left pending for the reclaim.
+ */
+static redisReply *reader_read(struct reader *rd, int n)
+{
+	struct consumer *c = rd->c;
+	char count[16];
+	snprintf_(count, sizeof count, "%d", n);
+	const char *argv[] = {"XREADGROUP", "GROUP",   c->group,  c->name,   "COUNT", count,
+			      "BLOCK",	    rd->block, "STREAMS", c->stream, ">"};
+	if (rd->fast.n)
+		append_xack(c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
+	redisReply *rep = NULL;
+	if (redis_append_argv(rd->r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
+		if (rd->fast.n)
+			reader_ack_reply(rd);
+		if (redis_is_connected(rd->r))
+			rep = read_reply(c, rd->r);
+	}
+	release_ids(c, (const char *const *)rd->fast.v, rd->fast.n);
+	idlist_clear(&rd->fast);
+	return rep;
+}
+
+/*
+ * Takes in (and frees) the reply to a read of n entries: its entries go to
+ * take_batch, then those over the limit through the recover script; a read
+ * the guard refused is recovered whole; an error is logged (read_failed).
+ */
+static void reader_take(struct reader *rd, redisReply *rep, int n)
+{
+	struct consumer *c = rd->c;
+	if (!rep) {
+		if (redis_guard_tripped(rd->r))
+			recover_refused(c, rd->r, n, &rd->fast);
+		else if (!c->stop)
+			log_warn(LOG_ATTRS("error", redis_errmsg(rd->r)),
+				 "redis read failed; reconnecting");
+		return;
+	}
+	if (rep->type == REDIS_REPLY_ERROR) {
+		read_failed(c, rd->r, rep);
+		return;
+	}
+	/* [[stream, entries]], or nil when BLOCK ran out. */
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
+	    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
+		take_batch(c, rep->element[0]->element[1], false, &rd->fast, &rd->over);
+	else if (rep->type != REDIS_REPLY_NIL)
+		log_warn(NULL, "unexpected reply to XREADGROUP");
+	freeReplyObject(rep);
+	for (size_t i = 0; i < rd->over.n && !c->stop; i++)
+		recover(c, rd->r, rd->over.v[i], 1, &rd->fast);
+	idlist_clear(&rd->over);
+}
+
+/* Stopping with no-match messages read: acknowledges them now. */
+static void reader_finish(struct reader *rd)
+{
+	if (rd->fast.n && redis_is_connected(rd->r)) {
+		append_xack(rd->c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
+		redisReply *ack = redis_get_reply(rd->r, -1);
+		if (ack)
+			freeReplyObject(ack);
+	}
+	release_ids(rd->c, (const char *const *)rd->fast.v, rd->fast.n);
+	idlist_clear(&rd->fast);
+	free(rd->fast.v);
+	free(rd->over.v);
+	redis_free(rd->r);
+}
+
 static void *reader_main(void *arg)
 {
 	struct consumer *c = arg;
 	block_signals();
-	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
+	struct reader rd = {.c = c, .r = conn_new(c, c->cfg.block_ms + 10000)};
 	/* Every entry of a read bounded as sent (consumer.h, cost model). */
-	redis_set_guard(r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
-	char block[16], count[16];
-	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
-	/* No-match messages read last time, acknowledged with the next read;
-	 * entries of the last read that cost more than the limit. */
-	struct idlist fast = {0}, over = {0};
+	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
+	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
 	while (!c->stop) {
-		if (ensure_conn(c, r) < 0)
+		if (ensure_conn(c, rd.r) < 0)
 			break;
-		pthread_mutex_lock(&c->lock);
-		/* The fast ones are ACKed before the next read executes. */
-		while (c->buffered - (int)fast.n >= c->cfg.max_buffered && !c->stop)
-			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
-		/* Less than half the buffer free: wait a moment for the ACKs in
-		 * flight to free more, so one read fetches a batch rather than a
-		 * message or two (bench/consume). */
-		if (c->cfg.max_buffered - (c->buffered - (int)fast.n) <
-			    (c->cfg.max_buffered + 1) / 2 &&
-		    !c->stop)
-			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-		int room = c->cfg.max_buffered - (c->buffered - (int)fast.n);
-		pthread_mutex_unlock(&c->lock);
+		int room = reader_room(c, rd.fast.n);
 		if (c->stop)
 			break;
-
 		int n = read_count(c, room);
-		snprintf_(count, sizeof count, "%d", n);
-		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
-				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
-		if (fast.n)
-			append_xack(c, r, (const char *const *)fast.v, fast.n);
-		redisReply *rep = NULL;
-		if (redis_append_argv(r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
-			if (fast.n) {
-				redisReply *ack = redis_get_reply(r, -1);
-				/* A read the guard refused came after the XACK was done. */
-				if ((!ack && !redis_guard_tripped(r)) ||
-				    (ack && ack->type == REDIS_REPLY_ERROR))
-					log_warn(LOG_ATTRS("error",
-							   ack ? ack->str : redis_errmsg(r)),
-						 "acknowledgement lost; the messages stay pending "
-						 "and will be reclaimed");
-				if (ack)
-					freeReplyObject(ack);
-			}
-			if (redis_is_connected(r))
-				rep = read_reply(c, r);
-		}
-		/* ACKed (or, on a dropped connection, left pending for reclaim). */
-		release_ids(c, (const char *const *)fast.v, fast.n);
-		idlist_clear(&fast);
-		if (!rep) {
-			if (redis_guard_tripped(r))
-				recover_refused(c, r, n, &fast);
-			else if (!c->stop)
-				log_warn(LOG_ATTRS("error", redis_errmsg(r)),
-					 "redis read failed; reconnecting");
-			continue;
-		}
-		if (rep->type == REDIS_REPLY_ERROR) {
-			read_failed(c, r, rep);
-			continue;
-		}
-		/* [[stream, entries]], or nil when BLOCK ran out. */
-		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
-		    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
-		    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
-			take_batch(c, rep->element[0]->element[1], false, &fast, &over);
-		else if (rep->type != REDIS_REPLY_NIL)
-			log_warn(NULL, "unexpected reply to XREADGROUP");
-		freeReplyObject(rep);
-		for (size_t i = 0; i < over.n && !c->stop; i++)
-			recover(c, r, over.v[i], 1, &fast);
-		idlist_clear(&over);
+		reader_take(&rd, reader_read(&rd, n), n);
 	}
-	/* Stopping with no-match messages read: acknowledge them now. */
-	if (fast.n && redis_is_connected(r)) {
-		append_xack(c, r, (const char *const *)fast.v, fast.n);
-		redisReply *ack = redis_get_reply(r, -1);
-		if (ack)
-			freeReplyObject(ack);
-	}
-	release_ids(c, (const char *const *)fast.v, fast.n);
-	idlist_clear(&fast);
-	free(fast.v);
-	free(over.v);
-	redis_free(r);
+	reader_finish(&rd);
 	return NULL;
 }
 
