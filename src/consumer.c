@@ -83,7 +83,6 @@ struct consumer {
 	int ack_stop;
 
 	volatile int stop;
-	volatile int cancel;
 	struct slots *slots;
 
 	pthread_t reader, reclaimer, acker, sampler;
@@ -251,6 +250,21 @@ static int ensure_conn(struct consumer *c, struct redis *r)
 	if (redis_is_connected(r))
 		return 0;
 	return redis_connect_retry(r, &c->stop);
+}
+
+/* Queues XACK <stream> <group> <ids...> on r (the reply is read later).
+ * Returns redis_append_argv's result. */
+static int append_xack(const struct consumer *c, struct redis *r, const char *const *ids, size_t n)
+{
+	const char **argv = xcalloc(n + 3, sizeof *argv);
+	argv[0] = "XACK";
+	argv[1] = c->stream;
+	argv[2] = c->group;
+	for (size_t i = 0; i < n; i++)
+		argv[3 + i] = ids[i];
+	int rc = redis_append_argv(r, (int)n + 3, argv, NULL);
+	free(argv);
+	return rc;
 }
 
 int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
@@ -620,19 +634,6 @@ static void take_batch(struct consumer *c, const redisReply *entries, bool recov
 	free(skip);
 }
 
-/* XACK of the fast ones, queued ahead of the next command on r. */
-static void append_fast_ack(struct consumer *c, struct redis *r, const struct idlist *fast)
-{
-	const char **argv = xcalloc(fast->n + 3, sizeof *argv);
-	argv[0] = "XACK";
-	argv[1] = c->stream;
-	argv[2] = c->group;
-	for (size_t i = 0; i < fast->n; i++)
-		argv[3 + i] = fast->v[i];
-	redis_append_argv(r, (int)fast->n + 3, argv, NULL);
-	free(argv);
-}
-
 /* A read's error reply: NOGROUP recreates the group, anything else waits. */
 static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 {
@@ -737,99 +738,144 @@ static void recover_refused(struct consumer *c, struct redis *r, int n, struct i
 	recover(c, r, first, n, fast);
 }
 
+/* The reader thread's state between reads. */
+struct reader {
+	struct consumer *c;
+	struct redis *r;
+	char block[16];
+	/* No-match messages read last time, acknowledged with the next read;
+	 * entries of the last read that cost more than the limit. */
+	struct idlist fast, over;
+};
+
+/*
+ * Room for the next read, waiting until the buffer has some. The consumer
+ * lock is held only for these waits: decoding and matching happen in
+ * take_batch, outside it. The fast ones do not count: they are ACKed
+ * before the next read executes.
+ */
+static int reader_room(struct consumer *c, size_t nfast)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
+		timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
+	/* Less than half the buffer free: wait a moment for the ACKs in
+	 * flight to free more, so one read fetches a batch rather than a
+	 * message or two (bench/consume). */
+	if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 &&
+	    !c->stop)
+		timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
+	int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
+	pthread_mutex_unlock(&c->lock);
+	return room;
+}
+
+/* The reply to the fast ones' XACK, sent ahead of a read. */
+static void reader_ack_reply(struct reader *rd)
+{
+	redisReply *ack = redis_get_reply(rd->r, -1);
+	/* A read the guard refused came after the XACK was done. */
+	if ((!ack && !redis_guard_tripped(rd->r)) || (ack && ack->type == REDIS_REPLY_ERROR))
+		log_warn(LOG_ATTRS("error", ack ? ack->str : redis_errmsg(rd->r)),
+			 "acknowledgement lost; the messages stay pending and will be reclaimed");
+	if (ack)
+		freeReplyObject(ack);
+}
+
+/*
+ * One round trip: the XACK of the fast ones (if any), then XREADGROUP of at
+ * most n new entries. Returns the read's reply, NULL on failure. The fast
+ * ones' buffer slots are released either way: ACKed or, on a dropped
+ * connection, left pending for the reclaim.
+ */
+static redisReply *reader_read(struct reader *rd, int n)
+{
+	struct consumer *c = rd->c;
+	char count[16];
+	snprintf_(count, sizeof count, "%d", n);
+	const char *argv[] = {"XREADGROUP", "GROUP",   c->group,  c->name,   "COUNT", count,
+			      "BLOCK",	    rd->block, "STREAMS", c->stream, ">"};
+	if (rd->fast.n)
+		append_xack(c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
+	redisReply *rep = NULL;
+	if (redis_append_argv(rd->r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
+		if (rd->fast.n)
+			reader_ack_reply(rd);
+		if (redis_is_connected(rd->r))
+			rep = read_reply(c, rd->r);
+	}
+	release_ids(c, (const char *const *)rd->fast.v, rd->fast.n);
+	idlist_clear(&rd->fast);
+	return rep;
+}
+
+/*
+ * Takes in (and frees) the reply to a read of n entries: its entries go to
+ * take_batch, then those over the limit through the recover script; a read
+ * the guard refused is recovered whole; an error is logged (read_failed).
+ */
+static void reader_take(struct reader *rd, redisReply *rep, int n)
+{
+	struct consumer *c = rd->c;
+	if (!rep) {
+		if (redis_guard_tripped(rd->r))
+			recover_refused(c, rd->r, n, &rd->fast);
+		else if (!c->stop)
+			log_warn(LOG_ATTRS("error", redis_errmsg(rd->r)),
+				 "redis read failed; reconnecting");
+		return;
+	}
+	if (rep->type == REDIS_REPLY_ERROR) {
+		read_failed(c, rd->r, rep);
+		return;
+	}
+	/* [[stream, entries]], or nil when BLOCK ran out. */
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
+	    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
+		take_batch(c, rep->element[0]->element[1], false, &rd->fast, &rd->over);
+	else if (rep->type != REDIS_REPLY_NIL)
+		log_warn(NULL, "unexpected reply to XREADGROUP");
+	freeReplyObject(rep);
+	for (size_t i = 0; i < rd->over.n && !c->stop; i++)
+		recover(c, rd->r, rd->over.v[i], 1, &rd->fast);
+	idlist_clear(&rd->over);
+}
+
+/* Stopping with no-match messages read: acknowledges them now. */
+static void reader_finish(struct reader *rd)
+{
+	if (rd->fast.n && redis_is_connected(rd->r)) {
+		append_xack(rd->c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
+		redisReply *ack = redis_get_reply(rd->r, -1);
+		if (ack)
+			freeReplyObject(ack);
+	}
+	release_ids(rd->c, (const char *const *)rd->fast.v, rd->fast.n);
+	idlist_clear(&rd->fast);
+	free(rd->fast.v);
+	free(rd->over.v);
+	redis_free(rd->r);
+}
+
 static void *reader_main(void *arg)
 {
 	struct consumer *c = arg;
 	block_signals();
-	struct redis *r = conn_new(c, c->cfg.block_ms + 10000);
+	struct reader rd = {.c = c, .r = conn_new(c, c->cfg.block_ms + 10000)};
 	/* Every entry of a read bounded as sent (consumer.h, cost model). */
-	redis_set_guard(r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
-	char block[16], count[16];
-	snprintf_(block, sizeof block, "%d", c->cfg.block_ms);
-	/* No-match messages read last time, acknowledged with the next read;
-	 * entries of the last read that cost more than the limit. */
-	struct idlist fast = {0}, over = {0};
+	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
+	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
 	while (!c->stop) {
-		if (ensure_conn(c, r) < 0)
+		if (ensure_conn(c, rd.r) < 0)
 			break;
-		pthread_mutex_lock(&c->lock);
-		/* The fast ones are ACKed before the next read executes. */
-		while (c->buffered - (int)fast.n >= c->cfg.max_buffered && !c->stop)
-			timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
-		/* Less than half the buffer free: wait a moment for the ACKs in
-		 * flight to free more, so one read fetches a batch rather than a
-		 * message or two (bench/consume). */
-		if (c->cfg.max_buffered - (c->buffered - (int)fast.n) <
-			    (c->cfg.max_buffered + 1) / 2 &&
-		    !c->stop)
-			timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-		int room = c->cfg.max_buffered - (c->buffered - (int)fast.n);
-		pthread_mutex_unlock(&c->lock);
+		int room = reader_room(c, rd.fast.n);
 		if (c->stop)
 			break;
-
 		int n = read_count(c, room);
-		snprintf_(count, sizeof count, "%d", n);
-		const char *argv[] = {"XREADGROUP", "GROUP", c->group,	c->name,   "COUNT", count,
-				      "BLOCK",	    block,   "STREAMS", c->stream, ">"};
-		if (fast.n)
-			append_fast_ack(c, r, &fast);
-		redisReply *rep = NULL;
-		if (redis_append_argv(r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
-			if (fast.n) {
-				redisReply *ack = redis_get_reply(r, -1);
-				/* A read the guard refused came after the XACK was done. */
-				if ((!ack && !redis_guard_tripped(r)) ||
-				    (ack && ack->type == REDIS_REPLY_ERROR))
-					log_warn(LOG_ATTRS("error",
-							   ack ? ack->str : redis_errmsg(r)),
-						 "acknowledgement lost; the messages stay pending "
-						 "and will be reclaimed");
-				if (ack)
-					freeReplyObject(ack);
-			}
-			if (redis_is_connected(r))
-				rep = read_reply(c, r);
-		}
-		/* ACKed (or, on a dropped connection, left pending for reclaim). */
-		release_ids(c, (const char *const *)fast.v, fast.n);
-		idlist_clear(&fast);
-		if (!rep) {
-			if (redis_guard_tripped(r))
-				recover_refused(c, r, n, &fast);
-			else if (!c->stop)
-				log_warn(LOG_ATTRS("error", redis_errmsg(r)),
-					 "redis read failed; reconnecting");
-			continue;
-		}
-		if (rep->type == REDIS_REPLY_ERROR) {
-			read_failed(c, r, rep);
-			continue;
-		}
-		/* [[stream, entries]], or nil when BLOCK ran out. */
-		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
-		    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
-		    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
-			take_batch(c, rep->element[0]->element[1], false, &fast, &over);
-		else if (rep->type != REDIS_REPLY_NIL)
-			log_warn(NULL, "unexpected reply to XREADGROUP");
-		freeReplyObject(rep);
-		for (size_t i = 0; i < over.n && !c->stop; i++)
-			recover(c, r, over.v[i], 1, &fast);
-		idlist_clear(&over);
+		reader_take(&rd, reader_read(&rd, n), n);
 	}
-	/* Stopping with no-match messages read: acknowledge them now. */
-	if (fast.n && redis_is_connected(r)) {
-		append_fast_ack(c, r, &fast);
-		redisReply *ack = redis_get_reply(r, -1);
-		if (ack)
-			freeReplyObject(ack);
-	}
-	release_ids(c, (const char *const *)fast.v, fast.n);
-	idlist_clear(&fast);
-	free(fast.v);
-	free(over.v);
-	redis_free(r);
+	reader_finish(&rd);
 	return NULL;
 }
 
@@ -847,17 +893,14 @@ static void *reader_main(void *arg)
 static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone)
 {
 	size_t n = 0;
-	const char **ack = xcalloc(gone->elements + 3, sizeof *ack);
+	const char **ids = xcalloc(gone->elements + 1, sizeof *ids);
 	const char **del = xcalloc(gone->elements + 1, sizeof *del);
-	ack[0] = "XACK";
-	ack[1] = c->stream;
-	ack[2] = c->group;
 	del[0] = "DEL";
 	for (size_t i = 0; i < gone->elements; i++) {
 		if (gone->element[i]->type != REDIS_REPLY_STRING)
 			continue;
 		const char *id = gone->element[i]->str;
-		ack[3 + n] = id;
+		ids[n] = id;
 		del[1 + n] = invocation_key(c->stream, c->group, id);
 		n++;
 		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "message_id", id),
@@ -865,7 +908,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 			 "without running or dead-lettering it");
 	}
 	int sent = 0;
-	if (n > 0 && redis_append_argv(r, (int)n + 3, ack, NULL) == 0) {
+	if (n > 0 && append_xack(c, r, ids, n) == 0) {
 		sent++;
 		if (redis_append_argv(r, (int)n + 1, del, NULL) == 0)
 			sent++;
@@ -882,7 +925,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 	for (size_t i = 0; i < n; i++)
 		free((char *)del[1 + i]);
 	free(del);
-	free(ack);
+	free(ids);
 }
 
 static void reclaim_once(struct consumer *c, struct redis *r)
@@ -1043,15 +1086,12 @@ static void *acker_main(void *arg)
 		pthread_mutex_unlock(&c->ack_lock);
 
 		/* XACK <stream> <group> id... then DEL key...: one round trip. */
-		const char **argv = xcalloc(n + 3, sizeof *argv);
+		const char **ids = xcalloc(n + 1, sizeof *ids);
 		const char **dargv = xcalloc(n + 1, sizeof *dargv);
-		argv[0] = "XACK";
-		argv[1] = c->stream;
-		argv[2] = c->group;
 		int nd = 1;
 		dargv[0] = "DEL";
 		for (size_t i = 0; i < n; i++) {
-			argv[3 + i] = batch[i].id;
+			ids[i] = batch[i].id;
 			if (batch[i].key)
 				dargv[nd++] = batch[i].key;
 		}
@@ -1063,7 +1103,7 @@ static void *acker_main(void *arg)
 				sleep_ms_interruptible(500, NULL);
 				continue;
 			}
-			if (redis_append_argv(r, (int)n + 3, argv, NULL) < 0 ||
+			if (append_xack(c, r, ids, n) < 0 ||
 			    (nd > 1 && redis_append_argv(r, nd, dargv, NULL) < 0))
 				continue;
 			redisReply *rep = redis_get_reply(r, -1);
@@ -1084,14 +1124,13 @@ static void *acker_main(void *arg)
 				 "acknowledgement lost; %zu message(s) stay pending and will be "
 				 "reclaimed",
 				 n);
-		/* argv[3..] are the batch's ids, in order. */
-		release_ids(c, argv + 3, n);
+		release_ids(c, ids, n);
 		for (size_t i = 0; i < n; i++) {
 			free(batch[i].id);
 			free(batch[i].key);
 		}
 		free(batch);
-		free(argv);
+		free(ids);
 		free(dargv);
 	}
 	redis_free(r);
@@ -1099,6 +1138,20 @@ static void *acker_main(void *arg)
 }
 
 /* ---- processing -------------------------------------------------------- */
+
+/*
+ * A message a worker took goes through process() in five phases, each a
+ * function over one struct plan:
+ *   decode   plan_decode: the event; malformed → DLQ; a scheduled
+ *            occurrence must be genuine (occurrence_genuine);
+ *   resolve  plan_resolve: its targets (resolve_work); an obsolete
+ *            occurrence or an unmatched event is acknowledged here;
+ *   load     plan_load: its invocation state, one marker per target;
+ *   run      plan_run: each target in order (run_target: matched line,
+ *            eligibility, slot, claim, invoke, record) until one does not
+ *            succeed;
+ *   settle   plan_settle: ACK / DLQ / leave pending.
+ */
 
 /* The last `event` field of a message (its payload as text), or NULL. */
 static const char *payload_of(const struct msg *m, size_t *len)
@@ -1113,11 +1166,16 @@ static const char *payload_of(const struct msg *m, size_t *len)
 	return p;
 }
 
-/* 1 when written and acknowledged, 0 when the message was no longer
- * pending (nothing written), -1 when the write failed (it stays pending
- * and a later reclaim retries it). */
-static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
-		       const char *payload, size_t plen, const char *reason, int attempts)
+/* How a DLQ write ended (invocation_dead_letter's 1 / 0 / -1). */
+enum dlq_result {
+	DLQ_WRITTEN,	 /* written and acknowledged */
+	DLQ_NOT_PENDING, /* the message was no longer pending: nothing written */
+	DLQ_FAILED,	 /* the write failed: it stays pending, a later reclaim retries it */
+};
+
+static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
+				   const char *payload, size_t plen, const char *reason,
+				   int attempts)
 {
 	char ts[RFC3339_STR_MAX], att[16], why[300] = "";
 	rfc3339_format_utc(now_wall_ns(), ts);
@@ -1150,15 +1208,46 @@ static int dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
 	else if (rc < 0)
 		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error", why),
 			  "DLQ write failed; the message stays pending and the write is retried");
-	return rc;
+	return rc == 1 ? DLQ_WRITTEN : rc == 0 ? DLQ_NOT_PENDING : DLQ_FAILED;
 }
+
+/* What became of one target's invocation: as loaded, then as this
+ * delivery left it. */
+enum inv_state { INV_PENDING, INV_OK, INV_EXHAUSTED };
 
 /* One invocation of a message's work list, in execution order. */
 struct target {
+	/* From resolve_work (borrowed from the plan's snapshot): */
 	const struct fn_version *fv;
 	const char *handler;
 	int64_t timeout_ns;
 	int retries;
+	/* From plan_load: */
+	char *field;	      /* "<function>/<handler>" in the invocation hash */
+	struct marker loaded; /* its marker as loaded for this delivery */
+	char *raw;	      /* the field's current value, for compare-and-set; NULL: absent */
+	enum inv_state state;
+};
+
+/*
+ * One message's work, phase by phase (see above). Owns everything it points
+ * to except m (the worker's) and what the targets borrow from snap, held
+ * until plan_free.
+ */
+struct plan {
+	struct msg *m;
+	const char *payload; /* the last `event` field, borrowed from m */
+	size_t plen;
+	struct event *ev;
+	bool scheduled;		     /* a genuine scheduled occurrence */
+	struct schedule_route route; /* when scheduled (borrows from ev) */
+	char *sched_stdin;	     /* when scheduled: the handler's payload */
+	struct snapshot *snap;
+	struct target *t;
+	size_t n;
+	const char *event_id, *event_name; /* may be NULL */
+	char *key;			   /* invocation-state key */
+	char last_error[600];		   /* the last failed invocation's error */
 };
 
 /* function_events_total: once per message and matched function, counted
@@ -1175,8 +1264,15 @@ static void count_function_events(const struct target *t, size_t n)
 	}
 }
 
-/* What became of one matched invocation in this delivery. */
-enum inv_state { INV_PENDING, INV_OK, INV_EXHAUSTED };
+/* The counters of a message done with (ACKed or dead-lettered): none for a
+ * scheduled occurrence. */
+static void count_done(const struct plan *p)
+{
+	if (p->scheduled)
+		return;
+	count_function_events(p->t, p->n);
+	metrics_inc(METRIC_EVENTS_PROCESSED);
+}
 
 /* A top-level string field of the event, for logs and labels. */
 static const char *event_str(const struct event *ev, const char *key)
@@ -1204,7 +1300,10 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 			*obsolete = true;
 			return 0;
 		}
-		(*out)[0] = (struct target){fv, sc->handler, sc->timeout_ns, sc->retries};
+		(*out)[0] = (struct target){.fv = fv,
+					    .handler = sc->handler,
+					    .timeout_ns = sc->timeout_ns,
+					    .retries = sc->retries};
 		return 1;
 	}
 	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
@@ -1212,8 +1311,10 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 	*out = xcalloc(n + 1, sizeof **out);
 	for (size_t i = 0; i < n; i++) {
 		const struct rule_ref *rr = &snap->rules[ids[i]];
-		(*out)[i] = (struct target){rr->fv, rr->rule->handler, rr->rule->timeout_ns,
-					    rr->rule->retries};
+		(*out)[i] = (struct target){.fv = rr->fv,
+					    .handler = rr->rule->handler,
+					    .timeout_ns = rr->rule->timeout_ns,
+					    .retries = rr->rule->retries};
 	}
 	free(ids);
 	return n;
@@ -1240,7 +1341,8 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 	if (g < 0) {
 		log_warn(LOG_ATTRS("message_id", m->id, "error", why[0] ? why : redis_errmsg(r)),
 			 "cannot verify a scheduled occurrence; it stays pending");
-	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) == 1) {
+	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) ==
+		   DLQ_WRITTEN) {
 		log_warn(LOG_ATTRS("message_id", m->id, "reason", why),
 			 "forged schedule occurrence sent to the dead-letter stream without "
 			 "running any handler");
@@ -1250,23 +1352,27 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 	return false;
 }
 
-static void process(struct consumer *c, struct redis *r, struct msg *m)
+/*
+ * Decode: the event (the reader decoded it when it matched something
+ * there). A malformed one is dead-lettered with the reason; a scheduled
+ * occurrence must be genuine. False when the message was dealt with here.
+ */
+static bool plan_decode(struct consumer *c, struct redis *r, struct plan *p)
 {
-	size_t plen = 0;
-	const char *payload = payload_of(m, &plen);
-	/* Decoded by the reader when it matched something there. */
-	struct event *ev = m->ev;
+	struct msg *m = p->m;
+	p->payload = payload_of(m, &p->plen);
+	p->ev = m->ev;
 	m->ev = NULL;
 	char *why = NULL;
-	int derr =
-		ev ? EVENT_OK
-		   : event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, &why);
+	int derr = p->ev ? EVENT_OK
+			 : event_decode((const char *const *)m->fields, m->lens, m->nfields, &p->ev,
+					&why);
 	if (derr != EVENT_OK) {
 		char reason[600];
 		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
 			  why ? why : "");
 		free(why);
-		if (dead_letter(c, r, m, payload, plen, reason, 0) == 1) {
+		if (dead_letter(c, r, m, p->payload, p->plen, reason, 0) == DLQ_WRITTEN) {
 			log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
 				 "malformed event sent to the dead-letter stream without running "
 				 "any handler");
@@ -1274,325 +1380,452 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 			metrics_inc(METRIC_EVENTS_PROCESSED);
 		}
 		release(c, m->id);
-		return;
+		return false;
 	}
-	struct schedule_route route;
-	bool scheduled = schedule_claimed(ev);
-	if (scheduled && !occurrence_genuine(c, r, m, ev, &route, payload, plen)) {
-		event_free(ev);
-		return;
-	}
+	p->scheduled = schedule_claimed(p->ev);
+	if (p->scheduled && !occurrence_genuine(c, r, m, p->ev, &p->route, p->payload, p->plen))
+		return false;
 	/* A scheduled handler reads the occurrence's payload, not the entry. */
-	char *sched_stdin = scheduled ? schedule_payload(route.at_s) : NULL;
+	if (p->scheduled)
+		p->sched_stdin = schedule_payload(p->route.at_s);
+	return true;
+}
 
-	struct snapshot *snap = registry_acquire(c->cfg.registry);
-	struct target *t = NULL;
+/*
+ * Resolve: what the message runs, from the registry snapshot held until
+ * plan_free. False when there is nothing to run, acknowledged here: a
+ * scheduled occurrence whose function or schedule handler is gone
+ * (obsolete), or an event no rule matches.
+ */
+static bool plan_resolve(struct consumer *c, struct plan *p)
+{
+	struct msg *m = p->m;
 	bool obsolete = false;
-	size_t n = resolve_work(snap, ev, scheduled ? &route : NULL, &t, &obsolete);
+	p->snap = registry_acquire(c->cfg.registry);
+	p->n = resolve_work(p->snap, p->ev, p->scheduled ? &p->route : NULL, &p->t, &obsolete);
 	/* A scheduled occurrence's event id is its occurrence id. */
-	const char *event_id = scheduled ? route.occurrence_id : event_str(ev, "event_id");
-	const char *event_name = scheduled ? NULL : event_str(ev, "event_name");
-
+	p->event_id = p->scheduled ? p->route.occurrence_id : event_str(p->ev, "event_id");
+	p->event_name = p->scheduled ? NULL : event_str(p->ev, "event_name");
 	if (obsolete) {
 		/* Removed on purpose: terminal, never retried or dead-lettered.
 		 * Any state from an earlier delivery goes with the ACK. */
-		log_info(LOG_ATTRS("function", route.function, "handler", route.handler,
-				   "message_id", m->id, "occurrence_id", event_id ? event_id : ""),
+		log_info(LOG_ATTRS("function", p->route.function, "handler", p->route.handler,
+				   "message_id", m->id, "occurrence_id",
+				   p->event_id ? p->event_id : ""),
 			 "scheduled occurrence obsolete: its function or schedule handler no "
 			 "longer exists; acknowledging");
-		char *okey = invocation_key(c->stream, c->group, m->id);
-		ack_push(c, m->id, okey);
-		free(okey);
-		goto out;
+		p->key = invocation_key(c->stream, c->group, m->id);
+		ack_push(c, m->id, p->key);
+		return false;
 	}
-	if (n == 0) {
+	if (p->n == 0) {
 		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
 		metrics_inc(METRIC_EVENTS_PROCESSED);
 		ack_push(c, m->id, NULL);
-		goto out;
+		return false;
 	}
+	return true;
+}
 
-	char *key = invocation_key(c->stream, c->group, m->id);
+/* Load: the message's invocation state, one marker per target. Fails
+ * open: an unreadable state is treated as empty. */
+static void plan_load(struct consumer *c, struct redis *r, struct plan *p)
+{
+	p->key = invocation_key(c->stream, c->group, p->m->id);
 	struct invocation_state st;
-	if (ensure_conn(c, r) < 0 || invocation_state_load(r, key, &st) < 0) {
-		log_warn(LOG_ATTRS("message_id", m->id, "error", redis_errmsg(r)),
+	if (ensure_conn(c, r) < 0 || invocation_state_load(r, p->key, &st) < 0) {
+		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
 			 "cannot read invocation state; treating it as empty");
 		memset(&st, 0, sizeof st);
 	}
-	enum inv_state *res = xcalloc(n, sizeof *res);
-	struct marker *loaded = xcalloc(n, sizeof *loaded);
-	char **fields = xcalloc(n, sizeof *fields);
-	/* Current raw marker per field, for compare-and-set. */
-	char **raw = xcalloc(n, sizeof *raw);
-	for (size_t i = 0; i < n; i++) {
-		fields[i] = xasprintf("%s/%s", t[i].fv->fn->name, t[i].handler);
-		struct marker mk = invocation_state_get(&st, fields[i]);
-		loaded[i] = mk;
-		res[i] = mk.kind == MARK_OK	     ? INV_OK
-			 : mk.kind == MARK_EXHAUSTED ? INV_EXHAUSTED
-						     : INV_PENDING;
-		raw[i] = NULL;
+	for (size_t i = 0; i < p->n; i++) {
+		struct target *t = &p->t[i];
+		t->field = xasprintf("%s/%s", t->fv->fn->name, t->handler);
+		t->loaded = invocation_state_get(&st, t->field);
+		t->state = t->loaded.kind == MARK_OK	      ? INV_OK
+			   : t->loaded.kind == MARK_EXHAUSTED ? INV_EXHAUSTED
+							      : INV_PENDING;
 		for (size_t k = 0; k < st.n; k++)
-			if (strcmp(st.fields[k], fields[i]) == 0)
-				raw[i] = xstrdup(st.values[k]);
-	}
-	char last_error[600] = "";
-	for (size_t i = 0; i < n && !c->stop; i++) {
-		const struct fn_version *fv = t[i].fv;
-		const char *fname = fv->fn->name, *handler = t[i].handler;
-		/* Complete on an earlier delivery: skip it. A rule repeating an
-		 * earlier rule's handler in this delivery still runs (no
-		 * deduplication): its decision uses the state as loaded.
-		 * Exhausted is terminal and, invocations being sequential,
-		 * leaves every later rule unrunnable: the message is routed to
-		 * the DLQ below. */
-		log_say(fname, scheduled ? "schedule" : "rule", handler, " matched event \"%s\"",
-			m->id);
-		if (res[i] == INV_OK) {
-			log_say(fname, "handler", handler,
-				" already succeeded for event \"%s\"; skipping", m->id);
-			continue;
-		}
-		if (res[i] == INV_EXHAUSTED) {
-			log_say(fname, "handler", handler, " exhausted for event \"%s\"; skipping",
-				m->id);
-			break;
-		}
-		struct marker mk = loaded[i];
-		int64_t now = now_wall_ns();
-		if (!marker_eligible(&mk, now)) {
-			/* Whole seconds, rounded up: "eligible in 0s" would read
-			 * as eligible. */
-			char in[DURATION_STR_MAX];
-			int64_t left = mk.deadline_ns - now;
-			left = (left + NS_PER_SEC - 1) / NS_PER_SEC * NS_PER_SEC;
-			log_say(fname, "handler", handler,
-				" not eligible for event \"%s\" (running or waiting for retry; "
-				"eligible in %s)",
-				m->id, duration_format(left, in));
-			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					    m->id, "marker", raw[i] ? raw[i] : ""),
-				  "invocation running elsewhere or backing off; leaving the "
-				  "message pending");
-			break;
-		}
-		int attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT)
-				      ? mk.attempts + 1
-				      : 1;
-		log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", m->id,
-				    "event_id", event_id ? event_id : "", "event_name",
-				    event_name ? event_name : ""),
-			  scheduled ? "scheduled occurrence" : "rule matched");
-
-		bool waited = false;
-		int64_t timeout = t[i].timeout_ns;
-		if (slots_acquire(c->slots, fname, (int)fv->fn->tpl->concurrency,
-				  c->cfg.slot_wait_ns, &c->stop, &waited) < 0) {
-			if (waited)
-				metrics_inc(METRIC_CONCURRENCY_WAITS);
-			log_info(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					   m->id),
-				 "no concurrency slot within the bounded wait; leaving the message "
-				 "pending");
-			break;
-		}
-		if (waited)
-			metrics_inc(METRIC_CONCURRENCY_WAITS);
-
-		/* The deadline counts from now (after any slot wait) and outlives
-		 * every path the invocation can take (invocation_running_deadline,
-		 * runner.h "Time bounds"), so no reclaim runs it concurrently. */
-		struct marker running = {
-			MARK_RUNNING, invocation_running_deadline(now_wall_ns(), timeout), attempt};
-		char next[64];
-		marker_format(&running, next, sizeof next);
-		char *prev = raw[i] ? xstrdup(raw[i]) : NULL;
-		int cas = invocation_try_start(r, key, fields[i], raw[i], next, c->stream, c->group,
-					       m->id);
-		if (cas == 2) {
-			free(prev);
-			slots_release(c->slots, fname);
-			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					    m->id),
-				  "message acknowledged meanwhile; dropping the local copy");
-			break;
-		}
-		if (cas == 0) {
-			free(prev);
-			slots_release(c->slots, fname);
-			log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					    m->id),
-				  "invocation claimed by another worker; leaving the message "
-				  "pending");
-			break;
-		}
-		if (cas < 0)
-			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					   m->id, "error", redis_errmsg(r)),
-				 "cannot record the running marker; running anyway");
-		for (size_t k = 0; k < n; k++)
-			if (strcmp(fields[k], fields[i]) == 0) {
-				free(raw[k]);
-				raw[k] = xstrdup(next);
+			if (strcmp(st.fields[k], t->field) == 0) {
+				free(t->raw);
+				t->raw = xstrdup(st.values[k]);
 			}
-		if (attempt > 1)
-			metrics_function_retry(fname);
+	}
+	invocation_state_free(&st);
+}
 
-		struct invoke_request req = {
-			.fv = fv,
-			.handler = handler,
-			.timeout_ns = timeout,
-			.payload = sched_stdin ? sched_stdin : payload,
-			.payload_len = sched_stdin ? strlen(sched_stdin) : plen,
-			.message_id = m->id,
-			.event_id = event_id,
-			.event_name = event_name,
-			.attempt = attempt,
-		};
-		struct invoke_result out = {INVOKE_FAILED, -1, ""};
-		int64_t t0 = now_mono_ns();
-		metrics_gauge_add(METRIC_IN_FLIGHT, 1);
-		c->cfg.invoke(c->cfg.invoke_ctx, &req, &out);
-		if (out.outcome != INVOKE_CANCELLED)
-			metrics_gauge_add(METRIC_IN_FLIGHT, -1);
-		double secs = (double)(now_mono_ns() - t0) / 1e9;
+/* A field's value is now value, for every target sharing it (a rule
+ * repeating an earlier rule's handler). */
+static void plan_set_raw(struct plan *p, const char *field, const char *value)
+{
+	for (size_t k = 0; k < p->n; k++)
+		if (strcmp(p->t[k].field, field) == 0) {
+			free(p->t[k].raw);
+			p->t[k].raw = xstrdup(value);
+		}
+}
+
+/*
+ * How running one target ended. Only TARGET_DONE_BEFORE and
+ * TARGET_SUCCEEDED let the next target run (abort on first failure).
+ */
+enum target_outcome {
+	TARGET_GO_ON,		  /* between run_target's steps only: the next step runs */
+	TARGET_DONE_BEFORE,	  /* succeeded on an earlier delivery: skipped */
+	TARGET_SUCCEEDED,	  /* ran and succeeded */
+	TARGET_FAILED,		  /* ran and failed: retried later, or exhausted */
+	TARGET_EXHAUSTED_BEFORE,  /* exhausted on an earlier delivery: terminal */
+	TARGET_NOT_ELIGIBLE,	  /* running elsewhere or backing off */
+	TARGET_NO_SLOT,		  /* no concurrency slot within the bounded wait */
+	TARGET_ACKED_MEANWHILE,	  /* the message is no longer pending */
+	TARGET_CLAIMED_ELSEWHERE, /* another worker changed the marker first */
+	TARGET_CANCELLED,	  /* interrupted by shutdown: not an attempt */
+};
+
+/* The claim, invocation_try_start's 1 / 0 / 2 / -1. */
+enum claim {
+	CLAIM_TAKEN,	  /* the running marker is written */
+	CLAIM_LOST,	  /* someone else changed the marker first */
+	CLAIM_ACKED,	  /* the message was acknowledged meanwhile */
+	CLAIM_UNRECORDED, /* a Redis error: runs anyway (bookkeeping fails open) */
+};
+
+static enum claim claim_invocation(struct consumer *c, struct redis *r, const struct plan *p,
+				   const struct target *t, const char *next)
+{
+	int rc = invocation_try_start(r, p->key, t->field, t->raw, next, c->stream, c->group,
+				      p->m->id);
+	return rc < 0	 ? CLAIM_UNRECORDED
+	       : rc == 0 ? CLAIM_LOST
+	       : rc == 2 ? CLAIM_ACKED
+			 : CLAIM_TAKEN;
+}
+
+/*
+ * Whether a target may run in this delivery, from its state as loaded (a
+ * rule repeating an earlier rule's handler in this delivery still runs:
+ * no deduplication). Complete on an earlier delivery: skipped. Exhausted
+ * is terminal and, invocations being sequential, leaves every later target
+ * unrunnable: the message is routed to the DLQ. TARGET_GO_ON with
+ * *attempt set when it may run.
+ */
+static enum target_outcome target_ready(const struct plan *p, const struct target *t, int *attempt)
+{
+	const char *fname = t->fv->fn->name, *handler = t->handler, *id = p->m->id;
+	log_say(fname, p->scheduled ? "schedule" : "rule", handler, " matched event \"%s\"", id);
+	if (t->state == INV_OK) {
+		log_say(fname, "handler", handler, " already succeeded for event \"%s\"; skipping",
+			id);
+		return TARGET_DONE_BEFORE;
+	}
+	if (t->state == INV_EXHAUSTED) {
+		log_say(fname, "handler", handler, " exhausted for event \"%s\"; skipping", id);
+		return TARGET_EXHAUSTED_BEFORE;
+	}
+	struct marker mk = t->loaded;
+	int64_t now = now_wall_ns();
+	if (!marker_eligible(&mk, now)) {
+		/* Whole seconds, rounded up: "eligible in 0s" would read as
+		 * eligible. */
+		char in[DURATION_STR_MAX];
+		int64_t left = mk.deadline_ns - now;
+		left = (left + NS_PER_SEC - 1) / NS_PER_SEC * NS_PER_SEC;
+		log_say(fname, "handler", handler,
+			" not eligible for event \"%s\" (running or waiting for retry; "
+			"eligible in %s)",
+			id, duration_format(left, in));
+		log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id,
+				    "marker", t->raw ? t->raw : ""),
+			  "invocation running elsewhere or backing off; leaving the "
+			  "message pending");
+		return TARGET_NOT_ELIGIBLE;
+	}
+	*attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
+	log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id, "event_id",
+			    p->event_id ? p->event_id : "", "event_name",
+			    p->event_name ? p->event_name : ""),
+		  p->scheduled ? "scheduled occurrence" : "rule matched");
+	return TARGET_GO_ON;
+}
+
+/* A concurrency slot of the target's function, waiting at most
+ * slot_wait_ns. */
+static enum target_outcome target_slot(struct consumer *c, const struct plan *p,
+				       const struct target *t)
+{
+	const char *fname = t->fv->fn->name;
+	bool waited = false;
+	int rc = slots_acquire(c->slots, fname, (int)t->fv->fn->tpl->concurrency,
+			       c->cfg.slot_wait_ns, &c->stop, &waited);
+	if (waited)
+		metrics_inc(METRIC_CONCURRENCY_WAITS);
+	if (rc < 0) {
+		log_info(
+			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
+			"no concurrency slot within the bounded wait; leaving the message "
+			"pending");
+		return TARGET_NO_SLOT;
+	}
+	return TARGET_GO_ON;
+}
+
+/*
+ * Claims the target with its running marker (compare-and-set on the value
+ * as last seen); a lost claim gives the slot back. *prev: the marker it
+ * replaced (NULL: absent), to put back if shutdown cancels the run.
+ */
+static enum target_outcome target_claim(struct consumer *c, struct redis *r, struct plan *p,
+					const struct target *t, int attempt, char **prev)
+{
+	const char *fname = t->fv->fn->name;
+	/* The deadline counts from now (after any slot wait) and outlives
+	 * every path the invocation can take (invocation_running_deadline,
+	 * runner.h "Time bounds"), so no reclaim runs it concurrently. */
+	struct marker running = {
+		MARK_RUNNING, invocation_running_deadline(now_wall_ns(), t->timeout_ns), attempt};
+	char next[64];
+	marker_format(&running, next, sizeof next);
+	enum claim cl = claim_invocation(c, r, p, t, next);
+	if (cl == CLAIM_ACKED || cl == CLAIM_LOST) {
 		slots_release(c->slots, fname);
-		char dur[DURATION_STR_MAX], att[16], code[16];
-		duration_format((now_mono_ns() - t0) / NS_PER_MS * NS_PER_MS, dur);
-		snprintf_(att, sizeof att, "%d", attempt);
-		snprintf_(code, sizeof code, "%d", out.exit_code);
-		const char *const attrs[] = {"function",   fname,
-					     "handler",	   handler,
-					     "message_id", m->id,
-					     "event_id",   event_id ? event_id : "",
-					     "event_name", event_name ? event_name : "",
-					     "attempt",	   att,
-					     "duration",   dur,
-					     "exit_code",  code,
-					     NULL};
-
-		struct marker after = {MARK_OK, 0, attempt};
-		if (out.outcome == INVOKE_CANCELLED) {
-			/* Shutdown interrupted it: not an attempt. Put the marker
-			 * back so the next delivery runs it with the same number. */
-			if (invocation_restore(r, key, fields[i], prev) < 0)
-				log_warn(attrs, "cannot restore the invocation marker");
-			free(prev);
-			log_info(attrs,
-				 "invocation cancelled by shutdown; the message stays pending");
-			/* Only now: after a second signal, relay start exits once
-			 * this gauge is 0, so the marker must be back first. */
-			metrics_gauge_add(METRIC_IN_FLIGHT, -1);
-			break;
-		}
-		free(prev);
-		if (out.outcome == INVOKE_OK) {
-			metrics_handler_invocation(fname, handler, METRIC_OUTCOME_SUCCESS, secs);
-			log_say(fname, "handler", handler, " executed for event \"%s\"", m->id);
-			log_debug(attrs, "handler executed");
-			res[i] = INV_OK;
-		} else {
-			metrics_handler_invocation(fname, handler,
-						   out.outcome == INVOKE_TIMEOUT
-							   ? METRIC_OUTCOME_TIMEOUT
-							   : METRIC_OUTCOME_FAILURE,
-						   secs);
-			snprintf_(last_error, sizeof last_error, "%s", out.error);
-			log_say(fname, "handler", handler, " execution failed for event \"%s\": %s",
-				m->id, out.error);
-			if (attempt >= 1 + t[i].retries) {
-				after.kind = MARK_EXHAUSTED;
-				res[i] = INV_EXHAUSTED;
-				log_debug(attrs, "handler failed; attempts exhausted: %s",
-					  out.error);
-			} else {
-				after.kind = MARK_NEXT_ATTEMPT;
-				int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
-				after.deadline_ns = now_wall_ns() + b;
-				char bs[DURATION_STR_MAX];
-				log_debug(attrs, "handler failed; retrying in %s: %s",
-					  duration_format(b, bs), out.error);
-			}
-		}
-		char mark[64];
-		marker_format(&after, mark, sizeof mark);
-		if (invocation_set(r, key, fields[i], mark) < 0)
-			log_warn(LOG_ATTRS("function", fname, "handler", handler, "message_id",
-					   m->id, "error", redis_errmsg(r)),
-				 "cannot record the invocation outcome");
-		for (size_t k = 0; k < n; k++)
-			if (strcmp(fields[k], fields[i]) == 0) {
-				free(raw[k]);
-				raw[k] = xstrdup(mark);
-			}
-		if (out.outcome != INVOKE_OK)
-			break; /* abort on first failure */
+		log_debug(
+			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
+			cl == CLAIM_ACKED
+				? "message acknowledged meanwhile; dropping the local copy"
+				: "invocation claimed by another worker; leaving the message "
+				  "pending");
+		return cl == CLAIM_ACKED ? TARGET_ACKED_MEANWHILE : TARGET_CLAIMED_ELSEWHERE;
 	}
+	if (cl == CLAIM_UNRECORDED)
+		log_warn(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id,
+				   "error", redis_errmsg(r)),
+			 "cannot record the running marker; running anyway");
+	*prev = t->raw ? xstrdup(t->raw) : NULL;
+	plan_set_raw(p, t->field, next);
+	return TARGET_GO_ON;
+}
 
-	/* The first invocation (in execution order) that is not complete
-	 * decides: none → ACK; exhausted → DLQ (nothing after it can run);
-	 * otherwise the message stays pending. */
-	bool all_ok = true, all_terminal = false;
-	int max_attempts = 0;
+/* A finished invocation's log attributes (attrs points into the struct). */
+struct run_attrs {
+	char att[16], dur[DURATION_STR_MAX], code[16];
+	const char *attrs[17];
+};
+
+/* Runs the handler (cfg.invoke) in the claimed slot, then gives the slot
+ * back. Returns how long it took, in seconds (handler metrics). */
+static double target_invoke(struct consumer *c, const struct plan *p, const struct target *t,
+			    int attempt, struct invoke_result *out, struct run_attrs *a)
+{
+	struct invoke_request req = {
+		.fv = t->fv,
+		.handler = t->handler,
+		.timeout_ns = t->timeout_ns,
+		.payload = p->sched_stdin ? p->sched_stdin : p->payload,
+		.payload_len = p->sched_stdin ? strlen(p->sched_stdin) : p->plen,
+		.message_id = p->m->id,
+		.event_id = p->event_id,
+		.event_name = p->event_name,
+		.attempt = attempt,
+	};
+	int64_t t0 = now_mono_ns();
+	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
+	c->cfg.invoke(c->cfg.invoke_ctx, &req, out);
+	/* A cancelled one leaves the gauge up until its marker is back
+	 * (target_record). */
+	if (out->outcome != INVOKE_CANCELLED)
+		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
+	double secs = (double)(now_mono_ns() - t0) / 1e9;
+	slots_release(c->slots, t->fv->fn->name);
+	duration_format((now_mono_ns() - t0) / NS_PER_MS * NS_PER_MS, a->dur);
+	snprintf_(a->att, sizeof a->att, "%d", attempt);
+	snprintf_(a->code, sizeof a->code, "%d", out->exit_code);
+	const char *const attrs[] = {"function",   t->fv->fn->name,
+				     "handler",	   t->handler,
+				     "message_id", p->m->id,
+				     "event_id",   p->event_id ? p->event_id : "",
+				     "event_name", p->event_name ? p->event_name : "",
+				     "attempt",	   a->att,
+				     "duration",   a->dur,
+				     "exit_code",  a->code,
+				     NULL};
+	_Static_assert(ARRAY_LEN(attrs) == ARRAY_LEN(a->attrs), "run_attrs.attrs");
+	memcpy(a->attrs, attrs, sizeof attrs);
+	return secs;
+}
+
+/* The marker a finished (not cancelled) invocation leaves, with its
+ * metrics and logs: ok, the next attempt's backoff, or exhausted. */
+static struct marker target_judge(struct consumer *c, struct plan *p, struct target *t, int attempt,
+				  const struct invoke_result *out, double secs,
+				  const char *const *attrs)
+{
+	const char *fname = t->fv->fn->name, *handler = t->handler;
+	struct marker after = {MARK_OK, 0, attempt};
+	if (out->outcome == INVOKE_OK) {
+		metrics_handler_invocation(fname, handler, METRIC_OUTCOME_SUCCESS, secs);
+		log_say(fname, "handler", handler, " executed for event \"%s\"", p->m->id);
+		log_debug(attrs, "handler executed");
+		t->state = INV_OK;
+		return after;
+	}
+	metrics_handler_invocation(fname, handler,
+				   out->outcome == INVOKE_TIMEOUT ? METRIC_OUTCOME_TIMEOUT
+								  : METRIC_OUTCOME_FAILURE,
+				   secs);
+	snprintf_(p->last_error, sizeof p->last_error, "%s", out->error);
+	log_say(fname, "handler", handler, " execution failed for event \"%s\": %s", p->m->id,
+		out->error);
+	if (attempt >= 1 + t->retries) {
+		after.kind = MARK_EXHAUSTED;
+		t->state = INV_EXHAUSTED;
+		log_debug(attrs, "handler failed; attempts exhausted: %s", out->error);
+	} else {
+		after.kind = MARK_NEXT_ATTEMPT;
+		int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
+		after.deadline_ns = now_wall_ns() + b;
+		char bs[DURATION_STR_MAX];
+		log_debug(attrs, "handler failed; retrying in %s: %s", duration_format(b, bs),
+			  out->error);
+	}
+	return after;
+}
+
+/*
+ * Records what the invocation came to. Cancelled by shutdown: not an
+ * attempt, the marker it replaced (prev) is put back so the next delivery
+ * runs it with the same number. Otherwise its outcome marker.
+ */
+static enum target_outcome target_record(struct consumer *c, struct redis *r, struct plan *p,
+					 struct target *t, int attempt, const char *prev,
+					 const struct invoke_result *out, double secs,
+					 const char *const *attrs)
+{
+	if (out->outcome == INVOKE_CANCELLED) {
+		if (invocation_restore(r, p->key, t->field, prev) < 0)
+			log_warn(attrs, "cannot restore the invocation marker");
+		log_info(attrs, "invocation cancelled by shutdown; the message stays pending");
+		/* Only now: after a second signal, relay start exits once this
+		 * gauge is 0, so the marker must be back first. */
+		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
+		return TARGET_CANCELLED;
+	}
+	struct marker after = target_judge(c, p, t, attempt, out, secs, attrs);
+	char mark[64];
+	marker_format(&after, mark, sizeof mark);
+	if (invocation_set(r, p->key, t->field, mark) < 0)
+		log_warn(LOG_ATTRS("function", t->fv->fn->name, "handler", t->handler, "message_id",
+				   p->m->id, "error", redis_errmsg(r)),
+			 "cannot record the invocation outcome");
+	plan_set_raw(p, t->field, mark);
+	return out->outcome == INVOKE_OK ? TARGET_SUCCEEDED : TARGET_FAILED;
+}
+
+/* One target: matched line, eligibility, slot, claim, invoke, record. */
+static enum target_outcome run_target(struct consumer *c, struct redis *r, struct plan *p,
+				      struct target *t)
+{
+	int attempt = 1;
+	char *prev = NULL;
+	enum target_outcome o = target_ready(p, t, &attempt);
+	if (o == TARGET_GO_ON)
+		o = target_slot(c, p, t);
+	if (o == TARGET_GO_ON)
+		o = target_claim(c, r, p, t, attempt, &prev);
+	if (o != TARGET_GO_ON)
+		return o;
+	if (attempt > 1)
+		metrics_function_retry(t->fv->fn->name);
+	struct invoke_result out = {INVOKE_FAILED, -1, ""};
+	struct run_attrs a;
+	double secs = target_invoke(c, p, t, attempt, &out, &a);
+	o = target_record(c, r, p, t, attempt, prev, &out, secs, a.attrs);
+	free(prev);
+	return o;
+}
+
+/* Run: the targets in order until one does not succeed (abort on first
+ * failure) or the consumer stops. */
+static void plan_run(struct consumer *c, struct redis *r, struct plan *p)
+{
+	for (size_t i = 0; i < p->n && !c->stop; i++) {
+		enum target_outcome o = run_target(c, r, p, &p->t[i]);
+		if (o != TARGET_DONE_BEFORE && o != TARGET_SUCCEEDED)
+			break;
+	}
+}
+
+/* An exhausted target (first, the first not complete) routes the message
+ * to the DLQ, with what its last failure said. */
+static void plan_dead_letter(struct consumer *c, struct redis *r, struct plan *p,
+			     const struct target *first)
+{
+	struct marker mk =
+		marker_parse(first->raw ? first->raw : "", first->raw ? strlen(first->raw) : 0);
+	int max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
 	struct buf reason;
 	buf_init(&reason, 4096);
-	for (size_t i = 0; i < n; i++) {
-		if (res[i] == INV_OK)
-			continue;
-		all_ok = false;
-		if (res[i] == INV_EXHAUSTED) {
-			all_terminal = true;
-			struct marker mk =
-				marker_parse(raw[i] ? raw[i] : "", raw[i] ? strlen(raw[i]) : 0);
-			max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
-			buf_appendf(&reason, "%s exhausted after %d attempt(s)", fields[i],
-				    max_attempts);
-		}
-		break;
+	buf_appendf(&reason, "%s exhausted after %d attempt(s)", first->field, max_attempts);
+	if (p->last_error[0])
+		buf_appendf(&reason, ": %s", p->last_error);
+	if (dead_letter(c, r, p->m, p->payload, p->plen, reason.data ? reason.data : "exhausted",
+			max_attempts) == DLQ_WRITTEN) {
+		log_error(LOG_ATTRS("message_id", p->m->id, "event_id",
+				    p->event_id ? p->event_id : "", "reason",
+				    reason.data ? reason.data : ""),
+			  "message sent to the dead-letter stream");
+		for (size_t i = 0; i < p->n; i++)
+			if (p->t[i].state == INV_EXHAUSTED)
+				metrics_function_dlq(p->t[i].fv->fn->name);
+		count_done(p);
 	}
-	if (all_ok) {
-		if (!scheduled) {
-			count_function_events(t, n);
-			metrics_inc(METRIC_EVENTS_PROCESSED);
-		}
-		ack_push(c, m->id, key);
-	} else if (all_terminal) {
-		if (last_error[0])
-			buf_appendf(&reason, ": %s", last_error);
-		if (dead_letter(c, r, m, payload, plen, reason.data ? reason.data : "exhausted",
-				max_attempts) == 1) {
-			log_error(LOG_ATTRS("message_id", m->id, "event_id",
-					    event_id ? event_id : "", "reason",
-					    reason.data ? reason.data : ""),
-				  "message sent to the dead-letter stream");
-			for (size_t i = 0; i < n; i++)
-				if (res[i] == INV_EXHAUSTED)
-					metrics_function_dlq(t[i].fv->fn->name);
-			if (!scheduled) {
-				count_function_events(t, n);
-				metrics_inc(METRIC_EVENTS_PROCESSED);
-			}
-		}
-		release(c, m->id);
-	} else {
-		release(c, m->id);
-	}
+	release(c, p->m->id);
 	buf_free(&reason);
-	for (size_t i = 0; i < n; i++) {
-		free(fields[i]);
-		free(raw[i]);
+}
+
+/*
+ * Settle: the first target (in execution order) that is not complete
+ * decides: none → ACK (and DEL of the state); exhausted → DLQ (nothing
+ * after it can run); otherwise the message stays pending.
+ */
+static void plan_settle(struct consumer *c, struct redis *r, struct plan *p)
+{
+	const struct target *first = NULL;
+	for (size_t i = 0; i < p->n && !first; i++)
+		if (p->t[i].state != INV_OK)
+			first = &p->t[i];
+	if (!first) {
+		count_done(p);
+		ack_push(c, p->m->id, p->key);
+	} else if (first->state == INV_EXHAUSTED) {
+		plan_dead_letter(c, r, p, first);
+	} else {
+		release(c, p->m->id);
 	}
-	free(fields);
-	free(raw);
-	free(res);
-	free(loaded);
-	invocation_state_free(&st);
-	free(key);
-out:
-	free(t);
-	free(sched_stdin);
-	registry_release(c->cfg.registry, snap);
-	event_free(ev);
+}
+
+static void plan_free(struct consumer *c, struct plan *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		free(p->t[i].field);
+		free(p->t[i].raw);
+	}
+	free(p->t);
+	free(p->key);
+	free(p->sched_stdin);
+	if (p->snap)
+		registry_release(c->cfg.registry, p->snap);
+	event_free(p->ev);
+}
+
+static void process(struct consumer *c, struct redis *r, struct msg *m)
+{
+	struct plan p = {.m = m};
+	if (plan_decode(c, r, &p) && plan_resolve(c, &p)) {
+		plan_load(c, r, &p);
+		plan_run(c, r, &p);
+		plan_settle(c, r, &p);
+	}
+	plan_free(c, &p);
 }
 
 static void *worker_main(void *arg)
@@ -1693,16 +1926,6 @@ void consumer_stop(struct consumer *c)
 		msg_free(m);
 	}
 	c->tail = NULL;
-}
-
-void consumer_cancel(struct consumer *c)
-{
-	c->cancel = 1;
-}
-
-bool consumer_cancelled(const struct consumer *c)
-{
-	return c->cancel != 0;
 }
 
 int consumer_buffered(struct consumer *c)

@@ -133,7 +133,6 @@ struct invoke_request {
 	const char *event_id;	/* may be NULL */
 	const char *event_name; /* may be NULL */
 	int attempt;		/* 1-based */
-	int worker;		/* worker index, for per-thread resources */
 };
 
 enum invoke_outcome {
@@ -192,10 +191,6 @@ struct consumer *consumer_start(const struct consumer_config *cfg);
 /* Stops reading, lets in-flight invocations finish (bounded by their
  * timeouts), leaves buffered-but-unstarted messages pending, joins. */
 void consumer_stop(struct consumer *c);
-/* Asks running invocations to cancel (a second signal). */
-void consumer_cancel(struct consumer *c);
-/* True once consumer_cancel was called: executors poll it. */
-bool consumer_cancelled(const struct consumer *c);
 void consumer_free(struct consumer *c);
 
 /* Messages currently held locally (for tests). */
