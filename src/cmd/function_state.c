@@ -5,6 +5,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
+#include "cmd/render.h"
 #include "cron.h"
 #include "state.h"
 #include "util.h"

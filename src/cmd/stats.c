@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cmd/cmd.h"
+#include "cmd/render.h"
 #include "state.h"
 #include "util.h"
 
