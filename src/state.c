@@ -25,7 +25,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "config.h"
 #include "duration.h"
 
 #define BUSY_TIMEOUT_MS 2000
@@ -759,12 +758,6 @@ out:
 }
 
 /* ---- reading ---- */
-
-const char *state_data_dir(void)
-{
-	const char *d = getenv("RELAY_DATA_DIR");
-	return d && *d ? d : DEFAULT_DATA_DIR;
-}
 
 void state_function_info_free(struct state_function_info *f)
 {

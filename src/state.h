@@ -197,11 +197,6 @@ int state_write_stats(struct state *s, const struct state_stats *g,
 
 /* ---- reader ---- */
 
-/* The data directory the CLI reads: RELAY_DATA_DIR when set and not empty,
- * else /var/lib/relay (c-port.md decision 1). Borrowed; thread-safe as long
- * as nobody changes the environment. */
-const char *state_data_dir(void);
-
 struct state_handler_info {
 	char *handler;
 	char *timeout; /* as stored: Go duration text */

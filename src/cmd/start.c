@@ -313,13 +313,10 @@ static void runtime_stop(struct relay *rt)
 	docker_close(rt->d);
 }
 
-static int start_exec(const struct cmd *self, int argc, char **argv)
+/* The configuration is loaded (CMD_RUNTIME: every variable, REDIS_*
+ * required) and the logger set before this runs. */
+static int start_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
-	struct config cfg;
-	if (config_load_or_log(&cfg, CONFIG_NEED_ALL) < 0)
-		return 1;
-
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGINT);
 	sigaddset(&stop_signals, SIGTERM);
@@ -330,7 +327,7 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 	int rc = 1;
 	pthread_t watcher;
 	bool watching = false; /* the second-signal watcher runs */
-	if (runtime_start(&rt, &cfg) == 0) {
+	if (runtime_start(&rt, cfg) == 0) {
 		int sig = 0;
 		sigwait(&stop_signals, &sig);
 		log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
@@ -339,7 +336,6 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 		rc = 0;
 	}
 	runtime_stop(&rt);
-	config_free(&cfg);
 	log_info(NULL, rc == 0 ? "Relay stopped" : "Relay failed to start");
 	if (watching) {
 		atomic_store(&shutdown_done, 1);
@@ -349,13 +345,18 @@ static int start_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_start = {
-	"start",
-	"",
-	"start Relay in the foreground",
-	"Reads its configuration from the environment (REDIS_URI, REDIS_STREAM, REDIS_GROUP,\n"
-	"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, MAX_CONCURRENCY,\n"
-	"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT or "
-	"SIGTERM.\n",
-	CMD_RUNTIME,
-	start_exec,
+	.words = "start",
+	.args = "",
+	.summary = "start Relay in the foreground",
+	.help = "Reads its configuration from the environment (REDIS_URI, REDIS_STREAM, "
+		"REDIS_GROUP,\n"
+		"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, "
+		"MAX_CONCURRENCY,\n"
+		"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT "
+		"or SIGTERM.\n",
+	/* A webhook sync replaces function directories and talks to the git
+	 * remote; the metrics and webhook servers listen. */
+	.touches = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE |
+		   CMD_DATA_FILES | CMD_FUNCTIONS_READ | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
+	.exec = start_exec,
 };
