@@ -124,6 +124,8 @@ static void append_quoted(struct buf *b, const char *s)
 	buf_append(b, "\"", 1);
 }
 
+/* Over 80 lines: one screen of output written top to bottom in the spec's
+ * order, each block a few lines; split up, the layout would be scattered. */
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe)
 {
