@@ -25,7 +25,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "util.h"
 
 #define SECRETS_SUBDIR "secrets"
@@ -131,12 +130,6 @@ void secret_names_free(char **names, size_t count)
 	for (size_t i = 0; i < count; i++)
 		free(names[i]);
 	free(names);
-}
-
-const char *secret_data_dir(void)
-{
-	const char *d = getenv("RELAY_DATA_DIR");
-	return d && *d ? d : DEFAULT_DATA_DIR;
 }
 
 /* ---- the file provider ---- */

@@ -112,10 +112,6 @@ void secret_names_free(char **names, size_t count);
  */
 struct secret_provider *secret_file_provider_new(const char *data_dir);
 
-/* The data directory the CLI and the runner use: RELAY_DATA_DIR when set
- * and non-empty, else DEFAULT_DATA_DIR. Borrowed from the environment. */
-const char *secret_data_dir(void);
-
 /*
  * File provider only: checks the metadata of the secret's file (exists,
  * regular file, owner, mode, size) without opening or reading it, exactly

@@ -13,6 +13,10 @@
  * takes effect at once, without a restart. The value lives only for the
  * HMAC computation and is zeroed when freed; it never reaches a log line or
  * a response.
+ *
+ * The end of the file is relay start's glue between the webhook and git
+ * sync (webhook_start_git): which git source the webhook serves, and what
+ * one triggered sync runs and logs.
  */
 #include "webhook.h"
 
@@ -352,6 +356,9 @@ enum webhook_verdict webhook_decide(const char *event, const char *content_type,
 
 /* ---- server ------------------------------------------------------------ */
 
+struct git_target;
+static void git_target_free(struct git_target *t);
+
 struct webhook {
 	char *repository, *ref, *secret_name, *data_dir; /* copies */
 	const struct secret_provider *secrets;
@@ -360,6 +367,7 @@ struct webhook {
 	struct replay_set *replays;
 	pthread_mutex_t mu; /* guards nreplays */
 	unsigned long nreplays;
+	struct git_target *target; /* webhook_start_git's sync argument, or NULL */
 };
 
 static void log_delivery(enum log_level level, const char *event, const char *delivery,
@@ -515,6 +523,7 @@ void webhook_stop(struct webhook *w)
 	/* The server first: once it returns no handler can trigger any more. */
 	http_server_stop(w->server);
 	coalescer_free(w->coalescer);
+	git_target_free(w->target); /* after the coalescer: no sync uses it now */
 	replay_set_free(w->replays);
 	pthread_mutex_destroy(&w->mu);
 	free(w->repository);
@@ -534,4 +543,97 @@ void webhook_stats(struct webhook *w, struct webhook_stats *out)
 	pthread_mutex_lock(&w->mu);
 	out->replays = w->nreplays;
 	pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- relay start: the webhook over the git source ---------------------- */
+
+/* What a webhook-triggered sync works on; owned by the webhook. */
+struct git_target {
+	char *data_dir, *functions_dir;
+};
+
+static void git_target_free(struct git_target *t)
+{
+	if (!t)
+		return;
+	free(t->data_dir);
+	free(t->functions_dir);
+	free(t);
+}
+
+static void log_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	log_info(NULL, "%s", msg);
+}
+
+/* One webhook-triggered sync, on the coalescer's thread. The reconciler
+ * picks the result up from the functions directory like any other edit. */
+static void git_target_sync(void *arg)
+{
+	const struct git_target *t = arg;
+	struct git_sync_result res;
+	char *err = NULL;
+	log_info(NULL, "git sync started (webhook)");
+	int rc = git_sync(t->data_dir, t->functions_dir, log_notice, NULL, &res, &err);
+	if (rc == 0) {
+		char nf[24], nr[24];
+		snprintf_(nf, sizeof nf, "%zu", res.functions);
+		snprintf_(nr, sizeof nr, "%zu", res.removed);
+		log_info(LOG_ATTRS("commit", res.commit, "functions", nf, "removed", nr),
+			 "git sync complete");
+	} else {
+		log_error(LOG_ATTRS("error", rc == -2 ? "no git source configured" : err),
+			  "git sync failed");
+	}
+	free(err);
+}
+
+int webhook_start_git(const char *listen_addr, const char *data_dir, const char *functions_dir,
+		      const struct secret_provider *secrets, struct webhook **out)
+{
+	*out = NULL;
+	if (!listen_addr) {
+		log_info(NULL, "webhook server disabled: GIT_WEBHOOK_ADDR is not set");
+		return 0;
+	}
+	struct git_source src = {0};
+	char *err = NULL;
+	int rc = git_source_load(data_dir, &src, &err);
+	if (rc == -2) {
+		log_info(LOG_ATTRS("addr", listen_addr),
+			 "webhook server disabled: no git source configured (relay git set)");
+		rc = 0;
+	} else if (rc < 0) {
+		log_warn(LOG_ATTRS("addr", listen_addr, "error", err),
+			 "webhook server disabled: the git source is unreadable");
+		rc = 0;
+	} else {
+		struct git_target *t = xcalloc(1, sizeof *t);
+		t->data_dir = xstrdup(data_dir);
+		t->functions_dir = xstrdup(functions_dir);
+		struct webhook_config wcfg = {
+			.listen_addr = listen_addr,
+			.repository = src.repository,
+			.ref = src.ref,
+			.data_dir = data_dir,
+			.secret_name = src.webhook_secret,
+			.secrets = secrets,
+			.sync = git_target_sync,
+			.sync_arg = t,
+		};
+		free(err);
+		err = NULL;
+		rc = webhook_start(&wcfg, out, &err);
+		if (rc < 0) {
+			git_target_free(t);
+			log_error(LOG_ATTRS("addr", listen_addr, "error", err),
+				  "cannot start the webhook server");
+		} else {
+			(*out)->target = t;
+		}
+	}
+	free(err);
+	git_source_free(&src);
+	return rc;
 }

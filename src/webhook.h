@@ -84,6 +84,19 @@ int webhook_port(struct webhook *w);
  * a no-op. */
 void webhook_stop(struct webhook *w);
 
+/*
+ * relay start's webhook, opt-in twice over: listen_addr (GIT_WEBHOOK_ADDR)
+ * set and a git source configured under data_dir (read once here: a source
+ * or webhook secret set later needs a restart). Each sync it schedules runs
+ * git_sync(data_dir, functions_dir) on the scheduler's thread and logs its
+ * outcome; the reconciler picks the result up from the functions directory
+ * like any other edit. Returns -1 only for a bind failure (logged: fatal at
+ * startup); otherwise 0, with *out NULL when disabled (the reason logged).
+ * The strings are copied; secrets is borrowed as for webhook_start.
+ */
+int webhook_start_git(const char *listen_addr, const char *data_dir, const char *functions_dir,
+		      const struct secret_provider *secrets, struct webhook **out);
+
 struct webhook_stats {
 	struct http_server_stats http; /* bodies buffered, refused, cut */
 	size_t remembered;	       /* deliveries in the replay set */

@@ -9,7 +9,7 @@
 #define RELAY_VERSION "0.1.0"
 
 /* The command table: every subcommand of relay, in the order --help lists them. */
-static const struct cmd *const commands[] = {
+const struct cmd *const cmd_table[] = {
 	&cmd_start,	     &cmd_health,	    &cmd_stats,
 	&cmd_function_ls,    &cmd_function_inspect, &cmd_function_validate,
 	&cmd_function_match, &cmd_secret_ls,	    &cmd_secret_set,
@@ -17,6 +17,7 @@ static const struct cmd *const commands[] = {
 	&cmd_git_sync,	     &cmd_git_status,	    &cmd_git_remove,
 	&cmd_schedule_next,
 };
+const size_t cmd_table_len = ARRAY_LEN(cmd_table);
 
 /* One line per command; a long synopsis gets the summary on its own line. */
 static void print_entry(FILE *f, const struct cmd *c)
@@ -34,8 +35,8 @@ static void main_usage(FILE *f)
 	fprintf(f, "usage: relay <command> [arguments]\n\n"
 		   "Relay runs functions in containers for events read from a Redis stream.\n\n"
 		   "Commands:\n");
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
-		print_entry(f, commands[i]);
+	for (size_t i = 0; i < cmd_table_len; i++)
+		print_entry(f, cmd_table[i]);
 	fprintf(f, "\nRun 'relay <command> --help' for details of one command.\n");
 }
 
@@ -44,25 +45,41 @@ static void family_usage(const char *family, FILE *f)
 {
 	fprintf(f, "usage: relay %s <command> [arguments]\n\nCommands:\n", family);
 	size_t n = strlen(family);
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
-		if (strncmp(commands[i]->words, family, n) == 0 && commands[i]->words[n] == ' ')
-			print_entry(f, commands[i]);
+	for (size_t i = 0; i < cmd_table_len; i++) {
+		if (strncmp(cmd_table[i]->words, family, n) == 0 && cmd_table[i]->words[n] == ' ')
+			print_entry(f, cmd_table[i]);
 	}
 }
 
-static const char *touches_text(unsigned t)
+/* What --help says a command touches, one sentence per combination of
+ * flags that some command has. */
+static const struct {
+	unsigned touches;
+	const char *text;
+} touches_texts[] = {
+	{CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE | CMD_DATA_FILES |
+		 CMD_FUNCTIONS_READ | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
+	 "Starts the runtime: Redis, Docker and the functions directory."},
+	{CMD_REDIS | CMD_DOCKER,
+	 "Connects to Redis and Docker only; starts nothing and reads no functions or state."},
+	{CMD_STATE_READ,
+	 "Reads the state database only (no Redis, Docker or functions directory)."},
+	{CMD_DATA_FILES,
+	 "Reads and writes files under the data directory only; never starts the runtime."},
+	{CMD_DATA_FILES | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
+	 "Fetches from the git remote over SSH, reads and writes files under the data directory\n"
+	 "and replaces function directories in the functions directory; touches no Redis,\n"
+	 "Docker or state database and never starts the runtime."},
+	{CMD_FUNCTIONS_READ, "Touches no Redis, Docker or state database."},
+	{0, "Touches no Redis, Docker or state database."},
+};
+
+const char *cmd_touches_text(unsigned touches)
 {
-	if (t & CMD_RUNTIME)
-		return "Starts the runtime: Redis, Docker and the functions directory.";
-	if (t & CMD_PING)
-		return "Connects to Redis and Docker only; starts nothing and reads no functions "
-		       "or state.";
-	if (t & CMD_STATE_RO)
-		return "Reads the state database only (no Redis, Docker or functions directory).";
-	if (t & CMD_FILES)
-		return "Reads and writes files under the data directory only; never starts the "
-		       "runtime.";
-	return "Touches no Redis, Docker or state database.";
+	for (size_t i = 0; i < ARRAY_LEN(touches_texts); i++)
+		if (touches_texts[i].touches == touches)
+			return touches_texts[i].text;
+	return NULL;
 }
 
 void cmd_usage(const struct cmd *c, FILE *f)
@@ -71,7 +88,9 @@ void cmd_usage(const struct cmd *c, FILE *f)
 		c->summary);
 	if (c->help)
 		fprintf(f, "\n%s", c->help);
-	fprintf(f, "\n%s\n", touches_text(c->touches));
+	const char *touches = cmd_touches_text(c->touches);
+	if (touches)
+		fprintf(f, "\n%s\n", touches);
 }
 
 int cmd_fail(const char *fmt, ...)
@@ -85,10 +104,50 @@ int cmd_fail(const char *fmt, ...)
 	return 1;
 }
 
-int cmd_not_implemented(const struct cmd *self, int argc, char **argv)
+/* The index in c's spec of the option named (or aliased) name[0..len), -1
+ * when there is none. */
+static int opt_index(const struct cmd *c, const char *name, size_t len)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 64, NULL);
-	return cmd_fail("%s: not implemented yet in this build", self->words);
+	for (int k = 0; c->opts && c->opts[k].name; k++) {
+		const struct cmd_opt *o = &c->opts[k];
+		if ((strlen(o->name) == len && strncmp(o->name, name, len) == 0) ||
+		    (o->alias && strlen(o->alias) == len && strncmp(o->alias, name, len) == 0))
+			return k;
+	}
+	return -1;
+}
+
+static int known_opt(const struct cmd_args *a, const char *name)
+{
+	int k = opt_index(a->cmd, name, strlen(name));
+	if (k < 0) {
+		fprintf(stderr, "relay %s: option %s is not in its spec\n", a->cmd->words, name);
+		abort();
+	}
+	return k;
+}
+
+const char *cmd_opt(const struct cmd_args *a, const char *name)
+{
+	return a->opt[known_opt(a, name)];
+}
+
+bool cmd_flag(const struct cmd_args *a, const char *name)
+{
+	return a->opt[known_opt(a, name)] != NULL;
+}
+
+/* config_load's rule for a K_PATH variable. */
+static char *env_dir(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+	return xstrdup(v && *v ? v : def);
+}
+
+void cmd_load_dirs(struct config *c)
+{
+	c->data_dir = env_dir("RELAY_DATA_DIR", DEFAULT_DATA_DIR);
+	c->functions_dir = env_dir("RELAY_FUNCTIONS_DIR", DEFAULT_FUNCTIONS_DIR);
 }
 
 static int usage_error(const struct cmd *c, const char *fmt, const char *arg)
@@ -100,63 +159,81 @@ static int usage_error(const struct cmd *c, const char *fmt, const char *arg)
 	return 2;
 }
 
-int cmd_parse(const struct cmd *c, int argc, char **argv, const struct cmd_opt *opts,
-	      const char **pos, int minpos, int maxpos, int *npos)
+/*
+ * Parses argv (argv[0] is the last command word) against c's spec into *a.
+ * "-h"/"--help" print usage to stdout (returns 1: exit 0). An unknown
+ * option, a missing or unexpected value, or too few or too many positional
+ * arguments print usage to stderr (returns 2: exit 2). "-" alone is a
+ * positional (stdin). Returns 0 on success.
+ */
+static int parse_args(const struct cmd *c, int argc, char **argv, struct cmd_args *a)
 {
-	int n = 0;
+	*a = (struct cmd_args){.cmd = c};
 	bool only_pos = false;
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (!only_pos && strcmp(a, "--") == 0) {
+		const char *w = argv[i];
+		if (!only_pos && strcmp(w, "--") == 0) {
 			only_pos = true;
 			continue;
 		}
-		if (!only_pos && (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)) {
+		if (!only_pos && (strcmp(w, "-h") == 0 || strcmp(w, "--help") == 0)) {
 			cmd_usage(c, stdout);
 			return 1;
 		}
 		/* "-" alone is a positional (stdin), as is anything not starting with '-'. */
-		if (only_pos || a[0] != '-' || a[1] == '\0') {
-			if (n >= maxpos)
-				return usage_error(c, "unexpected argument '%s'", a);
-			if (pos)
-				pos[n] = a;
-			n++;
+		if (only_pos || w[0] != '-' || w[1] == '\0') {
+			if (a->npos >= c->maxpos)
+				return usage_error(c, "unexpected argument '%s'", w);
+			a->pos[a->npos++] = w;
 			continue;
 		}
-		const char *eq = strchr(a, '=');
-		size_t namelen = eq ? (size_t)(eq - a) : strlen(a);
-		const struct cmd_opt *o = NULL;
-		for (size_t k = 0; opts && opts[k].name; k++) {
-			if ((strlen(opts[k].name) == namelen &&
-			     strncmp(opts[k].name, a, namelen) == 0) ||
-			    (opts[k].alias && strlen(opts[k].alias) == namelen &&
-			     strncmp(opts[k].alias, a, namelen) == 0)) {
-				o = &opts[k];
-				break;
-			}
-		}
-		if (!o)
-			return usage_error(c, "unknown option '%s'", a);
-		if (o->has_arg) {
-			if (eq) {
-				*o->value = eq + 1;
-			} else {
-				if (i + 1 >= argc)
-					return usage_error(c, "option '%s' needs a value", a);
-				*o->value = argv[++i];
-			}
+		const char *eq = strchr(w, '=');
+		int k = opt_index(c, w, eq ? (size_t)(eq - w) : strlen(w));
+		if (k < 0)
+			return usage_error(c, "unknown option '%s'", w);
+		if (c->opts[k].has_arg) {
+			if (eq)
+				a->opt[k] = eq + 1;
+			else if (i + 1 >= argc)
+				return usage_error(c, "option '%s' needs a value", w);
+			else
+				a->opt[k] = argv[++i];
 		} else {
 			if (eq)
-				return usage_error(c, "option '%s' takes no value", a);
-			*o->flag = true;
+				return usage_error(c, "option '%s' takes no value", w);
+			a->opt[k] = w;
 		}
 	}
-	if (n < minpos)
+	if (a->npos < c->minpos)
 		return usage_error(c, "%s", "missing argument");
-	if (npos)
-		*npos = n;
 	return 0;
+}
+
+/* The settings c reads, from what it touches (see cmd.h). Returns 0, or -1
+ * after logging every invalid variable. */
+static int load_settings(const struct cmd *c, struct config *cfg)
+{
+	if (c->touches & CMD_RUNTIME)
+		return config_load_or_log(cfg, CONFIG_NEED_ALL);
+	if (c->touches & CMD_REDIS)
+		return config_load_or_log(cfg, CONFIG_NEED_REDIS_URI);
+	cmd_load_dirs(cfg);
+	return 0;
+}
+
+/* Parses c's arguments, loads its settings and runs it: the exit status. */
+static int run(const struct cmd *c, int argc, char **argv)
+{
+	struct cmd_args a;
+	int r = parse_args(c, argc, argv, &a);
+	if (r != 0)
+		return r == 1 ? 0 : 2;
+	struct config cfg = {0};
+	if (load_settings(c, &cfg) < 0)
+		return 1;
+	int status = c->exec(c, &a, &cfg);
+	config_free(&cfg);
+	return status;
 }
 
 /* Number of words of c matched by argv[0..]; 0 when it does not match. */
@@ -179,8 +256,8 @@ static int match_words(const struct cmd *c, int argc, char **argv)
 static bool is_family(const char *word)
 {
 	size_t n = strlen(word);
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++)
-		if (strncmp(commands[i]->words, word, n) == 0 && commands[i]->words[n] == ' ')
+	for (size_t i = 0; i < cmd_table_len; i++)
+		if (strncmp(cmd_table[i]->words, word, n) == 0 && cmd_table[i]->words[n] == ' ')
 			return true;
 	return false;
 }
@@ -200,11 +277,11 @@ int cmd_main(int argc, char **argv)
 		printf("relay %s\n", RELAY_VERSION);
 		return 0;
 	}
-	for (size_t i = 0; i < ARRAY_LEN(commands); i++) {
-		int used = match_words(commands[i], argc - 1, argv + 1);
+	for (size_t i = 0; i < cmd_table_len; i++) {
+		int used = match_words(cmd_table[i], argc - 1, argv + 1);
 		if (used) {
 			/* argv[0] of the handler is the last command word. */
-			return commands[i]->exec(commands[i], argc - used, argv + used);
+			return run(cmd_table[i], argc - used, argv + used);
 		}
 	}
 	if (is_family(argv[1])) {

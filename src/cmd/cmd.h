@@ -1,23 +1,67 @@
 /*
  * The relay command line: a single table (cmd.c) maps command words to
  * handlers, one source file per command family (tmux's cmd-*.c, git's
- * commands[]). Each entry says what the command may touch, so the rules of
- * the spec ("administrative commands never start the runtime") live in the
- * table rather than in scattered checks.
+ * commands[]). Each entry declares its options and positional arguments
+ * and what it touches; cmd_main parses the arguments against that spec and
+ * loads the settings the entry's flags call for before the handler runs,
+ * so the rules of the spec ("administrative commands never start the
+ * runtime") live in the table rather than in scattered checks.
+ *
+ * Settings come from config (config.h) for every command: relay start all
+ * of them, relay health the same with only REDIS_URI required, every other
+ * command only
+ * RELAY_DATA_DIR and RELAY_FUNCTIONS_DIR (cmd_load_dirs), so that an
+ * administrative command never fails over a variable it does not use.
  */
 #ifndef RELAY_CMD_H
 #define RELAY_CMD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
-/* What a command touches; documentation in the table, shown by --help. */
+#include "config.h"
+
+/*
+ * What a command touches: flags, each true of the command. --help shows
+ * one sentence per combination (cmd.c); CMD_RUNTIME and CMD_REDIS decide
+ * which settings cmd_main loads. 0: nothing but the arguments given.
+ */
 enum cmd_touches {
-	CMD_RUNTIME = 1 << 0,  /* starts the runtime (Redis, Docker, functions) */
-	CMD_PING = 1 << 1,     /* connects to Redis and Docker, starts nothing */
-	CMD_STATE_RO = 1 << 2, /* reads the state database only */
-	CMD_FILES = 1 << 3,    /* reads/writes files under the data directory */
-	CMD_PURE = 1 << 4,     /* touches nothing but its arguments/files given */
+	CMD_RUNTIME = 1 << 0,	      /* starts the runtime: consumers, reconciler, servers */
+	CMD_REDIS = 1 << 1,	      /* connects to Redis (REDIS_URI) */
+	CMD_DOCKER = 1 << 2,	      /* connects to the Docker daemon */
+	CMD_STATE_READ = 1 << 3,      /* reads the state database */
+	CMD_STATE_WRITE = 1 << 4,     /* writes the state database */
+	CMD_DATA_FILES = 1 << 5,      /* reads/writes files under the data directory */
+	CMD_FUNCTIONS_READ = 1 << 6,  /* reads the functions directory */
+	CMD_FUNCTIONS_WRITE = 1 << 7, /* replaces function directories in it */
+	CMD_NETWORK = 1 << 8,	      /* other hosts: a git remote, HTTP listeners */
+};
+
+/*
+ * One option of a command. Accepted as "--name value", "--name=value",
+ * "-x value" for an alias, and as a flag without a value when !has_arg.
+ */
+struct cmd_opt {
+	const char *name;  /* "--dir" */
+	const char *alias; /* "-d" or NULL */
+	bool has_arg;
+};
+
+/* Bounds on an entry's spec (checked by tests/unit/test_cmd.c). */
+#define CMD_OPTS_MAX 4
+#define CMD_POS_MAX 2
+
+struct cmd;
+
+/* A command's parsed arguments, borrowed from argv. */
+struct cmd_args {
+	const struct cmd *cmd;
+	const char *opt[CMD_OPTS_MAX]; /* by index in cmd->opts: the value (a flag:
+					  its word), NULL when absent */
+	const char *pos[CMD_POS_MAX];  /* positional arguments */
+	int npos;
 };
 
 struct cmd {
@@ -25,48 +69,45 @@ struct cmd {
 	const char *args;    /* "<name>" */
 	const char *summary; /* one line */
 	const char *help;    /* extra help text, may be NULL */
-	unsigned touches;
-	/* argv[0] is the full command name; options not yet parsed. Returns
-	 * the exit status. */
-	int (*exec)(const struct cmd *self, int argc, char **argv);
+	/* The options, ended by an entry with name NULL; NULL: none. The
+	 * last of a repeated option wins. "--" ends the options. */
+	const struct cmd_opt *opts;
+	int minpos, maxpos; /* positional arguments accepted */
+	unsigned touches;   /* enum cmd_touches */
+	/* Runs with the arguments parsed and the settings loaded (cfg).
+	 * Returns the exit status. */
+	int (*exec)(const struct cmd *self, const struct cmd_args *args, const struct config *cfg);
 };
 
 int cmd_main(int argc, char **argv);
 
-/* Prints "usage: relay <words> <args>" + help to f. */
+/* Prints "usage: relay <words> <args>" + help + what it touches to f. */
 void cmd_usage(const struct cmd *c, FILE *f);
 
-/*
- * Small option parser shared by the commands. opts is terminated by an
- * entry with name NULL. Accepts "--name value", "--name=value", "-x value"
- * for short names, flags without values, and "--" to end options.
- * "-h"/"--help" print usage to stdout (returns 1: caller exits 0). An
- * unknown option or a missing value prints usage to stderr (returns 2:
- * caller exits 2). Positional arguments are collected into pos/npos
- * (at most maxpos; more is a usage error). Returns 0 on success.
- */
-struct cmd_opt {
-	const char *name;  /* "--dir" */
-	const char *alias; /* "-d" or NULL */
-	bool has_arg;
-	const char **value; /* set for options with an argument */
-	bool *flag;	    /* set for flags */
-};
-int cmd_parse(const struct cmd *c, int argc, char **argv, const struct cmd_opt *opts,
-	      const char **pos, int minpos, int maxpos, int *npos);
-
-/* Wrapper: parse, and on help/usage error return through *status. */
-#define CMD_PARSE_OR_RETURN(c, argc, argv, opts, pos, minpos, maxpos, npos)         \
-	do {                                                                        \
-		int r_ = cmd_parse(c, argc, argv, opts, pos, minpos, maxpos, npos); \
-		if (r_ == 1)                                                        \
-			return 0;                                                   \
-		if (r_ == 2)                                                        \
-			return 2;                                                   \
-	} while (0)
+/* The value of option name ("--dir"), NULL when absent; cmd_flag: whether
+ * the flag was given. name must be in the command's spec (else abort). */
+const char *cmd_opt(const struct cmd_args *a, const char *name);
+bool cmd_flag(const struct cmd_args *a, const char *name);
 
 /* Prints "relay: <msg>" to stderr; returns 1. */
 int cmd_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * The two directories every command uses, read as config_load reads them
+ * (RELAY_DATA_DIR and RELAY_FUNCTIONS_DIR when set and not empty, else
+ * DEFAULT_DATA_DIR and DEFAULT_FUNCTIONS_DIR) without validating the rest of
+ * the environment. Fills c->data_dir and c->functions_dir of a zeroed c;
+ * free with config_free.
+ */
+void cmd_load_dirs(struct config *c);
+
+/* The one sentence --help shows for a combination of enum cmd_touches;
+ * NULL for a combination no command has. */
+const char *cmd_touches_text(unsigned touches);
+
+/* The table, in the order --help lists it (for tests). */
+extern const struct cmd *const cmd_table[];
+extern const size_t cmd_table_len;
 
 /* Entries, defined by the family files. */
 extern const struct cmd cmd_start, cmd_health, cmd_stats;
@@ -75,8 +116,5 @@ extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_vali
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;
-
-/* For commands whose issue has not landed yet: says so, exits 1. */
-int cmd_not_implemented(const struct cmd *self, int argc, char **argv);
 
 #endif

@@ -18,21 +18,11 @@
 #include "rfc3339.h"
 #include "util.h"
 
-/* The functions directory: --dir, else RELAY_FUNCTIONS_DIR, else /functions. */
-static const char *functions_dir(const char *given)
+/* DIR, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */
+static int validate_exec(const struct cmd *self, const struct cmd_args *args,
+			 const struct config *cfg)
 {
-	if (given)
-		return given;
-	const char *env = getenv("RELAY_FUNCTIONS_DIR");
-	return env && *env ? env : "/functions";
-}
-
-static int validate_exec(const struct cmd *self, int argc, char **argv)
-{
-	const char *pos[1] = {NULL};
-	int npos = 0;
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, pos, 0, 1, &npos);
-	const char *dir = functions_dir(npos ? pos[0] : NULL);
+	const char *dir = args->npos ? args->pos[0] : cfg->functions_dir;
 
 	struct function_scan scan;
 	char *err = NULL;
@@ -106,18 +96,10 @@ static int read_event_arg(const char *arg, char **text, size_t *len, char **why)
 	return 0;
 }
 
-static int match_exec(const struct cmd *self, int argc, char **argv)
+/* --dir, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */
+static int match_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	const char *dir_opt = NULL, *now_opt = NULL;
-	const struct cmd_opt opts[] = {
-		{"--dir", NULL, true, &dir_opt, NULL},
-		{"--now", NULL, true, &now_opt, NULL},
-		{NULL, NULL, false, NULL, NULL},
-	};
-	const char *pos[1];
-	int npos = 0;
-	CMD_PARSE_OR_RETURN(self, argc, argv, opts, pos, 1, 1, &npos);
-
+	const char *dir_opt = cmd_opt(args, "--dir"), *now_opt = cmd_opt(args, "--now");
 	int64_t now = now_wall_ns();
 	if (now_opt && rfc3339_parse_ns(now_opt, strlen(now_opt), &now) < 0) {
 		fprintf(stderr,
@@ -128,7 +110,7 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 	}
 	char *text = NULL, *why = NULL;
 	size_t len = 0;
-	if (read_event_arg(pos[0], &text, &len, &why) < 0) {
+	if (read_event_arg(args->pos[0], &text, &len, &why) < 0) {
 		fprintf(stderr, "relay function match: %s\n", why);
 		free(why);
 		return 2;
@@ -142,7 +124,7 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 	}
 	free(text);
 
-	const char *dir = functions_dir(dir_opt);
+	const char *dir = dir_opt ? dir_opt : cfg->functions_dir;
 	struct function_scan scan;
 	char *err = NULL;
 	if (function_scan_dir(dir, &scan, &err) < 0) {
@@ -189,36 +171,50 @@ static int match_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_function_ls = {
-	"function ls",
-	"",
-	"list functions",
-	"Lists the functions in the state database: runtime, status, number of event handlers,\n"
-	"and when each was last prepared or updated.\n",
-	CMD_STATE_RO,
-	function_ls_exec,
+	.words = "function ls",
+	.args = "",
+	.summary = "list functions",
+	.help = "Lists the functions in the state database: runtime, status, number of event "
+		"handlers,\n"
+		"and when each was last prepared or updated.\n",
+	.touches = CMD_STATE_READ,
+	.exec = function_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
-	"function inspect",    "<name>", "show one function", NULL, CMD_STATE_RO,
-	function_inspect_exec,
+	.words = "function inspect",
+	.args = "<name>",
+	.summary = "show one function",
+	.minpos = 1,
+	.maxpos = 1,
+	.touches = CMD_STATE_READ,
+	.exec = function_inspect_exec,
 };
 const struct cmd cmd_function_validate = {
-	"function validate",
-	"[DIR]",
-	"validate every function directory under DIR",
-	"Prints one line per function: \"<name>: ok\", or one \"<name>: <error>\" line per "
-	"problem\n"
-	"(and \"<name>: warning: ...\" lines for unknown keys). DIR defaults to the functions\n"
-	"directory (RELAY_FUNCTIONS_DIR, else /functions). Exit 0 when every function is valid.\n",
-	CMD_PURE,
-	validate_exec,
+	.words = "function validate",
+	.args = "[DIR]",
+	.summary = "validate every function directory under DIR",
+	.help = "Prints one line per function: \"<name>: ok\", or one \"<name>: <error>\" line per "
+		"problem\n"
+		"(and \"<name>: warning: ...\" lines for unknown keys). DIR defaults to the "
+		"functions\n"
+		"directory (RELAY_FUNCTIONS_DIR, else /functions). Exit 0 when every function is "
+		"valid.\n",
+	.maxpos = 1,
+	.touches = CMD_FUNCTIONS_READ,
+	.exec = validate_exec,
 };
 const struct cmd cmd_function_match = {
-	"function match",
-	"[--dir DIR] [--now RFC3339] EVENT",
-	"print the handlers an event would run, in order",
-	"EVENT is JSON text, @file, or - for stdin. Prints \"<function>\\t<handler>\" for each\n"
-	"matching rule in the order relay start would run them. --now fixes the instant used by\n"
-	"now() patterns. Exit 0 whether or not anything matched, 2 for an invalid event.\n",
-	CMD_PURE,
-	match_exec,
+	.words = "function match",
+	.args = "[--dir DIR] [--now RFC3339] EVENT",
+	.summary = "print the handlers an event would run, in order",
+	.opts = (const struct cmd_opt[]){{"--dir", NULL, true}, {"--now", NULL, true}, {NULL}},
+	.minpos = 1,
+	.maxpos = 1,
+	.help = "EVENT is JSON text, @file, or - for stdin. Prints \"<function>\\t<handler>\" for "
+		"each\n"
+		"matching rule in the order relay start would run them. --now fixes the instant "
+		"used by\n"
+		"now() patterns. Exit 0 whether or not anything matched, 2 for an invalid event.\n",
+	.touches = CMD_FUNCTIONS_READ,
+	.exec = match_exec,
 };

@@ -5,6 +5,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
+#include "cmd/render.h"
 #include "cron.h"
 #include "state.h"
 #include "util.h"
@@ -37,9 +38,8 @@ static int emit(const struct cmd *self, struct buf *b)
 	return 0;
 }
 
-int function_ls_exec(const struct cmd *self, int argc, char **argv)
+int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
 	struct state *s = NULL;
 	struct state_function_info *fs = NULL;
 	size_t n = 0;
@@ -47,7 +47,7 @@ int function_ls_exec(const struct cmd *self, int argc, char **argv)
 	struct buf b;
 	buf_init(&b, OUTPUT_MAX);
 	int rc = 1;
-	if (state_open_readonly(state_data_dir(), &s, &err) < 0 ||
+	if (state_open_readonly(cfg->data_dir, &s, &err) < 0 ||
 	    state_list_functions(s, &fs, &n, &err) < 0) {
 		cmd_fail("%s: %s", self->words, err);
 		goto out;
@@ -62,23 +62,23 @@ out:
 	return rc;
 }
 
-int function_inspect_exec(const struct cmd *self, int argc, char **argv)
+int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
+			  const struct config *cfg)
 {
-	const char *pos[1];
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, pos, 1, 1, NULL);
+	const char *name = args->pos[0];
 	struct state *s = NULL;
 	struct state_function_info *f = NULL;
 	char *err = NULL;
 	struct buf b;
 	buf_init(&b, OUTPUT_MAX);
 	int rc = 1;
-	if (state_open_readonly(state_data_dir(), &s, &err) < 0 ||
-	    state_get_function(s, pos[0], &f, &err) < 0) {
+	if (state_open_readonly(cfg->data_dir, &s, &err) < 0 ||
+	    state_get_function(s, name, &f, &err) < 0) {
 		cmd_fail("%s: %s", self->words, err);
 		goto out;
 	}
 	if (!f) {
-		cmd_fail("%s: no function named \"%s\"", self->words, pos[0]);
+		cmd_fail("%s: no function named \"%s\"", self->words, name);
 		goto out;
 	}
 	state_render_inspect(&b, f, (int64_t)time(NULL), describe_cron);

@@ -1,7 +1,7 @@
 /*
  * relay function ls / relay function inspect <name>: the read-only views of
  * the state database (state.h). They read <data dir>/db.sqlite3 only (opened
- * read-only; RELAY_DATA_DIR is the only variable they look at), work with
+ * read-only; RELAY_DATA_DIR is the only setting they use), work with
  * the runtime down and never create the data directory or the database.
  * Exit status: 0, 1 on an unreadable database or an unknown function, 2 on
  * a usage error.
@@ -11,7 +11,8 @@
 
 #include "cmd/cmd.h"
 
-int function_ls_exec(const struct cmd *self, int argc, char **argv);
-int function_inspect_exec(const struct cmd *self, int argc, char **argv);
+int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg);
+int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
+			  const struct config *cfg);
 
 #endif

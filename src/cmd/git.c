@@ -19,24 +19,17 @@
 #include "sshkey.h"
 #include "util.h"
 
-static char *ssh_dir(void)
+/* <data dir>/ssh: the deploy key and known_hosts (sshkey.h). */
+static char *ssh_dir(const struct config *cfg)
 {
-	return xasprintf("%s/ssh", secret_data_dir());
+	return xasprintf("%s/ssh", cfg->data_dir);
 }
 
-/* RELAY_FUNCTIONS_DIR, else /functions: where `relay start` looks. */
-static const char *functions_dir(void)
+static int keygen_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
 {
-	const char *env = getenv("RELAY_FUNCTIONS_DIR");
-	return env && *env ? env : DEFAULT_FUNCTIONS_DIR;
-}
-
-static int keygen_exec(const struct cmd *self, int argc, char **argv)
-{
-	bool force = false;
-	const struct cmd_opt opts[] = {{"--force", NULL, false, NULL, &force}, {NULL}};
-	CMD_PARSE_OR_RETURN(self, argc, argv, opts, NULL, 0, 0, NULL);
-	char *dir = ssh_dir(), *line = NULL, *fp = NULL, *err = NULL, *path = sshkey_path(dir);
+	bool force = cmd_flag(args, "--force");
+	char *dir = ssh_dir(cfg), *line = NULL, *fp = NULL, *err = NULL, *path = sshkey_path(dir);
 	int status = 0;
 	int rc = sshkey_generate(dir, force, &line, &fp, &err);
 	if (rc == -2)
@@ -59,19 +52,14 @@ static int keygen_exec(const struct cmd *self, int argc, char **argv)
 	return status;
 }
 
-static int set_exec(const struct cmd *self, int argc, char **argv)
+static int set_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	const char *ref = NULL, *path = NULL, *secret = NULL, *pos[1];
-	int npos = 0;
-	const struct cmd_opt opts[] = {{"--ref", NULL, true, &ref, NULL},
-				       {"--path", NULL, true, &path, NULL},
-				       {"--webhook-secret", NULL, true, &secret, NULL},
-				       {NULL}};
-	CMD_PARSE_OR_RETURN(self, argc, argv, opts, pos, 1, 1, &npos);
+	const char *ref = cmd_opt(args, "--ref"), *path = cmd_opt(args, "--path");
+	const char *secret = cmd_opt(args, "--webhook-secret"), *repository = args->pos[0];
 	char *err = NULL;
 	int status = 0;
 	struct git_source src = {0}, old = {0};
-	if (git_url_parse(pos[0], NULL, NULL, NULL, NULL, &err) < 0) {
+	if (git_url_parse(repository, NULL, NULL, NULL, NULL, &err) < 0) {
 		status = cmd_fail("git set: %s", err);
 		goto out;
 	}
@@ -87,14 +75,14 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 		status = cmd_fail("git set: --webhook-secret: %s", err);
 		goto out;
 	}
-	src.repository = xstrdup(pos[0]);
+	src.repository = xstrdup(repository);
 	src.ref = xstrdup(ref ? ref : "main");
 	src.path = path && strcmp(path, ".") != 0 ? xstrdup(path) : NULL;
 	src.webhook_secret = secret ? xstrdup(secret) : NULL;
 	/* The sync history belongs to the checkout: kept while the repository
 	 * stays the same. A corrupt old file is simply replaced. */
 	char *olderr = NULL;
-	if (git_source_load(secret_data_dir(), &old, &olderr) == 0 &&
+	if (git_source_load(cfg->data_dir, &old, &olderr) == 0 &&
 	    strcmp(old.repository, src.repository) == 0) {
 		src.last_sync = old.last_sync ? xstrdup(old.last_sync) : NULL;
 		src.last_commit = old.last_commit ? xstrdup(old.last_commit) : NULL;
@@ -103,7 +91,7 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 			src.last_ref = xstrdup(old.last_ref);
 	}
 	free(olderr);
-	if (git_source_save(secret_data_dir(), &src, &err) < 0) {
+	if (git_source_save(cfg->data_dir, &src, &err) < 0) {
 		status = cmd_fail("git set: %s", err);
 		goto out;
 	}
@@ -113,7 +101,7 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 		printf("Webhook deliveries must be signed with secret '%s'\n", src.webhook_secret);
 
 	/* Hints, not errors: both can be fixed before the first sync. */
-	char *dir = ssh_dir(), *line = NULL, *fp = NULL, *kerr = NULL;
+	char *dir = ssh_dir(cfg), *line = NULL, *fp = NULL, *kerr = NULL;
 	if (sshkey_public(dir, &line, &fp, &kerr) == -2)
 		fprintf(stderr, "relay: note: no deploy key yet: run `relay git keygen` and "
 				"register it before `relay git sync`\n");
@@ -122,7 +110,7 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 	free(fp);
 	free(kerr);
 	if (src.webhook_secret) {
-		struct secret_provider *p = secret_file_provider_new(secret_data_dir());
+		struct secret_provider *p = secret_file_provider_new(cfg->data_dir);
 		char *v = NULL, *serr = NULL;
 		size_t vlen = 0;
 		if (secret_get(p, src.webhook_secret, &v, &vlen, &serr) == SECRET_NOT_FOUND)
@@ -148,14 +136,15 @@ static void print_notice(void *arg, const char *msg)
 	fflush(stdout);
 }
 
-static int sync_exec(const struct cmd *self, int argc, char **argv)
+/* Into the functions directory `relay start` watches (RELAY_FUNCTIONS_DIR,
+ * else /functions). */
+static int sync_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
 	struct git_sync_result res;
 	char *err = NULL;
 	int status = 0;
-	const char *fdir = functions_dir();
-	int rc = git_sync(secret_data_dir(), fdir, print_notice, NULL, &res, &err);
+	const char *fdir = cfg->functions_dir;
+	int rc = git_sync(cfg->data_dir, fdir, print_notice, NULL, &res, &err);
 	if (rc == -2)
 		status = cmd_fail("git sync: no git source configured: run `relay git set "
 				  "<repository>` first");
@@ -168,12 +157,12 @@ static int sync_exec(const struct cmd *self, int argc, char **argv)
 	return status;
 }
 
-static int status_exec(const struct cmd *self, int argc, char **argv)
+static int status_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
 	struct git_source src = {0};
 	char *err = NULL;
-	int rc = git_source_load(secret_data_dir(), &src, &err);
+	int rc = git_source_load(cfg->data_dir, &src, &err);
 	if (rc == -2) {
 		printf("No git source configured.\n");
 		free(err);
@@ -184,9 +173,9 @@ static int status_exec(const struct cmd *self, int argc, char **argv)
 		free(err);
 		return status;
 	}
-	char *dir = ssh_dir(), *keypath = sshkey_path(dir), *line = NULL, *fp = NULL;
-	char *kerr = NULL, *head = git_sync_checkout_head(secret_data_dir());
-	char *checkout = xasprintf("%s/git/checkout", secret_data_dir());
+	char *dir = ssh_dir(cfg), *keypath = sshkey_path(dir), *line = NULL, *fp = NULL;
+	char *kerr = NULL, *head = git_sync_checkout_head(cfg->data_dir);
+	char *checkout = xasprintf("%s/git/checkout", cfg->data_dir);
 	int krc = sshkey_public(dir, &line, &fp, &kerr);
 	printf("Repository:     %s\n", src.repository);
 	printf("Ref:            %s\n", src.ref);
@@ -220,12 +209,12 @@ static int status_exec(const struct cmd *self, int argc, char **argv)
 	return 0;
 }
 
-static int remove_exec(const struct cmd *self, int argc, char **argv)
+static int remove_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
 	char *err = NULL;
 	int status = 0;
-	int rc = git_source_remove(secret_data_dir(), &err);
+	int rc = git_source_remove(cfg->data_dir, &err);
 	if (rc == -2)
 		printf("No git source configured.\n");
 	else if (rc < 0)
@@ -238,47 +227,64 @@ static int remove_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_git_keygen = {
-	"git keygen",
-	"[--force]",
-	"generate an SSH deploy key",
-	"Writes an ed25519 key to <data dir>/ssh/id_ed25519 (0600) and prints its public\n"
-	"half to register as a read-only deploy key. An existing key is kept unless --force.\n",
-	CMD_FILES,
-	keygen_exec,
+	.words = "git keygen",
+	.args = "[--force]",
+	.summary = "generate an SSH deploy key",
+	.opts = (const struct cmd_opt[]){{"--force", NULL, false}, {NULL}},
+	.help = "Writes an ed25519 key to <data dir>/ssh/id_ed25519 (0600) and prints its public\n"
+		"half to register as a read-only deploy key. An existing key is kept unless "
+		"--force.\n",
+	.touches = CMD_DATA_FILES,
+	.exec = keygen_exec,
 };
 const struct cmd cmd_git_set = {
-	"git set",
-	"[--ref REF] [--path PATH] [--webhook-secret NAME] <repository>",
-	"set the git source to sync from",
-	"<repository> is an SSH URL: git@host:org/repo.git or ssh://git@host[:port]/org/repo.git.\n"
-	"--ref is a branch, tag or commit (default main): a full 40-hex id is always that\n"
-	"commit; refs/heads/NAME or refs/tags/NAME select a branch or a tag; a bare NAME is\n"
-	"whichever of the two exists, and a sync refuses it when both do. --path is a\n"
-	"subdirectory holding the functions; --webhook-secret names the secret GitHub\n"
-	"webhook deliveries are signed with. Running it again replaces the source.\n",
-	CMD_FILES,
-	set_exec,
+	.words = "git set",
+	.args = "[--ref REF] [--path PATH] [--webhook-secret NAME] <repository>",
+	.summary = "set the git source to sync from",
+	.opts = (const struct cmd_opt[]){{"--ref", NULL, true},
+					 {"--path", NULL, true},
+					 {"--webhook-secret", NULL, true},
+					 {NULL}},
+	.minpos = 1,
+	.maxpos = 1,
+	.help = "<repository> is an SSH URL: git@host:org/repo.git or "
+		"ssh://git@host[:port]/org/repo.git.\n"
+		"--ref is a branch, tag or commit (default main): a full 40-hex id is always that\n"
+		"commit; refs/heads/NAME or refs/tags/NAME select a branch or a tag; a bare NAME "
+		"is\n"
+		"whichever of the two exists, and a sync refuses it when both do. --path is a\n"
+		"subdirectory holding the functions; --webhook-secret names the secret GitHub\n"
+		"webhook deliveries are signed with. Running it again replaces the source.\n",
+	.touches = CMD_DATA_FILES,
+	.exec = set_exec,
 };
 const struct cmd cmd_git_sync = {
-	"git sync",
-	"",
-	"sync the source into the functions directory",
-	"Fetches the configured ref over SSH with the deploy key, checks it out (detached,\n"
-	"hard reset) and makes the functions directory (RELAY_FUNCTIONS_DIR, else /functions)\n"
-	"hold exactly the source's functions. A first contact with a host pins its key in\n"
-	"<data dir>/ssh/known_hosts; a changed key fails the sync.\n",
-	CMD_FILES,
-	sync_exec,
+	.words = "git sync",
+	.args = "",
+	.summary = "sync the source into the functions directory",
+	.help = "Fetches the configured ref over SSH with the deploy key, checks it out "
+		"(detached,\n"
+		"hard reset) and makes the functions directory (RELAY_FUNCTIONS_DIR, else "
+		"/functions)\n"
+		"hold exactly the source's functions. A first contact with a host pins its key in\n"
+		"<data dir>/ssh/known_hosts; a changed key fails the sync.\n",
+	.touches = CMD_DATA_FILES | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
+	.exec = sync_exec,
 };
 const struct cmd cmd_git_status = {
-	"git status", "", "show git sync state", NULL, CMD_FILES, status_exec,
+	.words = "git status",
+	.args = "",
+	.summary = "show git sync state",
+	.touches = CMD_DATA_FILES,
+	.exec = status_exec,
 };
 const struct cmd cmd_git_remove = {
-	"git remove",
-	"",
-	"forget the source and drop the checkout",
-	"Deletes <data dir>/git/source.json and the checkout; keeps the functions directory\n"
-	"and the SSH key.\n",
-	CMD_FILES,
-	remove_exec,
+	.words = "git remove",
+	.args = "",
+	.summary = "forget the source and drop the checkout",
+	.help = "Deletes <data dir>/git/source.json and the checkout; keeps the functions "
+		"directory\n"
+		"and the SSH key.\n",
+	.touches = CMD_DATA_FILES,
+	.exec = remove_exec,
 };

@@ -69,15 +69,13 @@ int health_check_docker(char *why, size_t whylen, char *info, size_t infolen)
 	return rc;
 }
 
-static int health_exec(const struct cmd *self, int argc, char **argv)
+/* The configuration is loaded (CMD_REDIS: REDIS_URI required) before this
+ * runs. */
+static int health_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
-	struct config cfg;
-	if (config_load_or_log(&cfg, CONFIG_NEED_REDIS_URI) < 0)
-		return 1;
 	char why[600], addr[300], info[300];
-	int rc = health_check_redis(cfg.redis_uri, why, sizeof why, addr, sizeof addr);
-	config_free(&cfg);
+	int rc = health_check_redis(cfg->redis_uri, why, sizeof why, addr, sizeof addr);
 	if (rc < 0)
 		return cmd_fail("health: %s", why);
 	if (health_check_docker(why, sizeof why, info, sizeof info) < 0)
@@ -87,11 +85,12 @@ static int health_exec(const struct cmd *self, int argc, char **argv)
 }
 
 const struct cmd cmd_health = {
-	"health",
-	"",
-	"check that Redis and the Docker daemon answer",
-	"Sends PING to REDIS_URI and GET /_ping to the Docker daemon (DOCKER_HOST).\n"
-	"Exit status 0 when both answer, 1 otherwise with the first failing check on stderr.\n",
-	CMD_PING,
-	health_exec,
+	.words = "health",
+	.args = "",
+	.summary = "check that Redis and the Docker daemon answer",
+	.help = "Sends PING to REDIS_URI and GET /_ping to the Docker daemon (DOCKER_HOST).\n"
+		"Exit status 0 when both answer, 1 otherwise with the first failing check on "
+		"stderr.\n",
+	.touches = CMD_REDIS | CMD_DOCKER,
+	.exec = health_exec,
 };

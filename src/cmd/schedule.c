@@ -49,17 +49,10 @@ static int usage_fail(const struct cmd *self, const char *what, const char *valu
 	return 2;
 }
 
-static int next_exec(const struct cmd *self, int argc, char **argv)
+static int next_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	const char *zone = NULL, *from = NULL, *count = NULL;
-	const struct cmd_opt opts[] = {
-		{"--timezone", NULL, true, &zone, NULL},
-		{"--from", NULL, true, &from, NULL},
-		{"-n", NULL, true, &count, NULL},
-		{NULL, NULL, false, NULL, NULL},
-	};
-	const char *pos[1];
-	CMD_PARSE_OR_RETURN(self, argc, argv, opts, pos, 1, 1, NULL);
+	const char *zone = cmd_opt(args, "--timezone"), *from = cmd_opt(args, "--from");
+	const char *count = cmd_opt(args, "-n");
 
 	int64_t n = NEXT_DEFAULT;
 	if (count && (parse_int64(count, &n) < 0 || n < 1 || n > NEXT_MAX))
@@ -84,7 +77,7 @@ static int next_exec(const struct cmd *self, int argc, char **argv)
 	const struct tz *z = tz_utc();
 	struct buf out;
 	buf_init(&out, 1 << 20);
-	if (cron_parse(pos[0], &c, &err) < 0) {
+	if (cron_parse(args->pos[0], &c, &err) < 0) {
 		rc = cmd_fail("%s", err);
 		goto done;
 	}
@@ -118,20 +111,30 @@ done:
 }
 
 const struct cmd cmd_schedule_next = {
-	"schedule next",
-	"\"<cron>\" [--timezone TZ] [--from RFC3339] [-n N]",
-	"print the next occurrences of a cron expression",
-	"Prints the expression's description, then its next N occurrences (default 5, at most\n"
-	"1000) strictly after --from (default: now), one per line: the UTC instant and the\n"
-	"local time in --timezone (default UTC) with its offset, both RFC 3339:\n"
-	"\n"
-	"  $ relay schedule next \"30 2 * * *\" --timezone Europe/Rome --from 2026-03-28T12:00:00Z "
-	"-n 2\n"
-	"  Description: At 02:30\n"
-	"  2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00\n"
-	"  2026-03-30T00:30:00Z  2026-03-30T02:30:00+02:00\n"
-	"\n"
-	"An invalid expression or zone exits 1 with a message naming it; usage errors exit 2.\n",
-	CMD_PURE,
-	next_exec,
+	.words = "schedule next",
+	.args = "\"<cron>\" [--timezone TZ] [--from RFC3339] [-n N]",
+	.summary = "print the next occurrences of a cron expression",
+	.opts = (const struct cmd_opt[]){{"--timezone", NULL, true},
+					 {"--from", NULL, true},
+					 {"-n", NULL, true},
+					 {NULL}},
+	.minpos = 1,
+	.maxpos = 1,
+	.help = "Prints the expression's description, then its next N occurrences (default 5, at "
+		"most\n"
+		"1000) strictly after --from (default: now), one per line: the UTC instant and "
+		"the\n"
+		"local time in --timezone (default UTC) with its offset, both RFC 3339:\n"
+		"\n"
+		"  $ relay schedule next \"30 2 * * *\" --timezone Europe/Rome --from "
+		"2026-03-28T12:00:00Z "
+		"-n 2\n"
+		"  Description: At 02:30\n"
+		"  2026-03-29T01:00:00Z  2026-03-29T03:00:00+02:00\n"
+		"  2026-03-30T00:30:00Z  2026-03-30T02:30:00+02:00\n"
+		"\n"
+		"An invalid expression or zone exits 1 with a message naming it; usage errors exit "
+		"2.\n",
+	.touches = 0,
+	.exec = next_exec,
 };

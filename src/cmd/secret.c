@@ -1,6 +1,6 @@
 /*
  * relay secret ls|set|rm: the local secret store under <data dir>/secrets
- * (see secret.h). These commands read only RELAY_DATA_DIR from the
+ * (see secret.h). These commands use only RELAY_DATA_DIR from the
  * environment and touch nothing but that directory.
  *
  * `set` never echoes or prints the value. From a terminal it reads one
@@ -27,10 +27,9 @@
 #include "secret.h"
 #include "util.h"
 
-static int ls_exec(const struct cmd *self, int argc, char **argv)
+static int ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
-	struct secret_provider *p = secret_file_provider_new(secret_data_dir());
+	struct secret_provider *p = secret_file_provider_new(cfg->data_dir);
 	char **names = NULL;
 	size_t n = 0;
 	char *err = NULL;
@@ -163,11 +162,9 @@ static int read_all(char *v, size_t max, size_t *len, const char **why)
 	}
 }
 
-static int set_exec(const struct cmd *self, int argc, char **argv)
+static int set_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	const char *pos[1];
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, pos, 1, 1, NULL);
-	const char *name = pos[0];
+	const char *name = args->pos[0];
 	char *bad = NULL;
 	if (secret_name_check(name, &bad) < 0) { /* before prompting */
 		int status = cmd_fail("secret set: %s", bad);
@@ -196,7 +193,7 @@ static int set_exec(const struct cmd *self, int argc, char **argv)
 		status = cmd_fail("secret set: %s", why);
 		goto out;
 	}
-	p = secret_file_provider_new(secret_data_dir());
+	p = secret_file_provider_new(cfg->data_dir);
 	if (secret_set(p, name, value, len, &err) < 0)
 		status = cmd_fail("secret set: %s", err);
 out:
@@ -213,14 +210,12 @@ out:
 	return status;
 }
 
-static int rm_exec(const struct cmd *self, int argc, char **argv)
+static int rm_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	const char *pos[1];
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, pos, 1, 1, NULL);
-	struct secret_provider *p = secret_file_provider_new(secret_data_dir());
+	struct secret_provider *p = secret_file_provider_new(cfg->data_dir);
 	char *err = NULL;
 	int status = 0;
-	if (secret_remove(p, pos[0], &err) < 0)
+	if (secret_remove(p, args->pos[0], &err) < 0)
 		status = cmd_fail("secret rm: %s", err);
 	free(err);
 	secret_provider_free(p);
@@ -232,33 +227,40 @@ static int rm_exec(const struct cmd *self, int argc, char **argv)
 	"the directory has mode 0700, each file mode 0600, owned by the current user.\n"
 
 const struct cmd cmd_secret_ls = {
-	"secret ls",
-	"",
-	"list secret names",
-	"Prints the header NAME, then one secret name per line, sorted. Values are never\n"
-	"read. A secret file that would be refused when used (permissions looser than\n"
-	"0600, another owner, larger than 1 MiB) is still listed and also reported on\n"
-	"stderr, and the exit status is then 1.\n\n" STORE_HELP,
-	CMD_FILES,
-	ls_exec,
+	.words = "secret ls",
+	.args = "",
+	.summary = "list secret names",
+	.help = "Prints the header NAME, then one secret name per line, sorted. Values are never\n"
+		"read. A secret file that would be refused when used (permissions looser than\n"
+		"0600, another owner, larger than 1 MiB) is still listed and also reported on\n"
+		"stderr, and the exit status is then 1.\n\n" STORE_HELP,
+	.touches = CMD_DATA_FILES,
+	.exec = ls_exec,
 };
 
 const struct cmd cmd_secret_set = {
-	"secret set",
-	"NAME",
-	"store a secret read from the terminal or stdin",
-	"From a terminal, prompts on stderr and reads one line with echo off (the newline\n"
-	"is not part of the value; an empty line saves nothing). Otherwise reads all of\n"
-	"stdin as is, binary-safe, a trailing newline included: printf 'value' | relay\n"
-	"secret set NAME. The value is never echoed or printed; at most 1 MiB.\n"
-	"Creates or replaces the secret atomically.\n\n"
-	"NAME: " SECRET_NAME_RULE ".\n\n" STORE_HELP,
-	CMD_FILES,
-	set_exec,
+	.words = "secret set",
+	.args = "NAME",
+	.summary = "store a secret read from the terminal or stdin",
+	.minpos = 1,
+	.maxpos = 1,
+	.help = "From a terminal, prompts on stderr and reads one line with echo off (the newline\n"
+		"is not part of the value; an empty line saves nothing). Otherwise reads all of\n"
+		"stdin as is, binary-safe, a trailing newline included: printf 'value' | relay\n"
+		"secret set NAME. The value is never echoed or printed; at most 1 MiB.\n"
+		"Creates or replaces the secret atomically.\n\n"
+		"NAME: " SECRET_NAME_RULE ".\n\n" STORE_HELP,
+	.touches = CMD_DATA_FILES,
+	.exec = set_exec,
 };
 
 const struct cmd cmd_secret_rm = {
-	"secret rm",	   "NAME",
-	"remove a secret", "Exit status 1 when there is no secret NAME.\n\n" STORE_HELP,
-	CMD_FILES,	   rm_exec,
+	.words = "secret rm",
+	.args = "NAME",
+	.summary = "remove a secret",
+	.help = "Exit status 1 when there is no secret NAME.\n\n" STORE_HELP,
+	.minpos = 1,
+	.maxpos = 1,
+	.touches = CMD_DATA_FILES,
+	.exec = rm_exec,
 };

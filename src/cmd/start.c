@@ -3,7 +3,8 @@
  *
  * Startup order (each step logged): configuration → logger → fail fast when
  * Redis or the Docker daemon is unreachable → state database (never fatal:
- * without it Relay runs and only the CLI views are empty) → orphan sweep →
+ * without it Relay runs and only the CLI views are empty) → webhook server
+ * (when GIT_WEBHOOK_ADDR and a git source are set) → orphan sweep →
  * discover and prepare every function (reconcile.h; one failing function
  * never blocks the others) → consumer group → reconciler (which first
  * removes unused old images), stats flush, metrics server, retention →
@@ -12,7 +13,8 @@
  * timeouts), stops the reconciler (an image build in progress is not waited
  * for beyond RECONCILER_STOP_MS), writes a final stats snapshot (bounded by
  * FINAL_FLUSH_MS), then exits 0; a second signal stops the running
- * containers and exits at once.
+ * containers and exits at once. runtime_start and runtime_stop below own
+ * these two orders; start_exec only waits for the signals between them.
  *
  * Signals are blocked in every thread and received with sigwait() by the
  * main thread (and the watcher thread after the first), so no handler runs.
@@ -85,261 +87,255 @@ static void *second_signal(void *arg)
 	return NULL;
 }
 
-struct sync_target {
-	const char *data_dir, *functions_dir;
-};
-
-static void log_notice(void *arg, const char *msg)
-{
-	(void)arg;
-	log_info(NULL, "%s", msg);
-}
-
-/* One webhook-triggered sync, on the coalescer's thread. The reconciler
- * picks the result up from the functions directory like any other edit. */
-static void webhook_sync(void *arg)
-{
-	const struct sync_target *t = arg;
-	struct git_sync_result res;
-	char *err = NULL;
-	log_info(NULL, "git sync started (webhook)");
-	int rc = git_sync(t->data_dir, t->functions_dir, log_notice, NULL, &res, &err);
-	if (rc == 0) {
-		char nf[24], nr[24];
-		snprintf_(nf, sizeof nf, "%zu", res.functions);
-		snprintf_(nr, sizeof nr, "%zu", res.removed);
-		log_info(LOG_ATTRS("commit", res.commit, "functions", nf, "removed", nr),
-			 "git sync complete");
-	} else {
-		log_error(LOG_ATTRS("error", rc == -2 ? "no git source configured" : err),
-			  "git sync failed");
-	}
-	free(err);
-}
-
-/*
- * The GitHub webhook is opt-in twice over: GIT_WEBHOOK_ADDR set and a git
- * source configured (read once here: a source or webhook secret set later
- * needs a restart). Returns -1 only for a bind failure, which is fatal;
- * otherwise 0 with *out NULL when disabled (the reason logged).
- */
-static int webhook_maybe_start(const struct config *cfg, const struct secret_provider *secrets,
-			       const struct sync_target *target, struct webhook **out)
-{
-	*out = NULL;
-	if (!cfg->webhook_addr) {
-		log_info(NULL, "webhook server disabled: GIT_WEBHOOK_ADDR is not set");
-		return 0;
-	}
-	struct git_source src = {0};
-	char *err = NULL;
-	int rc = git_source_load(cfg->data_dir, &src, &err);
-	if (rc == -2) {
-		log_info(LOG_ATTRS("addr", cfg->webhook_addr),
-			 "webhook server disabled: no git source configured (relay git set)");
-		rc = 0;
-	} else if (rc < 0) {
-		log_warn(LOG_ATTRS("addr", cfg->webhook_addr, "error", err),
-			 "webhook server disabled: the git source is unreadable");
-		rc = 0;
-	} else {
-		struct webhook_config wcfg = {
-			.listen_addr = cfg->webhook_addr,
-			.repository = src.repository,
-			.ref = src.ref,
-			.data_dir = cfg->data_dir,
-			.secret_name = src.webhook_secret,
-			.secrets = secrets,
-			.sync = webhook_sync,
-			.sync_arg = (void *)target,
-		};
-		free(err);
-		err = NULL;
-		rc = webhook_start(&wcfg, out, &err);
-		if (rc < 0)
-			log_error(LOG_ATTRS("addr", cfg->webhook_addr, "error", err),
-				  "cannot start the webhook server");
-	}
-	free(err);
-	git_source_free(&src);
-	return rc;
-}
-
 /* Shutdown bounds: an image build is not waited for beyond this, nor a
  * final stats write (the database's busy timeout is 2 s). */
 #define RECONCILER_STOP_MS 5000
 #define FINAL_FLUSH_MS 3000
 
-static int start_exec(const struct cmd *self, int argc, char **argv)
-{
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
-	struct config cfg;
-	if (config_load_or_log(&cfg, CONFIG_NEED_ALL) < 0)
-		return 1;
+/* Everything relay start runs, in start-up order. runtime_start fills it
+ * step by step; runtime_stop tears down whatever was started. */
+struct relay {
+	const struct config *cfg; /* borrowed */
+	struct docker *d;	  /* until the reconciler takes it over */
+	struct state *state;	  /* NULL: running without the database */
+	struct secret_provider *secrets;
+	struct webhook *webhook;
+	struct registry *reg;
+	struct reconciler *rec;
+	struct redis_uri uri;
+	struct redis *r; /* the consumer group's connection */
+	struct statsflush *flush;
+	struct retention *retention;
+	struct executor exec; /* the consumer's invoke context */
+	struct consumer *consumer;
+	struct scheduler *scheduler;
+};
 
+/* Logs "Relay starting", then fails fast when Redis or the Docker daemon
+ * does not answer. Keeps the Docker connection for the reconciler. */
+static int check_dependencies(struct relay *rt)
+{
+	const struct config *cfg = rt->cfg;
+	char why[600], addr[300], info[300];
+	char *err = NULL;
+	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group, "consumer",
+			   runner_hostname(), "functions_dir", cfg->functions_dir),
+		 "Relay starting");
+	if (health_check_redis(cfg->redis_uri, why, sizeof why, addr, sizeof addr) < 0) {
+		log_error(LOG_ATTRS("error", why), "cannot reach Redis");
+		return -1;
+	}
+	if (docker_open(&rt->d, &err) < 0 || docker_ping(rt->d) < 0) {
+		snprintf_(why, sizeof why, "%s", err ? err : docker_errmsg(rt->d));
+		log_error(LOG_ATTRS("error", why), "cannot reach the Docker daemon");
+		free(err);
+		return -1;
+	}
+	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(rt->d),
+		  docker_api_version(rt->d));
+	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
+	return 0;
+}
+
+/* Never fatal: without the database Relay runs and only the CLI views are
+ * empty. */
+static void open_state(struct relay *rt)
+{
+	char *err = NULL;
+	if (state_open(rt->cfg->data_dir, &rt->state, &err) < 0) {
+		log_warn(LOG_ATTRS("error", err ? err : ""),
+			 "state database unavailable; running without it");
+		free(err);
+	} else {
+		log_info(LOG_ATTRS("path", state_path(rt->state)), "state database ready");
+	}
+}
+
+/* Containers this host left behind (a crash, a kill -9): never fatal. */
+static void sweep_orphans(struct relay *rt)
+{
+	size_t swept = 0;
+	char *err = NULL;
+	if (runner_sweep_orphans(rt->d, NULL, RUNNER_SWEEP_TIMEOUT_MS, &swept, &err) < 0) {
+		log_warn(LOG_ATTRS("error", err ? err : ""), "orphan sweep incomplete");
+		free(err);
+	} else if (swept) {
+		char ns[16];
+		snprintf_(ns, sizeof ns, "%zu", swept);
+		log_info(LOG_ATTRS("removed", ns), "removed orphaned containers of this host");
+	}
+}
+
+/* Discovers and prepares every function; one failing function never blocks
+ * the others (reconcile.h). */
+static void load_functions(struct relay *rt)
+{
+	rt->reg = registry_new();
+	struct reconcile_config rcfg = {
+		.functions_dir = rt->cfg->functions_dir,
+		.registry = rt->reg,
+		.state = rt->state,
+	};
+	rt->rec = reconciler_new(&rcfg);
+	size_t nfns = reconciler_load(rt->rec, rt->d);
+	log_info(NULL, "Loaded %zu function(s)", nfns);
+}
+
+static int ensure_group(struct relay *rt)
+{
+	const struct config *cfg = rt->cfg;
+	char why[600];
+	char *err = NULL;
+	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
+		free(err);
+		return -1;
+	}
+	rt->r = redis_new(&rt->uri, NULL);
+	if (redis_connect(rt->r) < 0 ||
+	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, why, sizeof why) <
+		    0) {
+		if (!redis_is_connected(rt->r))
+			snprintf_(why, sizeof why, "%s", redis_errmsg(rt->r));
+		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
+		return -1;
+	}
+	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group),
+		 "consumer group ready");
+	return 0;
+}
+
+/* The reconciler (which first removes unused old images), stats flush,
+ * metrics server and retention, then the consumer and the scheduler. */
+static int start_threads(struct relay *rt)
+{
+	const struct config *cfg = rt->cfg;
+	char *err = NULL;
+	struct docker *d = rt->d;
+	rt->d = NULL; /* the reconciler thread owns it now */
+	if (reconciler_start(rt->rec, d, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "cannot start the reconciler");
+		free(err);
+		return -1;
+	}
+	log_info(LOG_ATTRS("path", cfg->functions_dir), "watching the functions directory");
+	rt->flush = statsflush_start(rt->state, rt->reg, 0);
+
+	if (cfg->metrics_addr)
+		metrics_server_start(cfg->metrics_addr);
+	if (cfg->stream_retention_ns)
+		rt->retention = retention_start(&rt->uri, cfg->redis_stream,
+						cfg->stream_retention_ns, 0, 0);
+
+	rt->exec = (struct executor){.provider = rt->secrets, .cancel = &cancel_flag};
+	struct consumer_config ccfg = {
+		.uri = &rt->uri,
+		.stream = cfg->redis_stream,
+		.group = cfg->redis_group,
+		.consumer = runner_hostname(),
+		.max_buffered = (int)cfg->max_buffered_events,
+		.max_concurrency = (int)cfg->max_concurrency,
+		.registry = rt->reg,
+		.invoke = executor_invoke,
+		.invoke_ctx = &rt->exec,
+	};
+	rt->consumer = consumer_start(&ccfg);
+	char mc[24], mb[24];
+	snprintf_(mc, sizeof mc, "%lld", (long long)cfg->max_concurrency);
+	snprintf_(mb, sizeof mb, "%lld", (long long)cfg->max_buffered_events);
+	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb), "worker started");
+	struct scheduler_config scfg = {
+		.uri = &rt->uri, .stream = cfg->redis_stream, .registry = rt->reg};
+	rt->scheduler = scheduler_start(&scfg);
+	return 0;
+}
+
+/*
+ * Start-up in the order of the contract at the top of this file, each step
+ * logged. Returns 0 once every thread runs, or -1 at the first fatal step
+ * (logged); either way runtime_stop(rt) must follow.
+ */
+static int runtime_start(struct relay *rt, const struct config *cfg)
+{
+	*rt = (struct relay){.cfg = cfg};
+	if (check_dependencies(rt) < 0)
+		return -1;
+	open_state(rt);
+	rt->secrets = secret_file_provider_new(cfg->data_dir);
+	if (webhook_start_git(cfg->webhook_addr, cfg->data_dir, cfg->functions_dir, rt->secrets,
+			      &rt->webhook) < 0)
+		return -1;
+	sweep_orphans(rt);
+	load_functions(rt);
+	if (ensure_group(rt) < 0)
+		return -1;
+	return start_threads(rt);
+}
+
+/*
+ * Teardown of whatever runtime_start started, in this order: the scheduler
+ * (publish nothing more while stopping), the consumer (in-flight invocations
+ * finish), git syncs and the webhook (no sync starts while stopping), the
+ * reconciler (bounded by RECONCILER_STOP_MS), the final stats flush
+ * (bounded by FINAL_FLUSH_MS), retention, the metrics server, then the
+ * memory. A reconciler or flush thread still busy keeps the registry and
+ * the state handle it uses: the process is about to exit anyway.
+ */
+static void runtime_stop(struct relay *rt)
+{
+	bool leave_shared = false;     /* a thread still uses the registry/state */
+	scheduler_stop(rt->scheduler); /* first: publish nothing more while stopping */
+	if (rt->consumer)
+		consumer_stop(rt->consumer);
+	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
+	 * server must not hold up the exit. */
+	gitsync_cancel_all(true);
+	webhook_stop(rt->webhook); /* no sync starts while stopping */
+	if (reconciler_stop(rt->rec, RECONCILER_STOP_MS) < 0)
+		leave_shared = true;
+	if (statsflush_stop(rt->flush, FINAL_FLUSH_MS) < 0)
+		leave_shared = true;
+	else
+		statsflush_free(rt->flush);
+	if (rt->consumer)
+		consumer_free(rt->consumer);
+	retention_stop(rt->retention);
+	if (rt->cfg->metrics_addr)
+		metrics_server_stop();
+	secret_provider_free(rt->secrets);
+	if (!leave_shared) {
+		reconciler_free(rt->rec);
+		registry_free(rt->reg);
+		state_close(rt->state);
+	}
+	redis_free(rt->r);
+	redis_uri_free(&rt->uri);
+	docker_close(rt->d);
+}
+
+/* The configuration is loaded (CMD_RUNTIME: every variable, REDIS_*
+ * required) and the logger set before this runs. */
+static int start_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGINT);
 	sigaddset(&stop_signals, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	struct relay rt;
 	int rc = 1;
-	struct docker *d = NULL;
-	struct registry *reg = NULL;
-	struct secret_provider *secrets = NULL;
-	struct consumer *consumer = NULL;
-	struct scheduler *scheduler = NULL;
-	struct retention *retention = NULL;
-	struct redis *r = NULL;
-	struct redis_uri uri = {0};
-	struct state *state = NULL;
-	struct reconciler *rec = NULL;
-	struct statsflush *flush = NULL;
-	struct webhook *webhook = NULL;
-	bool leave_shared = false; /* a thread still uses the registry/state */
-	bool watching = false;	   /* the second-signal watcher runs */
-	char *err = NULL;
-	char why[600], addr[300], info[300];
-
-	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group, "consumer",
-			   runner_hostname(), "functions_dir", cfg.functions_dir),
-		 "Relay starting");
-	if (health_check_redis(cfg.redis_uri, why, sizeof why, addr, sizeof addr) < 0) {
-		log_error(LOG_ATTRS("error", why), "cannot reach Redis");
-		goto out;
-	}
-	if (docker_open(&d, &err) < 0 || docker_ping(d) < 0) {
-		snprintf_(why, sizeof why, "%s", err ? err : docker_errmsg(d));
-		log_error(LOG_ATTRS("error", why), "cannot reach the Docker daemon");
-		goto out;
-	}
-	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(d), docker_api_version(d));
-	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
-
-	char *sterr = NULL;
-	if (state_open(cfg.data_dir, &state, &sterr) < 0) {
-		log_warn(LOG_ATTRS("error", sterr ? sterr : ""),
-			 "state database unavailable; running without it");
-		free(sterr);
-	} else {
-		log_info(LOG_ATTRS("path", state_path(state)), "state database ready");
-	}
-
-	secrets = secret_file_provider_new(cfg.data_dir);
-	struct sync_target target = {cfg.data_dir, cfg.functions_dir};
-	if (webhook_maybe_start(&cfg, secrets, &target, &webhook) < 0)
-		goto out;
-
-	size_t swept = 0;
-	char *serr = NULL;
-	if (runner_sweep_orphans(d, NULL, RUNNER_SWEEP_TIMEOUT_MS, &swept, &serr) < 0) {
-		log_warn(LOG_ATTRS("error", serr ? serr : ""), "orphan sweep incomplete");
-		free(serr);
-	} else if (swept) {
-		char ns[16];
-		snprintf_(ns, sizeof ns, "%zu", swept);
-		log_info(LOG_ATTRS("removed", ns), "removed orphaned containers of this host");
-	}
-
-	reg = registry_new();
-	struct reconcile_config rcfg = {
-		.functions_dir = cfg.functions_dir,
-		.registry = reg,
-		.state = state,
-	};
-	rec = reconciler_new(&rcfg);
-	size_t nfns = reconciler_load(rec, d);
-	log_info(NULL, "Loaded %zu function(s)", nfns);
-
-	char *uwhy = NULL;
-	if (redis_uri_parse(cfg.redis_uri, &uri, &uwhy) < 0) {
-		log_error(LOG_ATTRS("error", uwhy), "invalid REDIS_URI");
-		free(uwhy);
-		goto out;
-	}
-	r = redis_new(&uri, NULL);
-	if (redis_connect(r) < 0 ||
-	    consumer_ensure_group(r, cfg.redis_stream, cfg.redis_group, why, sizeof why) < 0) {
-		if (!redis_is_connected(r))
-			snprintf_(why, sizeof why, "%s", redis_errmsg(r));
-		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
-		goto out;
-	}
-	log_info(LOG_ATTRS("stream", cfg.redis_stream, "group", cfg.redis_group),
-		 "consumer group ready");
-
-	char *rerr = NULL;
-	struct docker *rd = d;
-	d = NULL; /* the reconciler thread owns it now */
-	if (reconciler_start(rec, rd, &rerr) < 0) {
-		log_error(LOG_ATTRS("error", rerr), "cannot start the reconciler");
-		free(rerr);
-		goto out;
-	}
-	log_info(LOG_ATTRS("path", cfg.functions_dir), "watching the functions directory");
-	flush = statsflush_start(state, reg, 0);
-
-	if (cfg.metrics_addr)
-		metrics_server_start(cfg.metrics_addr);
-	if (cfg.stream_retention_ns)
-		retention = retention_start(&uri, cfg.redis_stream, cfg.stream_retention_ns, 0, 0);
-
-	struct executor exec = {.provider = secrets, .cancel = &cancel_flag};
-	struct consumer_config ccfg = {
-		.uri = &uri,
-		.stream = cfg.redis_stream,
-		.group = cfg.redis_group,
-		.consumer = runner_hostname(),
-		.max_buffered = (int)cfg.max_buffered_events,
-		.max_concurrency = (int)cfg.max_concurrency,
-		.registry = reg,
-		.invoke = executor_invoke,
-		.invoke_ctx = &exec,
-	};
-	consumer = consumer_start(&ccfg);
-	char mc[24], mb[24];
-	snprintf_(mc, sizeof mc, "%lld", (long long)cfg.max_concurrency);
-	snprintf_(mb, sizeof mb, "%lld", (long long)cfg.max_buffered_events);
-	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb), "worker started");
-	struct scheduler_config scfg = {.uri = &uri, .stream = cfg.redis_stream, .registry = reg};
-	scheduler = scheduler_start(&scfg);
-
-	int sig = 0;
-	sigwait(&stop_signals, &sig);
-	log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
-		 "Relay stopping: finishing in-flight invocations");
 	pthread_t watcher;
-	watching = pthread_create(&watcher, NULL, second_signal, NULL) == 0;
-	scheduler_stop(scheduler); /* first: publish nothing more while stopping */
-	consumer_stop(consumer);
-	rc = 0;
-out:
-	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
-	 * server must not hold up the exit. */
-	gitsync_cancel_all(true);
-	webhook_stop(webhook); /* first: no sync starts while stopping */
-	if (reconciler_stop(rec, RECONCILER_STOP_MS) < 0)
-		leave_shared = true;
-	if (statsflush_stop(flush, FINAL_FLUSH_MS) < 0)
-		leave_shared = true;
-	else
-		statsflush_free(flush);
-	if (consumer)
-		consumer_free(consumer);
-	retention_stop(retention);
-	if (cfg.metrics_addr)
-		metrics_server_stop();
-	secret_provider_free(secrets);
-	if (!leave_shared) {
-		reconciler_free(rec);
-		registry_free(reg);
-		state_close(state);
+	bool watching = false; /* the second-signal watcher runs */
+	if (runtime_start(&rt, cfg) == 0) {
+		int sig = 0;
+		sigwait(&stop_signals, &sig);
+		log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
+			 "Relay stopping: finishing in-flight invocations");
+		watching = pthread_create(&watcher, NULL, second_signal, NULL) == 0;
+		rc = 0;
 	}
-	redis_free(r);
-	redis_uri_free(&uri);
-	docker_close(d);
-	free(err);
-	config_free(&cfg);
+	runtime_stop(&rt);
 	log_info(NULL, rc == 0 ? "Relay stopped" : "Relay failed to start");
 	if (watching) {
 		atomic_store(&shutdown_done, 1);
@@ -349,13 +345,18 @@ out:
 }
 
 const struct cmd cmd_start = {
-	"start",
-	"",
-	"start Relay in the foreground",
-	"Reads its configuration from the environment (REDIS_URI, REDIS_STREAM, REDIS_GROUP,\n"
-	"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, MAX_CONCURRENCY,\n"
-	"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT or "
-	"SIGTERM.\n",
-	CMD_RUNTIME,
-	start_exec,
+	.words = "start",
+	.args = "",
+	.summary = "start Relay in the foreground",
+	.help = "Reads its configuration from the environment (REDIS_URI, REDIS_STREAM, "
+		"REDIS_GROUP,\n"
+		"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, "
+		"MAX_CONCURRENCY,\n"
+		"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT "
+		"or SIGTERM.\n",
+	/* A webhook sync replaces function directories and talks to the git
+	 * remote; the metrics and webhook servers listen. */
+	.touches = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE |
+		   CMD_DATA_FILES | CMD_FUNCTIONS_READ | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
+	.exec = start_exec,
 };

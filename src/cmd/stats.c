@@ -2,7 +2,7 @@
  * relay stats: renders the global snapshot from the state database (the
  * counters the running worker flushes every 5 s). Reads only
  * <data dir>/db.sqlite3, opened read-only: no Redis, Docker or functions
- * directory, and RELAY_DATA_DIR is the only variable it looks at. A fresh
+ * directory, and RELAY_DATA_DIR is the only setting it uses. A fresh
  * (missing) database renders zeroes and "Updated: never"; nothing is created.
  */
 #include <stdio.h>
@@ -10,17 +10,17 @@
 #include <time.h>
 
 #include "cmd/cmd.h"
+#include "cmd/render.h"
 #include "state.h"
 #include "util.h"
 
-static int stats_exec(const struct cmd *self, int argc, char **argv)
+static int stats_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	CMD_PARSE_OR_RETURN(self, argc, argv, NULL, NULL, 0, 0, NULL);
 	struct state *s = NULL;
 	struct state_stats st;
 	char *err = NULL;
 	int rc = 1;
-	if (state_open_readonly(state_data_dir(), &s, &err) < 0 ||
+	if (state_open_readonly(cfg->data_dir, &s, &err) < 0 ||
 	    state_read_stats(s, &st, &err) < 0) {
 		cmd_fail("stats: %s", err);
 		goto out;
@@ -40,13 +40,14 @@ out:
 }
 
 const struct cmd cmd_stats = {
-	"stats",
-	"",
-	"show current operational statistics",
-	"Prints the global counters the running worker last wrote to the state database\n"
-	"(<data dir>/db.sqlite3, refreshed every 5 s): events processed, handler successes\n"
-	"and failures, retries, DLQ entries and the consumer-group backlog.\n"
-	"A fresh database shows zeroes and \"Updated: never\".\n",
-	CMD_STATE_RO,
-	stats_exec,
+	.words = "stats",
+	.args = "",
+	.summary = "show current operational statistics",
+	.help = "Prints the global counters the running worker last wrote to the state database\n"
+		"(<data dir>/db.sqlite3, refreshed every 5 s): events processed, handler "
+		"successes\n"
+		"and failures, retries, DLQ entries and the consumer-group backlog.\n"
+		"A fresh database shows zeroes and \"Updated: never\".\n",
+	.touches = CMD_STATE_READ,
+	.exec = stats_exec,
 };

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd/render.h"
 #include "duration.h"
 #include "state.h"
 #include "t.h"

@@ -1,0 +1,245 @@
+/* The CLI's views of the state database: see render.h. */
+#include "cmd/render.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "duration.h"
+#include "template.h"
+
+char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
+{
+	const int64_t day = 86400, limit = 30 * day;
+	int64_t d = now - then;
+	if (d >= limit || d <= -limit) {
+		time_t tt = (time_t)then;
+		struct tm tm;
+		if (!gmtime_r(&tt, &tm) || strftime(out, STATE_AGE_MAX, "%Y-%m-%d", &tm) == 0)
+			snprintf_(out, STATE_AGE_MAX, "%s", "?");
+		return out;
+	}
+	if (d < 0)
+		d = 0;
+	if (d < 60)
+		snprintf_(out, STATE_AGE_MAX, "%llds ago", (long long)d);
+	else if (d < 3600)
+		snprintf_(out, STATE_AGE_MAX, "%lldm ago", (long long)(d / 60));
+	else if (d < day)
+		snprintf_(out, STATE_AGE_MAX, "%lldh ago", (long long)(d / 3600));
+	else
+		snprintf_(out, STATE_AGE_MAX, "%lldd ago", (long long)(d / day));
+	return out;
+}
+
+/* Column widths of `relay function ls`: the spec's example, growing like
+ * Go's tabwriter (padding 3) for longer cells. */
+static const size_t ls_min_width[] = {22, 13, 10, 11};
+
+static void pad(struct buf *b, const char *s, size_t width)
+{
+	size_t n = strlen(s);
+	buf_append(b, s, n);
+	for (; n < width; n++)
+		buf_append(b, " ", 1);
+}
+
+/* "<age>" of an RFC3339 text; the text itself when it does not parse. */
+static const char *age_of(const char *ts, int64_t now, char out[STATE_AGE_MAX])
+{
+	int64_t t;
+	if (!ts || !*ts)
+		return "-";
+	if (state_parse_time(ts, &t) < 0) {
+		snprintf_(out, STATE_AGE_MAX, "%s", ts);
+		return out;
+	}
+	return state_format_age(t, now, out);
+}
+
+void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now)
+{
+	static const char *const head[] = {"NAME", "RUNTIME", "STATUS", "HANDLERS", "UPDATED"};
+	size_t width[4];
+	char(*count)[24] = xcalloc(n ? n : 1, sizeof *count);
+	for (size_t c = 0; c < 4; c++)
+		width[c] = strlen(head[c]) + 3;
+	for (size_t i = 0; i < n; i++) {
+		snprintf_(count[i], sizeof count[i], "%zu", fs[i].nhandlers);
+		const char *cells[4] = {fs[i].name, fs[i].runtime, fs[i].status, count[i]};
+		for (size_t c = 0; c < 4; c++)
+			if (strlen(cells[c]) + 3 > width[c])
+				width[c] = strlen(cells[c]) + 3;
+	}
+	for (size_t c = 0; c < 4; c++)
+		if (width[c] < ls_min_width[c])
+			width[c] = ls_min_width[c];
+	for (size_t c = 0; c < 4; c++)
+		pad(b, head[c], width[c]);
+	buf_appendf(b, "%s\n", head[4]);
+	for (size_t i = 0; i < n; i++) {
+		char age[STATE_AGE_MAX];
+		const char *cells[4] = {fs[i].name, fs[i].runtime, fs[i].status, count[i]};
+		for (size_t c = 0; c < 4; c++)
+			pad(b, cells[c], width[c]);
+		const char *ts = fs[i].prepared_at && *fs[i].prepared_at ? fs[i].prepared_at
+									 : fs[i].updated_at;
+		buf_appendf(b, "%s\n", age_of(ts, now, age));
+	}
+	free(count);
+}
+
+static void field(struct buf *b, const char *label, const char *value)
+{
+	pad(b, label, 19);
+	buf_appendf(b, "%s\n", value);
+}
+
+/* A stored Go duration normalised through duration_format; raw when invalid. */
+static const char *timeout_text(const char *stored, char out[DURATION_STR_MAX], int64_t *ns)
+{
+	*ns = -1;
+	if (!stored)
+		return "?";
+	if (duration_parse(stored, ns) < 0) {
+		*ns = -1;
+		return stored;
+	}
+	return duration_format(*ns, out);
+}
+
+/* Appends s quoted as Go's %q would for printable ASCII text. */
+static void append_quoted(struct buf *b, const char *s)
+{
+	buf_append(b, "\"", 1);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			buf_appendf(b, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			buf_appendf(b, "\\x%02x", *p);
+		else
+			buf_append(b, p, 1);
+	}
+	buf_append(b, "\"", 1);
+}
+
+/* Over 80 lines: one screen of output written top to bottom in the spec's
+ * order, each block a few lines; split up, the layout would be scattered. */
+void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
+			  state_cron_describe_fn describe)
+{
+	char age[STATE_AGE_MAX];
+	field(b, "Name:", f->name);
+	field(b, "Runtime:", f->runtime);
+	field(b, "Status:", f->status);
+	if (strcmp(f->status, "pending") != 0) {
+		if (f->image)
+			field(b, "Image:", f->image);
+		if (f->fingerprint)
+			field(b, "Fingerprint:", f->fingerprint);
+		if (f->prepared_at) {
+			char *v = xasprintf("%s (%s)", f->prepared_at,
+					    age_of(f->prepared_at, now, age));
+			field(b, "Prepared:", v);
+			free(v);
+		}
+	}
+	if (f->last_reconcile_status && *f->last_reconcile_status) {
+		char *v = f->last_reconcile_at && *f->last_reconcile_at
+				  ? xasprintf("%s (%s)", f->last_reconcile_status,
+					      age_of(f->last_reconcile_at, now, age))
+				  : xstrdup(f->last_reconcile_status);
+		field(b, "Last reconcile:", v);
+		free(v);
+	} else {
+		field(b, "Last reconcile:", "never");
+	}
+	if (f->last_error && *f->last_error)
+		field(b, "Last error:", f->last_error);
+
+	if (f->nhandlers) {
+		size_t w = 0;
+		for (size_t i = 0; i < f->nhandlers; i++)
+			if (strlen(f->handlers[i].handler) > w)
+				w = strlen(f->handlers[i].handler);
+		buf_appendf(b, "\nEvents:\n");
+		for (size_t i = 0; i < f->nhandlers; i++) {
+			char d[DURATION_STR_MAX];
+			int64_t ns;
+			buf_append(b, "  ", 2);
+			pad(b, f->handlers[i].handler, w + 3);
+			buf_appendf(b, "timeout=%s\n",
+				    timeout_text(f->handlers[i].timeout, d, &ns));
+		}
+	}
+	if (f->nschedules) {
+		size_t w = 38; /* the spec's example: cron= at column 41 */
+		for (size_t i = 0; i < f->nschedules; i++)
+			if (strlen(f->schedules[i].handler) + 3 > w)
+				w = strlen(f->schedules[i].handler) + 3;
+		buf_appendf(b, "\nSchedules:\n");
+		for (size_t i = 0; i < f->nschedules; i++) {
+			const struct state_schedule_info *sc = &f->schedules[i];
+			buf_append(b, "  ", 2);
+			pad(b, sc->handler, w);
+			buf_append(b, "cron=", 5);
+			append_quoted(b, sc->cron);
+			char *desc = describe ? describe(sc->cron) : NULL;
+			if (desc && *desc)
+				buf_appendf(b, " (%s)", desc);
+			free(desc);
+			buf_appendf(b, " timezone=%s", sc->timezone);
+			char d[DURATION_STR_MAX];
+			int64_t ns;
+			const char *t = timeout_text(sc->timeout, d, &ns);
+			if (ns != TEMPLATE_DEFAULT_TIMEOUT_NS)
+				buf_appendf(b, " timeout=%s", t);
+			buf_append(b, "\n", 1);
+		}
+	}
+	buf_appendf(b,
+		    "\nStats:\n"
+		    "  Events processed:    %lld\n"
+		    "  Handler successes:   %lld\n"
+		    "  Handler failures:    %lld\n"
+		    "  Retries:             %lld\n"
+		    "  DLQ entries:         %lld\n",
+		    (long long)f->stats.events, (long long)f->stats.successes,
+		    (long long)f->stats.failures, (long long)f->stats.retries,
+		    (long long)f->stats.dlq_entries);
+	if (f->nenv) {
+		buf_appendf(b, "\nEnvironment:\n");
+		for (size_t i = 0; i < f->nenv; i++)
+			buf_appendf(b, "  %s=%s\n", f->env[i].name, f->env[i].value);
+	}
+	if (f->nsecrets) {
+		buf_appendf(b, "\nSecrets:\n");
+		for (size_t i = 0; i < f->nsecrets; i++)
+			buf_appendf(b, "  %s=%s\n", f->secrets[i].name, f->secrets[i].value);
+	}
+}
+
+void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now)
+{
+	char age[STATE_AGE_MAX], d[DURATION_STR_MAX];
+	int64_t secs = st->oldest_pending_age_seconds;
+	if (secs < 0)
+		secs = 0;
+	if (secs > INT64_MAX / NS_PER_SEC)
+		secs = INT64_MAX / NS_PER_SEC;
+	buf_appendf(b,
+		    "Events processed:    %lld\n"
+		    "Handler successes:   %lld\n"
+		    "Handler failures:    %lld\n"
+		    "Retries:             %lld\n"
+		    "DLQ entries:         %lld\n"
+		    "Pending entries:     %lld\n"
+		    "Oldest pending age:  %s\n"
+		    "Updated:             %s\n",
+		    (long long)st->events_processed, (long long)st->handler_success,
+		    (long long)st->handler_failure, (long long)st->retries,
+		    (long long)st->dlq_entries, (long long)st->pending_entries,
+		    duration_format(secs * NS_PER_SEC, d),
+		    st->updated_at[0] ? age_of(st->updated_at, now, age) : "never");
+}

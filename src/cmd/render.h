@@ -1,0 +1,48 @@
+/*
+ * The CLI's views of the state database: the exact outputs of `relay
+ * function ls`, `relay function inspect` and `relay stats`, rendered from
+ * what state.h's reader returns. Pure and thread-safe: they format, they
+ * never open the database.
+ */
+#ifndef RELAY_CMD_RENDER_H
+#define RELAY_CMD_RENDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state.h"
+#include "util.h"
+
+/*
+ * The age of `then` at `now`, as the CLI shows it: "0s ago" .. "59s ago",
+ * "1m ago" .. "59m ago", "1h ago" .. "23h ago", "1d ago" .. "29d ago",
+ * then the UTC date "2026-08-01" from 30 days on. A time in the future
+ * (clock skew) reads "0s ago" within 30 days, else its date.
+ */
+#define STATE_AGE_MAX 32
+char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX]);
+
+/* Returns a malloc'd human description of a cron expression, or NULL. */
+typedef char *(*state_cron_describe_fn)(const char *expr);
+
+/*
+ * The exact outputs of `relay function ls`, `relay function inspect` and
+ * `relay stats`, appended to b, ages computed at `now` (Unix seconds).
+ *
+ * ls: columns at least as wide as the spec's example (22, 13, 10, 11) and
+ * otherwise the widest cell plus 3 spaces (Go's tabwriter, padding 3);
+ * rows in the order given; UPDATED is prepared_at, else updated_at.
+ * inspect: labels padded to 19 columns; Image/Fingerprint/Prepared omitted
+ * while pending; "Last reconcile:    never" before any reconcile; Last
+ * error omitted when empty; Events/Schedules blocks omitted when empty
+ * (handler column: widest + 3; schedules at least 38 as in the spec);
+ * timeout= on schedules only when not the 6s default; describe may be NULL
+ * or return NULL (raw cron="..." alone); Stats always; Environment and
+ * Secrets only when defined, sorted by name.
+ */
+void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
+void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
+			  state_cron_describe_fn describe);
+void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now);
+
+#endif
