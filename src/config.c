@@ -231,6 +231,13 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 	return 0;
 }
 
+void config_load_dirs(struct config *c)
+{
+	for (size_t i = 0; i < ARRAY_LEN(vars); i++)
+		if (vars[i].kind == K_PATH)
+			free(load_var(&vars[i], CONFIG_NEED_ALL, (char *)c + vars[i].offset));
+}
+
 void config_free(struct config *c)
 {
 	free(c->redis_uri);

@@ -48,6 +48,11 @@ enum config_need {
  * config_free on success.
  */
 int config_load(struct config *c, enum config_need need, char ***errs, int *nerrs);
+/* Only the directories (RELAY_DATA_DIR, RELAY_FUNCTIONS_DIR), by
+ * config_load's rules (a K_PATH is never refused), for the commands that
+ * need nothing else; the other fields of c (zeroed by the caller) stay
+ * zero. */
+void config_load_dirs(struct config *c);
 void config_free(struct config *c);
 void config_errors_free(char **errs, int nerrs);
 

@@ -137,19 +137,6 @@ bool cmd_flag(const struct cmd_args *a, const char *name)
 	return a->opt[known_opt(a, name)] != NULL;
 }
 
-/* config_load's rule for a K_PATH variable. */
-static char *env_dir(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-	return xstrdup(v && *v ? v : def);
-}
-
-void cmd_load_dirs(struct config *c)
-{
-	c->data_dir = env_dir("RELAY_DATA_DIR", DEFAULT_DATA_DIR);
-	c->functions_dir = env_dir("RELAY_FUNCTIONS_DIR", DEFAULT_FUNCTIONS_DIR);
-}
-
 static int usage_error(const struct cmd *c, const char *fmt, const char *arg)
 {
 	fprintf(stderr, "relay %s: ", c->words);
@@ -217,7 +204,7 @@ static int load_settings(const struct cmd *c, struct config *cfg)
 		return config_load_or_log(cfg, CONFIG_NEED_ALL);
 	if (c->touches & CMD_REDIS)
 		return config_load_or_log(cfg, CONFIG_NEED_REDIS_URI);
-	cmd_load_dirs(cfg);
+	config_load_dirs(cfg);
 	return 0;
 }
 

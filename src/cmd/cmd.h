@@ -10,7 +10,7 @@
  * Settings come from config (config.h) for every command: relay start all
  * of them, relay health the same with only REDIS_URI required, every other
  * command only
- * RELAY_DATA_DIR and RELAY_FUNCTIONS_DIR (cmd_load_dirs), so that an
+ * RELAY_DATA_DIR and RELAY_FUNCTIONS_DIR (config_load_dirs), so that an
  * administrative command never fails over a variable it does not use.
  */
 #ifndef RELAY_CMD_H
@@ -91,15 +91,6 @@ bool cmd_flag(const struct cmd_args *a, const char *name);
 
 /* Prints "relay: <msg>" to stderr; returns 1. */
 int cmd_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/*
- * The two directories every command uses, read as config_load reads them
- * (RELAY_DATA_DIR and RELAY_FUNCTIONS_DIR when set and not empty, else
- * DEFAULT_DATA_DIR and DEFAULT_FUNCTIONS_DIR) without validating the rest of
- * the environment. Fills c->data_dir and c->functions_dir of a zeroed c;
- * free with config_free.
- */
-void cmd_load_dirs(struct config *c);
 
 /* The one sentence --help shows for a combination of enum cmd_touches;
  * NULL for a combination no command has. */

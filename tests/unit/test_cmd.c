@@ -71,14 +71,14 @@ TEST(touches_flags_are_true)
 }
 
 /* Loads the two directories as an administrative command does
- * (cmd_load_dirs) or as relay start does (config_load), and checks them. */
+ * (config_load_dirs) or as relay start does (config_load), and checks them. */
 static void check_dirs(bool start, const char *data, const char *functions)
 {
 	struct config c = {0};
 	char **errs = NULL;
 	int nerrs = 0;
 	if (!start) {
-		cmd_load_dirs(&c);
+		config_load_dirs(&c);
 	} else if (config_load(&c, CONFIG_NEED_ALL, &errs, &nerrs) < 0) {
 		T_FAIL_("config_load: %s", nerrs ? errs[0] : "?");
 		config_errors_free(errs, nerrs);
