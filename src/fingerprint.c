@@ -35,36 +35,6 @@ static void tree_push(struct loader *l, char *path, enum fn_entry_kind kind, cha
 	t->bytes += len;
 }
 
-/* Reads the open file fd (at most max bytes) into a new NUL-terminated
- * buffer. -1 and errno (EFBIG when larger than max). */
-static int read_all(int fd, size_t max, char **data, size_t *len)
-{
-	struct buf b;
-	buf_init(&b, max);
-	char chunk[65536];
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof chunk);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = errno;
-			buf_free(&b);
-			errno = e;
-			return -1;
-		}
-		if (n == 0)
-			break;
-		if (buf_append(&b, chunk, (size_t)n) < 0) {
-			buf_free(&b);
-			errno = EFBIG;
-			return -1;
-		}
-	}
-	*len = b.len;
-	*data = buf_steal(&b);
-	return 0;
-}
-
 /* Reads the directory dfd, which it owns: every return closes it (and
  * whatever else it opened), so a walk that stops early leaks nothing. */
 static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
@@ -151,7 +121,7 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 				l->err = xasprintf("%s: cannot open: %s", path, strerror(errno));
 				goto out;
 			}
-			if (read_all(fd, room, &data, &len) < 0) {
+			if (read_fd_bounded(fd, room, 0, &data, &len) < 0) {
 				if (errno == EFBIG)
 					goto too_big;
 				l->err = xasprintf("%s: read error: %s", path, strerror(errno));
@@ -341,16 +311,6 @@ void fingerprint_recipe(unsigned char out[32])
 	memcpy(out, recipe_digest, 32);
 }
 
-static void hex(const unsigned char *p, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[p[i] >> 4];
-		out[2 * i + 1] = digits[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 void fingerprint_tree_with_recipe(const struct fn_tree *t, const unsigned char recipe[32],
 				  char out[FINGERPRINT_HEX_LEN + 1])
 {
@@ -369,7 +329,7 @@ void fingerprint_tree_with_recipe(const struct fn_tree *t, const unsigned char r
 	unsigned int n = 0;
 	EVP_DigestFinal_ex(c, md, &n);
 	EVP_MD_CTX_free(c);
-	hex(md, sizeof md, out);
+	hex_encode(md, sizeof md, out);
 }
 
 void fingerprint_tree(const struct fn_tree *t, char out[FINGERPRINT_HEX_LEN + 1])

@@ -558,24 +558,6 @@ static char *git_dir_path(const char *data_dir)
 	return data_path(data_dir, "git");
 }
 
-static int check_owner_mode(const struct stat *st, const char *what, const char *path,
-			    const char *want, char **err)
-{
-	if (st->st_uid != geteuid()) {
-		*err = xasprintf("%s %s: owned by uid %u, not by the current user (uid %u); "
-				 "refusing to use it",
-				 what, path, (unsigned)st->st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (st->st_mode & 077) {
-		*err = xasprintf(
-			"%s %s: permissions %04o are too open (want %s); refusing to use it", what,
-			path, (unsigned)(st->st_mode & 07777), want);
-		return -1;
-	}
-	return 0;
-}
-
 /* Opens and checks git/ into *fd (0700, ours, not a symlink). With create,
  * git/ (and missing parents) are made 0700; without, a missing git/ is -2. */
 static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
@@ -584,26 +566,8 @@ static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 	int rc = 0, d = -1;
 	bool created = false;
 	*fd = -1;
-	if (create) {
-		for (char *s = dir + 1; *s; s++) {
-			if (*s != '/')
-				continue;
-			*s = '\0';
-			int e = mkdir(dir, 0700) < 0 ? errno : 0;
-			*s = '/';
-			if (e && e != EEXIST) {
-				*s = '\0';
-				rc = sys_error(err, "cannot create directory", dir, e);
-				goto out;
-			}
-		}
-		if (mkdir(dir, 0700) == 0)
-			created = true;
-		else if (errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", dir, errno);
-			goto out;
-		}
-	}
+	if (create && (rc = mkdir_p(dir, 0700, 0, NULL, &created, err)) < 0)
+		goto out;
 	d = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (d < 0) {
 		if (errno == ENOENT && !create)
@@ -626,7 +590,7 @@ static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 		rc = sys_error(err, "cannot stat", dir, errno);
 		goto out;
 	}
-	rc = check_owner_mode(&st, "git directory", dir, "0700", err);
+	rc = check_owner_mode(&st, 077, "git directory", dir, "use", err);
 out:
 	if (rc < 0 && d >= 0)
 		close(d);
@@ -641,8 +605,6 @@ out:
 static int read_source_file(int dfd, const char *path, char **out, char **err)
 {
 	struct stat before, after;
-	char *data = NULL;
-	size_t have = 0;
 	int fd = -1, rc = -1;
 	if (fstatat(dfd, "source.json", &before, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno == ENOENT)
@@ -653,7 +615,7 @@ static int read_source_file(int dfd, const char *path, char **out, char **err)
 		*err = xasprintf("%s: not a regular file; refusing to read it", path);
 		return -1;
 	}
-	if (check_owner_mode(&before, "git source file", path, "0600", err) < 0)
+	if (check_owner_mode(&before, 077, "git source file", path, "use", err) < 0)
 		return -1;
 	fd = openat(dfd, "source.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
@@ -668,31 +630,18 @@ static int read_source_file(int dfd, const char *path, char **out, char **err)
 		*err = xasprintf("%s: replaced while being opened; try again", path);
 		goto out;
 	}
-	if (check_owner_mode(&after, "git source file", path, "0600", err) < 0)
+	if (check_owner_mode(&after, 077, "git source file", path, "use", err) < 0)
 		goto out;
-	data = xmalloc(SOURCE_FILE_MAX + 2);
-	for (;;) {
-		ssize_t n = read(fd, data + have, SOURCE_FILE_MAX + 1 - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = sys_error(err, "cannot read", path, errno);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		have += (size_t)n;
-		if (have > SOURCE_FILE_MAX) {
+	size_t len;
+	if (read_fd_bounded(fd, SOURCE_FILE_MAX, 0, out, &len) < 0) {
+		if (errno == EFBIG)
 			*err = xasprintf("%s: larger than %d bytes", path, SOURCE_FILE_MAX);
-			goto out;
-		}
+		else
+			sys_error(err, "cannot read", path, errno);
+		goto out;
 	}
-	data[have] = '\0';
-	*out = data;
-	data = NULL;
 	rc = 0;
 out:
-	free(data);
 	if (fd >= 0)
 		close(fd);
 	return rc;
@@ -1082,26 +1031,6 @@ static int list_functions(const char *src, char ***out, size_t *count, char **er
 	return 0;
 }
 
-static int mkdir_p(const char *dir, mode_t mode, char **err)
-{
-	char *p = xstrdup(dir);
-	int rc = 0;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s)
-			continue;
-		char saved = *s;
-		*s = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", p, errno);
-			break;
-		}
-		if (!(*s = saved))
-			break;
-	}
-	free(p);
-	return rc;
-}
-
 /* Moves tmp (a finished copy) to dst, atomically where the file system
  * allows: the reconciler never sees the function missing. */
 static int swap_in(const char *fdir, const char *name, const char *tmp, char **err)
@@ -1158,7 +1087,7 @@ static int replace_functions(const char *src, const char *fdir, struct git_sync_
 	if (list_functions(src, &names, &n, err) < 0)
 		return -1;
 	tmps = xcalloc(n + 1, sizeof *tmps);
-	if (mkdir_p(fdir, 0755, err) < 0)
+	if (mkdir_p(fdir, 0755, 0, NULL, NULL, err) < 0)
 		goto out;
 	sfd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sfd < 0) {
@@ -1404,7 +1333,7 @@ static int guard_start(struct fetch_guard *g, char **err)
 	g->stall_ms = atomic_load(&stall_ms_setting);
 	g->fetch_ms = atomic_load(&fetch_ms_setting);
 	g->start_ns = g->last_ns;
-	int e = pthread_create(&g->thread, NULL, watchdog_main, g);
+	int e = thread_start(&g->thread, "git-watchdog", watchdog_main, g);
 	if (e) {
 		/* No fetch without its bound. */
 		*err = xasprintf("cannot start the fetch watchdog: %s", strerror(e));

@@ -42,7 +42,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -142,18 +141,6 @@ struct reconciler {
 };
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static char *join_errors(const struct strlist *l)
-{
-	struct buf b;
-	buf_init(&b, 64 * 1024);
-	for (size_t i = 0; i < l->n; i++) {
-		if (i)
-			buf_append(&b, "; ", 2);
-		buf_append(&b, l->v[i], strlen(l->v[i]));
-	}
-	return buf_steal(&b);
-}
 
 /* The state database's view of a function's definition. */
 struct state_def {
@@ -781,7 +768,7 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 		goto out;
 	}
 	if (e.status == FUNCTION_INVALID) {
-		char *why = join_errors(&e.errors);
+		char *why = function_entry_errors(&e);
 		if (t->active) {
 			for (size_t i = 0; i < e.warnings.n; i++)
 				log_warn(LOG_ATTRS("function", t->name, "warning", e.warnings.v[i]),
@@ -904,7 +891,7 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 			if (fingerprint_dir(fdir, fp, &ferr) < 0)
 				fp[0] = '\0';
 			free(ferr);
-			char *why = join_errors(&e.errors);
+			char *why = function_entry_errors(&e);
 			note_failure(rc, t, fp, why, false);
 			free(why);
 		} else {
@@ -1190,18 +1177,13 @@ static void *reconcile_main(void *arg)
 int reconciler_start(struct reconciler *rc, struct docker *d, char **err)
 {
 	rc->d = d;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int e = pthread_create(&rc->thread, NULL, reconcile_main, rc);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = thread_start(&rc->thread, "reconcile", reconcile_main, rc);
 	if (e != 0) {
 		*err = xasprintf("cannot start the reconciler thread: %s", strerror(e));
 		docker_close(d);
 		rc->d = NULL;
 		return -1;
 	}
-	pthread_setname_np(rc->thread, "reconcile");
 	rc->started = true;
 	return 0;
 }

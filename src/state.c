@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "duration.h"
+#include "rfc3339.h"
 
 #define BUSY_TIMEOUT_MS 2000
 #define DEFAULT_TIMEOUT_NS (6 * NS_PER_SEC)
@@ -117,34 +118,17 @@ static char *db_path(const char *data_dir)
 	return xasprintf("%.*s/%s", (int)n, data_dir, STATE_DB_FILE);
 }
 
-/* mkdir -p with mode for the directories it creates. */
-static int mkdir_p(const char *dir, mode_t mode, char **err)
+/* mkdir -p (0700 for what it makes), then the path must be a directory. */
+static int make_data_dir(const char *dir, char **err)
 {
-	char *p = xstrdup(dir);
-	int rc = 0;
-	for (char *q = p + 1;; q++) {
-		if (*q != '/' && *q != '\0')
-			continue;
-		char c = *q;
-		*q = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST) {
-			set_err(err, "state database: create directory %s: %s", p, strerror(errno));
-			rc = -1;
-			break;
-		}
-		*q = c;
-		if (c == '\0')
-			break;
+	if (mkdir_p(dir, 0700, 0, "state database: create directory", NULL, err) < 0)
+		return -1;
+	struct stat st;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		set_err(err, "state database: %s is not a directory", dir);
+		return -1;
 	}
-	if (rc == 0) {
-		struct stat st;
-		if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			set_err(err, "state database: %s is not a directory", dir);
-			rc = -1;
-		}
-	}
-	free(p);
-	return rc;
+	return 0;
 }
 
 static int exec_sql(struct state *s, const char *sql, const char *what, char **err)
@@ -246,60 +230,30 @@ char *state_format_time(int64_t t, char out[STATE_TIME_MAX])
 	return out;
 }
 
-static int digits(const char *s, int n, int *out)
-{
-	int v = 0;
-	for (int i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = v;
-	return 0;
-}
-
 int state_parse_time(const char *s, int64_t *out)
 {
-	/* YYYY-MM-DDTHH:MM:SS[.frac](Z|±hh:mm); a space for 'T' and a missing
-	 * zone (SQLite's datetime()) are read as UTC too. */
-	int Y, M, D, h, m, sec;
-	if (!s || strlen(s) < 19 || digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) ||
-	    s[7] != '-' || digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-	    digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
-	    digits(s + 17, 2, &sec))
+	/* rfc3339_parse, also reading what SQLite's datetime() writes: 't' or a
+	 * space for 'T', 'z' for 'Z', and no zone at all (UTC). */
+	size_t n = s ? strlen(s) : 0;
+	if (n < 19)
 		return -1;
-	if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
-		return -1;
-	const char *p = s + 19;
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9')
-			return -1;
-		while (*p >= '0' && *p <= '9')
-			p++;
+	char *t = xmalloc(n + 2);
+	memcpy(t, s, n + 1);
+	if (t[10] == 't' || t[10] == ' ')
+		t[10] = 'T';
+	if (t[n - 1] == 'z')
+		t[n - 1] = 'Z';
+	int64_t sec;
+	int32_t nsec;
+	int rc = rfc3339_parse(t, n, &sec, &nsec);
+	if (rc < 0) {
+		t[n] = 'Z';
+		rc = rfc3339_parse(t, n + 1, &sec, &nsec);
 	}
-	int64_t off = 0;
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if (*p == '+' || *p == '-') {
-		int oh, om;
-		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
-		    om > 59)
-			return -1;
-		off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
-		p += 6;
-	}
-	if (*p != '\0')
-		return -1;
-	struct tm tm = {0};
-	tm.tm_year = Y - 1900;
-	tm.tm_mon = M - 1;
-	tm.tm_mday = D;
-	tm.tm_hour = h;
-	tm.tm_min = m;
-	tm.tm_sec = sec;
-	*out = (int64_t)timegm(&tm) - off;
-	return 0;
+	free(t);
+	if (rc == 0)
+		*out = sec;
+	return rc;
 }
 
 char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
@@ -386,7 +340,7 @@ static int has_schema(struct state *s, char **err)
 int state_open(const char *data_dir, struct state **out, char **err)
 {
 	*out = NULL;
-	if (mkdir_p(data_dir, 0700, err) < 0)
+	if (make_data_dir(data_dir, err) < 0)
 		return -1;
 	char *path = db_path(data_dir);
 	struct state *s = state_new(path, false);

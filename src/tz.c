@@ -664,38 +664,14 @@ static int read_file(const char *path, unsigned char **data, size_t *len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	size_t cap = 8192, n = 0;
-	unsigned char *buf = xmalloc(cap);
-	int e = 0; /* errno to return with */
-	for (;;) {
-		if (n == cap) {
-			if (n > TZ_FILE_MAX) {
-				e = EFBIG;
-				goto fail;
-			}
-			cap = cap * 2 > TZ_FILE_MAX ? TZ_FILE_MAX + 1 : cap * 2;
-			buf = xrealloc(buf, cap);
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			e = errno;
-			goto fail;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	*data = buf;
-	*len = n;
-	return 0;
-fail:
-	free(buf);
+	char *text;
+	int rc = read_fd_bounded(fd, TZ_FILE_MAX, 0, &text, len);
+	int e = errno;
 	close(fd);
 	errno = e;
-	return -1;
+	if (rc == 0)
+		*data = (unsigned char *)text;
+	return rc;
 }
 
 /* "<prefix>\"name\"" with bytes outside printable ASCII escaped as \xNN. */
