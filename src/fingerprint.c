@@ -35,6 +35,60 @@ static void tree_push(struct loader *l, char *path, enum fn_entry_kind kind, cha
 	t->bytes += len;
 }
 
+/* Adds the entry name of dfd (st: its lstat), a symbolic link or a regular
+ * file, to the tree as path, which it takes (kept or freed). Anything else,
+ * or more than the tree's bounds, is -1 with l->err. */
+static int load_leaf(struct loader *l, int dfd, const char *name, const struct stat *st, char *path)
+{
+	char *data = NULL;
+	size_t len = 0;
+	int fd = -1;
+	if (l->t->n >= FN_TREE_MAX_FILES) {
+		l->err = xasprintf("more than %d files", FN_TREE_MAX_FILES);
+		goto fail;
+	}
+	size_t room = FN_TREE_MAX_BYTES - l->t->bytes;
+	if (S_ISLNK(st->st_mode)) {
+		char target[4096];
+		ssize_t n = readlinkat(dfd, name, target, sizeof target);
+		if (n < 0 || (size_t)n >= sizeof target) {
+			l->err = xasprintf("%s: cannot read symbolic link: %s", path,
+					   n < 0 ? strerror(errno) : "target too long");
+			goto fail;
+		}
+		if ((size_t)n > room)
+			goto too_big;
+		tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n), (size_t)n);
+		return 0;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		l->err = xasprintf("%s: not a regular file, directory or symbolic link", path);
+		goto fail;
+	}
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		l->err = xasprintf("%s: cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (read_fd_bounded(fd, room, 0, &data, &len) < 0) {
+		if (errno == EFBIG)
+			goto too_big;
+		l->err = xasprintf("%s: read error: %s", path, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	tree_push(l, path, (st->st_mode & 0111) ? FN_ENTRY_EXEC : FN_ENTRY_FILE, data, len);
+	return 0;
+too_big:
+	l->err = xasprintf("the function's files exceed %u bytes in total (at %s)",
+			   FN_TREE_MAX_BYTES, path);
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return -1;
+}
+
 /* Reads the directory dfd, which it owns: every return closes it (and
  * whatever else it opened), so a walk that stops early leaks nothing. */
 static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
@@ -42,8 +96,6 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 	int rc = -1;
 	DIR *d = NULL;
 	char *path = NULL;
-	char *data = NULL;
-	int fd = -1;
 
 	if (depth > FN_TREE_MAX_DEPTH) {
 		l->err = xasprintf("%s: nested deeper than %d directories", rel, FN_TREE_MAX_DEPTH);
@@ -96,58 +148,13 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 				goto out;
 			continue;
 		}
-		if (l->t->n >= FN_TREE_MAX_FILES) {
-			l->err = xasprintf("more than %d files", FN_TREE_MAX_FILES);
+		int r = load_leaf(l, dirfd(d), e->d_name, &st, path);
+		path = NULL; /* load_leaf took it */
+		if (r < 0)
 			goto out;
-		}
-		size_t room = FN_TREE_MAX_BYTES - l->t->bytes;
-		size_t len = 0;
-		if (S_ISLNK(st.st_mode)) {
-			char target[4096];
-			ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target);
-			if (n < 0 || (size_t)n >= sizeof target) {
-				l->err = xasprintf("%s: cannot read symbolic link: %s", path,
-						   n < 0 ? strerror(errno) : "target too long");
-				goto out;
-			}
-			if ((size_t)n > room)
-				goto too_big;
-			tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n),
-				  (size_t)n);
-			path = NULL;
-		} else if (S_ISREG(st.st_mode)) {
-			fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd < 0) {
-				l->err = xasprintf("%s: cannot open: %s", path, strerror(errno));
-				goto out;
-			}
-			if (read_fd_bounded(fd, room, 0, &data, &len) < 0) {
-				if (errno == EFBIG)
-					goto too_big;
-				l->err = xasprintf("%s: read error: %s", path, strerror(errno));
-				goto out;
-			}
-			close(fd);
-			fd = -1;
-			tree_push(l, path, (st.st_mode & 0111) ? FN_ENTRY_EXEC : FN_ENTRY_FILE,
-				  data, len);
-			path = NULL;
-			data = NULL;
-		} else {
-			l->err = xasprintf("%s: not a regular file, directory or symbolic link",
-					   path);
-			goto out;
-		}
 	}
 	rc = 0;
-	goto out;
-too_big:
-	l->err = xasprintf("the function's files exceed %u bytes in total (at %s)",
-			   FN_TREE_MAX_BYTES, path);
 out:
-	if (fd >= 0)
-		close(fd);
-	free(data);
 	free(path);
 	if (d)
 		closedir(d);

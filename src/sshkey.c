@@ -459,8 +459,8 @@ int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **
 	}
 	text = encode_private(seed, pub, check, &text_len);
 	rc = write_file_atomic(dfd, ssh_dir, SSHKEY_FILE, text, text_len, 0600, !force, err);
-	if (rc == -2)
-		key_exists(path, err); /* created meanwhile by someone else */
+	if (rc == -EEXIST)
+		rc = key_exists(path, err); /* created meanwhile by someone else */
 	if (rc < 0)
 		goto out;
 	make_blob(pub, blob);

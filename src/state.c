@@ -542,19 +542,19 @@ static int remove_rows(struct state *s, const char *name, char **err)
 	return 0;
 }
 
-/* Status of name: 1 ready, 0 pending, -2 unknown, -1 error. */
-static int status_of(struct state *s, const char *name, char **err)
+/* Whether name is in the database with status ready (*ready false when it
+ * is pending or absent). 0, or -1 with *err. */
+static int is_ready(struct state *s, const char *name, bool *ready, char **err)
 {
 	sqlite3_stmt *st = prep(s, err, "SELECT status FROM functions WHERE name = ?", "t", name);
 	if (!st)
 		return -1;
-	int rc = sqlite3_step(st), r;
+	int rc = sqlite3_step(st), r = 0;
+	*ready = false;
 	if (rc == SQLITE_ROW) {
 		const unsigned char *t = sqlite3_column_text(st, 0);
-		r = t && strcmp((const char *)t, "ready") == 0 ? 1 : 0;
-	} else if (rc == SQLITE_DONE) {
-		r = -2;
-	} else {
+		*ready = t && strcmp((const char *)t, "ready") == 0;
+	} else if (rc != SQLITE_DONE) {
 		r = db_err(s, err, "read");
 	}
 	sqlite3_finalize(st);
@@ -568,10 +568,9 @@ int state_put_pending(struct state *s, const struct state_function *f, int64_t n
 	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc == 0) {
-		int st = status_of(s, f->name ? f->name : "", err);
-		if (st == -1)
-			rc = -1;
-		else if (st != 1)
+		bool ready;
+		rc = is_ready(s, f->name ? f->name : "", &ready, err);
+		if (rc == 0 && !ready)
 			rc = write_function(s, f, false, NULL, NULL, NULL, ts, err);
 		rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 	}
@@ -1152,6 +1151,57 @@ static void append_quoted(struct buf *b, const char *s)
 	buf_append(b, "\"", 1);
 }
 
+/* inspect's "Events:" section: one line a handler, timeouts aligned. */
+static void render_events(struct buf *b, const struct state_function_info *f)
+{
+	if (!f->nhandlers)
+		return;
+	size_t w = 0;
+	for (size_t i = 0; i < f->nhandlers; i++)
+		if (strlen(f->handlers[i].handler) > w)
+			w = strlen(f->handlers[i].handler);
+	buf_appendf(b, "\nEvents:\n");
+	for (size_t i = 0; i < f->nhandlers; i++) {
+		char d[DURATION_STR_MAX];
+		int64_t ns;
+		buf_append(b, "  ", 2);
+		pad(b, f->handlers[i].handler, w + 3);
+		buf_appendf(b, "timeout=%s\n", timeout_text(f->handlers[i].timeout, d, &ns));
+	}
+}
+
+/* inspect's "Schedules:" section: handler, quoted cron (described when
+ * describe can), zone, and the timeout when it is not the default. */
+static void render_schedules(struct buf *b, const struct state_function_info *f,
+			     state_cron_describe_fn describe)
+{
+	if (!f->nschedules)
+		return;
+	size_t w = 38; /* the spec's example: cron= at column 41 */
+	for (size_t i = 0; i < f->nschedules; i++)
+		if (strlen(f->schedules[i].handler) + 3 > w)
+			w = strlen(f->schedules[i].handler) + 3;
+	buf_appendf(b, "\nSchedules:\n");
+	for (size_t i = 0; i < f->nschedules; i++) {
+		const struct state_schedule_info *sc = &f->schedules[i];
+		buf_append(b, "  ", 2);
+		pad(b, sc->handler, w);
+		buf_append(b, "cron=", 5);
+		append_quoted(b, sc->cron);
+		char *desc = describe ? describe(sc->cron) : NULL;
+		if (desc && *desc)
+			buf_appendf(b, " (%s)", desc);
+		free(desc);
+		buf_appendf(b, " timezone=%s", sc->timezone);
+		char d[DURATION_STR_MAX];
+		int64_t ns;
+		const char *t = timeout_text(sc->timeout, d, &ns);
+		if (ns != DEFAULT_TIMEOUT_NS)
+			buf_appendf(b, " timeout=%s", t);
+		buf_append(b, "\n", 1);
+	}
+}
+
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe)
 {
@@ -1184,46 +1234,8 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 	if (f->last_error && *f->last_error)
 		field(b, "Last error:", f->last_error);
 
-	if (f->nhandlers) {
-		size_t w = 0;
-		for (size_t i = 0; i < f->nhandlers; i++)
-			if (strlen(f->handlers[i].handler) > w)
-				w = strlen(f->handlers[i].handler);
-		buf_appendf(b, "\nEvents:\n");
-		for (size_t i = 0; i < f->nhandlers; i++) {
-			char d[DURATION_STR_MAX];
-			int64_t ns;
-			buf_append(b, "  ", 2);
-			pad(b, f->handlers[i].handler, w + 3);
-			buf_appendf(b, "timeout=%s\n",
-				    timeout_text(f->handlers[i].timeout, d, &ns));
-		}
-	}
-	if (f->nschedules) {
-		size_t w = 38; /* the spec's example: cron= at column 41 */
-		for (size_t i = 0; i < f->nschedules; i++)
-			if (strlen(f->schedules[i].handler) + 3 > w)
-				w = strlen(f->schedules[i].handler) + 3;
-		buf_appendf(b, "\nSchedules:\n");
-		for (size_t i = 0; i < f->nschedules; i++) {
-			const struct state_schedule_info *sc = &f->schedules[i];
-			buf_append(b, "  ", 2);
-			pad(b, sc->handler, w);
-			buf_append(b, "cron=", 5);
-			append_quoted(b, sc->cron);
-			char *desc = describe ? describe(sc->cron) : NULL;
-			if (desc && *desc)
-				buf_appendf(b, " (%s)", desc);
-			free(desc);
-			buf_appendf(b, " timezone=%s", sc->timezone);
-			char d[DURATION_STR_MAX];
-			int64_t ns;
-			const char *t = timeout_text(sc->timeout, d, &ns);
-			if (ns != DEFAULT_TIMEOUT_NS)
-				buf_appendf(b, " timeout=%s", t);
-			buf_append(b, "\n", 1);
-		}
-	}
+	render_events(b, f);
+	render_schedules(b, f, describe);
 	buf_appendf(b,
 		    "\nStats:\n"
 		    "  Events processed:    %lld\n"

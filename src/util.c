@@ -395,7 +395,7 @@ int write_file_atomic(int dfd, const char *dir, const char *name, const void *da
 		unlinkat(dfd, tmp, 0);
 	free(tmp);
 	if (r < 0)
-		return ok && e == EEXIST ? -2 : sys_error(err, "cannot write a file in", dir, e);
+		return ok && e == EEXIST ? -EEXIST : sys_error(err, "cannot write a file in", dir, e);
 	if (fsync(dfd) < 0)
 		return sys_error(err, "cannot sync directory", dir, errno);
 	return 0;

@@ -99,8 +99,9 @@ int sys_error(char **err, const char *what, const char *path, int e);
  * Writes name in the directory dfd (whose path is dir, for messages)
  * atomically: a temporary ".<name>.tmp-XXXXXXXX" beside it (O_EXCL,
  * O_NOFOLLOW), exactly `mode` whatever the umask, write, fsync, rename,
- * fsync of the directory. With noreplace an existing name is kept and -2
- * returned. 0, -2, or -1 with *err; no temporary file is left behind.
+ * fsync of the directory. With noreplace an existing name is kept and
+ * -EEXIST returned (no message). 0, -EEXIST, or -1 with *err; no temporary
+ * file is left behind.
  */
 int write_file_atomic(int dfd, const char *dir, const char *name, const void *data, size_t len,
 		      unsigned mode, bool noreplace, char **err);
