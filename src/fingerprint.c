@@ -35,34 +35,58 @@ static void tree_push(struct loader *l, char *path, enum fn_entry_kind kind, cha
 	t->bytes += len;
 }
 
-/* Reads the open file fd (at most max bytes) into a new NUL-terminated
- * buffer. -1 and errno (EFBIG when larger than max). */
-static int read_all(int fd, size_t max, char **data, size_t *len)
+/* Adds the entry name of dfd (st: its lstat), a symbolic link or a regular
+ * file, to the tree as path, which it takes (kept or freed). Anything else,
+ * or more than the tree's bounds, is -1 with l->err. */
+static int load_leaf(struct loader *l, int dfd, const char *name, const struct stat *st, char *path)
 {
-	struct buf b;
-	buf_init(&b, max);
-	char chunk[65536];
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof chunk);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = errno;
-			buf_free(&b);
-			errno = e;
-			return -1;
-		}
-		if (n == 0)
-			break;
-		if (buf_append(&b, chunk, (size_t)n) < 0) {
-			buf_free(&b);
-			errno = EFBIG;
-			return -1;
-		}
+	char *data = NULL;
+	size_t len = 0;
+	int fd = -1;
+	if (l->t->n >= FN_TREE_MAX_FILES) {
+		l->err = xasprintf("more than %d files", FN_TREE_MAX_FILES);
+		goto fail;
 	}
-	*len = b.len;
-	*data = buf_steal(&b);
+	size_t room = FN_TREE_MAX_BYTES - l->t->bytes;
+	if (S_ISLNK(st->st_mode)) {
+		char target[4096];
+		ssize_t n = readlinkat(dfd, name, target, sizeof target);
+		if (n < 0 || (size_t)n >= sizeof target) {
+			l->err = xasprintf("%s: cannot read symbolic link: %s", path,
+					   n < 0 ? strerror(errno) : "target too long");
+			goto fail;
+		}
+		if ((size_t)n > room)
+			goto too_big;
+		tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n), (size_t)n);
+		return 0;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		l->err = xasprintf("%s: not a regular file, directory or symbolic link", path);
+		goto fail;
+	}
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		l->err = xasprintf("%s: cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (read_fd_bounded(fd, room, 0, &data, &len) < 0) {
+		if (errno == EFBIG)
+			goto too_big;
+		l->err = xasprintf("%s: read error: %s", path, strerror(errno));
+		goto fail;
+	}
+	close(fd);
+	tree_push(l, path, (st->st_mode & 0111) ? FN_ENTRY_EXEC : FN_ENTRY_FILE, data, len);
 	return 0;
+too_big:
+	l->err = xasprintf("the function's files exceed %u bytes in total (at %s)",
+			   FN_TREE_MAX_BYTES, path);
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return -1;
 }
 
 /* Reads the directory dfd, which it owns: every return closes it (and
@@ -72,8 +96,6 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 	int rc = -1;
 	DIR *d = NULL;
 	char *path = NULL;
-	char *data = NULL;
-	int fd = -1;
 
 	if (depth > FN_TREE_MAX_DEPTH) {
 		l->err = xasprintf("%s: nested deeper than %d directories", rel, FN_TREE_MAX_DEPTH);
@@ -126,58 +148,13 @@ static int load_dir(struct loader *l, int dfd, const char *rel, int depth)
 				goto out;
 			continue;
 		}
-		if (l->t->n >= FN_TREE_MAX_FILES) {
-			l->err = xasprintf("more than %d files", FN_TREE_MAX_FILES);
+		int r = load_leaf(l, dirfd(d), e->d_name, &st, path);
+		path = NULL; /* load_leaf took it */
+		if (r < 0)
 			goto out;
-		}
-		size_t room = FN_TREE_MAX_BYTES - l->t->bytes;
-		size_t len = 0;
-		if (S_ISLNK(st.st_mode)) {
-			char target[4096];
-			ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target);
-			if (n < 0 || (size_t)n >= sizeof target) {
-				l->err = xasprintf("%s: cannot read symbolic link: %s", path,
-						   n < 0 ? strerror(errno) : "target too long");
-				goto out;
-			}
-			if ((size_t)n > room)
-				goto too_big;
-			tree_push(l, path, FN_ENTRY_SYMLINK, xstrndup(target, (size_t)n),
-				  (size_t)n);
-			path = NULL;
-		} else if (S_ISREG(st.st_mode)) {
-			fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd < 0) {
-				l->err = xasprintf("%s: cannot open: %s", path, strerror(errno));
-				goto out;
-			}
-			if (read_all(fd, room, &data, &len) < 0) {
-				if (errno == EFBIG)
-					goto too_big;
-				l->err = xasprintf("%s: read error: %s", path, strerror(errno));
-				goto out;
-			}
-			close(fd);
-			fd = -1;
-			tree_push(l, path, (st.st_mode & 0111) ? FN_ENTRY_EXEC : FN_ENTRY_FILE,
-				  data, len);
-			path = NULL;
-			data = NULL;
-		} else {
-			l->err = xasprintf("%s: not a regular file, directory or symbolic link",
-					   path);
-			goto out;
-		}
 	}
 	rc = 0;
-	goto out;
-too_big:
-	l->err = xasprintf("the function's files exceed %u bytes in total (at %s)",
-			   FN_TREE_MAX_BYTES, path);
 out:
-	if (fd >= 0)
-		close(fd);
-	free(data);
 	free(path);
 	if (d)
 		closedir(d);
@@ -341,16 +318,6 @@ void fingerprint_recipe(unsigned char out[32])
 	memcpy(out, recipe_digest, 32);
 }
 
-static void hex(const unsigned char *p, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[p[i] >> 4];
-		out[2 * i + 1] = digits[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 void fingerprint_tree_with_recipe(const struct fn_tree *t, const unsigned char recipe[32],
 				  char out[FINGERPRINT_HEX_LEN + 1])
 {
@@ -369,7 +336,7 @@ void fingerprint_tree_with_recipe(const struct fn_tree *t, const unsigned char r
 	unsigned int n = 0;
 	EVP_DigestFinal_ex(c, md, &n);
 	EVP_MD_CTX_free(c);
-	hex(md, sizeof md, out);
+	hex_encode(md, sizeof md, out);
 }
 
 void fingerprint_tree(const struct fn_tree *t, char out[FINGERPRINT_HEX_LEN + 1])

@@ -98,30 +98,13 @@ static int read_file(const char *path, size_t max, char **data, size_t *len, cha
 		*why = xasprintf("cannot open: %s", strerror(errno));
 		return -1;
 	}
-	struct buf b;
-	buf_init(&b, max);
-	char chunk[8192];
-	ssize_t n;
-	int rc = 0;
-	while ((n = read(fd, chunk, sizeof chunk)) > 0) {
-		if (buf_append(&b, chunk, (size_t)n) < 0) {
-			*why = xasprintf("larger than %zu bytes", max);
-			rc = -1;
-			break;
-		}
-	}
-	if (n < 0) {
+	int rc = read_fd_bounded(fd, max, 0, data, len);
+	if (rc < 0 && errno == EFBIG)
+		*why = xasprintf("larger than %zu bytes", max);
+	else if (rc < 0)
 		*why = xasprintf("read error: %s", strerror(errno));
-		rc = -1;
-	}
 	close(fd);
-	if (rc < 0) {
-		buf_free(&b);
-		return -1;
-	}
-	*len = b.len;
-	*data = buf_steal(&b);
-	return 0;
+	return rc;
 }
 
 enum function_status function_load(const char *dir, const char *name, struct function **out,
@@ -199,6 +182,18 @@ void function_free(struct function *f)
 	free(f);
 }
 
+char *function_entry_errors(const struct function_entry *e)
+{
+	struct buf b;
+	buf_init(&b, 64 * 1024); /* an error that would not fit is left out (util.h) */
+	for (size_t i = 0; i < e->errors.n; i++) {
+		if (i)
+			buf_append(&b, "; ", 2);
+		buf_append(&b, e->errors.v[i], strlen(e->errors.v[i]));
+	}
+	return buf_steal(&b);
+}
+
 void function_entry_log(const struct function_entry *e)
 {
 	for (size_t i = 0; i < e->warnings.n; i++)
@@ -206,16 +201,9 @@ void function_entry_log(const struct function_entry *e)
 			 "template has an unknown key");
 	if (e->status != FUNCTION_INVALID)
 		return;
-	struct buf b;
-	buf_init(&b, 64 * 1024);
-	for (size_t i = 0; i < e->errors.n; i++) {
-		if (i)
-			buf_append(&b, "; ", 2);
-		buf_append(&b, e->errors.v[i], strlen(e->errors.v[i]));
-	}
-	log_warn(LOG_ATTRS("function", e->name, "errors", b.data ? b.data : ""),
-		 "invalid function skipped");
-	buf_free(&b);
+	char *errors = function_entry_errors(e);
+	log_warn(LOG_ATTRS("function", e->name, "errors", errors), "invalid function skipped");
+	free(errors);
 }
 
 static int name_cmp(const void *a, const void *b)

@@ -66,6 +66,10 @@ struct function_scan {
 	size_t n;
 };
 
+/* Every error of e on one line, "; "-separated (at most 64 KiB: an error
+ * that would not fit is left out). malloc'd, "" when there is none. */
+char *function_entry_errors(const struct function_entry *e);
+
 /* Logs an entry that cannot be served: one WARN line naming the function
  * and every error ("; "-separated); warnings (unknown keys) one line each.
  * Entries without a template are not logged. */

@@ -558,24 +558,6 @@ static char *git_dir_path(const char *data_dir)
 	return data_path(data_dir, "git");
 }
 
-static int check_owner_mode(const struct stat *st, const char *what, const char *path,
-			    const char *want, char **err)
-{
-	if (st->st_uid != geteuid()) {
-		*err = xasprintf("%s %s: owned by uid %u, not by the current user (uid %u); "
-				 "refusing to use it",
-				 what, path, (unsigned)st->st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (st->st_mode & 077) {
-		*err = xasprintf(
-			"%s %s: permissions %04o are too open (want %s); refusing to use it", what,
-			path, (unsigned)(st->st_mode & 07777), want);
-		return -1;
-	}
-	return 0;
-}
-
 /* Opens and checks git/ into *fd (0700, ours, not a symlink). With create,
  * git/ (and missing parents) are made 0700; without, a missing git/ is -2. */
 static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
@@ -584,26 +566,8 @@ static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 	int rc = 0, d = -1;
 	bool created = false;
 	*fd = -1;
-	if (create) {
-		for (char *s = dir + 1; *s; s++) {
-			if (*s != '/')
-				continue;
-			*s = '\0';
-			int e = mkdir(dir, 0700) < 0 ? errno : 0;
-			*s = '/';
-			if (e && e != EEXIST) {
-				*s = '\0';
-				rc = sys_error(err, "cannot create directory", dir, e);
-				goto out;
-			}
-		}
-		if (mkdir(dir, 0700) == 0)
-			created = true;
-		else if (errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", dir, errno);
-			goto out;
-		}
-	}
+	if (create && (rc = mkdir_p(dir, 0700, 0, NULL, &created, err)) < 0)
+		goto out;
 	d = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (d < 0) {
 		if (errno == ENOENT && !create)
@@ -626,7 +590,7 @@ static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 		rc = sys_error(err, "cannot stat", dir, errno);
 		goto out;
 	}
-	rc = check_owner_mode(&st, "git directory", dir, "0700", err);
+	rc = check_owner_mode(&st, 077, "git directory", dir, "use", err);
 out:
 	if (rc < 0 && d >= 0)
 		close(d);
@@ -641,8 +605,6 @@ out:
 static int read_source_file(int dfd, const char *path, char **out, char **err)
 {
 	struct stat before, after;
-	char *data = NULL;
-	size_t have = 0;
 	int fd = -1, rc = -1;
 	if (fstatat(dfd, "source.json", &before, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno == ENOENT)
@@ -653,7 +615,7 @@ static int read_source_file(int dfd, const char *path, char **out, char **err)
 		*err = xasprintf("%s: not a regular file; refusing to read it", path);
 		return -1;
 	}
-	if (check_owner_mode(&before, "git source file", path, "0600", err) < 0)
+	if (check_owner_mode(&before, 077, "git source file", path, "use", err) < 0)
 		return -1;
 	fd = openat(dfd, "source.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
@@ -668,31 +630,18 @@ static int read_source_file(int dfd, const char *path, char **out, char **err)
 		*err = xasprintf("%s: replaced while being opened; try again", path);
 		goto out;
 	}
-	if (check_owner_mode(&after, "git source file", path, "0600", err) < 0)
+	if (check_owner_mode(&after, 077, "git source file", path, "use", err) < 0)
 		goto out;
-	data = xmalloc(SOURCE_FILE_MAX + 2);
-	for (;;) {
-		ssize_t n = read(fd, data + have, SOURCE_FILE_MAX + 1 - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = sys_error(err, "cannot read", path, errno);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		have += (size_t)n;
-		if (have > SOURCE_FILE_MAX) {
+	size_t len;
+	if (read_fd_bounded(fd, SOURCE_FILE_MAX, 0, out, &len) < 0) {
+		if (errno == EFBIG)
 			*err = xasprintf("%s: larger than %d bytes", path, SOURCE_FILE_MAX);
-			goto out;
-		}
+		else
+			sys_error(err, "cannot read", path, errno);
+		goto out;
 	}
-	data[have] = '\0';
-	*out = data;
-	data = NULL;
 	rc = 0;
 out:
-	free(data);
 	if (fd >= 0)
 		close(fd);
 	return rc;
@@ -1082,26 +1031,6 @@ static int list_functions(const char *src, char ***out, size_t *count, char **er
 	return 0;
 }
 
-static int mkdir_p(const char *dir, mode_t mode, char **err)
-{
-	char *p = xstrdup(dir);
-	int rc = 0;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s)
-			continue;
-		char saved = *s;
-		*s = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", p, errno);
-			break;
-		}
-		if (!(*s = saved))
-			break;
-	}
-	free(p);
-	return rc;
-}
-
 /* Moves tmp (a finished copy) to dst, atomically where the file system
  * allows: the reconciler never sees the function missing. */
 static int swap_in(const char *fdir, const char *name, const char *tmp, char **err)
@@ -1143,63 +1072,45 @@ out:
 	return rc;
 }
 
-/*
- * Makes fdir hold exactly the functions of src (see the top of the file):
- * copy all, then swap each, then remove every other directory.
- */
-static int replace_functions(const char *src, const char *fdir, struct git_sync_result *res,
-			     char **err)
+/* Copies the function name of the open directory sfd into a new temporary
+ * directory of fdir, *tmp (left for the caller to swap in or remove). */
+static int copy_function(struct copy_ctx *c, int sfd, const char *fdir, const char *name,
+			 char **tmp, char **err)
 {
-	char **names = NULL, **tmps = NULL, **stale = NULL;
-	size_t n = 0, nstale = 0, cap = 0;
-	struct copy_ctx c = {0};
-	int sfd = -1, rc = -1;
-	DIR *d = NULL;
-	if (list_functions(src, &names, &n, err) < 0)
+	*tmp = xasprintf("%s/" SYNC_PREFIX "%.64s.tmp-XXXXXX", fdir, name);
+	if (!mkdtemp(*tmp) || chmod(*tmp, 0755) < 0) {
+		sys_error(err, "cannot create a temporary directory in", fdir, errno);
+		free(*tmp);
+		*tmp = NULL;
 		return -1;
-	tmps = xcalloc(n + 1, sizeof *tmps);
-	if (mkdir_p(fdir, 0755, err) < 0)
-		goto out;
-	sfd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (sfd < 0) {
-		sys_error(err, "cannot open", src, errno);
-		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		tmps[i] = xasprintf("%s/" SYNC_PREFIX "%.64s.tmp-XXXXXX", fdir, names[i]);
-		if (!mkdtemp(tmps[i]) || chmod(tmps[i], 0755) < 0) {
-			sys_error(err, "cannot create a temporary directory in", fdir, errno);
-			free(tmps[i]);
-			tmps[i] = NULL;
-			goto out;
-		}
-		c.fn = names[i];
-		int s2 = openat(sfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int d2 = open(tmps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		int crc = s2 < 0 || d2 < 0 ? copy_fail(&c, ".", "cannot open directory", errno)
-					   : copy_dir(&c, s2, d2, ".", 1);
-		if (s2 >= 0)
-			close(s2);
-		if (d2 >= 0)
-			close(d2);
-		if (crc < 0) {
-			*err = c.err;
-			c.err = NULL;
-			goto out;
-		}
+	c->fn = name;
+	int s2 = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int d2 = open(*tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int crc = s2 < 0 || d2 < 0 ? copy_fail(c, ".", "cannot open directory", errno)
+				   : copy_dir(c, s2, d2, ".", 1);
+	if (s2 >= 0)
+		close(s2);
+	if (d2 >= 0)
+		close(d2);
+	if (crc < 0) {
+		*err = c->err;
+		c->err = NULL;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (swap_in(fdir, names[i], tmps[i], err) < 0)
-			goto out;
-		free(tmps[i]);
-		tmps[i] = NULL;
-	}
-	res->functions = n;
-	/* Every other directory goes, stale temporary copies included. */
-	if (!(d = opendir(fdir))) {
-		sys_error(err, "cannot read", fdir, errno);
-		goto out;
-	}
+	return crc < 0 ? -1 : 0;
+}
+
+/* Removes every directory of fdir but the n sorted names, stale temporary
+ * copies included; res->removed counts the functions among them. */
+static int remove_others(const char *fdir, char **names, size_t n, struct git_sync_result *res,
+			 char **err)
+{
+	char **stale = NULL;
+	size_t nstale = 0, cap = 0;
+	int rc = -1;
+	DIR *d = opendir(fdir);
+	if (!d)
+		return sys_error(err, "cannot read", fdir, errno);
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		struct stat st;
@@ -1213,6 +1124,7 @@ static int replace_functions(const char *src, const char *fdir, struct git_sync_
 			stale = xrealloc(stale, (cap = cap ? cap * 2 : 8) * sizeof *stale);
 		stale[nstale++] = xstrdup(de->d_name);
 	}
+	closedir(d);
 	for (size_t i = 0; i < nstale; i++) {
 		char *p = xasprintf("%s/%s", fdir, stale[i]);
 		int r = rm_tree(p, err);
@@ -1224,6 +1136,43 @@ static int replace_functions(const char *src, const char *fdir, struct git_sync_
 	}
 	rc = 0;
 out:
+	strv_free(stale, nstale);
+	return rc;
+}
+
+/*
+ * Makes fdir hold exactly the functions of src (see the top of the file):
+ * copy all, then swap each, then remove every other directory.
+ */
+static int replace_functions(const char *src, const char *fdir, struct git_sync_result *res,
+			     char **err)
+{
+	char **names = NULL, **tmps = NULL;
+	size_t n = 0;
+	struct copy_ctx c = {0};
+	int sfd = -1, rc = -1;
+	if (list_functions(src, &names, &n, err) < 0)
+		return -1;
+	tmps = xcalloc(n + 1, sizeof *tmps);
+	if (mkdir_p(fdir, 0755, 0, NULL, NULL, err) < 0)
+		goto out;
+	sfd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfd < 0) {
+		sys_error(err, "cannot open", src, errno);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (copy_function(&c, sfd, fdir, names[i], &tmps[i], err) < 0)
+			goto out;
+	for (size_t i = 0; i < n; i++) {
+		if (swap_in(fdir, names[i], tmps[i], err) < 0)
+			goto out;
+		free(tmps[i]);
+		tmps[i] = NULL;
+	}
+	res->functions = n;
+	rc = remove_others(fdir, names, n, res, err);
+out:
 	for (size_t i = 0; i < n; i++) {
 		if (tmps[i]) {
 			char *ignored = NULL;
@@ -1234,12 +1183,9 @@ out:
 	}
 	free(tmps);
 	free(c.err);
-	if (d)
-		closedir(d);
 	if (sfd >= 0)
 		close(sfd);
 	strv_free(names, n);
-	strv_free(stale, nstale);
 	return rc;
 }
 
@@ -1404,7 +1350,7 @@ static int guard_start(struct fetch_guard *g, char **err)
 	g->stall_ms = atomic_load(&stall_ms_setting);
 	g->fetch_ms = atomic_load(&fetch_ms_setting);
 	g->start_ns = g->last_ns;
-	int e = pthread_create(&g->thread, NULL, watchdog_main, g);
+	int e = thread_start(&g->thread, "git-watchdog", watchdog_main, g);
 	if (e) {
 		/* No fetch without its bound. */
 		*err = xasprintf("cannot start the fetch watchdog: %s", strerror(e));
@@ -1911,6 +1857,25 @@ static int lookup_ref(git_repository *repo, const char *full, git_object **out, 
 	return -1;
 }
 
+/* The message for a ref that names n (2 or 3) things, e.g.: ref "v1" is
+ * ambiguous: both refs/heads/v1 and refs/tags/v1 exist; use --ref
+ * refs/heads/v1 or refs/tags/v1. malloc'd. */
+static char *ambiguous_ref(const char *ref, char *const *names, size_t n)
+{
+	char *s = shown(ref);
+	char *what = n == 2 ? xasprintf("both %s and %s", names[0], names[1])
+			    : xasprintf("%s, %s and %s", names[0], names[1], names[2]);
+	const char *last =
+		str_has_prefix(names[n - 1], "commit ") ? "the full commit id" : names[n - 1];
+	char *hint = n == 2 ? xasprintf("%s or %s", names[0], last)
+			    : xasprintf("%s, %s or %s", names[0], names[1], last);
+	char *msg = xasprintf("ref \"%s\" is ambiguous: %s exist; use --ref %s", s, what, hint);
+	free(hint);
+	free(what);
+	free(s);
+	return msg;
+}
+
 /*
  * ref to a commit (*out) by the rules in gitsync.h, never guessing
  * between kinds; *resolved is what it resolved to: "refs/heads/NAME",
@@ -1977,19 +1942,7 @@ static int resolve_ref(git_repository *repo, const char *url, const char *ref, g
 		free(s);
 		free(u);
 	} else if (n > 1) {
-		/* ref "v1" is ambiguous: both refs/heads/v1 and refs/tags/v1
-		 * exist; use --ref refs/heads/v1 or refs/tags/v1 */
-		char *s = shown(ref);
-		char *what = n == 2 ? xasprintf("both %s and %s", names[0], names[1])
-				    : xasprintf("%s, %s and %s", names[0], names[1], names[2]);
-		const char *last = str_has_prefix(names[n - 1], "commit ") ? "the full commit id"
-									   : names[n - 1];
-		char *hint = n == 2 ? xasprintf("%s or %s", names[0], last)
-				    : xasprintf("%s, %s or %s", names[0], names[1], last);
-		*err = xasprintf("ref \"%s\" is ambiguous: %s exist; use --ref %s", s, what, hint);
-		free(hint);
-		free(what);
-		free(s);
+		*err = ambiguous_ref(ref, names, n);
 	} else {
 		*out = found[0];
 		found[0] = NULL;
@@ -2077,6 +2030,38 @@ char *git_sync_checkout_head(const char *data_dir)
 	return hex;
 }
 
+/* The deploy key must exist and be readable before any network access. */
+static int check_deploy_key(const char *ssh_dir, const char *key, char **err)
+{
+	char *pub = NULL, *fp = NULL, *kerr = NULL;
+	int k = sshkey_public(ssh_dir, &pub, &fp, &kerr);
+	free(pub);
+	free(fp);
+	if (k == -2) {
+		*err = xasprintf("no deploy key: run relay git keygen (%s does not exist)", key);
+		free(kerr);
+	} else if (k < 0) {
+		*err = kerr;
+	}
+	return k < 0 ? -1 : 0;
+}
+
+/* Writes the sync's outcome (now, commit, what ref resolved to: taken from
+ * *resolved) into source.json. */
+static int record_sync(const char *data_dir, struct git_source *src, const char *commit,
+		       char **resolved, char **err)
+{
+	char now[RFC3339_STR_MAX];
+	free(src->last_sync);
+	free(src->last_commit);
+	src->last_sync = xstrdup(rfc3339_format_utc(now_wall_ns(), now));
+	src->last_commit = xstrdup(commit);
+	free(src->last_ref);
+	src->last_ref = *resolved;
+	*resolved = NULL;
+	return git_source_save(data_dir, src, err);
+}
+
 int git_sync(const char *data_dir, const char *functions_dir,
 	     void (*notice)(void *arg, const char *msg), void *notice_arg,
 	     struct git_sync_result *res, char **err)
@@ -2085,7 +2070,7 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	char *dir = git_dir_path(data_dir);
 	char *checkout = xasprintf("%s/checkout", dir);
 	char *ssh_dir = data_path(data_dir, "ssh");
-	char *key = NULL, *pub = NULL, *fp = NULL, *kerr = NULL, *srcdir = NULL, *resolved = NULL;
+	char *key = NULL, *srcdir = NULL, *resolved = NULL;
 	struct remote_ctx ctx = {.ssh_dir = ssh_dir, .notice = notice, .notice_arg = notice_arg};
 	git_repository *repo = NULL;
 	git_object *commit = NULL;
@@ -2108,16 +2093,8 @@ int git_sync(const char *data_dir, const char *functions_dir,
 		goto out;
 	key = sshkey_path(ssh_dir);
 	ctx.key_path = key;
-	int k = sshkey_public(ssh_dir, &pub, &fp, &kerr);
-	if (k == -2) {
-		*err = xasprintf("no deploy key: run relay git keygen (%s does not exist)", key);
+	if (check_deploy_key(ssh_dir, key, err) < 0)
 		goto out;
-	}
-	if (k < 0) {
-		*err = kerr;
-		kerr = NULL;
-		goto out;
-	}
 	pthread_once(&git_once, git_init_once);
 	if (open_checkout(checkout, src.repository, &repo, err) < 0 ||
 	    fetch(repo, src.repository, &ctx, err) < 0 ||
@@ -2133,15 +2110,7 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	if (replace_functions(srcdir, functions_dir, res, err) < 0)
 		goto out;
 	git_oid_tostr(res->commit, sizeof res->commit, git_object_id(commit));
-	char now[RFC3339_STR_MAX];
-	free(src.last_sync);
-	free(src.last_commit);
-	src.last_sync = xstrdup(rfc3339_format_utc(now_wall_ns(), now));
-	src.last_commit = xstrdup(res->commit);
-	free(src.last_ref);
-	src.last_ref = resolved;
-	resolved = NULL;
-	if (git_source_save(data_dir, &src, err) < 0)
+	if (record_sync(data_dir, &src, res->commit, &resolved, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -2155,9 +2124,6 @@ out:
 	free(ctx.err);
 	free(resolved);
 	free(srcdir);
-	free(kerr);
-	free(pub);
-	free(fp);
 	free(key);
 	free(ssh_dir);
 	free(checkout);

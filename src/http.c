@@ -491,9 +491,8 @@ static int try_start(struct http_server *s, char **err)
 	int port = socket_port(fd);
 
 	/* MHD's threads inherit this mask: keep process signals off them. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	sigset_t old;
+	signals_block_all(&old);
 	struct MHD_Daemon *d = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
@@ -502,7 +501,7 @@ static int try_start(struct http_server *s, char **err)
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_seconds,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
 		s, MHD_OPTION_END);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	signals_restore(&old);
 	if (!d) {
 		close(fd);
 		*err = xasprintf("listen tcp %s: cannot start the http daemon", s->addr);
@@ -601,11 +600,9 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 		 "%s http server cannot listen; retrying in the background", s->cfg.name);
 	free(e);
 
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&s->retry_thread, NULL, retry_main, s);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	char tname[32]; /* "Metrics-retry": thread_start keeps 15 bytes */
+	snprintf_(tname, sizeof tname, "%s-retry", s->cfg.name);
+	int rc = thread_start(&s->retry_thread, tname, retry_main, s);
 	if (rc != 0) {
 		*err = xasprintf("cannot start the %s http retry thread: %s", s->cfg.name,
 				 strerror(rc));

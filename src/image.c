@@ -101,8 +101,7 @@ char *image_dep_ref(const struct runtime *rt, const struct runtime_dep_rule *rul
 	EVP_DigestFinal_ex(c, md, &n);
 	EVP_MD_CTX_free(c);
 	char hex[17];
-	for (int i = 0; i < 8; i++)
-		snprintf_(hex + 2 * i, 3, "%02x", md[i]);
+	hex_encode(md, 8, hex);
 	return xasprintf(IMAGE_DEP_PREFIX "%s-%s", rt->name, hex);
 }
 

@@ -42,7 +42,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -142,18 +141,6 @@ struct reconciler {
 };
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static char *join_errors(const struct strlist *l)
-{
-	struct buf b;
-	buf_init(&b, 64 * 1024);
-	for (size_t i = 0; i < l->n; i++) {
-		if (i)
-			buf_append(&b, "; ", 2);
-		buf_append(&b, l->v[i], strlen(l->v[i]));
-	}
-	return buf_steal(&b);
-}
 
 /* The state database's view of a function's definition. */
 struct state_def {
@@ -688,14 +675,12 @@ static bool template_missing(const char *fdir)
 	return missing;
 }
 
-/* One look at t (see reconcile.h). May drop t. */
-static void look(struct reconciler *rc, struct docker *d, struct track *t)
+/* The checks before t's files are read: its directory gone (t dropped
+ * unless the whole functions directory is missing), no template.yaml yet,
+ * an invalid name (logged once). True when the look stops there. */
+static bool look_stops_early(struct reconciler *rc, struct track *t, const char *fdir)
 {
-	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
-	struct fn_tree tree = {0};
-	bool have_tree = false;
 	struct stat st;
-
 	if (stat(fdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		/* With the functions directory itself missing (moved away,
 		 * removed, unmounted) nothing is unpublished: the pass that
@@ -706,7 +691,7 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 		else
 			log_debug(LOG_ATTRS("function", t->name),
 				  "the functions directory is missing; function kept");
-		goto out;
+		return true;
 	}
 	if (template_missing(fdir)) {
 		if (t->note != NOTE_NO_TEMPLATE) {
@@ -720,10 +705,10 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 					 "directory has no template.yaml yet; not ready");
 			t->note = NOTE_NO_TEMPLATE;
 		}
-		goto out;
+		return true;
 	}
 	if (t->note == NOTE_BAD_NAME)
-		goto out;
+		return true;
 	if (!function_name_valid(t->name, NULL)) {
 		/* Logged once with every error, as at startup. */
 		struct function_entry e = {.name = t->name};
@@ -733,8 +718,51 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 		strlist_free(&e.errors);
 		strlist_free(&e.warnings);
 		t->note = NOTE_BAD_NAME;
-		goto out;
+		return true;
 	}
+	return false;
+}
+
+/* Loads and validates t's changed version (fingerprint fp). Returns the
+ * function to prepare, or NULL when there is none: removed meanwhile, or
+ * invalid (logged, noted as failed; the active version keeps serving). */
+static struct function *load_changed(struct reconciler *rc, struct track *t, const char *fp)
+{
+	struct function_entry e = {.name = t->name};
+	e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
+	if (e.status == FUNCTION_INVALID) {
+		char *why = function_entry_errors(&e);
+		if (t->active) {
+			for (size_t i = 0; i < e.warnings.n; i++)
+				log_warn(LOG_ATTRS("function", t->name, "warning", e.warnings.v[i]),
+					 "template has an unknown key");
+			log_warn(LOG_ATTRS("function", t->name, "errors", why, "serving",
+					   t->active->image),
+				 "invalid function; previous version keeps serving");
+		} else {
+			function_entry_log(&e);
+		}
+		note_failure(rc, t, fp, why, false);
+		free(why);
+	} else if (e.status == FUNCTION_OK) {
+		function_entry_log(&e); /* warnings only */
+	}				/* FUNCTION_NO_TEMPLATE: removed meanwhile */
+	strlist_free(&e.errors);
+	strlist_free(&e.warnings);
+	if (e.status == FUNCTION_OK)
+		return e.fn;
+	function_free(e.fn);
+	return NULL;
+}
+
+/* One look at t (see reconcile.h). May drop t. */
+static void look(struct reconciler *rc, struct docker *d, struct track *t)
+{
+	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+	struct fn_tree tree = {0};
+	bool have_tree = false;
+	if (look_stops_early(rc, t, fdir))
+		goto out;
 
 	char *err = NULL;
 	if (fn_tree_load(fdir, &tree, &err) < 0) {
@@ -773,40 +801,15 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 	if (t->note != NOTE_FAILED || strcmp(fp, t->failed_fp) != 0)
 		t->retry_backoff_ns = 0; /* a new version starts a new backoff */
 
-	struct function_entry e = {.name = t->name};
-	e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
-	if (e.status == FUNCTION_NO_TEMPLATE) { /* removed meanwhile */
-		strlist_free(&e.errors);
-		strlist_free(&e.warnings);
+	struct function *fn = load_changed(rc, t, fp);
+	if (!fn)
 		goto out;
-	}
-	if (e.status == FUNCTION_INVALID) {
-		char *why = join_errors(&e.errors);
-		if (t->active) {
-			for (size_t i = 0; i < e.warnings.n; i++)
-				log_warn(LOG_ATTRS("function", t->name, "warning", e.warnings.v[i]),
-					 "template has an unknown key");
-			log_warn(LOG_ATTRS("function", t->name, "errors", why, "serving",
-					   t->active->image),
-				 "invalid function; previous version keeps serving");
-		} else {
-			function_entry_log(&e);
-		}
-		note_failure(rc, t, fp, why, false);
-		free(why);
-		strlist_free(&e.errors);
-		strlist_free(&e.warnings);
-		goto out;
-	}
-	function_entry_log(&e); /* warnings only */
-	strlist_free(&e.errors);
-	strlist_free(&e.warnings);
 	if (t->active) {
 		char short_fp[17];
 		log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(fp, short_fp)),
 			 "function changed; preparing the new version");
 	}
-	prepare(rc, d, t, e.fn, &tree, fp, false);
+	prepare(rc, d, t, fn, &tree, fp, false);
 out:
 	if (have_tree)
 		fn_tree_free(&tree);
@@ -848,23 +851,91 @@ static void startup_gc_add(struct reconciler *rc, const char *name)
 	rc->startup_gc[rc->nstartup_gc++] = xstrdup(name);
 }
 
+/* Functions the previous run knew (the state database): their leftover
+ * images are collected too, even when their directory is gone. */
+static void gc_previous_functions(struct reconciler *rc)
+{
+	if (!rc->cfg.state)
+		return;
+	char *err = NULL;
+	struct state_function_info *prev = NULL;
+	size_t nprev = 0;
+	if (state_list_functions(rc->cfg.state, &prev, &nprev, &err) < 0)
+		state_failed("read the previous functions", NULL, err);
+	for (size_t i = 0; i < nprev; i++)
+		if (function_name_valid(prev[i].name, NULL))
+			startup_gc_add(rc, prev[i].name);
+	state_function_infos_free(prev, nprev);
+}
+
+/* Loads t at startup: watched and its images collected when its name is
+ * valid; no template, an invalid name or definition is logged and noted.
+ * Returns the function to prepare, or NULL. */
+static struct function *startup_load(struct reconciler *rc, struct track *t)
+{
+	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+	struct function_entry e = {.name = t->name};
+	e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
+	function_entry_log(&e);
+	bool valid_name = function_name_valid(t->name, NULL);
+	if (valid_name) {
+		watch_tree(rc, t->name, fdir, 0);
+		startup_gc_add(rc, t->name);
+	}
+	if (e.status == FUNCTION_NO_TEMPLATE) {
+		log_info(LOG_ATTRS("function", t->name),
+			 "directory has no template.yaml yet; not ready");
+		t->note = NOTE_NO_TEMPLATE;
+	} else if (e.status == FUNCTION_INVALID && !valid_name) {
+		t->note = NOTE_BAD_NAME;
+	} else if (e.status == FUNCTION_INVALID) {
+		/* Remember the failing fingerprint: not parsed again until it changes. */
+		char fp[FINGERPRINT_HEX_LEN + 1] = "";
+		char *ferr = NULL;
+		if (fingerprint_dir(fdir, fp, &ferr) < 0)
+			fp[0] = '\0';
+		free(ferr);
+		char *why = function_entry_errors(&e);
+		note_failure(rc, t, fp, why, false);
+		free(why);
+	}
+	strlist_free(&e.errors);
+	strlist_free(&e.warnings);
+	free(fdir);
+	if (e.status == FUNCTION_OK)
+		return e.fn;
+	function_free(e.fn);
+	return NULL;
+}
+
+/* Reads t's files and prepares fn (which it takes) as served at startup. */
+static void startup_prepare(struct reconciler *rc, struct docker *d, struct track *t,
+			    struct function *fn)
+{
+	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+	struct fn_tree tree;
+	char *terr = NULL;
+	if (fn_tree_load(fdir, &tree, &terr) < 0) {
+		char *why = xasprintf("function \"%s\": %s", t->name, terr);
+		log_error(LOG_ATTRS("function", t->name, "error", why),
+			  "cannot read the function; skipped");
+		note_failure(rc, t, NULL, why, false);
+		free(why);
+		free(terr);
+		function_free(fn);
+	} else {
+		char fp[FINGERPRINT_HEX_LEN + 1];
+		fingerprint_tree(&tree, fp);
+		prepare(rc, d, t, fn, &tree, fp, true);
+		fn_tree_free(&tree);
+	}
+	free(fdir);
+}
+
 size_t reconciler_load(struct reconciler *rc, struct docker *d)
 {
 	char *err = NULL;
-	/* Functions the previous run knew: their leftover images are collected
-	 * too, even when their directory is gone. */
-	if (rc->cfg.state) {
-		struct state_function_info *prev = NULL;
-		size_t nprev = 0;
-		if (state_list_functions(rc->cfg.state, &prev, &nprev, &err) < 0)
-			state_failed("read the previous functions", NULL, err);
-		for (size_t i = 0; i < nprev; i++)
-			if (function_name_valid(prev[i].name, NULL))
-				startup_gc_add(rc, prev[i].name);
-		state_function_infos_free(prev, nprev);
-		err = NULL;
-	}
-
+	gc_previous_functions(rc);
 	char **names = NULL;
 	size_t nnames = 0;
 	if (function_dir_names(rc->dir, &names, &nnames, &err) < 0) {
@@ -879,76 +950,26 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 	struct state_def *defs = xcalloc(nnames + 1, sizeof *defs);
 	struct state_function *sfs = xcalloc(nnames + 1, sizeof *sfs);
 	size_t nok = 0;
-
 	for (size_t i = 0; i < nnames; i++) {
 		struct track *t = track_get(rc, names[i], NULL);
-		char *fdir = xasprintf("%s/%s", rc->dir, t->name);
-		struct function_entry e = {.name = t->name};
-		e.status = function_load(rc->dir, t->name, &e.fn, &e.errors, &e.warnings);
-		function_entry_log(&e);
-		bool valid_name = function_name_valid(t->name, NULL);
-		if (valid_name) {
-			watch_tree(rc, t->name, fdir, 0);
-			startup_gc_add(rc, t->name);
-		}
-		if (e.status == FUNCTION_NO_TEMPLATE) {
-			log_info(LOG_ATTRS("function", t->name),
-				 "directory has no template.yaml yet; not ready");
-			t->note = NOTE_NO_TEMPLATE;
-		} else if (e.status == FUNCTION_INVALID && !valid_name) {
-			t->note = NOTE_BAD_NAME;
-		} else if (e.status == FUNCTION_INVALID) {
-			/* Remember the failing fingerprint: not parsed again until it changes. */
-			char fp[FINGERPRINT_HEX_LEN + 1] = "";
-			char *ferr = NULL;
-			if (fingerprint_dir(fdir, fp, &ferr) < 0)
-				fp[0] = '\0';
-			free(ferr);
-			char *why = join_errors(&e.errors);
-			note_failure(rc, t, fp, why, false);
-			free(why);
-		} else {
-			ok[nok] = t;
-			fns[nok] = e.fn;
-			e.fn = NULL;
-			def_init(&defs[nok], fns[nok]);
-			sfs[nok] = defs[nok].f;
-			nok++;
-		}
-		strlist_free(&e.errors);
-		strlist_free(&e.warnings);
-		function_free(e.fn);
-		free(fdir);
+		struct function *fn = startup_load(rc, t);
+		if (!fn)
+			continue;
+		ok[nok] = t;
+		fns[nok] = fn;
+		def_init(&defs[nok], fn);
+		sfs[nok] = defs[nok].f;
+		nok++;
 	}
-
+	/* The state database learns every valid definition before the builds. */
 	if (rc->cfg.state && state_replace_all(rc->cfg.state, sfs, nok, time(NULL), &err) < 0)
 		state_failed("record the loaded functions", NULL, err);
 	for (size_t i = 0; i < nok; i++)
 		def_free(&defs[i]);
 	free(defs);
 	free(sfs);
-
-	for (size_t i = 0; i < nok; i++) {
-		struct track *t = ok[i];
-		char *fdir = xasprintf("%s/%s", rc->dir, t->name);
-		struct fn_tree tree;
-		char *terr = NULL;
-		if (fn_tree_load(fdir, &tree, &terr) < 0) {
-			char *why = xasprintf("function \"%s\": %s", t->name, terr);
-			log_error(LOG_ATTRS("function", t->name, "error", why),
-				  "cannot read the function; skipped");
-			note_failure(rc, t, NULL, why, false);
-			free(why);
-			free(terr);
-			function_free(fns[i]);
-		} else {
-			char fp[FINGERPRINT_HEX_LEN + 1];
-			fingerprint_tree(&tree, fp);
-			prepare(rc, d, t, fns[i], &tree, fp, true);
-			fn_tree_free(&tree);
-		}
-		free(fdir);
-	}
+	for (size_t i = 0; i < nok; i++)
+		startup_prepare(rc, d, ok[i], fns[i]);
 	free(ok);
 	free(fns);
 	function_names_free(names, nnames);
@@ -1190,18 +1211,13 @@ static void *reconcile_main(void *arg)
 int reconciler_start(struct reconciler *rc, struct docker *d, char **err)
 {
 	rc->d = d;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int e = pthread_create(&rc->thread, NULL, reconcile_main, rc);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = thread_start(&rc->thread, "reconcile", reconcile_main, rc);
 	if (e != 0) {
 		*err = xasprintf("cannot start the reconciler thread: %s", strerror(e));
 		docker_close(d);
 		rc->d = NULL;
 		return -1;
 	}
-	pthread_setname_np(rc->thread, "reconcile");
 	rc->started = true;
 	return 0;
 }

@@ -897,20 +897,16 @@ int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
 
 void redis_script_init(struct redis_script *s, const char *text)
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
 	s->text = text;
 	if (EVP_Digest(text, strlen(text), md, &n, EVP_sha1(), NULL) != 1 || n != 20) {
 		/* Never matches a cached script: every call falls back to EVAL. */
 		memset(s->sha, '0', 40);
+		s->sha[40] = '\0';
 	} else {
-		for (unsigned int i = 0; i < 20; i++) {
-			s->sha[2 * i] = hex[md[i] >> 4];
-			s->sha[2 * i + 1] = hex[md[i] & 15];
-		}
+		hex_encode(md, 20, s->sha);
 	}
-	s->sha[40] = '\0';
 }
 
 /* Queues <verb> <body> argv... */

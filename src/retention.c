@@ -2,7 +2,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +16,7 @@ struct retention {
 	int64_t retention_ns, first_ns, interval_ns;
 	volatile int stop;
 	pthread_t thread;
+	bool started; /* thread_start succeeded: stop joins it */
 };
 
 int64_t retention_interval_ns(int64_t retention_ns)
@@ -60,9 +61,6 @@ long long retention_trim(struct redis *r, const char *stream, int64_t retention_
 static void *retention_main(void *arg)
 {
 	struct retention *t = arg;
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	struct redis *r = redis_new(&t->uri, NULL);
 	int64_t wait = t->first_ns;
 	while (!t->stop) {
@@ -94,7 +92,11 @@ struct retention *retention_start(const struct redis_uri *uri, const char *strea
 	log_info(LOG_ATTRS("stream", stream, "retention", duration_format(retention_ns, rv),
 			   "interval", duration_format(t->interval_ns, iv)),
 		 "stream retention enabled");
-	pthread_create(&t->thread, NULL, retention_main, t);
+	int e = thread_start(&t->thread, "retention", retention_main, t);
+	if (e != 0)
+		log_warn(LOG_ATTRS("error", strerror(e)),
+			 "cannot start the stream retention thread");
+	t->started = e == 0;
 	return t;
 }
 
@@ -103,7 +105,8 @@ void retention_stop(struct retention *t)
 	if (!t)
 		return;
 	t->stop = 1;
-	pthread_join(t->thread, NULL);
+	if (t->started)
+		pthread_join(t->thread, NULL);
 	redis_uri_free(&t->uri);
 	free(t->stream);
 	free(t);

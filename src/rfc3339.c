@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 
+#include "tz.h" /* the proleptic Gregorian calendar */
 #include "util.h"
 
 static bool is_digit(char c)
@@ -23,39 +24,45 @@ static int two_digits(const char *s, size_t n, size_t i)
 	return (s[i] - '0') * 10 + (s[i + 1] - '0');
 }
 
-static bool is_leap(int64_t y)
+/* An optional fraction at s[*i] ('.' or ',' and digits; past the ninth
+ * they are ignored) as nanoseconds; *i moves past it. */
+static int32_t fraction(const char *s, size_t n, size_t *i)
 {
-	return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+	int32_t frac = 0;
+	size_t j = *i;
+	if (j + 1 >= n || (s[j] != '.' && s[j] != ',') || !is_digit(s[j + 1]))
+		return 0;
+	int digits = 0;
+	for (j++; j < n && is_digit(s[j]); j++) {
+		if (digits < 9) {
+			frac = frac * 10 + (s[j] - '0');
+			digits++;
+		}
+	}
+	for (; digits < 9; digits++)
+		frac *= 10;
+	*i = j;
+	return frac;
 }
 
-static int days_in_month(int64_t y, int m)
+/* 'Z' or ±hh:mm at s[*i] (hh <= 24, mm <= 60, Go's range check) into
+ * *offset seconds east of UTC; *i moves past it. 0, or -1 when neither. */
+static int zone_offset(const char *s, size_t n, size_t *i, int64_t *offset)
 {
-	static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-	return m == 2 && is_leap(y) ? 29 : days[m - 1];
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-	z += 719468;
-	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-	int64_t doe = z - era * 146097;
-	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	int64_t mp = (5 * doy + 2) / 153;
-	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
-	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
-	*y = yoe + era * 400 + (*m <= 2);
+	size_t j = *i;
+	*offset = 0;
+	if (j < n && s[j] == 'Z') {
+		*i = j + 1;
+		return 0;
+	}
+	if (n - j < 6 || (s[j] != '+' && s[j] != '-') || s[j + 3] != ':')
+		return -1;
+	int oh = two_digits(s, n, j + 1), om = two_digits(s, n, j + 4);
+	if (oh < 0 || om < 0 || oh > 24 || om > 60)
+		return -1;
+	*offset = (int64_t)(oh * 60 + om) * 60 * (s[j] == '-' ? -1 : 1);
+	*i = j + 6;
+	return 0;
 }
 
 int rfc3339_parse(const char *s, size_t n, int64_t *sec, int32_t *nsec)
@@ -79,7 +86,7 @@ int rfc3339_parse(const char *s, size_t n, int64_t *sec, int32_t *nsec)
 	if (i >= n || s[i++] != '-')
 		return -1;
 	int day = two_digits(s, n, i);
-	if (day < 1 || day > days_in_month(year, month))
+	if (day < 1 || day > tz_days_in_month(year, month))
 		return -1;
 	i += 2;
 	if (i >= n || s[i++] != 'T')
@@ -105,38 +112,13 @@ int rfc3339_parse(const char *s, size_t n, int64_t *sec, int32_t *nsec)
 		return -1;
 	i += 2;
 
-	int32_t frac = 0;
-	if (i + 1 < n && (s[i] == '.' || s[i] == ',') && is_digit(s[i + 1])) {
-		int digits = 0;
-		i++;
-		for (; i < n && is_digit(s[i]); i++) {
-			if (digits < 9) {
-				frac = frac * 10 + (s[i] - '0');
-				digits++;
-			}
-		}
-		for (; digits < 9; digits++)
-			frac *= 10;
-	}
-
-	int64_t offset = 0;
-	if (i < n && s[i] == 'Z') {
-		i++;
-	} else {
-		if (n - i < 6 || (s[i] != '+' && s[i] != '-') || s[i + 3] != ':')
-			return -1;
-		int oh = two_digits(s, n, i + 1), om = two_digits(s, n, i + 4);
-		if (oh < 0 || om < 0 || oh > 24 || om > 60)
-			return -1;
-		offset = (int64_t)(oh * 60 + om) * 60;
-		if (s[i] == '-')
-			offset = -offset;
-		i += 6;
-	}
-	if (i != n)
+	int32_t frac = fraction(s, n, &i);
+	int64_t offset;
+	if (zone_offset(s, n, &i, &offset) < 0 || i != n)
 		return -1;
 
-	*sec = days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + secs - offset;
+	*sec = tz_days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + secs -
+	       offset;
 	*nsec = frac;
 	return 0;
 }
@@ -175,7 +157,7 @@ char *rfc3339_format_utc(int64_t unix_ns, char out[RFC3339_STR_MAX])
 	}
 	int64_t y;
 	int m, d;
-	civil_from_days(days, &y, &m, &d);
+	tz_civil_from_days(days, &y, &m, &d);
 	snprintf_(out, RFC3339_STR_MAX, "%04lld-%02d-%02dT%02d:%02d:%02dZ", (long long)y, m, d,
 		  (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60));
 	return out;

@@ -20,7 +20,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +46,7 @@ struct scheduler {
 	int64_t grace_ns, poll_ns, start_ns;
 	volatile int stop;
 	pthread_t thread;
+	bool started; /* thread_start succeeded: stop joins it */
 
 	struct snapshot *snap; /* held reference the jobs borrow from */
 	struct job *jobs;
@@ -375,9 +375,6 @@ static void run_job(struct scheduler *s, struct redis *r, struct job *jb, int64_
 static void *scheduler_main(void *arg)
 {
 	struct scheduler *s = arg;
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	struct redis_opts o = {.connect_timeout_ms = 1000, .command_timeout_ms = 2000};
 	struct redis *r = redis_new(&s->uri, &o);
 
@@ -433,7 +430,10 @@ struct scheduler *scheduler_start(const struct scheduler_config *cfg)
 	rfc3339_format_utc(s->start_ns, start);
 	log_info(LOG_ATTRS("start", start, "grace", duration_format(s->grace_ns, grace)),
 		 "Cron scheduler started with %zu schedule job(s)", s->njobs);
-	pthread_create(&s->thread, NULL, scheduler_main, s);
+	int e = thread_start(&s->thread, "scheduler", scheduler_main, s);
+	if (e != 0)
+		log_warn(LOG_ATTRS("error", strerror(e)), "cannot start the cron scheduler thread");
+	s->started = e == 0;
 	return s;
 }
 
@@ -442,7 +442,8 @@ void scheduler_stop(struct scheduler *s)
 	if (!s)
 		return;
 	s->stop = 1;
-	pthread_join(s->thread, NULL);
+	if (s->started)
+		pthread_join(s->thread, NULL);
 	free(s->jobs);
 	registry_release(s->registry, s->snap);
 	redis_uri_free(&s->uri);

@@ -146,18 +146,8 @@ static int check_dir_stat(const struct stat *st, const char *path, char **err)
 		*err = xasprintf("secrets directory %s: not a directory", path);
 		return SECRET_ERROR;
 	}
-	if (st->st_uid != geteuid()) {
-		*err = xasprintf("secrets directory %s: owned by uid %u, not by the current user "
-				 "(uid %u); refusing to use it",
-				 path, (unsigned)st->st_uid, (unsigned)geteuid());
+	if (check_owner_mode(st, 077, "secrets directory", path, "use", err) < 0)
 		return SECRET_ERROR;
-	}
-	if (st->st_mode & 077) {
-		*err = xasprintf("secrets directory %s: permissions %04o are too open (want 0700); "
-				 "refusing to use it",
-				 path, (unsigned)(st->st_mode & 07777));
-		return SECRET_ERROR;
-	}
 	return 0;
 }
 
@@ -173,19 +163,8 @@ static int check_file_stat(const struct stat *st, const char *path, char **err)
 		*err = xasprintf("secret file %s: not a regular file; refusing to read it", path);
 		return SECRET_ERROR;
 	}
-	if (st->st_uid != geteuid()) {
-		*err = xasprintf(
-			"secret file %s: owned by uid %u, not by the current user (uid %u); "
-			"refusing to read it",
-			path, (unsigned)st->st_uid, (unsigned)geteuid());
+	if (check_owner_mode(st, 077, "secret file", path, "read", err) < 0)
 		return SECRET_ERROR;
-	}
-	if (st->st_mode & 077) {
-		*err = xasprintf("secret file %s: permissions %04o are too open (want 0600); "
-				 "refusing to read it",
-				 path, (unsigned)(st->st_mode & 07777));
-		return SECRET_ERROR;
-	}
 	if (st->st_size > SECRET_VALUE_MAX) {
 		*err = xasprintf("secret file %s: size %lld bytes exceeds the maximum of %d bytes; "
 				 "refusing to read it",
@@ -193,33 +172,6 @@ static int check_file_stat(const struct stat *st, const char *path, char **err)
 		return SECRET_ERROR;
 	}
 	return 0;
-}
-
-/* mkdir -p of path, each missing component created with mode 0700. */
-static int mkdir_parents(const char *path, char **err)
-{
-	if (!*path) {
-		*err = xstrdup("the data directory path is empty");
-		return SECRET_ERROR;
-	}
-	char *p = xstrdup(path);
-	int rc = 0;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char saved = *s;
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", p, errno);
-			goto out;
-		}
-		*s = saved;
-		if (saved == '\0')
-			break;
-	}
-out:
-	free(p);
-	return rc;
 }
 
 /*
@@ -232,7 +184,11 @@ static int open_dir(const struct file_store *fs, bool create, int *fd, char **er
 	*fd = -1;
 	bool created = false;
 	if (create) {
-		if (mkdir_parents(fs->data_dir, err) < 0)
+		if (!*fs->data_dir) {
+			*err = xstrdup("the data directory path is empty");
+			return SECRET_ERROR;
+		}
+		if (mkdir_p(fs->data_dir, 0700, 0, NULL, NULL, err) < 0)
 			return SECRET_ERROR;
 		if (mkdir(fs->dir, 0700) == 0)
 			created = true;
@@ -295,8 +251,6 @@ static int file_get(void *ctx, const char *name, char **value, size_t *len, char
 {
 	const struct file_store *fs = ctx;
 	char *path = xasprintf("%s/%s", fs->dir, name);
-	char *data = NULL;
-	size_t have = 0, size = 0;
 	int dfd = -1, fd = -1;
 	int rc = open_dir(fs, false, &dfd, err);
 	if (rc == SECRET_NOT_FOUND) {
@@ -335,50 +289,19 @@ static int file_get(void *ctx, const char *name, char **value, size_t *len, char
 	}
 	if ((rc = check_file_stat(&after, path, err)) < 0)
 		goto out;
-	/* Read up to one byte past the limit to notice a file that grew. */
-	size = (size_t)after.st_size + 1;
-	data = xmalloc(size);
-	for (;;) {
-		if (have == size) {
-			if (size > SECRET_VALUE_MAX) {
-				*err = xasprintf(
-					"secret file %s: larger than the maximum of %d bytes", path,
-					SECRET_VALUE_MAX);
-				rc = SECRET_ERROR;
-				goto out;
-			}
-			size_t nsize = size * 2 > (size_t)SECRET_VALUE_MAX + 1
-					       ? (size_t)SECRET_VALUE_MAX + 1
-					       : size * 2;
-			char *grown = xmalloc(nsize);
-			memcpy(grown, data, have);
-			explicit_bzero(data, size);
-			free(data);
-			data = grown;
-			size = nsize;
-		}
-		ssize_t n = read(fd, data + have, size - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = sys_error(err, "cannot read secret file", path, errno);
-			goto out;
-		}
-		if (n == 0)
-			break;
-		have += (size_t)n;
+	/* The file may have grown since the check: read_fd_bounded reads up
+	 * to one byte past the limit to notice it. */
+	if (read_fd_bounded(fd, SECRET_VALUE_MAX, READ_WIPE, value, len) < 0) {
+		if (errno == EFBIG)
+			*err = xasprintf("secret file %s: larger than the maximum of %d bytes",
+					 path, SECRET_VALUE_MAX);
+		else
+			sys_error(err, "cannot read secret file", path, errno);
+		rc = SECRET_ERROR;
+		goto out;
 	}
-	/* Exactly sized copy with a terminating NUL for convenience. */
-	*value = xmalloc(have + 1);
-	memcpy(*value, data, have);
-	(*value)[have] = '\0';
-	*len = have;
 	rc = 0;
 out:
-	if (data) {
-		explicit_bzero(data, size);
-		free(data);
-	}
 	if (fd >= 0)
 		close(fd);
 	if (dfd >= 0)

@@ -348,30 +348,6 @@ static int decode_private(const char *text, size_t len, const char *path,
 
 /* ---- files ---- */
 
-/* mkdir -p, each missing component created with mode 0700. */
-static int mkdir_p(const char *path, char **err)
-{
-	char *p = xstrdup(path);
-	int rc = 0;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char saved = *s;
-		*s = '\0';
-		if (mkdir(p, 0700) == 0)
-			chmod(p, 0700); /* exactly 0700 whatever the umask */
-		else if (errno != EEXIST) {
-			rc = sys_error(err, "cannot create directory", p, errno);
-			break;
-		}
-		*s = saved;
-		if (!saved)
-			break;
-	}
-	free(p);
-	return rc;
-}
-
 /* Opens the SSH directory, refusing one writable by others. -2 when it does
  * not exist and create is false. */
 static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
@@ -381,7 +357,7 @@ static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
 		*err = xstrdup("the SSH directory path is empty");
 		return -1;
 	}
-	if (create && mkdir_p(dir, err) < 0)
+	if (create && mkdir_p(dir, 0700, MKDIR_EXACT_MODE, NULL, NULL, err) < 0)
 		return -1;
 	*dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (*dfd < 0 && errno == ENOENT && !create)
@@ -390,7 +366,7 @@ static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
 		return sys_error(err, "cannot open SSH directory", dir, errno);
 	if (fstat(*dfd, &st) < 0)
 		return sys_error(err, "cannot stat SSH directory", dir, errno);
-	if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+	if (!owner_mode_ok(&st, 022)) {
 		*err = xasprintf("SSH directory %s: must be owned by uid %u and not writable by "
 				 "group or others (owner %u, mode %04o); refusing to use it",
 				 dir, (unsigned)geteuid(), (unsigned)st.st_uid,
@@ -417,7 +393,7 @@ static int open_checked(int dfd, const char *name, const char *path, int flags, 
 		return sys_error(err, "cannot open", path, errno);
 	if (fstat(*fd, &st) < 0)
 		return sys_error(err, "cannot stat", path, errno);
-	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & loose)) {
+	if (!S_ISREG(st.st_mode) || !owner_mode_ok(&st, loose)) {
 		*err = xasprintf(
 			"%s: must be a regular file owned by uid %u with mode %04o at most "
 			"(is uid %u, mode %06o); refusing to use it",
@@ -428,29 +404,18 @@ static int open_checked(int dfd, const char *name, const char *path, int flags, 
 	return 0;
 }
 
-/* Reads fd to its end into *out (NUL-terminated, max + 2 bytes allocated;
- * the caller frees it). A file over max bytes is refused. */
+/* Reads fd to its end into *out (NUL-terminated; the caller frees it). A
+ * file over max bytes is refused. What is read may be a private key: every
+ * buffer let go of on the way is wiped. */
 static int read_bounded(int fd, size_t max, const char *path, char **out, size_t *len, char **err)
 {
-	char *b = xmalloc(max + 2);
-	size_t n = 0;
-	ssize_t r = 1;
-	while (n <= max && r != 0) {
-		r = read(fd, b + n, max + 1 - n);
-		if (r < 0 && errno != EINTR) {
-			free(b);
-			return sys_error(err, "cannot read", path, errno);
-		}
-		n += r > 0 ? (size_t)r : 0;
-	}
-	b[n] = '\0';
-	*out = b;
-	*len = n;
-	if (n > max) {
+	if (read_fd_bounded(fd, max, READ_WIPE, out, len) == 0)
+		return 0;
+	if (errno == EFBIG)
 		*err = xasprintf("%s: larger than %zu bytes; refusing to read it", path, max);
-		return -1;
-	}
-	return 0;
+	else
+		sys_error(err, "cannot read", path, errno);
+	return -1;
 }
 
 char *sshkey_path(const char *ssh_dir)
@@ -494,8 +459,8 @@ int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **
 	}
 	text = encode_private(seed, pub, check, &text_len);
 	rc = write_file_atomic(dfd, ssh_dir, SSHKEY_FILE, text, text_len, 0600, !force, err);
-	if (rc == -2)
-		key_exists(path, err); /* created meanwhile by someone else */
+	if (rc == -EEXIST)
+		rc = key_exists(path, err); /* created meanwhile by someone else */
 	if (rc < 0)
 		goto out;
 	make_blob(pub, blob);
@@ -598,8 +563,8 @@ int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, c
  */
 
 _Static_assert(KNOWN_HOSTS_LINE_MAX > 4 * HOST_BLOB_MAX / 3, "any key we accept fits a line");
-#define HOST_NAME_MAX_ 255		 /* host_ok() */
-#define NAME_MAX_ (HOST_NAME_MAX_ + 8)	 /* "[host]:65535" */
+#define HOST_NAME_MAX_ 255	       /* host_ok() */
+#define NAME_MAX_ (HOST_NAME_MAX_ + 8) /* "[host]:65535" */
 #define NAME_WORDS ((NAME_MAX_ + 1 + 63) / 64)
 #define HASH_MAGIC "|1|"
 #define HASH_LEN 20 /* SHA-1: the salt and the MAC */

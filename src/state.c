@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "duration.h"
+#include "rfc3339.h"
 
 #define BUSY_TIMEOUT_MS 2000
 
@@ -115,34 +116,17 @@ static char *db_path(const char *data_dir)
 	return xasprintf("%.*s/%s", (int)n, data_dir, STATE_DB_FILE);
 }
 
-/* mkdir -p with mode for the directories it creates. */
-static int mkdir_p(const char *dir, mode_t mode, char **err)
+/* mkdir -p (0700 for what it makes), then the path must be a directory. */
+static int make_data_dir(const char *dir, char **err)
 {
-	char *p = xstrdup(dir);
-	int rc = 0;
-	for (char *q = p + 1;; q++) {
-		if (*q != '/' && *q != '\0')
-			continue;
-		char c = *q;
-		*q = '\0';
-		if (mkdir(p, mode) < 0 && errno != EEXIST) {
-			set_err(err, "state database: create directory %s: %s", p, strerror(errno));
-			rc = -1;
-			break;
-		}
-		*q = c;
-		if (c == '\0')
-			break;
+	if (mkdir_p(dir, 0700, 0, "state database: create directory", NULL, err) < 0)
+		return -1;
+	struct stat st;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		set_err(err, "state database: %s is not a directory", dir);
+		return -1;
 	}
-	if (rc == 0) {
-		struct stat st;
-		if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			set_err(err, "state database: %s is not a directory", dir);
-			rc = -1;
-		}
-	}
-	free(p);
-	return rc;
+	return 0;
 }
 
 static int exec_sql(struct state *s, const char *sql, const char *what, char **err)
@@ -244,60 +228,30 @@ char *state_format_time(int64_t t, char out[STATE_TIME_MAX])
 	return out;
 }
 
-static int digits(const char *s, int n, int *out)
-{
-	int v = 0;
-	for (int i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = v;
-	return 0;
-}
-
 int state_parse_time(const char *s, int64_t *out)
 {
-	/* YYYY-MM-DDTHH:MM:SS[.frac](Z|±hh:mm); a space for 'T' and a missing
-	 * zone (SQLite's datetime()) are read as UTC too. */
-	int Y, M, D, h, m, sec;
-	if (!s || strlen(s) < 19 || digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) ||
-	    s[7] != '-' || digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-	    digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
-	    digits(s + 17, 2, &sec))
+	/* rfc3339_parse, also reading what SQLite's datetime() writes: 't' or a
+	 * space for 'T', 'z' for 'Z', and no zone at all (UTC). */
+	size_t n = s ? strlen(s) : 0;
+	if (n < 19)
 		return -1;
-	if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
-		return -1;
-	const char *p = s + 19;
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9')
-			return -1;
-		while (*p >= '0' && *p <= '9')
-			p++;
+	char *t = xmalloc(n + 2);
+	memcpy(t, s, n + 1);
+	if (t[10] == 't' || t[10] == ' ')
+		t[10] = 'T';
+	if (t[n - 1] == 'z')
+		t[n - 1] = 'Z';
+	int64_t sec;
+	int32_t nsec;
+	int rc = rfc3339_parse(t, n, &sec, &nsec);
+	if (rc < 0) {
+		t[n] = 'Z';
+		rc = rfc3339_parse(t, n + 1, &sec, &nsec);
 	}
-	int64_t off = 0;
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if (*p == '+' || *p == '-') {
-		int oh, om;
-		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
-		    om > 59)
-			return -1;
-		off = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
-		p += 6;
-	}
-	if (*p != '\0')
-		return -1;
-	struct tm tm = {0};
-	tm.tm_year = Y - 1900;
-	tm.tm_mon = M - 1;
-	tm.tm_mday = D;
-	tm.tm_hour = h;
-	tm.tm_min = m;
-	tm.tm_sec = sec;
-	*out = (int64_t)timegm(&tm) - off;
-	return 0;
+	free(t);
+	if (rc == 0)
+		*out = sec;
+	return rc;
 }
 
 /* ---- opening ---- */
@@ -360,7 +314,7 @@ static int has_schema(struct state *s, char **err)
 int state_open(const char *data_dir, struct state **out, char **err)
 {
 	*out = NULL;
-	if (mkdir_p(data_dir, 0700, err) < 0)
+	if (make_data_dir(data_dir, err) < 0)
 		return -1;
 	char *path = db_path(data_dir);
 	struct state *s = state_new(path, false);
@@ -562,19 +516,19 @@ static int remove_rows(struct state *s, const char *name, char **err)
 	return 0;
 }
 
-/* Status of name: 1 ready, 0 pending, -2 unknown, -1 error. */
-static int status_of(struct state *s, const char *name, char **err)
+/* Whether name is in the database with status ready (*ready false when it
+ * is pending or absent). 0, or -1 with *err. */
+static int is_ready(struct state *s, const char *name, bool *ready, char **err)
 {
 	sqlite3_stmt *st = prep(s, err, "SELECT status FROM functions WHERE name = ?", "t", name);
 	if (!st)
 		return -1;
-	int rc = sqlite3_step(st), r;
+	int rc = sqlite3_step(st), r = 0;
+	*ready = false;
 	if (rc == SQLITE_ROW) {
 		const unsigned char *t = sqlite3_column_text(st, 0);
-		r = t && strcmp((const char *)t, "ready") == 0 ? 1 : 0;
-	} else if (rc == SQLITE_DONE) {
-		r = -2;
-	} else {
+		*ready = t && strcmp((const char *)t, "ready") == 0;
+	} else if (rc != SQLITE_DONE) {
 		r = db_err(s, err, "read");
 	}
 	sqlite3_finalize(st);
@@ -588,10 +542,9 @@ int state_put_pending(struct state *s, const struct state_function *f, int64_t n
 	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc == 0) {
-		int st = status_of(s, f->name ? f->name : "", err);
-		if (st == -1)
-			rc = -1;
-		else if (st != 1)
+		bool ready;
+		rc = is_ready(s, f->name ? f->name : "", &ready, err);
+		if (rc == 0 && !ready)
 			rc = write_function(s, f, false, NULL, NULL, NULL, ts, err);
 		rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 	}

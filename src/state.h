@@ -260,7 +260,9 @@ void state_function_infos_free(struct state_function_info *fs, size_t n);
 /* Unix seconds as RFC3339 UTC ("2026-09-08T12:00:00Z"). */
 #define STATE_TIME_MAX 32
 char *state_format_time(int64_t t, char out[STATE_TIME_MAX]);
-/* Parses RFC3339 (fraction and numeric offsets accepted) to Unix seconds. */
+/* Parses an RFC 3339 time (rfc3339_parse's rules; also 't' or a space for
+ * 'T', 'z' for 'Z' and no zone, read as UTC, as SQLite's datetime() writes)
+ * to Unix seconds. 0, or -1 when s is no such time. */
 int state_parse_time(const char *s, int64_t *out);
 
 #endif

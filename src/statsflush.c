@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,16 +171,11 @@ struct statsflush *statsflush_start(struct state *st, struct registry *reg, int6
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sf->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int e = pthread_create(&sf->thread, NULL, flush_main, sf);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = thread_start(&sf->thread, "statsflush", flush_main, sf);
 	if (e != 0) {
 		log_warn(LOG_ATTRS("error", strerror(e)), "cannot start the stats flush thread");
 		return sf;
 	}
-	pthread_setname_np(sf->thread, "statsflush");
 	sf->started = true;
 	return sf;
 }

@@ -541,6 +541,31 @@ static size_t block_len(const struct tzif_counts *c, size_t tsize)
 	       c->isut;
 }
 
+/* The v2+ footer at p (before end): "\n<POSIX TZ rule>\n", the rule for
+ * instants after the last transition (none when empty). NULL, or why not. */
+static const char *parse_footer(const unsigned char *p, const unsigned char *end, struct tz *z)
+{
+	if (p >= end || *p != '\n')
+		return "missing footer";
+	const unsigned char *nl = memchr(p + 1, '\n', (size_t)(end - p - 1));
+	if (!nl)
+		return "unterminated footer";
+	if (nl == p + 1)
+		return NULL;
+	char rule[256];
+	size_t n = (size_t)(nl - p - 1);
+	if (n >= sizeof rule)
+		return "footer too long";
+	memcpy(rule, p + 1, n);
+	rule[n] = '\0';
+	if (parse_posix_tz(rule, &z->rule) < 0)
+		return "bad TZ footer";
+	if (z->rule.std_off < -TZ_MAX_OFF || z->rule.std_off > TZ_MAX_OFF ||
+	    z->rule.dst_off < -TZ_MAX_OFF || z->rule.dst_off > TZ_MAX_OFF)
+		return "bad TZ footer offset";
+	return NULL;
+}
+
 /* Parses a whole TZif file into z; returns a reason on failure. */
 static const char *parse_tzif(const unsigned char *d, size_t len, struct tz *z)
 {
@@ -601,28 +626,7 @@ static const char *parse_tzif(const unsigned char *d, size_t len, struct tz *z)
 	p += c.chr;
 	/* Leap-second records, standard/wall and UT/local indicators: unused. */
 	p += c.leap * (tsize + 4) + c.isstd + c.isut;
-	if (version >= 2) {
-		const unsigned char *end = d + len;
-		if (p >= end || *p != '\n')
-			return "missing footer";
-		const unsigned char *nl = memchr(p + 1, '\n', (size_t)(end - p - 1));
-		if (!nl)
-			return "unterminated footer";
-		if (nl > p + 1) {
-			char rule[256];
-			size_t n = (size_t)(nl - p - 1);
-			if (n >= sizeof rule)
-				return "footer too long";
-			memcpy(rule, p + 1, n);
-			rule[n] = '\0';
-			if (parse_posix_tz(rule, &z->rule) < 0)
-				return "bad TZ footer";
-			if (z->rule.std_off < -TZ_MAX_OFF || z->rule.std_off > TZ_MAX_OFF ||
-			    z->rule.dst_off < -TZ_MAX_OFF || z->rule.dst_off > TZ_MAX_OFF)
-				return "bad TZ footer offset";
-		}
-	}
-	return NULL;
+	return version >= 2 ? parse_footer(p, d + len, z) : NULL;
 }
 
 void tz_free(struct tz *z)
@@ -664,38 +668,14 @@ static int read_file(const char *path, unsigned char **data, size_t *len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	size_t cap = 8192, n = 0;
-	unsigned char *buf = xmalloc(cap);
-	int e = 0; /* errno to return with */
-	for (;;) {
-		if (n == cap) {
-			if (n > TZ_FILE_MAX) {
-				e = EFBIG;
-				goto fail;
-			}
-			cap = cap * 2 > TZ_FILE_MAX ? TZ_FILE_MAX + 1 : cap * 2;
-			buf = xrealloc(buf, cap);
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			e = errno;
-			goto fail;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	*data = buf;
-	*len = n;
-	return 0;
-fail:
-	free(buf);
+	char *text;
+	int rc = read_fd_bounded(fd, TZ_FILE_MAX, 0, &text, len);
+	int e = errno;
 	close(fd);
 	errno = e;
-	return -1;
+	if (rc == 0)
+		*data = (unsigned char *)text;
+	return rc;
 }
 
 /* "<prefix>\"name\"" with bytes outside printable ASCII escaped as \xNN. */

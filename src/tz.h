@@ -82,7 +82,9 @@ int64_t tz_local_first(const struct tz *z, int64_t wall);
  */
 int64_t tz_wall_reached(const struct tz *z, int64_t t);
 
-/* Pure civil-calendar helpers (proleptic Gregorian, no zone involved). */
+/* Pure civil-calendar helpers (proleptic Gregorian, no zone involved; days
+ * count from 1970-01-01, H. Hinnant's algorithms). The one copy: rfc3339.c
+ * and cron.c use them too. tz_days_in_month is 0 for a month outside 1-12. */
 int64_t tz_days_from_civil(int64_t year, int mon, int mday);
 void tz_civil_from_days(int64_t days, int64_t *year, int *mon, int *mday);
 int tz_is_leap(int64_t year);

@@ -3,6 +3,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +250,18 @@ int hex_digit(int c)
 	return -1;
 }
 
+char *hex_encode(const void *p, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[b[i] >> 4];
+		out[2 * i + 1] = digits[b[i] & 15];
+	}
+	out[2 * n] = '\0';
+	return out;
+}
+
 char *str_trim(char *s)
 {
 	size_t n = strlen(s);
@@ -381,8 +395,144 @@ int write_file_atomic(int dfd, const char *dir, const char *name, const void *da
 		unlinkat(dfd, tmp, 0);
 	free(tmp);
 	if (r < 0)
-		return ok && e == EEXIST ? -2 : sys_error(err, "cannot write a file in", dir, e);
+		return ok && e == EEXIST ? -EEXIST : sys_error(err, "cannot write a file in", dir, e);
 	if (fsync(dfd) < 0)
 		return sys_error(err, "cannot sync directory", dir, errno);
 	return 0;
+}
+
+int mkdir_p(const char *path, mode_t mode, unsigned flags, const char *what, bool *created,
+	    char **err)
+{
+	char *p = xstrdup(path);
+	int rc = 0;
+	if (created)
+		*created = false;
+	/* From p + 1: a leading '/' is the root, not a directory to make. */
+	for (char *s = *p ? p + 1 : p;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char saved = *s;
+		*s = '\0';
+		if (mkdir(p, mode) == 0) {
+			if (flags & MKDIR_EXACT_MODE)
+				chmod(p, mode);
+			if (created && !saved)
+				*created = true;
+		} else if (errno != EEXIST) {
+			rc = sys_error(err, what ? what : "cannot create directory", p, errno);
+			break;
+		}
+		*s = saved;
+		if (!saved)
+			break;
+	}
+	free(p);
+	return rc;
+}
+
+/* Moves the first n bytes of *b (cap bytes) into a new buffer of ncap
+ * bytes; with READ_WIPE the old one is zeroed before it is freed. */
+static void regrow(char **b, size_t n, size_t cap, size_t ncap, unsigned flags)
+{
+	if (!(flags & READ_WIPE)) {
+		*b = xrealloc(*b, ncap);
+		return;
+	}
+	char *nb = xmalloc(ncap);
+	memcpy(nb, *b, n);
+	explicit_bzero(*b, cap);
+	free(*b);
+	*b = nb;
+}
+
+int read_fd_bounded(int fd, size_t max, unsigned flags, char **data, size_t *len)
+{
+	/* Room for max + 1 bytes (to see a file over max) and the NUL. */
+	size_t cap = max < 8190 ? max + 2 : 8192, n = 0;
+	char *b = xmalloc(cap);
+	int e = 0;
+	for (;;) {
+		if (n + 1 == cap) {
+			if (n > max) {
+				e = EFBIG;
+				break;
+			}
+			size_t ncap = cap > (max + 2) / 2 ? max + 2 : cap * 2;
+			regrow(&b, n, cap, ncap, flags);
+			cap = ncap;
+		}
+		ssize_t r = read(fd, b + n, cap - 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			e = r < 0 ? errno : 0;
+			break;
+		}
+		n += (size_t)r;
+	}
+	if (!e && n > max)
+		e = EFBIG;
+	if (e) {
+		if (flags & READ_WIPE)
+			explicit_bzero(b, cap);
+		free(b);
+		errno = e;
+		return -1;
+	}
+	b[n] = '\0';
+	*data = b;
+	*len = n;
+	return 0;
+}
+
+bool owner_mode_ok(const struct stat *st, mode_t loose)
+{
+	return st->st_uid == geteuid() && !(st->st_mode & loose);
+}
+
+int check_owner_mode(const struct stat *st, mode_t loose, const char *what, const char *path,
+		     const char *verb, char **err)
+{
+	if (st->st_uid != geteuid()) {
+		*err = xasprintf("%s %s: owned by uid %u, not by the current user (uid %u); "
+				 "refusing to %s it",
+				 what, path, (unsigned)st->st_uid, (unsigned)geteuid(), verb);
+		return -1;
+	}
+	if (st->st_mode & loose) {
+		unsigned want = (S_ISDIR(st->st_mode) ? 0777u : 0666u) & ~(unsigned)loose;
+		*err = xasprintf(
+			"%s %s: permissions %04o are too open (want %04o); refusing to %s it", what,
+			path, (unsigned)(st->st_mode & 07777), want, verb);
+		return -1;
+	}
+	return 0;
+}
+
+void signals_block_all(sigset_t *old)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+void signals_restore(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+int thread_start(pthread_t *t, const char *name, void *(*fn)(void *), void *arg)
+{
+	/* The new thread inherits the mask in force when it is created. */
+	sigset_t old;
+	signals_block_all(&old);
+	int e = pthread_create(t, NULL, fn, arg);
+	signals_restore(&old);
+	if (e == 0) {
+		char comm[16]; /* the kernel's TASK_COMM_LEN */
+		strlcpy_(comm, name, sizeof comm);
+		pthread_setname_np(*t, comm);
+	}
+	return e;
 }

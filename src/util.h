@@ -8,14 +8,34 @@
  * append fails with -1 once the cap would be exceeded, so data read from
  * outside (events, daemon replies, handler output) can never grow without
  * bound. The contents are always NUL-terminated for convenience.
+ *
+ * Truncation policy of buf_append and buf_appendf: an append is all or
+ * nothing. On -1 nothing was added, the buffer keeps what it had (still
+ * NUL-terminated and usable: a later, smaller append may still fit). So:
+ *   - where the bytes come from outside (a peer, a file, a handler, a
+ *     request), the result is checked and the overflow is an error;
+ *   - where Relay builds a text from pieces it bounds itself (a Dockerfile,
+ *     a listing, a message, an escaped copy), the cap is a safety net sized
+ *     well above what the pieces can reach, the result is not checked, and
+ *     a piece that would not fit is dropped whole: the text stays valid
+ *     (never half an escape or a cut UTF-8 sequence), it may only lack that
+ *     piece. The callers that ignore the result rely on exactly this.
+ *
+ * Threads are started with thread_start only: named (top -H, gdb, /proc
+ * show it) and with every signal blocked, so that the process's signals
+ * reach only the thread that waits for them (relay start's main thread).
  */
 #ifndef RELAY_UTIL_H
 #define RELAY_UTIL_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -62,6 +82,9 @@ char *printable_copy(const char *s, char *out, size_t outsz, size_t max);
 
 /* The value of one hexadecimal digit (either case), or -1. */
 int hex_digit(int c);
+/* Writes the n bytes at p as 2n lowercase hexadecimal digits and a NUL
+ * into out (2n + 1 bytes). Returns out. */
+char *hex_encode(const void *p, size_t n, char *out);
 /* Trim ASCII whitespace in place; returns s. */
 char *str_trim(char *s);
 /* s as it may appear in a message when it may be anything a user typed:
@@ -76,12 +99,71 @@ int sys_error(char **err, const char *what, const char *path, int e);
  * Writes name in the directory dfd (whose path is dir, for messages)
  * atomically: a temporary ".<name>.tmp-XXXXXXXX" beside it (O_EXCL,
  * O_NOFOLLOW), exactly `mode` whatever the umask, write, fsync, rename,
- * fsync of the directory. With noreplace an existing name is kept and -2
- * returned. 0, -2, or -1 with *err; no temporary file is left behind.
+ * fsync of the directory. With noreplace an existing name is kept and
+ * -EEXIST returned (no message). 0, -EEXIST, or -1 with *err; no temporary
+ * file is left behind.
  */
 int write_file_atomic(int dfd, const char *dir, const char *name, const void *data, size_t len,
 		      unsigned mode, bool noreplace, char **err);
 bool str_has_prefix(const char *s, const char *prefix);
+
+/* ---- files ---- */
+
+/* mkdir_p flag: each directory made gets exactly `mode`, whatever the umask. */
+#define MKDIR_EXACT_MODE 1u
+/*
+ * mkdir -p: makes each missing directory along path (each prefix ending
+ * before a '/', then path itself) with mode, masked by the umask unless
+ * MKDIR_EXACT_MODE. What exists already is left as it is (whatever it is:
+ * the caller opens and checks the result). *created (may be NULL) tells
+ * whether path itself was made by this call. 0, or -1 with
+ * *err = "<what> <component>: <strerror>" naming the component that could
+ * not be made; what NULL reads "cannot create directory".
+ */
+int mkdir_p(const char *path, mode_t mode, unsigned flags, const char *what, bool *created,
+	    char **err);
+
+/* read_fd_bounded flag: zero every buffer it lets go of (secrets, keys). */
+#define READ_WIPE 1u
+/*
+ * Reads the open file fd to its end into *data (malloc'd, NUL-terminated,
+ * *len bytes; the caller frees it), retrying on EINTR. Reads at most
+ * max + 1 bytes: a file holding more than max bytes gives -1 with errno
+ * EFBIG. -1 with errno on a read error. On -1, *data and *len are left
+ * alone and nothing stays allocated. The messages are the caller's.
+ */
+int read_fd_bounded(int fd, size_t max, unsigned flags, char **data, size_t *len);
+
+/* True when st is owned by the effective uid and has none of the mode bits
+ * in `loose` (077: nothing for group or others; 022: not writable by them). */
+bool owner_mode_ok(const struct stat *st, mode_t loose);
+/*
+ * Refuses st unless owner_mode_ok(st, loose); path is called `what path`
+ * in the messages and verb says what was refused ("use", "read"):
+ *   "<what> <path>: owned by uid U, not by the current user (uid E); refusing to <verb> it"
+ *   "<what> <path>: permissions MMMM are too open (want WWWW); refusing to <verb> it"
+ * where WWWW is (0777 for a directory, else 0666) without the bits in loose.
+ * The type checks (directory, regular file, symbolic link) stay with the
+ * caller, whose messages differ. 0, or -1 with *err.
+ */
+int check_owner_mode(const struct stat *st, mode_t loose, const char *what, const char *path,
+		     const char *verb, char **err);
+
+/* ---- threads ---- */
+
+/*
+ * Starts fn(arg) on a new joinable thread *t with every signal blocked and
+ * named name (cut to the 15 bytes Linux keeps) so that top -H, gdb and
+ * /proc/PID/task/TID/comm show it. The calling thread's mask is unchanged
+ * when it returns. 0, or an errno value (pthread_create's; *t is then
+ * unset and nothing runs).
+ */
+int thread_start(pthread_t *t, const char *name, void *(*fn)(void *), void *arg);
+/* For threads a library starts (libmicrohttpd's): blocks every signal in
+ * the calling thread, keeping the previous mask in *old for
+ * signals_restore. What thread_start does around pthread_create. */
+void signals_block_all(sigset_t *old);
+void signals_restore(const sigset_t *old);
 
 /* Monotonic and wall clocks. */
 int64_t now_mono_ns(void);

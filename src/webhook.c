@@ -25,7 +25,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -77,18 +76,13 @@ struct coalescer *coalescer_new(void (*run)(void *arg), void *arg)
 	c->arg = arg;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int e = pthread_create(&c->thread, NULL, coalescer_main, c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = thread_start(&c->thread, "webhook-sync", coalescer_main, c);
 	if (e != 0) {
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->mu);
 		free(c);
 		return NULL;
 	}
-	pthread_setname_np(c->thread, "webhook-sync");
 	return c;
 }
 

@@ -124,8 +124,57 @@ static void append_quoted(struct buf *b, const char *s)
 	buf_append(b, "\"", 1);
 }
 
-/* Over 80 lines: one screen of output written top to bottom in the spec's
- * order, each block a few lines; split up, the layout would be scattered. */
+/* inspect's "Events:" section: one line a handler, timeouts aligned. */
+static void render_events(struct buf *b, const struct state_function_info *f)
+{
+	if (!f->nhandlers)
+		return;
+	size_t w = 0;
+	for (size_t i = 0; i < f->nhandlers; i++)
+		if (strlen(f->handlers[i].handler) > w)
+			w = strlen(f->handlers[i].handler);
+	buf_appendf(b, "\nEvents:\n");
+	for (size_t i = 0; i < f->nhandlers; i++) {
+		char d[DURATION_STR_MAX];
+		int64_t ns;
+		buf_append(b, "  ", 2);
+		pad(b, f->handlers[i].handler, w + 3);
+		buf_appendf(b, "timeout=%s\n", timeout_text(f->handlers[i].timeout, d, &ns));
+	}
+}
+
+/* inspect's "Schedules:" section: handler, quoted cron (described when
+ * describe can), zone, and the timeout when it is not the default. */
+static void render_schedules(struct buf *b, const struct state_function_info *f,
+			     state_cron_describe_fn describe)
+{
+	if (!f->nschedules)
+		return;
+	size_t w = 38; /* the spec's example: cron= at column 41 */
+	for (size_t i = 0; i < f->nschedules; i++)
+		if (strlen(f->schedules[i].handler) + 3 > w)
+			w = strlen(f->schedules[i].handler) + 3;
+	buf_appendf(b, "\nSchedules:\n");
+	for (size_t i = 0; i < f->nschedules; i++) {
+		const struct state_schedule_info *sc = &f->schedules[i];
+		buf_append(b, "  ", 2);
+		pad(b, sc->handler, w);
+		buf_append(b, "cron=", 5);
+		append_quoted(b, sc->cron);
+		char *desc = describe ? describe(sc->cron) : NULL;
+		if (desc && *desc)
+			buf_appendf(b, " (%s)", desc);
+		free(desc);
+		buf_appendf(b, " timezone=%s", sc->timezone);
+		char d[DURATION_STR_MAX];
+		int64_t ns;
+		const char *t = timeout_text(sc->timeout, d, &ns);
+		if (ns != TEMPLATE_DEFAULT_TIMEOUT_NS)
+			buf_appendf(b, " timeout=%s", t);
+		buf_append(b, "\n", 1);
+	}
+}
+
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe)
 {
@@ -158,46 +207,8 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 	if (f->last_error && *f->last_error)
 		field(b, "Last error:", f->last_error);
 
-	if (f->nhandlers) {
-		size_t w = 0;
-		for (size_t i = 0; i < f->nhandlers; i++)
-			if (strlen(f->handlers[i].handler) > w)
-				w = strlen(f->handlers[i].handler);
-		buf_appendf(b, "\nEvents:\n");
-		for (size_t i = 0; i < f->nhandlers; i++) {
-			char d[DURATION_STR_MAX];
-			int64_t ns;
-			buf_append(b, "  ", 2);
-			pad(b, f->handlers[i].handler, w + 3);
-			buf_appendf(b, "timeout=%s\n",
-				    timeout_text(f->handlers[i].timeout, d, &ns));
-		}
-	}
-	if (f->nschedules) {
-		size_t w = 38; /* the spec's example: cron= at column 41 */
-		for (size_t i = 0; i < f->nschedules; i++)
-			if (strlen(f->schedules[i].handler) + 3 > w)
-				w = strlen(f->schedules[i].handler) + 3;
-		buf_appendf(b, "\nSchedules:\n");
-		for (size_t i = 0; i < f->nschedules; i++) {
-			const struct state_schedule_info *sc = &f->schedules[i];
-			buf_append(b, "  ", 2);
-			pad(b, sc->handler, w);
-			buf_append(b, "cron=", 5);
-			append_quoted(b, sc->cron);
-			char *desc = describe ? describe(sc->cron) : NULL;
-			if (desc && *desc)
-				buf_appendf(b, " (%s)", desc);
-			free(desc);
-			buf_appendf(b, " timezone=%s", sc->timezone);
-			char d[DURATION_STR_MAX];
-			int64_t ns;
-			const char *t = timeout_text(sc->timeout, d, &ns);
-			if (ns != TEMPLATE_DEFAULT_TIMEOUT_NS)
-				buf_appendf(b, " timeout=%s", t);
-			buf_append(b, "\n", 1);
-		}
-	}
+	render_events(b, f);
+	render_schedules(b, f, describe);
 	buf_appendf(b,
 		    "\nStats:\n"
 		    "  Events processed:    %lld\n"
