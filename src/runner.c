@@ -290,14 +290,8 @@ static int dechunk(const char *body, size_t len, struct buf *out)
 		if (q == crlf)
 			return -1;
 		for (; q < crlf && *q != ';'; q++) {
-			int v;
-			if (*q >= '0' && *q <= '9')
-				v = *q - '0';
-			else if (*q >= 'a' && *q <= 'f')
-				v = *q - 'a' + 10;
-			else if (*q >= 'A' && *q <= 'F')
-				v = *q - 'A' + 10;
-			else
+			int v = hex_digit((unsigned char)*q);
+			if (v < 0)
 				return -1;
 			if (size > WAIT_BODY_MAX)
 				return -1;

@@ -143,12 +143,15 @@ static void *flush_main(void *arg)
 {
 	struct statsflush *sf = arg;
 	pthread_mutex_lock(&sf->lock);
-	while (!sf->stop) {
+	/* The final flush happens even when stop came before this thread
+	 * first took the lock. */
+	for (bool last = false; !last;) {
 		struct timespec until;
 		deadline_in(&until, sf->interval_ns);
 		while (!sf->stop &&
 		       pthread_cond_timedwait(&sf->cond, &sf->lock, &until) != ETIMEDOUT)
 			;
+		last = sf->stop;
 		pthread_mutex_unlock(&sf->lock);
 		flush_logged(sf); /* periodic, or the final one after stop */
 		pthread_mutex_lock(&sf->lock);

@@ -91,17 +91,8 @@ static bool match_int(const char *t, size_t n, int64_t *out, bool *overflow)
 		return false;
 	uint64_t v = 0;
 	for (; i < n; i++) {
-		int d;
-		char c = t[i];
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (base == 16 && c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else if (base == 16 && c >= 'A' && c <= 'F')
-			d = c - 'A' + 10;
-		else
-			return false;
-		if (d >= base)
+		int d = hex_digit((unsigned char)t[i]); /* a-f are >= base below 16 */
+		if (d < 0 || d >= base)
 			return false;
 		if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
 			*overflow = true;

@@ -5,6 +5,7 @@
  * arguments (c-port.md decision 8): no Redis, Docker or state database.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,36 +65,19 @@ static int read_event_arg(const char *arg, char **text, size_t *len, char **why)
 		*len = strlen(arg);
 		return 0;
 	}
-	FILE *f = strcmp(arg, "-") == 0 ? stdin : fopen(arg + 1, "rb");
-	if (!f) {
+	bool std_in = strcmp(arg, "-") == 0;
+	int fd = std_in ? 0 : open(arg + 1, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
 		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
 		return -1;
 	}
-	struct buf b;
-	buf_init(&b, EVENT_MAX_BYTES);
-	char chunk[8192];
-	size_t n;
-	int rc = 0;
-	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-		if (buf_append(&b, chunk, n) < 0) {
-			*why = xasprintf("event larger than %d bytes", EVENT_MAX_BYTES);
-			rc = -1;
-			break;
-		}
-	}
-	if (rc == 0 && ferror(f)) {
-		*why = xasprintf("read error on %s", strcmp(arg, "-") == 0 ? "stdin" : arg + 1);
-		rc = -1;
-	}
-	if (f != stdin)
-		fclose(f);
-	if (rc < 0) {
-		buf_free(&b);
-		return -1;
-	}
-	*len = b.len;
-	*text = buf_steal(&b);
-	return 0;
+	int rc = read_fd_bounded(fd, EVENT_MAX_BYTES, 0, text, len);
+	if (rc < 0)
+		*why = errno == EFBIG ? xasprintf("event larger than %d bytes", EVENT_MAX_BYTES)
+				      : xasprintf("read error on %s", std_in ? "stdin" : arg + 1);
+	if (!std_in)
+		close(fd);
+	return rc < 0 ? -1 : 0;
 }
 
 /* --dir, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */

@@ -141,25 +141,22 @@ out:
 	return rc;
 }
 
-/* All of stdin into v (capacity max). Returns 0, READ_TOO_LONG, or -1
- * with *why set. */
+/* All of stdin into v (capacity max, max - 1 usable so an over-long value
+ * is noticed, as read_hidden_line). Returns 0, READ_TOO_LONG, or -1 with
+ * *why set. */
 static int read_all(char *v, size_t max, size_t *len, const char **why)
 {
-	*len = 0;
-	for (;;) {
-		if (*len == max)
+	char *data = NULL;
+	if (read_fd_bounded(0, max - 1, READ_WIPE, &data, len) < 0) {
+		if (errno == EFBIG)
 			return READ_TOO_LONG;
-		ssize_t r = read(0, v + *len, max - *len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			*why = "cannot read standard input";
-			return -1;
-		}
-		if (r == 0)
-			return 0;
-		*len += (size_t)r;
+		*why = "cannot read standard input";
+		return -1;
 	}
+	memcpy(v, data, *len);
+	explicit_bzero(data, *len);
+	free(data);
+	return 0;
 }
 
 static int set_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
