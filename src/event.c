@@ -764,6 +764,30 @@ static int literal(struct parser *ps, const char *word, size_t n)
 
 static int parse_value(struct parser *ps, struct event_value *v);
 
+/* The scratch stack p (of *cap elements of size elem) doubled, from 64. */
+static void *grow(void *p, size_t *cap, size_t elem)
+{
+	*cap = *cap ? *cap * 2 : 64;
+	return xrealloc(p, *cap * elem);
+}
+
+/* After an array item or object member: ',' (1: another follows) or the
+ * closing bracket (0: done), both consumed; anything else fails (-1). */
+static int after_element(struct parser *ps, char close)
+{
+	skip_ws(ps);
+	if (ps->p < ps->end && *ps->p == ',') {
+		ps->p++;
+		return 1;
+	}
+	if (ps->p < ps->end && *ps->p == close) {
+		ps->p++;
+		return 0;
+	}
+	return fail(ps, EVENT_ERR_INVALID_JSON,
+		    close == ']' ? "expected ',' or ']'" : "expected ',' or '}'");
+}
+
 static int parse_array(struct parser *ps, struct event_value *v)
 {
 	size_t base = ps->vlen;
@@ -776,21 +800,14 @@ static int parse_array(struct parser *ps, struct event_value *v)
 			struct event_value item;
 			if (parse_value(ps, &item) < 0)
 				return -1;
-			if (ps->vlen == ps->vcap) {
-				ps->vcap = ps->vcap ? ps->vcap * 2 : 64;
-				ps->vs = xrealloc(ps->vs, ps->vcap * sizeof *ps->vs);
-			}
+			if (ps->vlen == ps->vcap)
+				ps->vs = grow(ps->vs, &ps->vcap, sizeof *ps->vs);
 			ps->vs[ps->vlen++] = item;
-			skip_ws(ps);
-			if (ps->p < ps->end && *ps->p == ',') {
-				ps->p++;
-				continue;
-			}
-			if (ps->p < ps->end && *ps->p == ']') {
-				ps->p++;
+			int more = after_element(ps, ']');
+			if (more < 0)
+				return -1;
+			if (!more)
 				break;
-			}
-			return fail(ps, EVENT_ERR_INVALID_JSON, "expected ',' or ']'");
 		}
 	}
 	size_t n = ps->vlen - base;
@@ -827,21 +844,14 @@ static int parse_object(struct parser *ps, struct event_value *v)
 			ps->p++;
 			if (parse_value(ps, &m.value) < 0)
 				return -1;
-			if (ps->mlen == ps->mcap) {
-				ps->mcap = ps->mcap ? ps->mcap * 2 : 64;
-				ps->ms = xrealloc(ps->ms, ps->mcap * sizeof *ps->ms);
-			}
+			if (ps->mlen == ps->mcap)
+				ps->ms = grow(ps->ms, &ps->mcap, sizeof *ps->ms);
 			ps->ms[ps->mlen++] = m;
-			skip_ws(ps);
-			if (ps->p < ps->end && *ps->p == ',') {
-				ps->p++;
-				continue;
-			}
-			if (ps->p < ps->end && *ps->p == '}') {
-				ps->p++;
+			int more = after_element(ps, '}');
+			if (more < 0)
+				return -1;
+			if (!more)
 				break;
-			}
-			return fail(ps, EVENT_ERR_INVALID_JSON, "expected ',' or '}'");
 		}
 	}
 	size_t n = ps->mlen - base;

@@ -236,6 +236,14 @@ static int not_found(const char *name, char **err)
 	return SECRET_NOT_FOUND;
 }
 
+/* The store's directory for an operation on secret name: no store yet is
+ * that secret not found. */
+static int open_dir_for(const struct file_store *fs, const char *name, int *dfd, char **err)
+{
+	int rc = open_dir(fs, false, dfd, err);
+	return rc == SECRET_NOT_FOUND ? not_found(name, err) : rc;
+}
+
 /* fstatat + checks of one secret file; path for messages. */
 static int check_entry(int dfd, const char *name, const char *path, struct stat *st, char **err)
 {
@@ -252,11 +260,7 @@ static int file_get(void *ctx, const char *name, char **value, size_t *len, char
 	const struct file_store *fs = ctx;
 	char *path = xasprintf("%s/%s", fs->dir, name);
 	int dfd = -1, fd = -1;
-	int rc = open_dir(fs, false, &dfd, err);
-	if (rc == SECRET_NOT_FOUND) {
-		rc = not_found(name, err);
-		goto out;
-	}
+	int rc = open_dir_for(fs, name, &dfd, err);
 	if (rc < 0)
 		goto out;
 	/* A concurrent set renames a new file over the name between the check
@@ -394,11 +398,7 @@ static int file_remove(void *ctx, const char *name, char **err)
 	const struct file_store *fs = ctx;
 	char *path = xasprintf("%s/%s", fs->dir, name);
 	int dfd = -1;
-	int rc = open_dir(fs, false, &dfd, err);
-	if (rc == SECRET_NOT_FOUND) {
-		rc = not_found(name, err);
-		goto out;
-	}
+	int rc = open_dir_for(fs, name, &dfd, err);
 	if (rc < 0)
 		goto out;
 	struct stat st;
@@ -470,11 +470,7 @@ int secret_file_check(const struct secret_provider *p, const char *name, char **
 	const struct file_store *fs = p->ctx;
 	char *path = xasprintf("%s/%s", fs->dir, name);
 	int dfd = -1;
-	int rc = open_dir(fs, false, &dfd, err);
-	if (rc == SECRET_NOT_FOUND) {
-		rc = not_found(name, err);
-		goto out;
-	}
+	int rc = open_dir_for(fs, name, &dfd, err);
 	if (rc < 0)
 		goto out;
 	struct stat st;
