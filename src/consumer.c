@@ -267,17 +267,16 @@ static int append_xack(const struct consumer *c, struct redis *r, const char *co
 	return rc;
 }
 
-int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
-			  size_t errlen)
+int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char **err)
 {
 	redisReply *rep = redis_command(r, "XGROUP CREATE %s %s 0 MKSTREAM", stream, group);
 	if (!rep) {
-		snprintf_(err, errlen, "%s", redis_errmsg(r));
+		*err = xstrdup(redis_errmsg(r));
 		return -1;
 	}
 	int rc = 0;
 	if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "BUSYGROUP", 9) != 0) {
-		snprintf_(err, errlen, "XGROUP CREATE %s %s: %s", stream, group, rep->str);
+		*err = xasprintf("XGROUP CREATE %s %s: %s", stream, group, rep->str);
 		rc = -1;
 	}
 	freeReplyObject(rep);
@@ -643,11 +642,12 @@ static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 	if (strncmp(err, "NOGROUP", 7) == 0) {
 		/* Redis lost the group (restarted without persistence):
 		 * recreate it rather than stop consuming. */
-		char why[512];
+		char *why = NULL;
 		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
 			 "consumer group missing; recreating it");
-		if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) < 0)
+		if (consumer_ensure_group(r, c->stream, c->group, &why) < 0)
 			log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
+		free(why);
 	} else {
 		log_warn(LOG_ATTRS("error", err), "reading the stream failed");
 	}

@@ -187,7 +187,6 @@ static void load_functions(struct relay *rt)
 static int ensure_group(struct relay *rt)
 {
 	const struct config *cfg = rt->cfg;
-	char why[600];
 	char *err = NULL;
 	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
 		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
@@ -196,11 +195,10 @@ static int ensure_group(struct relay *rt)
 	}
 	rt->r = redis_new(&rt->uri, NULL);
 	if (redis_connect(rt->r) < 0 ||
-	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, why, sizeof why) <
-		    0) {
-		if (!redis_is_connected(rt->r))
-			snprintf_(why, sizeof why, "%s", redis_errmsg(rt->r));
-		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
+	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, &err) < 0) {
+		log_error(LOG_ATTRS("error", err ? err : redis_errmsg(rt->r)),
+			  "cannot create the consumer group");
+		free(err);
 		return -1;
 	}
 	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group),

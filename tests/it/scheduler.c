@@ -565,8 +565,7 @@ static struct consumer *consumer(struct registry *reg, const char *stream)
 		.invoke = invoke,
 	};
 	struct redis *r = it_conn(&R);
-	char err[256];
-	consumer_ensure_group(r, stream, "g", err, sizeof err);
+	it_ensure_group(r, stream, "g");
 	redis_free(r);
 	return consumer_start(&cfg);
 }
@@ -676,7 +675,7 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char err[256];
-	consumer_ensure_group(r, "obs", "g", err, sizeof err);
+	it_ensure_group(r, "obs", "g");
 	CHECK_INT(schedule_publish(r, "obs", "rb", "ok.tick", 1774746000, NULL, 0, err, sizeof err),
 		  SCHEDULE_PUBLISHED);
 	/* Delivered to a worker that then died: pending, owned by "ghost". */
@@ -751,7 +750,7 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char err[256], gid[64] = "";
-	consumer_ensure_group(r, "fg", "g", err, sizeof err);
+	it_ensure_group(r, "fg", "g");
 	const int64_t at = 1774746000;
 	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
 	char *env = schedule_payload(at);
@@ -823,7 +822,7 @@ TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
 	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char err[256], gid[64] = "";
-	consumer_ensure_group(r, "rn", "g", err, sizeof err);
+	it_ensure_group(r, "rn", "g");
 	const int64_t at = 1774746000;
 	char *key =
 		xasprintf(SCHEDULE_KEY_PREFIX "%s", "schedule:ra:fail.tick:2026-03-29T01:00:00Z");
@@ -862,8 +861,7 @@ TEST(a_producer_limited_to_xadd_cannot_forge_an_occurrence)
 	publish_dir(reg, "route");
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256];
-	consumer_ensure_group(r, "acl", "g", err, sizeof err);
+	it_ensure_group(r, "acl", "g");
 	/* The line from docs/redis-acl.md, for a stream named acl. */
 	redisReply *rep = redis_command(r, "ACL SETUSER producer on >pw ~acl -@all +xadd");
 	REQUIRE(rep && rep->type == REDIS_REPLY_STATUS);
