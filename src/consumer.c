@@ -1332,14 +1332,15 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 			       const struct event *ev, struct schedule_route *route,
 			       const char *payload, size_t plen)
 {
-	char why[512] = "";
-	int g = schedule_envelope_check(ev, route, why, sizeof why);
-	if (g == 1)
-		g = ensure_conn(c, r) < 0 ? -1 : schedule_verify(r, route, why, sizeof why);
-	if (g == 1)
+	char *why = NULL;
+	enum schedule_verdict g = schedule_envelope_check(ev, route, &why);
+	if (g == SCHEDULE_GENUINE)
+		g = ensure_conn(c, r) < 0 ? SCHEDULE_VERIFY_FAILED
+					  : schedule_verify(r, route, &why);
+	if (g == SCHEDULE_GENUINE)
 		return true;
-	if (g < 0) {
-		log_warn(LOG_ATTRS("message_id", m->id, "error", why[0] ? why : redis_errmsg(r)),
+	if (g == SCHEDULE_VERIFY_FAILED) {
+		log_warn(LOG_ATTRS("message_id", m->id, "error", why ? why : redis_errmsg(r)),
 			 "cannot verify a scheduled occurrence; it stays pending");
 	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) ==
 		   DLQ_WRITTEN) {
@@ -1348,6 +1349,7 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 			 "running any handler");
 		metrics_inc(METRIC_DLQ_ENTRIES);
 	}
+	free(why);
 	release(c, m->id);
 	return false;
 }
