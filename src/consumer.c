@@ -1166,7 +1166,7 @@ static const char *payload_of(const struct msg *m, size_t *len)
 	return p;
 }
 
-/* How a DLQ write ended (invocation_dead_letter's 1 / 0 / -1). */
+/* How a DLQ write ended (invocation_dead_letter's result and *written). */
 enum dlq_result {
 	DLQ_WRITTEN,	 /* written and acknowledged */
 	DLQ_NOT_PENDING, /* the message was no longer pending: nothing written */
@@ -1177,7 +1177,8 @@ static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const st
 				   const char *payload, size_t plen, const char *reason,
 				   int attempts)
 {
-	char ts[RFC3339_STR_MAX], att[16], why[300] = "";
+	char ts[RFC3339_STR_MAX], att[16];
+	char *why = NULL;
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
 	enum { EVENT_VALUE = 9 }; /* the payload: binary-safe, its own length */
@@ -1196,19 +1197,21 @@ static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const st
 	size_t lens[ARRAY_LEN(entry)];
 	for (size_t i = 0; i < ARRAY_LEN(entry); i++)
 		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
+	bool written = false;
 	int rc = -1;
 	if (ensure_conn(c, r) == 0)
 		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens,
-					    ARRAY_LEN(entry), why, sizeof why);
+					    ARRAY_LEN(entry), &written, &why);
 	else
-		snprintf_(why, sizeof why, "%s", redis_errmsg(r));
-	if (rc == 0)
+		why = xstrdup(redis_errmsg(r));
+	if (rc == 0 && !written)
 		log_debug(LOG_ATTRS("message_id", m->id),
 			  "message acknowledged meanwhile; not dead-lettered again");
 	else if (rc < 0)
 		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error", why),
 			  "DLQ write failed; the message stays pending and the write is retried");
-	return rc == 1 ? DLQ_WRITTEN : rc == 0 ? DLQ_NOT_PENDING : DLQ_FAILED;
+	free(why);
+	return rc < 0 ? DLQ_FAILED : written ? DLQ_WRITTEN : DLQ_NOT_PENDING;
 }
 
 /* What became of one target's invocation: as loaded, then as this

@@ -938,7 +938,8 @@ TEST(try_start_refuses_an_acknowledged_message)
 TEST(dead_letter_only_while_pending)
 {
 	struct redis *r = it_conn(&R);
-	char err[256] = "";
+	char *err = NULL;
+	bool written = true;
 	REQUIRE(it_ensure_group(r, "s10", "g") == 0);
 	char *id = xadd(r, "s10", "{\"kind\":\"none\"}");
 	REQUIRE(id);
@@ -951,16 +952,19 @@ TEST(dead_letter_only_while_pending)
 	const size_t lens[] = {5, 3, 6, 1};
 	rep = redis_command(r, "SET s10:dlq not-a-stream");
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
 		  -1);
-	CHECK(strstr(err, "WRONGTYPE") != NULL);
+	CHECK(err && strstr(err, "WRONGTYPE") != NULL);
+	free(err);
+	err = NULL;
 	CHECK_INT(pending(r, "s10"), 1);
 	rep = redis_command(r, "DEL s10:dlq");
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
-		  1);
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
+		  0);
+	CHECK(written);
 	CHECK_INT(pending(r, "s10"), 0);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
@@ -971,15 +975,17 @@ TEST(dead_letter_only_while_pending)
 	REQUIRE(f->elements == 4);
 	CHECK(f->element[1]->len == 3 && memcmp(f->element[1]->str, "a\0b", 3) == 0);
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
 		  0);
+	CHECK(!written);
 	rep = redis_command(r, "XLEN s10:dlq");
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
 	freeReplyObject(rep);
 	redis_free(r);
 	free(key);
 	free(id);
+	free(err);
 }
 
 /* ---- hostile entries (issue 13) ------------------------------------------ */
