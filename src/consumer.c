@@ -267,17 +267,16 @@ static int append_xack(const struct consumer *c, struct redis *r, const char *co
 	return rc;
 }
 
-int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
-			  size_t errlen)
+int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char **err)
 {
 	redisReply *rep = redis_command(r, "XGROUP CREATE %s %s 0 MKSTREAM", stream, group);
 	if (!rep) {
-		snprintf_(err, errlen, "%s", redis_errmsg(r));
+		*err = xstrdup(redis_errmsg(r));
 		return -1;
 	}
 	int rc = 0;
 	if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "BUSYGROUP", 9) != 0) {
-		snprintf_(err, errlen, "XGROUP CREATE %s %s: %s", stream, group, rep->str);
+		*err = xasprintf("XGROUP CREATE %s %s: %s", stream, group, rep->str);
 		rc = -1;
 	}
 	freeReplyObject(rep);
@@ -643,11 +642,12 @@ static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 	if (strncmp(err, "NOGROUP", 7) == 0) {
 		/* Redis lost the group (restarted without persistence):
 		 * recreate it rather than stop consuming. */
-		char why[512];
+		char *why = NULL;
 		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
 			 "consumer group missing; recreating it");
-		if (consumer_ensure_group(r, c->stream, c->group, why, sizeof why) < 0)
+		if (consumer_ensure_group(r, c->stream, c->group, &why) < 0)
 			log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
+		free(why);
 	} else {
 		log_warn(LOG_ATTRS("error", err), "reading the stream failed");
 	}
@@ -1166,7 +1166,7 @@ static const char *payload_of(const struct msg *m, size_t *len)
 	return p;
 }
 
-/* How a DLQ write ended (invocation_dead_letter's 1 / 0 / -1). */
+/* How a DLQ write ended (invocation_dead_letter's result and *written). */
 enum dlq_result {
 	DLQ_WRITTEN,	 /* written and acknowledged */
 	DLQ_NOT_PENDING, /* the message was no longer pending: nothing written */
@@ -1177,7 +1177,8 @@ static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const st
 				   const char *payload, size_t plen, const char *reason,
 				   int attempts)
 {
-	char ts[RFC3339_STR_MAX], att[16], why[300] = "";
+	char ts[RFC3339_STR_MAX], att[16];
+	char *why = NULL;
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
 	enum { EVENT_VALUE = 9 }; /* the payload: binary-safe, its own length */
@@ -1196,19 +1197,21 @@ static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const st
 	size_t lens[ARRAY_LEN(entry)];
 	for (size_t i = 0; i < ARRAY_LEN(entry); i++)
 		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
+	bool written = false;
 	int rc = -1;
 	if (ensure_conn(c, r) == 0)
 		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens,
-					    ARRAY_LEN(entry), why, sizeof why);
+					    ARRAY_LEN(entry), &written, &why);
 	else
-		snprintf_(why, sizeof why, "%s", redis_errmsg(r));
-	if (rc == 0)
+		why = xstrdup(redis_errmsg(r));
+	if (rc == 0 && !written)
 		log_debug(LOG_ATTRS("message_id", m->id),
 			  "message acknowledged meanwhile; not dead-lettered again");
 	else if (rc < 0)
 		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error", why),
 			  "DLQ write failed; the message stays pending and the write is retried");
-	return rc == 1 ? DLQ_WRITTEN : rc == 0 ? DLQ_NOT_PENDING : DLQ_FAILED;
+	free(why);
+	return rc < 0 ? DLQ_FAILED : written ? DLQ_WRITTEN : DLQ_NOT_PENDING;
 }
 
 /* What became of one target's invocation: as loaded, then as this
@@ -1332,14 +1335,15 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 			       const struct event *ev, struct schedule_route *route,
 			       const char *payload, size_t plen)
 {
-	char why[512] = "";
-	int g = schedule_envelope_check(ev, route, why, sizeof why);
-	if (g == 1)
-		g = ensure_conn(c, r) < 0 ? -1 : schedule_verify(r, route, why, sizeof why);
-	if (g == 1)
+	char *why = NULL;
+	enum schedule_verdict g = schedule_envelope_check(ev, route, &why);
+	if (g == SCHEDULE_GENUINE)
+		g = ensure_conn(c, r) < 0 ? SCHEDULE_VERIFY_FAILED
+					  : schedule_verify(r, route, &why);
+	if (g == SCHEDULE_GENUINE)
 		return true;
-	if (g < 0) {
-		log_warn(LOG_ATTRS("message_id", m->id, "error", why[0] ? why : redis_errmsg(r)),
+	if (g == SCHEDULE_VERIFY_FAILED) {
+		log_warn(LOG_ATTRS("message_id", m->id, "error", why ? why : redis_errmsg(r)),
 			 "cannot verify a scheduled occurrence; it stays pending");
 	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) ==
 		   DLQ_WRITTEN) {
@@ -1348,6 +1352,7 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 			 "running any handler");
 		metrics_inc(METRIC_DLQ_ENTRIES);
 	}
+	free(why);
 	release(c, m->id);
 	return false;
 }

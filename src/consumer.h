@@ -182,9 +182,8 @@ struct consumer_config {
 struct consumer;
 
 /* Creates the consumer group (XGROUP CREATE <stream> <group> 0 MKSTREAM;
- * BUSYGROUP is fine). Returns 0, or -1 with a message in err. */
-int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char *err,
-			  size_t errlen);
+ * BUSYGROUP is fine). Returns 0, or -1 with *err (malloc'd). */
+int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char **err);
 
 /* Starts every thread. Returns NULL only on a programming error. */
 struct consumer *consumer_start(const struct consumer_config *cfg);

@@ -559,7 +559,8 @@ static char *git_dir_path(const char *data_dir)
 }
 
 /* Opens and checks git/ into *fd (0700, ours, not a symlink). With create,
- * git/ (and missing parents) are made 0700; without, a missing git/ is -2. */
+ * git/ (and missing parents) are made 0700; without, a missing git/ is
+ * -ENOENT (no message). */
 static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 {
 	char *dir = git_dir_path(data_dir);
@@ -571,7 +572,7 @@ static int open_git_dir(const char *data_dir, bool create, int *fd, char **err)
 	d = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (d < 0) {
 		if (errno == ENOENT && !create)
-			rc = -2;
+			rc = -ENOENT;
 		else if (errno == ELOOP || errno == ENOTDIR)
 			*err = xasprintf("git directory %s: not a directory (or a symbolic link); "
 					 "refusing to use it",
@@ -601,14 +602,14 @@ out:
 }
 
 /* Reads source.json through dfd (checked, bounded) into a NUL-terminated
- * buffer. -2 when it does not exist. */
+ * buffer. -ENOENT (no message) when it does not exist. */
 static int read_source_file(int dfd, const char *path, char **out, char **err)
 {
 	struct stat before, after;
 	int fd = -1, rc = -1;
 	if (fstatat(dfd, "source.json", &before, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno == ENOENT)
-			return -2;
+			return -ENOENT;
 		return sys_error(err, "cannot stat", path, errno);
 	}
 	if (!S_ISREG(before.st_mode)) {
@@ -619,7 +620,7 @@ static int read_source_file(int dfd, const char *path, char **out, char **err)
 		return -1;
 	fd = openat(dfd, "source.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
-		rc = errno == ENOENT ? -2 : sys_error(err, "cannot open", path, errno);
+		rc = errno == ENOENT ? -ENOENT : sys_error(err, "cannot open", path, errno);
 		goto out;
 	}
 	if (fstat(fd, &after) < 0) {
@@ -2037,7 +2038,7 @@ static int check_deploy_key(const char *ssh_dir, const char *key, char **err)
 	int k = sshkey_public(ssh_dir, &pub, &fp, &kerr);
 	free(pub);
 	free(fp);
-	if (k == -2) {
+	if (k == -ENOENT) {
 		*err = xasprintf("no deploy key: run relay git keygen (%s does not exist)", key);
 		free(kerr);
 	} else if (k < 0) {
@@ -2081,9 +2082,11 @@ int git_sync(const char *data_dir, const char *functions_dir,
 	if (rc < 0)
 		goto out;
 	git_source_free(&src);
+	/* git/ gone meanwhile: nothing configured any more. */
+	if ((rc = open_git_dir(data_dir, false, &dfd, err)) < 0)
+		goto out;
 	rc = -1;
-	if (open_git_dir(data_dir, false, &dfd, err) < 0 ||
-	    (lfd = lock_git_dir(dfd, data_dir, err)) < 0)
+	if ((lfd = lock_git_dir(dfd, data_dir, err)) < 0)
 		goto out;
 	/* Again under the lock: a `git set` may have run meanwhile. */
 	if ((rc = git_source_load(data_dir, &src, err)) < 0)

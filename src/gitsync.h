@@ -10,6 +10,7 @@
 #ifndef RELAY_GITSYNC_H
 #define RELAY_GITSYNC_H
 
+#include <errno.h> /* ENOENT: nothing configured */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -123,18 +124,19 @@ void gitsync_set_fetch_timeout(int fetch_ms);
 void gitsync_cancel_all(bool on);
 
 /* Loads git/source.json (at most 64 KiB; every field validated as on save;
- * an absent ref is "main"). 0 loaded; -2 nothing configured; -1 unreadable
- * or corrupt (*err names the file and the problem), also when the file or
- * git/ is a symbolic link, not owned by the effective uid or has group or
- * other permission bits (the file is then never read). */
+ * an absent ref is "main"). 0 loaded; -ENOENT nothing configured (*err
+ * not set); -1 unreadable or corrupt (*err names the file and the
+ * problem), also when the file or git/ is a symbolic link, not owned by
+ * the effective uid or has group or other permission bits (the file is
+ * then never read). */
 int git_source_load(const char *data_dir, struct git_source *out, char **err);
 /* Validates src (URL, ref, path, secret name, last_* formats) and writes it
  * atomically with mode 0600 (git/ and missing parents created 0700). */
 int git_source_save(const char *data_dir, const struct git_source *src, char **err);
 /* Deletes the checkout, then source.json (under the sync lock; symbolic
- * links in the checkout are removed, never followed). 0 removed; -2
- * nothing configured; -1 corrupt config or I/O error (nothing deleted when
- * corrupt). The SSH key and the functions directory are not touched. */
+ * links in the checkout are removed, never followed). 0 removed; -ENOENT
+ * nothing configured (*err not set); -1 with *err: corrupt config or I/O
+ * error (nothing deleted when corrupt). The SSH key and the functions directory are not touched. */
 int git_source_remove(const char *data_dir, char **err);
 void git_source_free(struct git_source *s);
 
@@ -151,7 +153,7 @@ struct git_sync_result {
 };
 
 /*
- * One sync: source.json must exist (else -2), the deploy key must exist
+ * One sync: source.json must exist (else -ENOENT), the deploy key must exist
  * ("no deploy key: run relay git keygen ..." otherwise). Holds an exclusive
  * flock on git/.lock throughout (waiting for it while another sync holds
  * it, unless gitsync_cancel_all), so syncs never interleave.
@@ -177,7 +179,8 @@ struct git_sync_result {
  * functions directory untouched. Records last_sync, last_commit and
  * last_ref in source.json. notice (may be NULL) is called on the calling
  * thread.
- * Returns 0, -2 (nothing configured), -1 with *err. Thread-safe; any
+ * Returns 0, -ENOENT (nothing configured; *err not set), -1 with *err.
+ * Thread-safe; any
  * number of processes may call it on the same data directory.
  */
 int git_sync(const char *data_dir, const char *functions_dir,

@@ -263,7 +263,7 @@ static const char dlq_script[] =
 
 int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
 			   const char *msg_id, const char *const *entry, const size_t *lens,
-			   size_t nentry, char *err, size_t errlen)
+			   size_t nentry, bool *written, char **err)
 {
 	char *key = invocation_key(stream, group, msg_id);
 	size_t argc = 8 + nentry;
@@ -279,14 +279,16 @@ int invocation_dead_letter(struct redis *r, const char *stream, const char *grou
 		alens[8 + i] = lens[i];
 	}
 	int rc = -1;
+	*written = false;
 	redisReply *rep = redis_command_argv(r, (int)argc, argv, alens);
-	if (!rep)
-		snprintf_(err, errlen, "%s", redis_errmsg(r));
-	else if (rep->type == REDIS_REPLY_INTEGER)
-		rc = rep->integer == 1 ? 1 : 0;
-	else
-		snprintf_(err, errlen, "%s",
-			  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+	if (!rep) {
+		*err = xstrdup(redis_errmsg(r));
+	} else if (rep->type == REDIS_REPLY_INTEGER) {
+		*written = rep->integer == 1;
+		rc = 0;
+	} else {
+		*err = xstrdup(rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+	}
 	if (rep)
 		freeReplyObject(rep);
 	free(argv);

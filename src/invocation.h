@@ -98,13 +98,14 @@ int invocation_try_start(struct redis *r, const char *key, const char *field, co
  * in group of stream: XADD dlq * <entry>, then XACK, then DEL of its
  * invocation hash. A copy fetched by a reclaim just before another delivery
  * finished can therefore never write a second entry. entry holds nentry
- * field/value strings with their lengths (binary-safe). Returns 1 when
- * written and acknowledged, 0 when the message was no longer pending
- * (nothing written), -1 with err filled on an error (nothing acknowledged).
+ * field/value strings with their lengths (binary-safe). Returns 0 with
+ * *written true when written and acknowledged, false when the message was
+ * no longer pending (nothing written); -1 with *err (malloc'd) on an error
+ * (nothing acknowledged).
  */
 int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
 			   const char *msg_id, const char *const *entry, const size_t *lens,
-			   size_t nentry, char *err, size_t errlen);
+			   size_t nentry, bool *written, char **err);
 /* Writes prev back into field, or deletes the field when prev is NULL. */
 int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
 /* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */

@@ -131,8 +131,8 @@ char *schedule_entry(const char *function, const char *handler, int64_t at_s)
 
 enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
 					      const char *function, const char *handler,
-					      int64_t at_s, char *entry_id, size_t idlen, char *err,
-					      size_t errlen)
+					      int64_t at_s, char *entry_id, size_t idlen,
+					      char **err)
 {
 	char *occ = schedule_occurrence_id(function, handler, at_s);
 	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
@@ -143,19 +143,17 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
 	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep) {
-		if (err)
-			snprintf_(err, errlen, "%s", redis_errmsg(r));
+		*err = xstrdup(redis_errmsg(r));
 	} else if (rep->type == REDIS_REPLY_STRING) {
 		if (entry_id)
 			snprintf_(entry_id, idlen, "%.*s", (int)rep->len, rep->str);
 		res = SCHEDULE_PUBLISHED;
 	} else if (rep->type == REDIS_REPLY_INTEGER && rep->integer == 0) {
 		res = SCHEDULE_DUPLICATE;
-	} else if (err) {
-		snprintf_(err, errlen, "%s",
-			  rep->type == REDIS_REPLY_ERROR
-				  ? rep->str
-				  : "unexpected reply to the publish script");
+	} else {
+		*err = xstrdup(rep->type == REDIS_REPLY_ERROR
+				       ? rep->str
+				       : "unexpected reply to the publish script");
 	}
 	if (rep)
 		freeReplyObject(rep);
@@ -183,8 +181,8 @@ bool schedule_claimed(const struct event *ev)
 	       event_get(root, "occurrence_id", 13);
 }
 
-int schedule_envelope_check(const struct event *ev, struct schedule_route *out, char *why,
-			    size_t whylen)
+enum schedule_verdict schedule_envelope_check(const struct event *ev, struct schedule_route *out,
+					      char **why)
 {
 	static const char *const names[] = {"function", "handler", "occurrence_id", "scheduled_at",
 					    "source"};
@@ -193,16 +191,16 @@ int schedule_envelope_check(const struct event *ev, struct schedule_route *out, 
 	for (size_t k = 0; k < 5; k++) {
 		v[k] = str_member(root, names[k]);
 		if (!v[k] || memchr(v[k]->u.str, '\0', v[k]->n) || v[k]->n == 0) {
-			snprintf_(why, whylen, "%s %s", names[k],
-				  !event_get(root, names[k], strlen(names[k])) ? "missing"
-				  : !v[k]				       ? "not a string"
-					  : "empty or not text");
-			return 0;
+			*why = xasprintf("%s %s", names[k],
+					 !event_get(root, names[k], strlen(names[k])) ? "missing"
+					 : !v[k] ? "not a string"
+						 : "empty or not text");
+			return SCHEDULE_FORGED;
 		}
 	}
 	if (root->n != 5) {
-		snprintf_(why, whylen, "members other than the five a publication writes");
-		return 0;
+		*why = xstrdup("members other than the five a publication writes");
+		return SCHEDULE_FORGED;
 	}
 	/* scheduled_at: an instant in its canonical form (whole seconds, Z). */
 	int64_t at = 0;
@@ -214,45 +212,46 @@ int schedule_envelope_check(const struct event *ev, struct schedule_route *out, 
 		ok = strlen(canon_ts) == v[3]->n && memcmp(canon_ts, v[3]->u.str, v[3]->n) == 0;
 	}
 	if (!ok) {
-		snprintf_(why, whylen, "scheduled_at is not an instant in whole seconds UTC");
-		return 0;
+		*why = xstrdup("scheduled_at is not an instant in whole seconds UTC");
+		return SCHEDULE_FORGED;
 	}
 	int64_t at_s = at;
 	char *occ = schedule_occurrence_id(v[0]->u.str, v[1]->u.str, at_s);
 	ok = strlen(occ) == v[2]->n && memcmp(occ, v[2]->u.str, v[2]->n) == 0;
 	free(occ);
 	if (!ok) {
-		snprintf_(why, whylen,
-			  "occurrence_id does not name this function, handler and scheduled_at");
-		return 0;
+		*why = xstrdup(
+			"occurrence_id does not name this function, handler and scheduled_at");
+		return SCHEDULE_FORGED;
 	}
 	if (out)
 		*out = (struct schedule_route){v[0]->u.str, v[1]->u.str, v[2]->u.str, at_s};
-	return 1;
+	return SCHEDULE_GENUINE;
 }
 
-int schedule_verify(struct redis *r, const struct schedule_route *route, char *why, size_t whylen)
+enum schedule_verdict schedule_verify(struct redis *r, const struct schedule_route *route,
+				      char **why)
 {
 	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", route->occurrence_id);
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
 	const char *argv[] = {"EVAL", verify_script, "1", key, route->occurrence_id, ttl};
 	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
-	int rc = -1;
+	enum schedule_verdict rc = SCHEDULE_VERIFY_FAILED;
 	if (!rep) {
-		snprintf_(why, whylen, "%s", redis_errmsg(r));
+		*why = xstrdup(redis_errmsg(r));
 	} else if (rep->type != REDIS_REPLY_INTEGER) {
-		snprintf_(why, whylen, "%s",
-			  rep->type == REDIS_REPLY_ERROR ? rep->str
-							 : "unexpected reply to the verify script");
+		*why = xstrdup(rep->type == REDIS_REPLY_ERROR
+				       ? rep->str
+				       : "unexpected reply to the verify script");
 	} else if (rep->integer == 1) {
-		rc = 1;
+		rc = SCHEDULE_GENUINE;
 	} else {
-		rc = 0;
-		snprintf_(why, whylen, "dedup key %s %s", key,
-			  rep->integer == 0    ? "holds another occurrence id"
-			  : rep->integer == -1 ? "does not exist"
-					       : "is not a string");
+		rc = SCHEDULE_FORGED;
+		*why = xasprintf("dedup key %s %s", key,
+				 rep->integer == 0    ? "holds another occurrence id"
+				 : rep->integer == -1 ? "does not exist"
+						      : "is not a string");
 	}
 	if (rep)
 		freeReplyObject(rep);
@@ -300,16 +299,17 @@ static void jobs_rebuild(struct scheduler *s)
 static void publish_one(struct scheduler *s, struct redis *r, const struct job *jb, int64_t at_s,
 			int64_t late_ns)
 {
-	char ts[RFC3339_STR_MAX], late[DURATION_STR_MAX], id[64] = "", err[512] = "";
+	char ts[RFC3339_STR_MAX], late[DURATION_STR_MAX], id[64] = "";
+	char *err = NULL;
 	rfc3339_format_utc(at_s * NS_PER_SEC, ts);
 	duration_format(late_ns / NS_PER_MS * NS_PER_MS, late);
 	char *occ = schedule_occurrence_id(jb->function, jb->sched->handler, at_s);
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
 	if (!redis_is_connected(r) && redis_connect(r) < 0)
-		snprintf_(err, sizeof err, "%s", redis_errmsg(r));
+		err = xstrdup(redis_errmsg(r));
 	else
 		res = schedule_publish(r, s->stream, jb->function, jb->sched->handler, at_s, id,
-				       sizeof id, err, sizeof err);
+				       sizeof id, &err);
 	const char *const attrs[] = {
 		"function",	 jb->function, "handler", jb->sched->handler, "scheduled_at", ts,
 		"occurrence_id", occ,	       NULL};
@@ -335,6 +335,7 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 				     "scheduled_at", ts, "occurrence_id", occ, "reason", err),
 			   "Schedule: publish failed");
 		s->failing = true;
+		free(err);
 		free(occ);
 		return;
 	}

@@ -161,13 +161,14 @@ enum schedule_publish_result {
 /*
  * Runs the publish-if-new script for one occurrence on r (connected by the
  * caller). On SCHEDULE_PUBLISHED and entry_id non-NULL, the new stream
- * entry id is copied into entry_id[0..idlen). On failure err (if non-NULL)
- * holds the reason. Does not touch the counters.
+ * entry id is copied into entry_id[0..idlen) (64 bytes hold any). On
+ * SCHEDULE_PUBLISH_FAILED *err (malloc'd) holds the reason. Does not touch
+ * the counters.
  */
 enum schedule_publish_result schedule_publish(struct redis *r, const char *stream,
 					      const char *function, const char *handler,
-					      int64_t at_s, char *entry_id, size_t idlen, char *err,
-					      size_t errlen);
+					      int64_t at_s, char *entry_id, size_t idlen,
+					      char **err);
 
 /* A checked scheduled occurrence; the strings are borrowed from its event. */
 struct schedule_route {
@@ -181,21 +182,30 @@ struct schedule_route {
  * is "relay.schedule" and it has function, handler and occurrence_id. */
 bool schedule_claimed(const struct event *ev);
 
-/* Local half of the proof: 1 when ev is exactly what a publication writes
- * (the five members, all non-empty text, scheduled_at canonical, the
- * occurrence id recomputed from function, handler and scheduled_at), with
- * *out filled (if non-NULL); else 0 with why filled. Pure. */
-int schedule_envelope_check(const struct event *ev, struct schedule_route *out, char *why,
-			    size_t whylen);
+/* What the proof that an occurrence is genuine found (the two halves
+ * below). On FORGED and VERIFY_FAILED *why (malloc'd) says why. */
+enum schedule_verdict {
+	SCHEDULE_GENUINE,	/* what a publication wrote: run it */
+	SCHEDULE_FORGED,	/* anything else: never run */
+	SCHEDULE_VERIFY_FAILED, /* a Redis error: the caller leaves the message
+				   pending, it is never run unverified */
+};
+
+/* Local half of the proof: GENUINE when ev is exactly what a publication
+ * writes (the five members, all non-empty text, scheduled_at canonical,
+ * the occurrence id recomputed from function, handler and scheduled_at),
+ * with *out filled (if non-NULL); else FORGED with *why. Pure. */
+enum schedule_verdict schedule_envelope_check(const struct event *ev, struct schedule_route *out,
+					      char **why);
 
 /*
  * The Redis half: one script on r (connected by the caller) that checks
  * that the occurrence's dedup key holds its occurrence id and renews its
- * TTL when it does. 1 genuine, 0 forged (why says what is wrong), -1 on a
- * Redis error (why holds it; the caller leaves the message pending: it is
- * never run unverified).
+ * TTL when it does. GENUINE, FORGED (*why says what is wrong) or
+ * VERIFY_FAILED (*why holds the Redis error).
  */
-int schedule_verify(struct redis *r, const struct schedule_route *route, char *why, size_t whylen);
+enum schedule_verdict schedule_verify(struct redis *r, const struct schedule_route *route,
+				      char **why);
 
 /* The first schedule of fv's template with this handler, or NULL. */
 const struct schedule *schedule_find(const struct fn_version *fv, const char *handler);

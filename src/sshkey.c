@@ -348,8 +348,8 @@ static int decode_private(const char *text, size_t len, const char *path,
 
 /* ---- files ---- */
 
-/* Opens the SSH directory, refusing one writable by others. -2 when it does
- * not exist and create is false. */
+/* Opens the SSH directory, refusing one writable by others. -ENOENT (no
+ * message) when it does not exist and create is false. */
 static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
 {
 	struct stat st;
@@ -361,7 +361,7 @@ static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
 		return -1;
 	*dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (*dfd < 0 && errno == ENOENT && !create)
-		return -2;
+		return -ENOENT;
 	if (*dfd < 0)
 		return sys_error(err, "cannot open SSH directory", dir, errno);
 	if (fstat(*dfd, &st) < 0)
@@ -377,14 +377,15 @@ static int open_ssh_dir(const char *dir, bool create, int *dfd, char **err)
 }
 
 /* Opens name in dfd without following a symlink and refuses anything but a
- * regular file of ours without the mode bits in `loose`. -2 when missing. */
+ * regular file of ours without the mode bits in `loose`. -ENOENT (no
+ * message) when missing. */
 static int open_checked(int dfd, const char *name, const char *path, int flags, mode_t loose,
 			int *fd, char **err)
 {
 	struct stat st;
 	*fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
 	if (*fd < 0 && errno == ENOENT)
-		return -2;
+		return -ENOENT;
 	if (*fd < 0 && errno == ELOOP) {
 		*err = xasprintf("%s: is a symbolic link; refusing to use it", path);
 		return -1;
@@ -426,7 +427,7 @@ char *sshkey_path(const char *ssh_dir)
 static int key_exists(const char *path, char **err)
 {
 	*err = xasprintf("an SSH key already exists at %s; refusing to overwrite it", path);
-	return -2;
+	return -EEXIST;
 }
 
 int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **fingerprint,
@@ -498,7 +499,7 @@ int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, c
 	int rc = open_ssh_dir(ssh_dir, false, &dfd, err);
 	if (rc == 0)
 		rc = open_checked(dfd, SSHKEY_FILE, path, O_RDONLY, 077, &fd, err);
-	if (rc == -2)
+	if (rc == -ENOENT)
 		*err = xasprintf("no SSH key at %s (generate one with relay git keygen)", path);
 	if (rc == 0)
 		rc = read_bounded(fd, KEY_FILE_MAX, path, &text, &len, err);

@@ -39,6 +39,7 @@
 #ifndef RELAY_SSHKEY_H
 #define RELAY_SSHKEY_H
 
+#include <errno.h> /* EEXIST, ENOENT: the results named below */
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -51,8 +52,8 @@
 
 /*
  * Generates a new key into ssh_dir. When a key already exists and force is
- * false, nothing is written and -2 is returned (err names the path). On
- * success returns 0 and sets *public_line ("ssh-ed25519 AAAA... relay",
+ * false, nothing is written and -EEXIST is returned (err names the path).
+ * On success returns 0 and sets *public_line ("ssh-ed25519 AAAA... relay",
  * no newline) and *fingerprint ("SHA256:..."), both malloc'd. -1 on any
  * other error. err: malloc'd one-line message.
  */
@@ -60,11 +61,12 @@ int sshkey_generate(const char *ssh_dir, bool force, char **public_line, char **
 		    char **err);
 
 /* Reads <ssh_dir>/id_ed25519 and derives its public line and fingerprint
- * (both malloc'd on success). -2 when there is no key file; -1 when it is
- * unreadable, malformed (the whole file is checked, including that the
- * private half derives the public half), larger than 64 KiB, a symbolic
- * link, or its permissions are looser than 0600 / owner not the effective
- * uid. On -1 and -2 err is a malloc'd message naming the path. */
+ * (both malloc'd on success). -ENOENT when there is no key file; -1 when
+ * it is unreadable, malformed (the whole file is checked, including that
+ * the private half derives the public half), larger than 64 KiB, a
+ * symbolic link, or its permissions are looser than 0600 / owner not the
+ * effective uid. On -1 and -ENOENT err is a malloc'd message naming the
+ * path. */
 int sshkey_public(const char *ssh_dir, char **public_line, char **fingerprint, char **err);
 
 /* Path of the private key file (malloc'd). Thread-safe, as are the two

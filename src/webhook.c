@@ -577,7 +577,7 @@ static void git_target_sync(void *arg)
 		log_info(LOG_ATTRS("commit", res.commit, "functions", nf, "removed", nr),
 			 "git sync complete");
 	} else {
-		log_error(LOG_ATTRS("error", rc == -2 ? "no git source configured" : err),
+		log_error(LOG_ATTRS("error", rc == -ENOENT ? "no git source configured" : err),
 			  "git sync failed");
 	}
 	free(err);
@@ -594,7 +594,7 @@ int webhook_start_git(const char *listen_addr, const char *data_dir, const char 
 	struct git_source src = {0};
 	char *err = NULL;
 	int rc = git_source_load(data_dir, &src, &err);
-	if (rc == -2) {
+	if (rc == -ENOENT) {
 		log_info(LOG_ATTRS("addr", listen_addr),
 			 "webhook server disabled: no git source configured (relay git set)");
 		rc = 0;

@@ -32,7 +32,7 @@ static int keygen_exec(const struct cmd *self, const struct cmd_args *args,
 	char *dir = ssh_dir(cfg), *line = NULL, *fp = NULL, *err = NULL, *path = sshkey_path(dir);
 	int status = 0;
 	int rc = sshkey_generate(dir, force, &line, &fp, &err);
-	if (rc == -2)
+	if (rc == -EEXIST)
 		status = cmd_fail("git keygen: %s; `relay git keygen --force` replaces it (the "
 				  "old key then stops working wherever it is registered)",
 				  err);
@@ -102,7 +102,7 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 
 	/* Hints, not errors: both can be fixed before the first sync. */
 	char *dir = ssh_dir(cfg), *line = NULL, *fp = NULL, *kerr = NULL;
-	if (sshkey_public(dir, &line, &fp, &kerr) == -2)
+	if (sshkey_public(dir, &line, &fp, &kerr) == -ENOENT)
 		fprintf(stderr, "relay: note: no deploy key yet: run `relay git keygen` and "
 				"register it before `relay git sync`\n");
 	free(dir);
@@ -145,7 +145,7 @@ static int sync_exec(const struct cmd *self, const struct cmd_args *args, const 
 	int status = 0;
 	const char *fdir = cfg->functions_dir;
 	int rc = git_sync(cfg->data_dir, fdir, print_notice, NULL, &res, &err);
-	if (rc == -2)
+	if (rc == -ENOENT)
 		status = cmd_fail("git sync: no git source configured: run `relay git set "
 				  "<repository>` first");
 	else if (rc < 0)
@@ -163,7 +163,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 	struct git_source src = {0};
 	char *err = NULL;
 	int rc = git_source_load(cfg->data_dir, &src, &err);
-	if (rc == -2) {
+	if (rc == -ENOENT) {
 		printf("No git source configured.\n");
 		free(err);
 		return 0;
@@ -183,7 +183,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 	printf("Webhook secret: %s\n", src.webhook_secret ? src.webhook_secret : "(none)");
 	if (krc == 0)
 		printf("SSH key:        present (%s, %s)\n", keypath, fp);
-	else if (krc == -2)
+	else if (krc == -ENOENT)
 		printf("SSH key:        missing (run `relay git keygen`)\n");
 	else
 		printf("SSH key:        unusable: %s\n", kerr);
@@ -215,7 +215,7 @@ static int remove_exec(const struct cmd *self, const struct cmd_args *args,
 	char *err = NULL;
 	int status = 0;
 	int rc = git_source_remove(cfg->data_dir, &err);
-	if (rc == -2)
+	if (rc == -ENOENT)
 		printf("No git source configured.\n");
 	else if (rc < 0)
 		status = cmd_fail("git remove: %s", err);

@@ -15,56 +15,58 @@
 #include "redis.h"
 #include "util.h"
 
-/* 0 when Redis answers PING; otherwise fills why. */
-int health_check_redis(const char *uri_text, char *why, size_t whylen, char *addr, size_t addrlen)
+int health_check_redis(const char *uri_text, char **addr, char **err)
 {
 	struct redis_uri uri;
-	char *err = NULL;
-	if (redis_uri_parse(uri_text, &uri, &err) < 0) {
-		snprintf_(why, whylen, "redis: invalid REDIS_URI: %s", err);
-		free(err);
+	char *why = NULL;
+	*addr = NULL;
+	if (redis_uri_parse(uri_text, &uri, &why) < 0) {
+		*err = xasprintf("redis: invalid REDIS_URI: %s", why);
+		free(why);
 		return -1;
 	}
 	struct redis *r = redis_new(&uri, NULL);
 	redis_uri_free(&uri);
-	snprintf_(addr, addrlen, "%s", redis_addr(r));
 	int rc = -1;
 	if (redis_connect(r) < 0) {
-		snprintf_(why, whylen, "%s", redis_errmsg(r));
+		*err = xstrdup(redis_errmsg(r));
 		goto out;
 	}
 	redisReply *rep = redis_command(r, "PING");
 	if (!rep) {
-		snprintf_(why, whylen, "%s", redis_errmsg(r));
+		*err = xstrdup(redis_errmsg(r));
 		goto out;
 	}
-	if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0)
+	if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
+		*addr = xstrdup(redis_addr(r));
 		rc = 0;
-	else
-		snprintf_(why, whylen, "redis %s: PING failed: %s", redis_addr(r),
-			  rep->type == REDIS_REPLY_ERROR || rep->type == REDIS_REPLY_STATUS
-				  ? rep->str
-				  : "unexpected reply");
+	} else {
+		*err = xasprintf("redis %s: PING failed: %s", redis_addr(r),
+				 rep->type == REDIS_REPLY_ERROR || rep->type == REDIS_REPLY_STATUS
+					 ? rep->str
+					 : "unexpected reply");
+	}
 	freeReplyObject(rep);
 out:
 	redis_free(r);
 	return rc;
 }
 
-int health_check_docker(char *why, size_t whylen, char *info, size_t infolen)
+int health_check_docker(char **info, char **err)
 {
 	struct docker *d = NULL;
-	char *err = NULL;
-	if (docker_open(&d, &err) < 0) {
-		snprintf_(why, whylen, "docker: %s", err ? err : "cannot connect");
-		free(err);
+	char *why = NULL;
+	*info = NULL;
+	if (docker_open(&d, &why) < 0) {
+		*err = xasprintf("docker: %s", why ? why : "cannot connect");
+		free(why);
 		return -1;
 	}
 	int rc = docker_ping(d);
 	if (rc < 0)
-		snprintf_(why, whylen, "docker: %s", docker_errmsg(d));
+		*err = xasprintf("docker: %s", docker_errmsg(d));
 	else
-		snprintf_(info, infolen, "%s, API %s", docker_endpoint(d), docker_api_version(d));
+		*info = xasprintf("%s, API %s", docker_endpoint(d), docker_api_version(d));
 	docker_close(d);
 	return rc;
 }
@@ -74,14 +76,17 @@ int health_check_docker(char *why, size_t whylen, char *info, size_t infolen)
 static int health_exec(const struct cmd *self, const struct cmd_args *args,
 		       const struct config *cfg)
 {
-	char why[600], addr[300], info[300];
-	int rc = health_check_redis(cfg->redis_uri, why, sizeof why, addr, sizeof addr);
-	if (rc < 0)
-		return cmd_fail("health: %s", why);
-	if (health_check_docker(why, sizeof why, info, sizeof info) < 0)
-		return cmd_fail("health: %s", why);
-	printf("redis: ok (%s)\ndocker: ok (%s)\n", addr, info);
-	return 0;
+	char *addr = NULL, *info = NULL, *err = NULL;
+	int status = 0;
+	if (health_check_redis(cfg->redis_uri, &addr, &err) < 0 ||
+	    health_check_docker(&info, &err) < 0)
+		status = cmd_fail("health: %s", err);
+	else
+		printf("redis: ok (%s)\ndocker: ok (%s)\n", addr, info);
+	free(addr);
+	free(info);
+	free(err);
+	return status;
 }
 
 const struct cmd cmd_health = {

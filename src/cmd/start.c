@@ -116,24 +116,27 @@ struct relay {
 static int check_dependencies(struct relay *rt)
 {
 	const struct config *cfg = rt->cfg;
-	char why[600], addr[300], info[300];
-	char *err = NULL;
+	char info[300];
+	char *err = NULL, *addr = NULL;
 	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group, "consumer",
 			   runner_hostname(), "functions_dir", cfg->functions_dir),
 		 "Relay starting");
-	if (health_check_redis(cfg->redis_uri, why, sizeof why, addr, sizeof addr) < 0) {
-		log_error(LOG_ATTRS("error", why), "cannot reach Redis");
+	if (health_check_redis(cfg->redis_uri, &addr, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "cannot reach Redis");
+		free(err);
 		return -1;
 	}
 	if (docker_open(&rt->d, &err) < 0 || docker_ping(rt->d) < 0) {
-		snprintf_(why, sizeof why, "%s", err ? err : docker_errmsg(rt->d));
-		log_error(LOG_ATTRS("error", why), "cannot reach the Docker daemon");
+		log_error(LOG_ATTRS("error", err ? err : docker_errmsg(rt->d)),
+			  "cannot reach the Docker daemon");
 		free(err);
+		free(addr);
 		return -1;
 	}
 	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(rt->d),
 		  docker_api_version(rt->d));
 	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
+	free(addr);
 	return 0;
 }
 
@@ -184,7 +187,6 @@ static void load_functions(struct relay *rt)
 static int ensure_group(struct relay *rt)
 {
 	const struct config *cfg = rt->cfg;
-	char why[600];
 	char *err = NULL;
 	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
 		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
@@ -193,11 +195,10 @@ static int ensure_group(struct relay *rt)
 	}
 	rt->r = redis_new(&rt->uri, NULL);
 	if (redis_connect(rt->r) < 0 ||
-	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, why, sizeof why) <
-		    0) {
-		if (!redis_is_connected(rt->r))
-			snprintf_(why, sizeof why, "%s", redis_errmsg(rt->r));
-		log_error(LOG_ATTRS("error", why), "cannot create the consumer group");
+	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, &err) < 0) {
+		log_error(LOG_ATTRS("error", err ? err : redis_errmsg(rt->r)),
+			  "cannot create the consumer group");
+		free(err);
 		return -1;
 	}
 	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group),

@@ -188,8 +188,7 @@ static struct consumer_config base_cfg(struct registry *reg, const char *stream,
 static struct consumer *start_cfg(const struct consumer_config *cfg)
 {
 	struct redis *r = it_conn(&R);
-	char err[256];
-	consumer_ensure_group(r, cfg->stream, "g", err, sizeof err);
+	it_ensure_group(r, cfg->stream, "g");
 	redis_free(r);
 	return consumer_start(cfg);
 }
@@ -497,8 +496,7 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	consumer_ensure_group(r, "s4", "g", err, sizeof err);
+	it_ensure_group(r, "s4", "g");
 	char *ev = xasprintf(EV, "good");
 	char *id1 = xadd(r, "s4", ev), *id2 = xadd(r, "s4", ev), *id3 = xadd(r, "s4", ev);
 	char *k1 = invocation_key("s4", "g", id1), *k2 = invocation_key("s4", "g", id2),
@@ -605,8 +603,7 @@ TEST(outcome_lines_name_the_message_whatever_the_level)
 	log_set_level(LOG_ERROR);
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	consumer_ensure_group(r, "s-lines", "g", err, sizeof err);
+	it_ensure_group(r, "s-lines", "g");
 	char *good = xasprintf(EV, "good"), *once = xasprintf(EV, "once");
 	char *id1 = xadd(r, "s-lines", good), *id2 = xadd(r, "s-lines", good),
 	     *id3 = xadd(r, "s-lines", good), *id4 = xadd(r, "s-lines", once);
@@ -791,8 +788,7 @@ TEST(backpressure_bounds_buffer_and_per_function_concurrency)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	consumer_ensure_group(r, "s7", "g", err, sizeof err);
+	it_ensure_group(r, "s7", "g");
 	char *last = NULL;
 	for (int i = 0; i < 200; i++) {
 		free(last);
@@ -843,8 +839,7 @@ TEST(global_concurrency_bound_binds_above_per_function_limits)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "s11", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "s11", "g") == 0);
 	char *last = NULL;
 	for (int i = 0; i < 60; i++) {
 		free(last);
@@ -883,8 +878,7 @@ TEST(backlog_gauges_sampled_from_xpending)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	consumer_ensure_group(r, "s8", "g", err, sizeof err);
+	it_ensure_group(r, "s8", "g");
 	/* An entry 30 s old whose invocation is "running" elsewhere: it stays
 	 * pending, and the sampler must report it. */
 	long long old_ms = (long long)(now_wall_ns() / NS_PER_MS) - 30000;
@@ -917,8 +911,7 @@ TEST(backlog_gauges_sampled_from_xpending)
 TEST(try_start_refuses_an_acknowledged_message)
 {
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "s9", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "s9", "g") == 0);
 	char *id = xadd(r, "s9", "{\"kind\":\"none\"}");
 	REQUIRE(id);
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s9 >");
@@ -945,8 +938,9 @@ TEST(try_start_refuses_an_acknowledged_message)
 TEST(dead_letter_only_while_pending)
 {
 	struct redis *r = it_conn(&R);
-	char err[256] = "";
-	REQUIRE(consumer_ensure_group(r, "s10", "g", err, sizeof err) == 0);
+	char *err = NULL;
+	bool written = true;
+	REQUIRE(it_ensure_group(r, "s10", "g") == 0);
 	char *id = xadd(r, "s10", "{\"kind\":\"none\"}");
 	REQUIRE(id);
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s10 >");
@@ -958,16 +952,19 @@ TEST(dead_letter_only_while_pending)
 	const size_t lens[] = {5, 3, 6, 1};
 	rep = redis_command(r, "SET s10:dlq not-a-stream");
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
 		  -1);
-	CHECK(strstr(err, "WRONGTYPE") != NULL);
+	CHECK(err && strstr(err, "WRONGTYPE") != NULL);
+	free(err);
+	err = NULL;
 	CHECK_INT(pending(r, "s10"), 1);
 	rep = redis_command(r, "DEL s10:dlq");
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
-		  1);
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
+		  0);
+	CHECK(written);
 	CHECK_INT(pending(r, "s10"), 0);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
@@ -978,15 +975,17 @@ TEST(dead_letter_only_while_pending)
 	REQUIRE(f->elements == 4);
 	CHECK(f->element[1]->len == 3 && memcmp(f->element[1]->str, "a\0b", 3) == 0);
 	freeReplyObject(rep);
-	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, err,
-					 sizeof err),
+	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
+					 &err),
 		  0);
+	CHECK(!written);
 	rep = redis_command(r, "XLEN s10:dlq");
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
 	freeReplyObject(rep);
 	redis_free(r);
 	free(key);
 	free(id);
+	free(err);
 }
 
 /* ---- hostile entries (issue 13) ------------------------------------------ */
@@ -1189,8 +1188,7 @@ TEST(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "big1", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "big1", "g") == 0);
 	/* An event-only entry: "event" (5 bytes) and the value, 2 strings. */
 	const long long framing = CONSUMER_ENTRY_COST(5, 2);
 	const long long over = CONSUMER_ENTRY_MAX + 1 - framing, at = CONSUMER_ENTRY_MAX - framing;
@@ -1237,8 +1235,7 @@ TEST(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "big2", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "big2", "g") == 0);
 	char *flaky = xadd(r, "big2", "{\"kind\":\"flaky\"}");
 	const long long huge = (long long)REDIS_REPLY_MAX + 1024 * 1024; /* 65 MiB */
 	char *big = xadd_sized(r, "big2", "good", huge);
@@ -1267,8 +1264,7 @@ TEST(reclaim_goes_past_a_pending_entry_over_the_reply_cap)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "big3", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "big3", "g") == 0);
 	char *ev = xasprintf(EV, "good");
 	char *first = xadd(r, "big3", ev);
 	const long long huge = (long long)REDIS_REPLY_MAX + 1024 * 1024;
@@ -1297,8 +1293,7 @@ TEST(a_too_large_entry_whose_dlq_write_fails_stays_pending_until_it_can)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "big6", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "big6", "g") == 0);
 	redisReply *rep = redis_command(r, "SET relay:big6:dlq not-a-stream");
 	freeReplyObject(rep);
 	char *big = xadd_sized(r, "big6", "good", 2LL * CONSUMER_ENTRY_MAX);
@@ -1372,12 +1367,11 @@ TEST(a_batch_over_the_reply_cap_is_read_in_parts)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
 	const int n = 70;
 	static const char *const streams[] = {"big4", "big5"};
 	for (size_t s = 0; s < 2; s++) {
 		const char *st = streams[s];
-		REQUIRE(consumer_ensure_group(r, st, "g", err, sizeof err) == 0);
+		REQUIRE(it_ensure_group(r, st, "g") == 0);
 		for (int i = 0; i < n; i++) {
 			char *id = xadd_sized(r, st, "good", EVENT_MAX_BYTES - 64);
 			REQUIRE(id);
@@ -1418,9 +1412,8 @@ TEST(reads_and_reclaims_stay_within_the_byte_budget)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "bud1", "g", err, sizeof err) == 0);
-	REQUIRE(consumer_ensure_group(r, "bud2", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "bud1", "g") == 0);
+	REQUIRE(it_ensure_group(r, "bud2", "g") == 0);
 	char *last1 = NULL, *last2 = NULL;
 	for (int i = 0; i < 20; i++) {
 		free(last1);
@@ -1528,8 +1521,7 @@ TEST(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "junk1", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "junk1", "g") == 0);
 	char *ev = xasprintf(EV, "good");
 	char *first = xadd(r, "junk1", ev);
 	char *side = xadd_padded(r, "junk1", "{\"kind\":\"good\"}", 0, "", "attachment",
@@ -1572,8 +1564,7 @@ TEST(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	char err[128];
-	REQUIRE(consumer_ensure_group(r, "many1", "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(r, "many1", "g") == 0);
 	char *ev = xasprintf(EV, "good"), *bad = xasprintf(EV, "bad");
 	char *first = xadd(r, "many1", ev);
 	const char *argv[3 + 400];

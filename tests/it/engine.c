@@ -1430,8 +1430,7 @@ TEST(consumer_one_handler_in_flight)
 	};
 	struct redis *rc = it_conn(&R);
 	REQUIRE(rc);
-	char err[256];
-	REQUIRE(consumer_ensure_group(rc, stream, "g", err, sizeof err) == 0);
+	REQUIRE(it_ensure_group(rc, stream, "g") == 0);
 	CHECK(metrics_gauge_value(METRIC_IN_FLIGHT) == 0);
 	struct consumer *c = consumer_start(&cfg);
 	REQUIRE(c);

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -20,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "consumer.h"
 #include "redis.h"
 #include "util.h"
 
@@ -108,6 +110,17 @@ static struct redis *it_conn(struct itredis *it)
 		return NULL;
 	}
 	return r;
+}
+
+/* consumer_ensure_group: 0, or -1 with its error on stderr. */
+static inline int it_ensure_group(struct redis *r, const char *stream, const char *group)
+{
+	char *err = NULL;
+	int rc = consumer_ensure_group(r, stream, group, &err);
+	if (rc < 0)
+		fprintf(stderr, "cannot create group %s on %s: %s\n", group, stream, err);
+	free(err);
+	return rc;
 }
 
 /* A consumer group as XINFO GROUPS reports it. lag is -1 when Redis

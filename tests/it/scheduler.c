@@ -236,14 +236,15 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 {
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char id[64] = "", err[256] = "";
+	char id[64] = "";
+	char *err = NULL;
 	const int64_t at = 1774746000; /* 2026-03-29T01:00:00Z */
-	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, id, sizeof id, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, id, sizeof id, &err),
 		  SCHEDULE_PUBLISHED);
 	CHECK(id[0] != '\0');
-	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at, NULL, 0, &err),
 		  SCHEDULE_DUPLICATE);
-	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at + 1, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "pub", "fn-a", "jobs.h", at + 1, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	struct occ o[4];
 	REQUIRE(read_stream(r, "pub", o, 4) == 2);
@@ -269,6 +270,7 @@ TEST(publish_script_deduplicates_and_writes_the_documented_fields)
 	if (rep)
 		freeReplyObject(rep);
 	redis_free(r);
+	free(err);
 }
 
 /* Never a dedup key without its entry: a stream key of the wrong type
@@ -279,15 +281,15 @@ TEST(a_wrong_type_stream_fails_the_publish_and_leaves_no_dedup_key)
 	REQUIRE(r);
 	redisReply *rep = redis_command(r, "SET notastream x");
 	freeReplyObject(rep);
-	char err[256] = "";
-	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, err,
-				   sizeof err),
+	char *err = NULL;
+	CHECK_INT(schedule_publish(r, "notastream", "fn-b", "jobs.h", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISH_FAILED);
 	CHECK(strstr(err, "WRONGTYPE") != NULL);
 	CHECK_INT(
 		integer(r, "EXISTS %s", "relay:schedule:schedule:fn-b:jobs.h:2026-03-29T01:00:00Z"),
 		0);
 	redis_free(r);
+	free(err);
 }
 
 /* The rollback: the dedup key is set, then the XADD fails (a stream whose
@@ -304,23 +306,24 @@ TEST(a_failed_xadd_rolls_the_dedup_key_back)
 	rep = redis_command(r, "XADD fullstream 18446744073709551615-18446744073709551615 k v");
 	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
-	char err[256] = "";
-	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, err,
-				   sizeof err),
+	char *err = NULL;
+	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISH_FAILED);
 	CHECK(strstr(err, "exhausted the last possible ID") != NULL);
+	free(err);
+	err = NULL;
 	CHECK_INT(integer(r, "EXISTS %s", key), 0);
 	CHECK_INT(xlen(r, "fullstream"), 1);
 	/* Once the stream can take entries again the occurrence is published,
 	 * not reported as a duplicate. */
 	rep = redis_command(r, "DEL fullstream");
 	freeReplyObject(rep);
-	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, err,
-				   sizeof err),
+	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	CHECK_INT(integer(r, "EXISTS %s", key), 1);
 	CHECK_INT(xlen(r, "fullstream"), 1);
 	redis_free(r);
+	free(err);
 }
 
 /* Polls until stream has at least want entries (at most ms). */
@@ -565,8 +568,7 @@ static struct consumer *consumer(struct registry *reg, const char *stream)
 		.invoke = invoke,
 	};
 	struct redis *r = it_conn(&R);
-	char err[256];
-	consumer_ensure_group(r, stream, "g", err, sizeof err);
+	it_ensure_group(r, stream, "g");
 	redis_free(r);
 	return consumer_start(&cfg);
 }
@@ -605,17 +607,17 @@ TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
 	publish_dir(reg, "route");
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256];
+	char *err = NULL;
 	const int64_t at = 1774746000;
 	/* The function also has a rule matching every event: an occurrence
 	 * must never reach it. */
-	CHECK_INT(schedule_publish(r, "rt", "ra", "ok.tick", at, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "rt", "ra", "ok.tick", at, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "ra", "fail.tick", at, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "rt", "ra", "fail.tick", at, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "ra", "gone.tick", at, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "rt", "ra", "gone.tick", at, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
-	CHECK_INT(schedule_publish(r, "rt", "nofn", "ok.tick", at, NULL, 0, err, sizeof err),
+	CHECK_INT(schedule_publish(r, "rt", "nofn", "ok.tick", at, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	struct consumer *c = consumer(reg, "rt");
 	CHECK(settled(r, "rt", 1));
@@ -666,6 +668,7 @@ TEST(consumer_routes_an_occurrence_to_exactly_its_schedule_handler)
 	consumer_free(c);
 	redis_free(r);
 	registry_free(reg);
+	free(err);
 }
 
 TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
@@ -675,9 +678,9 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	publish_dir(reg, "removed"); /* rb exists, without its schedule */
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256];
-	consumer_ensure_group(r, "obs", "g", err, sizeof err);
-	CHECK_INT(schedule_publish(r, "obs", "rb", "ok.tick", 1774746000, NULL, 0, err, sizeof err),
+	char *err = NULL;
+	it_ensure_group(r, "obs", "g");
+	CHECK_INT(schedule_publish(r, "obs", "rb", "ok.tick", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	/* Delivered to a worker that then died: pending, owned by "ghost". */
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g ghost COUNT 10 STREAMS obs >");
@@ -693,6 +696,7 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	consumer_free(c);
 	redis_free(r);
 	registry_free(reg);
+	free(err);
 }
 
 /* ---- cases: forged occurrences (issue 13, defect 7) --------------------- */
@@ -750,13 +754,14 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	publish_dir(reg, "route");
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256], gid[64] = "";
-	consumer_ensure_group(r, "fg", "g", err, sizeof err);
+	char gid[64] = "";
+	char *err = NULL;
+	it_ensure_group(r, "fg", "g");
 	const int64_t at = 1774746000;
 	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
 	char *env = schedule_payload(at);
 	char *nofn = schedule_entry("nofn", "ok.tick", at);
-	REQUIRE(schedule_publish(r, "fg", "ra", "ok.tick", at, gid, sizeof gid, err, sizeof err) ==
+	REQUIRE(schedule_publish(r, "fg", "ra", "ok.tick", at, gid, sizeof gid, &err) ==
 		SCHEDULE_PUBLISHED);
 #define SRC "\"source\":\"relay.schedule\""
 	char *own =
@@ -809,6 +814,7 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	free(other);
 	redis_free(r);
 	registry_free(reg);
+	free(err);
 }
 
 /* The dedup key names the occurrence, and every delivery of a genuine
@@ -822,13 +828,14 @@ TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
 	publish_dir(reg, "route");
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256], gid[64] = "";
-	consumer_ensure_group(r, "rn", "g", err, sizeof err);
+	char gid[64] = "";
+	char *err = NULL;
+	it_ensure_group(r, "rn", "g");
 	const int64_t at = 1774746000;
 	char *key =
 		xasprintf(SCHEDULE_KEY_PREFIX "%s", "schedule:ra:fail.tick:2026-03-29T01:00:00Z");
-	REQUIRE(schedule_publish(r, "rn", "ra", "fail.tick", at, gid, sizeof gid, err,
-				 sizeof err) == SCHEDULE_PUBLISHED);
+	REQUIRE(schedule_publish(r, "rn", "ra", "fail.tick", at, gid, sizeof gid, &err) ==
+		SCHEDULE_PUBLISHED);
 	redisReply *rep = redis_command(r, "GET %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_STRING &&
 	      strcmp(rep->str, "schedule:ra:fail.tick:2026-03-29T01:00:00Z") == 0);
@@ -850,6 +857,7 @@ TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
 	free(key);
 	redis_free(r);
 	registry_free(reg);
+	free(err);
 }
 
 /* docs/redis-acl.md: a producer whose ACL allows XADD on the stream and
@@ -862,8 +870,7 @@ TEST(a_producer_limited_to_xadd_cannot_forge_an_occurrence)
 	publish_dir(reg, "route");
 	struct redis *r = clean_conn();
 	REQUIRE(r);
-	char err[256];
-	consumer_ensure_group(r, "acl", "g", err, sizeof err);
+	it_ensure_group(r, "acl", "g");
 	/* The line from docs/redis-acl.md, for a stream named acl. */
 	redisReply *rep = redis_command(r, "ACL SETUSER producer on >pw ~acl -@all +xadd");
 	REQUIRE(rep && rep->type == REDIS_REPLY_STATUS);

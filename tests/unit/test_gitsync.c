@@ -252,7 +252,7 @@ TEST(source_roundtrip)
 	char *file = xasprintf("%s/git/source.json", data);
 	struct git_source s = {0}, got = {0};
 	char *err = NULL;
-	CHECK_INT(git_source_load(data, &got, &err), -2);
+	CHECK_INT(git_source_load(data, &got, &err), -ENOENT);
 
 	s.repository = "git@github.com:acme/repo.git";
 	s.ref = "release-1.2";
@@ -406,7 +406,7 @@ TEST(source_remove)
 	char *file = xasprintf("%s/git/source.json", data);
 	struct git_source s = {.repository = "git@h:r", .ref = "main"};
 	char *err = NULL;
-	CHECK_INT(git_source_remove(data, &err), -2);
+	CHECK_INT(git_source_remove(data, &err), -ENOENT);
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	/* A checkout with a symbolic link out of it: the target survives. */
 	REQUIRE(sh("mkdir -p '%s/git/checkout/a/b' '%s/outside' && touch '%s/outside/keep' '%s/git/"
@@ -416,7 +416,7 @@ TEST(source_remove)
 	CHECK(!exists("%s", file));
 	CHECK(!exists("%s/git/checkout", data));
 	CHECK(exists("%s/outside/keep", d));
-	CHECK_INT(git_source_remove(data, &err), -2);
+	CHECK_INT(git_source_remove(data, &err), -ENOENT);
 
 	/* Corrupt: -1 and nothing deleted. */
 	REQUIRE(git_source_save(data, &s, &err) == 0);
@@ -441,7 +441,7 @@ TEST(sync_preconditions)
 	char *fns = xasprintf("%s/functions", d);
 	struct git_sync_result res;
 	char *err = NULL;
-	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -2);
+	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -ENOENT);
 	struct git_source s = {.repository = "git@127.0.0.1:r.git", .ref = "main"};
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -1);

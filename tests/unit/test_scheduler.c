@@ -119,16 +119,16 @@ TEST(find_returns_the_first_schedule_with_the_handler)
 /* schedule_envelope_check on the JSON text; the route's strings are
  * copied into the statics below before the event is freed. */
 static char route_fn[64], route_h[64], route_occ[128];
-static int envelope(const char *text, struct schedule_route *out, char *why, size_t whylen)
+static enum schedule_verdict envelope(const char *text, struct schedule_route *out, char **why)
 {
 	struct event *ev = decode(text);
 	if (!ev) {
-		snprintf_(why, whylen, "does not decode");
-		return -1;
+		*why = xstrdup("does not decode");
+		return SCHEDULE_VERIFY_FAILED; /* what the check itself never answers */
 	}
 	struct schedule_route r = {0};
-	int rc = schedule_envelope_check(ev, &r, why, whylen);
-	if (rc == 1 && out) {
+	enum schedule_verdict rc = schedule_envelope_check(ev, &r, why);
+	if (rc == SCHEDULE_GENUINE && out) {
 		snprintf_(route_fn, sizeof route_fn, "%s", r.function);
 		snprintf_(route_h, sizeof route_h, "%s", r.handler);
 		snprintf_(route_occ, sizeof route_occ, "%s", r.occurrence_id);
@@ -151,56 +151,58 @@ TEST(envelope_check_accepts_exactly_what_publication_writes)
 {
 	static const struct {
 		const char *text;
-		int want;
+		enum schedule_verdict want;
 		const char *why; /* part of the reason */
 	} cases[] = {
-		{OK_ENTRY, 1, ""},
+		{OK_ENTRY, SCHEDULE_GENUINE, ""},
 		/* member order is free (a JSON object), as in the original */
 		{"{\"source\":\"relay.schedule\",\"scheduled_at\":\"" AT
 		 "\",\"occurrence_id\":\"" OCC "\",\"handler\":\"m.h\",\"function\":\"fn\"}",
-		 1, ""},
+		 SCHEDULE_GENUINE, ""},
 		{ENTRY("\"other\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""),
-		 0, "occurrence_id does not name"},
-		{ENTRY("\"fn\"", "\"x.y\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
-		 "occurrence_id does not name"},
+		 SCHEDULE_FORGED, "occurrence_id does not name"},
+		{ENTRY("\"fn\"", "\"x.y\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""),
+		 SCHEDULE_FORGED, "occurrence_id does not name"},
 		{ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "\"2026-03-29T01:00:01Z\"",
 		       "\"relay.schedule\""),
-		 0, "occurrence_id does not name"},
+		 SCHEDULE_FORGED, "occurrence_id does not name"},
 		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-03-29T01:00:00+00:00\"",
 		       "\"2026-03-29T01:00:00+00:00\"", "\"relay.schedule\""),
-		 0, "scheduled_at is not"},
+		 SCHEDULE_FORGED, "scheduled_at is not"},
 		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-03-29T01:00:00.5Z\"",
 		       "\"2026-03-29T01:00:00.5Z\"", "\"relay.schedule\""),
-		 0, "scheduled_at is not"},
+		 SCHEDULE_FORGED, "scheduled_at is not"},
 		{ENTRY("\"fn\"", "\"m.h\"", "\"schedule:fn:m.h:2026-02-30T01:00:00Z\"",
 		       "\"2026-02-30T01:00:00Z\"", "\"relay.schedule\""),
-		 0, "scheduled_at is not"},
-		{ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "1774746000", "\"relay.schedule\""), 0,
-		 "scheduled_at not a string"},
-		{ENTRY("7", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
-		 "function not a string"},
-		{ENTRY("\"\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""), 0,
-		 "function empty or not text"},
+		 SCHEDULE_FORGED, "scheduled_at is not"},
+		{ENTRY("\"fn\"", "\"m.h\"", "\"" OCC "\"", "1774746000", "\"relay.schedule\""),
+		 SCHEDULE_FORGED, "scheduled_at not a string"},
+		{ENTRY("7", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""),
+		 SCHEDULE_FORGED, "function not a string"},
+		{ENTRY("\"\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"", "\"relay.schedule\""),
+		 SCHEDULE_FORGED, "function empty or not text"},
 		{ENTRY("\"f\\u0000n\"", "\"m.h\"", "\"" OCC "\"", "\"" AT "\"",
 		       "\"relay.schedule\""),
-		 0, "function empty or not text"},
+		 SCHEDULE_FORGED, "function empty or not text"},
 		{"{\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":\"" OCC
 		 "\",\"source\":\"relay.schedule\"}",
-		 0, "scheduled_at missing"},
+		 SCHEDULE_FORGED, "scheduled_at missing"},
 		{"{\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":\"" OCC
 		 "\",\"scheduled_at\":\"" AT "\",\"source\":\"relay.schedule\",\"extra\":1}",
-		 0, "members other than"},
+		 SCHEDULE_FORGED, "members other than"},
 		/* a repeated member: the last one wins, but it is not what was written */
 		{"{\"function\":\"fn\",\"function\":\"fn\",\"handler\":\"m.h\",\"occurrence_id\":"
 		 "\"" OCC "\",\"scheduled_at\":\"" AT "\",\"source\":\"relay.schedule\"}",
-		 0, "members other than"},
+		 SCHEDULE_FORGED, "members other than"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char why[256] = "";
-		int got = envelope(cases[i].text, NULL, why, sizeof why);
-		if (got != cases[i].want || (cases[i].want == 0 && !strstr(why, cases[i].why)))
-			T_FAIL_("case %zu: got %d (%s), want %d (%s)", i, got, why, cases[i].want,
-				cases[i].why);
+		char *why = NULL;
+		enum schedule_verdict got = envelope(cases[i].text, NULL, &why);
+		if (got != cases[i].want ||
+		    (cases[i].want == SCHEDULE_FORGED && !strstr(why, cases[i].why)))
+			T_FAIL_("case %zu: got %d (%s), want %d (%s)", i, got, why ? why : "",
+				cases[i].want, cases[i].why);
+		free(why);
 	}
 }
 
@@ -218,9 +220,9 @@ TEST(envelope_check_accepts_every_published_occurrence)
 	for (size_t i = 0; i < ARRAY_LEN(occ); i++) {
 		char *id = schedule_occurrence_id(occ[i].function, occ[i].handler, occ[i].at);
 		char *e = schedule_entry(occ[i].function, occ[i].handler, occ[i].at);
-		char why[256] = "";
+		char *why = NULL;
 		struct schedule_route r;
-		if (envelope(e, &r, why, sizeof why) != 1) {
+		if (envelope(e, &r, &why) != SCHEDULE_GENUINE) {
 			T_FAIL_("%s: %s", id, why);
 		} else {
 			CHECK_STR(r.function, occ[i].function);

@@ -194,7 +194,7 @@ TEST(generate_refuses_overwrite_without_force)
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
 	char *before = slurp(key, NULL);
 	char *line2 = NULL, *fp2 = NULL;
-	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -2);
+	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -EEXIST);
 	CHECK(contains(err, key));
 	CHECK(line2 == NULL && fp2 == NULL);
 	char *after = slurp(key, NULL);
@@ -229,10 +229,10 @@ TEST(public_missing_or_refused)
 	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
 	char *nodir = xasprintf("%s/nope", tmp), *other = xasprintf("%s/other", tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -2);
+	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -ENOENT);
 	free(err);
 	err = NULL;
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -2);
+	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -ENOENT);
 	CHECK(contains(err, key));
 	free(err);
 	err = NULL;
