@@ -30,7 +30,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -82,7 +82,7 @@ struct consumer {
 	size_t nacks, capacks;
 	int ack_stop;
 
-	volatile int stop;
+	atomic_int stop;
 	struct slots *slots;
 
 	pthread_t reader, reclaimer, acker, sampler;
@@ -122,13 +122,6 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
 	ts.tv_sec = t / NS_PER_SEC;
 	ts.tv_nsec = t % NS_PER_SEC;
 	pthread_cond_timedwait(cv, m, &ts);
-}
-
-static void block_signals(void)
-{
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
 }
 
 static bool held_locked(struct consumer *c, const char *id)
@@ -668,7 +661,7 @@ static redisReply *read_reply(struct consumer *c, struct redis *r)
 {
 	int64_t end = now_mono_ns() + (int64_t)(c->cfg.block_ms + 10000) * NS_PER_MS;
 	for (;;) {
-		if (c->stop) {
+		if (atomic_load(&c->stop)) {
 			redis_disconnect(r);
 			return NULL;
 		}
@@ -757,13 +750,13 @@ struct reader {
 static int reader_room(struct consumer *c, size_t nfast)
 {
 	pthread_mutex_lock(&c->lock);
-	while (c->buffered - (int)nfast >= c->cfg.max_buffered && !c->stop)
+	while (c->buffered - (int)nfast >= c->cfg.max_buffered && !atomic_load(&c->stop))
 		timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
 	/* Less than half the buffer free: wait a moment for the ACKs in
 	 * flight to free more, so one read fetches a batch rather than a
 	 * message or two (bench/consume). */
 	if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 &&
-	    !c->stop)
+	    !atomic_load(&c->stop))
 		timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
 	int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
 	pthread_mutex_unlock(&c->lock);
@@ -820,7 +813,7 @@ static void reader_take(struct reader *rd, redisReply *rep, int n)
 	if (!rep) {
 		if (redis_guard_tripped(rd->r))
 			recover_refused(c, rd->r, n, &rd->fast);
-		else if (!c->stop)
+		else if (!atomic_load(&c->stop))
 			log_warn(LOG_ATTRS("error", redis_errmsg(rd->r)),
 				 "redis read failed; reconnecting");
 		return;
@@ -837,7 +830,7 @@ static void reader_take(struct reader *rd, redisReply *rep, int n)
 	else if (rep->type != REDIS_REPLY_NIL)
 		log_warn(NULL, "unexpected reply to XREADGROUP");
 	freeReplyObject(rep);
-	for (size_t i = 0; i < rd->over.n && !c->stop; i++)
+	for (size_t i = 0; i < rd->over.n && !atomic_load(&c->stop); i++)
 		recover(c, rd->r, rd->over.v[i], 1, &rd->fast);
 	idlist_clear(&rd->over);
 }
@@ -861,16 +854,15 @@ static void reader_finish(struct reader *rd)
 static void *reader_main(void *arg)
 {
 	struct consumer *c = arg;
-	block_signals();
 	struct reader rd = {.c = c, .r = conn_new(c, c->cfg.block_ms + 10000)};
 	/* Every entry of a read bounded as sent (consumer.h, cost model). */
 	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
 	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
-	while (!c->stop) {
+	while (!atomic_load(&c->stop)) {
 		if (ensure_conn(c, rd.r) < 0)
 			break;
 		int room = reader_room(c, rd.fast.n);
-		if (c->stop)
+		if (atomic_load(&c->stop))
 			break;
 		int n = read_count(c, room);
 		reader_take(&rd, reader_read(&rd, n), n);
@@ -928,11 +920,47 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 	free(ids);
 }
 
+/*
+ * Queues the entries the reclaim script answered, except those this
+ * process holds already; returns how many. Like take_batch, the copies are
+ * made (and the duplicates freed) outside the consumer lock, which is taken
+ * once to check and queue them: checking and queueing under one hold, so a
+ * message is never queued twice.
+ */
+static int take_reclaimed(struct consumer *c, const redisReply *entries)
+{
+	size_t n = entries->elements, k = 0;
+	struct msg **ms = xcalloc(n + 1, sizeof *ms);
+	for (size_t i = 0; i < n; i++) {
+		size_t cost;
+		struct msg *m = msg_from_entry(entries->element[i], &cost);
+		if (m)
+			ms[k++] = m;
+	}
+	int claimed = 0;
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < k; i++) {
+		/* One held already is still ours and in progress here: the
+		 * running marker protects it; no second local copy (freed below). */
+		if (held_locked(c, ms[i]->id))
+			continue;
+		log_debug(LOG_ATTRS("message_id", ms[i]->id), "message reclaimed");
+		enqueue_locked(c, ms[i]);
+		ms[i] = NULL;
+		claimed++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < k; i++)
+		msg_free(ms[i]);
+	free(ms);
+	return claimed;
+}
+
 static void reclaim_once(struct consumer *c, struct redis *r)
 {
 	char cursor[64] = "0-0", idle[32];
 	snprintf_(idle, sizeof idle, "%" PRId64, (int64_t)(c->cfg.min_pending_idle_ns / NS_PER_MS));
-	for (int rounds = 0; rounds < 100 && !c->stop; rounds++) {
+	for (int rounds = 0; rounds < 100 && !atomic_load(&c->stop); rounds++) {
 		pthread_mutex_lock(&c->lock);
 		int room = c->cfg.max_buffered - c->buffered;
 		pthread_mutex_unlock(&c->lock);
@@ -965,25 +993,7 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		}
 		snprintf_(cursor, sizeof cursor, "%.*s", (int)rep->element[0]->len,
 			  rep->element[0]->str);
-		const redisReply *entries = rep->element[1];
-		int claimed = 0;
-		pthread_mutex_lock(&c->lock);
-		for (size_t i = 0; i < entries->elements; i++) {
-			size_t cost;
-			struct msg *m = msg_from_entry(entries->element[i], &cost);
-			if (!m)
-				continue;
-			if (held_locked(c, m->id)) {
-				/* Still ours and in progress here: the running marker
-				 * protects it; no second local copy. */
-				msg_free(m);
-				continue;
-			}
-			log_debug(LOG_ATTRS("message_id", m->id), "message reclaimed");
-			enqueue_locked(c, m);
-			claimed++;
-		}
-		pthread_mutex_unlock(&c->lock);
+		int claimed = take_reclaimed(c, rep->element[1]);
 		report_too_large(c, rep->element[2], false);
 		drop_gone(c, r, rep->element[3]);
 		freeReplyObject(rep);
@@ -997,11 +1007,10 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 static void *reclaim_main(void *arg)
 {
 	struct consumer *c = arg;
-	block_signals();
 	struct redis *r = conn_new(c, 10000);
-	while (!c->stop) {
+	while (!atomic_load(&c->stop)) {
 		sleep_ms_interruptible(c->cfg.reclaim_interval_ns / NS_PER_MS, &c->stop);
-		if (c->stop || ensure_conn(c, r) < 0)
+		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
 			break;
 		reclaim_once(c, r);
 	}
@@ -1039,9 +1048,8 @@ static void sample_backlog(struct consumer *c, struct redis *r)
 static void *sampler_main(void *arg)
 {
 	struct consumer *c = arg;
-	block_signals();
 	struct redis *r = conn_new(c, 10000);
-	while (!c->stop) {
+	while (!atomic_load(&c->stop)) {
 		if (redis_is_connected(r) || redis_connect(r) == 0)
 			sample_backlog(c, r);
 		sleep_ms_interruptible(c->cfg.sample_interval_ns / NS_PER_MS, &c->stop);
@@ -1069,7 +1077,6 @@ static void ack_push(struct consumer *c, const char *id, const char *key)
 static void *acker_main(void *arg)
 {
 	struct consumer *c = arg;
-	block_signals();
 	struct redis *r = conn_new(c, 10000);
 	for (;;) {
 		pthread_mutex_lock(&c->ack_lock);
@@ -1752,7 +1759,7 @@ static enum target_outcome run_target(struct consumer *c, struct redis *r, struc
  * failure) or the consumer stops. */
 static void plan_run(struct consumer *c, struct redis *r, struct plan *p)
 {
-	for (size_t i = 0; i < p->n && !c->stop; i++) {
+	for (size_t i = 0; i < p->n && !atomic_load(&c->stop); i++) {
 		enum target_outcome o = run_target(c, r, p, &p->t[i]);
 		if (o != TARGET_DONE_BEFORE && o != TARGET_SUCCEEDED)
 			break;
@@ -1836,13 +1843,12 @@ static void process(struct consumer *c, struct redis *r, struct msg *m)
 static void *worker_main(void *arg)
 {
 	struct consumer *c = arg;
-	block_signals();
 	struct redis *r = conn_new(c, 10000);
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
-		while (!c->head && !c->stop)
+		while (!c->head && !atomic_load(&c->stop))
 			timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
-		if (c->stop) {
+		if (atomic_load(&c->stop)) {
 			pthread_mutex_unlock(&c->lock);
 			break;
 		}
@@ -1859,6 +1865,18 @@ static void *worker_main(void *arg)
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
+
+/* thread_start (named, every signal blocked), or the process ends: a
+ * consumer missing a thread would neither read nor stop cleanly. */
+static void start_thread(pthread_t *t, const char *name, void *(*fn)(void *), void *arg)
+{
+	int e = thread_start(t, name, fn, arg);
+	if (e != 0) {
+		log_error(LOG_ATTRS("thread", name, "error", strerror(e)),
+			  "cannot start a consumer thread");
+		abort();
+	}
+}
 
 struct consumer *consumer_start(const struct consumer_config *cfg)
 {
@@ -1897,18 +1915,21 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	c->slots = slots_new(c->cfg.max_concurrency);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
-	pthread_create(&c->acker, NULL, acker_main, c);
-	for (int i = 0; i < c->nworkers; i++)
-		pthread_create(&c->workers[i], NULL, worker_main, c);
-	pthread_create(&c->reader, NULL, reader_main, c);
-	pthread_create(&c->reclaimer, NULL, reclaim_main, c);
-	pthread_create(&c->sampler, NULL, sampler_main, c);
+	start_thread(&c->acker, "acker", acker_main, c);
+	for (int i = 0; i < c->nworkers; i++) {
+		char name[16];
+		snprintf_(name, sizeof name, "worker-%d", i + 1);
+		start_thread(&c->workers[i], name, worker_main, c);
+	}
+	start_thread(&c->reader, "reader", reader_main, c);
+	start_thread(&c->reclaimer, "reclaim", reclaim_main, c);
+	start_thread(&c->sampler, "sampler", sampler_main, c);
 	return c;
 }
 
 void consumer_stop(struct consumer *c)
 {
-	c->stop = 1;
+	atomic_store(&c->stop, 1);
 	pthread_mutex_lock(&c->lock);
 	pthread_cond_broadcast(&c->work);
 	pthread_cond_broadcast(&c->space);

@@ -2,7 +2,9 @@
  * The stream consumer (relay-spec "Concurrency and backpressure",
  * "Acknowledgment semantics", "Recovery and retries").
  *
- * Threads, each with its own Redis connection:
+ * Threads, each with its own Redis connection, started with thread_start
+ * (every signal blocked) under these names (workers: worker-1 .. worker-N),
+ * and stopped through one atomic stop flag:
  *   reader    reads new messages (XREADGROUP ... BLOCK block_ms, through the
  *             reply guard: see the cost model below) for at most the free
  *             buffer slots, only while the local buffer
@@ -185,7 +187,8 @@ struct consumer;
  * BUSYGROUP is fine). Returns 0, or -1 with *err (malloc'd). */
 int consumer_ensure_group(struct redis *r, const char *stream, const char *group, char **err);
 
-/* Starts every thread. Returns NULL only on a programming error. */
+/* Starts every thread (one that cannot be started is logged and aborts
+ * the process). Returns NULL only on a programming error. */
 struct consumer *consumer_start(const struct consumer_config *cfg);
 /* Stops reading, lets in-flight invocations finish (bounded by their
  * timeouts), leaves buffered-but-unstarted messages pending, joins. */

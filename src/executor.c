@@ -38,7 +38,7 @@ static struct docker *thread_docker(char **err)
 static bool is_cancelled(void *ctx)
 {
 	const struct executor *e = ctx;
-	return e->cancel && *e->cancel;
+	return e->cancel && atomic_load(e->cancel);
 }
 
 void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res)

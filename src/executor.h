@@ -9,12 +9,14 @@
 #ifndef RELAY_EXECUTOR_H
 #define RELAY_EXECUTOR_H
 
+#include <stdatomic.h>
+
 #include "consumer.h"
 #include "secret.h"
 
 struct executor {
 	const struct secret_provider *provider;
-	volatile int *cancel; /* set on a second signal: running containers are stopped */
+	const atomic_int *cancel; /* set on a second signal: running containers are stopped */
 };
 
 /* consumer_invoke_fn: ctx is a struct executor. */

@@ -1118,7 +1118,7 @@ static void full_pass(struct reconciler *rc, struct docker *d, const char *reaso
 	char **todo = xcalloc(nt + 1, sizeof *todo);
 	for (size_t i = 0; i < nt; i++)
 		todo[i] = xstrdup(rc->tracks[i]->name);
-	for (size_t i = 0; i < nt && !rc->stopping; i++) {
+	for (size_t i = 0; i < nt && !atomic_load(&rc->stopping); i++) {
 		struct track *t = track_find(rc, todo[i]);
 		if (t && !t->due_ns) /* a debounce in progress looks by itself */
 			look(rc, d, t);
@@ -1135,7 +1135,7 @@ static void startup_gc(struct reconciler *rc, struct docker *d)
 		return;
 	struct keep_list keep = {0};
 	registry_images_in_use(rc->cfg.registry, keep_add, &keep);
-	for (size_t i = 0; i < rc->nstartup_gc && !rc->stopping; i++)
+	for (size_t i = 0; i < rc->nstartup_gc && !atomic_load(&rc->stopping); i++)
 		gc_function(rc, d, rc->startup_gc[i], &keep);
 	keep_free(&keep);
 	function_names_free(rc->startup_gc, rc->nstartup_gc);
@@ -1156,7 +1156,7 @@ static void *reconcile_main(void *arg)
 	struct docker *d = rc->d;
 	int64_t next_rescan = now_mono_ns() + next_pass_in(rc);
 	startup_gc(rc, d);
-	while (!rc->stopping) {
+	while (!atomic_load(&rc->stopping)) {
 		int64_t now = now_mono_ns();
 		int64_t next = next_rescan;
 		for (size_t i = 0; i < rc->ntracks; i++)
@@ -1169,7 +1169,7 @@ static void *reconcile_main(void *arg)
 		int np = rc->ifd >= 0 ? 2 : 1;
 		if (poll(pf, (nfds_t)np, timeout) < 0 && errno != EINTR)
 			break;
-		if (rc->stopping || (pf[0].revents & POLLIN))
+		if (atomic_load(&rc->stopping) || (pf[0].revents & POLLIN))
 			break;
 		now = now_mono_ns();
 		const char *rescan = NULL;
@@ -1187,7 +1187,7 @@ static void *reconcile_main(void *arg)
 			for (size_t i = 0; i < rc->ntracks && !due; i++)
 				if (rc->tracks[i]->due_ns && rc->tracks[i]->due_ns <= now)
 					due = rc->tracks[i];
-			if (!due || rc->stopping)
+			if (!due || atomic_load(&rc->stopping))
 				break;
 			due->due_ns = due->first_ns = 0;
 			look(rc, d, due);
@@ -1226,7 +1226,7 @@ int reconciler_stop(struct reconciler *rc, int64_t timeout_ms)
 {
 	if (!rc || !rc->started)
 		return 0;
-	rc->stopping = 1;
+	atomic_store(&rc->stopping, 1);
 	uint64_t one = 1;
 	if (write(rc->stopfd, &one, sizeof one) < 0) {
 		/* The flag alone stops it at its next wake-up. */

@@ -1083,11 +1083,11 @@ int64_t redis_backoff_ms(int failures)
 	return cap / 2 + (int64_t)rand_below((uint64_t)(cap / 2) + 1);
 }
 
-int redis_connect_retry(struct redis *r, const volatile int *stop)
+int redis_connect_retry(struct redis *r, const atomic_int *stop)
 {
 	int failures = 0;
 	for (;;) {
-		if (stop && *stop)
+		if (stop && atomic_load(stop))
 			return -1;
 		if (redis_connect(r) == 0) {
 			if (failures)

@@ -18,6 +18,7 @@
 #define RELAY_REDIS_H
 
 #include <hiredis/hiredis.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,7 +61,7 @@ void redis_free(struct redis *r);
 /* One connection attempt (TCP, TLS handshake, AUTH, SELECT). 0 or -1. */
 int redis_connect(struct redis *r);
 /* Connects, retrying with backoff until connected (0) or *stop (-1). */
-int redis_connect_retry(struct redis *r, const volatile int *stop);
+int redis_connect_retry(struct redis *r, const atomic_int *stop);
 bool redis_is_connected(const struct redis *r);
 /* The wait before retry number `failures` (1-based): 1 s doubling up to
  * 30 s, jittered within the upper half. Exposed for tests. */

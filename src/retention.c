@@ -2,6 +2,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@ struct retention {
 	struct redis_uri uri;
 	char *stream;
 	int64_t retention_ns, first_ns, interval_ns;
-	volatile int stop;
+	atomic_int stop;
 	pthread_t thread;
 	bool started; /* thread_start succeeded: stop joins it */
 };
@@ -63,10 +64,10 @@ static void *retention_main(void *arg)
 	struct retention *t = arg;
 	struct redis *r = redis_new(&t->uri, NULL);
 	int64_t wait = t->first_ns;
-	while (!t->stop) {
+	while (!atomic_load(&t->stop)) {
 		sleep_ms_interruptible(wait / NS_PER_MS, &t->stop);
 		wait = t->interval_ns;
-		if (t->stop)
+		if (atomic_load(&t->stop))
 			break;
 		if (!redis_is_connected(r) && redis_connect(r) < 0) {
 			log_warn(LOG_ATTRS("stream", t->stream, "error", redis_errmsg(r)),
@@ -104,7 +105,7 @@ void retention_stop(struct retention *t)
 {
 	if (!t)
 		return;
-	t->stop = 1;
+	atomic_store(&t->stop, 1);
 	if (t->started)
 		pthread_join(t->thread, NULL);
 	redis_uri_free(&t->uri);

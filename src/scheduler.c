@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ struct scheduler {
 	char *stream;
 	struct registry *registry;
 	int64_t grace_ns, poll_ns, start_ns;
-	volatile int stop;
+	atomic_int stop;
 	pthread_t thread;
 	bool started; /* thread_start succeeded: stop joins it */
 
@@ -350,7 +351,7 @@ static void publish_one(struct scheduler *s, struct redis *r, const struct job *
 static void run_job(struct scheduler *s, struct redis *r, struct job *jb, int64_t now_ns)
 {
 	int64_t now_s = floor_div(now_ns, NS_PER_SEC);
-	while (jb->next >= 0 && jb->next <= now_s && !s->stop) {
+	while (jb->next >= 0 && jb->next <= now_s && !atomic_load(&s->stop)) {
 		int64_t late = now_ns - jb->next * NS_PER_SEC;
 		if (late > s->grace_ns) {
 			/* Skip the whole stretch at once: the first occurrence still
@@ -379,7 +380,7 @@ static void *scheduler_main(void *arg)
 	struct redis_opts o = {.connect_timeout_ms = 1000, .command_timeout_ms = 2000};
 	struct redis *r = redis_new(&s->uri, &o);
 
-	while (!s->stop) {
+	while (!atomic_load(&s->stop)) {
 		struct snapshot *cur = registry_acquire(s->registry);
 		if (cur != s->snap) {
 			registry_release(s->registry, s->snap);
@@ -394,7 +395,7 @@ static void *scheduler_main(void *arg)
 		}
 
 		int64_t now_ns = now_wall_ns();
-		for (size_t i = 0; i < s->njobs && !s->stop; i++)
+		for (size_t i = 0; i < s->njobs && !atomic_load(&s->stop); i++)
 			run_job(s, r, &s->jobs[i], now_ns);
 		int64_t now_s = floor_div(now_ns, NS_PER_SEC);
 		if (now_s > s->done_s)
@@ -442,7 +443,7 @@ void scheduler_stop(struct scheduler *s)
 {
 	if (!s)
 		return;
-	s->stop = 1;
+	atomic_store(&s->stop, 1);
 	if (s->started)
 		pthread_join(s->thread, NULL);
 	free(s->jobs);

@@ -67,7 +67,7 @@ static struct fslot *find(struct slots *s, const char *name, int limit, bool cre
 }
 
 int slots_acquire(struct slots *s, const char *function, int function_limit, int64_t wait_ns,
-		  const volatile int *stop, bool *waited)
+		  const atomic_int *stop, bool *waited)
 {
 	struct timespec now, deadline;
 	clock_gettime(CLOCK_MONOTONIC, &now);
@@ -79,7 +79,7 @@ int slots_acquire(struct slots *s, const char *function, int function_limit, int
 	pthread_mutex_lock(&s->lock);
 	struct fslot *f = find(s, function, function_limit, true);
 	while (s->used >= s->limit || f->used >= f->limit) {
-		if (stop && *stop) {
+		if (stop && atomic_load(stop)) {
 			rc = -1;
 			break;
 		}

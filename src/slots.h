@@ -9,6 +9,7 @@
 #ifndef RELAY_SLOTS_H
 #define RELAY_SLOTS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -24,7 +25,7 @@ void slots_free(struct slots *s);
  * the call had to block (for concurrency_waits_total).
  */
 int slots_acquire(struct slots *s, const char *function, int function_limit, int64_t wait_ns,
-		  const volatile int *stop, bool *waited);
+		  const atomic_int *stop, bool *waited);
 void slots_release(struct slots *s, const char *function);
 
 /* Current use, for tests and gauges. */

@@ -297,11 +297,11 @@ int64_t now_wall_ns(void)
 	return clock_ns(CLOCK_REALTIME);
 }
 
-void sleep_ms_interruptible(int64_t ms, const volatile int *stop)
+void sleep_ms_interruptible(int64_t ms, const atomic_int *stop)
 {
 	int64_t end = now_mono_ns() + ms * 1000000LL;
 	for (;;) {
-		if (stop && *stop)
+		if (stop && atomic_load(stop))
 			return;
 		int64_t left = end - now_mono_ns();
 		if (left <= 0)

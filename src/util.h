@@ -31,6 +31,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -170,7 +171,7 @@ int64_t now_mono_ns(void);
 int64_t now_wall_ns(void);
 
 /* Sleep up to ms milliseconds; returns early if *stop becomes true (may be NULL). */
-void sleep_ms_interruptible(int64_t ms, const volatile int *stop);
+void sleep_ms_interruptible(int64_t ms, const atomic_int *stop);
 
 /* Uniform random in [0, n) from a thread-local generator. */
 uint64_t rand_below(uint64_t n);

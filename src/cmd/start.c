@@ -16,8 +16,11 @@
  * containers and exits at once. runtime_start and runtime_stop below own
  * these two orders; start_exec only waits for the signals between them.
  *
- * Signals are blocked in every thread and received with sigwait() by the
- * main thread (and the watcher thread after the first), so no handler runs.
+ * Signals: the main thread blocks SIGINT and SIGTERM before anything starts
+ * and every other thread is started with thread_start (util.h), which
+ * blocks every signal in it, so no handler runs and the two stay pending
+ * until taken: the first by the main thread (sigwait), the second by the
+ * "signal-watch" thread (second_signal, sigtimedwait).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -51,7 +54,7 @@
 #include "util.h"
 #include "webhook.h"
 
-static volatile int cancel_flag;
+static atomic_int cancel_flag;
 static sigset_t stop_signals;
 /* Set once shutdown is complete: the watcher below then returns (it polls
  * rather than being cancelled, which sanitizers do not unwind cleanly). */
@@ -70,7 +73,7 @@ static void *second_signal(void *arg)
 	while ((sig = sigtimedwait(&stop_signals, NULL, &tick)) < 0)
 		if (atomic_load(&shutdown_done))
 			return NULL;
-	cancel_flag = 1;
+	atomic_store(&cancel_flag, 1);
 	log_warn(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 		 "second signal: stopping running containers and exiting now");
 	/* The runners stop and remove their containers, then the consumer puts
@@ -333,7 +336,7 @@ static int start_exec(const struct cmd *self, const struct cmd_args *args, const
 		sigwait(&stop_signals, &sig);
 		log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 			 "Relay stopping: finishing in-flight invocations");
-		watching = pthread_create(&watcher, NULL, second_signal, NULL) == 0;
+		watching = thread_start(&watcher, "signal-watch", second_signal, NULL) == 0;
 		rc = 0;
 	}
 	runtime_stop(&rt);

@@ -768,12 +768,12 @@ TEST(dlq_write_failure_keeps_message_pending_until_fixed)
 struct max_arg {
 	struct consumer *c;
 	int max;
-	volatile int stop;
+	atomic_int stop;
 };
 static void *watch_buffer(void *a)
 {
 	struct max_arg *m = a;
-	while (!m->stop) {
+	while (!atomic_load(&m->stop)) {
 		int b = consumer_buffered(m->c);
 		if (b > m->max)
 			m->max = b;
@@ -810,7 +810,7 @@ TEST(backpressure_bounds_buffer_and_per_function_concurrency)
 	}
 	struct count_arg ca = {"", 200};
 	CHECK(wait_until(20000, count_is, &ca));
-	ma.stop = 1;
+	atomic_store(&ma.stop, 1);
 	pthread_join(t, NULL);
 	struct done_arg da = {r, "s7", last};
 	CHECK(wait_until(10000, done_is, &da));

@@ -1412,7 +1412,7 @@ TEST(consumer_one_handler_in_flight)
 	fvs[0] = fn_version_new(f, xstrdup(img_py), NULL);
 	registry_publish(reg, fvs, 1);
 
-	static volatile int cancel;
+	static atomic_int cancel;
 	struct executor ex = {.provider = SP, .cancel = &cancel};
 	struct consumer_config cfg = {
 		.uri = &R.uri,

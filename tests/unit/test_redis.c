@@ -1,5 +1,6 @@
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -32,12 +33,12 @@ TEST(backoff_is_capped_and_jittered)
 	}
 }
 
-static volatile int stop_flag;
+static atomic_int stop_flag;
 
 static void *stopper(void *arg)
 {
 	usleep(1700 * 1000);
-	stop_flag = 1;
+	atomic_store(&stop_flag, 1);
 	return arg;
 }
 
@@ -53,7 +54,7 @@ TEST(retry_logs_each_failure_and_stops)
 	int fds[2];
 	REQUIRE(pipe(fds) == 0);
 	log_set_fd(fds[1]);
-	stop_flag = 0;
+	atomic_store(&stop_flag, 0);
 	pthread_t t;
 	pthread_create(&t, NULL, stopper, NULL);
 	CHECK_INT(redis_connect_retry(r, &stop_flag), -1);

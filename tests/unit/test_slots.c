@@ -113,7 +113,7 @@ struct waiter {
 	struct slots *s;
 	const char *fn;
 	int64_t wait_ns;
-	volatile int *stop;
+	atomic_int *stop;
 	int rc;
 	bool waited;
 	int64_t took_ns;
@@ -155,18 +155,18 @@ TEST(stop_ends_the_wait)
 	struct slots *s = slots_new(1);
 	bool waited;
 	REQUIRE(try(s, "a", 1, &waited) == 0);
-	volatile int stop = 1;
+	atomic_int stop = 1;
 	int64_t t0 = now_mono_ns();
 	CHECK_INT(slots_acquire(s, "b", 1, 10000 * MS, &stop, &waited), -1);
 	CHECK(now_mono_ns() - t0 < 1000 * MS);
 	CHECK(!waited);
 
-	stop = 0;
+	atomic_store(&stop, 0);
 	struct waiter w = {s, "b", 10000 * MS, &stop, -2, false, 0};
 	pthread_t t;
 	REQUIRE(pthread_create(&t, NULL, waiter_main, &w) == 0);
 	usleep(100 * 1000);
-	stop = 1;
+	atomic_store(&stop, 1);
 	slots_wake(s);
 	pthread_join(t, NULL);
 	CHECK_INT(w.rc, -1);

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -413,7 +414,7 @@ TEST(atomic_file_write)
 static void *set_after_50ms(void *arg)
 {
 	usleep(50 * 1000);
-	*(volatile int *)arg = 1;
+	atomic_store((atomic_int *)arg, 1);
 	return NULL;
 }
 
@@ -426,11 +427,11 @@ TEST(clocks_and_interruptible_sleep)
 	sleep_ms_interruptible(120, NULL);
 	int64_t m1 = now_mono_ns();
 	CHECK(m1 - m0 >= 120 * 1000000LL);
-	volatile int stop = 1;
+	atomic_int stop = 1;
 	sleep_ms_interruptible(60 * 1000, &stop); /* already stopping: at once */
 	int64_t m2 = now_mono_ns();
 	CHECK(m2 - m1 < 1000 * 1000000LL);
-	stop = 0;
+	atomic_store(&stop, 0);
 	sleep_ms_interruptible(0, &stop);
 	sleep_ms_interruptible(-5, &stop);
 	CHECK(now_mono_ns() - m2 < 1000 * 1000000LL);
