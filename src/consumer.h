@@ -25,8 +25,9 @@
  * runtime wires to the Docker runner (and tests may wire to anything).
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
- *   bytes    Relay keeps only the fields it uses (`event` and the three
- *            schedule routing fields), at most CONSUMER_ENTRY_MAX bytes per
+ *   bytes    Relay keeps only the field it uses (`event`; a scheduled
+ *            occurrence is an event too, scheduler.h), at most
+ *            CONSUMER_ENTRY_MAX bytes per
  *            entry counted as CONSUMER_ENTRY_COST (their names and values
  *            plus a bound on their RESP framing). New messages are read
  *            with a plain XREADGROUP on a connection whose reply guard
