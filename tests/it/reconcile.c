@@ -32,6 +32,7 @@
 #include "reconcile.h"
 #include "registry.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 #define SEC (1000LL * 1000000LL)
@@ -106,21 +107,6 @@ static void sh(const char *fmt, const char *a, const char *b)
 	free(cmd);
 }
 
-static void write_file(const char *dir, const char *rel, const char *text)
-{
-	char *path = xasprintf("%s/%s", dir, rel);
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	sh("mkdir -p '%s'%s", path, "");
-	*slash = '/';
-	FILE *f = fopen(path, "w");
-	if (!f)
-		abort();
-	fputs(text, f);
-	fclose(f);
-	free(path);
-}
-
 /* A Python function in dir/name printing marker. */
 static void pyfn(const char *dir, const char *name, const char *marker)
 {
@@ -129,8 +115,8 @@ static void pyfn(const char *dir, const char *name, const char *marker)
 			      "    pattern: {fn: [%s]}\n",
 			      name);
 	char *src = xasprintf("def handler(event):\n    print(\"%s\")\n", marker);
-	write_file(d, "template.yaml", tpl);
-	write_file(d, "main.py", src);
+	t_write_file(d, "template.yaml", tpl);
+	t_write_file(d, "main.py", src);
 	free(tpl);
 	free(src);
 	free(d);
@@ -143,8 +129,8 @@ static void badfn(const char *dir, const char *name, const char *timeout)
 	char *tpl = xasprintf("runtime: python3.14\nevents:\n  - handler: main.handler\n"
 			      "    pattern: {fn: [%s]}\n    timeout: %s\n",
 			      name, timeout);
-	write_file(d, "template.yaml", tpl);
-	write_file(d, "main.py", "def handler(event):\n    pass\n");
+	t_write_file(d, "template.yaml", tpl);
+	t_write_file(d, "main.py", "def handler(event):\n    pass\n");
 	free(tpl);
 	free(d);
 }
@@ -386,7 +372,7 @@ TEST(test_queue_overflow_rescans_and_rewatches)
 	/* Lost: a new function, and a nested directory of a with a file. */
 	pyfn(dir, b, "bee");
 	char *adir = xasprintf("%s/%s", dir, a);
-	write_file(adir, "pkg/one.py", "X = 1\n");
+	t_write_file(adir, "pkg/one.py", "X = 1\n");
 
 	char *err = NULL;
 	struct docker *td = NULL;
@@ -402,7 +388,7 @@ TEST(test_queue_overflow_rescans_and_rewatches)
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", a) == 2));
 
 	/* A change only inside the directory whose creation was lost. */
-	write_file(adir, "pkg/one.py", "X = 2\n");
+	t_write_file(adir, "pkg/one.py", "X = 2\n");
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", a) == 3));
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
 	if (t_failed_)
@@ -440,7 +426,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 				       NULL) == 1));
 	/* An edit in the moved copy is not the functions directory's. */
 	char *olda = xasprintf("%s/%s", old, a);
-	write_file(olda, "main.py", "def handler(event):\n    print(\"stray\")\n");
+	t_write_file(olda, "main.py", "def handler(event):\n    print(\"stray\")\n");
 	int64_t t0 = now_ns();
 	/* Past the debounce an event would have started, a is unchanged. */
 	while (now_ns() < t0 + RECONCILE_DEBOUNCE_NS + SEC)
@@ -468,7 +454,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	char img2[128];
 	served_image(&r, a, img2, sizeof img2);
 	char *newa = xasprintf("%s/%s", dir, a);
-	write_file(newa, "main.py", "def handler(event):\n    print(\"three\")\n");
+	t_write_file(newa, "main.py", "def handler(event):\n    print(\"three\")\n");
 	CHECK(WAIT_UNTIL(60, served_other_than(&r, a, img2)));
 	CHECK_INT(log_count("msg=\"function updated\"", a), 2);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);

@@ -6,6 +6,7 @@
 #include "log.h"
 #include "redis.h"
 #include "t.h"
+#include "tfiles.h"
 
 TEST(backoff_is_capped_and_jittered)
 {
@@ -50,24 +51,16 @@ TEST(retry_logs_each_failure_and_stops)
 	REQUIRE(redis_uri_parse("redis://user:Pa55word@127.0.0.1:1", &u, &why) == 0);
 	struct redis *r = redis_new(&u, NULL);
 	redis_uri_free(&u);
-	int fds[2];
-	REQUIRE(pipe(fds) == 0);
-	log_set_fd(fds[1]);
+	t_capture_logs();
 	stop_flag = 0;
 	pthread_t t;
 	pthread_create(&t, NULL, stopper, NULL);
 	CHECK_INT(redis_connect_retry(r, &stop_flag), -1);
 	pthread_join(t, NULL);
-	log_set_fd(2);
-	close(fds[1]);
-	char out[8192];
-	ssize_t n = read(fds[0], out, sizeof out - 1);
-	close(fds[0]);
-	REQUIRE(n > 0);
-	out[n] = '\0';
-	int warns = 0;
-	for (char *p = out; (p = strstr(p, "level=WARN msg=\"redis connection failed\"")); p++)
-		warns++;
+	char *out = t_captured_logs();
+	t_release_logs();
+	REQUIRE(out[0] != '\0');
+	int warns = t_count(out, "level=WARN msg=\"redis connection failed\"");
 	/* attempts at ~0 s and ~0.5-1 s (and maybe ~1.5 s) before the stop at 1.7 s */
 	CHECK(warns >= 2 && warns <= 3);
 	CHECK(strstr(out, "addr=redis://127.0.0.1:1") != NULL);
@@ -75,6 +68,7 @@ TEST(retry_logs_each_failure_and_stops)
 	CHECK(strstr(out, "retry_in=") != NULL);
 	CHECK(strstr(out, "Pa55word") == NULL);
 	CHECK(!redis_is_connected(r));
+	free(out);
 	redis_free(r);
 }
 

@@ -1,4 +1,3 @@
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -9,37 +8,6 @@
 #include "t.h"
 #include "tfiles.h"
 #include "util.h"
-
-/* Writes a file directly (bypassing the store) with the given mode. */
-static void write_file(const char *path, const void *data, size_t len, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, data, len) != (ssize_t)len || fchmod(fd, mode) < 0) {
-		perror(path);
-		exit(1);
-	}
-	close(fd);
-}
-
-/* Entries of dir whose name starts with '.', other than . and .. */
-static int hidden_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
-static bool contains(const char *hay, const char *needle)
-{
-	return hay && strstr(hay, needle) != NULL;
-}
 
 TEST(name_rule_table)
 {
@@ -86,8 +54,8 @@ TEST(name_rule_table)
 		int rc = secret_name_check(cases[i].name, &err);
 		CHECK_INT(rc, cases[i].ok ? 0 : SECRET_INVALID_NAME);
 		if (!cases[i].ok)
-			CHECK(contains(err, "starts with a lowercase letter or a digit") &&
-			      contains(err, "at most 63 characters"));
+			CHECK(t_contains(err, "starts with a lowercase letter or a digit") &&
+			      t_contains(err, "at most 63 characters"));
 		free(err);
 	}
 }
@@ -144,7 +112,7 @@ TEST(round_trip)
 	CHECK_INT(secret_file_check(p, "api-key", &err), 0);
 	CHECK_INT(secret_remove(p, "api-key", &err), 0);
 	CHECK_INT(secret_get(p, "api-key", &v, &len, &err), SECRET_NOT_FOUND);
-	CHECK(contains(err, "\"api-key\" not found"));
+	CHECK(t_contains(err, "\"api-key\" not found"));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_remove(p, "api-key", &err), SECRET_NOT_FOUND);
@@ -156,7 +124,7 @@ TEST(round_trip)
 	REQUIRE(secret_list(p, &names, &n, &err) == 0);
 	CHECK_INT(n, 2);
 	secret_names_free(names, n);
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 
 	secret_provider_free(p);
 	t_rmtree(tmp);
@@ -226,15 +194,15 @@ TEST(one_mib_value)
 
 	/* One byte more is refused on write, and a file that size on read. */
 	CHECK_INT(secret_set(p, "big", big, max + 1, &err), SECRET_ERROR);
-	CHECK(contains(err, "exceeds the maximum of 1048576 bytes"));
+	CHECK(t_contains(err, "exceeds the maximum of 1048576 bytes"));
 	free(err);
 	err = NULL;
 	char *f = xasprintf("%s/secrets/huge", tmp);
-	write_file(f, big, max + 1, 0600);
+	t_write_mode(f, big, max + 1, 0600);
 	CHECK_INT(secret_get(p, "huge", &v, &len, &err), SECRET_ERROR);
 	CHECK(v == NULL);
-	CHECK(contains(err, f));
-	CHECK(contains(err, "exceeds the maximum"));
+	CHECK(t_contains(err, f));
+	CHECK(t_contains(err, "exceeds the maximum"));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_file_check(p, "huge", &err), SECRET_ERROR);
@@ -261,13 +229,13 @@ TEST(loose_file_permissions_refused)
 		CHECK(v == NULL);
 		char want[64];
 		snprintf_(want, sizeof want, "permissions %04o are too open (want 0600)", loose[i]);
-		CHECK(contains(err, want));
-		CHECK(contains(err, f));
-		CHECK(!contains(err, "CANARY"));
+		CHECK(t_contains(err, want));
+		CHECK(t_contains(err, f));
+		CHECK(!t_contains(err, "CANARY"));
 		free(err);
 		err = NULL;
 		CHECK_INT(secret_file_check(p, "s", &err), SECRET_ERROR);
-		CHECK(contains(err, want));
+		CHECK(t_contains(err, want));
 		free(err);
 		err = NULL;
 	}
@@ -284,8 +252,8 @@ TEST(loose_file_permissions_refused)
 	if (geteuid() == 0) {
 		REQUIRE(chown(f, 65534, 65534) == 0);
 		CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-		CHECK(contains(err, "owned by uid 65534, not by the current user (uid 0)"));
-		CHECK(contains(err, f));
+		CHECK(t_contains(err, "owned by uid 65534, not by the current user (uid 0)"));
+		CHECK(t_contains(err, f));
 		free(err);
 		err = NULL;
 	}
@@ -305,9 +273,9 @@ TEST(loose_directory_refused)
 	CHECK_INT(secret_set(p, "s", "CANARY-7f3a", 11, &err), 0);
 	REQUIRE(chmod(dir, 0755) == 0);
 	CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "secrets directory"));
-	CHECK(contains(err, dir));
-	CHECK(contains(err, "permissions 0755 are too open (want 0700)"));
+	CHECK(t_contains(err, "secrets directory"));
+	CHECK(t_contains(err, dir));
+	CHECK(t_contains(err, "permissions 0755 are too open (want 0700)"));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_list(p, &names, &n, &err), SECRET_ERROR);
@@ -322,7 +290,7 @@ TEST(loose_directory_refused)
 	err = NULL;
 	REQUIRE(chmod(dir, 0710) == 0);
 	CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "permissions 0710"));
+	CHECK(t_contains(err, "permissions 0710"));
 	free(err);
 	err = NULL;
 	/* 0700 again: everything works, nothing was written meanwhile. */
@@ -336,7 +304,7 @@ TEST(loose_directory_refused)
 	if (geteuid() == 0) {
 		REQUIRE(chown(dir, 65534, 65534) == 0);
 		CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-		CHECK(contains(err, "owned by uid 65534"));
+		CHECK(t_contains(err, "owned by uid 65534"));
 		free(err);
 		err = NULL;
 		REQUIRE(chown(dir, 0, 0) == 0);
@@ -355,11 +323,11 @@ TEST(symlinks_refused)
 	size_t len = 0;
 	CHECK_INT(secret_set(p, "real", "v", 1, &err), 0);
 	char *target = xasprintf("%s/outside", tmp);
-	write_file(target, "CANARY", 6, 0600);
+	t_write_mode(target, "CANARY", 6, 0600);
 	char *link = xasprintf("%s/secrets/linked", tmp);
 	REQUIRE(symlink(target, link) == 0);
 	CHECK_INT(secret_get(p, "linked", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "is a symbolic link"));
+	CHECK(t_contains(err, "is a symbolic link"));
 	free(err);
 	err = NULL;
 	/* rm removes the link itself, never the target. */
@@ -373,8 +341,8 @@ TEST(symlinks_refused)
 	REQUIRE(symlink(real, dir2) == 0);
 	struct secret_provider *p2 = secret_file_provider_new(tmp2);
 	CHECK_INT(secret_get(p2, "real", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "is a symbolic link"));
-	CHECK(contains(err, dir2));
+	CHECK(t_contains(err, "is a symbolic link"));
+	CHECK(t_contains(err, dir2));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_set(p2, "x", "v", 1, &err), SECRET_ERROR);
@@ -468,7 +436,7 @@ TEST(writes_are_atomic)
 	CHECK_INT(torn, 0);
 	CHECK(reads > 0);
 	/* No temporary file left behind. */
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 	char **names = NULL;
 	size_t n = 0;
 	REQUIRE(secret_list(p, &names, &n, &err) == 0);
@@ -492,8 +460,8 @@ TEST(stray_entries_not_listed)
 	char *f1 = xasprintf("%s/secrets/.good.tmp-deadbeef", tmp);
 	char *f2 = xasprintf("%s/secrets/Upper", tmp);
 	char *d1 = xasprintf("%s/secrets/subdir", tmp);
-	write_file(f1, "x", 1, 0600);
-	write_file(f2, "x", 1, 0600);
+	t_write_mode(f1, "x", 1, 0600);
+	t_write_mode(f2, "x", 1, 0600);
 	REQUIRE(mkdir(d1, 0700) == 0);
 	REQUIRE(secret_list(p, &names, &n, &err) == 0);
 	REQUIRE(n == 1);
@@ -505,7 +473,7 @@ TEST(stray_entries_not_listed)
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_get(p, "subdir", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "not a regular file"));
+	CHECK(t_contains(err, "not a regular file"));
 	free(err);
 	free(f1);
 	free(f2);
@@ -540,7 +508,7 @@ TEST(not_found_and_invalid_names)
 					  "_lead", "-lead",    "a\x01\"b"};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		CHECK_INT(secret_get(p, bad[i], &v, &len, &err), SECRET_INVALID_NAME);
-		CHECK(contains(err, "invalid secret name"));
+		CHECK(t_contains(err, "invalid secret name"));
 		free(err);
 		err = NULL;
 		CHECK_INT(secret_set(p, bad[i], "v", 1, &err), SECRET_INVALID_NAME);
@@ -555,7 +523,7 @@ TEST(not_found_and_invalid_names)
 	}
 	/* Control bytes in a bad name are escaped in the message. */
 	CHECK_INT(secret_name_check("a\x01\"b", &err), SECRET_INVALID_NAME);
-	CHECK(contains(err, "\"a\\x01\\x22b\""));
+	CHECK(t_contains(err, "\"a\\x01\\x22b\""));
 	free(err);
 	/* Nothing was created by the rejected names. */
 	char **names = NULL;

@@ -1,4 +1,3 @@
-#include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <git2.h>
@@ -31,17 +30,6 @@ static char *slurp(const char *path, size_t *len)
 	return buf_steal(&b);
 }
 
-static void write_file(const char *path, const void *data, size_t len, mode_t mode)
-{
-	unlink(path);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, data, len) != (ssize_t)len || fchmod(fd, mode) < 0) {
-		perror(path);
-		exit(1);
-	}
-	close(fd);
-}
-
 /* First line of a shell command's standard output. */
 static char *run(const char *cmd)
 {
@@ -54,25 +42,6 @@ static char *run(const char *cmd)
 	pclose(p);
 	line[strcspn(line, "\n")] = '\0';
 	return xstrdup(line);
-}
-
-static int hidden_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
-static bool contains(const char *hay, const char *needle)
-{
-	return hay && strstr(hay, needle) != NULL;
 }
 
 /* An SSH public key blob: string type, then each part as a string. */
@@ -111,17 +80,17 @@ TEST(generate_writes_key_files)
 	CHECK_INT(t_mode_of(dir), 0700);
 	CHECK_INT(t_mode_of(key), 0600);
 	CHECK_INT(t_mode_of(pubpath), 0644);
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 	CHECK(str_has_prefix(line, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
 	CHECK_INT(strlen(line), strlen("ssh-ed25519 ") + 68 + strlen(" relay"));
-	CHECK(contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
+	CHECK(t_contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
 	CHECK(str_has_prefix(fp, "SHA256:"));
 	CHECK_INT(strlen(fp), 7 + 43);
 	char *pubtext = slurp(pubpath, NULL), *want = xasprintf("%s\n", line);
 	CHECK_STR(pubtext, want);
 	char *text = slurp(key, NULL);
 	CHECK(str_has_prefix(text, "-----BEGIN OPENSSH PRIVATE KEY-----\n"));
-	CHECK(contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
+	CHECK(t_contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
 	int longest = 0;
 	for (char *p = text; p && *p;) {
 		char *nl = strchr(p, '\n');
@@ -195,7 +164,7 @@ TEST(generate_refuses_overwrite_without_force)
 	char *before = slurp(key, NULL);
 	char *line2 = NULL, *fp2 = NULL;
 	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -2);
-	CHECK(contains(err, key));
+	CHECK(t_contains(err, key));
 	CHECK(line2 == NULL && fp2 == NULL);
 	char *after = slurp(key, NULL);
 	CHECK_STR(after, before);
@@ -205,7 +174,7 @@ TEST(generate_refuses_overwrite_without_force)
 	CHECK(line2 && strcmp(line2, line) != 0);
 	CHECK(fp2 && strcmp(fp2, fp) != 0);
 	CHECK_INT(t_mode_of(key), 0600);
-	CHECK_INT(hidden_entries(tmp), 0);
+	CHECK_INT(t_hidden_entries(tmp), 0);
 	char *line3 = NULL, *fp3 = NULL;
 	CHECK_INT(sshkey_public(tmp, &line3, &fp3, &err), 0);
 	CHECK_STR(line3, line2);
@@ -233,7 +202,7 @@ TEST(public_missing_or_refused)
 	free(err);
 	err = NULL;
 	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -2);
-	CHECK(contains(err, key));
+	CHECK(t_contains(err, key));
 	free(err);
 	err = NULL;
 	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
@@ -243,7 +212,7 @@ TEST(public_missing_or_refused)
 	for (size_t i = 0; i < ARRAY_LEN(loose); i++) {
 		chmod(key, (mode_t)loose[i]);
 		CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-		CHECK(contains(err, key));
+		CHECK(t_contains(err, key));
 		CHECK(line == NULL && fp == NULL);
 		free(err);
 		err = NULL;
@@ -256,14 +225,14 @@ TEST(public_missing_or_refused)
 	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", key, other, other, key);
 	REQUIRE(system(cmd) == 0);
 	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, key) && contains(err, "symbolic link"));
+	CHECK(t_contains(err, key) && t_contains(err, "symbolic link"));
 	free(err);
 	err = NULL;
 	/* so is a directory with that name */
 	unlink(key);
 	mkdir(key, 0700);
 	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, key));
+	CHECK(t_contains(err, key));
 	free(err);
 	free(cmd);
 	t_rmtree(tmp);
@@ -283,12 +252,12 @@ static int public_of(const char *dir, const char *key, const unsigned char *bin,
 	for (size_t i = 0; i < strlen(body); i += 70)
 		buf_appendf(&b, "%.70s\n", body + i);
 	buf_appendf(&b, "-----END OPENSSH PRIVATE KEY-----\n");
-	write_file(key, b.data, b.len, 0600);
+	t_write_mode(key, b.data, b.len, 0600);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	int rc = sshkey_public(dir, &line, &fp, &err);
 	if (rc == 0 && (!line || !fp || err))
 		rc = 99;
-	if (rc < 0 && !contains(err, key))
+	if (rc < 0 && !t_contains(err, key))
 		rc = 98;
 	free(line);
 	free(fp);
@@ -354,9 +323,9 @@ TEST(public_rejects_damaged_files)
 		"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
-		write_file(key, texts[i], strlen(texts[i]), 0600);
+		t_write_mode(key, texts[i], strlen(texts[i]), 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
-		if (sshkey_public(tmp, &l, &f, &e) != -1 || !contains(e, key))
+		if (sshkey_public(tmp, &l, &f, &e) != -1 || !t_contains(e, key))
 			T_FAIL_("text %zu: accepted or no message", i);
 		free(l);
 		free(f);
@@ -364,7 +333,7 @@ TEST(public_rejects_damaged_files)
 	}
 	/* truncations of the text itself (all but the final newline) */
 	for (size_t k = 0; k + 1 < len; k += 7) {
-		write_file(key, text, k, 0600);
+		t_write_mode(key, text, k, 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
 		if (sshkey_public(tmp, &l, &f, &e) != -1)
 			T_FAIL_("text truncated to %zu bytes: accepted", k);
@@ -375,9 +344,9 @@ TEST(public_rejects_damaged_files)
 	/* an oversized file is refused without being parsed */
 	char *big = xmalloc(70 * 1024);
 	memset(big, 'A', 70 * 1024);
-	write_file(key, big, 70 * 1024, 0600);
+	t_write_mode(key, big, 70 * 1024, 0600);
 	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, "larger"));
+	CHECK(t_contains(err, "larger"));
 	free(err);
 	free(big);
 	free(body);
@@ -428,9 +397,9 @@ TEST(known_hosts_tofu)
 	free(got);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, b, blen, &err), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
-	CHECK(contains(err, fa) && contains(err, fb) && contains(err, kh));
-	CHECK(contains(err, "man-in-the-middle"));
+	CHECK(t_contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
+	CHECK(t_contains(err, fa) && t_contains(err, fb) && t_contains(err, kh));
+	CHECK(t_contains(err, "man-in-the-middle"));
 	free(err);
 	err = NULL;
 	got = slurp(kh, NULL);
@@ -440,7 +409,7 @@ TEST(known_hosts_tofu)
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_NEW);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, a, alen, &err), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, "host key for 127.0.0.1 has CHANGED"));
+	CHECK(t_contains(err, "host key for 127.0.0.1 has CHANGED"));
 	free(err);
 	err = NULL;
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2223, b, blen, &err), KNOWN_HOSTS_NEW);
@@ -513,15 +482,15 @@ TEST(known_hosts_rejects_bad_input)
 	free(err);
 	err = NULL;
 	/* a known_hosts writable by others, or a symlink, is refused */
-	write_file(kh, "", 0, 0666);
+	t_write_mode(kh, "", 0, 0666);
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
-	CHECK(contains(err, kh));
+	CHECK(t_contains(err, kh));
 	free(err);
 	err = NULL;
 	unlink(kh);
 	REQUIRE(symlink("/dev/null", kh) == 0);
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
-	CHECK(contains(err, "symbolic link"));
+	CHECK(t_contains(err, "symbolic link"));
 	free(err);
 	t_rmtree(tmp);
 	free(kh);
@@ -552,7 +521,7 @@ TEST(known_hosts_reads_existing_file)
 			  "multi.example ssh-rsa %s\n"
 			  "multi.example ssh-ed25519 %s",
 			  bc, ba, bc, ba, br, bb);
-	write_file(kh, content, strlen(content), 0600);
+	t_write_mode(kh, content, strlen(content), 0600);
 	char *err = NULL;
 	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
@@ -566,7 +535,7 @@ TEST(known_hosts_reads_existing_file)
 	/* the first other pinned key is named, whatever its type */
 	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, c, clen, &err),
 		  KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, fr));
+	CHECK(t_contains(err, fr));
 	free(err);
 	err = NULL;
 	/* a hashed entry for a host does not pin it; a new host is appended
@@ -600,7 +569,7 @@ TEST(known_hosts_nul_byte_hides_no_pin)
 	buf_init(&f, 4096);
 	buf_append(&f, "junk\0junk\n", 10);
 	buf_appendf(&f, "h.example ssh-ed25519 %s\n", ba);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	char *err = NULL;
 	CHECK_INT(known_hosts_verify(tmp, "h.example", 22, b, blen, &err), KNOWN_HOSTS_MISMATCH);
 	free(err);
@@ -661,12 +630,12 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 				"[git.example]:2222 ssh-ed25519 %s\n"
 				"pinned.example ssh-ed25519 %s\n",
 				ba, bb, bb);
-	write_file(kh, plain, strlen(plain), 0600);
+	t_write_mode(kh, plain, strlen(plain), 0600);
 	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", kh);
 	REQUIRE(system(cmd) == 0);
 	char *hashed = slurp(kh, NULL);
 	REQUIRE(hashed != NULL);
-	CHECK(!contains(hashed, "github.com") && !contains(hashed, "git.example"));
+	CHECK(!t_contains(hashed, "github.com") && !t_contains(hashed, "git.example"));
 	CHECK(strncmp(hashed, "|1|", 3) == 0);
 	chmod(kh, 0600);
 	char *m = NULL;
@@ -695,7 +664,7 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		if (r != cases[i].want)
 			T_FAIL_("%s:%d key %d: got %d, want %d (%s)", cases[i].host, cases[i].port,
 				cases[i].key, r, cases[i].want, m);
-		if (r == KNOWN_HOSTS_MISMATCH && !contains(m, "has CHANGED"))
+		if (r == KNOWN_HOSTS_MISMATCH && !t_contains(m, "has CHANGED"))
 			T_FAIL_("%s:%d: message \"%s\"", cases[i].host, cases[i].port, m);
 		free(m);
 	}
@@ -712,7 +681,7 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 	 * name matches too, and no other name */
 	char *h = hashed_host("[h.example]:2200", 0x5a);
 	char *line = xasprintf("%s ssh-ed25519 %s\n", h, bb);
-	write_file(kh, line, strlen(line), 0600);
+	t_write_mode(kh, line, strlen(line), 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 2200, b, blen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
 	CHECK_INT(verify_msg(tmp, "h.example", 2200, a, alen, &m), KNOWN_HOSTS_MISMATCH);
@@ -751,22 +720,22 @@ TEST(known_hosts_revoked_key_refused)
 				  "@revoked   %s ssh-ed25519 %s revoked 2026-01-01\n"
 				  "other.example ssh-ed25519 %s\n",
 				  ba, ba, hc, bc, bc);
-	write_file(kh, content, strlen(content), 0600);
+	t_write_mode(kh, content, strlen(content), 0600);
 	char *m = NULL, *want = xasprintf("%s line 3", kh);
 	/* pinned and revoked: revocation wins */
 	CHECK_INT(verify_msg(tmp, "github.com", 22, a, alen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fa));
-	CHECK(contains(m, "github.com"));
+	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fa));
+	CHECK(t_contains(m, "github.com"));
 	free(m);
 	/* "*": revoked for a host seen for the first time as well */
 	CHECK_INT(verify_msg(tmp, "new.example", 2222, a, alen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, want) && contains(m, "[new.example]:2222"));
+	CHECK(t_contains(m, want) && t_contains(m, "[new.example]:2222"));
 	free(m);
 	/* a hashed @revoked entry: only for its host */
 	free(want);
 	want = xasprintf("%s line 4", kh);
 	CHECK_INT(verify_msg(tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fc));
+	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fc));
 	free(m);
 	CHECK_INT(verify_msg(tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
@@ -808,25 +777,25 @@ TEST(known_hosts_cert_authority)
 				  "ssh-ed25519 %s\n"
 				  "pinned.corp.example ssh-ed25519 %s\n",
 				  bca, ba);
-	write_file(kh, content, strlen(content), 0600);
+	t_write_mode(kh, content, strlen(content), 0600);
 	char *m = NULL, *want = xasprintf("%s line 1", kh);
 	t_capture_logs();
 	CHECK_INT(verify_msg(tmp, "git.corp.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, want) && contains(m, "@cert-authority") &&
-	      contains(m, "git.corp.example"));
+	CHECK(t_contains(m, want) && t_contains(m, "@cert-authority") &&
+	      t_contains(m, "git.corp.example"));
 	free(m);
 	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, a, alen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
 	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, b, blen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, "@cert-authority"));
+	CHECK(t_contains(m, "@cert-authority"));
 	free(m);
 	/* excluded from the CA by '!': an ordinary first contact */
 	CHECK_INT(verify_msg(tmp, "public.corp.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	char *logs = t_captured_logs();
 	t_release_logs();
-	CHECK(contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
-	CHECK(contains(logs, "host=pinned.corp.example") && contains(logs, "line=1"));
+	CHECK(t_contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
+	CHECK(t_contains(logs, "host=pinned.corp.example") && t_contains(logs, "line=1"));
 	free(logs);
 	char *got = slurp(kh, NULL);
 	char *bb = b64(b, blen);
@@ -884,7 +853,7 @@ TEST(known_hosts_malformed_and_patterns)
 	char *m = NULL;
 	for (size_t i = 0; i < ARRAY_LEN(x_lines); i++) {
 		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], bb);
-		write_file(kh, line, strlen(line), 0600);
+		t_write_mode(kh, line, strlen(line), 0600);
 		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
 		if (r != KNOWN_HOSTS_NEW)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want NEW", x_lines[i], r, m);
@@ -900,7 +869,7 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(y_hosts); i++) {
 		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], bb);
-		write_file(kh, line, strlen(line), 0600);
+		t_write_mode(kh, line, strlen(line), 0600);
 		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
 		if (r != KNOWN_HOSTS_MISMATCH)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want MISMATCH", y_hosts[i], r, m);
@@ -927,10 +896,10 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(z); i++) {
 		char *text = xasprintf("# 1\n%s", z[i].text);
-		write_file(kh, text, strlen(text), 0600);
+		t_write_mode(kh, text, strlen(text), 0600);
 		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
 		char *line2 = xasprintf("%s line 2", kh);
-		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !contains(m, line2)))
+		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !t_contains(m, line2)))
 			T_FAIL_("\"%.50s\": got %d (%s), want %d", z[i].text, r, m, z[i].want);
 		free(line2);
 		free(m);
@@ -1006,32 +975,32 @@ TEST(known_hosts_bounds)
 	buf_init(&f, 2 << 20);
 	for (int i = 0; i < 16384; i++)
 		buf_append(&f, "#\n", 2);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	for (int i = 0; i < 16385; i++)
 		buf_append(&f, "\n", 1);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, kh) && contains(m, "more than 16384 lines"));
+	CHECK(t_contains(m, kh) && t_contains(m, "more than 16384 lines"));
 	free(m);
 	/* a line of 32 KiB is fine, one byte more is not */
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i < 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i <= 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
 	char *want = xasprintf("%s line 2: longer than 32768 bytes", kh);
-	CHECK(contains(m, want));
+	CHECK(t_contains(m, want));
 	free(want);
 	free(m);
 	/* 1 MiB + 1 byte */
@@ -1043,9 +1012,9 @@ TEST(known_hosts_bounds)
 		buf_append(&f, line, sizeof line);
 	}
 	buf_append(&f, "\n", 1);
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, "larger than 1048576 bytes"));
+	CHECK(t_contains(m, "larger than 1048576 bytes"));
 	free(m);
 	/* worst patterns: many stars that almost match, just under 1 MiB */
 	buf_reset(&f);
@@ -1058,7 +1027,7 @@ TEST(known_hosts_bounds)
 			buf_append(&f, "*?", 2);
 		buf_appendf(&f, " ssh-ed25519 AAAA\n");
 	}
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(kh, f.data, f.len, 0600);
 	char *host = xmalloc(256);
 	memset(host, 'a', 255);
 	host[255] = '\0';
@@ -1121,7 +1090,7 @@ TEST(fingerprint_matches_openssh)
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	char *tmp = t_tmpdir(), *pub = xasprintf("%s/k.pub", tmp);
 	char *ba = b64(a, alen), *line = xasprintf("ssh-ed25519 %s x\n", ba);
-	write_file(pub, line, strlen(line), 0600);
+	t_write_mode(pub, line, strlen(line), 0600);
 	char *cmd = xasprintf("ssh-keygen -lf '%s'", pub);
 	char *out = run(cmd);
 	char *fp = ssh_fingerprint(a, alen);
