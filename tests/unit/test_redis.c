@@ -42,15 +42,28 @@ static void *stopper(void *arg)
 	return arg;
 }
 
+/* A handle for uri, not connected; NULL (and why, printed) when uri does
+ * not parse. */
+static struct redis *handle_for(const char *uri)
+{
+	struct redis_uri u;
+	char *why = NULL;
+	if (redis_uri_parse(uri, &u, &why) < 0) {
+		printf("  %s: %s\n", uri, why);
+		free(why);
+		return NULL;
+	}
+	struct redis *r = redis_new(&u, NULL);
+	redis_uri_free(&u);
+	return r;
+}
+
 /* Against a port where nothing listens: one WARN line per failed attempt,
  * naming the address and the reason, and the loop ends when asked. */
 TEST(retry_logs_each_failure_and_stops)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("redis://user:Pa55word@127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
+	struct redis *r = handle_for("redis://user:Pa55word@127.0.0.1:1");
+	REQUIRE(r != NULL);
 	t_capture_logs();
 	stop_flag = 0;
 	pthread_t t;
@@ -74,11 +87,8 @@ TEST(retry_logs_each_failure_and_stops)
 
 TEST(commands_on_a_closed_connection_fail_cleanly)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
+	struct redis *r = handle_for("127.0.0.1:1");
+	REQUIRE(r != NULL);
 	CHECK(redis_command(r, "PING") == NULL);
 	CHECK(redis_get_reply(r, 10) == NULL);
 	CHECK(redis_errmsg(r)[0] != '\0');
@@ -108,11 +118,8 @@ TEST(scripts_are_named_by_the_sha1_redis_gives_them)
  * timeout (0) that would have its caller wait forever. */
 TEST(waiting_on_a_closed_connection_is_an_error)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
+	struct redis *r = handle_for("127.0.0.1:1");
+	REQUIRE(r != NULL);
 	redisReply dummy = {0}, *rep = &dummy;
 	CHECK_INT(redis_wait_reply(r, 10, &rep), -1);
 	CHECK(rep == NULL);

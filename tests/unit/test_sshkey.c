@@ -377,6 +377,35 @@ TEST(libgit2_accepts_the_key)
 
 /* ---- known_hosts ---- */
 
+/* A known_hosts path in a fresh directory (not created yet) and the two
+ * ed25519 keys most tests pin: A (bytes 0x11) and B (0x22), with their
+ * base64. */
+struct khfix {
+	char *tmp, *kh;
+	unsigned char a[64], b[64];
+	size_t alen, blen;
+	char *ba, *bb;
+};
+
+static void kh_open(struct khfix *fx)
+{
+	fx->tmp = t_tmpdir();
+	fx->kh = xasprintf("%s/known_hosts", fx->tmp);
+	fx->alen = make_blob(fx->a, "ssh-ed25519", 1, 32, 0x11);
+	fx->blen = make_blob(fx->b, "ssh-ed25519", 1, 32, 0x22);
+	fx->ba = b64(fx->a, fx->alen);
+	fx->bb = b64(fx->b, fx->blen);
+}
+
+static void kh_close(struct khfix *fx)
+{
+	free(fx->ba);
+	free(fx->bb);
+	t_rmtree(fx->tmp);
+	free(fx->kh);
+	free(fx->tmp);
+}
+
 TEST(known_hosts_tofu)
 {
 	char *tmp = t_tmpdir(), *dir = xasprintf("%s/data/ssh", tmp);
@@ -499,13 +528,12 @@ TEST(known_hosts_rejects_bad_input)
 
 TEST(known_hosts_reads_existing_file)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], c[64], rsa[300];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char c[64], rsa[300];
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
 	size_t rlen = make_blob(rsa, "ssh-rsa", 2, 100, 0x44);
-	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen), *br = b64(rsa, rlen);
+	char *bc = b64(c, clen), *br = b64(rsa, rlen);
 	char *fr = ssh_fingerprint(rsa, rlen);
 	char *content =
 		xasprintf("# Relay's pins\n"
@@ -520,64 +548,62 @@ TEST(known_hosts_reads_existing_file)
 			  "gitlab.com,[127.0.0.1]:2222,example.org ssh-ed25519 %s comment here\r\n"
 			  "multi.example ssh-rsa %s\n"
 			  "multi.example ssh-ed25519 %s",
-			  bc, ba, bc, ba, br, bb);
-	t_write_mode(kh, content, strlen(content), 0600);
+			  bc, fx.ba, bc, fx.ba, br, fx.bb);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "GitLab.com", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, rsa, rlen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "example.org", 22, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "GitLab.com", 22, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, fx.b, fx.blen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, rsa, rlen, &err),
+		  KNOWN_HOSTS_MATCH);
 	CHECK(err == NULL);
-	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, c, clen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, c, clen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	err = NULL;
 	/* the first other pinned key is named, whatever its type */
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, c, clen, &err),
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, c, clen, &err),
 		  KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(err, fr));
 	free(err);
 	err = NULL;
 	/* a hashed entry for a host does not pin it; a new host is appended
 	 * after a newline even though the last line had none */
-	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
 	char *want = xasprintf("%s\n[new.example]:2200 ssh-ed25519 %s\n", content, bc);
-	char *got = slurp(kh, NULL);
+	char *got = slurp(fx.kh, NULL);
 	CHECK_STR(got, want);
-	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
+		  KNOWN_HOSTS_MATCH);
 	free(got);
 	free(want);
 	free(content);
 	free(fr);
-	free(ba);
-	free(bb);
 	free(bc);
 	free(br);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 TEST(known_hosts_nul_byte_hides_no_pin)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *ba = b64(a, alen);
+	struct khfix fx;
+	kh_open(&fx);
 	struct buf f;
 	buf_init(&f, 4096);
 	buf_append(&f, "junk\0junk\n", 10);
-	buf_appendf(&f, "h.example ssh-ed25519 %s\n", ba);
-	t_write_mode(kh, f.data, f.len, 0600);
+	buf_appendf(&f, "h.example ssh-ed25519 %s\n", fx.ba);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "h.example", 22, b, blen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "h.example", 22, fx.b, fx.blen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	buf_free(&f);
-	free(ba);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* ---- known_hosts: hashed entries, markers, patterns, bounds ---- */
@@ -621,23 +647,20 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		T_SKIP("ssh-keygen is not installed");
 		return;
 	}
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *ba = b64(a, alen), *bb = b64(b, blen);
+	struct khfix fx;
+	kh_open(&fx);
 	char *plain = xasprintf("github.com ssh-ed25519 %s\n"
 				"[git.example]:2222 ssh-ed25519 %s\n"
 				"pinned.example ssh-ed25519 %s\n",
-				ba, bb, bb);
-	t_write_mode(kh, plain, strlen(plain), 0600);
-	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", kh);
+				fx.ba, fx.bb, fx.bb);
+	t_write_mode(fx.kh, plain, strlen(plain), 0600);
+	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", fx.kh);
 	REQUIRE(system(cmd) == 0);
-	char *hashed = slurp(kh, NULL);
+	char *hashed = slurp(fx.kh, NULL);
 	REQUIRE(hashed != NULL);
 	CHECK(!t_contains(hashed, "github.com") && !t_contains(hashed, "git.example"));
 	CHECK(strncmp(hashed, "|1|", 3) == 0);
-	chmod(kh, 0600);
+	chmod(fx.kh, 0600);
 	char *m = NULL;
 	static const struct {
 		const char *host;
@@ -657,10 +680,10 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		{"gitlab.com", 22, 0, KNOWN_HOSTS_NEW},	  /* not in the file */
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		const unsigned char *k = cases[i].key ? b : a;
-		size_t kl = cases[i].key ? blen : alen;
+		const unsigned char *k = cases[i].key ? fx.b : fx.a;
+		size_t kl = cases[i].key ? fx.blen : fx.alen;
 		enum known_hosts_result r =
-			verify_msg(tmp, cases[i].host, cases[i].port, k, kl, &m);
+			verify_msg(fx.tmp, cases[i].host, cases[i].port, k, kl, &m);
 		if (r != cases[i].want)
 			T_FAIL_("%s:%d key %d: got %d, want %d (%s)", cases[i].host, cases[i].port,
 				cases[i].key, r, cases[i].want, m);
@@ -669,10 +692,10 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		free(m);
 	}
 	/* the three NEW cases were appended as plain lines after the hashed */
-	char *after = slurp(kh, NULL);
+	char *after = slurp(fx.kh, NULL);
 	char *tail = xasprintf("%sgit.example ssh-ed25519 %s\n[github.com]:2222 ssh-ed25519 %s\n"
 			       "gitlab.com ssh-ed25519 %s\n",
-			       hashed, ba, ba, ba);
+			       hashed, fx.ba, fx.ba, fx.ba);
 	CHECK_STR(after, tail);
 	free(tail);
 	free(after);
@@ -680,24 +703,20 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 	/* an entry hashed here (independently of ssh-keygen) for a bracketed
 	 * name matches too, and no other name */
 	char *h = hashed_host("[h.example]:2200", 0x5a);
-	char *line = xasprintf("%s ssh-ed25519 %s\n", h, bb);
-	t_write_mode(kh, line, strlen(line), 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 2200, b, blen, &m), KNOWN_HOSTS_MATCH);
+	char *line = xasprintf("%s ssh-ed25519 %s\n", h, fx.bb);
+	t_write_mode(fx.kh, line, strlen(line), 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2200, fx.b, fx.blen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "h.example", 2200, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2200, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "h.example", 2201, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2201, fx.b, fx.blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	free(line);
 	free(h);
 	free(hashed);
 	free(cmd);
 	free(plain);
-	free(ba);
-	free(bb);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* @revoked refuses its key for the hosts it names, whatever else pins it,
@@ -706,44 +725,43 @@ TEST(known_hosts_hashed_by_ssh_keygen)
  * matched a plain pin. */
 TEST(known_hosts_revoked_key_refused)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], c[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char c[64];
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
-	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen);
-	char *fa = ssh_fingerprint(a, alen), *fc = ssh_fingerprint(c, clen);
+	char *bc = b64(c, clen);
+	char *fa = ssh_fingerprint(fx.a, fx.alen), *fc = ssh_fingerprint(c, clen);
 	char *hc = hashed_host("hashed.example", 0x01);
 	char *content = xasprintf("# pins\n"
 				  "github.com ssh-ed25519 %s\n"
 				  "@revoked * ssh-ed25519 %s\n"
 				  "@revoked   %s ssh-ed25519 %s revoked 2026-01-01\n"
 				  "other.example ssh-ed25519 %s\n",
-				  ba, ba, hc, bc, bc);
-	t_write_mode(kh, content, strlen(content), 0600);
-	char *m = NULL, *want = xasprintf("%s line 3", kh);
+				  fx.ba, fx.ba, hc, bc, bc);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 3", fx.kh);
 	/* pinned and revoked: revocation wins */
-	CHECK_INT(verify_msg(tmp, "github.com", 22, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(verify_msg(fx.tmp, "github.com", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fa));
 	CHECK(t_contains(m, "github.com"));
 	free(m);
 	/* "*": revoked for a host seen for the first time as well */
-	CHECK_INT(verify_msg(tmp, "new.example", 2222, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(verify_msg(fx.tmp, "new.example", 2222, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(m, want) && t_contains(m, "[new.example]:2222"));
 	free(m);
 	/* a hashed @revoked entry: only for its host */
 	free(want);
-	want = xasprintf("%s line 4", kh);
-	CHECK_INT(verify_msg(tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
+	want = xasprintf("%s line 4", fx.kh);
+	CHECK_INT(verify_msg(fx.tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fc));
 	free(m);
-	CHECK_INT(verify_msg(tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
+	CHECK_INT(verify_msg(fx.tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
 	/* another key for an unpinned host is still trusted on first use */
-	CHECK_INT(verify_msg(tmp, "hashed.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "hashed.example", 22, fx.b, fx.blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
-	char *got = slurp(kh, NULL);
-	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, bb);
+	char *got = slurp(fx.kh, NULL);
+	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect); /* the refused keys were never appended */
 	free(expect);
 	free(got);
@@ -752,12 +770,8 @@ TEST(known_hosts_revoked_key_refused)
 	free(hc);
 	free(fa);
 	free(fc);
-	free(ba);
-	free(bb);
 	free(bc);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* @cert-authority cannot be honoured (no certificates are checked): a host
@@ -767,50 +781,47 @@ TEST(known_hosts_revoked_key_refused)
  * host's first key pinned. */
 TEST(known_hosts_cert_authority)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], ca[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char ca[64];
 	size_t calen = make_blob(ca, "ssh-ed25519", 1, 32, 0x77);
-	char *ba = b64(a, alen), *bca = b64(ca, calen);
+	char *bca = b64(ca, calen);
 	char *content = xasprintf("@cert-authority *.corp.example,!public.corp.example "
 				  "ssh-ed25519 %s\n"
 				  "pinned.corp.example ssh-ed25519 %s\n",
-				  bca, ba);
-	t_write_mode(kh, content, strlen(content), 0600);
-	char *m = NULL, *want = xasprintf("%s line 1", kh);
+				  bca, fx.ba);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 1", fx.kh);
 	t_capture_logs();
-	CHECK_INT(verify_msg(tmp, "git.corp.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK_INT(verify_msg(fx.tmp, "git.corp.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
 	CHECK(t_contains(m, want) && t_contains(m, "@cert-authority") &&
 	      t_contains(m, "git.corp.example"));
 	free(m);
-	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, a, alen, &m), KNOWN_HOSTS_MATCH);
+	CHECK_INT(verify_msg(fx.tmp, "pinned.corp.example", 22, fx.a, fx.alen, &m),
+		  KNOWN_HOSTS_MATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, b, blen, &m), KNOWN_HOSTS_ERROR);
+	CHECK_INT(verify_msg(fx.tmp, "pinned.corp.example", 22, fx.b, fx.blen, &m),
+		  KNOWN_HOSTS_ERROR);
 	CHECK(t_contains(m, "@cert-authority"));
 	free(m);
 	/* excluded from the CA by '!': an ordinary first contact */
-	CHECK_INT(verify_msg(tmp, "public.corp.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "public.corp.example", 22, fx.b, fx.blen, &m),
+		  KNOWN_HOSTS_NEW);
 	free(m);
 	char *logs = t_captured_logs();
 	t_release_logs();
 	CHECK(t_contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
 	CHECK(t_contains(logs, "host=pinned.corp.example") && t_contains(logs, "line=1"));
 	free(logs);
-	char *got = slurp(kh, NULL);
-	char *bb = b64(b, blen);
-	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, bb);
+	char *got = slurp(fx.kh, NULL);
+	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect);
 	free(expect);
-	free(bb);
 	free(got);
 	free(want);
 	free(content);
-	free(ba);
 	free(bca);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* Malformed hashed entries and markers, and patterns: nothing crashes,
@@ -818,11 +829,8 @@ TEST(known_hosts_cert_authority)
  * the host refuses it (fail closed), naming the line. */
 TEST(known_hosts_malformed_and_patterns)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *bb = b64(b, blen);
+	struct khfix fx;
+	kh_open(&fx);
 	char *good = hashed_host("h.example", 0x42); /* "|1|salt|hash" */
 	char *salt = xstrndup(good + 3, (size_t)(strchr(good + 3, '|') - good - 3));
 	char *short_salt = hashed_host("h.example", 0x42);
@@ -852,9 +860,9 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	char *m = NULL;
 	for (size_t i = 0; i < ARRAY_LEN(x_lines); i++) {
-		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], bb);
-		t_write_mode(kh, line, strlen(line), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], fx.bb);
+		t_write_mode(fx.kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
 		if (r != KNOWN_HOSTS_NEW)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want NEW", x_lines[i], r, m);
 		free(m);
@@ -868,9 +876,9 @@ TEST(known_hosts_malformed_and_patterns)
 		"!x.example,*", "**.ex*mple", "*h.example*",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(y_hosts); i++) {
-		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], bb);
-		t_write_mode(kh, line, strlen(line), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], fx.bb);
+		t_write_mode(fx.kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
 		if (r != KNOWN_HOSTS_MISMATCH)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want MISMATCH", y_hosts[i], r, m);
 		free(m);
@@ -896,9 +904,9 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(z); i++) {
 		char *text = xasprintf("# 1\n%s", z[i].text);
-		t_write_mode(kh, text, strlen(text), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
-		char *line2 = xasprintf("%s line 2", kh);
+		t_write_mode(fx.kh, text, strlen(text), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
+		char *line2 = xasprintf("%s line 2", fx.kh);
 		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !t_contains(m, line2)))
 			T_FAIL_("\"%.50s\": got %d (%s), want %d", z[i].text, r, m, z[i].want);
 		free(line2);
@@ -907,10 +915,7 @@ TEST(known_hosts_malformed_and_patterns)
 	}
 	free(salt);
 	free(good);
-	free(bb);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* Host patterns agree with fnmatch(3) (no escapes, no brackets) on random
@@ -967,39 +972,38 @@ TEST(known_hosts_patterns_agree_with_fnmatch)
  * would not). */
 TEST(known_hosts_bounds)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	struct khfix fx;
+	kh_open(&fx);
 	char *m = NULL;
 	struct buf f;
 	buf_init(&f, 2 << 20);
 	for (int i = 0; i < 16384; i++)
 		buf_append(&f, "#\n", 2);
-	t_write_mode(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	for (int i = 0; i < 16385; i++)
 		buf_append(&f, "\n", 1);
-	t_write_mode(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(t_contains(m, kh) && t_contains(m, "more than 16384 lines"));
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(t_contains(m, fx.kh) && t_contains(m, "more than 16384 lines"));
 	free(m);
 	/* a line of 32 KiB is fine, one byte more is not */
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i < 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	t_write_mode(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i <= 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	t_write_mode(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	char *want = xasprintf("%s line 2: longer than 32768 bytes", kh);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	char *want = xasprintf("%s line 2: longer than 32768 bytes", fx.kh);
 	CHECK(t_contains(m, want));
 	free(want);
 	free(m);
@@ -1012,8 +1016,8 @@ TEST(known_hosts_bounds)
 		buf_append(&f, line, sizeof line);
 	}
 	buf_append(&f, "\n", 1);
-	t_write_mode(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
 	CHECK(t_contains(m, "larger than 1048576 bytes"));
 	free(m);
 	/* worst patterns: many stars that almost match, just under 1 MiB */
@@ -1027,17 +1031,15 @@ TEST(known_hosts_bounds)
 			buf_append(&f, "*?", 2);
 		buf_appendf(&f, " ssh-ed25519 AAAA\n");
 	}
-	t_write_mode(kh, f.data, f.len, 0600);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
 	char *host = xmalloc(256);
 	memset(host, 'a', 255);
 	host[255] = '\0';
-	CHECK_INT(verify_msg(tmp, host, 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, host, 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	free(host);
 	buf_free(&f);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 struct race {
@@ -1058,13 +1060,12 @@ static void *race_verify(void *arg)
 
 TEST(known_hosts_pins_once_under_concurrency)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	struct khfix fx;
+	kh_open(&fx);
 	pthread_t th[8];
 	struct race r[8];
 	for (int i = 0; i < 8; i++) {
-		r[i] = (struct race){tmp, a, alen, KNOWN_HOSTS_ERROR};
+		r[i] = (struct race){fx.tmp, fx.a, fx.alen, KNOWN_HOSTS_ERROR};
 		pthread_create(&th[i], NULL, race_verify, &r[i]);
 	}
 	int news = 0, matches = 0;
@@ -1075,12 +1076,10 @@ TEST(known_hosts_pins_once_under_concurrency)
 	}
 	CHECK_INT(news, 1);
 	CHECK_INT(matches, 7);
-	char *got = slurp(kh, NULL);
+	char *got = slurp(fx.kh, NULL);
 	CHECK(got && strchr(got, '\n') == got + strlen(got) - 1); /* one line */
 	free(got);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 TEST(fingerprint_matches_openssh)
