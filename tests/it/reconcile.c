@@ -244,6 +244,15 @@ static void reset_log(void)
 		abort();
 }
 
+/* A fresh log, then rig_new and rig_load_start. */
+static int rig_up(struct rig *r, const char *dir, int64_t rescan_ns)
+{
+	reset_log();
+	if (rig_new(r, dir, rescan_ns) < 0)
+		return -1;
+	return rig_load_start(r);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 /*
@@ -256,9 +265,7 @@ TEST(test_failing_version_not_retried_by_passes)
 	char *dir = test_dir("noretry");
 	const char *bad = fname(&r, "bad");
 	badfn(dir, bad, "6m");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, SEC / 5) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, SEC / 5) == 0);
 	CHECK_INT(log_count("msg=\"invalid function skipped\"", bad), 1);
 
 	/* Five passes (200 ms apart) have run, each looking at every function. */
@@ -295,9 +302,7 @@ TEST(test_pass_finds_directory_replaced_behind_symlink)
 	pyfn(v2, a, "one");
 	pyfn(v2, b, "two");
 	REQUIRE(symlink("v1", link) == 0);
-	reset_log();
-	REQUIRE(rig_new(&r, link, 2 * SEC) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, link, 2 * SEC) == 0);
 	CHECK(served(&r, a));
 	CHECK(!served(&r, b));
 	char img_a[128];
@@ -413,9 +418,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	sh("mkdir -p '%s'%s", dir, "");
 	const char *a = fname(&r, "mv-a"), *b = fname(&r, "mv-b");
 	pyfn(dir, a, "one");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, HOUR) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, HOUR) == 0);
 	char img1[128];
 	served_image(&r, a, img1, sizeof img1);
 	CHECK(img1[0] != '\0');
@@ -480,9 +483,7 @@ TEST(test_functions_dir_removed_and_recreated)
 	char *dir = test_dir("removed/functions");
 	const char *a = fname(&r, "rm-a");
 	pyfn(dir, a, "one");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, HOUR) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, HOUR) == 0);
 	CHECK(served(&r, a));
 
 	sh("rm -rf '%s'%s", dir, "");
