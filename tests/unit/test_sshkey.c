@@ -123,12 +123,31 @@ TEST(generate_writes_key_files)
 	free(tmp);
 }
 
+/* A fresh directory and the path of the key file in it (not created). */
+struct keyfix {
+	char *tmp, *key;
+};
+
+static void keyfix_open(struct keyfix *fx)
+{
+	fx->tmp = t_tmpdir();
+	fx->key = xasprintf("%s/id_ed25519", fx->tmp);
+}
+
+static void keyfix_close(struct keyfix *fx)
+{
+	t_rmtree(fx->tmp);
+	free(fx->key);
+	free(fx->tmp);
+}
+
 TEST(ssh_keygen_reads_the_key)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
-	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", key);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
+	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", fx.key);
 	char *out = run(cmd);
 	/* type and base64 must agree; the comment may or may not be printed */
 	char *type_b64 = xstrndup(line, strlen(line) - strlen(" relay"));
@@ -137,10 +156,10 @@ TEST(ssh_keygen_reads_the_key)
 	free(cmd);
 	free(out);
 	/* without the .pub beside it, ssh-keygen must read the private key */
-	char *pubpath = xasprintf("%s.pub", key);
+	char *pubpath = xasprintf("%s.pub", fx.key);
 	unlink(pubpath);
 	free(pubpath);
-	cmd = xasprintf("ssh-keygen -lf '%s' 2>&1", key);
+	cmd = xasprintf("ssh-keygen -lf '%s' 2>&1", fx.key);
 	out = run(cmd);
 	char *want = xasprintf("256 %s relay (ED25519)", fp);
 	CHECK_STR(out, want);
@@ -151,32 +170,31 @@ TEST(ssh_keygen_reads_the_key)
 	free(line);
 	free(fp);
 	free(err);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(generate_refuses_overwrite_without_force)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
-	char *before = slurp(key, NULL);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
+	char *before = slurp(fx.key, NULL);
 	char *line2 = NULL, *fp2 = NULL;
-	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -2);
-	CHECK(t_contains(err, key));
+	CHECK_INT(sshkey_generate(fx.tmp, false, &line2, &fp2, &err), -2);
+	CHECK(t_contains(err, fx.key));
 	CHECK(line2 == NULL && fp2 == NULL);
-	char *after = slurp(key, NULL);
+	char *after = slurp(fx.key, NULL);
 	CHECK_STR(after, before);
 	free(err);
 	err = NULL;
-	CHECK_INT(sshkey_generate(tmp, true, &line2, &fp2, &err), 0);
+	CHECK_INT(sshkey_generate(fx.tmp, true, &line2, &fp2, &err), 0);
 	CHECK(line2 && strcmp(line2, line) != 0);
 	CHECK(fp2 && strcmp(fp2, fp) != 0);
-	CHECK_INT(t_mode_of(key), 0600);
-	CHECK_INT(t_hidden_entries(tmp), 0);
+	CHECK_INT(t_mode_of(fx.key), 0600);
+	CHECK_INT(t_hidden_entries(fx.tmp), 0);
 	char *line3 = NULL, *fp3 = NULL;
-	CHECK_INT(sshkey_public(tmp, &line3, &fp3, &err), 0);
+	CHECK_INT(sshkey_public(fx.tmp, &line3, &fp3, &err), 0);
 	CHECK_STR(line3, line2);
 	CHECK_STR(fp3, fp2);
 	free(line3);
@@ -188,58 +206,55 @@ TEST(generate_refuses_overwrite_without_force)
 	free(line);
 	free(fp);
 	free(err);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(public_missing_or_refused)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
-	char *nodir = xasprintf("%s/nope", tmp), *other = xasprintf("%s/other", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
+	char *nodir = xasprintf("%s/nope", fx.tmp), *other = xasprintf("%s/other", fx.tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -2);
 	free(err);
 	err = NULL;
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -2);
-	CHECK(t_contains(err, key));
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -2);
+	CHECK(t_contains(err, fx.key));
 	free(err);
 	err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	free(line);
 	free(fp);
 	static const int loose[] = {0640, 0604, 0644, 0660, 0620, 0602};
 	for (size_t i = 0; i < ARRAY_LEN(loose); i++) {
-		chmod(key, (mode_t)loose[i]);
-		CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-		CHECK(t_contains(err, key));
+		chmod(fx.key, (mode_t)loose[i]);
+		CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+		CHECK(t_contains(err, fx.key));
 		CHECK(line == NULL && fp == NULL);
 		free(err);
 		err = NULL;
 	}
-	chmod(key, 0400);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), 0);
+	chmod(fx.key, 0400);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), 0);
 	free(line);
 	free(fp);
 	/* a symlink to a good key is refused */
-	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", key, other, other, key);
+	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", fx.key, other, other, fx.key);
 	REQUIRE(system(cmd) == 0);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(t_contains(err, key) && t_contains(err, "symbolic link"));
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+	CHECK(t_contains(err, fx.key) && t_contains(err, "symbolic link"));
 	free(err);
 	err = NULL;
 	/* so is a directory with that name */
-	unlink(key);
-	mkdir(key, 0700);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(t_contains(err, key));
+	unlink(fx.key);
+	mkdir(fx.key, 0700);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+	CHECK(t_contains(err, fx.key));
 	free(err);
 	free(cmd);
-	t_rmtree(tmp);
+	keyfix_close(&fx);
 	free(other);
 	free(nodir);
-	free(key);
-	free(tmp);
 }
 
 /* Writes the armored base64 of bin[0..n) as the key file and reads it back. */
@@ -269,13 +284,14 @@ static int public_of(const char *dir, const char *key, const unsigned char *bin,
 
 TEST(public_rejects_damaged_files)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	free(line);
 	free(fp);
 	size_t len = 0;
-	char *text = slurp(key, &len);
+	char *text = slurp(fx.key, &len);
 	/* the binary form, decoded from the file itself */
 	const char *begin = "-----BEGIN OPENSSH PRIVATE KEY-----\n";
 	char *body = xstrdup(text + strlen(begin));
@@ -290,14 +306,14 @@ TEST(public_rejects_damaged_files)
 	int n = EVP_DecodeBlock(bin, (unsigned char *)body, (int)m);
 	n -= body[m - 1] == '=' ? (body[m - 2] == '=' ? 2 : 1) : 0;
 	REQUIRE(n == 234);
-	CHECK_INT(public_of(tmp, key, bin, (size_t)n), 0); /* re-encoding round-trips */
+	CHECK_INT(public_of(fx.tmp, fx.key, bin, (size_t)n), 0); /* re-encoding round-trips */
 
 	/* every truncation of the binary, and one byte too many */
 	for (int k = 0; k < n; k++)
-		if (public_of(tmp, key, bin, (size_t)k) != -1)
+		if (public_of(fx.tmp, fx.key, bin, (size_t)k) != -1)
 			T_FAIL_("truncated to %d bytes: accepted", k);
 	bin[n] = 0;
-	CHECK_INT(public_of(tmp, key, bin, (size_t)n + 1), -1);
+	CHECK_INT(public_of(fx.tmp, fx.key, bin, (size_t)n + 1), -1);
 
 	/* one corrupted byte in each field but the comment: magic, cipher, kdf,
 	 * nkeys, public blob length and key, checkint, key type, public key, seed
@@ -305,7 +321,7 @@ TEST(public_rejects_damaged_files)
 	static const int at[] = {0, 19, 28, 38, 41, 80, 100, 110, 140, 170, 200, 228};
 	for (size_t i = 0; i < ARRAY_LEN(at); i++) {
 		bin[at[i]] ^= 0x01;
-		if (public_of(tmp, key, bin, (size_t)n) != -1)
+		if (public_of(fx.tmp, fx.key, bin, (size_t)n) != -1)
 			T_FAIL_("byte %d corrupted: accepted", at[i]);
 		bin[at[i]] ^= 0x01;
 	}
@@ -323,9 +339,9 @@ TEST(public_rejects_damaged_files)
 		"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
-		t_write_mode(key, texts[i], strlen(texts[i]), 0600);
+		t_write_mode(fx.key, texts[i], strlen(texts[i]), 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
-		if (sshkey_public(tmp, &l, &f, &e) != -1 || !t_contains(e, key))
+		if (sshkey_public(fx.tmp, &l, &f, &e) != -1 || !t_contains(e, fx.key))
 			T_FAIL_("text %zu: accepted or no message", i);
 		free(l);
 		free(f);
@@ -333,9 +349,9 @@ TEST(public_rejects_damaged_files)
 	}
 	/* truncations of the text itself (all but the final newline) */
 	for (size_t k = 0; k + 1 < len; k += 7) {
-		t_write_mode(key, text, k, 0600);
+		t_write_mode(fx.key, text, k, 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
-		if (sshkey_public(tmp, &l, &f, &e) != -1)
+		if (sshkey_public(fx.tmp, &l, &f, &e) != -1)
 			T_FAIL_("text truncated to %zu bytes: accepted", k);
 		free(l);
 		free(f);
@@ -344,35 +360,32 @@ TEST(public_rejects_damaged_files)
 	/* an oversized file is refused without being parsed */
 	char *big = xmalloc(70 * 1024);
 	memset(big, 'A', 70 * 1024);
-	t_write_mode(key, big, 70 * 1024, 0600);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
+	t_write_mode(fx.key, big, 70 * 1024, 0600);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
 	CHECK(t_contains(err, "larger"));
 	free(err);
 	free(big);
 	free(body);
 	free(text);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(libgit2_accepts_the_key)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	CHECK(git_libgit2_init() > 0);
 	git_credential *cred = NULL;
-	CHECK_INT(git_credential_ssh_key_new(&cred, "git", NULL, key, NULL), 0);
+	CHECK_INT(git_credential_ssh_key_new(&cred, "git", NULL, fx.key, NULL), 0);
 	CHECK(cred != NULL);
 	if (cred)
 		git_credential_free(cred);
 	git_libgit2_shutdown();
 	free(line);
 	free(fp);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 /* ---- known_hosts ---- */
