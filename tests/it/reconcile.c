@@ -253,6 +253,14 @@ static int rig_up(struct rig *r, const char *dir, int64_t rescan_ns)
 	return rig_load_start(r);
 }
 
+/* The log shown when the test failed, then rig_free. */
+static void rig_down(struct rig *r)
+{
+	if (t_failed_)
+		dump_log();
+	rig_free(r);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 /*
@@ -281,9 +289,7 @@ TEST(test_failing_version_not_retried_by_passes)
 	CHECK(WAIT_UNTIL(20, log_count(PASS_LINE, "reason=periodic") >= seen + 5));
 	CHECK_INT(log_count("7m exceeds the maximum of 5m", bad), 1);
 	CHECK_INT(log_count("invalid function", bad), 2);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(dir);
 }
 
@@ -324,9 +330,7 @@ TEST(test_pass_finds_directory_replaced_behind_symlink)
 	served_image(&r, a, img, sizeof img);
 	CHECK_STR(img, img_a);
 	CHECK_INT(log_count("msg=\"function updated\"", a), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(tmp);
 	free(link);
 	free(v1);
@@ -396,9 +400,7 @@ TEST(test_queue_overflow_rescans_and_rewatches)
 	t_write_file(adir, "pkg/one.py", "X = 2\n");
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", a) == 3));
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(adir);
 	free(dir);
 }
@@ -461,9 +463,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	CHECK(WAIT_UNTIL(60, served_other_than(&r, a, img2)));
 	CHECK_INT(log_count("msg=\"function updated\"", a), 2);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(newa);
 	free(olda);
 	free(next);
@@ -509,9 +509,7 @@ TEST(test_functions_dir_removed_and_recreated)
 	CHECK(WAIT_UNTIL(60, served(&r, a)));
 	CHECK_INT(log_count("msg=\"function discovered\"", a), 1);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(dir);
 }
 
