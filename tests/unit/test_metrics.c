@@ -385,6 +385,15 @@ out:
 	return rc;
 }
 
+/* Fails the running test when the checker rejects text. */
+static void check_accepted(const char *text)
+{
+	char *err = NULL;
+	if (check_exposition(text, &err) < 0)
+		T_FAIL_("exposition rejected: %s", err);
+	free(err);
+}
+
 /* The checker must reject what it is there to reject. */
 TEST(checker_rejects_malformed_text)
 {
@@ -535,10 +544,7 @@ TEST(histogram_buckets)
 	for (size_t i = 0; i < ARRAY_LEN(want_build); i++)
 		if (!t_has_line(text, want_build[i]))
 			T_FAIL_("missing line: %s", want_build[i]);
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	check_accepted(text);
 	free(text);
 }
 
@@ -602,10 +608,7 @@ TEST(label_values_are_escaped)
 	CHECK(t_has_line(text, "function_successes_total{function=\"we\\\"ird\\\\fn\\nx\"} 1"));
 	CHECK(t_has_line(text, "handler_invocations_total{function=\"we\\\"ird\\\\fn\\nx\","
 			       "handler=\"h\\\\\",outcome=\"success\"} 1"));
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	check_accepted(text);
 	free(text);
 }
 
@@ -864,25 +867,8 @@ TEST(concurrent_updates_are_exact)
 			 total);
 	CHECK(t_has_line(text, line));
 	free(line);
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	check_accepted(text);
 	free(text);
-}
-
-static int count_lines_with(const char *path, const char *needle)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	char line[4096];
-	int n = 0;
-	while (fgets(line, sizeof line, f))
-		if (strstr(line, needle))
-			n++;
-	fclose(f);
-	return n;
 }
 
 TEST(series_are_bounded)
@@ -925,8 +911,8 @@ TEST(series_are_bounded)
 
 	log_set_fd(2);
 	close(fd);
-	CHECK_INT(count_lines_with(logpath, "metrics series limit reached"), 1);
-	CHECK_INT(count_lines_with(logpath, "level=WARN"), 1);
+	CHECK_INT(t_count_lines_with(logpath, "metrics series limit reached"), 1);
+	CHECK_INT(t_count_lines_with(logpath, "level=WARN"), 1);
 	unlink(logpath);
 
 	char *text = render();

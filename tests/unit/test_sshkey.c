@@ -12,24 +12,6 @@
 #include "tfiles.h"
 #include "util.h"
 
-/* The whole file (NUL-terminated), or NULL. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	struct buf b;
-	buf_init(&b, 1 << 20);
-	char chunk[4096];
-	size_t n;
-	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-		buf_append(&b, chunk, n);
-	fclose(f);
-	if (len)
-		*len = b.len;
-	return buf_steal(&b);
-}
-
 /* First line of a shell command's standard output. */
 static char *run(const char *cmd)
 {
@@ -86,9 +68,9 @@ TEST(generate_writes_key_files)
 	CHECK(t_contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
 	CHECK(str_has_prefix(fp, "SHA256:"));
 	CHECK_INT(strlen(fp), 7 + 43);
-	char *pubtext = slurp(pubpath, NULL), *want = xasprintf("%s\n", line);
+	char *pubtext = t_read_file(pubpath, 1 << 20, NULL), *want = xasprintf("%s\n", line);
 	CHECK_STR(pubtext, want);
-	char *text = slurp(key, NULL);
+	char *text = t_read_file(key, 1 << 20, NULL);
 	CHECK(str_has_prefix(text, "-----BEGIN OPENSSH PRIVATE KEY-----\n"));
 	CHECK(t_contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
 	int longest = 0;
@@ -179,12 +161,12 @@ TEST(generate_refuses_overwrite_without_force)
 	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
-	char *before = slurp(fx.key, NULL);
+	char *before = t_read_file(fx.key, 1 << 20, NULL);
 	char *line2 = NULL, *fp2 = NULL;
 	CHECK_INT(sshkey_generate(fx.tmp, false, &line2, &fp2, &err), -2);
 	CHECK(t_contains(err, fx.key));
 	CHECK(line2 == NULL && fp2 == NULL);
-	char *after = slurp(fx.key, NULL);
+	char *after = t_read_file(fx.key, 1 << 20, NULL);
 	CHECK_STR(after, before);
 	free(err);
 	err = NULL;
@@ -291,7 +273,7 @@ TEST(public_rejects_damaged_files)
 	free(line);
 	free(fp);
 	size_t len = 0;
-	char *text = slurp(fx.key, &len);
+	char *text = t_read_file(fx.key, 1 << 20, &len);
 	/* the binary form, decoded from the file itself */
 	const char *begin = "-----BEGIN OPENSSH PRIVATE KEY-----\n";
 	char *body = xstrdup(text + strlen(begin));
@@ -434,7 +416,7 @@ TEST(known_hosts_tofu)
 	CHECK_INT(t_mode_of(dir), 0700);
 	CHECK_INT(t_mode_of(kh), 0600);
 	char *want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n", ba);
-	char *got = slurp(kh, NULL);
+	char *got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	free(got);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
@@ -444,7 +426,7 @@ TEST(known_hosts_tofu)
 	CHECK(t_contains(err, "man-in-the-middle"));
 	free(err);
 	err = NULL;
-	got = slurp(kh, NULL);
+	got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want); /* never replaced */
 	free(got);
 	/* port 22 is the bare host: a different pin */
@@ -459,7 +441,7 @@ TEST(known_hosts_tofu)
 	want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n127.0.0.1 ssh-ed25519 %s\n"
 			 "[127.0.0.1]:2223 ssh-ed25519 %s\n",
 			 ba, bb, bb);
-	got = slurp(kh, NULL);
+	got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	free(got);
 	free(want);
@@ -589,7 +571,7 @@ TEST(known_hosts_reads_existing_file)
 	 * after a newline even though the last line had none */
 	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
 	char *want = xasprintf("%s\n[new.example]:2200 ssh-ed25519 %s\n", content, bc);
-	char *got = slurp(fx.kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
 		  KNOWN_HOSTS_MATCH);
@@ -669,7 +651,7 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 	t_write_mode(fx.kh, plain, strlen(plain), 0600);
 	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", fx.kh);
 	REQUIRE(system(cmd) == 0);
-	char *hashed = slurp(fx.kh, NULL);
+	char *hashed = t_read_file(fx.kh, 1 << 20, NULL);
 	REQUIRE(hashed != NULL);
 	CHECK(!t_contains(hashed, "github.com") && !t_contains(hashed, "git.example"));
 	CHECK(strncmp(hashed, "|1|", 3) == 0);
@@ -705,7 +687,7 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		free(m);
 	}
 	/* the three NEW cases were appended as plain lines after the hashed */
-	char *after = slurp(fx.kh, NULL);
+	char *after = t_read_file(fx.kh, 1 << 20, NULL);
 	char *tail = xasprintf("%sgit.example ssh-ed25519 %s\n[github.com]:2222 ssh-ed25519 %s\n"
 			       "gitlab.com ssh-ed25519 %s\n",
 			       hashed, fx.ba, fx.ba, fx.ba);
@@ -773,7 +755,7 @@ TEST(known_hosts_revoked_key_refused)
 	/* another key for an unpinned host is still trusted on first use */
 	CHECK_INT(verify_msg(fx.tmp, "hashed.example", 22, fx.b, fx.blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
-	char *got = slurp(fx.kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect); /* the refused keys were never appended */
 	free(expect);
@@ -826,7 +808,7 @@ TEST(known_hosts_cert_authority)
 	CHECK(t_contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
 	CHECK(t_contains(logs, "host=pinned.corp.example") && t_contains(logs, "line=1"));
 	free(logs);
-	char *got = slurp(fx.kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect);
 	free(expect);
@@ -1089,7 +1071,7 @@ TEST(known_hosts_pins_once_under_concurrency)
 	}
 	CHECK_INT(news, 1);
 	CHECK_INT(matches, 7);
-	char *got = slurp(fx.kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	CHECK(got && strchr(got, '\n') == got + strlen(got) - 1); /* one line */
 	free(got);
 	kh_close(&fx);

@@ -119,21 +119,30 @@ static inline void t_capture_logs(void)
 	log_set_fd(c->fd);
 }
 
+/* The file at path (malloc'd, NUL-terminated, its first max bytes at
+ * most), its length in *len (may be NULL); NULL when it cannot be opened. */
+static inline char *t_read_file(const char *path, size_t max, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	struct buf b;
+	buf_init(&b, max);
+	char chunk[4096];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		buf_append(&b, chunk, n);
+	fclose(f);
+	if (len)
+		*len = b.len;
+	return buf_steal(&b);
+}
+
 /* Everything logged since t_capture_logs (malloc'd, at most 1 MiB). */
 static inline char *t_captured_logs(void)
 {
-	FILE *f = fopen(t_logcap_()->path, "r");
-	struct buf b;
-	buf_init(&b, 1 << 20);
-	char chunk[4096];
-	size_t n;
-	while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-		buf_append(&b, chunk, n);
-	if (f)
-		fclose(f);
-	if (!b.data)
-		return xstrdup("");
-	return buf_steal(&b);
+	char *s = t_read_file(t_logcap_()->path, 1 << 20, NULL);
+	return s ? s : xstrdup("");
 }
 
 /* Back to stderr; the file is removed. */
@@ -158,6 +167,22 @@ static inline int t_count(const char *s, const char *what)
 	int n = 0;
 	for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
 		n++;
+	return n;
+}
+
+/* How many lines of the file at path (read in pieces of at most 4095
+ * bytes) contain needle; -1 when it cannot be opened. */
+static inline int t_count_lines_with(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		if (strstr(line, needle))
+			n++;
+	fclose(f);
 	return n;
 }
 
