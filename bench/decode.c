@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/unit/tflood.h"
 #include "event.h"
 #include "siphash.h"
 #include "util.h"
@@ -29,17 +30,6 @@
 #define NKEYS 65536
 #define KEYLEN 9
 #define TARGET 3.0
-
-static const unsigned char known_key[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static const char key_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static void keys_random(char (*keys)[KEYLEN + 1])
 {
@@ -51,13 +41,6 @@ static void keys_random(char (*keys)[KEYLEN + 1])
 	}
 }
 
-static uint32_t fnv_block(uint32_t state, const char b[3], uint32_t mask)
-{
-	for (int j = 0; j < 3; j++)
-		state = ((state ^ (unsigned char)b[j]) * 16777619u) & mask;
-	return state;
-}
-
 /* Three 3-byte blocks: two that collide fully in the low 17 bits of FNV-1a's
  * state (the old table for 65,536 keys had 2^17 slots), and a last one that
  * agrees above the low 6 bits. Returns -1 if the buckets were too small. */
@@ -66,30 +49,15 @@ static int keys_fnv(char (*keys)[KEYLEN + 1])
 	const uint32_t mask = (UINT32_C(1) << 17) - 1;
 	uint32_t state = 2166136261u & mask;
 	char alpha[96];
-	size_t na = 0;
-	for (int c = 0x20; c < 0x7f; c++)
-		if (c != '"' && c != '\\')
-			alpha[na++] = (char)c;
-	size_t ncand = na * na * na, nchoice[3], product = 1;
+	size_t na = fnv_alphabet(alpha);
+	size_t nchoice[3], product = 1;
 	char(*blocks[3])[3];
 	uint32_t *count = xmalloc(((size_t)mask + 1) * sizeof *count);
 	for (int b = 0; b < 3; b++) {
 		unsigned shift = b == 2 ? 6 : 0;
-		memset(count, 0, ((size_t)mask + 1) * sizeof *count);
-		uint32_t best = 0;
-		for (size_t a = 0; a < ncand; a++) {
-			char blk[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
-			uint32_t s = fnv_block(state, blk, mask) >> shift;
-			if (++count[s] > count[best])
-				best = s;
-		}
+		uint32_t best = fnv_fullest(state, mask, shift, alpha, na, count);
 		blocks[b] = xmalloc(count[best] * sizeof *blocks[b]);
-		size_t k = 0;
-		for (size_t a = 0; a < ncand; a++) {
-			char blk[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
-			if (fnv_block(state, blk, mask) >> shift == best)
-				memcpy(blocks[b][k++], blk, 3);
-		}
+		size_t k = fnv_bucket(state, mask, shift, best, alpha, na, blocks[b]);
 		nchoice[b] = k;
 		product *= k;
 		state = best;

@@ -43,6 +43,7 @@
 #include "runtime.h"
 #include "secret.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 /* ---- fixture ---------------------------------------------------------- */
@@ -129,24 +130,6 @@ static void cap_reset(void)
 	pthread_mutex_unlock(&cap_lock);
 }
 
-static void write_file(const char *dir, const char *rel, const char *text)
-{
-	char *path = xasprintf("%s/%s", dir, rel);
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	char *mk = xasprintf("mkdir -p '%s'", path);
-	if (system(mk) != 0)
-		abort();
-	free(mk);
-	*slash = '/';
-	FILE *f = fopen(path, "w");
-	if (!f)
-		abort();
-	fputs(text, f);
-	fclose(f);
-	free(path);
-}
-
 static char *fn_dir(const char *name)
 {
 	return xasprintf("%s/functions/%s", root, name);
@@ -160,78 +143,79 @@ static const char node_template[] = "runtime: node24\nevents:\n  - handler: ok.s
 static void make_python_function(const char *name)
 {
 	char *d = fn_dir(name);
-	write_file(d, "template.yaml", py_template);
-	write_file(d, "ok.py", "def handler(event):\n    print('py sync ok', event['id'])\n");
-	write_file(d, "aio.py",
-		   "import asyncio\n"
-		   "async def handler(event):\n"
-		   "    await asyncio.sleep(0.01)\n"
-		   "    print('py async ok', event['id'])\n");
-	write_file(d, "fail.py",
-		   "import sys\n"
-		   "def exit3(event):\n    sys.exit(3)\n"
-		   "def boom(event):\n    raise ValueError('boom ' + str(event['id']))\n");
-	write_file(d, "events/created.py",
-		   "def handler(event):\n    print('nested created', event['id'])\n");
-	write_file(d, "out.py",
-		   "import sys\n"
-		   "def handler(event):\n"
-		   "    for i in range(3):\n"
-		   "        print('out', i, flush=True)\n"
-		   "        print('err', i, file=sys.stderr, flush=True)\n"
-		   "    sys.stdout.write('x' * 40000 + '\\n')\n"
-		   "    sys.stdout.write('tail-without-newline')\n");
-	write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
-	write_file(d, "envdump.py",
-		   "import os\n"
-		   "def handler(event):\n"
-		   "    print('API_URL=' + os.environ.get('API_URL', '<unset>'))\n"
-		   "    print('DB_URL=' + os.environ.get('DB_URL', '<unset>'))\n"
-		   "    print('UID=%d' % os.getuid())\n"
-		   "    print('HANDLER=' + os.environ['RELAY_HANDLER'])\n");
+	t_write_file(d, "template.yaml", py_template);
+	t_write_file(d, "ok.py", "def handler(event):\n    print('py sync ok', event['id'])\n");
+	t_write_file(d, "aio.py",
+		     "import asyncio\n"
+		     "async def handler(event):\n"
+		     "    await asyncio.sleep(0.01)\n"
+		     "    print('py async ok', event['id'])\n");
+	t_write_file(d, "fail.py",
+		     "import sys\n"
+		     "def exit3(event):\n    sys.exit(3)\n"
+		     "def boom(event):\n    raise ValueError('boom ' + str(event['id']))\n");
+	t_write_file(d, "events/created.py",
+		     "def handler(event):\n    print('nested created', event['id'])\n");
+	t_write_file(d, "out.py",
+		     "import sys\n"
+		     "def handler(event):\n"
+		     "    for i in range(3):\n"
+		     "        print('out', i, flush=True)\n"
+		     "        print('err', i, file=sys.stderr, flush=True)\n"
+		     "    sys.stdout.write('x' * 40000 + '\\n')\n"
+		     "    sys.stdout.write('tail-without-newline')\n");
+	t_write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
+	t_write_file(d, "envdump.py",
+		     "import os\n"
+		     "def handler(event):\n"
+		     "    print('API_URL=' + os.environ.get('API_URL', '<unset>'))\n"
+		     "    print('DB_URL=' + os.environ.get('DB_URL', '<unset>'))\n"
+		     "    print('UID=%d' % os.getuid())\n"
+		     "    print('HANDLER=' + os.environ['RELAY_HANDLER'])\n");
 	free(d);
 }
 
 static void make_node_function(const char *name)
 {
 	char *d = fn_dir(name);
-	write_file(d, "template.yaml", node_template);
+	t_write_file(d, "template.yaml", node_template);
 	/* `export` in a .js file: only valid because Relay injects
 	 * {"type":"module"} (the function has no package.json). */
-	write_file(d, "ok.js",
-		   "export function sync(event) { console.log('node sync ok', event.id); }\n"
-		   "export async function aio(event) {\n"
-		   "  await new Promise((r) => setTimeout(r, 10));\n"
-		   "  console.log('node async ok', event.id);\n"
-		   "}\n");
-	write_file(d, "fail.js",
-		   "export function exit4() { process.exit(4); }\n"
-		   "export function boom() { throw new TypeError('node boom'); }\n"
-		   "export async function reject() { throw new Error('node rejected'); }\n");
-	write_file(d, "events/created.js",
-		   "export const handler = (event) => console.log('node nested created', "
-		   "event.id);\n");
-	write_file(d, "out.js",
-		   "export function handler() {\n"
-		   "  for (let i = 0; i < 3; i++) { console.log('out', i); console.error('err', "
-		   "i); }\n"
-		   "}\n");
-	write_file(d, "slow.js",
-		   "export function handler() { return new Promise(() => setTimeout(() => {}, "
-		   "60000)); }\n");
+	t_write_file(d, "ok.js",
+		     "export function sync(event) { console.log('node sync ok', event.id); }\n"
+		     "export async function aio(event) {\n"
+		     "  await new Promise((r) => setTimeout(r, 10));\n"
+		     "  console.log('node async ok', event.id);\n"
+		     "}\n");
+	t_write_file(d, "fail.js",
+		     "export function exit4() { process.exit(4); }\n"
+		     "export function boom() { throw new TypeError('node boom'); }\n"
+		     "export async function reject() { throw new Error('node rejected'); }\n");
+	t_write_file(d, "events/created.js",
+		     "export const handler = (event) => console.log('node nested created', "
+		     "event.id);\n");
+	t_write_file(d, "out.js",
+		     "export function handler() {\n"
+		     "  for (let i = 0; i < 3; i++) { console.log('out', i); console.error('err', "
+		     "i); }\n"
+		     "}\n");
+	t_write_file(d, "slow.js",
+		     "export function handler() { return new Promise(() => setTimeout(() => {}, "
+		     "60000)); }\n");
 	free(d);
 }
 
 static void make_cjs_function(const char *name)
 {
 	char *d = fn_dir(name);
-	write_file(d, "template.yaml", node_template);
-	write_file(d, "package.json", "{\"name\": \"cjs-handler\", \"version\": \"1.0.0\"}\n");
-	write_file(d, "h.js",
-		   "const path = require('path');\n"
-		   "exports.handler = function (event) {\n"
-		   "  console.log('cjs ok', event.id, typeof require, path.basename('/a/b.txt'));\n"
-		   "};\n");
+	t_write_file(d, "template.yaml", node_template);
+	t_write_file(d, "package.json", "{\"name\": \"cjs-handler\", \"version\": \"1.0.0\"}\n");
+	t_write_file(
+		d, "h.js",
+		"const path = require('path');\n"
+		"exports.handler = function (event) {\n"
+		"  console.log('cjs ok', event.id, typeof require, path.basename('/a/b.txt'));\n"
+		"};\n");
 	free(d);
 }
 
@@ -240,6 +224,17 @@ static int prepare(const char *name, const char *rtname, struct image_result *re
 	char *d = fn_dir(name);
 	int rc = image_prepare(D, name, d, runtime_find(rtname), res, err);
 	free(d);
+	return rc;
+}
+
+/* prepare, printing the error when it fails: for a build the test needs. */
+static int prepare_said(const char *name, const char *rtname, struct image_result *res)
+{
+	char *e = NULL;
+	int rc = prepare(name, rtname, res, &e);
+	if (rc < 0)
+		printf("  %s\n", e);
+	free(e);
 	return rc;
 }
 
@@ -263,6 +258,23 @@ static struct invocation inv(const char *function, const char *image, const char
 		.event_name = "INSERT",
 		.cancelled = no_cancel,
 	};
+}
+
+/* The invocation gets API_URL as a plain variable. */
+static void with_api_env(struct invocation *in)
+{
+	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
+	in->env = env;
+	in->nenv = 1;
+}
+
+/* The invocation gets the secret "it-db" (set by the test) as DB_URL. */
+static void with_db_secret(struct invocation *in)
+{
+	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
+	in->secrets = secrets;
+	in->nsecrets = 1;
+	in->provider = SP;
 }
 
 static int invoke(const char *function, const char *image, const char *handler,
@@ -296,9 +308,9 @@ static bool container_gone(const char *id)
 	return false;
 }
 
-/* Containers (all states) labelled relay.function=<name>, as a JSON array
- * (NULL when the daemon did not answer). */
-static json_t *labelled_containers(const char *name)
+/* Containers labelled relay.function=<name> (all states, or only running
+ * ones), as a JSON array (NULL when the daemon did not answer). */
+static json_t *labelled_containers_in(const char *name, bool all)
 {
 	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", name);
 	struct buf enc;
@@ -309,7 +321,7 @@ static json_t *labelled_containers(const char *name)
 		else
 			buf_appendf(&enc, "%%%02X", (unsigned char)*p);
 	}
-	char *path = xasprintf("/containers/json?all=1&filters=%s", enc.data);
+	char *path = xasprintf("/containers/json?%sfilters=%s", all ? "all=1&" : "", enc.data);
 	struct docker_response r;
 	json_t *a = NULL;
 	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
@@ -326,6 +338,12 @@ static json_t *labelled_containers(const char *name)
 	return a;
 }
 
+/* Containers (all states) labelled relay.function=<name>. */
+static json_t *labelled_containers(const char *name)
+{
+	return labelled_containers_in(name, true);
+}
+
 static int count_containers(const char *name)
 {
 	json_t *a = labelled_containers(name);
@@ -334,9 +352,18 @@ static int count_containers(const char *name)
 	return n;
 }
 
-static bool has(const char *hay, const char *needle)
+/* How many containers labelled relay.function=name are left once there
+ * are none, or after tries * 100 ms (AutoRemove takes its time). */
+static int containers_left(const char *name, int tries)
 {
-	return hay && strstr(hay, needle) != NULL;
+	int n = -1;
+	for (int i = 0; i < tries; i++) {
+		n = count_containers(name);
+		if (n == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	return n;
 }
 
 /* ---- setup ------------------------------------------------------------ */
@@ -370,11 +397,7 @@ TEST(setup)
 TEST(build_python_and_reuse)
 {
 	struct image_result a, b;
-	char *e = NULL;
-	int rc = prepare(fn_py, "python3.14", &a, &e);
-	if (rc < 0)
-		printf("  %s\n", e);
-	REQUIRE(rc == 0);
+	REQUIRE(prepare_said(fn_py, "python3.14", &a) == 0);
 	CHECK(a.built);
 	CHECK(a.dep_ref == NULL);
 	CHECK(strlen(a.fingerprint) == 64);
@@ -383,7 +406,7 @@ TEST(build_python_and_reuse)
 	free(want);
 	strlcpy_(img_py, a.ref, sizeof img_py);
 	/* Unchanged function: the existing image is reused, nothing built. */
-	REQUIRE(prepare(fn_py, "python3.14", &b, &e) == 0);
+	REQUIRE(prepare_said(fn_py, "python3.14", &b) == 0);
 	CHECK(!b.built);
 	CHECK_STR(b.ref, a.ref);
 	image_result_free(&a);
@@ -393,17 +416,10 @@ TEST(build_python_and_reuse)
 TEST(build_node_and_cjs)
 {
 	struct image_result a, b;
-	char *e = NULL;
-	int rc = prepare(fn_node, "node24", &a, &e);
-	if (rc < 0)
-		printf("  %s\n", e);
-	REQUIRE(rc == 0);
+	REQUIRE(prepare_said(fn_node, "node24", &a) == 0);
 	CHECK(a.built);
 	strlcpy_(img_node, a.ref, sizeof img_node);
-	rc = prepare(fn_cjs, "node24", &b, &e);
-	if (rc < 0)
-		printf("  %s\n", e);
-	REQUIRE(rc == 0);
+	REQUIRE(prepare_said(fn_cjs, "node24", &b) == 0);
 	/* A package.json means dependencies: npm install --omit=dev. */
 	CHECK(b.dep_ref != NULL && str_has_prefix(b.dep_ref, "relay-dep-node24-"));
 	strlcpy_(img_cjs, b.ref, sizeof img_cjs);
@@ -429,16 +445,16 @@ static void run_table(const char *fn, const char *img, const struct expect *x, s
 		invoke(fn, img, x[i].handler, &r);
 		char *out = captured();
 		if (r.outcome != x[i].outcome || r.exit_code != x[i].exit_code ||
-		    (x[i].output && !has(out, x[i].output)) ||
-		    (x[i].error && !has(r.error, x[i].error))) {
+		    (x[i].output && !t_contains(out, x[i].output)) ||
+		    (x[i].error && !t_contains(r.error, x[i].error))) {
 			T_FAIL_("%s: outcome %s exit %d error [%s]\n    output: %s", x[i].handler,
 				runner_outcome_name(r.outcome), r.exit_code, r.error ? r.error : "",
 				out);
 		}
-		if (x[i].outcome != RUNNER_SUCCESS && !has(r.error, x[i].handler))
+		if (x[i].outcome != RUNNER_SUCCESS && !t_contains(r.error, x[i].handler))
 			T_FAIL_("%s: error does not name the handler: %s", x[i].handler,
 				r.error ? r.error : "(null)");
-		if (r.error && !has(r.error, fn))
+		if (r.error && !t_contains(r.error, fn))
 			T_FAIL_("%s: error does not name the function: %s", x[i].handler, r.error);
 		free(out);
 		invocation_result_free(&r);
@@ -531,7 +547,7 @@ static void check_streams(const char *fn, const char *img, bool python)
 		CHECK_INT(pieces, 3);
 		CHECK_INT(total, 40000);
 		char *tail = xasprintf("%stail-without-newline\n", pre);
-		CHECK(has(out, tail));
+		CHECK(t_contains(out, tail));
 		free(tail);
 	}
 	free(pre);
@@ -554,8 +570,8 @@ static void check_timeout(const char *fn, const char *img)
 	runner_invoke(D, &in, &r);
 	double secs = (double)(now_mono_ns() - t0) / 1e9;
 	CHECK_INT(r.outcome, RUNNER_TIMEOUT);
-	CHECK(has(r.error, "timed out after 1s"));
-	CHECK(has(r.error, "slow.handler"));
+	CHECK(t_contains(r.error, "timed out after 1s"));
+	CHECK(t_contains(r.error, "slow.handler"));
 	/* Not before the timeout, and well before the handler's own 60 s end
 	 * (stopping and removing the container may take seconds on a loaded
 	 * machine). */
@@ -593,32 +609,20 @@ static void *bg_run(void *arg)
 	return NULL;
 }
 
-/* The id of the running container labelled relay.function=fn, or NULL. */
-static char *find_running(const char *fn)
+/* The id of the running container labelled relay.function=fn, waiting up
+ * to tries * 100 ms for it to appear; NULL if none did. */
+static char *wait_running(const char *fn, int tries)
 {
-	char *q = xasprintf("{\"label\":[\"relay.function=%s\"]}", fn);
-	struct buf enc;
-	buf_init(&enc, 4096);
-	for (const char *p = q; *p; p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.')
-			buf_append(&enc, p, 1);
-		else
-			buf_appendf(&enc, "%%%02X", (unsigned char)*p);
-	}
-	char *path = xasprintf("/containers/json?filters=%s", enc.data);
 	char *id = NULL;
-	struct docker_response r;
-	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
-		json_t *a = json_loadb(r.body, r.len, 0, NULL);
+	for (int i = 0; i < tries && !id; i++) {
+		json_t *a = labelled_containers_in(fn, false);
 		const char *s = json_string_value(json_object_get(json_array_get(a, 0), "Id"));
 		if (s)
 			id = xstrdup(s);
 		json_decref(a);
+		if (!id)
+			usleep(100 * 1000);
 	}
-	docker_response_free(&r);
-	free(path);
-	buf_free(&enc);
-	free(q);
 	return id;
 }
 
@@ -627,28 +631,18 @@ TEST(hardening_labels_and_secret_placement)
 	REQUIRE(img_py[0]);
 	char *e = NULL;
 	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
-	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
-	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
 	struct bg b = {.in = inv(fn_py, img_py, "slow.handler")};
 	b.in.cancelled = bg_cancelled;
 	b.in.cancel_ctx = &b;
-	b.in.env = env;
-	b.in.nenv = 1;
-	b.in.secrets = secrets;
-	b.in.nsecrets = 1;
-	b.in.provider = SP;
+	with_api_env(&b.in);
+	with_db_secret(&b.in);
 	b.in.event_id = "evt-\x01with-control-and-a-very-long-tail-"
 			"0123456789012345678901234567890123456789012345678901234567890123456789"
 			"0123456789012345678901234567890123456789";
 	REQUIRE(docker_open(&b.d, &e) == 0);
 	pthread_t th;
 	pthread_create(&th, NULL, bg_run, &b);
-	char *id = NULL;
-	for (int i = 0; i < 100 && !id; i++) {
-		id = find_running(fn_py);
-		if (!id)
-			usleep(100 * 1000);
-	}
+	char *id = wait_running(fn_py, 100);
 	CHECK(id != NULL);
 	if (id) {
 		struct docker_response r;
@@ -686,7 +680,7 @@ TEST(hardening_labels_and_secret_placement)
 		CHECK(ev && strlen(ev) == RUNNER_LABEL_MAX && str_has_prefix(ev, "evt-?with"));
 		/* Labels carry no secret; Env carries it (and only Env). */
 		char *labels = json_dumps(l, 0);
-		CHECK(labels && !has(labels, canary));
+		CHECK(labels && !t_contains(labels, canary));
 		free(labels);
 		bool env_secret = false, env_handler = false, env_api = false;
 		size_t i;
@@ -721,25 +715,20 @@ TEST(env_and_secret_injection)
 	REQUIRE(img_py[0]);
 	char *e = NULL;
 	REQUIRE(secret_set(SP, "it-db", "postgres://v1", 13, &e) == 0);
-	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
-	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
 	struct invocation in = inv(fn_py, img_py, "envdump.handler");
-	in.env = env;
-	in.nenv = 1;
-	in.secrets = secrets;
-	in.nsecrets = 1;
-	in.provider = SP;
+	with_api_env(&in);
+	with_db_secret(&in);
 	struct invocation_result r;
 
 	cap_reset();
 	CHECK(runner_invoke(D, &in, &r) == 0);
 	invocation_result_free(&r);
 	char *out = captured();
-	CHECK(has(out, "envdump.handler\": "
-		       "API_URL=https://api.example.com\n"));
-	CHECK(has(out, ": DB_URL=postgres://v1\n"));
-	CHECK(has(out, ": UID=10001\n"));
-	CHECK(has(out, ": HANDLER=envdump.handler\n"));
+	CHECK(t_contains(out, "envdump.handler\": "
+			      "API_URL=https://api.example.com\n"));
+	CHECK(t_contains(out, ": DB_URL=postgres://v1\n"));
+	CHECK(t_contains(out, ": UID=10001\n"));
+	CHECK(t_contains(out, ": HANDLER=envdump.handler\n"));
 	free(out);
 
 	/* Rotation: the next invocation sees the new value, same image. */
@@ -748,8 +737,8 @@ TEST(env_and_secret_injection)
 	CHECK(runner_invoke(D, &in, &r) == 0);
 	invocation_result_free(&r);
 	out = captured();
-	CHECK(has(out, ": DB_URL=postgres://v2\n"));
-	CHECK(!has(out, "postgres://v1"));
+	CHECK(t_contains(out, ": DB_URL=postgres://v2\n"));
+	CHECK(!t_contains(out, "postgres://v1"));
 	free(out);
 	struct image_result ir;
 	REQUIRE(prepare(fn_py, "python3.14", &ir, &e) == 0);
@@ -762,9 +751,9 @@ TEST(env_and_secret_injection)
 	in.secrets = missing;
 	CHECK(runner_invoke(D, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_ERROR);
-	CHECK(has(r.error, "secret \"it-missing-ref\""));
-	CHECK(has(r.error, "not found"));
-	CHECK(has(r.error, fn_py) && has(r.error, "envdump.handler"));
+	CHECK(t_contains(r.error, "secret \"it-missing-ref\""));
+	CHECK(t_contains(r.error, "not found"));
+	CHECK(t_contains(r.error, fn_py) && t_contains(r.error, "envdump.handler"));
 	CHECK(!r.container_id[0]);
 	invocation_result_free(&r);
 }
@@ -798,19 +787,16 @@ TEST(canary_never_in_images_or_logs)
 	/* Relay's own log at DEBUG while the canary is injected. */
 	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
 	log_set_level(LOG_DEBUG);
-	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
 	struct invocation in = inv(fn_py, img_py, "ok.handler");
-	in.secrets = secrets;
-	in.nsecrets = 1;
-	in.provider = SP;
+	with_db_secret(&in);
 	struct invocation_result r;
 	cap_reset();
 	CHECK(runner_invoke(D, &in, &r) == 0);
 	invocation_result_free(&r);
 	log_set_level(LOG_INFO);
 	char *out = captured();
-	CHECK(has(out, "py sync ok"));
-	CHECK(!has(out, canary));
+	CHECK(t_contains(out, "py sync ok"));
+	CHECK(!t_contains(out, canary));
 	free(out);
 
 	/* docker image inspect */
@@ -818,8 +804,8 @@ TEST(canary_never_in_images_or_logs)
 	char *path = xasprintf("/images/%s/json", img_py);
 	REQUIRE(docker_request(D, "GET", path, NULL, 0, NULL, 10000, &ins) == 0);
 	CHECK_INT(ins.status, 200);
-	CHECK(!has(ins.body, canary));
-	CHECK(!has(ins.body, "it-db")); /* not even the reference */
+	CHECK(!t_contains(ins.body, canary));
+	CHECK(!t_contains(ins.body, "it-db")); /* not even the reference */
 	docker_response_free(&ins);
 	free(path);
 
@@ -847,18 +833,15 @@ TEST(dependency_image_shared)
 {
 	char *req = xasprintf("# no dependencies (run %d)\n", pid);
 	char *d1 = fn_dir(fn_req1), *d2 = fn_dir(fn_req2);
-	write_file(d1, "template.yaml", py_template);
-	write_file(d1, "ok.py", "def handler(event):\n    print('req1')\n");
-	write_file(d1, "requirements.txt", req);
-	write_file(d2, "template.yaml", py_template);
-	write_file(d2, "ok.py", "def handler(event):\n    print('req2')\n");
-	write_file(d2, "requirements.txt", req);
+	t_write_file(d1, "template.yaml", py_template);
+	t_write_file(d1, "ok.py", "def handler(event):\n    print('req1')\n");
+	t_write_file(d1, "requirements.txt", req);
+	t_write_file(d2, "template.yaml", py_template);
+	t_write_file(d2, "ok.py", "def handler(event):\n    print('req2')\n");
+	t_write_file(d2, "requirements.txt", req);
 	struct image_result a, b;
 	char *e = NULL;
-	int rc = prepare(fn_req1, "python3.14", &a, &e);
-	if (rc < 0)
-		printf("  %s\n", e);
-	REQUIRE(rc == 0);
+	REQUIRE(prepare_said(fn_req1, "python3.14", &a) == 0);
 	CHECK(a.built && a.dep_built);
 	REQUIRE(a.dep_ref && str_has_prefix(a.dep_ref, "relay-dep-python3.14-"));
 	CHECK_INT(strlen(a.dep_ref), strlen("relay-dep-python3.14-") + 16);
@@ -873,7 +856,7 @@ TEST(dependency_image_shared)
 	CHECK(invoke(fn_req2, b.ref, "ok.handler", &r) == 0);
 	invocation_result_free(&r);
 	char *out = captured();
-	CHECK(has(out, ": req2\n"));
+	CHECK(t_contains(out, ": req2\n"));
 	free(out);
 	image_result_free(&a);
 	image_result_free(&b);
@@ -886,12 +869,12 @@ TEST(edit_rebuild_gc_and_failed_build)
 {
 	char *d = fn_dir(fn_edit);
 	char *e = NULL;
-	write_file(d, "template.yaml", py_template);
-	write_file(d, "ok.py", "def handler(event):\n    print('version one')\n");
+	t_write_file(d, "template.yaml", py_template);
+	t_write_file(d, "ok.py", "def handler(event):\n    print('version one')\n");
 	struct image_result v1, v2, v3;
 	REQUIRE(prepare(fn_edit, "python3.14", &v1, &e) == 0);
 	CHECK(v1.built);
-	write_file(d, "ok.py", "def handler(event):\n    print('version two')\n");
+	t_write_file(d, "ok.py", "def handler(event):\n    print('version two')\n");
 	REQUIRE(prepare(fn_edit, "python3.14", &v2, &e) == 0);
 	CHECK(v2.built);
 	CHECK(strcmp(v1.ref, v2.ref) != 0);
@@ -914,11 +897,11 @@ TEST(edit_rebuild_gc_and_failed_build)
 	CHECK(image_exists(D, "python:3.14-slim", &e) == 1);
 
 	/* A failing build: the error is the daemon's, v2 keeps serving. */
-	write_file(d, "requirements.txt", "-r /nonexistent-relay-requirements.txt\n");
+	t_write_file(d, "requirements.txt", "-r /nonexistent-relay-requirements.txt\n");
 	CHECK(prepare(fn_edit, "python3.14", &v3, &e) < 0);
-	CHECK(has(e, fn_edit));
-	CHECK(has(e, "returned a non-zero code"));
-	if (!has(e, "returned a non-zero code"))
+	CHECK(t_contains(e, fn_edit));
+	CHECK(t_contains(e, "returned a non-zero code"));
+	if (!t_contains(e, "returned a non-zero code"))
 		printf("  error: %s\n", e);
 	free(e);
 	e = NULL;
@@ -931,7 +914,7 @@ TEST(edit_rebuild_gc_and_failed_build)
 	CHECK(r.container_id[0] && container_gone(r.container_id));
 	invocation_result_free(&r);
 	char *out = captured();
-	CHECK(has(out, ": version two\n"));
+	CHECK(t_contains(out, ": version two\n"));
 	free(out);
 
 	/* Function removal: all of its images go. */
@@ -955,14 +938,7 @@ TEST(fifty_invocations_leave_no_container)
 		invocation_result_free(&r);
 	}
 	CHECK_INT(ok, 50);
-	int n = -1;
-	for (int i = 0; i < 50; i++) {
-		n = count_containers(fn_py);
-		if (n == 0)
-			break;
-		usleep(100 * 1000);
-	}
-	CHECK_INT(n, 0);
+	CHECK_INT(containers_left(fn_py, 50), 0);
 }
 
 static char *create_labelled(const char *function, const char *host, bool start)
@@ -1269,31 +1245,21 @@ TEST(create_timeout_leaves_no_container)
 	snprintf_(fn, sizeof fn, "it-eng-ctmo-%d", pid);
 	char *e = NULL;
 	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
-	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
 	struct invocation in = inv(fn, img_py, "ok.handler");
-	in.secrets = secrets;
-	in.nsecrets = 1;
-	in.provider = SP;
+	with_db_secret(&in);
 	in.setup_timeout_ms = 3000;
 	struct invocation_result r;
 	CHECK(runner_invoke(pd, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_ERROR);
-	CHECK(has(r.error, "creating container"));
-	CHECK(!has(r.error, canary));
+	CHECK(t_contains(r.error, "creating container"));
+	CHECK(!t_contains(r.error, canary));
 	CHECK_INT(atomic_load(&p->held), 1);
 	/* The daemon did create it (the held answer was 201 Created): wait
 	 * for that answer, the runner may have given up first. */
 	for (int i = 0; i < 300 && atomic_load(&p->held_201) == 0; i++)
 		usleep(100 * 1000);
 	CHECK_INT(atomic_load(&p->held_201), 1);
-	int n = -1;
-	for (int i = 0; i < 300; i++) {
-		n = count_containers(fn);
-		if (n == 0)
-			break;
-		usleep(100 * 1000);
-	}
-	CHECK_INT(n, 0);
+	CHECK_INT(containers_left(fn, 300), 0);
 	CHECK(str_has_prefix(r.container_name, "relay-it-eng-ctmo-"));
 	if (r.container_name[0])
 		CHECK_INT(container_status(r.container_name), 404);
@@ -1395,10 +1361,10 @@ TEST(consumer_one_handler_in_flight)
 	char *d = xasprintf("%s/%s", fns, fn);
 	/* slow.handler sleeps 60 s; the rule allows 1m, so only the test
 	 * ends it. The image is the Python function's (it has slow.py). */
-	write_file(d, "template.yaml",
-		   "runtime: python3.14\nevents:\n  - handler: slow.handler\n"
-		   "    pattern: {}\n    timeout: 1m\n");
-	write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
+	t_write_file(d, "template.yaml",
+		     "runtime: python3.14\nevents:\n  - handler: slow.handler\n"
+		     "    pattern: {}\n    timeout: 1m\n");
+	t_write_file(d, "slow.py", "import time\ndef handler(event):\n    time.sleep(60)\n");
 	free(d);
 	struct function *f = NULL;
 	struct strlist errs = {0}, warns = {0};
@@ -1444,12 +1410,7 @@ TEST(consumer_one_handler_in_flight)
 	char *field = xasprintf("%s/slow.handler", fn);
 
 	/* Running: its container is up. */
-	char *cid = NULL;
-	for (int i = 0; i < 600 && !cid; i++) {
-		cid = find_running(fn);
-		if (!cid)
-			usleep(100 * 1000);
-	}
+	char *cid = wait_running(fn, 600);
 	CHECK(cid != NULL);
 	if (cid) {
 		inflight_during = metrics_gauge_value(METRIC_IN_FLIGHT);
@@ -1549,7 +1510,7 @@ TEST(examples_try_it)
 			CHECK(runner_invoke(D, &in, &r) == 0);
 			invocation_result_free(&r);
 			char *out = captured();
-			if (!has(out, ex[i].line))
+			if (!t_contains(out, ex[i].line))
 				T_FAIL_("missing line %s in:\n%s", ex[i].line, out);
 			free(out);
 		}

@@ -32,6 +32,7 @@
 #include "reconcile.h"
 #include "registry.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 #define SEC (1000LL * 1000000LL)
@@ -106,21 +107,6 @@ static void sh(const char *fmt, const char *a, const char *b)
 	free(cmd);
 }
 
-static void write_file(const char *dir, const char *rel, const char *text)
-{
-	char *path = xasprintf("%s/%s", dir, rel);
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	sh("mkdir -p '%s'%s", path, "");
-	*slash = '/';
-	FILE *f = fopen(path, "w");
-	if (!f)
-		abort();
-	fputs(text, f);
-	fclose(f);
-	free(path);
-}
-
 /* A Python function in dir/name printing marker. */
 static void pyfn(const char *dir, const char *name, const char *marker)
 {
@@ -129,8 +115,8 @@ static void pyfn(const char *dir, const char *name, const char *marker)
 			      "    pattern: {fn: [%s]}\n",
 			      name);
 	char *src = xasprintf("def handler(event):\n    print(\"%s\")\n", marker);
-	write_file(d, "template.yaml", tpl);
-	write_file(d, "main.py", src);
+	t_write_file(d, "template.yaml", tpl);
+	t_write_file(d, "main.py", src);
 	free(tpl);
 	free(src);
 	free(d);
@@ -143,8 +129,8 @@ static void badfn(const char *dir, const char *name, const char *timeout)
 	char *tpl = xasprintf("runtime: python3.14\nevents:\n  - handler: main.handler\n"
 			      "    pattern: {fn: [%s]}\n    timeout: %s\n",
 			      name, timeout);
-	write_file(d, "template.yaml", tpl);
-	write_file(d, "main.py", "def handler(event):\n    pass\n");
+	t_write_file(d, "template.yaml", tpl);
+	t_write_file(d, "main.py", "def handler(event):\n    pass\n");
 	free(tpl);
 	free(d);
 }
@@ -258,6 +244,23 @@ static void reset_log(void)
 		abort();
 }
 
+/* A fresh log, then rig_new and rig_load_start. */
+static int rig_up(struct rig *r, const char *dir, int64_t rescan_ns)
+{
+	reset_log();
+	if (rig_new(r, dir, rescan_ns) < 0)
+		return -1;
+	return rig_load_start(r);
+}
+
+/* The log shown when the test failed, then rig_free. */
+static void rig_down(struct rig *r)
+{
+	if (t_failed_)
+		dump_log();
+	rig_free(r);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 /*
@@ -270,9 +273,7 @@ TEST(test_failing_version_not_retried_by_passes)
 	char *dir = test_dir("noretry");
 	const char *bad = fname(&r, "bad");
 	badfn(dir, bad, "6m");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, SEC / 5) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, SEC / 5) == 0);
 	CHECK_INT(log_count("msg=\"invalid function skipped\"", bad), 1);
 
 	/* Five passes (200 ms apart) have run, each looking at every function. */
@@ -288,9 +289,7 @@ TEST(test_failing_version_not_retried_by_passes)
 	CHECK(WAIT_UNTIL(20, log_count(PASS_LINE, "reason=periodic") >= seen + 5));
 	CHECK_INT(log_count("7m exceeds the maximum of 5m", bad), 1);
 	CHECK_INT(log_count("invalid function", bad), 2);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(dir);
 }
 
@@ -309,9 +308,7 @@ TEST(test_pass_finds_directory_replaced_behind_symlink)
 	pyfn(v2, a, "one");
 	pyfn(v2, b, "two");
 	REQUIRE(symlink("v1", link) == 0);
-	reset_log();
-	REQUIRE(rig_new(&r, link, 2 * SEC) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, link, 2 * SEC) == 0);
 	CHECK(served(&r, a));
 	CHECK(!served(&r, b));
 	char img_a[128];
@@ -333,9 +330,7 @@ TEST(test_pass_finds_directory_replaced_behind_symlink)
 	served_image(&r, a, img, sizeof img);
 	CHECK_STR(img, img_a);
 	CHECK_INT(log_count("msg=\"function updated\"", a), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(tmp);
 	free(link);
 	free(v1);
@@ -386,7 +381,7 @@ TEST(test_queue_overflow_rescans_and_rewatches)
 	/* Lost: a new function, and a nested directory of a with a file. */
 	pyfn(dir, b, "bee");
 	char *adir = xasprintf("%s/%s", dir, a);
-	write_file(adir, "pkg/one.py", "X = 1\n");
+	t_write_file(adir, "pkg/one.py", "X = 1\n");
 
 	char *err = NULL;
 	struct docker *td = NULL;
@@ -402,12 +397,10 @@ TEST(test_queue_overflow_rescans_and_rewatches)
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", a) == 2));
 
 	/* A change only inside the directory whose creation was lost. */
-	write_file(adir, "pkg/one.py", "X = 2\n");
+	t_write_file(adir, "pkg/one.py", "X = 2\n");
 	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", a) == 3));
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(adir);
 	free(dir);
 }
@@ -427,9 +420,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	sh("mkdir -p '%s'%s", dir, "");
 	const char *a = fname(&r, "mv-a"), *b = fname(&r, "mv-b");
 	pyfn(dir, a, "one");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, HOUR) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, HOUR) == 0);
 	char img1[128];
 	served_image(&r, a, img1, sizeof img1);
 	CHECK(img1[0] != '\0');
@@ -440,7 +431,7 @@ TEST(test_functions_dir_moved_away_and_replaced)
 				       NULL) == 1));
 	/* An edit in the moved copy is not the functions directory's. */
 	char *olda = xasprintf("%s/%s", old, a);
-	write_file(olda, "main.py", "def handler(event):\n    print(\"stray\")\n");
+	t_write_file(olda, "main.py", "def handler(event):\n    print(\"stray\")\n");
 	int64_t t0 = now_ns();
 	/* Past the debounce an event would have started, a is unchanged. */
 	while (now_ns() < t0 + RECONCILE_DEBOUNCE_NS + SEC)
@@ -468,13 +459,11 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	char img2[128];
 	served_image(&r, a, img2, sizeof img2);
 	char *newa = xasprintf("%s/%s", dir, a);
-	write_file(newa, "main.py", "def handler(event):\n    print(\"three\")\n");
+	t_write_file(newa, "main.py", "def handler(event):\n    print(\"three\")\n");
 	CHECK(WAIT_UNTIL(60, served_other_than(&r, a, img2)));
 	CHECK_INT(log_count("msg=\"function updated\"", a), 2);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(newa);
 	free(olda);
 	free(next);
@@ -494,9 +483,7 @@ TEST(test_functions_dir_removed_and_recreated)
 	char *dir = test_dir("removed/functions");
 	const char *a = fname(&r, "rm-a");
 	pyfn(dir, a, "one");
-	reset_log();
-	REQUIRE(rig_new(&r, dir, HOUR) == 0);
-	REQUIRE(rig_load_start(&r) == 0);
+	REQUIRE(rig_up(&r, dir, HOUR) == 0);
 	CHECK(served(&r, a));
 
 	sh("rm -rf '%s'%s", dir, "");
@@ -522,9 +509,7 @@ TEST(test_functions_dir_removed_and_recreated)
 	CHECK(WAIT_UNTIL(60, served(&r, a)));
 	CHECK_INT(log_count("msg=\"function discovered\"", a), 1);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
-	if (t_failed_)
-		dump_log();
-	rig_free(&r);
+	rig_down(&r);
 	free(dir);
 }
 

@@ -8,6 +8,7 @@
 #include "event.h"
 #include "siphash.h"
 #include "t.h"
+#include "tflood.h"
 #include "util.h"
 
 static int decode_text(const char *s, size_t n)
@@ -385,19 +386,6 @@ TEST(siphash13_matches_openssl)
 
 static const size_t flood_sizes[] = {1000, 3000, 10000, 30000, 60000};
 
-/* A fixed key "known to the attacker": 00 01 .. 0f. */
-static const unsigned char known_key[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
-static const char key_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* The smallest power of two >= max(16, factor * n), as log2. */
 static unsigned table_bits(size_t n, size_t factor)
 {
@@ -441,14 +429,6 @@ static uint32_t fnv1a(const char *s, size_t n)
 	return h;
 }
 
-/* The state FNV-1a reaches from `state` over 3 bytes, in the low bits. */
-static uint32_t fnv_block(uint32_t state, const char b[3], uint32_t mask)
-{
-	for (int j = 0; j < 3; j++)
-		state = ((state ^ (unsigned char)b[j]) * 16777619u) & mask;
-	return state;
-}
-
 /*
  * n distinct keys whose FNV-1a hashes put them all into one window of 64
  * slots of the table the old decoder built (2n slots or more), where linear
@@ -464,11 +444,7 @@ static char **keys_fnv(size_t n)
 	unsigned bits = table_bits(n, 2);
 	uint32_t mask = ((uint32_t)1 << bits) - 1, state = 2166136261u & mask;
 	char alpha[96];
-	size_t na = 0;
-	for (int c = 0x20; c < 0x7f; c++)
-		if (c != '"' && c != '\\')
-			alpha[na++] = (char)c;
-	size_t ncand = na * na * na;
+	size_t na = fnv_alphabet(alpha);
 	enum { MAXB = 6 };
 	char(*blocks[MAXB])[3];
 	size_t nchoice[MAXB], nblocks = 0, product = 1;
@@ -477,24 +453,12 @@ static char **keys_fnv(size_t n)
 		/* is a final block (agreeing above 6 bits) enough now? */
 		for (int pass = 0; pass < 2; pass++) {
 			unsigned shift = pass == 0 ? 6 : 0;
-			memset(count, 0, ((size_t)mask + 1) * sizeof *count);
-			uint32_t best = 0;
-			for (size_t a = 0; a < ncand; a++) {
-				char b[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
-				uint32_t s = fnv_block(state, b, mask) >> shift;
-				if (++count[s] > count[best])
-					best = s;
-			}
+			uint32_t best = fnv_fullest(state, mask, shift, alpha, na, count);
 			if (pass == 0 && product * count[best] < n)
 				continue; /* not yet: one more full collision first */
 			last = pass == 0;
 			blocks[nblocks] = xmalloc(count[best] * sizeof *blocks[nblocks]);
-			size_t k = 0;
-			for (size_t a = 0; a < ncand; a++) {
-				char b[3] = {alpha[a % na], alpha[a / na % na], alpha[a / na / na]};
-				if (fnv_block(state, b, mask) >> shift == best)
-					memcpy(blocks[nblocks][k++], b, 3);
-			}
+			size_t k = fnv_bucket(state, mask, shift, best, alpha, na, blocks[nblocks]);
 			nchoice[nblocks++] = k;
 			product *= k;
 			state = best;

@@ -155,17 +155,6 @@ static char *mkdtemp_(void)
 	return d;
 }
 
-static void put(const char *dir, const char *rel, const char *text)
-{
-	char *p = xasprintf("%s/%s", dir, rel);
-	FILE *f = fopen(p, "w");
-	if (!f)
-		abort();
-	fputs(text, f);
-	fclose(f);
-	free(p);
-}
-
 TEST(disk_order_and_location_do_not_matter)
 {
 	char *d1 = mkdtemp_(), *d2 = mkdtemp_();
@@ -173,14 +162,14 @@ TEST(disk_order_and_location_do_not_matter)
 	mkdir(s1, 0755);
 	mkdir(s2, 0755);
 	/* Same content, created in opposite orders. */
-	put(d1, "b.py", "B");
-	put(d1, "a.py", "A");
-	put(d1, "pkg/z.py", "Z");
-	put(d1, "template.yaml", "T");
-	put(d2, "template.yaml", "T");
-	put(d2, "pkg/z.py", "Z");
-	put(d2, "a.py", "A");
-	put(d2, "b.py", "B");
+	t_write_file(d1, "b.py", "B");
+	t_write_file(d1, "a.py", "A");
+	t_write_file(d1, "pkg/z.py", "Z");
+	t_write_file(d1, "template.yaml", "T");
+	t_write_file(d2, "template.yaml", "T");
+	t_write_file(d2, "pkg/z.py", "Z");
+	t_write_file(d2, "a.py", "A");
+	t_write_file(d2, "b.py", "B");
 	char a[65], b[65];
 	char *e = NULL;
 	REQUIRE(fingerprint_dir(d1, a, &e) == 0);
@@ -197,7 +186,7 @@ TEST(disk_order_and_location_do_not_matter)
 	CHECK(fn_tree_get(&t, "pkg") == NULL);
 	fn_tree_free(&t);
 	/* Editing one byte on disk changes it. */
-	put(d2, "pkg/z.py", "Y");
+	t_write_file(d2, "pkg/z.py", "Y");
 	REQUIRE(fingerprint_dir(d2, b, &e) == 0);
 	CHECK(strcmp(a, b) != 0);
 	t_rmtree(d1);
@@ -211,7 +200,7 @@ TEST(disk_order_and_location_do_not_matter)
 TEST(symlinks_recorded_special_files_refused)
 {
 	char *d = mkdtemp_();
-	put(d, "a.py", "A");
+	t_write_file(d, "a.py", "A");
 	char *l = xasprintf("%s/link.py", d);
 	REQUIRE(symlink("a.py", l) == 0);
 	struct fn_tree t;
@@ -313,7 +302,7 @@ TEST(early_returns_close_their_descriptors)
 	char *deep = xasprintf("%s/deep", d);
 	mkdir(deep, 0755);
 	char *bottom = nest(deep, FN_TREE_MAX_DEPTH + 2);
-	put(bottom, "x.py", "X");
+	t_write_file(bottom, "x.py", "X");
 	CHECK_INT(fds_leaked_by(deep, "nested deeper than", 100), 0);
 
 	/* The cap is hit three directories down, with all of them open; each
@@ -324,7 +313,7 @@ TEST(early_returns_close_their_descriptors)
 	for (int i = 0; i <= FN_TREE_MAX_FILES; i++) {
 		char name[32];
 		snprintf_(name, sizeof name, "f%d", i);
-		put(mdir, name, "");
+		t_write_file(mdir, name, "");
 	}
 	CHECK_INT(fds_leaked_by(many, "more than", 3), 0);
 
@@ -345,8 +334,8 @@ TEST(early_returns_close_their_descriptors)
 	CHECK_INT(fds_leaked_by(loop, NULL, 100), 0);
 
 	/* function.c walks the same trees (check_tree) when it loads one. */
-	put(deep, "template.yaml", "runtime: python3.14\n");
-	put(loop, "template.yaml", "runtime: python3.14\n");
+	t_write_file(deep, "template.yaml", "runtime: python3.14\n");
+	t_write_file(loop, "template.yaml", "runtime: python3.14\n");
 	int before = open_fds();
 	for (int i = 0; i < 100; i++) {
 		const char *names[] = {"deep", "loop"};
@@ -384,7 +373,7 @@ TEST(unreadable_directory_closes_its_descriptors)
 	char *d = mkdtemp_();
 	REQUIRE(chmod(d, 0755) == 0);
 	char *bottom = nest(d, 3);
-	put(bottom, "x.py", "X");
+	t_write_file(bottom, "x.py", "X");
 	char *locked = xasprintf("%s/locked", bottom);
 	REQUIRE(mkdir(locked, 0) == 0);
 	REQUIRE(chmod(locked, 0) == 0);

@@ -4,6 +4,7 @@
 #include "function.h"
 #include "log.h"
 #include "t.h"
+#include "tfiles.h"
 
 TEST(name_rule)
 {
@@ -33,17 +34,6 @@ TEST(name_rule)
 
 static char root[] = "/tmp/relay-fn-XXXXXX";
 
-static void write_file(const char *rel, const char *text)
-{
-	char *p = xasprintf("%s/%s", root, rel);
-	FILE *f = fopen(p, "w");
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
-	free(p);
-}
-
 static void make_dir(const char *rel)
 {
 	char *p = xasprintf("%s/%s", root, rel);
@@ -57,32 +47,32 @@ TEST(scan)
 {
 	REQUIRE(mkdtemp(root) != NULL);
 	make_dir("zeta");
-	write_file("zeta/template.yaml", GOOD);
+	t_write_file(root, "zeta/template.yaml", GOOD);
 	make_dir("alpha");
-	write_file("alpha/template.yaml", GOOD);
+	t_write_file(root, "alpha/template.yaml", GOOD);
 	make_dir("alpha/pkg");
-	write_file("alpha/pkg/mod.py", "x = 1\n");
+	t_write_file(root, "alpha/pkg/mod.py", "x = 1\n");
 	make_dir("Bad Name");
-	write_file("Bad Name/template.yaml", GOOD);
+	t_write_file(root, "Bad Name/template.yaml", GOOD);
 	make_dir("no-template");
-	write_file("no-template/handler.py", "");
+	t_write_file(root, "no-template/handler.py", "");
 	make_dir("broken");
-	write_file("broken/template.yaml", "runtime: cobol\n");
+	t_write_file(root, "broken/template.yaml", "runtime: cobol\n");
 	make_dir("leaky");
-	write_file("leaky/template.yaml", GOOD);
+	t_write_file(root, "leaky/template.yaml", GOOD);
 	char *link = xasprintf("%s/leaky/passwd", root);
 	CHECK(symlink("/etc/passwd", link) == 0);
 	free(link);
 	make_dir("inside");
-	write_file("inside/template.yaml", GOOD);
-	write_file("inside/real.py", "");
+	t_write_file(root, "inside/template.yaml", GOOD);
+	t_write_file(root, "inside/real.py", "");
 	link = xasprintf("%s/inside/alias.py", root);
 	CHECK(symlink("real.py", link) == 0);
 	free(link);
-	write_file("not-a-dir", "");
+	t_write_file(root, "not-a-dir", "");
 	/* git sync's staging directory: not a function, not even an invalid one. */
 	make_dir(".relay-sync-alpha.tmp-1a2b3c");
-	write_file(".relay-sync-alpha.tmp-1a2b3c/template.yaml", GOOD);
+	t_write_file(root, ".relay-sync-alpha.tmp-1a2b3c/template.yaml", GOOD);
 
 	struct function_scan s;
 	char *err = NULL;
@@ -107,25 +97,21 @@ TEST(scan)
 	CHECK_STR(s.v[5].name, "no-template");
 	CHECK_INT(s.v[5].status, FUNCTION_NO_TEMPLATE);
 	/* One WARN line naming the function and every error. */
-	int fds[2];
-	REQUIRE(pipe(fds) == 0);
-	log_set_fd(fds[1]);
+	t_capture_logs();
 	function_entry_log(&s.v[2]);
 	function_entry_log(&s.v[1]);
 	function_entry_log(&s.v[5]);
-	log_set_fd(2);
-	close(fds[1]);
-	char out[4096];
-	ssize_t n = read(fds[0], out, sizeof out - 1);
-	close(fds[0]);
+	char *out = t_captured_logs();
+	t_release_logs();
+	size_t n = strlen(out);
 	REQUIRE(n > 0);
-	out[n] = '\0';
 	CHECK(strchr(out, '\n') == out + n - 1);
 	CHECK(strstr(out, "level=WARN msg=\"invalid function skipped\" function=broken "
 			  "errors=\"runtime: "
 			  "unsupported runtime \\\"cobol\\\" (supported: python3.14, node24); "
 			  "events: a function "
 			  "needs at least one event rule or schedule\"") != NULL);
+	free(out);
 	CHECK_STR(s.v[6].name, "zeta");
 	CHECK_INT(s.v[6].status, FUNCTION_OK);
 	function_scan_free(&s);

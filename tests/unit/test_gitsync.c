@@ -5,7 +5,6 @@
  * root) and never skipped: if it cannot start, the test fails.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <git2.h>
 #include <netinet/in.h>
@@ -68,22 +67,6 @@ static bool exists(const char *fmt, ...)
 	bool ok = lstat(p, &st) == 0;
 	free(p);
 	return ok;
-}
-
-static bool contains(const char *hay, const char *needle)
-{
-	return hay && strstr(hay, needle) != NULL;
-}
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) ||
-	    fchmod(fd, mode) < 0) {
-		perror(path);
-		exit(1);
-	}
-	close(fd);
 }
 
 /* ---- pure parts ---- */
@@ -149,8 +132,9 @@ TEST(url_table)
 			}
 		} else if (rc == 0) {
 			T_FAIL_("%s: accepted", cases[i].url);
-		} else if (!contains(err, "SSH URL") || !contains(err, "git@host:org/repo.git") ||
-			   !contains(err, "HTTPS is not supported")) {
+		} else if (!t_contains(err, "SSH URL") ||
+			   !t_contains(err, "git@host:org/repo.git") ||
+			   !t_contains(err, "HTTPS is not supported")) {
 			T_FAIL_("%s: message %s", cases[i].url, err);
 		}
 		free(user);
@@ -162,7 +146,7 @@ TEST(url_table)
 	char *long_url = xasprintf("git@host:%01100d", 7);
 	char *err = NULL;
 	CHECK_INT(git_url_parse(long_url, NULL, NULL, NULL, NULL, &err), -1);
-	CHECK(contains(err, "1024"));
+	CHECK(t_contains(err, "1024"));
 	free(err);
 	err = NULL;
 	long_url[1024] = '\0';
@@ -230,7 +214,7 @@ TEST(path_table)
 		int rc = git_path_check(cases[i].path, &err);
 		if (cases[i].ok && rc != 0)
 			T_FAIL_("'%s': rejected: %s", cases[i].path, err);
-		if (!cases[i].ok && (rc != -1 || !contains(err, "invalid path")))
+		if (!cases[i].ok && (rc != -1 || !t_contains(err, "invalid path")))
 			T_FAIL_("'%s': accepted or bad message (%s)", cases[i].path, err);
 		free(err);
 	}
@@ -286,7 +270,8 @@ TEST(source_roundtrip)
 	git_source_free(&got);
 
 	/* An absent ref loads as "main". */
-	write_file(file, "{\"repository\": \"git@h:r.git\"}", 0600);
+	static const char no_ref[] = "{\"repository\": \"git@h:r.git\"}";
+	t_write_mode(file, no_ref, strlen(no_ref), 0600);
 	REQUIRE(git_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.ref, "main");
 	git_source_free(&got);
@@ -294,12 +279,12 @@ TEST(source_roundtrip)
 	/* Invalid values are never saved. */
 	struct git_source bad = {.repository = "https://github.com/a/b.git", .ref = "main"};
 	CHECK_INT(git_source_save(data, &bad, &err), -1);
-	CHECK(contains(err, "not an SSH URL"));
+	CHECK(t_contains(err, "not an SSH URL"));
 	free(err);
 	err = NULL;
 	struct git_source bad2 = {.repository = "git@h:r", .ref = "main", .webhook_secret = "Bad!"};
 	CHECK_INT(git_source_save(data, &bad2, &err), -1);
-	CHECK(contains(err, "secret name"));
+	CHECK(t_contains(err, "secret name"));
 	free(err);
 	REQUIRE(git_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.repository, "git@h:r.git");
@@ -335,10 +320,10 @@ TEST(source_corrupt)
 	char *err = NULL;
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		write_file(file, cases[i].text, 0600);
+		t_write_mode(file, cases[i].text, strlen(cases[i].text), 0600);
 		err = NULL;
 		int rc = git_source_load(data, &got, &err);
-		if (rc != -1 || !contains(err, file) || !contains(err, cases[i].want))
+		if (rc != -1 || !t_contains(err, file) || !t_contains(err, cases[i].want))
 			T_FAIL_("%s: rc %d, %s", cases[i].text, rc, err);
 		free(err);
 	}
@@ -346,11 +331,11 @@ TEST(source_corrupt)
 	char *big = xmalloc(70000);
 	memset(big, ' ', 69999);
 	big[69999] = '\0';
-	write_file(file, big, 0600);
+	t_write_mode(file, big, strlen(big), 0600);
 	free(big);
 	err = NULL;
 	CHECK_INT(git_source_load(data, &got, &err), -1);
-	CHECK(contains(err, "larger than"));
+	CHECK(t_contains(err, "larger than"));
 	free(err);
 	free(file);
 	free(data);
@@ -369,19 +354,19 @@ TEST(source_permissions)
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	REQUIRE(chmod(file, 0644) == 0);
 	CHECK_INT(git_source_load(data, &got, &err), -1);
-	CHECK(contains(err, file) && contains(err, "too open"));
+	CHECK(t_contains(err, file) && t_contains(err, "too open"));
 	free(err);
 	err = NULL;
 	REQUIRE(chmod(file, 0600) == 0);
 	REQUIRE(chown(file, 12345, 12345) == 0);
 	CHECK_INT(git_source_load(data, &got, &err), -1);
-	CHECK(contains(err, "owned by uid 12345"));
+	CHECK(t_contains(err, "owned by uid 12345"));
 	free(err);
 	err = NULL;
 	REQUIRE(chown(file, geteuid(), getegid()) == 0);
 	REQUIRE(chmod(gdir, 0755) == 0);
 	CHECK_INT(git_source_load(data, &got, &err), -1);
-	CHECK(contains(err, gdir) && contains(err, "too open"));
+	CHECK(t_contains(err, gdir) && t_contains(err, "too open"));
 	free(err);
 	err = NULL;
 	REQUIRE(chmod(gdir, 0700) == 0);
@@ -389,7 +374,7 @@ TEST(source_permissions)
 	char *real = xasprintf("%s/elsewhere.json", d);
 	REQUIRE(rename(file, real) == 0 && symlink(real, file) == 0);
 	CHECK_INT(git_source_load(data, &got, &err), -1);
-	CHECK(contains(err, "not a regular file"));
+	CHECK(t_contains(err, "not a regular file"));
 	free(err);
 	free(real);
 	free(gdir);
@@ -421,10 +406,10 @@ TEST(source_remove)
 	/* Corrupt: -1 and nothing deleted. */
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	REQUIRE(sh("mkdir -p '%s/git/checkout/x'", data) == 0);
-	write_file(file, "{nope", 0600);
+	t_write_mode(file, "{nope", 5, 0600);
 	err = NULL;
 	CHECK_INT(git_source_remove(data, &err), -1);
-	CHECK(contains(err, file));
+	CHECK(t_contains(err, file));
 	free(err);
 	CHECK(exists("%s", file));
 	CHECK(exists("%s/git/checkout/x", data));
@@ -445,7 +430,7 @@ TEST(sync_preconditions)
 	struct git_source s = {.repository = "git@127.0.0.1:r.git", .ref = "main"};
 	REQUIRE(git_source_save(data, &s, &err) == 0);
 	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -1);
-	CHECK(contains(err, "no deploy key") && contains(err, "relay git keygen"));
+	CHECK(t_contains(err, "no deploy key") && t_contains(err, "relay git keygen"));
 	free(err);
 	CHECK(!exists("%s", fns));
 	CHECK(git_sync_checkout_head(data) == NULL);
@@ -485,8 +470,8 @@ TEST(ref_check_table)
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *err = NULL;
 		int rc = gitsync_ref_check(cases[i].ref, &err);
-		if (cases[i].want ? rc != -1 || !contains(err, cases[i].want) ||
-					    !contains(err, "invalid ref")
+		if (cases[i].want ? rc != -1 || !t_contains(err, cases[i].want) ||
+					    !t_contains(err, "invalid ref")
 				  : rc != 0)
 			T_FAIL_("'%s': rc %d, %s", cases[i].ref, rc, err ? err : "(no error)");
 		free(err);
@@ -565,7 +550,7 @@ TEST(ref_matches_table)
 				       .ref = (char *)wrong[i].ref,
 				       .last_ref = (char *)wrong[i].last};
 		err = NULL;
-		if (git_source_save(data, &w, &err) != -1 || !contains(err, "last_ref"))
+		if (git_source_save(data, &w, &err) != -1 || !t_contains(err, "last_ref"))
 			T_FAIL_("ref %s, last_ref %s: saved (%s)", wrong[i].ref, wrong[i].last,
 				err);
 		free(err);
@@ -651,7 +636,7 @@ static bool start_sshd(struct env *e, const char *hostkey)
 			       "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
 			       "PidFile none\n",
 			       e->port, e->tmp, hostkey, e->tmp);
-	write_file(cfg, text, 0600);
+	t_write_mode(cfg, text, strlen(text), 0600);
 	free(text);
 	char *log = xasprintf("%s/sshd.log", e->tmp);
 	mkdir("/run/sshd", 0755);
@@ -732,7 +717,7 @@ static void e2e(struct env *e)
 	REQUIRE(sshkey_generate(ssh, false, &pub, &fp, &err) == 0);
 	char *ak = xasprintf("%s/authorized_keys", e->tmp);
 	char *line = xasprintf("%s\n", pub);
-	write_file(ak, line, 0600);
+	t_write_mode(ak, line, strlen(line), 0600);
 	free(line);
 	free(ak);
 	free(pub);
@@ -836,11 +821,11 @@ static void e2e(struct env *e)
 	CHECK(!exists("%s/f1", e->fns));
 	REQUIRE(set_source(e, e->url, "main", "escape") == 0);
 	CHECK_INT(sync_(e, &res, &err), -1);
-	CHECK(contains(err, "outside the repository"));
+	CHECK(t_contains(err, "outside the repository"));
 	free(err);
 	REQUIRE(set_source(e, e->url, "main", "nope") == 0);
 	CHECK_INT(sync_(e, &res, &err), -1);
-	CHECK(contains(err, "does not exist"));
+	CHECK(t_contains(err, "does not exist"));
 	free(err);
 	CHECK(exists("%s/f3", e->fns));
 
@@ -884,7 +869,7 @@ static void e2e(struct env *e)
 		   "%s push -q '%s' main",
 		   e->fns, e->tmp, e->work, e->git, e->git, e->git, e->bare) == 0);
 	CHECK_INT(sync_(e, &res, &err), -1);
-	CHECK(contains(err, "function deep: ") && contains(err, "nested deeper than 64"));
+	CHECK(t_contains(err, "function deep: ") && t_contains(err, "nested deeper than 64"));
 	free(err);
 	CHECK_INT(sh("diff -r --no-dereference '%s/before-deep' '%s' >/dev/null", e->tmp, e->fns),
 		  0);
@@ -918,7 +903,7 @@ static void e2e(struct env *e)
 	struct git_source s2 = {.repository = e->url, .ref = "main"};
 	REQUIRE(git_source_save(data2, &s2, &err) == 0);
 	CHECK_INT(git_sync(data2, e->fns, on_notice, &e->notes, &res, &err), -1);
-	CHECK(contains(err, "SSH authentication failed") && contains(err, "relay git keygen"));
+	CHECK(t_contains(err, "SSH authentication failed") && t_contains(err, "relay git keygen"));
 	free(err);
 	CHECK_INT(e->notes.n, 2);
 	free(ssh2);
@@ -930,8 +915,8 @@ static void e2e(struct env *e)
 	REQUIRE(sh("cp -a '%s' '%s/before'", e->fns, e->tmp) == 0);
 	REQUIRE(set_source(e, e->url, "main", NULL) == 0);
 	CHECK_INT(sync_(e, &res, &err), -1);
-	CHECK(contains(err, "man-in-the-middle") || contains(err, "MAN-IN-THE-MIDDLE"));
-	CHECK(contains(err, "known_hosts"));
+	CHECK(t_contains(err, "man-in-the-middle") || t_contains(err, "MAN-IN-THE-MIDDLE"));
+	CHECK(t_contains(err, "known_hosts"));
 	free(err);
 	CHECK_INT(sh("diff -r --no-dereference '%s/before' '%s' >/dev/null", e->tmp, e->fns), 0);
 	CHECK_INT(e->notes.n, 2);
@@ -1010,7 +995,7 @@ static bool env_sshd(struct env *e, const char *options)
 	if (ok) {
 		char *ak = xasprintf("%s/authorized_keys", e->tmp);
 		char *line = xasprintf("%s%s%s\n", options, *options ? " " : "", pub);
-		write_file(ak, line, 0600);
+		t_write_mode(ak, line, strlen(line), 0600);
 		free(line);
 		free(ak);
 	}

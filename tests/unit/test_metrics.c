@@ -7,6 +7,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "t.h"
+#include "tfiles.h"
 
 static char *render(void)
 {
@@ -17,20 +18,6 @@ static char *render(void)
 		return NULL;
 	}
 	return buf_steal(&b);
-}
-
-/* True if text contains line as a whole line. */
-static bool has_line(const char *text, const char *line)
-{
-	size_t n = strlen(line);
-	for (const char *p = text; p && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t len = nl ? (size_t)(nl - p) : strlen(p);
-		if (len == n && memcmp(p, line, n) == 0)
-			return true;
-		p = nl ? nl + 1 : NULL;
-	}
-	return false;
 }
 
 /* ---- a strict text-format (0.0.4) checker -------------------------------
@@ -398,6 +385,15 @@ out:
 	return rc;
 }
 
+/* Fails the running test when the checker rejects text. */
+static void check_accepted(const char *text)
+{
+	char *err = NULL;
+	if (check_exposition(text, &err) < 0)
+		T_FAIL_("exposition rejected: %s", err);
+	free(err);
+}
+
 /* The checker must reject what it is there to reject. */
 TEST(checker_rejects_malformed_text)
 {
@@ -462,14 +458,14 @@ TEST(counters_and_gauges)
 
 	char *text = render();
 	REQUIRE(text);
-	CHECK(has_line(text, "events_received_total 2"));
-	CHECK(has_line(text, "schedule_occurrences_published_total 41"));
-	CHECK(has_line(text, "pending_entries 17"));
-	CHECK(has_line(text, "pending_oldest_age_seconds 134.25"));
-	CHECK(has_line(text, "in_flight_invocations 1"));
-	CHECK(has_line(text, "buffered_events 0"));
-	CHECK(has_line(text, "# TYPE pending_entries gauge"));
-	CHECK(has_line(text, "# TYPE retries_total counter"));
+	CHECK(t_has_line(text, "events_received_total 2"));
+	CHECK(t_has_line(text, "schedule_occurrences_published_total 41"));
+	CHECK(t_has_line(text, "pending_entries 17"));
+	CHECK(t_has_line(text, "pending_oldest_age_seconds 134.25"));
+	CHECK(t_has_line(text, "in_flight_invocations 1"));
+	CHECK(t_has_line(text, "buffered_events 0"));
+	CHECK(t_has_line(text, "# TYPE pending_entries gauge"));
+	CHECK(t_has_line(text, "# TYPE retries_total counter"));
 	free(text);
 }
 
@@ -493,7 +489,7 @@ TEST(float_formatting)
 		metrics_reset_for_tests();
 		metrics_gauge_set(METRIC_BUFFERED_EVENTS, cases[i].v);
 		char *text = render();
-		if (!has_line(text, cases[i].want))
+		if (!t_has_line(text, cases[i].want))
 			T_FAIL_("case %zu: no line \"%s\"", i, cases[i].want);
 		free(text);
 	}
@@ -523,7 +519,7 @@ TEST(histogram_buckets)
 		"handler_invocations_total{function=\"fn\",handler=\"h\",outcome=\"timeout\"} 0",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(want); i++)
-		if (!has_line(text, want[i]))
+		if (!t_has_line(text, want[i]))
 			T_FAIL_("missing line: %s", want[i]);
 	const char *sum_key = "handler_duration_seconds_sum{function=\"fn\",handler=\"h\"} ";
 	const char *sum = strstr(text, sum_key);
@@ -546,12 +542,9 @@ TEST(histogram_buckets)
 		"build_failures_total{function=\"fn\"} 1",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(want_build); i++)
-		if (!has_line(text, want_build[i]))
+		if (!t_has_line(text, want_build[i]))
 			T_FAIL_("missing line: %s", want_build[i]);
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	check_accepted(text);
 	free(text);
 }
 
@@ -590,7 +583,7 @@ TEST(invocation_updates_every_related_series)
 		"handler_failure_total 2",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(want); i++)
-		if (!has_line(text, want[i]))
+		if (!t_has_line(text, want[i]))
 			T_FAIL_("missing line: %s", want[i]);
 	/* a cached handle is the same series */
 	struct metrics_handler *h = metrics_handler_get("a", "h1");
@@ -600,7 +593,7 @@ TEST(invocation_updates_every_related_series)
 	metrics_handler_observe(NULL, METRIC_OUTCOME_SUCCESS, 0.2); /* no-op */
 	free(text);
 	text = render();
-	CHECK(has_line(
+	CHECK(t_has_line(
 		text,
 		"handler_invocations_total{function=\"a\",handler=\"h1\",outcome=\"success\"} 2"));
 	free(text);
@@ -612,13 +605,10 @@ TEST(label_values_are_escaped)
 	metrics_handler_invocation("we\"ird\\fn\nx", "h\\", METRIC_OUTCOME_SUCCESS, 1);
 	char *text = render();
 	REQUIRE(text);
-	CHECK(has_line(text, "function_successes_total{function=\"we\\\"ird\\\\fn\\nx\"} 1"));
-	CHECK(has_line(text, "handler_invocations_total{function=\"we\\\"ird\\\\fn\\nx\","
-			     "handler=\"h\\\\\",outcome=\"success\"} 1"));
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	CHECK(t_has_line(text, "function_successes_total{function=\"we\\\"ird\\\\fn\\nx\"} 1"));
+	CHECK(t_has_line(text, "handler_invocations_total{function=\"we\\\"ird\\\\fn\\nx\","
+			       "handler=\"h\\\\\",outcome=\"success\"} 1"));
+	check_accepted(text);
 	free(text);
 }
 
@@ -871,31 +861,14 @@ TEST(concurrent_updates_are_exact)
 	/* 0.5 and 0.25 are exact in binary, so the sums are exact too */
 	char *line = xasprintf(
 		"handler_duration_seconds_sum{function=\"shared\",handler=\"h\"} %lld", total / 2);
-	CHECK(has_line(text, line));
+	CHECK(t_has_line(text, line));
 	free(line);
 	line = xasprintf("handler_duration_seconds_count{function=\"shared\",handler=\"h\"} %lld",
 			 total);
-	CHECK(has_line(text, line));
+	CHECK(t_has_line(text, line));
 	free(line);
-	char *err = NULL;
-	if (check_exposition(text, &err) < 0)
-		T_FAIL_("exposition rejected: %s", err);
-	free(err);
+	check_accepted(text);
 	free(text);
-}
-
-static int count_lines_with(const char *path, const char *needle)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	char line[4096];
-	int n = 0;
-	while (fgets(line, sizeof line, f))
-		if (strstr(line, needle))
-			n++;
-	fclose(f);
-	return n;
 }
 
 TEST(series_are_bounded)
@@ -938,13 +911,13 @@ TEST(series_are_bounded)
 
 	log_set_fd(2);
 	close(fd);
-	CHECK_INT(count_lines_with(logpath, "metrics series limit reached"), 1);
-	CHECK_INT(count_lines_with(logpath, "level=WARN"), 1);
+	CHECK_INT(t_count_lines_with(logpath, "metrics series limit reached"), 1);
+	CHECK_INT(t_count_lines_with(logpath, "level=WARN"), 1);
 	unlink(logpath);
 
 	char *text = render();
 	REQUIRE(text);
-	CHECK(has_line(text, "function_events_total{function=\"f7\"} 1"));
+	CHECK(t_has_line(text, "function_events_total{function=\"f7\"} 1"));
 	CHECK(strstr(text, "one-too-many") == NULL);
 	free(text);
 	metrics_reset_for_tests();
@@ -977,7 +950,7 @@ TEST(disabled_updates_are_no_ops)
 	CHECK_INT(n, 0); /* no series were created either */
 	CHECK(fs == NULL);
 	char *text = render(); /* reads still work */
-	CHECK(has_line(text, "events_received_total 1"));
+	CHECK(t_has_line(text, "events_received_total 1"));
 	free(text);
 	metrics_set_enabled(true);
 	metrics_inc(METRIC_EVENTS_RECEIVED);

@@ -11,6 +11,7 @@
 #include "pattern.h"
 #include "rfc3339.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 #define NOW "2026-09-13T12:00:00Z"
@@ -504,19 +505,6 @@ static const struct invalid_row invalid_rows[] = {
 };
 /* clang-format on */
 
-static bool has_line(const char *out, const char *line)
-{
-	size_t n = strlen(line);
-	for (const char *p = out; p && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t len = nl ? (size_t)(nl - p) : strlen(p);
-		if (len == n && memcmp(p, line, n) == 0)
-			return true;
-		p = nl ? nl + 1 : NULL;
-	}
-	return false;
-}
-
 TEST(validation_table)
 {
 	for (size_t i = 0; i < ARRAY_LEN(invalid_rows); i++) {
@@ -532,7 +520,7 @@ TEST(validation_table)
 		int rc = pattern_compile(pj, "events[1].pattern", &p, &errs);
 		if (rc != -r->nerr || p != NULL)
 			T_FAIL_("row %zu: %s: rc %d, want %d", i, r->pattern, rc, -r->nerr);
-		if (!has_line(errs.data, r->want))
+		if (!t_has_line(errs.data, r->want))
 			T_FAIL_("row %zu: %s\n    got:  %s    want: %s", i, r->pattern,
 				errs.data ? errs.data : "(nothing)\n", r->want);
 		buf_free(&errs);

@@ -19,7 +19,6 @@
 #include "registry.h"
 #include "state.h"
 #include "t.h"
-#include "tcount.h"
 #include "tfiles.h"
 #include "util.h"
 
@@ -97,32 +96,16 @@ static void rig_free(struct rig *r)
 	free(r->fdir);
 }
 
-static void put(const char *dir, const char *rel, const char *text)
-{
-	char *p = xasprintf("%s/%s", dir, rel);
-	for (char *s = strchr(p + strlen(dir) + 1, '/'); s; s = strchr(s + 1, '/')) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	FILE *f = fopen(p, "w");
-	if (!f)
-		abort();
-	fputs(text, f);
-	fclose(f);
-	free(p);
-}
-
 /* A Python function in the functions directory: main.py, and template
  * text unless tpl is NULL (not ready). */
 static void put_function(struct rig *r, const char *name, const char *tpl)
 {
 	char *rel = xasprintf("%s/main.py", name);
-	put(r->fdir, rel, "def handler(e):\n    pass\n");
+	t_write_file(r->fdir, rel, "def handler(e):\n    pass\n");
 	free(rel);
 	if (tpl) {
 		rel = xasprintf("%s/template.yaml", name);
-		put(r->fdir, rel, tpl);
+		t_write_file(r->fdir, rel, tpl);
 		free(rel);
 	}
 }
@@ -161,8 +144,8 @@ TEST(unservable_functions_never_reach_docker)
 	put_function(&r, "Bad_Name", GOOD_TPL);
 	put_function(&r, "not-ready", NULL);
 	put_function(&r, "broken", BAD_TPL);
-	put(r.fdir, ".relay-sync-123/x/template.yaml", GOOD_TPL);
-	put(r.fdir, "plain-file", "not a function\n");
+	t_write_file(r.fdir, ".relay-sync-123/x/template.yaml", GOOD_TPL);
+	t_write_file(r.fdir, "plain-file", "not a function\n");
 	static const struct state_handler h[] = {{"main.handler", 0}};
 	const struct state_function prev = {"old-fn", "python3.14", h, 1,    NULL,
 					    0,	      NULL,	    0, NULL, 0};

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "redis.h"
 #include "t.h"
+#include "tfiles.h"
 
 TEST(backoff_is_capped_and_jittered)
 {
@@ -42,33 +43,38 @@ static void *stopper(void *arg)
 	return arg;
 }
 
+/* A handle for uri, not connected; NULL (and why, printed) when uri does
+ * not parse. */
+static struct redis *handle_for(const char *uri)
+{
+	struct redis_uri u;
+	char *why = NULL;
+	if (redis_uri_parse(uri, &u, &why) < 0) {
+		printf("  %s: %s\n", uri, why);
+		free(why);
+		return NULL;
+	}
+	struct redis *r = redis_new(&u, NULL);
+	redis_uri_free(&u);
+	return r;
+}
+
 /* Against a port where nothing listens: one WARN line per failed attempt,
  * naming the address and the reason, and the loop ends when asked. */
 TEST(retry_logs_each_failure_and_stops)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("redis://user:Pa55word@127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
-	int fds[2];
-	REQUIRE(pipe(fds) == 0);
-	log_set_fd(fds[1]);
+	struct redis *r = handle_for("redis://user:Pa55word@127.0.0.1:1");
+	REQUIRE(r != NULL);
+	t_capture_logs();
 	atomic_store(&stop_flag, 0);
 	pthread_t t;
 	pthread_create(&t, NULL, stopper, NULL);
 	CHECK_INT(redis_connect_retry(r, &stop_flag), -1);
 	pthread_join(t, NULL);
-	log_set_fd(2);
-	close(fds[1]);
-	char out[8192];
-	ssize_t n = read(fds[0], out, sizeof out - 1);
-	close(fds[0]);
-	REQUIRE(n > 0);
-	out[n] = '\0';
-	int warns = 0;
-	for (char *p = out; (p = strstr(p, "level=WARN msg=\"redis connection failed\"")); p++)
-		warns++;
+	char *out = t_captured_logs();
+	t_release_logs();
+	REQUIRE(out[0] != '\0');
+	int warns = t_count(out, "level=WARN msg=\"redis connection failed\"");
 	/* attempts at ~0 s and ~0.5-1 s (and maybe ~1.5 s) before the stop at 1.7 s */
 	CHECK(warns >= 2 && warns <= 3);
 	CHECK(strstr(out, "addr=redis://127.0.0.1:1") != NULL);
@@ -76,16 +82,14 @@ TEST(retry_logs_each_failure_and_stops)
 	CHECK(strstr(out, "retry_in=") != NULL);
 	CHECK(strstr(out, "Pa55word") == NULL);
 	CHECK(!redis_is_connected(r));
+	free(out);
 	redis_free(r);
 }
 
 TEST(commands_on_a_closed_connection_fail_cleanly)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
+	struct redis *r = handle_for("127.0.0.1:1");
+	REQUIRE(r != NULL);
 	CHECK(redis_command(r, "PING") == NULL);
 	CHECK(redis_get_reply(r, 10) == NULL);
 	CHECK(redis_errmsg(r)[0] != '\0');
@@ -115,11 +119,8 @@ TEST(scripts_are_named_by_the_sha1_redis_gives_them)
  * timeout (0) that would have its caller wait forever. */
 TEST(waiting_on_a_closed_connection_is_an_error)
 {
-	struct redis_uri u;
-	char *why = NULL;
-	REQUIRE(redis_uri_parse("127.0.0.1:1", &u, &why) == 0);
-	struct redis *r = redis_new(&u, NULL);
-	redis_uri_free(&u);
+	struct redis *r = handle_for("127.0.0.1:1");
+	REQUIRE(r != NULL);
 	redisReply dummy = {0}, *rep = &dummy;
 	CHECK_INT(redis_wait_reply(r, 10, &rep), -1);
 	CHECK(rep == NULL);

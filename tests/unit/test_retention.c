@@ -12,7 +12,6 @@
 #include "log.h"
 #include "retention.h"
 #include "t.h"
-#include "tcount.h"
 #include "tfiles.h"
 #include "util.h"
 

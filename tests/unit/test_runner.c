@@ -81,6 +81,22 @@ static void frame(struct buf *b, int stream, const char *p, size_t n)
 	buf_append(b, p, n);
 }
 
+/* The lines of the framed stream in, through one demultiplexer fed a first
+ * piece of cut bytes, then pieces of at most step bytes; l->out is the
+ * caller's to free. */
+static void demux(const struct buf *in, size_t cut, size_t step, struct lines *l)
+{
+	*l = (struct lines){0};
+	buf_init(&l->out, 16u << 20);
+	struct runner_demux m;
+	runner_demux_init(&m, collect, l);
+	runner_demux_feed(&m, in->data, cut);
+	for (size_t off = cut; off < in->len; off += step)
+		runner_demux_feed(&m, in->data + off, in->len - off < step ? in->len - off : step);
+	runner_demux_flush(&m);
+	runner_demux_free(&m);
+}
+
 TEST(demux_every_split_point)
 {
 	struct buf in;
@@ -93,28 +109,16 @@ TEST(demux_every_split_point)
 	const char *want = "1:out 0|2:err 0|1:out 1|2:err 1|2:err 2|";
 	/* Cut the byte stream at every position: the result never changes. */
 	for (size_t cut = 0; cut <= in.len; cut++) {
-		struct lines l = {0};
-		buf_init(&l.out, 1 << 20);
-		struct runner_demux m;
-		runner_demux_init(&m, collect, &l);
-		runner_demux_feed(&m, in.data, cut);
-		runner_demux_feed(&m, in.data + cut, in.len - cut);
-		runner_demux_flush(&m);
+		struct lines l;
+		demux(&in, cut, in.len, &l);
 		if (strcmp(l.out.data ? l.out.data : "", want) != 0)
 			T_FAIL_("cut %zu: %s", cut, l.out.data ? l.out.data : "");
-		runner_demux_free(&m);
 		buf_free(&l.out);
 	}
 	/* Byte by byte. */
-	struct lines l = {0};
-	buf_init(&l.out, 1 << 20);
-	struct runner_demux m;
-	runner_demux_init(&m, collect, &l);
-	for (size_t i = 0; i < in.len; i++)
-		runner_demux_feed(&m, in.data + i, 1);
-	runner_demux_flush(&m);
+	struct lines l;
+	demux(&in, 0, 1, &l);
 	CHECK_STR(l.out.data, want);
-	runner_demux_free(&m);
 	buf_free(&l.out);
 	buf_free(&in);
 }
@@ -129,15 +133,10 @@ TEST(long_lines_are_split)
 	struct buf in;
 	buf_init(&in, 1 << 20);
 	frame(&in, 1, big, n + 1);
-	struct lines l = {0};
-	buf_init(&l.out, 1 << 20);
-	struct runner_demux m;
-	runner_demux_init(&m, collect, &l);
-	runner_demux_feed(&m, in.data, in.len);
-	runner_demux_flush(&m);
+	struct lines l;
+	demux(&in, in.len, 1, &l);
 	CHECK_INT(l.count[1], 3);
 	CHECK_INT(l.longest, RUNNER_LINE_MAX);
-	runner_demux_free(&m);
 	buf_free(&l.out);
 	buf_free(&in);
 
@@ -146,15 +145,10 @@ TEST(long_lines_are_split)
 	memcpy(big + RUNNER_LINE_MAX - 1, "\xe2\x82\xac", 3);
 	buf_init(&in, 1 << 20);
 	frame(&in, 2, big, RUNNER_LINE_MAX + 10);
-	memset(&l, 0, sizeof l);
-	buf_init(&l.out, 1 << 20);
-	runner_demux_init(&m, collect, &l);
-	runner_demux_feed(&m, in.data, in.len);
-	runner_demux_flush(&m);
+	demux(&in, in.len, 1, &l);
 	CHECK_INT(l.count[2], 2);
 	CHECK_INT(l.longest, RUNNER_LINE_MAX - 1);
 	CHECK(strstr(l.out.data, "|2:\xe2\x82\xacyy") != NULL);
-	runner_demux_free(&m);
 	buf_free(&l.out);
 	buf_free(&in);
 	free(big);
@@ -170,16 +164,11 @@ TEST(full_line_with_newline_in_the_next_frame)
 	buf_init(&in, 1 << 20);
 	frame(&in, 1, big, RUNNER_LINE_MAX);
 	frame(&in, 1, "\nnext\n", 6);
-	struct lines l = {0};
-	buf_init(&l.out, 1 << 20);
-	struct runner_demux m;
-	runner_demux_init(&m, collect, &l);
-	runner_demux_feed(&m, in.data, in.len);
-	runner_demux_flush(&m);
+	struct lines l;
+	demux(&in, in.len, 1, &l);
 	CHECK_INT(l.count[1], 2);
 	CHECK_INT(l.longest, RUNNER_LINE_MAX);
 	CHECK(strstr(l.out.data, "x|1:next|") != NULL);
-	runner_demux_free(&m);
 	buf_free(&l.out);
 	buf_free(&in);
 	free(big);
@@ -194,16 +183,10 @@ TEST(huge_output_memory_is_bounded)
 	struct buf in;
 	buf_init(&in, n + 64);
 	frame(&in, 2, junk, n);
-	struct lines l = {0};
-	buf_init(&l.out, 16u << 20);
-	struct runner_demux m;
-	runner_demux_init(&m, collect, &l);
-	for (size_t off = 0; off < in.len; off += 65536)
-		runner_demux_feed(&m, in.data + off, in.len - off < 65536 ? in.len - off : 65536);
-	runner_demux_flush(&m);
+	struct lines l;
+	demux(&in, 0, 65536, &l);
 	CHECK_INT(l.count[2], n / RUNNER_LINE_MAX);
 	CHECK_INT(l.longest, RUNNER_LINE_MAX);
-	runner_demux_free(&m);
 	buf_free(&l.out);
 	buf_free(&in);
 	free(junk);

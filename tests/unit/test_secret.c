@@ -1,4 +1,3 @@
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -9,37 +8,6 @@
 #include "t.h"
 #include "tfiles.h"
 #include "util.h"
-
-/* Writes a file directly (bypassing the store) with the given mode. */
-static void write_file(const char *path, const void *data, size_t len, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, data, len) != (ssize_t)len || fchmod(fd, mode) < 0) {
-		perror(path);
-		exit(1);
-	}
-	close(fd);
-}
-
-/* Entries of dir whose name starts with '.', other than . and .. */
-static int hidden_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
-static bool contains(const char *hay, const char *needle)
-{
-	return hay && strstr(hay, needle) != NULL;
-}
 
 TEST(name_rule_table)
 {
@@ -86,8 +54,8 @@ TEST(name_rule_table)
 		int rc = secret_name_check(cases[i].name, &err);
 		CHECK_INT(rc, cases[i].ok ? 0 : SECRET_INVALID_NAME);
 		if (!cases[i].ok)
-			CHECK(contains(err, "starts with a lowercase letter or a digit") &&
-			      contains(err, "at most 63 characters"));
+			CHECK(t_contains(err, "starts with a lowercase letter or a digit") &&
+			      t_contains(err, "at most 63 characters"));
 		free(err);
 	}
 }
@@ -144,7 +112,7 @@ TEST(round_trip)
 	CHECK_INT(secret_file_check(p, "api-key", &err), 0);
 	CHECK_INT(secret_remove(p, "api-key", &err), 0);
 	CHECK_INT(secret_get(p, "api-key", &v, &len, &err), SECRET_NOT_FOUND);
-	CHECK(contains(err, "\"api-key\" not found"));
+	CHECK(t_contains(err, "\"api-key\" not found"));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_remove(p, "api-key", &err), SECRET_NOT_FOUND);
@@ -156,7 +124,7 @@ TEST(round_trip)
 	REQUIRE(secret_list(p, &names, &n, &err) == 0);
 	CHECK_INT(n, 2);
 	secret_names_free(names, n);
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 
 	secret_provider_free(p);
 	t_rmtree(tmp);
@@ -182,35 +150,52 @@ TEST(trailing_slash_and_default_dir)
 	free(tmp);
 }
 
+/* A file provider over a fresh directory. */
+struct secfix {
+	char *tmp;
+	struct secret_provider *p;
+};
+
+static void secfix_open(struct secfix *fx)
+{
+	fx->tmp = t_tmpdir();
+	fx->p = secret_file_provider_new(fx->tmp);
+}
+
+static void secfix_close(struct secfix *fx)
+{
+	secret_provider_free(fx->p);
+	t_rmtree(fx->tmp);
+	free(fx->tmp);
+}
+
 TEST(binary_values)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	static const char val[] = "\0line1\nline2\r\n\0\0\xff\x01 end\n";
 	size_t vlen = sizeof val - 1;
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
-	CHECK_INT(secret_set(p, "bin", val, vlen, &err), 0);
-	REQUIRE(secret_get(p, "bin", &v, &len, &err) == 0);
+	CHECK_INT(secret_set(fx.p, "bin", val, vlen, &err), 0);
+	REQUIRE(secret_get(fx.p, "bin", &v, &len, &err) == 0);
 	CHECK_INT(len, vlen);
 	CHECK(memcmp(v, val, vlen) == 0);
 	CHECK(v[len] == '\0');
 	secret_value_free(v, len);
 	/* The file holds exactly the bytes. */
-	char *f = xasprintf("%s/secrets/bin", tmp);
+	char *f = xasprintf("%s/secrets/bin", fx.tmp);
 	struct stat st;
 	REQUIRE(stat(f, &st) == 0);
 	CHECK_INT(st.st_size, vlen);
 	free(f);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(one_mib_value)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	size_t max = SECRET_VALUE_MAX;
 	CHECK_INT(max, 1048576);
 	char *big = xmalloc(max + 1);
@@ -218,163 +203,157 @@ TEST(one_mib_value)
 		big[i] = (char)(i * 31 + (i >> 9));
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
-	CHECK_INT(secret_set(p, "big", big, max, &err), 0);
-	REQUIRE(secret_get(p, "big", &v, &len, &err) == 0);
+	CHECK_INT(secret_set(fx.p, "big", big, max, &err), 0);
+	REQUIRE(secret_get(fx.p, "big", &v, &len, &err) == 0);
 	CHECK_INT(len, max);
 	CHECK(memcmp(v, big, max) == 0);
 	secret_value_free(v, len);
 
 	/* One byte more is refused on write, and a file that size on read. */
-	CHECK_INT(secret_set(p, "big", big, max + 1, &err), SECRET_ERROR);
-	CHECK(contains(err, "exceeds the maximum of 1048576 bytes"));
+	CHECK_INT(secret_set(fx.p, "big", big, max + 1, &err), SECRET_ERROR);
+	CHECK(t_contains(err, "exceeds the maximum of 1048576 bytes"));
 	free(err);
 	err = NULL;
-	char *f = xasprintf("%s/secrets/huge", tmp);
-	write_file(f, big, max + 1, 0600);
-	CHECK_INT(secret_get(p, "huge", &v, &len, &err), SECRET_ERROR);
+	char *f = xasprintf("%s/secrets/huge", fx.tmp);
+	t_write_mode(f, big, max + 1, 0600);
+	CHECK_INT(secret_get(fx.p, "huge", &v, &len, &err), SECRET_ERROR);
 	CHECK(v == NULL);
-	CHECK(contains(err, f));
-	CHECK(contains(err, "exceeds the maximum"));
+	CHECK(t_contains(err, f));
+	CHECK(t_contains(err, "exceeds the maximum"));
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_file_check(p, "huge", &err), SECRET_ERROR);
+	CHECK_INT(secret_file_check(fx.p, "huge", &err), SECRET_ERROR);
 	free(err);
 	free(f);
 	free(big);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(loose_file_permissions_refused)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
-	CHECK_INT(secret_set(p, "s", "CANARY-7f3a", 11, &err), 0);
-	char *f = xasprintf("%s/secrets/s", tmp);
+	CHECK_INT(secret_set(fx.p, "s", "CANARY-7f3a", 11, &err), 0);
+	char *f = xasprintf("%s/secrets/s", fx.tmp);
 	static const int loose[] = {0644, 0640, 0604, 0660, 0606, 0666};
 	for (size_t i = 0; i < ARRAY_LEN(loose); i++) {
 		REQUIRE(chmod(f, (mode_t)loose[i]) == 0);
-		CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
+		CHECK_INT(secret_get(fx.p, "s", &v, &len, &err), SECRET_ERROR);
 		CHECK(v == NULL);
 		char want[64];
 		snprintf_(want, sizeof want, "permissions %04o are too open (want 0600)", loose[i]);
-		CHECK(contains(err, want));
-		CHECK(contains(err, f));
-		CHECK(!contains(err, "CANARY"));
+		CHECK(t_contains(err, want));
+		CHECK(t_contains(err, f));
+		CHECK(!t_contains(err, "CANARY"));
 		free(err);
 		err = NULL;
-		CHECK_INT(secret_file_check(p, "s", &err), SECRET_ERROR);
-		CHECK(contains(err, want));
+		CHECK_INT(secret_file_check(fx.p, "s", &err), SECRET_ERROR);
+		CHECK(t_contains(err, want));
 		free(err);
 		err = NULL;
 	}
 	/* Stricter than 0600 is fine. */
 	REQUIRE(chmod(f, 0400) == 0);
-	REQUIRE(secret_get(p, "s", &v, &len, &err) == 0);
+	REQUIRE(secret_get(fx.p, "s", &v, &len, &err) == 0);
 	CHECK_STR(v, "CANARY-7f3a");
 	secret_value_free(v, len);
 	/* Rewriting restores 0600. */
 	REQUIRE(chmod(f, 0644) == 0);
-	CHECK_INT(secret_set(p, "s", "new", 3, &err), 0);
+	CHECK_INT(secret_set(fx.p, "s", "new", 3, &err), 0);
 	CHECK_INT(t_mode_of(f), 0600);
 
 	if (geteuid() == 0) {
 		REQUIRE(chown(f, 65534, 65534) == 0);
-		CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-		CHECK(contains(err, "owned by uid 65534, not by the current user (uid 0)"));
-		CHECK(contains(err, f));
+		CHECK_INT(secret_get(fx.p, "s", &v, &len, &err), SECRET_ERROR);
+		CHECK(t_contains(err, "owned by uid 65534, not by the current user (uid 0)"));
+		CHECK(t_contains(err, f));
 		free(err);
 		err = NULL;
 	}
 	free(f);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(loose_directory_refused)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
-	char *dir = xasprintf("%s/secrets", tmp);
+	struct secfix fx;
+	secfix_open(&fx);
+	char *dir = xasprintf("%s/secrets", fx.tmp);
 	char *err = NULL, *v = NULL, **names = NULL;
 	size_t len = 0, n = 0;
-	CHECK_INT(secret_set(p, "s", "CANARY-7f3a", 11, &err), 0);
+	CHECK_INT(secret_set(fx.p, "s", "CANARY-7f3a", 11, &err), 0);
 	REQUIRE(chmod(dir, 0755) == 0);
-	CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "secrets directory"));
-	CHECK(contains(err, dir));
-	CHECK(contains(err, "permissions 0755 are too open (want 0700)"));
+	CHECK_INT(secret_get(fx.p, "s", &v, &len, &err), SECRET_ERROR);
+	CHECK(t_contains(err, "secrets directory"));
+	CHECK(t_contains(err, dir));
+	CHECK(t_contains(err, "permissions 0755 are too open (want 0700)"));
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_list(p, &names, &n, &err), SECRET_ERROR);
+	CHECK_INT(secret_list(fx.p, &names, &n, &err), SECRET_ERROR);
 	CHECK_INT(n, 0);
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_set(p, "t", "x", 1, &err), SECRET_ERROR);
+	CHECK_INT(secret_set(fx.p, "t", "x", 1, &err), SECRET_ERROR);
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_remove(p, "s", &err), SECRET_ERROR);
+	CHECK_INT(secret_remove(fx.p, "s", &err), SECRET_ERROR);
 	free(err);
 	err = NULL;
 	REQUIRE(chmod(dir, 0710) == 0);
-	CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "permissions 0710"));
+	CHECK_INT(secret_get(fx.p, "s", &v, &len, &err), SECRET_ERROR);
+	CHECK(t_contains(err, "permissions 0710"));
 	free(err);
 	err = NULL;
 	/* 0700 again: everything works, nothing was written meanwhile. */
 	REQUIRE(chmod(dir, 0700) == 0);
-	REQUIRE(secret_get(p, "s", &v, &len, &err) == 0);
+	REQUIRE(secret_get(fx.p, "s", &v, &len, &err) == 0);
 	CHECK_STR(v, "CANARY-7f3a");
 	secret_value_free(v, len);
-	CHECK_INT(secret_get(p, "t", &v, &len, &err), SECRET_NOT_FOUND);
+	CHECK_INT(secret_get(fx.p, "t", &v, &len, &err), SECRET_NOT_FOUND);
 	free(err);
 	err = NULL;
 	if (geteuid() == 0) {
 		REQUIRE(chown(dir, 65534, 65534) == 0);
-		CHECK_INT(secret_get(p, "s", &v, &len, &err), SECRET_ERROR);
-		CHECK(contains(err, "owned by uid 65534"));
+		CHECK_INT(secret_get(fx.p, "s", &v, &len, &err), SECRET_ERROR);
+		CHECK(t_contains(err, "owned by uid 65534"));
 		free(err);
 		err = NULL;
 		REQUIRE(chown(dir, 0, 0) == 0);
 	}
 	free(dir);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(symlinks_refused)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
-	CHECK_INT(secret_set(p, "real", "v", 1, &err), 0);
-	char *target = xasprintf("%s/outside", tmp);
-	write_file(target, "CANARY", 6, 0600);
-	char *link = xasprintf("%s/secrets/linked", tmp);
+	CHECK_INT(secret_set(fx.p, "real", "v", 1, &err), 0);
+	char *target = xasprintf("%s/outside", fx.tmp);
+	t_write_mode(target, "CANARY", 6, 0600);
+	char *link = xasprintf("%s/secrets/linked", fx.tmp);
 	REQUIRE(symlink(target, link) == 0);
-	CHECK_INT(secret_get(p, "linked", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "is a symbolic link"));
+	CHECK_INT(secret_get(fx.p, "linked", &v, &len, &err), SECRET_ERROR);
+	CHECK(t_contains(err, "is a symbolic link"));
 	free(err);
 	err = NULL;
 	/* rm removes the link itself, never the target. */
-	CHECK_INT(secret_remove(p, "linked", &err), 0);
+	CHECK_INT(secret_remove(fx.p, "linked", &err), 0);
 	CHECK_INT(t_mode_of(target), 0600);
 
 	/* The directory itself as a symbolic link. */
 	char *tmp2 = t_tmpdir();
 	char *dir2 = xasprintf("%s/secrets", tmp2);
-	char *real = xasprintf("%s/secrets", tmp);
+	char *real = xasprintf("%s/secrets", fx.tmp);
 	REQUIRE(symlink(real, dir2) == 0);
 	struct secret_provider *p2 = secret_file_provider_new(tmp2);
 	CHECK_INT(secret_get(p2, "real", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "is a symbolic link"));
-	CHECK(contains(err, dir2));
+	CHECK(t_contains(err, "is a symbolic link"));
+	CHECK(t_contains(err, dir2));
 	free(err);
 	err = NULL;
 	CHECK_INT(secret_set(p2, "x", "v", 1, &err), SECRET_ERROR);
@@ -386,9 +365,7 @@ TEST(symlinks_refused)
 	free(real);
 	free(target);
 	free(link);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(umask_does_not_matter)
@@ -418,23 +395,23 @@ TEST(umask_does_not_matter)
 
 TEST(writes_are_atomic)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
-	char *dir = xasprintf("%s/secrets", tmp);
+	struct secfix fx;
+	secfix_open(&fx);
+	char *dir = xasprintf("%s/secrets", fx.tmp);
 	size_t na = 200000, nb = 3000;
 	char *a = xmalloc(na), *b = xmalloc(nb);
 	memset(a, 'a', na);
 	memset(b, 'b', nb);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
-	REQUIRE(secret_set(p, "rot", a, na, &err) == 0);
+	REQUIRE(secret_set(fx.p, "rot", a, na, &err) == 0);
 	fflush(stdout);
 	pid_t pid = fork();
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
 		for (int i = 0; i < 300; i++) {
 			char *e = NULL;
-			if (secret_set(p, "rot", i % 2 ? a : b, i % 2 ? na : nb, &e) < 0)
+			if (secret_set(fx.p, "rot", i % 2 ? a : b, i % 2 ? na : nb, &e) < 0)
 				_exit(1);
 		}
 		_exit(0);
@@ -442,7 +419,7 @@ TEST(writes_are_atomic)
 	/* Every read sees one whole value, never a mix or a truncation. */
 	int torn = 0, reads = 0;
 	for (int i = 0; i < 2000; i++) {
-		int rc = secret_get(p, "rot", &v, &len, &err);
+		int rc = secret_get(fx.p, "rot", &v, &len, &err);
 		if (rc != 0) {
 			torn++;
 			free(err);
@@ -468,69 +445,65 @@ TEST(writes_are_atomic)
 	CHECK_INT(torn, 0);
 	CHECK(reads > 0);
 	/* No temporary file left behind. */
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 	char **names = NULL;
 	size_t n = 0;
-	REQUIRE(secret_list(p, &names, &n, &err) == 0);
+	REQUIRE(secret_list(fx.p, &names, &n, &err) == 0);
 	CHECK_INT(n, 1);
 	secret_names_free(names, n);
 	free(a);
 	free(b);
 	free(dir);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(stray_entries_not_listed)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	char *err = NULL, **names = NULL;
 	size_t n = 0;
-	CHECK_INT(secret_set(p, "good", "1", 1, &err), 0);
-	char *f1 = xasprintf("%s/secrets/.good.tmp-deadbeef", tmp);
-	char *f2 = xasprintf("%s/secrets/Upper", tmp);
-	char *d1 = xasprintf("%s/secrets/subdir", tmp);
-	write_file(f1, "x", 1, 0600);
-	write_file(f2, "x", 1, 0600);
+	CHECK_INT(secret_set(fx.p, "good", "1", 1, &err), 0);
+	char *f1 = xasprintf("%s/secrets/.good.tmp-deadbeef", fx.tmp);
+	char *f2 = xasprintf("%s/secrets/Upper", fx.tmp);
+	char *d1 = xasprintf("%s/secrets/subdir", fx.tmp);
+	t_write_mode(f1, "x", 1, 0600);
+	t_write_mode(f2, "x", 1, 0600);
 	REQUIRE(mkdir(d1, 0700) == 0);
-	REQUIRE(secret_list(p, &names, &n, &err) == 0);
+	REQUIRE(secret_list(fx.p, &names, &n, &err) == 0);
 	REQUIRE(n == 1);
 	CHECK_STR(names[0], "good");
 	secret_names_free(names, n);
 	char *v = NULL;
 	size_t len = 0;
-	CHECK_INT(secret_remove(p, "subdir", &err), SECRET_NOT_FOUND);
+	CHECK_INT(secret_remove(fx.p, "subdir", &err), SECRET_NOT_FOUND);
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_get(p, "subdir", &v, &len, &err), SECRET_ERROR);
-	CHECK(contains(err, "not a regular file"));
+	CHECK_INT(secret_get(fx.p, "subdir", &v, &len, &err), SECRET_ERROR);
+	CHECK(t_contains(err, "not a regular file"));
 	free(err);
 	free(f1);
 	free(f2);
 	free(d1);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 TEST(not_found_and_invalid_names)
 {
-	char *tmp = t_tmpdir();
-	struct secret_provider *p = secret_file_provider_new(tmp);
+	struct secfix fx;
+	secfix_open(&fx);
 	char *err = NULL, *v = NULL;
 	size_t len = 0;
 	/* Missing directory and missing file alike. */
-	CHECK_INT(secret_get(p, "database-url", &v, &len, &err), SECRET_NOT_FOUND);
+	CHECK_INT(secret_get(fx.p, "database-url", &v, &len, &err), SECRET_NOT_FOUND);
 	CHECK_STR(err, "secret \"database-url\" not found");
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_remove(p, "database-url", &err), SECRET_NOT_FOUND);
+	CHECK_INT(secret_remove(fx.p, "database-url", &err), SECRET_NOT_FOUND);
 	free(err);
 	err = NULL;
-	CHECK_INT(secret_set(p, "other", "1", 1, &err), 0);
-	CHECK_INT(secret_get(p, "database-url", &v, &len, &err), SECRET_NOT_FOUND);
+	CHECK_INT(secret_set(fx.p, "other", "1", 1, &err), 0);
+	CHECK_INT(secret_get(fx.p, "database-url", &v, &len, &err), SECRET_NOT_FOUND);
 	CHECK(v == NULL);
 	CHECK_INT(len, 0);
 	free(err);
@@ -539,33 +512,31 @@ TEST(not_found_and_invalid_names)
 	static const char *const bad[] = {"",	   "../other", "Other",	  ".other",
 					  "_lead", "-lead",    "a\x01\"b"};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-		CHECK_INT(secret_get(p, bad[i], &v, &len, &err), SECRET_INVALID_NAME);
-		CHECK(contains(err, "invalid secret name"));
+		CHECK_INT(secret_get(fx.p, bad[i], &v, &len, &err), SECRET_INVALID_NAME);
+		CHECK(t_contains(err, "invalid secret name"));
 		free(err);
 		err = NULL;
-		CHECK_INT(secret_set(p, bad[i], "v", 1, &err), SECRET_INVALID_NAME);
+		CHECK_INT(secret_set(fx.p, bad[i], "v", 1, &err), SECRET_INVALID_NAME);
 		free(err);
 		err = NULL;
-		CHECK_INT(secret_remove(p, bad[i], &err), SECRET_INVALID_NAME);
+		CHECK_INT(secret_remove(fx.p, bad[i], &err), SECRET_INVALID_NAME);
 		free(err);
 		err = NULL;
-		CHECK_INT(secret_file_check(p, bad[i], &err), SECRET_INVALID_NAME);
+		CHECK_INT(secret_file_check(fx.p, bad[i], &err), SECRET_INVALID_NAME);
 		free(err);
 		err = NULL;
 	}
 	/* Control bytes in a bad name are escaped in the message. */
 	CHECK_INT(secret_name_check("a\x01\"b", &err), SECRET_INVALID_NAME);
-	CHECK(contains(err, "\"a\\x01\\x22b\""));
+	CHECK(t_contains(err, "\"a\\x01\\x22b\""));
 	free(err);
 	/* Nothing was created by the rejected names. */
 	char **names = NULL;
 	size_t n = 0;
-	REQUIRE(secret_list(p, &names, &n, &err) == 0);
+	REQUIRE(secret_list(fx.p, &names, &n, &err) == 0);
 	CHECK_INT(n, 1);
 	secret_names_free(names, n);
-	secret_provider_free(p);
-	t_rmtree(tmp);
-	free(tmp);
+	secfix_close(&fx);
 }
 
 /* A second provider is one struct: an in-memory, read-only one here. */

@@ -1,4 +1,3 @@
-#include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <git2.h>
@@ -13,35 +12,6 @@
 #include "tfiles.h"
 #include "util.h"
 
-/* The whole file (NUL-terminated), or NULL. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	struct buf b;
-	buf_init(&b, 1 << 20);
-	char chunk[4096];
-	size_t n;
-	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-		buf_append(&b, chunk, n);
-	fclose(f);
-	if (len)
-		*len = b.len;
-	return buf_steal(&b);
-}
-
-static void write_file(const char *path, const void *data, size_t len, mode_t mode)
-{
-	unlink(path);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, data, len) != (ssize_t)len || fchmod(fd, mode) < 0) {
-		perror(path);
-		exit(1);
-	}
-	close(fd);
-}
-
 /* First line of a shell command's standard output. */
 static char *run(const char *cmd)
 {
@@ -54,25 +24,6 @@ static char *run(const char *cmd)
 	pclose(p);
 	line[strcspn(line, "\n")] = '\0';
 	return xstrdup(line);
-}
-
-static int hidden_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(d);
-	return n;
-}
-
-static bool contains(const char *hay, const char *needle)
-{
-	return hay && strstr(hay, needle) != NULL;
 }
 
 /* An SSH public key blob: string type, then each part as a string. */
@@ -111,17 +62,17 @@ TEST(generate_writes_key_files)
 	CHECK_INT(t_mode_of(dir), 0700);
 	CHECK_INT(t_mode_of(key), 0600);
 	CHECK_INT(t_mode_of(pubpath), 0644);
-	CHECK_INT(hidden_entries(dir), 0);
+	CHECK_INT(t_hidden_entries(dir), 0);
 	CHECK(str_has_prefix(line, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
 	CHECK_INT(strlen(line), strlen("ssh-ed25519 ") + 68 + strlen(" relay"));
-	CHECK(contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
+	CHECK(t_contains(line, " relay") && strcmp(line + strlen(line) - 6, " relay") == 0);
 	CHECK(str_has_prefix(fp, "SHA256:"));
 	CHECK_INT(strlen(fp), 7 + 43);
-	char *pubtext = slurp(pubpath, NULL), *want = xasprintf("%s\n", line);
+	char *pubtext = t_read_file(pubpath, 1 << 20, NULL), *want = xasprintf("%s\n", line);
 	CHECK_STR(pubtext, want);
-	char *text = slurp(key, NULL);
+	char *text = t_read_file(key, 1 << 20, NULL);
 	CHECK(str_has_prefix(text, "-----BEGIN OPENSSH PRIVATE KEY-----\n"));
-	CHECK(contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
+	CHECK(t_contains(text, "\n-----END OPENSSH PRIVATE KEY-----\n"));
 	int longest = 0;
 	for (char *p = text; p && *p;) {
 		char *nl = strchr(p, '\n');
@@ -154,12 +105,31 @@ TEST(generate_writes_key_files)
 	free(tmp);
 }
 
+/* A fresh directory and the path of the key file in it (not created). */
+struct keyfix {
+	char *tmp, *key;
+};
+
+static void keyfix_open(struct keyfix *fx)
+{
+	fx->tmp = t_tmpdir();
+	fx->key = xasprintf("%s/id_ed25519", fx->tmp);
+}
+
+static void keyfix_close(struct keyfix *fx)
+{
+	t_rmtree(fx->tmp);
+	free(fx->key);
+	free(fx->tmp);
+}
+
 TEST(ssh_keygen_reads_the_key)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
-	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", key);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
+	char *cmd = xasprintf("ssh-keygen -y -f '%s' 2>&1", fx.key);
 	char *out = run(cmd);
 	/* type and base64 must agree; the comment may or may not be printed */
 	char *type_b64 = xstrndup(line, strlen(line) - strlen(" relay"));
@@ -168,10 +138,10 @@ TEST(ssh_keygen_reads_the_key)
 	free(cmd);
 	free(out);
 	/* without the .pub beside it, ssh-keygen must read the private key */
-	char *pubpath = xasprintf("%s.pub", key);
+	char *pubpath = xasprintf("%s.pub", fx.key);
 	unlink(pubpath);
 	free(pubpath);
-	cmd = xasprintf("ssh-keygen -lf '%s' 2>&1", key);
+	cmd = xasprintf("ssh-keygen -lf '%s' 2>&1", fx.key);
 	out = run(cmd);
 	char *want = xasprintf("256 %s relay (ED25519)", fp);
 	CHECK_STR(out, want);
@@ -182,32 +152,31 @@ TEST(ssh_keygen_reads_the_key)
 	free(line);
 	free(fp);
 	free(err);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(generate_refuses_overwrite_without_force)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
-	char *before = slurp(key, NULL);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
+	char *before = t_read_file(fx.key, 1 << 20, NULL);
 	char *line2 = NULL, *fp2 = NULL;
-	CHECK_INT(sshkey_generate(tmp, false, &line2, &fp2, &err), -EEXIST);
-	CHECK(contains(err, key));
+	CHECK_INT(sshkey_generate(fx.tmp, false, &line2, &fp2, &err), -EEXIST);
+	CHECK(t_contains(err, fx.key));
 	CHECK(line2 == NULL && fp2 == NULL);
-	char *after = slurp(key, NULL);
+	char *after = t_read_file(fx.key, 1 << 20, NULL);
 	CHECK_STR(after, before);
 	free(err);
 	err = NULL;
-	CHECK_INT(sshkey_generate(tmp, true, &line2, &fp2, &err), 0);
+	CHECK_INT(sshkey_generate(fx.tmp, true, &line2, &fp2, &err), 0);
 	CHECK(line2 && strcmp(line2, line) != 0);
 	CHECK(fp2 && strcmp(fp2, fp) != 0);
-	CHECK_INT(t_mode_of(key), 0600);
-	CHECK_INT(hidden_entries(tmp), 0);
+	CHECK_INT(t_mode_of(fx.key), 0600);
+	CHECK_INT(t_hidden_entries(fx.tmp), 0);
 	char *line3 = NULL, *fp3 = NULL;
-	CHECK_INT(sshkey_public(tmp, &line3, &fp3, &err), 0);
+	CHECK_INT(sshkey_public(fx.tmp, &line3, &fp3, &err), 0);
 	CHECK_STR(line3, line2);
 	CHECK_STR(fp3, fp2);
 	free(line3);
@@ -219,58 +188,55 @@ TEST(generate_refuses_overwrite_without_force)
 	free(line);
 	free(fp);
 	free(err);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(public_missing_or_refused)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
-	char *nodir = xasprintf("%s/nope", tmp), *other = xasprintf("%s/other", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
+	char *nodir = xasprintf("%s/nope", fx.tmp), *other = xasprintf("%s/other", fx.tmp);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	CHECK_INT(sshkey_public(nodir, &line, &fp, &err), -ENOENT);
 	free(err);
 	err = NULL;
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -ENOENT);
-	CHECK(contains(err, key));
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -ENOENT);
+	CHECK(t_contains(err, fx.key));
 	free(err);
 	err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	free(line);
 	free(fp);
 	static const int loose[] = {0640, 0604, 0644, 0660, 0620, 0602};
 	for (size_t i = 0; i < ARRAY_LEN(loose); i++) {
-		chmod(key, (mode_t)loose[i]);
-		CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-		CHECK(contains(err, key));
+		chmod(fx.key, (mode_t)loose[i]);
+		CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+		CHECK(t_contains(err, fx.key));
 		CHECK(line == NULL && fp == NULL);
 		free(err);
 		err = NULL;
 	}
-	chmod(key, 0400);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), 0);
+	chmod(fx.key, 0400);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), 0);
 	free(line);
 	free(fp);
 	/* a symlink to a good key is refused */
-	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", key, other, other, key);
+	char *cmd = xasprintf("mv '%s' '%s' && ln -s '%s' '%s'", fx.key, other, other, fx.key);
 	REQUIRE(system(cmd) == 0);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, key) && contains(err, "symbolic link"));
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+	CHECK(t_contains(err, fx.key) && t_contains(err, "symbolic link"));
 	free(err);
 	err = NULL;
 	/* so is a directory with that name */
-	unlink(key);
-	mkdir(key, 0700);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, key));
+	unlink(fx.key);
+	mkdir(fx.key, 0700);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+	CHECK(t_contains(err, fx.key));
 	free(err);
 	free(cmd);
-	t_rmtree(tmp);
+	keyfix_close(&fx);
 	free(other);
 	free(nodir);
-	free(key);
-	free(tmp);
 }
 
 /* Writes the armored base64 of bin[0..n) as the key file and reads it back. */
@@ -283,12 +249,12 @@ static int public_of(const char *dir, const char *key, const unsigned char *bin,
 	for (size_t i = 0; i < strlen(body); i += 70)
 		buf_appendf(&b, "%.70s\n", body + i);
 	buf_appendf(&b, "-----END OPENSSH PRIVATE KEY-----\n");
-	write_file(key, b.data, b.len, 0600);
+	t_write_mode(key, b.data, b.len, 0600);
 	char *line = NULL, *fp = NULL, *err = NULL;
 	int rc = sshkey_public(dir, &line, &fp, &err);
 	if (rc == 0 && (!line || !fp || err))
 		rc = 99;
-	if (rc < 0 && !contains(err, key))
+	if (rc < 0 && !t_contains(err, key))
 		rc = 98;
 	free(line);
 	free(fp);
@@ -300,13 +266,14 @@ static int public_of(const char *dir, const char *key, const unsigned char *bin,
 
 TEST(public_rejects_damaged_files)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	free(line);
 	free(fp);
 	size_t len = 0;
-	char *text = slurp(key, &len);
+	char *text = t_read_file(fx.key, 1 << 20, &len);
 	/* the binary form, decoded from the file itself */
 	const char *begin = "-----BEGIN OPENSSH PRIVATE KEY-----\n";
 	char *body = xstrdup(text + strlen(begin));
@@ -321,14 +288,14 @@ TEST(public_rejects_damaged_files)
 	int n = EVP_DecodeBlock(bin, (unsigned char *)body, (int)m);
 	n -= body[m - 1] == '=' ? (body[m - 2] == '=' ? 2 : 1) : 0;
 	REQUIRE(n == 234);
-	CHECK_INT(public_of(tmp, key, bin, (size_t)n), 0); /* re-encoding round-trips */
+	CHECK_INT(public_of(fx.tmp, fx.key, bin, (size_t)n), 0); /* re-encoding round-trips */
 
 	/* every truncation of the binary, and one byte too many */
 	for (int k = 0; k < n; k++)
-		if (public_of(tmp, key, bin, (size_t)k) != -1)
+		if (public_of(fx.tmp, fx.key, bin, (size_t)k) != -1)
 			T_FAIL_("truncated to %d bytes: accepted", k);
 	bin[n] = 0;
-	CHECK_INT(public_of(tmp, key, bin, (size_t)n + 1), -1);
+	CHECK_INT(public_of(fx.tmp, fx.key, bin, (size_t)n + 1), -1);
 
 	/* one corrupted byte in each field but the comment: magic, cipher, kdf,
 	 * nkeys, public blob length and key, checkint, key type, public key, seed
@@ -336,7 +303,7 @@ TEST(public_rejects_damaged_files)
 	static const int at[] = {0, 19, 28, 38, 41, 80, 100, 110, 140, 170, 200, 228};
 	for (size_t i = 0; i < ARRAY_LEN(at); i++) {
 		bin[at[i]] ^= 0x01;
-		if (public_of(tmp, key, bin, (size_t)n) != -1)
+		if (public_of(fx.tmp, fx.key, bin, (size_t)n) != -1)
 			T_FAIL_("byte %d corrupted: accepted", at[i]);
 		bin[at[i]] ^= 0x01;
 	}
@@ -354,9 +321,9 @@ TEST(public_rejects_damaged_files)
 		"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(texts); i++) {
-		write_file(key, texts[i], strlen(texts[i]), 0600);
+		t_write_mode(fx.key, texts[i], strlen(texts[i]), 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
-		if (sshkey_public(tmp, &l, &f, &e) != -1 || !contains(e, key))
+		if (sshkey_public(fx.tmp, &l, &f, &e) != -1 || !t_contains(e, fx.key))
 			T_FAIL_("text %zu: accepted or no message", i);
 		free(l);
 		free(f);
@@ -364,9 +331,9 @@ TEST(public_rejects_damaged_files)
 	}
 	/* truncations of the text itself (all but the final newline) */
 	for (size_t k = 0; k + 1 < len; k += 7) {
-		write_file(key, text, k, 0600);
+		t_write_mode(fx.key, text, k, 0600);
 		char *l = NULL, *f = NULL, *e = NULL;
-		if (sshkey_public(tmp, &l, &f, &e) != -1)
+		if (sshkey_public(fx.tmp, &l, &f, &e) != -1)
 			T_FAIL_("text truncated to %zu bytes: accepted", k);
 		free(l);
 		free(f);
@@ -375,38 +342,64 @@ TEST(public_rejects_damaged_files)
 	/* an oversized file is refused without being parsed */
 	char *big = xmalloc(70 * 1024);
 	memset(big, 'A', 70 * 1024);
-	write_file(key, big, 70 * 1024, 0600);
-	CHECK_INT(sshkey_public(tmp, &line, &fp, &err), -1);
-	CHECK(contains(err, "larger"));
+	t_write_mode(fx.key, big, 70 * 1024, 0600);
+	CHECK_INT(sshkey_public(fx.tmp, &line, &fp, &err), -1);
+	CHECK(t_contains(err, "larger"));
 	free(err);
 	free(big);
 	free(body);
 	free(text);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 TEST(libgit2_accepts_the_key)
 {
-	char *tmp = t_tmpdir(), *key = xasprintf("%s/id_ed25519", tmp);
+	struct keyfix fx;
+	keyfix_open(&fx);
 	char *line = NULL, *fp = NULL, *err = NULL;
-	REQUIRE(sshkey_generate(tmp, false, &line, &fp, &err) == 0);
+	REQUIRE(sshkey_generate(fx.tmp, false, &line, &fp, &err) == 0);
 	CHECK(git_libgit2_init() > 0);
 	git_credential *cred = NULL;
-	CHECK_INT(git_credential_ssh_key_new(&cred, "git", NULL, key, NULL), 0);
+	CHECK_INT(git_credential_ssh_key_new(&cred, "git", NULL, fx.key, NULL), 0);
 	CHECK(cred != NULL);
 	if (cred)
 		git_credential_free(cred);
 	git_libgit2_shutdown();
 	free(line);
 	free(fp);
-	t_rmtree(tmp);
-	free(key);
-	free(tmp);
+	keyfix_close(&fx);
 }
 
 /* ---- known_hosts ---- */
+
+/* A known_hosts path in a fresh directory (not created yet) and the two
+ * ed25519 keys most tests pin: A (bytes 0x11) and B (0x22), with their
+ * base64. */
+struct khfix {
+	char *tmp, *kh;
+	unsigned char a[64], b[64];
+	size_t alen, blen;
+	char *ba, *bb;
+};
+
+static void kh_open(struct khfix *fx)
+{
+	fx->tmp = t_tmpdir();
+	fx->kh = xasprintf("%s/known_hosts", fx->tmp);
+	fx->alen = make_blob(fx->a, "ssh-ed25519", 1, 32, 0x11);
+	fx->blen = make_blob(fx->b, "ssh-ed25519", 1, 32, 0x22);
+	fx->ba = b64(fx->a, fx->alen);
+	fx->bb = b64(fx->b, fx->blen);
+}
+
+static void kh_close(struct khfix *fx)
+{
+	free(fx->ba);
+	free(fx->bb);
+	t_rmtree(fx->tmp);
+	free(fx->kh);
+	free(fx->tmp);
+}
 
 TEST(known_hosts_tofu)
 {
@@ -423,24 +416,24 @@ TEST(known_hosts_tofu)
 	CHECK_INT(t_mode_of(dir), 0700);
 	CHECK_INT(t_mode_of(kh), 0600);
 	char *want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n", ba);
-	char *got = slurp(kh, NULL);
+	char *got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	free(got);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, b, blen, &err), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
-	CHECK(contains(err, fa) && contains(err, fb) && contains(err, kh));
-	CHECK(contains(err, "man-in-the-middle"));
+	CHECK(t_contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
+	CHECK(t_contains(err, fa) && t_contains(err, fb) && t_contains(err, kh));
+	CHECK(t_contains(err, "man-in-the-middle"));
 	free(err);
 	err = NULL;
-	got = slurp(kh, NULL);
+	got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want); /* never replaced */
 	free(got);
 	/* port 22 is the bare host: a different pin */
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_NEW);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, a, alen, &err), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, "host key for 127.0.0.1 has CHANGED"));
+	CHECK(t_contains(err, "host key for 127.0.0.1 has CHANGED"));
 	free(err);
 	err = NULL;
 	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2223, b, blen, &err), KNOWN_HOSTS_NEW);
@@ -448,7 +441,7 @@ TEST(known_hosts_tofu)
 	want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n127.0.0.1 ssh-ed25519 %s\n"
 			 "[127.0.0.1]:2223 ssh-ed25519 %s\n",
 			 ba, bb, bb);
-	got = slurp(kh, NULL);
+	got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	free(got);
 	free(want);
@@ -513,15 +506,15 @@ TEST(known_hosts_rejects_bad_input)
 	free(err);
 	err = NULL;
 	/* a known_hosts writable by others, or a symlink, is refused */
-	write_file(kh, "", 0, 0666);
+	t_write_mode(kh, "", 0, 0666);
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
-	CHECK(contains(err, kh));
+	CHECK(t_contains(err, kh));
 	free(err);
 	err = NULL;
 	unlink(kh);
 	REQUIRE(symlink("/dev/null", kh) == 0);
 	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
-	CHECK(contains(err, "symbolic link"));
+	CHECK(t_contains(err, "symbolic link"));
 	free(err);
 	t_rmtree(tmp);
 	free(kh);
@@ -530,13 +523,12 @@ TEST(known_hosts_rejects_bad_input)
 
 TEST(known_hosts_reads_existing_file)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], c[64], rsa[300];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char c[64], rsa[300];
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
 	size_t rlen = make_blob(rsa, "ssh-rsa", 2, 100, 0x44);
-	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen), *br = b64(rsa, rlen);
+	char *bc = b64(c, clen), *br = b64(rsa, rlen);
 	char *fr = ssh_fingerprint(rsa, rlen);
 	char *content =
 		xasprintf("# Relay's pins\n"
@@ -551,64 +543,62 @@ TEST(known_hosts_reads_existing_file)
 			  "gitlab.com,[127.0.0.1]:2222,example.org ssh-ed25519 %s comment here\r\n"
 			  "multi.example ssh-rsa %s\n"
 			  "multi.example ssh-ed25519 %s",
-			  bc, ba, bc, ba, br, bb);
-	write_file(kh, content, strlen(content), 0600);
+			  bc, fx.ba, bc, fx.ba, br, fx.bb);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "GitLab.com", 22, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, rsa, rlen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "example.org", 22, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "GitLab.com", 22, fx.a, fx.alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, fx.b, fx.blen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, rsa, rlen, &err),
+		  KNOWN_HOSTS_MATCH);
 	CHECK(err == NULL);
-	CHECK_INT(known_hosts_verify(tmp, "127.0.0.1", 2222, c, clen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, c, clen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	err = NULL;
 	/* the first other pinned key is named, whatever its type */
-	CHECK_INT(known_hosts_verify(tmp, "multi.example", 22, c, clen, &err),
+	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, c, clen, &err),
 		  KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(err, fr));
+	CHECK(t_contains(err, fr));
 	free(err);
 	err = NULL;
 	/* a hashed entry for a host does not pin it; a new host is appended
 	 * after a newline even though the last line had none */
-	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
 	char *want = xasprintf("%s\n[new.example]:2200 ssh-ed25519 %s\n", content, bc);
-	char *got = slurp(kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
-	CHECK_INT(known_hosts_verify(tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_MATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
+		  KNOWN_HOSTS_MATCH);
 	free(got);
 	free(want);
 	free(content);
 	free(fr);
-	free(ba);
-	free(bb);
 	free(bc);
 	free(br);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 TEST(known_hosts_nul_byte_hides_no_pin)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *ba = b64(a, alen);
+	struct khfix fx;
+	kh_open(&fx);
 	struct buf f;
 	buf_init(&f, 4096);
 	buf_append(&f, "junk\0junk\n", 10);
-	buf_appendf(&f, "h.example ssh-ed25519 %s\n", ba);
-	write_file(kh, f.data, f.len, 0600);
+	buf_appendf(&f, "h.example ssh-ed25519 %s\n", fx.ba);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "h.example", 22, b, blen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(known_hosts_verify(fx.tmp, "h.example", 22, fx.b, fx.blen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	buf_free(&f);
-	free(ba);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* ---- known_hosts: hashed entries, markers, patterns, bounds ---- */
@@ -652,23 +642,20 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		T_SKIP("ssh-keygen is not installed");
 		return;
 	}
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *ba = b64(a, alen), *bb = b64(b, blen);
+	struct khfix fx;
+	kh_open(&fx);
 	char *plain = xasprintf("github.com ssh-ed25519 %s\n"
 				"[git.example]:2222 ssh-ed25519 %s\n"
 				"pinned.example ssh-ed25519 %s\n",
-				ba, bb, bb);
-	write_file(kh, plain, strlen(plain), 0600);
-	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", kh);
+				fx.ba, fx.bb, fx.bb);
+	t_write_mode(fx.kh, plain, strlen(plain), 0600);
+	char *cmd = xasprintf("ssh-keygen -q -H -f '%s' >/dev/null 2>&1", fx.kh);
 	REQUIRE(system(cmd) == 0);
-	char *hashed = slurp(kh, NULL);
+	char *hashed = t_read_file(fx.kh, 1 << 20, NULL);
 	REQUIRE(hashed != NULL);
-	CHECK(!contains(hashed, "github.com") && !contains(hashed, "git.example"));
+	CHECK(!t_contains(hashed, "github.com") && !t_contains(hashed, "git.example"));
 	CHECK(strncmp(hashed, "|1|", 3) == 0);
-	chmod(kh, 0600);
+	chmod(fx.kh, 0600);
 	char *m = NULL;
 	static const struct {
 		const char *host;
@@ -688,22 +675,22 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 		{"gitlab.com", 22, 0, KNOWN_HOSTS_NEW},	  /* not in the file */
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		const unsigned char *k = cases[i].key ? b : a;
-		size_t kl = cases[i].key ? blen : alen;
+		const unsigned char *k = cases[i].key ? fx.b : fx.a;
+		size_t kl = cases[i].key ? fx.blen : fx.alen;
 		enum known_hosts_result r =
-			verify_msg(tmp, cases[i].host, cases[i].port, k, kl, &m);
+			verify_msg(fx.tmp, cases[i].host, cases[i].port, k, kl, &m);
 		if (r != cases[i].want)
 			T_FAIL_("%s:%d key %d: got %d, want %d (%s)", cases[i].host, cases[i].port,
 				cases[i].key, r, cases[i].want, m);
-		if (r == KNOWN_HOSTS_MISMATCH && !contains(m, "has CHANGED"))
+		if (r == KNOWN_HOSTS_MISMATCH && !t_contains(m, "has CHANGED"))
 			T_FAIL_("%s:%d: message \"%s\"", cases[i].host, cases[i].port, m);
 		free(m);
 	}
 	/* the three NEW cases were appended as plain lines after the hashed */
-	char *after = slurp(kh, NULL);
+	char *after = t_read_file(fx.kh, 1 << 20, NULL);
 	char *tail = xasprintf("%sgit.example ssh-ed25519 %s\n[github.com]:2222 ssh-ed25519 %s\n"
 			       "gitlab.com ssh-ed25519 %s\n",
-			       hashed, ba, ba, ba);
+			       hashed, fx.ba, fx.ba, fx.ba);
 	CHECK_STR(after, tail);
 	free(tail);
 	free(after);
@@ -711,24 +698,20 @@ TEST(known_hosts_hashed_by_ssh_keygen)
 	/* an entry hashed here (independently of ssh-keygen) for a bracketed
 	 * name matches too, and no other name */
 	char *h = hashed_host("[h.example]:2200", 0x5a);
-	char *line = xasprintf("%s ssh-ed25519 %s\n", h, bb);
-	write_file(kh, line, strlen(line), 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 2200, b, blen, &m), KNOWN_HOSTS_MATCH);
+	char *line = xasprintf("%s ssh-ed25519 %s\n", h, fx.bb);
+	t_write_mode(fx.kh, line, strlen(line), 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2200, fx.b, fx.blen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "h.example", 2200, a, alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2200, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "h.example", 2201, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 2201, fx.b, fx.blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	free(line);
 	free(h);
 	free(hashed);
 	free(cmd);
 	free(plain);
-	free(ba);
-	free(bb);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* @revoked refuses its key for the hosts it names, whatever else pins it,
@@ -737,44 +720,43 @@ TEST(known_hosts_hashed_by_ssh_keygen)
  * matched a plain pin. */
 TEST(known_hosts_revoked_key_refused)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], c[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char c[64];
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
-	char *ba = b64(a, alen), *bb = b64(b, blen), *bc = b64(c, clen);
-	char *fa = ssh_fingerprint(a, alen), *fc = ssh_fingerprint(c, clen);
+	char *bc = b64(c, clen);
+	char *fa = ssh_fingerprint(fx.a, fx.alen), *fc = ssh_fingerprint(c, clen);
 	char *hc = hashed_host("hashed.example", 0x01);
 	char *content = xasprintf("# pins\n"
 				  "github.com ssh-ed25519 %s\n"
 				  "@revoked * ssh-ed25519 %s\n"
 				  "@revoked   %s ssh-ed25519 %s revoked 2026-01-01\n"
 				  "other.example ssh-ed25519 %s\n",
-				  ba, ba, hc, bc, bc);
-	write_file(kh, content, strlen(content), 0600);
-	char *m = NULL, *want = xasprintf("%s line 3", kh);
+				  fx.ba, fx.ba, hc, bc, bc);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 3", fx.kh);
 	/* pinned and revoked: revocation wins */
-	CHECK_INT(verify_msg(tmp, "github.com", 22, a, alen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fa));
-	CHECK(contains(m, "github.com"));
+	CHECK_INT(verify_msg(fx.tmp, "github.com", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fa));
+	CHECK(t_contains(m, "github.com"));
 	free(m);
 	/* "*": revoked for a host seen for the first time as well */
-	CHECK_INT(verify_msg(tmp, "new.example", 2222, a, alen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, want) && contains(m, "[new.example]:2222"));
+	CHECK_INT(verify_msg(fx.tmp, "new.example", 2222, fx.a, fx.alen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(t_contains(m, want) && t_contains(m, "[new.example]:2222"));
 	free(m);
 	/* a hashed @revoked entry: only for its host */
 	free(want);
-	want = xasprintf("%s line 4", kh);
-	CHECK_INT(verify_msg(tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
-	CHECK(contains(m, "@revoked") && contains(m, want) && contains(m, fc));
+	want = xasprintf("%s line 4", fx.kh);
+	CHECK_INT(verify_msg(fx.tmp, "hashed.example", 22, c, clen, &m), KNOWN_HOSTS_MISMATCH);
+	CHECK(t_contains(m, "@revoked") && t_contains(m, want) && t_contains(m, fc));
 	free(m);
-	CHECK_INT(verify_msg(tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
+	CHECK_INT(verify_msg(fx.tmp, "other.example", 22, c, clen, &m), KNOWN_HOSTS_MATCH);
 	free(m);
 	/* another key for an unpinned host is still trusted on first use */
-	CHECK_INT(verify_msg(tmp, "hashed.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "hashed.example", 22, fx.b, fx.blen, &m), KNOWN_HOSTS_NEW);
 	free(m);
-	char *got = slurp(kh, NULL);
-	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, bb);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
+	char *expect = xasprintf("%shashed.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect); /* the refused keys were never appended */
 	free(expect);
 	free(got);
@@ -783,12 +765,8 @@ TEST(known_hosts_revoked_key_refused)
 	free(hc);
 	free(fa);
 	free(fc);
-	free(ba);
-	free(bb);
 	free(bc);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* @cert-authority cannot be honoured (no certificates are checked): a host
@@ -798,50 +776,47 @@ TEST(known_hosts_revoked_key_refused)
  * host's first key pinned. */
 TEST(known_hosts_cert_authority)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64], ca[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
+	struct khfix fx;
+	kh_open(&fx);
+	unsigned char ca[64];
 	size_t calen = make_blob(ca, "ssh-ed25519", 1, 32, 0x77);
-	char *ba = b64(a, alen), *bca = b64(ca, calen);
+	char *bca = b64(ca, calen);
 	char *content = xasprintf("@cert-authority *.corp.example,!public.corp.example "
 				  "ssh-ed25519 %s\n"
 				  "pinned.corp.example ssh-ed25519 %s\n",
-				  bca, ba);
-	write_file(kh, content, strlen(content), 0600);
-	char *m = NULL, *want = xasprintf("%s line 1", kh);
+				  bca, fx.ba);
+	t_write_mode(fx.kh, content, strlen(content), 0600);
+	char *m = NULL, *want = xasprintf("%s line 1", fx.kh);
 	t_capture_logs();
-	CHECK_INT(verify_msg(tmp, "git.corp.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, want) && contains(m, "@cert-authority") &&
-	      contains(m, "git.corp.example"));
+	CHECK_INT(verify_msg(fx.tmp, "git.corp.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(t_contains(m, want) && t_contains(m, "@cert-authority") &&
+	      t_contains(m, "git.corp.example"));
 	free(m);
-	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, a, alen, &m), KNOWN_HOSTS_MATCH);
+	CHECK_INT(verify_msg(fx.tmp, "pinned.corp.example", 22, fx.a, fx.alen, &m),
+		  KNOWN_HOSTS_MATCH);
 	free(m);
-	CHECK_INT(verify_msg(tmp, "pinned.corp.example", 22, b, blen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, "@cert-authority"));
+	CHECK_INT(verify_msg(fx.tmp, "pinned.corp.example", 22, fx.b, fx.blen, &m),
+		  KNOWN_HOSTS_ERROR);
+	CHECK(t_contains(m, "@cert-authority"));
 	free(m);
 	/* excluded from the CA by '!': an ordinary first contact */
-	CHECK_INT(verify_msg(tmp, "public.corp.example", 22, b, blen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, "public.corp.example", 22, fx.b, fx.blen, &m),
+		  KNOWN_HOSTS_NEW);
 	free(m);
 	char *logs = t_captured_logs();
 	t_release_logs();
-	CHECK(contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
-	CHECK(contains(logs, "host=pinned.corp.example") && contains(logs, "line=1"));
+	CHECK(t_contains(logs, "level=WARN msg=\"known_hosts @cert-authority entry ignored"));
+	CHECK(t_contains(logs, "host=pinned.corp.example") && t_contains(logs, "line=1"));
 	free(logs);
-	char *got = slurp(kh, NULL);
-	char *bb = b64(b, blen);
-	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, bb);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
+	char *expect = xasprintf("%spublic.corp.example ssh-ed25519 %s\n", content, fx.bb);
 	CHECK_STR(got, expect);
 	free(expect);
-	free(bb);
 	free(got);
 	free(want);
 	free(content);
-	free(ba);
 	free(bca);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* Malformed hashed entries and markers, and patterns: nothing crashes,
@@ -849,11 +824,8 @@ TEST(known_hosts_cert_authority)
  * the host refuses it (fail closed), naming the line. */
 TEST(known_hosts_malformed_and_patterns)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64], b[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
-	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *bb = b64(b, blen);
+	struct khfix fx;
+	kh_open(&fx);
 	char *good = hashed_host("h.example", 0x42); /* "|1|salt|hash" */
 	char *salt = xstrndup(good + 3, (size_t)(strchr(good + 3, '|') - good - 3));
 	char *short_salt = hashed_host("h.example", 0x42);
@@ -883,9 +855,9 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	char *m = NULL;
 	for (size_t i = 0; i < ARRAY_LEN(x_lines); i++) {
-		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], bb);
-		write_file(kh, line, strlen(line), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		char *line = xasprintf("%s ssh-ed25519 %s\n", x_lines[i], fx.bb);
+		t_write_mode(fx.kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
 		if (r != KNOWN_HOSTS_NEW)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want NEW", x_lines[i], r, m);
 		free(m);
@@ -899,9 +871,9 @@ TEST(known_hosts_malformed_and_patterns)
 		"!x.example,*", "**.ex*mple", "*h.example*",
 	};
 	for (size_t i = 0; i < ARRAY_LEN(y_hosts); i++) {
-		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], bb);
-		write_file(kh, line, strlen(line), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
+		char *line = xasprintf("%s ssh-ed25519 %s\n", y_hosts[i], fx.bb);
+		t_write_mode(fx.kh, line, strlen(line), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
 		if (r != KNOWN_HOSTS_MISMATCH)
 			T_FAIL_("hosts field \"%s\": got %d (%s), want MISMATCH", y_hosts[i], r, m);
 		free(m);
@@ -927,10 +899,10 @@ TEST(known_hosts_malformed_and_patterns)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(z); i++) {
 		char *text = xasprintf("# 1\n%s", z[i].text);
-		write_file(kh, text, strlen(text), 0600);
-		enum known_hosts_result r = verify_msg(tmp, "h.example", 22, a, alen, &m);
-		char *line2 = xasprintf("%s line 2", kh);
-		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !contains(m, line2)))
+		t_write_mode(fx.kh, text, strlen(text), 0600);
+		enum known_hosts_result r = verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m);
+		char *line2 = xasprintf("%s line 2", fx.kh);
+		if (r != z[i].want || (r != KNOWN_HOSTS_NEW && !t_contains(m, line2)))
 			T_FAIL_("\"%.50s\": got %d (%s), want %d", z[i].text, r, m, z[i].want);
 		free(line2);
 		free(m);
@@ -938,10 +910,7 @@ TEST(known_hosts_malformed_and_patterns)
 	}
 	free(salt);
 	free(good);
-	free(bb);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 /* Host patterns agree with fnmatch(3) (no escapes, no brackets) on random
@@ -998,40 +967,39 @@ TEST(known_hosts_patterns_agree_with_fnmatch)
  * would not). */
 TEST(known_hosts_bounds)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	struct khfix fx;
+	kh_open(&fx);
 	char *m = NULL;
 	struct buf f;
 	buf_init(&f, 2 << 20);
 	for (int i = 0; i < 16384; i++)
 		buf_append(&f, "#\n", 2);
-	write_file(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	for (int i = 0; i < 16385; i++)
 		buf_append(&f, "\n", 1);
-	write_file(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, kh) && contains(m, "more than 16384 lines"));
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(t_contains(m, fx.kh) && t_contains(m, "more than 16384 lines"));
 	free(m);
 	/* a line of 32 KiB is fine, one byte more is not */
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i < 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	write_file(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	buf_reset(&f);
 	buf_append(&f, "# x\n", 4);
 	for (int i = 0; i <= 32 * 1024; i++)
 		buf_append(&f, "#", 1);
-	write_file(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	char *want = xasprintf("%s line 2: longer than 32768 bytes", kh);
-	CHECK(contains(m, want));
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	char *want = xasprintf("%s line 2: longer than 32768 bytes", fx.kh);
+	CHECK(t_contains(m, want));
 	free(want);
 	free(m);
 	/* 1 MiB + 1 byte */
@@ -1043,9 +1011,9 @@ TEST(known_hosts_bounds)
 		buf_append(&f, line, sizeof line);
 	}
 	buf_append(&f, "\n", 1);
-	write_file(kh, f.data, f.len, 0600);
-	CHECK_INT(verify_msg(tmp, "h.example", 22, a, alen, &m), KNOWN_HOSTS_ERROR);
-	CHECK(contains(m, "larger than 1048576 bytes"));
+	t_write_mode(fx.kh, f.data, f.len, 0600);
+	CHECK_INT(verify_msg(fx.tmp, "h.example", 22, fx.a, fx.alen, &m), KNOWN_HOSTS_ERROR);
+	CHECK(t_contains(m, "larger than 1048576 bytes"));
 	free(m);
 	/* worst patterns: many stars that almost match, just under 1 MiB */
 	buf_reset(&f);
@@ -1058,17 +1026,15 @@ TEST(known_hosts_bounds)
 			buf_append(&f, "*?", 2);
 		buf_appendf(&f, " ssh-ed25519 AAAA\n");
 	}
-	write_file(kh, f.data, f.len, 0600);
+	t_write_mode(fx.kh, f.data, f.len, 0600);
 	char *host = xmalloc(256);
 	memset(host, 'a', 255);
 	host[255] = '\0';
-	CHECK_INT(verify_msg(tmp, host, 22, a, alen, &m), KNOWN_HOSTS_NEW);
+	CHECK_INT(verify_msg(fx.tmp, host, 22, fx.a, fx.alen, &m), KNOWN_HOSTS_NEW);
 	free(m);
 	free(host);
 	buf_free(&f);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 struct race {
@@ -1089,13 +1055,12 @@ static void *race_verify(void *arg)
 
 TEST(known_hosts_pins_once_under_concurrency)
 {
-	char *tmp = t_tmpdir(), *kh = xasprintf("%s/known_hosts", tmp);
-	unsigned char a[64];
-	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
+	struct khfix fx;
+	kh_open(&fx);
 	pthread_t th[8];
 	struct race r[8];
 	for (int i = 0; i < 8; i++) {
-		r[i] = (struct race){tmp, a, alen, KNOWN_HOSTS_ERROR};
+		r[i] = (struct race){fx.tmp, fx.a, fx.alen, KNOWN_HOSTS_ERROR};
 		pthread_create(&th[i], NULL, race_verify, &r[i]);
 	}
 	int news = 0, matches = 0;
@@ -1106,12 +1071,10 @@ TEST(known_hosts_pins_once_under_concurrency)
 	}
 	CHECK_INT(news, 1);
 	CHECK_INT(matches, 7);
-	char *got = slurp(kh, NULL);
+	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	CHECK(got && strchr(got, '\n') == got + strlen(got) - 1); /* one line */
 	free(got);
-	t_rmtree(tmp);
-	free(kh);
-	free(tmp);
+	kh_close(&fx);
 }
 
 TEST(fingerprint_matches_openssh)
@@ -1121,7 +1084,7 @@ TEST(fingerprint_matches_openssh)
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	char *tmp = t_tmpdir(), *pub = xasprintf("%s/k.pub", tmp);
 	char *ba = b64(a, alen), *line = xasprintf("ssh-ed25519 %s x\n", ba);
-	write_file(pub, line, strlen(line), 0600);
+	t_write_mode(pub, line, strlen(line), 0600);
 	char *cmd = xasprintf("ssh-keygen -lf '%s'", pub);
 	char *out = run(cmd);
 	char *fp = ssh_fingerprint(a, alen);

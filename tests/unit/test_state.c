@@ -1,5 +1,4 @@
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -15,14 +14,10 @@
 
 /* ---- fixtures ---- */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(p);
-}
-
+/* Removes d (from t_tmpdir) and everything below it, and frees d. */
 static void tmpdir_free(char *d)
 {
-	nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	t_rmtree(d);
 	free(d);
 }
 

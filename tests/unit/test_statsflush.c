@@ -14,7 +14,6 @@
 #include "state.h"
 #include "statsflush.h"
 #include "t.h"
-#include "tcount.h"
 #include "tfiles.h"
 #include "util.h"
 

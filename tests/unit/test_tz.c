@@ -22,6 +22,20 @@ static int64_t ts(const char *s)
 	return tz_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
 }
 
+/* The zone named name, or NULL once the running test is failed with the
+ * reason. */
+static const struct tz *load_or_fail(const char *name)
+{
+	const struct tz *z;
+	char *err;
+	if (tz_load(name, &z, &err) != 0) {
+		T_FAIL_("%s: %s", name, err);
+		free(err);
+		return NULL;
+	}
+	return z;
+}
+
 TEST(calendar)
 {
 	CHECK_INT(tz_days_from_civil(1970, 1, 1), 0);
@@ -165,13 +179,9 @@ TEST(offsets)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		const struct off_case *c = &cases[i];
-		const struct tz *z;
-		char *err;
-		if (tz_load(c->zone, &z, &err) != 0) {
-			T_FAIL_("%s: %s", c->zone, err);
-			free(err);
+		const struct tz *z = load_or_fail(c->zone);
+		if (!z)
 			continue;
-		}
 		struct tz_tm tm;
 		tz_localtime(z, ts(c->at), &tm);
 		if (tm.offset != c->offset || tm.isdst != c->isdst || strcmp(tm.abbr, c->abbr) != 0)
@@ -243,13 +253,9 @@ TEST(local_resolve)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		const struct resolve_case *c = &cases[i];
-		const struct tz *z;
-		char *err;
-		if (tz_load(c->zone, &z, &err) != 0) {
-			T_FAIL_("%s: %s", c->zone, err);
-			free(err);
+		const struct tz *z = load_or_fail(c->zone);
+		if (!z)
 			continue;
-		}
 		int64_t out[2] = {0, 0};
 		int n = tz_local_resolve(z, ts(c->wall), out);
 		if (n != c->n || out[0] != ts(c->first) || (c->second && out[1] != ts(c->second)))

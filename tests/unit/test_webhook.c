@@ -15,6 +15,7 @@
 #include "secret.h"
 #include "t.h"
 #include "tfiles.h"
+#include "thttp.h"
 #include "webhook.h"
 
 #define REPO "git@github.com:acme/functions.git"
@@ -340,67 +341,15 @@ TEST(coalescer_free_waits_for_a_run)
 
 /* ---- the server ------------------------------------------------------- */
 
-struct reply {
-	long status;
-	char allow[64];
-	struct buf body;
-};
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-	struct reply *r = arg;
-	return buf_append(&r->body, p, size * n) < 0 ? 0 : size * n;
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-	struct reply *r = arg;
-	size_t len = size * n;
-	if (len > 7 && strncasecmp(p, "Allow: ", 7) == 0) {
-		size_t vn = len - 7;
-		while (vn && (p[7 + vn - 1] == '\r' || p[7 + vn - 1] == '\n'))
-			vn--;
-		if (vn >= sizeof r->allow)
-			vn = sizeof r->allow - 1;
-		memcpy(r->allow, p + 7, vn);
-		r->allow[vn] = '\0';
-	}
-	return len;
-}
-
 /* One request; headers is NULL-terminated (may be NULL); body NULL = GET.
  * Returns the status (0 when the request failed); r->body must be freed. */
 static long request(int port, const char *path, const char *body, const char *const *headers,
 		    struct reply *r)
 {
-	memset(r, 0, sizeof *r);
-	buf_init(&r->body, 1 << 20);
-	CURL *c = curl_easy_init();
-	if (!c)
-		return 0;
-	char *url = xasprintf("http://127.0.0.1:%d%s", port, path);
-	struct curl_slist *hdrs = NULL;
-	for (size_t i = 0; headers && headers[i]; i++)
-		hdrs = curl_slist_append(hdrs, headers[i]);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (hdrs)
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	if (body) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-	}
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(c);
+	char *url = url_for(port, path);
+	CURLcode rc = fetch_with(body ? "POST" : "GET", url, body, headers, r);
 	free(url);
-	return r->status;
+	return rc == CURLE_OK ? r->status : 0;
 }
 
 #define FIRST_ID "72d3162e-cc78-11e3-81ab-4c9367dc0958"
@@ -464,6 +413,22 @@ static void store_free(struct temp_store *s)
 	rmdir(s->dir);
 }
 
+/* Captures the log (until t_release_logs), then starts a server with cfg
+ * listening on *port; NULL, the test failed, when it cannot start. */
+static struct webhook *start_logged(const struct webhook_config *cfg, int *port)
+{
+	struct webhook *w = NULL;
+	char *err = NULL;
+	t_capture_logs();
+	if (webhook_start(cfg, &w, &err) < 0) {
+		T_FAIL_("webhook_start: %s", err);
+		free(err);
+		return NULL;
+	}
+	*port = webhook_port(w);
+	return w;
+}
+
 TEST(server_with_secret)
 {
 	struct temp_store st;
@@ -480,10 +445,9 @@ TEST(server_with_secret)
 		.sync = slow_run,
 		.sync_arg = &r,
 	};
-	t_capture_logs();
-	struct webhook *w = NULL;
-	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
-	int port = webhook_port(w);
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
 	CHECK(port > 0);
 	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
 	struct reply rep;
@@ -571,11 +535,10 @@ TEST(server_without_secret)
 		.sync = slow_run,
 		.sync_arg = &r,
 	};
-	t_capture_logs();
-	struct webhook *w = NULL;
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
 	char *err = NULL;
-	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
-	int port = webhook_port(w);
 	char *push = push_json("refs/heads/main", NULL, "https://github.com/acme/functions.git",
 			       "acme/functions");
 	struct reply rep;
@@ -651,10 +614,9 @@ TEST(server_ref_as_last_resolved)
 		.sync = slow_run,
 		.sync_arg = &r,
 	};
-	t_capture_logs();
-	struct webhook *w = NULL;
-	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
-	int port = webhook_port(w);
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
 	char *branch = push_json("refs/heads/main", REPO, NULL, NULL);
 	char *tagged = push_json("refs/tags/main", REPO, NULL, NULL);
 	struct reply rep;
@@ -675,6 +637,7 @@ TEST(server_ref_as_last_resolved)
 
 /* ---- replay protection ------------------------------------------------ */
 
+/* start_logged with the secret "gh-hook" = value in a new store st. */
 static struct webhook *start_signed(struct temp_store *st, struct runs *r, const char *value,
 				    int *port)
 {
@@ -692,14 +655,7 @@ static struct webhook *start_signed(struct temp_store *st, struct runs *r, const
 		.sync = slow_run,
 		.sync_arg = r,
 	};
-	struct webhook *w = NULL;
-	if (webhook_start(&cfg, &w, &err) < 0) {
-		T_FAIL_("webhook_start: %s", err);
-		free(err);
-		return NULL;
-	}
-	*port = webhook_port(w);
-	return w;
+	return start_logged(&cfg, port);
 }
 
 /* A delivery accepted once is not accepted again within the hour: not under
@@ -712,7 +668,6 @@ TEST(replayed_delivery_ignored)
 	struct temp_store st;
 	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	int port = 0;
-	t_capture_logs();
 	struct webhook *w = start_signed(&st, &r, "s3cret", &port);
 	REQUIRE(w != NULL);
 	char *p1 = push_json("refs/heads/main", REPO, NULL, NULL);
@@ -773,7 +728,6 @@ TEST(unsigned_request_does_not_poison_replay_set)
 	struct temp_store st;
 	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	int port = 0;
-	t_capture_logs();
 	struct webhook *w = start_signed(&st, &r, "s3cret", &port);
 	REQUIRE(w != NULL);
 	char *push = push_json("refs/heads/main", REPO, NULL, NULL);
@@ -826,12 +780,11 @@ TEST(replay_set_window_and_bound)
 
 /* ---- request bodies: memory budget and deadline ----------------------- */
 
-static int connect_to(int port)
+/* connect_to, or the test program ends. */
+static int connect_or_exit(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+	int fd = connect_to(port);
+	if (fd < 0) {
 		perror("connect");
 		exit(1);
 	}
@@ -902,16 +855,14 @@ TEST(bodies_within_memory_budget)
 		.body_budget = BUDGET,
 		.body_seconds = 60, /* not what this test is about */
 	};
-	t_capture_logs();
-	struct webhook *w = NULL;
-	char *err = NULL;
-	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
-	int port = webhook_port(w);
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
 	char *head = post_head(LEN), *chunk = xmalloc(20000);
 	memset(chunk, 'x', 20000);
 	int fds[CONNS];
 	for (int i = 0; i < CONNS; i++) {
-		fds[i] = connect_to(port);
+		fds[i] = connect_or_exit(port);
 		send_some(fds[i], head, strlen(head));
 		send_some(fds[i], chunk, 20000);
 	}
@@ -931,7 +882,7 @@ TEST(bodies_within_memory_budget)
 	CHECK_INT(ws.http.body_bytes / (LEN + 1), BUDGET / (LEN + 1)); /* 4 hold a body */
 	CHECK_INT(ws.http.over_budget, CONNS - BUDGET / (LEN + 1));
 	/* what is left cannot take another body of that size: 503 at once */
-	int late = connect_to(port);
+	int late = connect_or_exit(port);
 	send_some(late, head, strlen(head));
 	CHECK_INT(read_status(late), 503);
 	close(late);
@@ -973,13 +924,11 @@ TEST(trickling_body_cut_off)
 		.sync_arg = &r,
 		.body_seconds = 1,
 	};
-	t_capture_logs();
-	struct webhook *w = NULL;
-	char *err = NULL;
-	REQUIRE(webhook_start(&cfg, &w, &err) == 0);
-	int port = webhook_port(w);
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
 	char *head = post_head(1000);
-	int fd = connect_to(port);
+	int fd = connect_or_exit(port);
 	CHECK(send_some(fd, head, strlen(head)));
 	int sent = 0;
 	bool closed = false;

@@ -1,8 +1,9 @@
 /*
  * An HTTP client for the tests of Relay's HTTP servers (test_http.c,
- * test_metrics_http.c): one request through curl with its status, two
- * headers and its body, plus raw loopback sockets (a listener that holds a
- * port, a connection). Header-only, like t.h; everything is static inline.
+ * test_metrics_http.c, test_webhook.c): one request through curl with its
+ * status, two headers and its body, plus raw loopback sockets (a listener
+ * that holds a port, a connection). Header-only, like t.h; everything is
+ * static inline.
  */
 #ifndef RELAY_THTTP_H
 #define RELAY_THTTP_H
@@ -58,9 +59,11 @@ static inline size_t on_header(char *p, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
-/* Performs one request; returns the curl result. r->body must be freed. */
-static inline CURLcode fetch(const char *method, const char *url, const char *post,
-			     const char *extra_header, struct reply *r)
+/* Performs one request with the request headers in the NULL-terminated
+ * array headers (NULL: none); returns the curl result. r->body must be
+ * freed. */
+static inline CURLcode fetch_with(const char *method, const char *url, const char *post,
+				  const char *const *headers, struct reply *r)
 {
 	memset(r, 0, sizeof *r);
 	buf_init(&r->body, 512 << 20);
@@ -68,8 +71,8 @@ static inline CURLcode fetch(const char *method, const char *url, const char *po
 	if (!c)
 		return CURLE_FAILED_INIT;
 	struct curl_slist *hdrs = NULL;
-	if (extra_header)
-		hdrs = curl_slist_append(hdrs, extra_header);
+	for (size_t i = 0; headers && headers[i]; i++)
+		hdrs = curl_slist_append(hdrs, headers[i]);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -94,6 +97,14 @@ static inline CURLcode fetch(const char *method, const char *url, const char *po
 	return rc;
 }
 
+/* fetch_with one extra request header (NULL: none). */
+static inline CURLcode fetch(const char *method, const char *url, const char *post,
+			     const char *extra_header, struct reply *r)
+{
+	const char *const headers[] = {extra_header, NULL};
+	return fetch_with(method, url, post, headers, r);
+}
+
 static inline char *url_for(int port, const char *path)
 {
 	return xasprintf("http://127.0.0.1:%d%s", port, path);
@@ -114,9 +125,10 @@ static inline int blocker(int *port)
 	return fd;
 }
 
+/* A TCP connection to 127.0.0.1:port, or -1. */
 static inline int connect_to(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {0};
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
