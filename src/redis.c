@@ -909,6 +909,21 @@ void redis_script_init(struct redis_script *s, const char *text)
 	}
 }
 
+/* Queues a command hiredis formatted into cmd (len < 0: it could not),
+ * taking cmd. 0, or -1 with the error set. */
+static int append_formatted(struct redis *r, char *cmd, int len)
+{
+	if (len < 0) {
+		set_err(r, "cannot format command");
+		return -1;
+	}
+	int rc = buf_append(&r->out, cmd, (size_t)len);
+	redisFreeCommand(cmd);
+	if (rc < 0)
+		set_err(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+	return rc;
+}
+
 /* Queues <verb> <body> argv... */
 static int append_script(struct redis *r, const char *verb, const char *body, int argc,
 			 const char **argv, const size_t *lens)
@@ -962,15 +977,7 @@ int redis_append_argv(struct redis *r, int argc, const char **argv, const size_t
 		return -1;
 	char *cmd = NULL;
 	int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-	if (len < 0) {
-		set_err(r, "cannot format command");
-		return -1;
-	}
-	int rc = buf_append(&r->out, cmd, (size_t)len);
-	redisFreeCommand(cmd);
-	if (rc < 0)
-		set_err(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
-	return rc;
+	return append_formatted(r, cmd, len);
 }
 
 static int append_v(struct redis *r, const char *fmt, va_list ap)
@@ -979,15 +986,7 @@ static int append_v(struct redis *r, const char *fmt, va_list ap)
 		return -1;
 	char *cmd = NULL;
 	int len = redisvFormatCommand(&cmd, fmt, ap);
-	if (len < 0) {
-		set_err(r, "cannot format command");
-		return -1;
-	}
-	int rc = buf_append(&r->out, cmd, (size_t)len);
-	redisFreeCommand(cmd);
-	if (rc < 0)
-		set_err(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
-	return rc;
+	return append_formatted(r, cmd, len);
 }
 
 int redis_append(struct redis *r, const char *fmt, ...)

@@ -214,26 +214,6 @@ static char *xadd(struct redis *r, const char *stream, const char *event)
 	return id;
 }
 
-static long long pending(struct redis *r, const char *stream)
-{
-	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0
-			      ? rep->element[0]->integer
-			      : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-static long long xlen(struct redis *r, const char *stream)
-{
-	redisReply *rep = redis_command(r, "XLEN %s", stream);
-	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
 static long long exists(struct redis *r, const char *key)
 {
 	redisReply *rep = redis_command(r, "EXISTS %s", key);
@@ -270,7 +250,7 @@ struct pend_arg {
 static bool pend_is(void *a)
 {
 	struct pend_arg *p = a;
-	return pending(p->r, p->stream) == p->want;
+	return it_pending(p->r, p->stream) == p->want;
 }
 struct len_arg {
 	struct redis *r;
@@ -280,7 +260,7 @@ struct len_arg {
 static bool len_is(void *a)
 {
 	struct len_arg *p = a;
-	return xlen(p->r, p->key) == p->want;
+	return it_xlen(p->r, p->key) == p->want;
 }
 struct count_arg {
 	const char *prefix;
@@ -302,7 +282,7 @@ struct done_arg {
 static bool done_is(void *a)
 {
 	struct done_arg *p = a;
-	return it_group_done(p->r, p->stream, "g", p->id) && pending(p->r, p->stream) == 0;
+	return it_group_done(p->r, p->stream, "g", p->id) && it_pending(p->r, p->stream) == 0;
 }
 
 /* How many times the group delivered id (XPENDING's delivery counter; each
@@ -416,7 +396,7 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	struct marker_arg m1 = {r, key, "c-fail/fail.mid", 1, 0};
 	REQUIRE(wait_until(5000, backoff_marker_is, &m1));
 	int64_t seen = now_wall_ns();
-	CHECK_INT(pending(r, "s2"), 1);
+	CHECK_INT(it_pending(r, "s2"), 1);
 	CHECK_INT(calls_count("c-fail/ok.after"), 0);
 	int64_t s1, e1, s2, e2, s3, e3;
 	REQUIRE(call_times("c-fail/fail.mid#1@", &s1, &e1));
@@ -522,7 +502,7 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	REQUIRE(wait_until(10000, deliveries_at_least, &d3));
 	CHECK_INT(calls_count("a-first/"), 0);
 	CHECK_INT(calls_count("b-second/"), 1);
-	CHECK_INT(pending(r, "s4"), 2);
+	CHECK_INT(it_pending(r, "s4"), 2);
 	/* an expired running marker (crashed worker) is eligible: attempt 2 */
 	char *expired = xasprintf("running:%lld#1", (long long)(now_wall_ns() - NS_PER_SEC));
 	rep = redis_command(r, "HSET %s a-first/ok.one %s", k2, expired);
@@ -748,7 +728,7 @@ TEST(dlq_write_failure_keeps_message_pending_until_fixed)
 	/* The DLQ write failed on the first delivery and on two reclaims. */
 	struct deliv_arg dv = {r, "s6", id, 3};
 	REQUIRE(wait_until(10000, deliveries_at_least, &dv));
-	CHECK_INT(pending(r, "s6"), 1);
+	CHECK_INT(it_pending(r, "s6"), 1);
 	CHECK_INT(exists(r, "relay:s6:dlq"), 1); /* still the string */
 	rep = redis_command(r, "DEL relay:s6:dlq");
 	freeReplyObject(rep);
@@ -801,7 +781,7 @@ TEST(backpressure_bounds_buffer_and_per_function_concurrency)
 	pthread_create(&t, NULL, watch_buffer, &ma);
 	long long max_pel = 0;
 	for (int i = 0; i < 400; i++) {
-		long long p = pending(r, "s7");
+		long long p = it_pending(r, "s7");
 		if (p > max_pel)
 			max_pel = p;
 		if (calls_count("") >= 200)
@@ -958,14 +938,14 @@ TEST(dead_letter_only_while_pending)
 	CHECK(err && strstr(err, "WRONGTYPE") != NULL);
 	free(err);
 	err = NULL;
-	CHECK_INT(pending(r, "s10"), 1);
+	CHECK_INT(it_pending(r, "s10"), 1);
 	rep = redis_command(r, "DEL s10:dlq");
 	freeReplyObject(rep);
 	CHECK_INT(invocation_dead_letter(r, "s10", "g", "s10:dlq", id, entry, lens, 4, &written,
 					 &err),
 		  0);
 	CHECK(written);
-	CHECK_INT(pending(r, "s10"), 0);
+	CHECK_INT(it_pending(r, "s10"), 0);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
 	freeReplyObject(rep);
@@ -1202,7 +1182,7 @@ TEST(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it)
 	struct consumer *c = start(reg, "big1", 16, 4);
 	struct done_arg da = {r, "big1", last};
 	CHECK(wait_until(20000, done_is, &da));
-	CHECK_INT(xlen(r, "relay:big1:dlq"), 2);
+	CHECK_INT(it_xlen(r, "relay:big1:dlq"), 2);
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 2); /* side and last */
 	char *why = dlq_field(r, "big1", 0, "reason");
 	if (why && strcmp(why, "event too large") == 0) {
@@ -1218,7 +1198,7 @@ TEST(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it)
 			why ? why : "(none)");
 	}
 	free(why);
-	CHECK_INT(pending(r, "big1"), 0);
+	CHECK_INT(it_pending(r, "big1"), 0);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -1247,9 +1227,9 @@ TEST(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries)
 	CHECK(wait_until(30000, done_is, &da));
 	CHECK_INT(calls_count("i-flaky/flaky.x#3@"), 1); /* retried past it */
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 1);
-	CHECK_INT(xlen(r, "relay:big2:dlq"), 1);
+	CHECK_INT(it_xlen(r, "relay:big2:dlq"), 1);
 	check_too_large_entry(r, "big2", 0, big, huge + 5);
-	CHECK_INT(pending(r, "big2"), 0);
+	CHECK_INT(it_pending(r, "big2"), 0);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -1276,7 +1256,7 @@ TEST(reclaim_goes_past_a_pending_entry_over_the_reply_cap)
 	struct done_arg da = {r, "big3", last};
 	CHECK(wait_until(30000, done_is, &da));
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 2);
-	CHECK_INT(xlen(r, "relay:big3:dlq"), 1);
+	CHECK_INT(it_xlen(r, "relay:big3:dlq"), 1);
 	check_too_large_entry(r, "big3", 0, big, huge + 5);
 	consumer_stop(c);
 	consumer_free(c);
@@ -1306,12 +1286,12 @@ TEST(a_too_large_entry_whose_dlq_write_fails_stays_pending_until_it_can)
 	/* The DLQ write failed on the read and on two reclaims since. */
 	struct deliv_arg dv = {r, "big6", big, 3};
 	REQUIRE(wait_until(10000, deliveries_at_least, &dv));
-	CHECK_INT(pending(r, "big6"), 1);
+	CHECK_INT(it_pending(r, "big6"), 1);
 	rep = redis_command(r, "DEL relay:big6:dlq");
 	freeReplyObject(rep);
 	struct done_arg da = {r, "big6", last};
 	CHECK(wait_until(10000, done_is, &da));
-	CHECK_INT(xlen(r, "relay:big6:dlq"), 1);
+	CHECK_INT(it_xlen(r, "relay:big6:dlq"), 1);
 	check_too_large_entry(r, "big6", 0, big, 5 + 2LL * CONSUMER_ENTRY_MAX);
 	consumer_stop(c);
 	consumer_free(c);
@@ -1391,7 +1371,7 @@ TEST(a_batch_over_the_reply_cap_is_read_in_parts)
 		CHECK(wait_until(60000, done_is, &da));
 		CHECK_INT(calls_count("a-first/ok.one#1@"), (int)(s + 1) * (n + 1));
 		CHECK_INT(calls_count("b-second/ok.two#1@"), (int)(s + 1) * (n + 1));
-		CHECK_INT(xlen(r, s ? "relay:big5:dlq" : "relay:big4:dlq"), 0);
+		CHECK_INT(it_xlen(r, s ? "relay:big5:dlq" : "relay:big4:dlq"), 0);
 		CHECK(cmd_calls(r, s ? "xclaim" : "xreadgroup") >= (s ? n + 1 : 2));
 		consumer_stop(c);
 		consumer_free(c);
@@ -1541,8 +1521,8 @@ TEST(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs)
 	char *want = xasprintf("a-first/ok.one#1@%s", side);
 	CHECK_INT(calls_count(want), 1);
 	CHECK_INT(cmd_calls(r, "xrange"), 4);
-	CHECK_INT(xlen(r, "relay:junk1:dlq"), 0);
-	CHECK_INT(pending(r, "junk1"), 0);
+	CHECK_INT(it_xlen(r, "relay:junk1:dlq"), 0);
+	CHECK_INT(it_pending(r, "junk1"), 0);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);
@@ -1595,8 +1575,8 @@ TEST(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event)
 	CHECK_INT(calls_count("a-first/ok.one#1@"), 3);
 	CHECK_INT(calls_count("c-fail/"), 0);
 	CHECK_INT(cmd_calls(r, "xrange"), 3); /* the batch, from its first id */
-	CHECK_INT(xlen(r, "relay:many1:dlq"), 0);
-	CHECK_INT(pending(r, "many1"), 0);
+	CHECK_INT(it_xlen(r, "relay:many1:dlq"), 0);
+	CHECK_INT(it_pending(r, "many1"), 0);
 	consumer_stop(c);
 	consumer_free(c);
 	registry_free(reg);

@@ -175,4 +175,26 @@ static inline bool it_group_done(struct redis *r, const char *stream, const char
 	       g.pending == 0;
 }
 
+/* XLEN of stream, or -1. */
+static inline long long it_xlen(struct redis *r, const char *stream)
+{
+	redisReply *rep = redis_command(r, "XLEN %s", stream);
+	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* How many entries of stream group g has pending (XPENDING), or -1. */
+static inline long long it_pending(struct redis *r, const char *stream)
+{
+	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0
+			      ? rep->element[0]->integer
+			      : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
 #endif

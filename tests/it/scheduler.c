@@ -28,6 +28,7 @@
 #include "rfc3339.h"
 #include "scheduler.h"
 #include "t.h"
+#include "tfiles.h"
 
 static struct itredis R;
 static char fdir[64];
@@ -98,16 +99,8 @@ static void log_to_file(void)
 
 static int log_count(const char *needle)
 {
-	FILE *f = fopen(logpath, "r");
-	if (!f)
-		return 0;
-	char line[4096];
-	int n = 0;
-	while (fgets(line, sizeof line, f))
-		if (strstr(line, needle))
-			n++;
-	fclose(f);
-	return n;
+	int n = t_count_lines_with(logpath, needle);
+	return n < 0 ? 0 : n; /* no log yet: nothing logged */
 }
 
 /* A connection to an empty database: each case sets up every key it
@@ -172,26 +165,6 @@ static int read_stream(struct redis *r, const char *stream, struct occ *out, int
 		if (p && rfc3339_parse(p + 16, 20, &o->at, &ns) < 0)
 			o->at = -1;
 	}
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-static long long xlen(struct redis *r, const char *stream)
-{
-	redisReply *rep = redis_command(r, "XLEN %s", stream);
-	long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-static long long pending(struct redis *r, const char *stream)
-{
-	redisReply *rep = redis_command(r, "XPENDING %s g", stream);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements > 0
-			      ? rep->element[0]->integer
-			      : -1;
 	if (rep)
 		freeReplyObject(rep);
 	return n;
@@ -313,7 +286,7 @@ TEST(a_failed_xadd_rolls_the_dedup_key_back)
 	free(err);
 	err = NULL;
 	CHECK_INT(integer(r, "EXISTS %s", key), 0);
-	CHECK_INT(xlen(r, "fullstream"), 1);
+	CHECK_INT(it_xlen(r, "fullstream"), 1);
 	/* Once the stream can take entries again the occurrence is published,
 	 * not reported as a duplicate. */
 	rep = redis_command(r, "DEL fullstream");
@@ -321,7 +294,7 @@ TEST(a_failed_xadd_rolls_the_dedup_key_back)
 	CHECK_INT(schedule_publish(r, "fullstream", "fn-c", "jobs.h", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	CHECK_INT(integer(r, "EXISTS %s", key), 1);
-	CHECK_INT(xlen(r, "fullstream"), 1);
+	CHECK_INT(it_xlen(r, "fullstream"), 1);
 	redis_free(r);
 	free(err);
 }
@@ -330,11 +303,11 @@ TEST(a_failed_xadd_rolls_the_dedup_key_back)
 static bool wait_xlen(struct redis *r, const char *stream, long long want, int ms)
 {
 	for (int i = 0; i < ms / 20; i++) {
-		if (xlen(r, stream) >= want)
+		if (it_xlen(r, stream) >= want)
 			return true;
 		usleep(20000);
 	}
-	return xlen(r, stream) >= want;
+	return it_xlen(r, stream) >= want;
 }
 
 /* The wall-clock instant (ns) of an auto-generated entry id "<ms>-<seq>",
@@ -589,7 +562,7 @@ static bool settled(struct redis *r, const char *stream, long long dlq_want)
 		}
 		if (rep)
 			freeReplyObject(rep);
-		if (lag == 0 && pending(r, stream) == 0 && xlen(r, dlq) == dlq_want) {
+		if (lag == 0 && it_pending(r, stream) == 0 && it_xlen(r, dlq) == dlq_want) {
 			free(dlq);
 			return true;
 		}
@@ -685,13 +658,13 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	/* Delivered to a worker that then died: pending, owned by "ghost". */
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g ghost COUNT 10 STREAMS obs >");
 	freeReplyObject(rep);
-	CHECK_INT(pending(r, "obs"), 1);
+	CHECK_INT(it_pending(r, "obs"), 1);
 	int before = log_count("scheduled occurrence obsolete");
 	struct consumer *c = consumer(reg, "obs");
 	CHECK(settled(r, "obs", 0));
 	CHECK_INT(calls.n, 0);
 	CHECK_INT(log_count("scheduled occurrence obsolete"), before + 1);
-	CHECK_INT(xlen(r, "relay:obs:dlq"), 0);
+	CHECK_INT(it_xlen(r, "relay:obs:dlq"), 0);
 	consumer_stop(c);
 	consumer_free(c);
 	redis_free(r);
