@@ -105,15 +105,6 @@ static void msg_free(struct msg *m)
 	free(m);
 }
 
-static void cond_init_mono(pthread_cond_t *c)
-{
-	pthread_condattr_t a;
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(c, &a);
-	pthread_condattr_destroy(&a);
-}
-
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
 {
 	struct timespec ts;
@@ -1909,9 +1900,9 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	pthread_once(&scripts_once, scripts_init);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->ack_lock, NULL);
-	cond_init_mono(&c->work);
-	cond_init_mono(&c->space);
-	cond_init_mono(&c->ack_cond);
+	cond_init_monotonic(&c->work);
+	cond_init_monotonic(&c->space);
+	cond_init_monotonic(&c->ack_cond);
 	c->slots = slots_new(c->cfg.max_concurrency);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);

@@ -1338,13 +1338,9 @@ static void *watchdog_main(void *arg)
 /* Starts watching the fetch about to run on this thread. */
 static int guard_start(struct fetch_guard *g, char **err)
 {
-	pthread_condattr_t ca;
 	memset(g, 0, sizeof *g);
 	pthread_mutex_init(&g->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&g->wake);
 	g->fd = -1;
 	g->last_ns = now_mono_ns();
 	g->phase = "connecting";

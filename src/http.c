@@ -580,11 +580,7 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 		s->cfg.retry_interval_ms = HTTP_DEFAULT_RETRY_INTERVAL_MS;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->body_mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&s->cond);
 
 	char *e = NULL;
 	if (try_start(s, &e) == 0) {

@@ -27,11 +27,7 @@ struct slots *slots_new(int global_limit)
 {
 	struct slots *s = xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_condattr_t attr;
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cond, &attr);
-	pthread_condattr_destroy(&attr);
+	cond_init_monotonic(&s->cond);
 	s->limit = global_limit > 0 ? global_limit : 1;
 	return s;
 }

@@ -169,11 +169,7 @@ struct statsflush *statsflush_start(struct state *st, struct registry *reg, int6
 	sf->reg = reg;
 	sf->interval_ns = interval_ns > 0 ? interval_ns : STATSFLUSH_INTERVAL_NS;
 	pthread_mutex_init(&sf->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&sf->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&sf->cond);
 	int e = thread_start(&sf->thread, "statsflush", flush_main, sf);
 	if (e != 0) {
 		log_warn(LOG_ATTRS("error", strerror(e)), "cannot start the stats flush thread");

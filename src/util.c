@@ -395,7 +395,8 @@ int write_file_atomic(int dfd, const char *dir, const char *name, const void *da
 		unlinkat(dfd, tmp, 0);
 	free(tmp);
 	if (r < 0)
-		return ok && e == EEXIST ? -EEXIST : sys_error(err, "cannot write a file in", dir, e);
+		return ok && e == EEXIST ? -EEXIST
+					 : sys_error(err, "cannot write a file in", dir, e);
 	if (fsync(dfd) < 0)
 		return sys_error(err, "cannot sync directory", dir, errno);
 	return 0;
@@ -520,6 +521,15 @@ void signals_block_all(sigset_t *old)
 void signals_restore(const sigset_t *old)
 {
 	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+void cond_init_monotonic(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
 }
 
 int thread_start(pthread_t *t, const char *name, void *(*fn)(void *), void *arg)

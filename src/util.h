@@ -152,6 +152,10 @@ int check_owner_mode(const struct stat *st, mode_t loose, const char *what, cons
 
 /* ---- threads ---- */
 
+/* Initialises c so that pthread_cond_timedwait takes CLOCK_MONOTONIC
+ * deadlines (a wall-clock step never stretches or cuts a wait). */
+void cond_init_monotonic(pthread_cond_t *c);
+
 /*
  * Starts fn(arg) on a new joinable thread *t with every signal blocked and
  * named name (cut to the 15 bytes Linux keeps) so that top -H, gdb and
