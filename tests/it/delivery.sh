@@ -38,12 +38,6 @@ key_absent() { [ "$(rcli EXISTS "$1")" = 0 ]; }
 # log_has_line LINE FILE: FILE has exactly LINE after its time= field.
 log_has_line() { sed 's/^time=[^ ]* //' "$2" | grep -qxF -- "$1"; }
 
-cleanup_images() {
-	local name
-	for name in "$@"; do
-		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
-	done
-}
 
 relay_env() {
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
@@ -87,7 +81,7 @@ events:
 	[ "$max_ctr" -ge 2 ] || fail "never more than $max_ctr container at once"
 	[ "$(pending_count)" -eq 0 ] || fail "messages left pending"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-slow
+	rm_fn_images dl-slow
 }
 
 test_worker_killed_mid_invocation_is_recovered_by_another() {
@@ -120,7 +114,7 @@ events:
 	grep -q 'handler executed.*attempt=2' "$TMP/b.log" || fail "the redelivery was not attempt 2"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-long
+	rm_fn_images dl-long
 }
 
 test_redis_restart_under_load_loses_nothing() {
@@ -165,7 +159,7 @@ events:
 	grep -qE "level=INFO msg=\"redis connection restored after [1-9][0-9]* failed attempt\\(s\\)\" addr=redis://127\\.0\\.0\\.1:$port\$" \
 		"$TMP/relay.log" || fail "no 'redis connection restored' line was logged"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-echo
+	rm_fn_images dl-echo
 }
 
 test_retention_trims_old_entries_and_keeps_new_ones() {
@@ -241,7 +235,7 @@ events:
 	grep -q 'message_id=' "$TMP/w1.log" || fail "worker-1 handled nothing"
 	grep -q 'message_id=' "$TMP/w2.log" || fail "worker-2 handled nothing"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
-	cleanup_images dl-pick
+	rm_fn_images dl-pick
 }
 
 # The consumer group vanishes while Relay runs. Relay recreates it, exactly
@@ -282,7 +276,7 @@ test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
 	[ "$(grep -cF -- "$GROUP_LOST" "$TMP/relay.log")" -eq 1 ] || fail "the missing group was reported more than once"
 	! grep -q 'cannot recreate the consumer group' "$TMP/relay.log" || fail "recreation failed once"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-grp
+	rm_fn_images dl-grp
 }
 
 test_consumer_group_lost_with_redis_restarted_without_persistence() {
@@ -313,7 +307,7 @@ test_consumer_group_lost_with_redis_restarted_without_persistence() {
 	grep -qE "level=INFO msg=\"redis connection restored after [1-9][0-9]* failed attempt\\(s\\)\" addr=redis://127\\.0\\.0\\.1:$port\$" \
 		"$TMP/relay.log" || fail "no 'redis connection restored' line was logged"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-grp
+	rm_fn_images dl-grp
 }
 
 # A handler that runs a while: "start <id>" at once, "finished <id>" after
@@ -360,7 +354,7 @@ test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
 	all_acked_up_to "$id" || fail "not acknowledged before exit: pending $(pending_count)"
 	[ "$(rcli EXISTS "$(inv_key "$id")")" = 0 ] || fail "the invocation state was not deleted"
 	no_containers_of dl-term || fail "a dl-term container is left"
-	cleanup_images dl-term
+	rm_fn_images dl-term
 }
 
 # A second signal stops the running container at once: not an attempt. The
@@ -408,7 +402,7 @@ test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 	[ "$(rcli EXISTS "$key")" = 0 ] || fail "the invocation state was not deleted"
 	[ "$(rcli XLEN relay:events:dlq)" = 0 ] || fail "dead-lettered"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-cancel
+	rm_fn_images dl-cancel
 }
 
 # Retention trims a message that is still pending (its handler failed and
@@ -457,5 +451,5 @@ events:
 	[ "$(cat "$TMP/a.log" "$TMP/b.log" | grep -c ': attempt old-1$')" -eq 1 ] || fail "the handler ran again"
 	[ "$(grep -cF 'pending message no longer in the stream' "$TMP/b.log")" -eq 1 ] || fail "the drop was logged more than once"
 	stop_relay_pid "$RELAY_PID"
-	cleanup_images dl-trim
+	rm_fn_images dl-trim
 }

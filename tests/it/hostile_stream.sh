@@ -15,12 +15,6 @@ hs_fn() { # name, handler module file, handler body, template
 hs_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 # As the producer of docs/redis-acl.md.
 hs_producer() { redis-cli -p "$REDIS_PORT" --user producer --pass producer-pw --no-auth-warning "$@"; }
-hs_cleanup_images() {
-	local name
-	for name in "$@"; do
-		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
-	done
-}
 
 # hs_dlq_field ID FIELD: FIELD of the DLQ entry for original_id ID.
 hs_dlq_field() {
@@ -92,7 +86,7 @@ schedules:
 	wait_for 120 acked_through "$REDIS_PORT" events relay "$eid" || fail "the next event was not processed"
 	wait_for 10 grep -q 'EVENT RAN 2' "$TMP/relay.log" || fail "the next event did not run"
 	stop_relay_pid "$RELAY_PID"
-	hs_cleanup_images hs-acl
+	rm_fn_images hs-acl
 }
 
 test_an_entry_over_the_reply_cap_is_dead_lettered_and_reading_goes_on() {
@@ -124,5 +118,5 @@ events:
 		fail "no WARN line for the big entry"
 	! grep -q 'reply larger than' "$TMP/relay.log" || fail "a reply over the cap was read"
 	stop_relay_pid "$RELAY_PID"
-	hs_cleanup_images hs-big
+	rm_fn_images hs-big
 }

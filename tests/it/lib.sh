@@ -258,3 +258,11 @@ start_tls_redis() { # cert dir
 	wait_for 10 redis-cli --tls --cacert "$d/ca.pem" -p "$REDIS_PORT" ping ||
 		fail "TLS redis did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
 }
+
+# rm_fn_images NAME...: removes every image of these functions (relay-fn-NAME:*).
+rm_fn_images() {
+	local name
+	for name in "$@"; do
+		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
+	done
+}

@@ -21,12 +21,6 @@ sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROU
 sc_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 sc_pending() { sc_cli XPENDING events relay | head -n1; }
 sc_lag() { sc_cli XINFO GROUPS events | sed -n '/^lag$/{n;p}'; }
-sc_cleanup_images() {
-	local name
-	for name in "$@"; do
-		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
-	done
-}
 
 # The stream's occurrences, one "epoch-seconds occurrence-id message-id" per
 # line, in stream order.
@@ -235,7 +229,7 @@ schedules:
 	next=$(awk -v l="$last" '$1 > l { print $1; exit }' "$TMP/series2")
 	echo "down from $(date -u -d "@$last" +%T) to $(date -u -d "@$t_restart" +%T); next occurrence published $(date -u -d "@$next" +%T)"
 	[ "$next" -gt "$t_restart" ] || fail "missed occurrence $next published on restart ($t_restart)"
-	sc_cleanup_images sc-tick
+	rm_fn_images sc-tick
 }
 
 test_removed_schedule_pending_occurrences_are_acked_obsolete() {
@@ -282,7 +276,7 @@ events:
 	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	! grep -q 'function=sc-gone.*retrying' "$TMP/w.log" || fail "an obsolete occurrence was retried"
 	stop_relay_pid "$RELAY_PID"
-	sc_cleanup_images sc-gone
+	rm_fn_images sc-gone
 }
 
 # Redis stops (SHUTDOWN SAVE) under a worker with an every-second schedule
@@ -381,5 +375,5 @@ schedules:
 		fail "schedule_publish_failures_total $(metric schedule_publish_failures_total), want $missed"
 	echo "other WARN/ERROR lines during the outage:"
 	grep -E 'level=(WARN|ERROR)' "$TMP/w.log" | grep -v 'Schedule: publish failed' | sed 's/^/  /' | head -n 20
-	sc_cleanup_images sc-out
+	rm_fn_images sc-out
 }
