@@ -4,9 +4,10 @@
  * Their text is part of the runtime recipe digest (fingerprint.c), so a
  * change here gives every function a new fingerprint and a rebuild.
  *
- * Each one reads RELAY_HANDLER ("module.function"), reads the whole event
- * JSON from stdin, resolves the module, calls the function with the event
- * and awaits a coroutine/Promise. Exit status: 0 on success; 1 with exactly
+ * Each one reads RELAY_HANDLER ("module.function"), imports the module and
+ * resolves the function, and only then reads the whole event JSON from
+ * stdin (so a standby container, runner.h, waits ready in that read), calls
+ * the function with the event and awaits a coroutine/Promise. Exit status: 0 on success; 1 with exactly
  * one line on stderr ("relay bootstrap: ...") when RELAY_HANDLER is unset
  * or malformed, the event is not JSON, the module is missing or fails to
  * import, the function is missing, or the handler raised; a handler calling
@@ -101,12 +102,6 @@ const char bootstrap_python[] =
 	"    if not module_name or not function_name or any(ch in SPACE for ch in spec):\n"
 	"        fail('RELAY_HANDLER \"%s\" is not of the form module.function' % spec)\n"
 	"\n"
-	"    raw = sys.stdin.buffer.read()\n"
-	"    try:\n"
-	"        event = json.loads(raw)\n"
-	"    except ValueError as exc:\n"
-	"        fail(\"event is not valid JSON: %s\" % exc)\n"
-	"\n"
 	"    # The module name as written: \"my-mod\" is my-mod.py, \"events.created\" is\n"
 	"    # events/created.py, \"a.\" is a/.py (the empty-named module of package a).\n"
 	"    # A name starting with \".\" would be a relative import, which has no\n"
@@ -132,6 +127,13 @@ const char bootstrap_python[] =
 	"    if function is None or not callable(function):\n"
 	"        fail('module \"%s\" has no function \"%s\" (handler \"%s\")' % (module_name, "
 	"function_name, spec))\n"
+	"\n"
+	"    # Only now the event: a standby container waits here, ready.\n"
+	"    raw = sys.stdin.buffer.read()\n"
+	"    try:\n"
+	"        event = json.loads(raw)\n"
+	"    except ValueError as exc:\n"
+	"        fail(\"event is not valid JSON: %s\" % exc)\n"
 	"\n"
 	"    try:\n"
 	"        result = function(event)\n"
@@ -237,14 +239,6 @@ const char bootstrap_node[] =
 	"    fail(`RELAY_HANDLER \"${spec}\" is not of the form module.function`);\n"
 	"  }\n"
 	"\n"
-	"  const raw = await readStdin();\n"
-	"  let event;\n"
-	"  try {\n"
-	"    event = JSON.parse(raw);\n"
-	"  } catch (err) {\n"
-	"    fail(`event is not valid JSON: ${err.message}`);\n"
-	"  }\n"
-	"\n"
 	"  const files = candidates(moduleName);\n"
 	"  const file = files.find(isFile);\n"
 	"  if (!file) {\n"
@@ -266,6 +260,15 @@ const char bootstrap_node[] =
 	"  if (typeof fn !== 'function') {\n"
 	"    fail(`module \"${moduleName}\" has no function \"${functionName}\" (handler "
 	"\"${spec}\")`);\n"
+	"  }\n"
+	"\n"
+	"  // Only now the event: a standby container waits here, ready.\n"
+	"  const raw = await readStdin();\n"
+	"  let event;\n"
+	"  try {\n"
+	"    event = JSON.parse(raw);\n"
+	"  } catch (err) {\n"
+	"    fail(`event is not valid JSON: ${err.message}`);\n"
 	"  }\n"
 	"\n"
 	"  try {\n"

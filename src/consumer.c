@@ -1903,7 +1903,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	cond_init_monotonic(&c->work);
 	cond_init_monotonic(&c->space);
 	cond_init_monotonic(&c->ack_cond);
-	c->slots = slots_new(c->cfg.max_concurrency);
+	c->slots = c->cfg.slots ? c->cfg.slots : slots_new(c->cfg.max_concurrency);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
 	start_thread(&c->acker, "acker", acker_main, c);
@@ -1961,7 +1961,8 @@ void consumer_free(struct consumer *c)
 		free(c->held[i]);
 	free(c->held);
 	free(c->acks);
-	slots_free(c->slots);
+	if (!c->cfg.slots)
+		slots_free(c->slots);
 	free(c->workers);
 	pthread_cond_destroy(&c->work);
 	pthread_cond_destroy(&c->space);

@@ -79,6 +79,8 @@
 #include "redis.h"
 #include "registry.h"
 
+struct slots;
+
 /* Fixed defaults (spec: not configurable through the environment). */
 #define CONSUMER_RECLAIM_INTERVAL_NS (60LL * 1000000000LL)
 #define CONSUMER_MIN_PENDING_IDLE_NS (60LL * 1000000000LL)
@@ -172,6 +174,10 @@ struct consumer_config {
 	struct registry *registry;
 	consumer_invoke_fn invoke;
 	void *invoke_ctx;
+	/* The concurrency slots (slots.h), when shared with the standby pool
+	 * (owned by the caller, limit max_concurrency); NULL: the consumer's
+	 * own. */
+	struct slots *slots;
 	/* Tests only: the byte budget of one read (0: CONSUMER_READ_BUDGET);
 	 * a read asks for at most read_budget / CONSUMER_ENTRY_MAX entries
 	 * (at least one). */

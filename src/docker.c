@@ -1453,6 +1453,18 @@ long docker_conn_read(struct docker_conn *c, void *p, size_t n, int timeout_ms)
 	return conn_recv(c, p, n, deadline_after(timeout_ms));
 }
 
+int docker_conn_hung_up(const struct docker_conn *c, bool data_too)
+{
+	if (c->pending_off < c->pending_len)
+		return data_too;
+	struct pollfd pfd = {.fd = (int)c->fd, .events = POLLIN | POLLRDHUP};
+	if (poll(&pfd, 1, 0) <= 0)
+		return 0;
+	if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+		return 1;
+	return data_too && (pfd.revents & POLLIN);
+}
+
 const char *docker_conn_errmsg(const struct docker_conn *c)
 {
 	return c->err ? c->err : "no error";

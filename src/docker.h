@@ -142,6 +142,11 @@ int docker_conn_write_timeout(struct docker_conn *c, const void *p, size_t n, in
 /* Addition: the last error message on this connection (never NULL). */
 const char *docker_conn_errmsg(const struct docker_conn *c);
 
+/* Addition (standby containers): without reading or blocking, 1 when the
+ * peer has closed its side (or the socket failed), or, with data_too, when
+ * anything at all is waiting to be read; 0 otherwise. */
+int docker_conn_hung_up(const struct docker_conn *c, bool data_too);
+
 /* ---- Exposed for tests (pure parsing, no I/O) ------------------------- */
 
 /* Default daemon address when DOCKER_HOST is unset or empty. */

@@ -7,6 +7,7 @@
 #include "docker.h"
 #include "log.h"
 #include "runner.h"
+#include "standby.h"
 #include "util.h"
 
 static pthread_key_t docker_key;
@@ -85,7 +86,13 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	};
 	struct invocation_result out;
 	memset(&out, 0, sizeof out);
-	runner_invoke(d, &in, &out);
+	standby_begin(e->standby, fv, req->handler);
+	struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
+	if (parked)
+		runner_dispatch(d, parked, &in, &out);
+	else
+		runner_invoke(d, &in, &out);
+	standby_end(e->standby, fv, req->handler);
 	res->exit_code = out.exit_code;
 	if (out.error)
 		snprintf_(res->error, sizeof res->error, "%s", out.error);

@@ -5,6 +5,11 @@
  * secrets through the provider. A Docker daemon that cannot be reached is
  * not the handler's fault: such an invocation is reported as cancelled (not
  * charged) and the message stays pending for a later delivery.
+ *
+ * With a standby pool, each invocation first asks it for a parked container
+ * of its function version and handler (standby_take) and runs there
+ * (runner_dispatch), else on demand (runner_invoke); either way it counts
+ * as demand (standby_begin/standby_end), which sizes the pool.
  */
 #ifndef RELAY_EXECUTOR_H
 #define RELAY_EXECUTOR_H
@@ -14,8 +19,12 @@
 #include "consumer.h"
 #include "secret.h"
 
+struct standby;
+
 struct executor {
 	const struct secret_provider *provider;
+	/* The standby pool (standby.h); NULL: every invocation on demand. */
+	struct standby *standby;
 	const atomic_int *cancel; /* set on a second signal: running containers are stopped */
 };
 

@@ -141,7 +141,11 @@ char *runner_container_name(const struct invocation *in, char *out)
 	out[o++] = '-';
 	name_part(out, &o, in->handler ? in->handler : "none", 32);
 	out[o++] = '-';
-	name_part(out, &o, in->message_id && *in->message_id ? in->message_id : "none", 24);
+	name_part(out, &o,
+		  in->standby			      ? "standby"
+		  : in->message_id && *in->message_id ? in->message_id
+						      : "none",
+		  24);
 	char hex[24];
 	snprintf_(hex, sizeof hex, "-%016" PRIx64, name_random());
 	name_part(out, &o, hex, 17);
@@ -606,6 +610,8 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_object_set_new(labels, "relay.event_name", label_str(in->event_name));
 	json_object_set_new(labels, "relay.hostname", label_str(host));
 	json_object_set_new(labels, "relay.image", label_str(in->image));
+	if (in->standby)
+		json_object_set_new(labels, "relay.standby", json_string("true"));
 
 	json_t *host_config = json_pack(
 		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
@@ -863,25 +869,30 @@ static int run_open_streams(struct run *r)
 	return 0;
 }
 
-/* 4: start, write the event to stdin and half-close it: the handler
- * phase, one deadline from just before start. A stdin that cannot be
- * written is only logged: the handler sees EOF and the exit status
- * decides. */
-static int run_start(struct run *r)
+/* 4a: start, within deadline (the handler's on demand, setup's when
+ * parking). */
+static int run_start(struct run *r, int64_t deadline)
 {
-	const struct invocation *in = r->in;
 	struct docker_response resp = {0};
-	r->deadline = now_mono_ns() + r->timeout;
 	char *path = xasprintf("/containers/%s/start", r->id);
-	int rq = docker_request(r->d, "POST", path, NULL, 0, NULL, call_ms(r->deadline), &resp);
+	int rq = docker_request(r->d, "POST", path, NULL, 0, NULL, call_ms(deadline), &resp);
 	long status = resp.status;
 	free(path);
 	docker_response_free(&resp);
 	if (rq < 0 || (status != 204 && status != 304)) {
 		run_fail(r, "starting container %.12s: %s", r->id, docker_errmsg(r->d));
-		teardown(r->d, in, r->id, TEARDOWN_ID);
+		teardown(r->d, r->in, r->id, TEARDOWN_ID);
 		return -1;
 	}
+	return 0;
+}
+
+/* 4b: write the event to stdin and half-close it. A stdin that cannot be
+ * written is only logged: the handler sees EOF and the exit status
+ * decides. */
+static void run_feed(struct run *r)
+{
+	const struct invocation *in = r->in;
 	if (in->payload_len) {
 		int w = docker_conn_write_timeout(r->attach, in->payload, in->payload_len,
 						  remaining_ms(r->deadline));
@@ -894,7 +905,6 @@ static int run_start(struct run *r)
 		log_debug(LOG_ATTRS("function", in->function, "handler", in->handler, "error",
 				    docker_conn_errmsg(r->attach)),
 			  "closing the container's stdin failed");
-	return 0;
 }
 
 /* One read of the attach stream, at most slice ms: lines go to the
@@ -1016,10 +1026,118 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 			      xstrdup("invocation without a function, handler or image"));
 	struct run r;
 	run_init(&r, d, in, out, start);
-	if (run_create(&r) == 0 && run_open_streams(&r) == 0 && run_start(&r) == 0)
-		run_classify(&r, run_pump(&r));
+	if (run_create(&r) == 0 && run_open_streams(&r) == 0) {
+		/* The handler phase: one deadline from just before start. */
+		r.deadline = now_mono_ns() + r.timeout;
+		if (run_start(&r, r.deadline) == 0) {
+			run_feed(&r);
+			run_classify(&r, run_pump(&r));
+		}
+	}
 	run_free(&r);
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+/* ---- standby containers ------------------------------------------------ */
+
+struct runner_parked {
+	char id[72];
+	char name[RUNNER_NAME_MAX + 1];
+	char *image; /* held (image_hold) until dispatched or discarded */
+	char *function, *handler;
+	struct docker_conn *attach, *waitc;
+};
+
+static void parked_free(struct runner_parked *p)
+{
+	docker_conn_free(p->attach);
+	docker_conn_free(p->waitc);
+	image_release(p->image);
+	free(p->image);
+	free(p->function);
+	free(p->handler);
+	free(p);
+}
+
+int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
+		char **err)
+{
+	*out = NULL;
+	struct invocation_result res;
+	memset(&res, 0, sizeof res);
+	if (!in->function || !in->handler || !in->image || !in->standby) {
+		*err = xstrdup("standby container without a function, handler or image");
+		return -1;
+	}
+	struct run r;
+	run_init(&r, d, in, &res, now_mono_ns());
+	int rc = -1;
+	if (run_create(&r) == 0 && run_open_streams(&r) == 0 &&
+	    run_start(&r, r.setup_deadline) == 0) {
+		struct runner_parked *p = xcalloc(1, sizeof *p);
+		strlcpy_(p->id, res.container_id, sizeof p->id);
+		strlcpy_(p->name, res.container_name, sizeof p->name);
+		p->image = xstrdup(in->image);
+		image_hold(p->image);
+		p->function = xstrdup(in->function);
+		p->handler = xstrdup(in->handler);
+		p->attach = r.attach;
+		p->waitc = r.waitc;
+		r.attach = r.waitc = NULL;
+		*out = p;
+		rc = 0;
+	} else {
+		*err = res.error ? res.error : xstrdup("cannot start a standby container");
+		res.error = NULL;
+	}
+	run_free(&r);
+	invocation_result_free(&res);
+	return rc;
+}
+
+int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+		    struct invocation_result *out)
+{
+	memset(out, 0, sizeof *out);
+	out->exit_code = -1;
+	struct run r;
+	run_init(&r, d, in, out, now_mono_ns());
+	strlcpy_(out->container_id, p->id, sizeof out->container_id);
+	strlcpy_(out->container_name, p->name, sizeof out->container_name);
+	r.id = out->container_id;
+	r.attach = p->attach;
+	r.waitc = p->waitc;
+	p->attach = p->waitc = NULL;
+	r.attach_open = true;
+	r.deadline = now_mono_ns() + r.timeout; /* the timeout counts from dispatch */
+	run_feed(&r);
+	run_classify(&r, run_pump(&r));
+	run_free(&r);
+	parked_free(p);
+	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+int runner_parked_gone(const struct runner_parked *p)
+{
+	if (docker_conn_hung_up(p->waitc, true))
+		return 1;
+	return docker_conn_hung_up(p->attach, false) ? 2 : 0;
+}
+
+void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeout_ms)
+{
+	if (!p)
+		return;
+	struct invocation in = {
+		.function = p->function, .handler = p->handler, .teardown_timeout_ms = timeout_ms};
+	if (d)
+		teardown(d, &in, p->id, TEARDOWN_ID);
+	parked_free(p);
+}
+
+const char *runner_parked_id(const struct runner_parked *p)
+{
+	return p->id;
 }
 
 /* ---- orphan sweep ----------------------------------------------------- */

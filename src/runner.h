@@ -181,6 +181,9 @@ struct invocation {
 	 * the marker deadline holds whatever is set here. Tests only. */
 	long setup_timeout_ms;
 	long teardown_timeout_ms;
+	/* Prepared ahead of its event (runner_park): labelled
+	 * relay.standby=true, named relay-<f>-<h>-standby-<random>. */
+	bool standby;
 };
 
 struct invocation_result {
@@ -199,6 +202,41 @@ struct invocation_result {
  * Returns 0 on RUNNER_SUCCESS, -1 otherwise. */
 int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out);
 void invocation_result_free(struct invocation_result *r);
+
+/*
+ * Standby containers (standby.h)
+ * ------------------------------
+ * runner_park() does everything runner_invoke() does before the event
+ * exists: resolve the secrets, create (in->standby set: the label
+ * relay.standby=true; no message, event id or event name, which Docker
+ * cannot add to a container later), attach, register the wait and start,
+ * all within the setup bound. The bootstraps import the handler's module
+ * and resolve its function before reading stdin, so the parked container
+ * waits, ready, in its read. Nothing of its output is read until dispatch:
+ * what the module prints at import waits in the socket and is forwarded
+ * with the invocation's lines.
+ *
+ * runner_dispatch() is runner_invoke()'s handler phase in that container:
+ * the rule's timeout counts from here (not from the container's start), the
+ * event is written and stdin half-closed, output forwarded, the exit status
+ * read and classified exactly as on demand; p is consumed. Its
+ * invocation_result.seconds counts from dispatch.
+ */
+struct runner_parked;
+
+/* 0 with *out, or -1 with *err (malloc'd, naming function and handler). */
+int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
+		char **err);
+/* d: the calling thread's handle (removal on timeout or cancellation). */
+int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+		    struct invocation_result *out);
+/* Without blocking: 1 when p's container has exited (its wait answered),
+ * 2 when its attach connection broke, 0 while it waits for its event. */
+int runner_parked_gone(const struct runner_parked *p);
+/* Forced removal within timeout_ms (at most the teardown bound; d NULL:
+ * none, the orphan sweep's job), then frees p (NULL is fine). */
+void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeout_ms);
+const char *runner_parked_id(const struct runner_parked *p);
 
 /*
  * Startup orphan sweep: removes (DELETE ?force=1) every container, running

@@ -439,6 +439,41 @@ static void file_free(void *ctx)
 	free(fs);
 }
 
+/* The file's identity and times, mixed (FNV-1a over the fields): a set
+ * renames a new file over the name (new inode, new times), a remove makes
+ * it absent. */
+static int file_stamp(void *ctx, const char *name, uint64_t *stamp)
+{
+	const struct file_store *fs = ctx;
+	char *path = xasprintf("%s/%s", fs->dir, name);
+	struct stat st;
+	int rc = lstat(path, &st);
+	free(path);
+	if (rc < 0) {
+		*stamp = errno == ENOENT ? 1 : 2;
+		return 0;
+	}
+	const uint64_t fields[] = {(uint64_t)st.st_dev,		(uint64_t)st.st_ino,
+				   (uint64_t)st.st_size,	(uint64_t)st.st_mode,
+				   (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
+				   (uint64_t)st.st_ctim.tv_sec, (uint64_t)st.st_ctim.tv_nsec};
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (size_t i = 0; i < ARRAY_LEN(fields); i++)
+		for (int b = 0; b < 64; b += 8) {
+			h ^= (fields[i] >> b) & 0xff;
+			h *= 0x100000001b3ULL;
+		}
+	*stamp = h;
+	return 0;
+}
+
+int secret_stamp(const struct secret_provider *p, const char *name, uint64_t *stamp)
+{
+	if (!p || !p->stamp || !secret_name_ok(name))
+		return -1;
+	return p->stamp(p->ctx, name, stamp);
+}
+
 struct secret_provider *secret_file_provider_new(const char *data_dir)
 {
 	struct file_store *fs = xcalloc(1, sizeof *fs);
@@ -455,6 +490,7 @@ struct secret_provider *secret_file_provider_new(const char *data_dir)
 	p->list = file_list;
 	p->set = file_set;
 	p->remove = file_remove;
+	p->stamp = file_stamp;
 	p->free_ctx = file_free;
 	return p;
 }

@@ -38,6 +38,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Longest secret name, in bytes. */
 #define SECRET_NAME_MAX 63
@@ -83,6 +84,10 @@ struct secret_provider {
 	int (*set)(void *ctx, const char *name, const void *value, size_t len, char **err);
 	/* Optional. SECRET_NOT_FOUND when there is no such secret. */
 	int (*remove)(void *ctx, const char *name, char **err);
+	/* Optional. A value that changes whenever the secret's value may have
+	 * changed, found without reading the value (the standby pool compares
+	 * it to know when a prepared container's Env is stale). */
+	int (*stamp)(void *ctx, const char *name, uint64_t *stamp);
 	/* Frees ctx; may be NULL. */
 	void (*free_ctx)(void *ctx);
 };
@@ -98,6 +103,10 @@ int secret_list(const struct secret_provider *p, char ***names, size_t *count, c
 int secret_set(const struct secret_provider *p, const char *name, const void *value, size_t len,
 	       char **err);
 int secret_remove(const struct secret_provider *p, const char *name, char **err);
+
+/* p's stamp of the secret: 0, or -1 when p has none (or the name is
+ * invalid): then nothing tells a change, and callers must not cache. */
+int secret_stamp(const struct secret_provider *p, const char *name, uint64_t *stamp);
 
 /* Frees a provider (NULL is fine). */
 void secret_provider_free(struct secret_provider *p);

@@ -19,6 +19,7 @@ struct slots {
 	pthread_cond_t cond;
 	int limit;
 	int used;
+	int waiting; /* threads blocked in slots_acquire */
 	struct fslot *fns;
 	size_t nfns, cap;
 };
@@ -80,7 +81,9 @@ int slots_acquire(struct slots *s, const char *function, int function_limit, int
 			break;
 		}
 		*waited = true;
+		s->waiting++;
 		int e = pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
+		s->waiting--;
 		/* the array may have grown: look the slot up again */
 		f = find(s, function, function_limit, true);
 		if (e == ETIMEDOUT && (s->used >= s->limit || f->used >= f->limit)) {
@@ -94,6 +97,25 @@ int slots_acquire(struct slots *s, const char *function, int function_limit, int
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
+}
+
+int slots_try_acquire_spare(struct slots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int rc = s->waiting == 0 && s->used < s->limit ? 0 : -1;
+	if (rc == 0)
+		s->used++;
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void slots_release_spare(struct slots *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->used > 0)
+		s->used--;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
 }
 
 void slots_release(struct slots *s, const char *function)

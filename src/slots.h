@@ -28,6 +28,15 @@ int slots_acquire(struct slots *s, const char *function, int function_limit, int
 		  const atomic_int *stop, bool *waited);
 void slots_release(struct slots *s, const char *function);
 
+/*
+ * Lower-priority admission (standby container starts): one global slot,
+ * only when one is free and no slots_acquire is waiting, never blocking.
+ * Returns 0 when taken (give it back with slots_release_spare), -1 when
+ * not.
+ */
+int slots_try_acquire_spare(struct slots *s);
+void slots_release_spare(struct slots *s);
+
 /* Current use, for tests and gauges. */
 int slots_in_use(struct slots *s);
 int slots_function_in_use(struct slots *s, const char *function);

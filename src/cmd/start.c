@@ -8,9 +8,10 @@
  * discover and prepare every function (reconcile.h; one failing function
  * never blocks the others) → consumer group → reconciler (which first
  * removes unused old images), stats flush, metrics server, retention →
- * consumer threads → consume until SIGINT/SIGTERM. The first signal stops
- * reading and lets in-flight invocations finish (bounded by their
- * timeouts), stops the reconciler (an image build in progress is not waited
+ * standby pool (STANDBY_MAX > 0, standby.h) → consumer threads → consume
+ * until SIGINT/SIGTERM. The first signal stops reading and lets in-flight
+ * invocations finish (bounded by their timeouts), removes the standby
+ * containers (bounded by STANDBY_STOP_TIMEOUT_MS), stops the reconciler (an image build in progress is not waited
  * for beyond RECONCILER_STOP_MS), writes a final stats snapshot (bounded by
  * FINAL_FLUSH_MS), then exits 0; a second signal stops the running
  * containers and exits at once. runtime_start and runtime_stop below own
@@ -49,6 +50,8 @@
 #include "runner.h"
 #include "scheduler.h"
 #include "secret.h"
+#include "slots.h"
+#include "standby.h"
 #include "state.h"
 #include "statsflush.h"
 #include "util.h"
@@ -109,7 +112,9 @@ struct relay {
 	struct redis *r; /* the consumer group's connection */
 	struct statsflush *flush;
 	struct retention *retention;
-	struct executor exec; /* the consumer's invoke context */
+	struct slots *slots;	 /* shared by the consumer and the standby pool */
+	struct standby *standby; /* NULL: STANDBY_MAX=0 */
+	struct executor exec;	 /* the consumer's invoke context */
 	struct consumer *consumer;
 	struct scheduler *scheduler;
 };
@@ -231,7 +236,19 @@ static int start_threads(struct relay *rt)
 		rt->retention = retention_start(&rt->uri, cfg->redis_stream,
 						cfg->stream_retention_ns, 0, 0);
 
-	rt->exec = (struct executor){.provider = rt->secrets, .cancel = &cancel_flag};
+	rt->slots = slots_new((int)cfg->max_concurrency);
+	if (cfg->standby_max > 0) {
+		struct standby_config sbc = {
+			.max = (int)cfg->standby_max,
+			.idle_ns = cfg->standby_idle_ns,
+			.registry = rt->reg,
+			.slots = rt->slots,
+			.provider = rt->secrets,
+		};
+		rt->standby = standby_start(&sbc);
+	}
+	rt->exec = (struct executor){
+		.provider = rt->secrets, .standby = rt->standby, .cancel = &cancel_flag};
 	struct consumer_config ccfg = {
 		.uri = &rt->uri,
 		.stream = cfg->redis_stream,
@@ -242,12 +259,17 @@ static int start_threads(struct relay *rt)
 		.registry = rt->reg,
 		.invoke = executor_invoke,
 		.invoke_ctx = &rt->exec,
+		.slots = rt->slots,
 	};
 	rt->consumer = consumer_start(&ccfg);
-	char mc[24], mb[24];
+	char mc[24], mb[24], sm[24], si[DURATION_STR_MAX];
 	snprintf_(mc, sizeof mc, "%lld", (long long)cfg->max_concurrency);
 	snprintf_(mb, sizeof mb, "%lld", (long long)cfg->max_buffered_events);
-	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb), "worker started");
+	snprintf_(sm, sizeof sm, "%lld", (long long)cfg->standby_max);
+	duration_format(cfg->standby_idle_ns, si);
+	log_info(LOG_ATTRS("max_concurrency", mc, "max_buffered_events", mb, "standby_max", sm,
+			   "standby_idle", si),
+		 "worker started");
 	struct scheduler_config scfg = {
 		.uri = &rt->uri, .stream = cfg->redis_stream, .registry = rt->reg};
 	rt->scheduler = scheduler_start(&scfg);
@@ -279,7 +301,7 @@ static int runtime_start(struct relay *rt, const struct config *cfg)
 /*
  * Teardown of whatever runtime_start started, in this order: the scheduler
  * (publish nothing more while stopping), the consumer (in-flight invocations
- * finish), git syncs and the webhook (no sync starts while stopping), the
+ * finish), the standby pool (its containers removed), git syncs and the webhook (no sync starts while stopping), the
  * reconciler (bounded by RECONCILER_STOP_MS), the final stats flush
  * (bounded by FINAL_FLUSH_MS), retention, the metrics server, then the
  * memory. A reconciler or flush thread still busy keeps the registry and
@@ -291,6 +313,8 @@ static void runtime_stop(struct relay *rt)
 	scheduler_stop(rt->scheduler); /* first: publish nothing more while stopping */
 	if (rt->consumer)
 		consumer_stop(rt->consumer);
+	/* No worker takes a standby container any more: remove them all. */
+	standby_stop(rt->standby);
 	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
 	 * server must not hold up the exit. */
 	gitsync_cancel_all(true);
@@ -303,6 +327,7 @@ static void runtime_stop(struct relay *rt)
 		statsflush_free(rt->flush);
 	if (rt->consumer)
 		consumer_free(rt->consumer);
+	slots_free(rt->slots);
 	retention_stop(rt->retention);
 	if (rt->cfg->metrics_addr)
 		metrics_server_stop();

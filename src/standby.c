@@ -1,0 +1,583 @@
+/*
+ * The standby pool; the contract is in standby.h.
+ *
+ * Shape: a list of parked containers (struct entry) and a list of demand
+ * records (struct demand, one per function/handler seen), both under
+ * sb->lock. The pool thread wakes every STANDBY_TICK_MS or when poked (a
+ * take, an invocation's start or end), and in one pass: sorts out what
+ * must go (plan_discards: stale version or secret, gone, idle, excess),
+ * removes it without the lock, then starts at most one container
+ * (pick_start, start_one) and goes round again at once while there is a
+ * deficit and a spare slot.
+ */
+#include "standby.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "docker.h"
+#include "duration.h"
+#include "log.h"
+#include "metrics.h"
+#include "template.h"
+#include "util.h"
+
+struct entry {
+	struct entry *next;
+	struct runner_parked *p;
+	char *function, *handler, *image;
+	uint64_t stamp;			/* the function's secret stamps when created */
+	enum metric_standby_reason why; /* on the discard list */
+};
+
+struct demand {
+	struct demand *next;
+	char *function, *handler;
+	int running;	      /* invocations now */
+	int peak, prev_peak;  /* of the current and the previous window */
+	int64_t window_start; /* monotonic */
+	int64_t last_use;     /* monotonic: the last standby_begin */
+	int64_t retry_after;  /* monotonic: no start before (an early exit) */
+	char *retry_image;    /* ... of this image */
+	int starting;	      /* 1 while the pool thread parks one */
+};
+
+struct standby {
+	struct standby_config cfg;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool poked;
+	atomic_int stop;
+	struct entry *entries;
+	int nentries;
+	struct entry *dead; /* unlinked, waiting for the pool thread to remove */
+	struct demand *demand;
+	pthread_t thread;
+	struct docker *docker; /* the pool thread's */
+};
+
+/* ---- secret stamps ----------------------------------------------------- */
+
+/* The stamps of every secret fv's function references, mixed: 0 with
+ * *stamp, -1 when one cannot be stamped (then the function gets no
+ * standby). No value is read. */
+static int fv_stamp(const struct standby *sb, const struct fn_version *fv, uint64_t *stamp)
+{
+	const struct template *t = fv->fn->tpl;
+	uint64_t h = 0x84222325cbf29ce4ULL;
+	for (size_t i = 0; i < t->nsecrets; i++) {
+		uint64_t s;
+		if (secret_stamp(sb->cfg.provider, t->secrets[i].value, &s) < 0)
+			return -1;
+		h = (h ^ s) * 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	*stamp = h;
+	return 0;
+}
+
+/* ---- demand ------------------------------------------------------------ */
+
+static struct demand *demand_find(struct standby *sb, const char *function, const char *handler,
+				  bool create)
+{
+	for (struct demand *d = sb->demand; d; d = d->next)
+		if (strcmp(d->function, function) == 0 && strcmp(d->handler, handler) == 0)
+			return d;
+	if (!create)
+		return NULL;
+	struct demand *d = xcalloc(1, sizeof *d);
+	d->function = xstrdup(function);
+	d->handler = xstrdup(handler);
+	d->window_start = now_mono_ns();
+	d->next = sb->demand;
+	sb->demand = d;
+	return d;
+}
+
+/* Moves d's peak window on to now. */
+static void demand_roll(struct demand *d, int64_t now)
+{
+	while (now - d->window_start >= STANDBY_PEAK_WINDOW_NS) {
+		d->prev_peak = d->peak;
+		d->peak = d->running;
+		d->window_start += STANDBY_PEAK_WINDOW_NS;
+		if (now - d->window_start >= STANDBY_PEAK_WINDOW_NS) {
+			/* a whole window passed without a call: start afresh */
+			d->prev_peak = d->running;
+			d->window_start = now;
+		}
+	}
+}
+
+/* How many d should have parked: its recent peak, 0 when idle. */
+static int demand_target(const struct standby *sb, struct demand *d, int64_t now)
+{
+	demand_roll(d, now);
+	if (d->running == 0 && now - d->last_use >= sb->cfg.idle_ns)
+		return 0;
+	int t = d->peak > d->prev_peak ? d->peak : d->prev_peak;
+	return t < 1 ? 1 : t;
+}
+
+static void poke_locked(struct standby *sb)
+{
+	sb->poked = true;
+	pthread_cond_signal(&sb->cond);
+}
+
+void standby_begin(struct standby *sb, const struct fn_version *fv, const char *handler)
+{
+	if (!sb)
+		return;
+	int64_t now = now_mono_ns();
+	pthread_mutex_lock(&sb->lock);
+	struct demand *d = demand_find(sb, fv->fn->name, handler, true);
+	demand_roll(d, now);
+	d->running++;
+	if (d->running > d->peak)
+		d->peak = d->running;
+	d->last_use = now;
+	poke_locked(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+void standby_end(struct standby *sb, const struct fn_version *fv, const char *handler)
+{
+	if (!sb)
+		return;
+	pthread_mutex_lock(&sb->lock);
+	struct demand *d = demand_find(sb, fv->fn->name, handler, false);
+	if (d && d->running > 0)
+		d->running--;
+	pthread_mutex_unlock(&sb->lock);
+}
+
+/* ---- the pool ---------------------------------------------------------- */
+
+static void entry_free(struct entry *e)
+{
+	free(e->function);
+	free(e->handler);
+	free(e->image);
+	free(e);
+}
+
+/* Unlinks *link's entry (the gauge goes down) and returns it. */
+static struct entry *unlink_locked(struct standby *sb, struct entry **link)
+{
+	struct entry *e = *link;
+	*link = e->next;
+	e->next = NULL;
+	sb->nentries--;
+	metrics_standby_containers(e->function, e->handler, -1);
+	return e;
+}
+
+/* Why a parked container must go now, or -1 when it may stay. Checks the
+ * connections last (no system call for the common stale cases). */
+static int gone_reason(const struct entry *e)
+{
+	int g = runner_parked_gone(e->p);
+	return g == 1 ? (int)METRIC_STANDBY_EXITED : g == 2 ? (int)METRIC_STANDBY_LOST : -1;
+}
+
+static void remove_parked(struct standby *sb, struct entry *e, long timeout_ms)
+{
+	const char *why = metrics_standby_reason_name(e->why);
+	log_debug(LOG_ATTRS("function", e->function, "handler", e->handler, "container",
+			    runner_parked_id(e->p), "reason", why),
+		  "standby container discarded");
+	metrics_standby_discarded(e->why);
+	if (e->why == METRIC_STANDBY_EXITED || e->why == METRIC_STANDBY_LOST) {
+		pthread_mutex_lock(&sb->lock);
+		struct demand *dm = demand_find(sb, e->function, e->handler, false);
+		if (dm) {
+			dm->retry_after = now_mono_ns() + STANDBY_RETRY_NS;
+			free(dm->retry_image);
+			dm->retry_image = xstrdup(e->image);
+		}
+		pthread_mutex_unlock(&sb->lock);
+	}
+	runner_parked_discard(sb->docker, e->p, timeout_ms);
+	entry_free(e);
+}
+
+/* Worker side: a discarded entry is handed to the pool thread, which owns
+ * the Docker connection that removes it. */
+static struct entry *graveyard_push(struct entry *list, struct entry *e,
+				    enum metric_standby_reason why)
+{
+	e->why = why;
+	e->next = list;
+	return e;
+}
+
+struct runner_parked *standby_take(struct standby *sb, const struct fn_version *fv,
+				   const char *handler)
+{
+	if (!sb)
+		return NULL;
+	uint64_t stamp;
+	bool stampable = fv->image && fv_stamp(sb, fv, &stamp) == 0;
+	struct runner_parked *got = NULL;
+	pthread_mutex_lock(&sb->lock);
+	for (struct entry **link = &sb->entries; *link && stampable;) {
+		struct entry *e = *link;
+		if (strcmp(e->function, fv->fn->name) != 0 || strcmp(e->handler, handler) != 0 ||
+		    strcmp(e->image, fv->image) != 0) {
+			link = &e->next;
+			continue;
+		}
+		int why = e->stamp != stamp ? (int)METRIC_STANDBY_SECRET : gone_reason(e);
+		e = unlink_locked(sb, link);
+		if (why >= 0) {
+			sb->dead = graveyard_push(sb->dead, e, (enum metric_standby_reason)why);
+			continue;
+		}
+		got = e->p;
+		entry_free(e);
+		break;
+	}
+	poke_locked(sb);
+	pthread_mutex_unlock(&sb->lock);
+	metrics_inc(got ? METRIC_STANDBY_DISPATCHES : METRIC_STANDBY_MISSES);
+	return got;
+}
+
+int standby_count(struct standby *sb, const char *function, const char *handler)
+{
+	if (!sb)
+		return 0;
+	int n = 0;
+	pthread_mutex_lock(&sb->lock);
+	for (struct entry *e = sb->entries; e; e = e->next)
+		n += strcmp(e->function, function) == 0 && strcmp(e->handler, handler) == 0;
+	pthread_mutex_unlock(&sb->lock);
+	return n;
+}
+
+void standby_poke(struct standby *sb)
+{
+	if (!sb)
+		return;
+	pthread_mutex_lock(&sb->lock);
+	poke_locked(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+/* ---- the pool thread ---------------------------------------------------- */
+
+/* Parked entries of d's function and handler at image. */
+static int parked_for(const struct standby *sb, const struct demand *d, const char *image)
+{
+	int n = 0;
+	for (const struct entry *e = sb->entries; e; e = e->next)
+		n += strcmp(e->function, d->function) == 0 && strcmp(e->handler, d->handler) == 0 &&
+		     strcmp(e->image, image) == 0;
+	return n;
+}
+
+/* Demand records, most recently used first (for the STANDBY_MAX share). */
+static int by_last_use(const void *a, const void *b)
+{
+	const struct demand *x = *(struct demand *const *)a, *y = *(struct demand *const *)b;
+	return x->last_use < y->last_use ? 1 : x->last_use > y->last_use ? -1 : 0;
+}
+
+/* Each demand record's allowed count under STANDBY_MAX (in d->... via
+ * the parallel array quota), most recently used first. Returns the sorted
+ * array (malloc'd, *n records). */
+static struct demand **shares(struct standby *sb, int64_t now, int **quota, size_t *n)
+{
+	size_t count = 0;
+	for (struct demand *d = sb->demand; d; d = d->next)
+		count++;
+	struct demand **v = xcalloc(count ? count : 1, sizeof *v);
+	*quota = xcalloc(count ? count : 1, sizeof **quota);
+	size_t i = 0;
+	for (struct demand *d = sb->demand; d; d = d->next)
+		v[i++] = d;
+	qsort(v, count, sizeof *v, by_last_use);
+	int left = sb->cfg.max;
+	for (i = 0; i < count; i++) {
+		int t = demand_target(sb, v[i], now);
+		(*quota)[i] = t < left ? t : left;
+		left -= (*quota)[i];
+	}
+	*n = count;
+	return v;
+}
+
+/* The discards of one pass, under the lock: stale versions and secrets,
+ * containers gone, then whatever exceeds its share (idle when the share
+ * fell to 0). Appends to sb->dead. */
+static void plan_discards(struct standby *sb, const struct snapshot *snap, int64_t now)
+{
+	int *quota;
+	size_t n;
+	struct demand **v = shares(sb, now, &quota, &n);
+	int *kept = xcalloc(n ? n : 1, sizeof *kept);
+	for (struct entry **link = &sb->entries; *link;) {
+		struct entry *e = *link;
+		const struct fn_version *fv = snapshot_find(snap, e->function);
+		uint64_t stamp = 0;
+		int why = -1;
+		if (!fv || !fv->image || strcmp(fv->image, e->image) != 0)
+			why = METRIC_STANDBY_VERSION;
+		else if (fv_stamp(sb, fv, &stamp) < 0 || stamp != e->stamp)
+			why = METRIC_STANDBY_SECRET;
+		else if ((why = gone_reason(e)) < 0) {
+			size_t i = 0;
+			while (i < n && (strcmp(v[i]->function, e->function) != 0 ||
+					 strcmp(v[i]->handler, e->handler) != 0))
+				i++;
+			if (i == n || kept[i] >= quota[i])
+				why = i == n || demand_target(sb, v[i], now) == 0
+					      ? METRIC_STANDBY_IDLE
+					      : METRIC_STANDBY_EXCESS;
+			else
+				kept[i]++;
+		}
+		if (why < 0) {
+			link = &e->next;
+			continue;
+		}
+		e = unlink_locked(sb, link);
+		sb->dead = graveyard_push(sb->dead, e, (enum metric_standby_reason)why);
+	}
+	/* Forget handlers idle with nothing parked. */
+	for (struct demand **link = &sb->demand; *link;) {
+		struct demand *d = *link;
+		if (d->running == 0 && !d->starting && now - d->last_use >= sb->cfg.idle_ns &&
+		    now >= d->retry_after) {
+			bool any = false;
+			for (struct entry *e = sb->entries; e && !any; e = e->next)
+				any = strcmp(e->function, d->function) == 0 &&
+				      strcmp(e->handler, d->handler) == 0;
+			if (!any) {
+				*link = d->next;
+				free(d->function);
+				free(d->handler);
+				free(d->retry_image);
+				free(d);
+				continue;
+			}
+		}
+		link = &d->next;
+	}
+	free(kept);
+	free(quota);
+	free(v);
+}
+
+/* The demand record that should get one more container now, under the
+ * lock, or NULL: below its share at the current image, not backing off
+ * after an early exit, and the pool below STANDBY_MAX. */
+static struct demand *pick_start(struct standby *sb, const struct snapshot *snap, int64_t now)
+{
+	if (sb->nentries >= sb->cfg.max)
+		return NULL;
+	int *quota;
+	size_t n;
+	struct demand **v = shares(sb, now, &quota, &n);
+	struct demand *pick = NULL;
+	for (size_t i = 0; i < n && !pick; i++) {
+		const struct fn_version *fv = snapshot_find(snap, v[i]->function);
+		if (!fv || !fv->image || v[i]->starting)
+			continue;
+		if (now < v[i]->retry_after && v[i]->retry_image &&
+		    strcmp(v[i]->retry_image, fv->image) == 0)
+			continue;
+		if (parked_for(sb, v[i], fv->image) < quota[i])
+			pick = v[i];
+	}
+	free(quota);
+	free(v);
+	return pick;
+}
+
+/* Parks one container for d (at the snapshot's version); 0 when parked. */
+static int start_one(struct standby *sb, const struct snapshot *snap, struct demand *d)
+{
+	const struct fn_version *fv = snapshot_find(snap, d->function);
+	const struct template *t = fv->fn->tpl;
+	uint64_t stamp;
+	if (fv_stamp(sb, fv, &stamp) < 0)
+		return -1;
+	struct invocation in = {
+		.function = fv->fn->name,
+		.handler = d->handler,
+		.image = fv->image,
+		.env = t->env,
+		.nenv = t->nenv,
+		.secrets = t->secrets,
+		.nsecrets = t->nsecrets,
+		.provider = sb->cfg.provider,
+		.hostname = sb->cfg.hostname,
+		.standby = true,
+	};
+	struct runner_parked *p = NULL;
+	char *err = NULL;
+	int64_t t0 = now_mono_ns();
+	if (runner_park(sb->docker, &in, &p, &err) < 0) {
+		log_debug(LOG_ATTRS("function", in.function, "handler", in.handler, "error", err),
+			  "standby container not started");
+		free(err);
+		return -1;
+	}
+	char ms[24];
+	snprintf_(ms, sizeof ms, "%lld", (long long)((now_mono_ns() - t0) / NS_PER_MS));
+	log_debug(LOG_ATTRS("function", in.function, "handler", in.handler, "container",
+			    runner_parked_id(p), "image", fv->image, "start_ms", ms),
+		  "standby container started");
+	struct entry *e = xcalloc(1, sizeof *e);
+	e->p = p;
+	e->function = xstrdup(fv->fn->name);
+	e->handler = xstrdup(d->handler);
+	e->image = xstrdup(fv->image);
+	e->stamp = stamp;
+	pthread_mutex_lock(&sb->lock);
+	e->next = sb->entries;
+	sb->entries = e;
+	sb->nentries++;
+	metrics_standby_containers(e->function, e->handler, 1);
+	pthread_mutex_unlock(&sb->lock);
+	return 0;
+}
+
+/* Removes what sb->dead holds, no lock held during the calls, each
+ * removal bounded by what is left until deadline (at least 1 ms). */
+static void bury(struct standby *sb, int64_t deadline)
+{
+	pthread_mutex_lock(&sb->lock);
+	struct entry *dead = sb->dead;
+	sb->dead = NULL;
+	pthread_mutex_unlock(&sb->lock);
+	while (dead) {
+		struct entry *next = dead->next;
+		int64_t left = (deadline - now_mono_ns()) / NS_PER_MS;
+		remove_parked(sb, dead, left < 1 ? 1 : (long)left);
+		dead = next;
+	}
+}
+
+/* One pass; returns true when it parked a container (go round at once). */
+static bool pass(struct standby *sb)
+{
+	struct snapshot *snap = registry_acquire(sb->cfg.registry);
+	int64_t now = now_mono_ns();
+	pthread_mutex_lock(&sb->lock);
+	plan_discards(sb, snap, now);
+	pthread_mutex_unlock(&sb->lock);
+	bury(sb, now_mono_ns() + RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS);
+
+	bool parked = false;
+	pthread_mutex_lock(&sb->lock);
+	struct demand *d = atomic_load(&sb->stop) ? NULL : pick_start(sb, snap, now);
+	if (d)
+		d->starting = 1;
+	pthread_mutex_unlock(&sb->lock);
+	if (d && slots_try_acquire_spare(sb->cfg.slots) == 0) {
+		int rc = start_one(sb, snap, d);
+		slots_release_spare(sb->cfg.slots);
+		pthread_mutex_lock(&sb->lock);
+		if (rc < 0) {
+			d->retry_after = now_mono_ns() + STANDBY_RETRY_NS;
+			free(d->retry_image);
+			const struct fn_version *fv = snapshot_find(snap, d->function);
+			d->retry_image = fv && fv->image ? xstrdup(fv->image) : NULL;
+		}
+		parked = rc == 0;
+		d->starting = 0;
+		pthread_mutex_unlock(&sb->lock);
+	} else if (d) {
+		pthread_mutex_lock(&sb->lock);
+		d->starting = 0;
+		pthread_mutex_unlock(&sb->lock);
+	}
+	registry_release(sb->cfg.registry, snap);
+	return parked;
+}
+
+static void *pool_main(void *arg)
+{
+	struct standby *sb = arg;
+	int64_t next_open = 0;
+	while (!atomic_load(&sb->stop)) {
+		bool again = false;
+		if (!sb->docker && now_mono_ns() >= next_open) {
+			char *err = NULL;
+			if (docker_open(&sb->docker, &err) < 0) {
+				log_debug(LOG_ATTRS("error", err ? err : ""),
+					  "standby: cannot reach the Docker daemon; retrying");
+				free(err);
+				sb->docker = NULL;
+				next_open = now_mono_ns() + 5 * NS_PER_SEC;
+			}
+		}
+		if (sb->docker)
+			again = pass(sb);
+		pthread_mutex_lock(&sb->lock);
+		if (!again && !sb->poked && !atomic_load(&sb->stop)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			int64_t end = (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec +
+				      (int64_t)STANDBY_TICK_MS * NS_PER_MS;
+			ts.tv_sec = end / NS_PER_SEC;
+			ts.tv_nsec = end % NS_PER_SEC;
+			pthread_cond_timedwait(&sb->cond, &sb->lock, &ts);
+		}
+		sb->poked = false;
+		pthread_mutex_unlock(&sb->lock);
+	}
+	return NULL;
+}
+
+struct standby *standby_start(const struct standby_config *cfg)
+{
+	struct standby *sb = xcalloc(1, sizeof *sb);
+	sb->cfg = *cfg;
+	pthread_mutex_init(&sb->lock, NULL);
+	cond_init_monotonic(&sb->cond);
+	thread_start(&sb->thread, "standby", pool_main, sb);
+	return sb;
+}
+
+void standby_stop(struct standby *sb)
+{
+	if (!sb)
+		return;
+	atomic_store(&sb->stop, 1);
+	standby_poke(sb);
+	pthread_join(sb->thread, NULL);
+	/* Everything parked goes, within one bound. */
+	int64_t deadline = now_mono_ns() + STANDBY_STOP_TIMEOUT_MS * NS_PER_MS;
+	pthread_mutex_lock(&sb->lock);
+	while (sb->entries) {
+		struct entry *e = unlink_locked(sb, &sb->entries);
+		sb->dead = graveyard_push(sb->dead, e, METRIC_STANDBY_SHUTDOWN);
+	}
+	pthread_mutex_unlock(&sb->lock);
+	if (!sb->docker) {
+		char *err = NULL;
+		if (docker_open(&sb->docker, &err) < 0)
+			sb->docker = NULL;
+		free(err);
+	}
+	bury(sb, deadline);
+	while (sb->demand) {
+		struct demand *d = sb->demand;
+		sb->demand = d->next;
+		free(d->function);
+		free(d->handler);
+		free(d->retry_image);
+		free(d);
+	}
+	docker_close(sb->docker);
+	pthread_cond_destroy(&sb->cond);
+	pthread_mutex_destroy(&sb->lock);
+	free(sb);
+}

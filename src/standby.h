@@ -1,0 +1,110 @@
+/*
+ * Standby containers: each invocation still gets a fresh, single-use
+ * container, but one that was started before its event arrived.
+ *
+ * The pool keeps, per (function version, handler) with recent demand,
+ * containers parked by runner_park (runner.h): created with every setting
+ * an on-demand invocation gets plus the label relay.standby=true, attached,
+ * waited on and started; the bootstrap has imported the handler's module
+ * and waits in its read of stdin. A worker takes one (standby_take) and
+ * runs its invocation in it (runner_dispatch); a container is never given
+ * a second event. When there is none ready the invocation runs on demand,
+ * exactly as with standby off.
+ *
+ * Sizing. Demand is counted per (function, handler) by the workers
+ * (standby_begin / standby_end around every invocation, standby or not):
+ * the number running now, its peak over the current and the previous
+ * STANDBY_PEAK_WINDOW_NS window, and the time of the last invocation. The
+ * target of a handler is that peak (so a handler that ran 3 at once lately
+ * keeps 3 ready), 0 once it has had no invocation for idle_ns. The sum over
+ * every handler never exceeds max (STANDBY_MAX); when targets add up to
+ * more, the most recently used handlers come first. Containers above a
+ * target are removed ("excess", or "idle" when the target fell to 0).
+ *
+ * Admission. The pool thread starts one container at a time, each only
+ * after taking a spare global concurrency slot (slots_try_acquire_spare:
+ * free, and nobody waiting in slots_acquire), held while it starts and
+ * given back once it is parked: a replacement never takes a slot an
+ * invocation is waiting for, and a parked container holds none.
+ *
+ * Never stale. A parked container is removed ("version") once the
+ * registry's current version of its function has another image (an edit, a
+ * git sync, a removal; the image tag is the fingerprint of the whole
+ * function directory, template.yaml included); ("secret") once the stamp of
+ * a secret its function references (secret_stamp: the secret file's
+ * identity and times, never its value) differs from the stamp taken just
+ * before the container was created. Both are checked by the worker at take,
+ * so no invocation after a swap or a rotation runs in an old container,
+ * and by the pool thread every tick, so none stays behind. A container
+ * that exits before dispatch (an import error, OOM) or whose connection
+ * breaks is removed ("exited", "lost"), and that (version, handler) gets
+ * no standby for STANDBY_RETRY_NS: its events run on demand, so an import
+ * error is reported with the event exactly as without standby. Functions
+ * whose secrets the provider cannot stamp get none.
+ *
+ * Shutdown: standby_stop() stops the thread, then removes every parked
+ * container within STANDBY_STOP_TIMEOUT_MS ("shutdown"); whatever escapes
+ * (a kill -9) carries the relay.* labels and the next start's orphan sweep
+ * removes it.
+ *
+ * Observability: the gauge standby_containers{function,handler}, the
+ * counters standby_dispatches_total, standby_misses_total and
+ * standby_discarded_total{reason}; one DEBUG line per start and per
+ * removal.
+ *
+ * Thread-safety: one mutex guards the pool and the demand table; it is
+ * never held across an Engine API call. standby_take/begin/end are called
+ * by any worker; the pool thread owns its own Docker connection.
+ */
+#ifndef RELAY_STANDBY_H
+#define RELAY_STANDBY_H
+
+#include <stdint.h>
+
+#include "registry.h"
+#include "runner.h"
+#include "secret.h"
+#include "slots.h"
+
+#define STANDBY_PEAK_WINDOW_NS (120LL * 1000000000LL)
+#define STANDBY_RETRY_NS (60LL * 1000000000LL)
+#define STANDBY_STOP_TIMEOUT_MS 10000L
+#define STANDBY_TICK_MS 1000
+
+struct standby_config {
+	int max;	 /* STANDBY_MAX: at most this many parked at once; > 0 */
+	int64_t idle_ns; /* STANDBY_IDLE */
+	struct registry *registry;
+	struct slots *slots;
+	const struct secret_provider *provider;
+	const char *hostname; /* the relay.hostname label; NULL: runner_hostname() */
+};
+
+struct standby;
+
+/* Starts the pool thread (its Docker connection is opened there, and again
+ * after a failure). cfg->max must be > 0: with STANDBY_MAX=0 there is no
+ * pool at all and every caller passes NULL. */
+struct standby *standby_start(const struct standby_config *cfg);
+/* Stops the thread and removes every parked container (bounded); frees sb
+ * (NULL is fine). */
+void standby_stop(struct standby *sb);
+
+/* Around every invocation of (fv, handler), standby or on demand. */
+void standby_begin(struct standby *sb, const struct fn_version *fv, const char *handler);
+void standby_end(struct standby *sb, const struct fn_version *fv, const char *handler);
+
+/* A parked container for (fv, handler) that is current (same image, same
+ * secret stamps, still waiting), removed from the pool: the caller
+ * dispatches it (runner_dispatch). NULL when there is none (a miss; sb NULL
+ * too). */
+struct runner_parked *standby_take(struct standby *sb, const struct fn_version *fv,
+				   const char *handler);
+
+/* Parked containers of (function, handler) right now. */
+int standby_count(struct standby *sb, const char *function, const char *handler);
+
+/* Wakes the pool thread (a version or a secret may have changed). */
+void standby_poke(struct standby *sb);
+
+#endif
