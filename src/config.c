@@ -15,15 +15,20 @@ enum kind {
 	K_LISTEN,
 	K_LOG_LEVEL,
 	K_POSITIVE_INT,
+	K_NONNEG_INT, /* 0 to max */
 	K_PATH,
 };
+
+/* A macro's value as a string literal, for texts made from a constant. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 /*
  * One variable. Its messages say what is accepted as
  * "accepted (note; default X)": the parenthesis holds whichever of the
  * note and the default there are, and the default is written from def_int
- * or def_str, the DEFAULT_* constant the field is set to, so the text and
- * the value cannot drift.
+ * or def_str, the DEFAULT_* constant the field is set to, or def_var, the
+ * variable whose value it copies, so the text and the value cannot drift.
  */
 struct var {
 	const char *name;
@@ -33,7 +38,11 @@ struct var {
 	const char *note; /* NULL, or a remark for the parenthesis */
 	size_t offset;
 	int64_t def_int;     /* K_POSITIVE_INT; K_LOG_LEVEL (an enum log_level) */
-	const char *def_str; /* K_PATH */
+	const char *def_str; /* K_PATH; K_DURATION (NULL: unset or empty is off) */
+	const char *def_var; /* K_NONNEG_INT: the default is this variable's
+				value (an int64_t of an earlier entry), capped
+				at max */
+	int64_t max;	     /* K_NONNEG_INT: the largest value accepted */
 };
 
 #define OFF(field) offsetof(struct config, field)
@@ -42,27 +51,34 @@ static const struct var vars[] = {
 	{"REDIS_URI", K_REDIS_URI, 1,
 	 "host:port, redis://[user[:password]@]host:port[/db] or "
 	 "rediss://[user[:password]@]host:port[/db]",
-	 NULL, OFF(redis_uri), 0, NULL},
-	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", NULL, OFF(redis_stream), 0, NULL},
+	 NULL, OFF(redis_uri), 0, NULL, NULL, 0},
+	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", NULL, OFF(redis_stream), 0, NULL,
+	 NULL, 0},
 	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", NULL, OFF(redis_group), 0,
-	 NULL},
+	 NULL, NULL, 0},
 	{"REDIS_STREAM_RETENTION", K_DURATION, 0, "a positive Go duration such as 6h or 90m",
-	 "unset or empty disables retention", OFF(stream_retention_ns), 0, NULL},
+	 "unset or empty disables retention", OFF(stream_retention_ns), 0, NULL, NULL, 0},
 	{"METRICS_ADDR", K_LISTEN, 0,
 	 "a listen address such as :9090, 127.0.0.1:9090 or [::1]:9090",
-	 "unset or empty disables metrics", OFF(metrics_addr), 0, NULL},
+	 "unset or empty disables metrics", OFF(metrics_addr), 0, NULL, NULL, 0},
 	{"GIT_WEBHOOK_ADDR", K_LISTEN, 0,
 	 "a listen address such as :8081, 127.0.0.1:8081 or [::1]:8081",
-	 "unset or empty disables the webhook", OFF(webhook_addr), 0, NULL},
+	 "unset or empty disables the webhook", OFF(webhook_addr), 0, NULL, NULL, 0},
 	{"LOG_LEVEL", K_LOG_LEVEL, 0, "DEBUG, INFO, WARN or ERROR", "case-insensitive",
-	 OFF(log_level), DEFAULT_LOG_LEVEL, NULL},
+	 OFF(log_level), DEFAULT_LOG_LEVEL, NULL, NULL, 0},
 	{"MAX_CONCURRENCY", K_POSITIVE_INT, 0, "a positive integer", NULL, OFF(max_concurrency),
-	 DEFAULT_MAX_CONCURRENCY, NULL},
+	 DEFAULT_MAX_CONCURRENCY, NULL, NULL, 0},
 	{"MAX_BUFFERED_EVENTS", K_POSITIVE_INT, 0, "a positive integer", NULL,
-	 OFF(max_buffered_events), DEFAULT_MAX_BUFFERED_EVENTS, NULL},
+	 OFF(max_buffered_events), DEFAULT_MAX_BUFFERED_EVENTS, NULL, NULL, 0},
+	{"STANDBY_MAX", K_NONNEG_INT, 0, "an integer from 0 to " STR(STANDBY_MAX_LIMIT),
+	 "0 disables standby containers", OFF(standby_max), 0, NULL, "MAX_CONCURRENCY",
+	 STANDBY_MAX_LIMIT},
+	{"STANDBY_IDLE", K_DURATION, 0, "a positive Go duration such as 30s, 10m or 1h", NULL,
+	 OFF(standby_idle_ns), 0, DEFAULT_STANDBY_IDLE, NULL, 0},
 	{"RELAY_FUNCTIONS_DIR", K_PATH, 0, "a directory path", NULL, OFF(functions_dir), 0,
-	 DEFAULT_FUNCTIONS_DIR},
-	{"RELAY_DATA_DIR", K_PATH, 0, "a directory path", NULL, OFF(data_dir), 0, DEFAULT_DATA_DIR},
+	 DEFAULT_FUNCTIONS_DIR, NULL, 0},
+	{"RELAY_DATA_DIR", K_PATH, 0, "a directory path", NULL, OFF(data_dir), 0, DEFAULT_DATA_DIR,
+	 NULL, 0},
 };
 
 int config_valid_listen_addr(const char *s)
@@ -101,8 +117,12 @@ static const char *default_text(const struct var *v, char *num, size_t size)
 {
 	switch (v->kind) {
 	case K_POSITIVE_INT: snprintf_(num, size, "%" PRId64, v->def_int); return num;
+	case K_NONNEG_INT:
+		snprintf_(num, size, "%s, at most %" PRId64, v->def_var, v->max);
+		return num;
 	case K_LOG_LEVEL: return log_level_name((enum log_level)v->def_int);
-	case K_PATH: return v->def_str;
+	case K_PATH:
+	case K_DURATION: return v->def_str;
 	default: return NULL;
 	}
 }
@@ -110,7 +130,7 @@ static const char *default_text(const struct var *v, char *num, size_t size)
 /* What v accepts, for a message (malloc'd): see struct var. */
 static char *accepted_text(const struct var *v)
 {
-	char num[24];
+	char num[64];
 	const char *def = default_text(v, num, sizeof num);
 	if (!def && !v->note)
 		return xstrdup(v->accepted);
@@ -118,21 +138,55 @@ static char *accepted_text(const struct var *v)
 			 v->note && def ? "; " : "", def ? "default " : "", def ? def : "");
 }
 
-/* Sets field to v's default; without one it stays zero (NULL, 0: off). */
-static void set_default(const struct var *v, void *field)
+/* The entry named name; NULL when the table has none. */
+static const struct var *find_var(const char *name)
 {
+	for (size_t i = 0; i < ARRAY_LEN(vars); i++)
+		if (strcmp(vars[i].name, name) == 0)
+			return &vars[i];
+	return NULL;
+}
+
+/* Sets v's field in c to v's default; without one it stays zero (NULL, 0:
+ * off). A def_var default copies that variable's field, loaded earlier (the
+ * table's order), capped at max: the field never exceeds what a set value
+ * may be. */
+static void set_default(const struct var *v, struct config *c)
+{
+	void *field = (char *)c + v->offset;
 	switch (v->kind) {
 	case K_POSITIVE_INT: *(int64_t *)field = v->def_int; break;
+	case K_NONNEG_INT: {
+		const struct var *from = find_var(v->def_var);
+		int64_t d = from ? *(int64_t *)((char *)c + from->offset) : 0;
+		*(int64_t *)field = d < v->max ? d : v->max;
+		break;
+	}
 	case K_LOG_LEVEL: *(enum log_level *)field = (enum log_level)v->def_int; break;
 	case K_PATH: *(char **)field = xstrdup(v->def_str); break;
+	case K_DURATION:
+		if (v->def_str && duration_parse(v->def_str, (int64_t *)field) < 0)
+			*(int64_t *)field = 0; /* unreachable: test_config checks the defaults */
+		break;
 	default: break;
 	}
 }
 
-/* Parses raw, set and non-empty (empty only for K_POSITIVE_INT), into
+/* Unset is the default (or off), and so is empty, except for a number
+ * with a default: MAX_CONCURRENCY= or STANDBY_IDLE= is a mistake, not a
+ * request for the default. */
+static bool empty_refused(const struct var *v)
+{
+	return v->kind == K_POSITIVE_INT || v->kind == K_NONNEG_INT ||
+	       (v->kind == K_DURATION && v->def_str);
+}
+
+/* Parses raw, set and non-empty (empty only when empty_refused), into
  * field. Returns NULL, or why raw is refused (malloc'd). */
 static char *set_value(const struct var *v, const char *raw, void *field)
 {
+	if (!*raw)
+		return xstrdup("empty");
 	switch (v->kind) {
 	case K_STRING:
 	case K_PATH:
@@ -171,8 +225,6 @@ static char *set_value(const struct var *v, const char *raw, void *field)
 	}
 	case K_POSITIVE_INT: {
 		int64_t n;
-		if (!*raw)
-			return xstrdup("empty");
 		if (parse_int64(raw, &n) < 0 || raw[0] == '+')
 			return xstrdup("not an integer");
 		if (n <= 0)
@@ -180,20 +232,30 @@ static char *set_value(const struct var *v, const char *raw, void *field)
 		*(int64_t *)field = n;
 		return NULL;
 	}
+	case K_NONNEG_INT: {
+		int64_t n;
+		if (parse_int64(raw, &n) < 0 || raw[0] == '+')
+			return xstrdup("not an integer");
+		if (n < 0)
+			return xstrdup("must not be negative");
+		if (n > v->max)
+			return xasprintf("must be at most %" PRId64, v->max);
+		*(int64_t *)field = n;
+		return NULL;
+	}
 	}
 	return NULL;
 }
 
-/* Sets v's field from the environment. Returns NULL, or the message of
- * its error (malloc'd). */
-static char *load_var(const struct var *v, enum config_need need, void *field)
+/* Sets v's field in c from the environment. Returns NULL, or the message
+ * of its error (malloc'd). */
+static char *load_var(const struct var *v, enum config_need need, struct config *c)
 {
 	const char *raw = getenv(v->name);
 	bool required = v->required && (need == CONFIG_NEED_ALL || v->kind == K_REDIS_URI);
-	set_default(v, field);
-	/* Unset or empty is the default (or off), but an empty number is an
-	 * error: MAX_CONCURRENCY= is a mistake, not a request for 8. */
-	if (!raw || (!*raw && v->kind != K_POSITIVE_INT)) {
+	void *field = (char *)c + v->offset;
+	set_default(v, c);
+	if (!raw || (!*raw && !empty_refused(v))) {
 		if (!required)
 			return NULL;
 		char *accepted = accepted_text(v);
@@ -220,7 +282,7 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 	*errs = NULL;
 	*nerrs = 0;
 	for (size_t i = 0; i < ARRAY_LEN(vars); i++) {
-		char *msg = load_var(&vars[i], need, (char *)c + vars[i].offset);
+		char *msg = load_var(&vars[i], need, c);
 		if (msg)
 			add_err(errs, nerrs, msg);
 	}
@@ -235,7 +297,7 @@ void config_load_dirs(struct config *c)
 {
 	for (size_t i = 0; i < ARRAY_LEN(vars); i++)
 		if (vars[i].kind == K_PATH)
-			free(load_var(&vars[i], CONFIG_NEED_ALL, (char *)c + vars[i].offset));
+			free(load_var(&vars[i], CONFIG_NEED_ALL, c));
 }
 
 void config_free(struct config *c)

@@ -20,6 +20,13 @@
 #define DEFAULT_LOG_LEVEL LOG_INFO
 #define DEFAULT_MAX_CONCURRENCY 8
 #define DEFAULT_MAX_BUFFERED_EVENTS 16
+/* A Go duration, as a user writes it: config.c parses it like a set value. */
+#define DEFAULT_STANDBY_IDLE "10m"
+/* STANDBY_MAX has no constant: its default is MAX_CONCURRENCY's value. */
+
+/* The largest STANDBY_MAX accepted (a plain number: config.c's message
+ * text is made from it). */
+#define STANDBY_MAX_LIMIT 1000
 
 struct config {
 	char *redis_uri;
@@ -31,6 +38,8 @@ struct config {
 	enum log_level log_level;
 	int64_t max_concurrency;
 	int64_t max_buffered_events;
+	int64_t standby_max;	 /* 0 to STANDBY_MAX_LIMIT; 0: no standby containers */
+	int64_t standby_idle_ns; /* > 0: a handler idle this long keeps none */
 	char *functions_dir;
 	char *data_dir;
 };

@@ -85,10 +85,12 @@ struct metrics_handler {
 	struct fn_series *fn;
 	_Atomic uint64_t invocations[METRIC_OUTCOME_COUNT];
 	struct histogram_handler duration;
+	_Atomic int64_t standby; /* standby_containers */
 };
 
 static struct padded_atomic counters[METRIC_COUNTER_COUNT];
 static struct padded_atomic gauges[METRIC_GAUGE_COUNT]; /* double bits; 0 bits == 0.0 */
+static struct padded_atomic standby_discarded[METRIC_STANDBY_REASON_COUNT];
 static _Atomic bool enabled = true;
 
 static struct fn_series *_Atomic fn_table[TABLE_SIZE];
@@ -102,6 +104,18 @@ static const char *const outcome_names[METRIC_OUTCOME_COUNT] = {"success", "fail
 const char *metrics_outcome_name(enum metric_outcome outcome)
 {
 	return (unsigned)outcome < METRIC_OUTCOME_COUNT ? outcome_names[outcome] : "failure";
+}
+
+static const char *const standby_reason_names[METRIC_STANDBY_REASON_COUNT] = {
+	[METRIC_STANDBY_VERSION] = "version",	[METRIC_STANDBY_SECRET] = "secret",
+	[METRIC_STANDBY_IDLE] = "idle",		[METRIC_STANDBY_EXCESS] = "excess",
+	[METRIC_STANDBY_EXITED] = "exited",	[METRIC_STANDBY_LOST] = "lost",
+	[METRIC_STANDBY_SHUTDOWN] = "shutdown",
+};
+
+const char *metrics_standby_reason_name(enum metric_standby_reason r)
+{
+	return (unsigned)r < METRIC_STANDBY_REASON_COUNT ? standby_reason_names[r] : "unknown";
 }
 
 /* ---- atomics helpers -------------------------------------------------- */
@@ -199,6 +213,8 @@ void metrics_reset_for_tests(void)
 		atomic_store(&counters[i].v, 0);
 	for (size_t i = 0; i < METRIC_GAUGE_COUNT; i++)
 		atomic_store(&gauges[i].v, dbits(0));
+	for (size_t i = 0; i < METRIC_STANDBY_REASON_COUNT; i++)
+		atomic_store(&standby_discarded[i].v, 0);
 	atomic_store(&enabled, true);
 }
 
@@ -429,6 +445,36 @@ int metrics_function_register(const char *function)
 	return fn_get(function) ? 0 : -1;
 }
 
+void metrics_standby_containers(const char *function, const char *handler, int64_t delta)
+{
+	if (!is_enabled())
+		return;
+	struct metrics_handler *s = metrics_handler_get(function, handler);
+	if (s)
+		atomic_fetch_add_explicit(&s->standby, delta, memory_order_relaxed);
+}
+
+void metrics_standby_discarded(enum metric_standby_reason r)
+{
+	if (is_enabled() && (unsigned)r < METRIC_STANDBY_REASON_COUNT)
+		bump(&standby_discarded[r].v);
+}
+
+uint64_t metrics_standby_discarded_value(enum metric_standby_reason r)
+{
+	return (unsigned)r < METRIC_STANDBY_REASON_COUNT ? load(&standby_discarded[r].v) : 0;
+}
+
+int64_t metrics_standby_containers_value(const char *function, const char *handler)
+{
+	if (!function)
+		function = "";
+	if (!handler)
+		handler = "";
+	struct metrics_handler *s = handler_find(function, handler, hash_labels(function, handler));
+	return s ? atomic_load_explicit(&s->standby, memory_order_relaxed) : 0;
+}
+
 /* ---- collecting series for reads -------------------------------------- */
 
 static int cmp_fn(const void *a, const void *b)
@@ -652,6 +698,10 @@ static const struct {
 	[METRIC_SCHEDULE_PUBLISH_FAILURE] =
 		{"schedule_publish_failures_total",
 		 "Scheduled occurrences this worker failed to publish."},
+	[METRIC_STANDBY_DISPATCHES] = {"standby_dispatches_total",
+				       "Invocations given to a standby container."},
+	[METRIC_STANDBY_MISSES] = {"standby_misses_total",
+				   "Invocations that found no standby container ready while standby was enabled."},
 };
 
 static const struct {
@@ -754,8 +804,26 @@ int metrics_render(struct buf *b)
 
 	for (int g = 0; g < METRIC_GAUGE_COUNT; g++)
 		render_gauge(out, (enum metric_gauge)g);
-	for (int c = METRIC_CONCURRENCY_WAITS; c < METRIC_COUNTER_COUNT; c++)
+	for (int c = METRIC_CONCURRENCY_WAITS; c <= METRIC_SCHEDULE_PUBLISH_FAILURE; c++)
 		render_counter(out, (enum metric_counter)c);
+
+	family_header(out, "standby_containers", "gauge",
+		      "Standby containers started and not yet dispatched or discarded.");
+	for (size_t i = 0; i < nh; i++) {
+		series_name(out, "standby_containers", hs[i]->function, hs[i]->handler, NULL);
+		putf(out, " %lld\n",
+		     (long long)atomic_load_explicit(&hs[i]->standby, memory_order_relaxed));
+	}
+	render_counter(out, METRIC_STANDBY_DISPATCHES);
+	render_counter(out, METRIC_STANDBY_MISSES);
+	family_header(out, "standby_discarded_total", "counter",
+		      "Standby containers removed without an event, by reason.");
+	for (int r = 0; r < METRIC_STANDBY_REASON_COUNT; r++) {
+		char extra[32];
+		snprintf_(extra, sizeof extra, "reason=\"%s\"", standby_reason_names[r]);
+		sample_u64(out, "standby_discarded_total", NULL, NULL, extra,
+			   load(&standby_discarded[r].v));
+	}
 
 	free(fns);
 	free(hs);

@@ -31,17 +31,23 @@
  *   counter   schedule_occurrences_published_total
  *   counter   schedule_occurrences_duplicate_total
  *   counter   schedule_publish_failures_total
+ *   gauge     standby_containers{function,handler}  standby containers ready or starting
+ *   counter   standby_dispatches_total              invocations given to a standby container
+ *   counter   standby_misses_total                  invocations that found none ready
+ *   counter   standby_discarded_total{reason}       standby containers removed unused
  *
- * Labels are only function, handler and outcome; outcome is one of
- * "success", "failure", "timeout" (enum metric_outcome). A timeout is a
- * failure for handler_failure_total and function_failures_total. Label names
- * are rendered in alphabetical order, as the official Go client does.
+ * Labels are only function, handler, outcome and reason; outcome is one of
+ * "success", "failure", "timeout" (enum metric_outcome), reason one of
+ * enum metric_standby_reason's names. A timeout is a failure for
+ * handler_failure_total and function_failures_total. Label names are
+ * rendered in alphabetical order, as the official Go client does.
  *
  * Series. A label set comes into existence on its first update (or through
  * metrics_function_register) and then lives until the process exits: every
  * family over that label set is rendered from then on, zeros included (all
- * three outcomes of handler_invocations_total; an empty build histogram), so
- * rate() never misses a first increment. At most METRICS_MAX_SERIES label
+ * three outcomes of handler_invocations_total; an empty build histogram;
+ * standby_containers at 0), so rate() never misses a first increment. The
+ * seven standby_discarded_total reasons are always rendered, zeros included. At most METRICS_MAX_SERIES label
  * sets (functions plus function/handler pairs together) exist; updates for a
  * new label set beyond that are dropped and one WARN is logged per process.
  *
@@ -83,6 +89,8 @@ enum metric_counter {
 	METRIC_SCHEDULE_PUBLISHED, /* schedule_occurrences_published_total */
 	METRIC_SCHEDULE_DUPLICATE, /* schedule_occurrences_duplicate_total */
 	METRIC_SCHEDULE_PUBLISH_FAILURE, /* schedule_publish_failures_total */
+	METRIC_STANDBY_DISPATCHES,	 /* standby_dispatches_total */
+	METRIC_STANDBY_MISSES,		 /* standby_misses_total (only while standby is on) */
 	METRIC_COUNTER_COUNT
 };
 
@@ -105,6 +113,24 @@ enum metric_outcome {
 
 /* Returns the label value of an outcome ("success", ...). */
 const char *metrics_outcome_name(enum metric_outcome outcome);
+
+/* The reason label of standby_discarded_total: why a standby container was
+ * removed without being given an event. */
+enum metric_standby_reason {
+	METRIC_STANDBY_VERSION,	 /* "version": its function's version changed or it was removed */
+	METRIC_STANDBY_SECRET,	 /* "secret": a secret it references changed */
+	METRIC_STANDBY_IDLE,	 /* "idle": no demand for STANDBY_IDLE */
+	METRIC_STANDBY_EXCESS,	 /* "excess": more than the target or STANDBY_MAX */
+	METRIC_STANDBY_EXITED,	 /* "exited": the container exited before dispatch (import
+				    error, OOM) */
+	METRIC_STANDBY_LOST,	 /* "lost": its attach or wait connection broke */
+	METRIC_STANDBY_SHUTDOWN, /* "shutdown": Relay is stopping */
+	METRIC_STANDBY_REASON_COUNT
+};
+
+/* Returns the label value of a reason ("version", ...), or "unknown" for a
+ * value outside the enum; a static string, for log lines too. */
+const char *metrics_standby_reason_name(enum metric_standby_reason r);
 
 /* ---- switches --------------------------------------------------------- */
 
@@ -170,15 +196,27 @@ void metrics_build(const char *function, bool ok, double duration_seconds);
  * the series bound is reached. Works even when updates are disabled. */
 int metrics_function_register(const char *function);
 
+/* standby_containers{function,handler} += delta (+1 when a standby
+ * container is started for the handler, -1 when it is dispatched or
+ * discarded). Creates the handler's series like metrics_handler_get (and
+ * drops the update past the series bound). */
+void metrics_standby_containers(const char *function, const char *handler, int64_t delta);
+
+/* standby_discarded_total{reason} += 1; a reason outside the enum is
+ * ignored. */
+void metrics_standby_discarded(enum metric_standby_reason r);
+
 /* ---- reads ----------------------------------------------------------- */
 
 /* Appends the whole registry in the Prometheus text exposition format 0.0.4:
  * "# HELP" and "# TYPE" per family, families in the order listed above,
- * series sorted by function then handler (bytewise), outcomes in enum order.
+ * series sorted by function then handler (bytewise), outcomes and standby
+ * reasons in enum order.
  * Returns 0, or -1 if out's cap was reached (out then holds a prefix). */
 int metrics_render(struct buf *out);
 
-/* Absolute values for the SQLite stats row. */
+/* Absolute values for the SQLite stats row. The schedule and standby
+ * families are Prometheus-only: no snapshot field holds them. */
 struct metrics_global_snapshot {
 	uint64_t events_received;
 	uint64_t events_processed;
@@ -214,6 +252,12 @@ void metrics_snapshot_free(struct metrics_function_snapshot *functions, size_t n
 /* Value of one unlabelled counter/gauge (tests, the DEBUG snapshot line). */
 uint64_t metrics_counter_value(enum metric_counter c);
 double metrics_gauge_value(enum metric_gauge g);
+
+/* standby_discarded_total{reason} (0 for a reason outside the enum), and
+ * standby_containers{function,handler} (0 when that series does not exist;
+ * never creates it). For tests and `relay function inspect`-style reads. */
+uint64_t metrics_standby_discarded_value(enum metric_standby_reason r);
+int64_t metrics_standby_containers_value(const char *function, const char *handler);
 
 /* ---- the /metrics server --------------------------------------------- */
 

@@ -57,6 +57,22 @@ test_bad_retention() {
 	expect_config_error REDIS_STREAM_RETENTION "6 h" "not a Go duration"
 }
 
+test_bad_standby_values() {
+	local x
+	expect_config_error STANDBY_MAX -1 "STANDBY_MAX '-1' is invalid (must not be negative); accepted: an integer from 0 to 1000 (0 disables standby containers; default MAX_CONCURRENCY, at most 1000)"
+	expect_config_error STANDBY_MAX 1001 "STANDBY_MAX '1001' is invalid (must be at most 1000)"
+	expect_config_error STANDBY_MAX "" "STANDBY_MAX '' is invalid (empty)"
+	for x in 1.5 abc +2 " 3" 0x10 99999999999999999999; do
+		expect_config_error STANDBY_MAX "$x" "STANDBY_MAX '$x' is invalid (not an integer)"
+	done
+	expect_config_error STANDBY_IDLE 0s "STANDBY_IDLE '0s' is invalid (must be positive); accepted: a positive Go duration such as 30s, 10m or 1h (default 10m)"
+	expect_config_error STANDBY_IDLE -1m "STANDBY_IDLE '-1m' is invalid (must be positive)"
+	expect_config_error STANDBY_IDLE "" "STANDBY_IDLE '' is invalid (empty)"
+	for x in 10 1d abc "1 m"; do
+		expect_config_error STANDBY_IDLE "$x" "STANDBY_IDLE '$x' is invalid (not a Go duration)"
+	done
+}
+
 test_bad_listen_addresses() {
 	expect_config_error METRICS_ADDR 9090 "METRICS_ADDR '9090' is invalid (not a listen address)"
 	expect_config_error METRICS_ADDR "::1:9090" "METRICS_ADDR '::1:9090' is invalid"
@@ -96,7 +112,7 @@ test_all_errors_reported_together() {
 test_valid_config_goes_on_to_dependencies() {
 	valid_env
 	export LOG_LEVEL=" warn " MAX_CONCURRENCY=4 MAX_BUFFERED_EVENTS=32 REDIS_STREAM_RETENTION=90m \
-		METRICS_ADDR="[::1]:9090" GIT_WEBHOOK_ADDR=":8081"
+		METRICS_ADDR="[::1]:9090" GIT_WEBHOOK_ADDR=":8081" STANDBY_MAX=0 STANDBY_IDLE=1h30m
 	run timeout 20 "$RELAY" start
 	assert_status 1
 	assert_err_lacks "invalid configuration"

@@ -8,7 +8,8 @@
 static const char *const all_vars[] = {
 	"REDIS_URI",	       "REDIS_STREAM",	      "REDIS_GROUP",	"REDIS_STREAM_RETENTION",
 	"METRICS_ADDR",	       "GIT_WEBHOOK_ADDR",    "LOG_LEVEL",	"MAX_CONCURRENCY",
-	"MAX_BUFFERED_EVENTS", "RELAY_FUNCTIONS_DIR", "RELAY_DATA_DIR",
+	"MAX_BUFFERED_EVENTS", "RELAY_FUNCTIONS_DIR", "RELAY_DATA_DIR", "STANDBY_MAX",
+	"STANDBY_IDLE",
 };
 
 static void base_env(void)
@@ -36,6 +37,8 @@ TEST(defaults)
 	CHECK_INT(c.log_level, LOG_INFO);
 	CHECK_INT(c.max_concurrency, 8);
 	CHECK_INT(c.max_buffered_events, 16);
+	CHECK_INT(c.standby_max, 8); /* MAX_CONCURRENCY's */
+	CHECK_INT(c.standby_idle_ns, 10 * NS_PER_MIN);
 	CHECK_STR(c.functions_dir, "/functions");
 	CHECK_STR(c.data_dir, "/var/lib/relay");
 	config_free(&c);
@@ -52,10 +55,14 @@ TEST(all_set)
 	setenv("MAX_BUFFERED_EVENTS", "100", 1);
 	setenv("RELAY_FUNCTIONS_DIR", "/tmp/f", 1);
 	setenv("RELAY_DATA_DIR", "/tmp/d", 1);
+	setenv("STANDBY_MAX", "5", 1);
+	setenv("STANDBY_IDLE", "1m30s", 1);
 	struct config c;
 	char **errs;
 	int n;
 	REQUIRE(config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0);
+	CHECK_INT(c.standby_max, 5);
+	CHECK_INT(c.standby_idle_ns, 90 * NS_PER_SEC);
 	CHECK_INT(c.stream_retention_ns, 6 * NS_PER_HOUR);
 	CHECK_STR(c.metrics_addr, ":9090");
 	CHECK_STR(c.webhook_addr, "[::1]:8081");
@@ -135,6 +142,97 @@ static const struct {
 	{"MAX_BUFFERED_EVENTS", "2.0", "MAX_BUFFERED_EVENTS '2.0' is invalid (not an integer)"},
 	{"MAX_BUFFERED_EVENTS", "+3", "MAX_BUFFERED_EVENTS '+3' is invalid (not an integer)"},
 };
+
+/* STANDBY_MAX's default is MAX_CONCURRENCY's value, capped at 1000 like a
+ * set value; an explicit value, 0 included, is kept as it is (STANDBY_MAX
+ * may exceed MAX_CONCURRENCY). */
+TEST(standby_max_follows_max_concurrency)
+{
+	static const struct {
+		const char *max_concurrency, *standby_max; /* NULL: unset */
+		int64_t want;
+	} rows[] = {
+		{"3", NULL, 3},	      {"1", NULL, 1},	      {"1000000", NULL, 1000},
+		{"3", "0", 0},	      {NULL, "0", 0},	      {"3", "20", 20},
+		{NULL, "1000", 1000}, {"2000", "1000", 1000}, {"5", "007", 7},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+		base_env();
+		if (rows[i].max_concurrency)
+			setenv("MAX_CONCURRENCY", rows[i].max_concurrency, 1);
+		if (rows[i].standby_max)
+			setenv("STANDBY_MAX", rows[i].standby_max, 1);
+		struct config c;
+		char **errs = NULL;
+		int n = 0;
+		if (config_load(&c, CONFIG_NEED_ALL, &errs, &n) < 0) {
+			T_FAIL_("row %zu refused: %s", i, n ? errs[0] : "");
+			config_errors_free(errs, n);
+			continue;
+		}
+		if (c.standby_max != rows[i].want)
+			T_FAIL_("MAX_CONCURRENCY=%s STANDBY_MAX=%s: standby_max %lld, want %lld",
+				rows[i].max_concurrency ? rows[i].max_concurrency : "(unset)",
+				rows[i].standby_max ? rows[i].standby_max : "(unset)",
+				(long long)c.standby_max, (long long)rows[i].want);
+		config_free(&c);
+	}
+}
+
+/* The standby variables' messages, whole. */
+static const struct {
+	const char *var;
+	const char *value;
+	const char *want;
+} standby_bad[] = {
+#define SBM_MAX_ACCEPTED                                                               \
+	"accepted: an integer from 0 to 1000 (0 disables standby containers; default " \
+	"MAX_CONCURRENCY, at most 1000)"
+	{"STANDBY_MAX", "-1",
+	 "STANDBY_MAX '-1' is invalid (must not be negative); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "x", "STANDBY_MAX 'x' is invalid (not an integer); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "", "STANDBY_MAX '' is invalid (empty); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "1.5", "STANDBY_MAX '1.5' is invalid (not an integer); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "+2", "STANDBY_MAX '+2' is invalid (not an integer); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", " 2", "STANDBY_MAX ' 2' is invalid (not an integer); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "1001",
+	 "STANDBY_MAX '1001' is invalid (must be at most 1000); " SBM_MAX_ACCEPTED},
+	{"STANDBY_MAX", "99999999999999999999",
+	 "STANDBY_MAX '99999999999999999999' is invalid (not an integer); " SBM_MAX_ACCEPTED},
+#undef SBM_MAX_ACCEPTED
+#define SBM_IDLE_ACCEPTED "accepted: a positive Go duration such as 30s, 10m or 1h (default 10m)"
+	{"STANDBY_IDLE", "0s",
+	 "STANDBY_IDLE '0s' is invalid (must be positive); " SBM_IDLE_ACCEPTED},
+	{"STANDBY_IDLE", "0", "STANDBY_IDLE '0' is invalid (must be positive); " SBM_IDLE_ACCEPTED},
+	{"STANDBY_IDLE", "-1m",
+	 "STANDBY_IDLE '-1m' is invalid (must be positive); " SBM_IDLE_ACCEPTED},
+	{"STANDBY_IDLE", "abc",
+	 "STANDBY_IDLE 'abc' is invalid (not a Go duration); " SBM_IDLE_ACCEPTED},
+	{"STANDBY_IDLE", "10",
+	 "STANDBY_IDLE '10' is invalid (not a Go duration); " SBM_IDLE_ACCEPTED},
+	{"STANDBY_IDLE", "", "STANDBY_IDLE '' is invalid (empty); " SBM_IDLE_ACCEPTED},
+#undef SBM_IDLE_ACCEPTED
+};
+
+TEST(standby_bad_values)
+{
+	for (size_t i = 0; i < ARRAY_LEN(standby_bad); i++) {
+		base_env();
+		setenv(standby_bad[i].var, standby_bad[i].value, 1);
+		struct config c;
+		char **errs = NULL;
+		int n = 0;
+		if (config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0) {
+			T_FAIL_("%s='%s' accepted", standby_bad[i].var, standby_bad[i].value);
+			config_free(&c);
+			continue;
+		}
+		CHECK_INT(n, 1);
+		if (n >= 1)
+			CHECK_STR(errs[0], standby_bad[i].want);
+		config_errors_free(errs, n);
+	}
+}
 
 TEST(bad_values)
 {
@@ -325,6 +423,7 @@ TEST(uri_redact)
 	}
 }
 
-T_MAIN(T_CASE(defaults), T_CASE(all_set), T_CASE(empty_optional_values_disable), T_CASE(bad_values),
+T_MAIN(T_CASE(defaults), T_CASE(all_set), T_CASE(empty_optional_values_disable),
+       T_CASE(standby_max_follows_max_concurrency), T_CASE(standby_bad_values), T_CASE(bad_values),
        T_CASE(password_never_shown), T_CASE(every_error_reported), T_CASE(health_needs_only_uri),
        T_CASE(listen_addresses), T_CASE(uri_parse), T_CASE(uri_reject), T_CASE(uri_redact))

@@ -435,6 +435,24 @@ TEST(checker_rejects_malformed_text)
 	free(err);
 }
 
+/* Fails the running test unless text is exactly the n lines of want, each
+ * ended by a newline, and nothing after them. Cuts text's lines in place. */
+static void check_lines(char *text, const char *const *want, size_t n)
+{
+	size_t i = 0;
+	char *p = text;
+	for (; *p && i < n; i++) {
+		char *nl = strchr(p, '\n');
+		REQUIRE(nl);
+		*nl = '\0';
+		if (strcmp(p, want[i]) != 0)
+			T_FAIL_("line %zu\n    got:  %s\n    want: %s", i + 1, p, want[i]);
+		p = nl + 1;
+	}
+	CHECK_INT(i, n);
+	CHECK_STR(p, ""); /* nothing after the last line */
+}
+
 /* ---- registry behaviour ---------------------------------------------- */
 
 TEST(counters_and_gauges)
@@ -734,22 +752,121 @@ TEST(exact_rendering)
 		"to publish.",
 		"# TYPE schedule_publish_failures_total counter",
 		"schedule_publish_failures_total 0",
+		"# HELP standby_containers Standby containers started and not yet dispatched or "
+		"discarded.",
+		"# TYPE standby_containers gauge",
+		"standby_containers{function=\"fn\",handler=\"h\"} 0",
+		"# HELP standby_dispatches_total Invocations given to a standby container.",
+		"# TYPE standby_dispatches_total counter",
+		"standby_dispatches_total 0",
+		"# HELP standby_misses_total Invocations that found no standby container ready "
+		"while standby was enabled.",
+		"# TYPE standby_misses_total counter",
+		"standby_misses_total 0",
+		"# HELP standby_discarded_total Standby containers removed without an event, by "
+		"reason.",
+		"# TYPE standby_discarded_total counter",
+		"standby_discarded_total{reason=\"version\"} 0",
+		"standby_discarded_total{reason=\"secret\"} 0",
+		"standby_discarded_total{reason=\"idle\"} 0",
+		"standby_discarded_total{reason=\"excess\"} 0",
+		"standby_discarded_total{reason=\"exited\"} 0",
+		"standby_discarded_total{reason=\"lost\"} 0",
+		"standby_discarded_total{reason=\"shutdown\"} 0",
 	};
 	char *text = render();
 	REQUIRE(text);
-	size_t i = 0;
-	for (char *p = text; *p && i < ARRAY_LEN(want); i++) {
-		char *nl = strchr(p, '\n');
-		REQUIRE(nl);
-		*nl = '\0';
-		if (strcmp(p, want[i]) != 0)
-			T_FAIL_("line %zu\n    got:  %s\n    want: %s", i + 1, p, want[i]);
-		p = nl + 1;
-		if (i + 1 == ARRAY_LEN(want))
-			CHECK_STR(p, ""); /* nothing after the last line */
-	}
-	CHECK_INT(i, ARRAY_LEN(want));
+	check_lines(text, want, ARRAY_LEN(want));
 	free(text);
+}
+
+/* The standby families: the per-handler gauge moves both ways and exists
+ * for every handler series (0 included), the two counters count, every
+ * reason is rendered in enum order, and the text is well formed. The
+ * families are the last four, in this order. */
+TEST(standby_families)
+{
+	metrics_reset_for_tests();
+	static const char *const names[METRIC_STANDBY_REASON_COUNT] = {
+		"version", "secret", "idle", "excess", "exited", "lost", "shutdown"};
+	for (int r = 0; r < METRIC_STANDBY_REASON_COUNT; r++)
+		CHECK_STR(metrics_standby_reason_name((enum metric_standby_reason)r), names[r]);
+	CHECK_STR(metrics_standby_reason_name(METRIC_STANDBY_REASON_COUNT), "unknown");
+
+	metrics_handler_invocation("a", "on.demand", METRIC_OUTCOME_SUCCESS, 1);
+	metrics_standby_containers("b", "m.h", 1);
+	metrics_standby_containers("b", "m.h", 1);
+	metrics_standby_containers("b", "m.h", 1);
+	metrics_standby_containers("b", "m.h", -1);
+	metrics_standby_containers("b", "m.g", 1);
+	metrics_standby_containers("b", "m.g", -1);
+	CHECK_INT(metrics_standby_containers_value("b", "m.h"), 2);
+	CHECK_INT(metrics_standby_containers_value("b", "m.g"), 0);
+	CHECK_INT(metrics_standby_containers_value("a", "on.demand"), 0);
+	CHECK_INT(metrics_standby_containers_value("none", "x"), 0); /* creates nothing */
+	metrics_inc(METRIC_STANDBY_DISPATCHES);
+	metrics_inc(METRIC_STANDBY_DISPATCHES);
+	metrics_inc(METRIC_STANDBY_MISSES);
+	CHECK_INT(metrics_counter_value(METRIC_STANDBY_DISPATCHES), 2);
+	CHECK_INT(metrics_counter_value(METRIC_STANDBY_MISSES), 1);
+	metrics_standby_discarded(METRIC_STANDBY_SECRET);
+	metrics_standby_discarded(METRIC_STANDBY_EXITED);
+	metrics_standby_discarded(METRIC_STANDBY_EXITED);
+	metrics_standby_discarded(METRIC_STANDBY_SHUTDOWN);
+	metrics_standby_discarded(METRIC_STANDBY_REASON_COUNT); /* ignored */
+	metrics_standby_discarded((enum metric_standby_reason) - 1);
+	CHECK_INT(metrics_standby_discarded_value(METRIC_STANDBY_EXITED), 2);
+	CHECK_INT(metrics_standby_discarded_value(METRIC_STANDBY_VERSION), 0);
+	CHECK_INT(metrics_standby_discarded_value(METRIC_STANDBY_REASON_COUNT), 0);
+
+	static const char *const want[] = {
+		"# HELP standby_containers Standby containers started and not yet dispatched or "
+		"discarded.",
+		"# TYPE standby_containers gauge",
+		"standby_containers{function=\"a\",handler=\"on.demand\"} 0",
+		"standby_containers{function=\"b\",handler=\"m.g\"} 0",
+		"standby_containers{function=\"b\",handler=\"m.h\"} 2",
+		"# HELP standby_dispatches_total Invocations given to a standby container.",
+		"# TYPE standby_dispatches_total counter",
+		"standby_dispatches_total 2",
+		"# HELP standby_misses_total Invocations that found no standby container ready "
+		"while standby was enabled.",
+		"# TYPE standby_misses_total counter",
+		"standby_misses_total 1",
+		"# HELP standby_discarded_total Standby containers removed without an event, by "
+		"reason.",
+		"# TYPE standby_discarded_total counter",
+		"standby_discarded_total{reason=\"version\"} 0",
+		"standby_discarded_total{reason=\"secret\"} 1",
+		"standby_discarded_total{reason=\"idle\"} 0",
+		"standby_discarded_total{reason=\"excess\"} 0",
+		"standby_discarded_total{reason=\"exited\"} 2",
+		"standby_discarded_total{reason=\"lost\"} 0",
+		"standby_discarded_total{reason=\"shutdown\"} 1",
+	};
+	char *text = render();
+	REQUIRE(text);
+	char *block = strstr(text, "# HELP standby_containers ");
+	REQUIRE(block);
+	check_lines(block, want, ARRAY_LEN(want)); /* the last families */
+	free(text);
+
+	/* a handler known only through its standby gauge has every handler
+	 * family, at zero; the well-formedness is checked on a fresh render */
+	text = render();
+	REQUIRE(text);
+	CHECK(t_has_line(text, "handler_invocations_total{function=\"b\",handler=\"m.h\","
+			       "outcome=\"success\"} 0"));
+	CHECK(t_has_line(text, "handler_duration_seconds_count{function=\"b\",handler=\"m.h\"} 0"));
+	CHECK(t_has_line(text, "function_events_total{function=\"b\"} 0"));
+	CHECK(strstr(text, "\"none\"") == NULL);
+	check_accepted(text);
+	free(text);
+
+	/* Prometheus-only: the SQLite snapshot's global row is unchanged */
+	struct metrics_global_snapshot g;
+	metrics_snapshot(&g, NULL, NULL);
+	CHECK_INT(g.handler_successes, 1);
 }
 
 /* A busier registry passes the strict checker, and promtool when present. */
@@ -769,13 +886,17 @@ TEST(exposition_is_well_formed)
 	}
 	metrics_handler_invocation("q\"uote", "new\nline", METRIC_OUTCOME_TIMEOUT, 1e9);
 	metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, 0.000001);
+	metrics_standby_containers("fn-1", "mod.h1", 3);
+	metrics_standby_containers("fn-9", "standby.only", 1);
+	metrics_inc(METRIC_STANDBY_MISSES);
+	metrics_standby_discarded(METRIC_STANDBY_IDLE);
 	char *text = render();
 	REQUIRE(text);
 	char *err = NULL;
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 23);
+	CHECK_INT(nfam, 27);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
@@ -819,6 +940,7 @@ static void *hammer(void *arg)
 		metrics_handler_invocation(fn, h, (enum metric_outcome)(i % 3), 0.25);
 		metrics_handler_observe(cached, METRIC_OUTCOME_SUCCESS, 0.5);
 		metrics_function_event(fn);
+		metrics_standby_containers("shared", "h", 1);
 		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 	}
 	return NULL;
@@ -835,6 +957,7 @@ TEST(concurrent_updates_are_exact)
 	const long long total = (long long)NTHREADS * PER_THREAD;
 	CHECK_INT(metrics_counter_value(METRIC_EVENTS_RECEIVED), total);
 	CHECK(metrics_gauge_value(METRIC_IN_FLIGHT) == 0);
+	CHECK_INT(metrics_standby_containers_value("shared", "h"), total);
 	/* every third of the labelled invocations succeeded, plus all cached ones */
 	long long succ_labelled = 0;
 	for (int i = 0; i < PER_THREAD; i++)
@@ -938,6 +1061,12 @@ TEST(disabled_updates_are_no_ops)
 	metrics_function_retry("fn");
 	metrics_function_dlq("fn");
 	metrics_build("fn", false, 1);
+	metrics_inc(METRIC_STANDBY_DISPATCHES);
+	metrics_standby_containers("fn", "h", 1);
+	metrics_standby_discarded(METRIC_STANDBY_IDLE);
+	CHECK_INT(metrics_counter_value(METRIC_STANDBY_DISPATCHES), 0);
+	CHECK_INT(metrics_standby_containers_value("fn", "h"), 0);
+	CHECK_INT(metrics_standby_discarded_value(METRIC_STANDBY_IDLE), 0);
 	CHECK_INT(metrics_counter_value(METRIC_EVENTS_RECEIVED), 1);
 	CHECK_INT(metrics_counter_value(METRIC_EVENTS_PROCESSED), 0);
 	CHECK_INT(metrics_counter_value(METRIC_HANDLER_SUCCESS), 0);
@@ -1010,6 +1139,6 @@ TEST(snapshot_values)
 T_MAIN(T_CASE(checker_rejects_malformed_text), T_CASE(counters_and_gauges),
        T_CASE(float_formatting), T_CASE(histogram_buckets),
        T_CASE(invocation_updates_every_related_series), T_CASE(label_values_are_escaped),
-       T_CASE(exact_rendering), T_CASE(exposition_is_well_formed),
+       T_CASE(exact_rendering), T_CASE(standby_families), T_CASE(exposition_is_well_formed),
        T_CASE(concurrent_updates_are_exact), T_CASE(series_are_bounded),
        T_CASE(disabled_updates_are_no_ops), T_CASE(snapshot_values))
