@@ -700,8 +700,9 @@ static const struct {
 		 "Scheduled occurrences this worker failed to publish."},
 	[METRIC_STANDBY_DISPATCHES] = {"standby_dispatches_total",
 				       "Invocations given to a standby container."},
-	[METRIC_STANDBY_MISSES] = {"standby_misses_total",
-				   "Invocations that found no standby container ready while standby was enabled."},
+	[METRIC_STANDBY_MISSES] =
+		{"standby_misses_total",
+		 "Invocations that found no standby container ready while standby was enabled."},
 };
 
 static const struct {
