@@ -279,6 +279,12 @@ TEST(container_names)
 	CHECK(str_has_prefix(name, "relay-f-h-none-"));
 	runner_container_name(&odd[1], name);
 	CHECK_INT(strlen(name), 6 + 32 + 1 + 32 + 1 + 24 + 1 + 16);
+	/* A standby container has no message yet: "standby" in its place. */
+	struct invocation sb = in;
+	sb.standby = true;
+	runner_container_name(&sb, name);
+	CHECK(str_has_prefix(name, "relay-user-events-events.created.handler-standby-"));
+	CHECK(docker_name_ok(name));
 
 	/* Fresh each time: 2000 names for the same invocation, all distinct. */
 	enum { N = 2000 };

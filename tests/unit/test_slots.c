@@ -254,6 +254,58 @@ TEST(many_functions)
 	slots_free(s);
 }
 
-T_MAIN(T_CASE(global_and_function_limits_intersect), T_CASE(function_limit_first_wins),
+/* The standby pool's admission: a spare global slot only when one is free
+ * and nobody waits for it; never per function; never blocking. */
+TEST(spare_slots_yield_to_waiters)
+{
+	struct slots *s = slots_new(2);
+	bool waited;
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	CHECK_INT(slots_in_use(s), 1);
+	CHECK_INT(slots_function_in_use(s, "a"), 0);
+	CHECK_INT(try(s, "a", 5, &waited), 0);
+	CHECK_INT(slots_try_acquire_spare(s), -1); /* none free */
+	/* A waiter blocks on the full set: a spare slot freed meanwhile goes
+	 * to it, and no spare is handed out while it waits. */
+	struct waiter w = {s, "b", 10000 * MS, NULL, -2, false, 0};
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, waiter_main, &w) == 0);
+	usleep(50 * 1000);
+	slots_release_spare(s);
+	pthread_join(t, NULL);
+	CHECK_INT(w.rc, 0);
+	CHECK_INT(slots_in_use(s), 2);
+	CHECK_INT(slots_try_acquire_spare(s), -1);
+	slots_release(s, "a");
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	CHECK_INT(slots_in_use(s), 2);
+	slots_release_spare(s);
+	slots_release(s, "b");
+	CHECK_INT(slots_in_use(s), 0);
+	slots_free(s);
+}
+
+/* While an acquire waits (here on its function's own limit, with global
+ * room left), the spare slot is refused: waiters come first. */
+TEST(spare_slot_refused_while_someone_waits)
+{
+	struct slots *s = slots_new(4);
+	bool waited;
+	CHECK_INT(try(s, "f", 1, &waited), 0);
+	struct waiter w = {s, "f", 300 * MS, NULL, -2, false, 0};
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, waiter_main, &w) == 0);
+	usleep(100 * 1000);
+	CHECK_INT(slots_try_acquire_spare(s), -1);
+	pthread_join(t, NULL);
+	CHECK_INT(w.rc, -1);
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	slots_release_spare(s);
+	slots_release(s, "f");
+	slots_free(s);
+}
+
+T_MAIN(T_CASE(spare_slots_yield_to_waiters), T_CASE(spare_slot_refused_while_someone_waits),
+       T_CASE(global_and_function_limits_intersect), T_CASE(function_limit_first_wins),
        T_CASE(limits_below_one_are_one), T_CASE(wait_is_bounded), T_CASE(release_wakes_a_waiter),
        T_CASE(stop_ends_the_wait), T_CASE(limits_hold_under_contention), T_CASE(many_functions))

@@ -1,0 +1,376 @@
+# Standby containers (issue 17) through relay start, a private redis-server
+# and the real Docker daemon: a warmed handler's event runs in a container
+# created before the event (the daemon's event log says so) that gets the
+# same stdin, env, user, limits and labels as an on-demand one; the timeout
+# counts from dispatch; no invocation after an edit or a secret rotation
+# runs in a stale container; an import error is reported as without
+# standby; STANDBY_MAX=0 means none ever; idle expiry, SIGTERM, kill -9 and
+# the next start's sweep; and the bound on live containers under load.
+#
+# Function names start with "sb-"; each test removes the images it made.
+
+SB_PY_INFO='import json, os, socket, sys, time
+
+def limits():
+    out = {}
+    for f in ("memory.max", "memory.swap.max", "pids.max", "cpu.max"):
+        try:
+            out[f] = open("/sys/fs/cgroup/" + f).read().strip()
+        except OSError as e:
+            out[f] = "unreadable: %s" % e.strerror
+    return out
+
+def status(keys):
+    rows = {}
+    for line in open("/proc/self/status"):
+        k, _, v = line.partition(":")
+        if k in keys:
+            rows[k] = v.strip()
+    return rows
+
+def root_writable():
+    try:
+        open("/sb-probe", "w")
+        return "yes"
+    except OSError as e:
+        return e.strerror
+
+def handler(event):
+    info = {
+        "event": event,
+        "uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups()),
+        "env": sorted(k + "=" + v for k, v in os.environ.items() if k != "HOSTNAME"),
+        "limits": limits(),
+        "status": status(("CapEff", "CapBnd", "NoNewPrivs", "Seccomp")),
+        "root": root_writable(),
+        "tmp": sorted(l.split()[3] for l in open("/proc/mounts") if l.split()[1] == "/tmp"),
+        "cwd": os.getcwd(),
+    }
+    print("SB-INFO " + json.dumps(info, sort_keys=True))
+    print("SB-HOST " + socket.gethostname())
+    sys.stdout.flush()
+    time.sleep(float(event.get("hold", 0)))
+'
+
+# sb_env HOST [VAR=VALUE...]: redis (once), the stream, DEBUG logs, a
+# metrics port; SB_HOST is the hostname relay runs under.
+sb_env() {
+	SB_HOST=$1
+	if [ -z "${REDIS_PORT:-}" ]; then
+		start_redis
+		wait_redis_plain
+	fi
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay LOG_LEVEL=DEBUG
+	export METRICS_ADDR=127.0.0.1:$(free_port)
+}
+
+# sb_start LOG: relay start under SB_HOST; returns once the worker runs.
+sb_start() { start_relay_as "$1" "$SB_HOST"; }
+
+# sb_fn NAME PY [TEMPLATE-TAIL]: a python function whose module h.py is PY
+# and whose rule (handler h.handler) matches {"fn": [NAME]}.
+sb_fn() {
+	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
+	printf '%s\n' "$2" >"$RELAY_FUNCTIONS_DIR/$1/h.py"
+	printf 'runtime: python3.14\n%sevents:\n  - handler: h.handler\n    pattern: {fn: [%s]}\n    retries: 0\n%s' \
+		"${4:-}" "$1" "${3:-}" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
+}
+
+sb_cleanup_images() { rm_fn_images 'relay-fn-sb-*'; }
+
+# sb_xadd FN [JSON-TAIL]: XADDs {"fn":FN<tail>}; prints the message id.
+sb_xadd() { redis-cli -p "$REDIS_PORT" XADD events '*' event "{\"fn\":\"$1\"${2:-}}"; }
+
+# sb_parked [FN]: ids of running standby containers of this relay (of FN).
+sb_parked() {
+	local f=(--filter label=relay.standby=true --filter "label=relay.hostname=$SB_HOST")
+	[ -z "${1:-}" ] || f+=(--filter "label=relay.function=$1")
+	docker ps -q --no-trunc "${f[@]}"
+}
+sb_parked_n() { [ "$(sb_parked "${2:-}" | wc -l)" -eq "$1" ]; }
+sb_alive() { docker ps -q --filter "label=relay.hostname=$SB_HOST" | wc -l; }
+
+# sb_done LOG ID: the handler of the message succeeded.
+sb_done() { grep -qF "executed for event \"$2\"" "$1"; }
+sb_wait_done() { # LOG ID
+	wait_for 60 sb_done "$1" "$2" || fail "no success for $2: $(grep -v 'docker request' "$1" | tail -n 20)"
+}
+
+# sb_metric NAME-WITH-LABELS: its value on /metrics (empty when absent).
+sb_metric() {
+	curl -s --max-time 5 "http://$METRICS_ADDR/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+sb_metric_ge() { local v; v=$(sb_metric "$1"); [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
+
+# sb_inspect ID: what an invocation's container is made of, labels that
+# name the message or the standby state left out (they differ by design).
+sb_inspect() {
+	docker inspect "$1" | jq -S '.[0] | {
+		Image: .Config.Image, User: .Config.User, Env: .Config.Env,
+		OpenStdin: .Config.OpenStdin, StdinOnce: .Config.StdinOnce, Tty: .Config.Tty,
+		Labels: (.Config.Labels | del(.["relay.message_id"], .["relay.event_id"],
+			.["relay.event_name"], .["relay.standby"])),
+		Host: (.HostConfig | {AutoRemove, Memory, MemorySwap, NanoCpus, PidsLimit, CapDrop,
+			CapAdd, ReadonlyRootfs, Tmpfs, SecurityOpt, Privileged, NetworkMode})}'
+}
+
+# sb_line LOG ID PREFIX: the handler's forwarded PREFIX line that follows the
+# "matched" line of message ID.
+sb_line() {
+	awk -v m="matched event \"$2\"" -v p="$3" 'index($0, m) { on = 1 }
+		on && /^relay: function "[^"]*" handler "[^"]*": / {
+			sub(/^relay: function "[^"]*" handler "[^"]*": /, "")
+			if (index($0, p) == 1) { print; exit }
+		}' "$1"
+}
+
+test_warm_invocation_runs_in_a_container_made_before_the_event_and_sees_the_same() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	local ev=',"hold":3,"k":"v","n":[1,2]'
+	sb_fn sb-same "$SB_PY_INFO"
+	# On demand: STANDBY_MAX=0.
+	sb_env sb-same-host
+	export STANDBY_MAX=0
+	sb_start "$TMP/a.log"
+	local id_a host_a
+	id_a=$(sb_xadd sb-same "$ev")
+	wait_for 60 grep -q "SB-HOST" "$TMP/a.log" || fail "no output on demand: $(tail -n 20 "$TMP/a.log")"
+	host_a=$(sb_line "$TMP/a.log" "$id_a" "SB-HOST ")
+	host_a=${host_a#SB-HOST }
+	sb_inspect "$host_a" >"$TMP/inspect-a.json" || fail "cannot inspect $host_a"
+	sb_wait_done "$TMP/a.log" "$id_a"
+	stop_relay_pid "$RELAY_PID"
+	[ -z "$(sb_parked)" ] || fail "a standby container with STANDBY_MAX=0"
+
+	# Standby: one event to create demand, then the same event again.
+	unset STANDBY_MAX
+	sb_start "$TMP/b.log"
+	local warm id_b host_b t0 t1 parked
+	warm=$(sb_xadd sb-same)
+	sb_wait_done "$TMP/b.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-same || fail "no standby container after the first event: $(grep standby "$TMP/b.log")"
+	parked=$(sb_parked sb-same)
+	t0=$(date +%s.%N)
+	id_b=$(sb_xadd sb-same "$ev")
+	wait_for 60 grep -q "SB-HOST" "$TMP/b.log" || fail "no output with standby"
+	t1=$(date +%s.%N)
+	host_b=$(sb_line "$TMP/b.log" "$id_b" "SB-HOST ")
+	host_b=${host_b#SB-HOST }
+	[ "${parked:0:12}" = "$host_b" ] || fail "the event ran in $host_b, not in the parked $parked"
+	sb_inspect "$host_b" >"$TMP/inspect-b.json" || fail "cannot inspect $host_b"
+	sb_wait_done "$TMP/b.log" "$id_b"
+
+	# Nothing made for this function between XADD and the output, except
+	# the replacement standby container.
+	docker events --since "$t0" --until "$t1" --filter type=container --filter event=create \
+		--filter label=relay.function=sb-same \
+		--format '{{.Actor.ID}} {{index .Actor.Attributes "relay.standby"}}' >"$TMP/creates"
+	! grep -v ' true$' "$TMP/creates" | grep -q . || fail "an on-demand create after XADD: $(cat "$TMP/creates")"
+	! grep -q "^$parked " "$TMP/creates" || fail "the container that ran was created after XADD"
+	docker events --since "$((${t0%.*} - 120))" --until "$t0" --filter type=container \
+		--filter event=create --format '{{.Actor.ID}}' | grep -qx "$parked" ||
+		fail "no create of $parked before XADD"
+
+	# The same stdin, env, user, limits, capabilities, mounts ...
+	local info_a info_b
+	info_a=$(sb_line "$TMP/a.log" "$id_a" "SB-INFO ")
+	info_b=$(sb_line "$TMP/b.log" "$id_b" "SB-INFO ")
+	[ -n "$info_a" ] && [ "$info_a" = "$info_b" ] || fail "the handler saw different things:
+on demand: $info_a
+standby:   $info_b"
+	echo "$info_b" | grep -q '"uid": 10001' || fail "not uid 10001: $info_b"
+	# ... and the same container settings and labels.
+	diff "$TMP/inspect-a.json" "$TMP/inspect-b.json" || fail "container settings differ"
+	jq -e '.Host.ReadonlyRootfs == true and .Host.PidsLimit == 128 and .Labels["relay.function"] == "sb-same"' \
+		"$TMP/inspect-b.json" >/dev/null || fail "unexpected settings: $(cat "$TMP/inspect-b.json")"
+	sb_metric_ge standby_dispatches_total 1 || fail "standby_dispatches_total: $(sb_metric standby_dispatches_total)"
+	sb_metric_ge standby_misses_total 1 || fail "standby_misses_total: $(sb_metric standby_misses_total)"
+	[ "$(sb_metric 'standby_containers{function="sb-same",handler="h.handler"}')" = 1 ] ||
+		wait_for 10 sb_parked_n 1 sb-same || fail "no replacement"
+	stop_relay_pid "$RELAY_PID"
+	[ "$(sb_alive)" -eq 0 ] || fail "containers left after SIGTERM: $(docker ps --filter "label=relay.hostname=$SB_HOST")"
+}
+
+test_timeout_counts_from_dispatch_not_from_the_container_start() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	sb_fn sb-slow 'import socket, time
+def handler(event):
+    time.sleep(float(event.get("sleep", 0)))
+    print("SB-HOST " + socket.gethostname())' "    timeout: 1s
+"
+	sb_env sb-slow-host
+	sb_start "$TMP/relay.log"
+	local warm id parked
+	warm=$(sb_xadd sb-slow)
+	sb_wait_done "$TMP/relay.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-slow || fail "no standby container"
+	parked=$(sb_parked sb-slow)
+	# Idle for 30 s, then 0.8 s of work against a 1 s timeout.
+	sleep 30
+	[ "$(sb_parked sb-slow)" = "$parked" ] || fail "the parked container changed while idle"
+	id=$(sb_xadd sb-slow ',"sleep":0.8')
+	sb_wait_done "$TMP/relay.log" "$id"
+	! grep -q "failed for event \"$id\"" "$TMP/relay.log" || fail "timed out: $(grep "$id" "$TMP/relay.log")"
+	[ "$(sb_line "$TMP/relay.log" "$id" "SB-HOST ")" = "SB-HOST ${parked:0:12}" ] ||
+		fail "ran in $(sb_line "$TMP/relay.log" "$id" "SB-HOST "), not in the parked ${parked:0:12}"
+	sb_metric_ge standby_dispatches_total 1 || fail "not dispatched to standby"
+}
+
+test_edit_and_secret_rotation_never_run_in_a_stale_container() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	printf 'first' | "$RELAY" secret set sb-token || fail "secret set"
+	sb_fn sb-fresh 'import os
+def handler(event):
+    print("code=V1 token=" + os.environ["TOKEN"])' "" "secrets:
+  TOKEN: sb-token
+"
+	sb_env sb-fresh-host
+	sb_start "$TMP/relay.log"
+	local id old
+	id=$(sb_xadd sb-fresh)
+	sb_wait_done "$TMP/relay.log" "$id"
+	wait_for 30 sb_parked_n 1 sb-fresh || fail "no standby container"
+
+	# A secret rotation: the very next invocation sees the new value.
+	printf 'second' | "$RELAY" secret set sb-token || fail "secret set"
+	id=$(sb_xadd sb-fresh)
+	sb_wait_done "$TMP/relay.log" "$id"
+	[ "$(sb_line "$TMP/relay.log" "$id" "code=")" = "code=V1 token=second" ] ||
+		fail "after rotation: $(sb_line "$TMP/relay.log" "$id" "code=")"
+	wait_for 10 sb_metric_ge 'standby_discarded_total{reason="secret"}' 1 || fail "no secret discard"
+
+	# An edit: once the new version is in, no invocation runs the old code.
+	wait_for 30 sb_parked_n 1 sb-fresh || fail "no standby container after the rotation"
+	old=$(sb_parked sb-fresh)
+	sed -i 's/V1/V2/' "$RELAY_FUNCTIONS_DIR/sb-fresh/h.py"
+	wait_for 120 grep -q 'msg="function updated" function=sb-fresh' "$TMP/relay.log" ||
+		fail "the edit was not picked up: $(tail -n 20 "$TMP/relay.log")"
+	id=$(sb_xadd sb-fresh)
+	sb_wait_done "$TMP/relay.log" "$id"
+	[ "$(sb_line "$TMP/relay.log" "$id" "code=")" = "code=V2 token=second" ] ||
+		fail "after the edit: $(sb_line "$TMP/relay.log" "$id" "code=")"
+	wait_for 10 sb_metric_ge 'standby_discarded_total{reason="version"}' 1 || fail "no version discard"
+	gone() { ! docker ps -q --no-trunc | grep -qx "$old"; }
+	wait_for 10 gone || fail "the old version's standby container $old is still running"
+}
+
+test_import_error_is_reported_as_without_standby() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	sb_fn sb-broken 'raise RuntimeError("broken at import")
+def handler(event):
+    print("never")'
+	sb_env sb-broken-host
+	sb_start "$TMP/relay.log"
+	local a b
+	a=$(sb_xadd sb-broken)
+	wait_for 60 grep -qF "execution failed for event \"$a\"" "$TMP/relay.log" || fail "no failure for $a"
+	# The standby container it made exits at import: counted, removed, and
+	# not started again for that version.
+	wait_for 30 sb_metric_ge 'standby_discarded_total{reason="exited"}' 1 ||
+		fail "no exited discard: $(grep -i standby "$TMP/relay.log")"
+	b=$(sb_xadd sb-broken)
+	wait_for 60 grep -qF "execution failed for event \"$b\"" "$TMP/relay.log" || fail "no failure for $b"
+	local la lb
+	la=$(grep -F "execution failed for event \"$a\"" "$TMP/relay.log" | sed "s/$a/ID/")
+	lb=$(grep -F "execution failed for event \"$b\"" "$TMP/relay.log" | sed "s/$b/ID/")
+	[ "$la" = "$lb" ] || fail "the failures differ:
+$la
+$lb"
+	echo "$la" | grep -q 'exit status 1: relay bootstrap: module "h" failed to import: RuntimeError: broken at import' ||
+		fail "unexpected failure: $la"
+	[ "$(redis-cli -p "$REDIS_PORT" XLEN relay:events:dlq)" -eq 2 ] || fail "not both dead-lettered"
+	[ "$(sb_metric 'standby_discarded_total{reason="exited"}')" -eq 1 ] ||
+		fail "restarted a standby container for a version that cannot import"
+	[ -z "$(sb_parked sb-broken)" ] || fail "a standby container of a broken function is running"
+}
+
+test_standby_max_zero_never_makes_one() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	sb_fn sb-off 'def handler(event):
+    print("off", event["n"])'
+	sb_env sb-off-host
+	export STANDBY_MAX=0
+	sb_start "$TMP/relay.log"
+	(while :; do sb_parked >>"$TMP/seen"; sleep 0.1; done) &
+	track $!
+	local i id
+	for i in 1 2 3 4 5; do
+		id=$(sb_xadd sb-off ",\"n\":$i")
+		sb_wait_done "$TMP/relay.log" "$id"
+	done
+	sleep 3
+	[ ! -s "$TMP/seen" ] || fail "standby containers with STANDBY_MAX=0: $(sort -u "$TMP/seen")"
+	[ "$(sb_metric standby_dispatches_total)" = 0 ] && [ "$(sb_metric standby_misses_total)" = 0 ] ||
+		fail "standby metrics moved: $(sb_metric standby_dispatches_total) $(sb_metric standby_misses_total)"
+	grep -q 'msg="worker started".*standby_max=0' "$TMP/relay.log" || fail "start line lacks standby_max=0"
+}
+
+test_idle_expiry_then_sigterm_and_kill9_sweep() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	sb_fn sb-idle 'def handler(event):
+    print("idle test")'
+	sb_env sb-idle-host
+	# Idle expiry: none left STANDBY_IDLE after the last invocation.
+	export STANDBY_IDLE=4s
+	sb_start "$TMP/a.log"
+	local id t
+	id=$(sb_xadd sb-idle)
+	sb_wait_done "$TMP/a.log" "$id"
+	t=$(date +%s)
+	wait_for 30 sb_parked_n 1 sb-idle || fail "no standby container"
+	wait_for 15 sb_parked_n 0 sb-idle || fail "still parked after STANDBY_IDLE"
+	[ $(($(date +%s) - t)) -ge 3 ] || fail "removed before STANDBY_IDLE"
+	sb_metric_ge 'standby_discarded_total{reason="idle"}' 1 || fail "no idle discard"
+	# SIGTERM: no container of this relay left.
+	id=$(sb_xadd sb-idle)
+	sb_wait_done "$TMP/a.log" "$id"
+	wait_for 30 sb_parked_n 1 sb-idle || fail "no standby container"
+	stop_relay_pid "$RELAY_PID"
+	[ "$(sb_alive)" -eq 0 ] || fail "containers left after SIGTERM"
+	grep -q 'msg="standby container discarded".*reason=shutdown' "$TMP/a.log" || fail "no shutdown discard line"
+
+	# kill -9: the parked container outlives relay; the next start removes it.
+	unset STANDBY_IDLE
+	sb_start "$TMP/b.log"
+	id=$(sb_xadd sb-idle)
+	sb_wait_done "$TMP/b.log" "$id"
+	wait_for 30 sb_parked_n 1 sb-idle || fail "no standby container"
+	local parked
+	parked=$(sb_parked sb-idle)
+	kill9_relay_pid "$RELAY_PID"
+	sleep 1
+	sb_parked sb-idle | grep -qx "$parked" || fail "the parked container did not outlive kill -9 (test is void)"
+	sb_start "$TMP/c.log"
+	grep -q "msg=\"removed orphaned execution container\" container=$parked" "$TMP/c.log" ||
+		fail "the sweep did not remove $parked: $(grep -i orphan "$TMP/c.log")"
+	! docker ps -q --no-trunc | grep -qx "$parked" || fail "$parked still running"
+	stop_relay_pid "$RELAY_PID"
+}
+
+test_load_never_exceeds_max_concurrency_plus_standby_max() {
+	trap 'sb_cleanup_images; it_cleanup' EXIT
+	sb_fn sb-load 'import time
+def handler(event):
+    time.sleep(0.2)
+    print("load", event["n"])'
+	sb_env sb-load-host
+	export MAX_CONCURRENCY=3 STANDBY_MAX=2 LOG_LEVEL=INFO
+	sb_start "$TMP/relay.log"
+	(while :; do sb_alive >>"$TMP/alive"; sleep 0.1; done) &
+	track $!
+	local i last
+	for i in $(seq 1 200); do
+		echo "XADD events * event '{\"fn\":\"sb-load\",\"n\":$i}'"
+	done | redis-cli -p "$REDIS_PORT" >"$TMP/ids"
+	[ "$(grep -cE '^[0-9]+-[0-9]+$' "$TMP/ids")" -eq 200 ] || fail "XADD answered: $(sort -u "$TMP/ids" | head -n 3)"
+	last=$(tail -n 1 "$TMP/ids")
+	wait_for 300 acked_through "$REDIS_PORT" events relay "$last" || fail "not all 200 handled: $(tail -n 5 "$TMP/relay.log")"
+	[ "$(grep -c '^relay: function "sb-load" handler "h.handler" executed' "$TMP/relay.log")" -eq 200 ] ||
+		fail "not 200 successes"
+	[ "$(redis-cli -p "$REDIS_PORT" XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+	local max
+	max=$(sort -n "$TMP/alive" | tail -n 1)
+	echo "most containers alive at once: $max (3 invocations + 2 standby allowed)"
+	[ "$max" -le 5 ] || fail "$max containers alive at once"
+	sb_metric_ge standby_dispatches_total 1 || fail "no dispatch to standby under load"
+}
