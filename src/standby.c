@@ -29,6 +29,7 @@ struct entry {
 	struct runner_parked *p;
 	char *function, *handler, *image;
 	uint64_t stamp;			/* the function's secret stamps when created */
+	int64_t attach_closed_at;	/* monotonic, when its attach was first seen closed */
 	enum metric_standby_reason why; /* on the discard list */
 };
 
@@ -176,12 +177,23 @@ static struct entry *unlink_locked(struct standby *sb, struct entry **link)
 	return e;
 }
 
-/* Why a parked container must go now, or -1 when it may stay. Checks the
- * connections last (no system call for the common stale cases). */
-static int gone_reason(const struct entry *e)
+/* A container that exits closes its attach stream and answers its wait
+ * at about the same moment, in either order: an attach closed alone is
+ * given this long for the wait's answer before it counts as "lost". */
+#define ATTACH_GRACE_NS (2 * NS_PER_SEC)
+
+/* Why a parked container must go now, or -1 when it may stay (the pool
+ * thread's view; a worker only skips one that is not plainly waiting). */
+static int gone_reason(struct entry *e, int64_t now)
 {
-	int g = runner_parked_gone(e->p);
-	return g == 1 ? (int)METRIC_STANDBY_EXITED : g == 2 ? (int)METRIC_STANDBY_LOST : -1;
+	switch (runner_parked_gone(e->p)) {
+	case 1: return METRIC_STANDBY_EXITED;
+	case 2:
+		if (!e->attach_closed_at)
+			e->attach_closed_at = now;
+		return now - e->attach_closed_at >= ATTACH_GRACE_NS ? (int)METRIC_STANDBY_LOST : -1;
+	default: return -1;
+	}
 }
 
 static void remove_parked(struct standby *sb, struct entry *e, long timeout_ms)
@@ -231,10 +243,16 @@ struct runner_parked *standby_take(struct standby *sb, const struct fn_version *
 			link = &e->next;
 			continue;
 		}
-		int why = e->stamp != stamp ? (int)METRIC_STANDBY_SECRET : gone_reason(e);
+		int gone = e->stamp != stamp ? -1 : runner_parked_gone(e->p);
+		if (gone == 2) { /* exiting or cut: the pool thread tells which */
+			link = &e->next;
+			continue;
+		}
 		e = unlink_locked(sb, link);
-		if (why >= 0) {
-			sb->dead = graveyard_push(sb->dead, e, (enum metric_standby_reason)why);
+		if (gone != 0) {
+			sb->dead = graveyard_push(sb->dead, e,
+						  gone < 0 ? METRIC_STANDBY_SECRET
+							   : METRIC_STANDBY_EXITED);
 			continue;
 		}
 		got = e->p;
@@ -329,7 +347,7 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 			why = METRIC_STANDBY_VERSION;
 		else if (fv_stamp(sb, fv, &stamp) < 0 || stamp != e->stamp)
 			why = METRIC_STANDBY_SECRET;
-		else if ((why = gone_reason(e)) < 0) {
+		else if ((why = gone_reason(e, now)) < 0) {
 			size_t i = 0;
 			while (i < n && (strcmp(v[i]->function, e->function) != 0 ||
 					 strcmp(v[i]->handler, e->handler) != 0))
