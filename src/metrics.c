@@ -110,7 +110,7 @@ static const char *const standby_reason_names[METRIC_STANDBY_REASON_COUNT] = {
 	[METRIC_STANDBY_VERSION] = "version",	[METRIC_STANDBY_SECRET] = "secret",
 	[METRIC_STANDBY_IDLE] = "idle",		[METRIC_STANDBY_EXCESS] = "excess",
 	[METRIC_STANDBY_EXITED] = "exited",	[METRIC_STANDBY_LOST] = "lost",
-	[METRIC_STANDBY_SHUTDOWN] = "shutdown",
+	[METRIC_STANDBY_SHUTDOWN] = "shutdown", [METRIC_STANDBY_AGE] = "age",
 };
 
 const char *metrics_standby_reason_name(enum metric_standby_reason r)

@@ -47,7 +47,7 @@
  * family over that label set is rendered from then on, zeros included (all
  * three outcomes of handler_invocations_total; an empty build histogram;
  * standby_containers at 0), so rate() never misses a first increment. The
- * seven standby_discarded_total reasons are always rendered, zeros included. At most METRICS_MAX_SERIES label
+ * eight standby_discarded_total reasons are always rendered, zeros included. At most METRICS_MAX_SERIES label
  * sets (functions plus function/handler pairs together) exist; updates for a
  * new label set beyond that are dropped and one WARN is logged per process.
  *
@@ -125,6 +125,7 @@ enum metric_standby_reason {
 				    error, OOM) */
 	METRIC_STANDBY_LOST,	 /* "lost": its attach or wait connection broke */
 	METRIC_STANDBY_SHUTDOWN, /* "shutdown": Relay is stopping */
+	METRIC_STANDBY_AGE,	 /* "age": parked for STANDBY_MAX_AGE_NS, replaced */
 	METRIC_STANDBY_REASON_COUNT
 };
 

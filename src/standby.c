@@ -30,6 +30,7 @@ struct entry {
 	char *function, *handler, *image;
 	uint64_t stamp;			/* the function's secret stamps when created */
 	int64_t attach_closed_at;	/* monotonic, when its attach was first seen closed */
+	int64_t parked_at;		/* monotonic */
 	enum metric_standby_reason why; /* on the discard list */
 };
 
@@ -347,7 +348,10 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 			why = METRIC_STANDBY_VERSION;
 		else if (fv_stamp(sb, fv, &stamp) < 0 || stamp != e->stamp)
 			why = METRIC_STANDBY_SECRET;
-		else if ((why = gone_reason(e, now)) < 0) {
+		else if ((why = gone_reason(e, now)) < 0 &&
+			 now - e->parked_at >= STANDBY_MAX_AGE_NS)
+			why = METRIC_STANDBY_AGE;
+		else if (why < 0) {
 			size_t i = 0;
 			while (i < n && (strcmp(v[i]->function, e->function) != 0 ||
 					 strcmp(v[i]->handler, e->handler) != 0))
@@ -457,6 +461,7 @@ static int start_one(struct standby *sb, const struct snapshot *snap, struct dem
 	e->handler = xstrdup(d->handler);
 	e->image = xstrdup(fv->image);
 	e->stamp = stamp;
+	e->parked_at = now_mono_ns();
 	pthread_mutex_lock(&sb->lock);
 	e->next = sb->entries;
 	sb->entries = e;

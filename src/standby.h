@@ -42,6 +42,9 @@
  * error is reported with the event exactly as without standby. Functions
  * whose secrets the provider cannot stamp get none.
  *
+ * Age: a container parked for STANDBY_MAX_AGE_NS is removed ("age") and,
+ * the demand still there, replaced by a fresh one.
+ *
  * Shutdown: standby_stop() stops the thread, then removes every parked
  * container within STANDBY_STOP_TIMEOUT_MS ("shutdown"); whatever escapes
  * (a kill -9) carries the relay.* labels and the next start's orphan sweep
@@ -68,6 +71,11 @@
 
 #define STANDBY_PEAK_WINDOW_NS (120LL * 1000000000LL)
 #define STANDBY_RETRY_NS (60LL * 1000000000LL)
+/* A container parked this long is replaced ("age"): idle connections
+ * through a socket proxy are cut after 10 minutes (tecnativa's haproxy
+ * "timeout server 10m"), and what the module computed at import should
+ * not grow old either. */
+#define STANDBY_MAX_AGE_NS (5LL * 60 * 1000000000LL)
 #define STANDBY_STOP_TIMEOUT_MS 10000L
 #define STANDBY_TICK_MS 1000
 

@@ -773,6 +773,7 @@ TEST(exact_rendering)
 		"standby_discarded_total{reason=\"exited\"} 0",
 		"standby_discarded_total{reason=\"lost\"} 0",
 		"standby_discarded_total{reason=\"shutdown\"} 0",
+		"standby_discarded_total{reason=\"age\"} 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -788,7 +789,7 @@ TEST(standby_families)
 {
 	metrics_reset_for_tests();
 	static const char *const names[METRIC_STANDBY_REASON_COUNT] = {
-		"version", "secret", "idle", "excess", "exited", "lost", "shutdown"};
+		"version", "secret", "idle", "excess", "exited", "lost", "shutdown", "age"};
 	for (int r = 0; r < METRIC_STANDBY_REASON_COUNT; r++)
 		CHECK_STR(metrics_standby_reason_name((enum metric_standby_reason)r), names[r]);
 	CHECK_STR(metrics_standby_reason_name(METRIC_STANDBY_REASON_COUNT), "unknown");
@@ -843,6 +844,7 @@ TEST(standby_families)
 		"standby_discarded_total{reason=\"exited\"} 2",
 		"standby_discarded_total{reason=\"lost\"} 0",
 		"standby_discarded_total{reason=\"shutdown\"} 1",
+		"standby_discarded_total{reason=\"age\"} 0",
 	};
 	char *text = render();
 	REQUIRE(text);
