@@ -29,6 +29,8 @@
 #include "rfc3339.h"
 
 #define BUSY_TIMEOUT_MS 2000
+#define QUOTE_(x) #x
+#define QUOTE(x) QUOTE_(x)
 
 struct state {
 	sqlite3 *db;
@@ -80,13 +82,20 @@ static const char *const schema_sql =
 	" failures INTEGER NOT NULL DEFAULT 0,"
 	" retries INTEGER NOT NULL DEFAULT 0,"
 	" dlq_entries INTEGER NOT NULL DEFAULT 0,"
-	" updated_at TEXT NOT NULL);";
+	" updated_at TEXT NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS standby ("
+	" function_name TEXT NOT NULL,"
+	" handler TEXT NOT NULL,"
+	" containers INTEGER NOT NULL,"
+	" updated_at TEXT NOT NULL);"
+	"CREATE INDEX IF NOT EXISTS standby_function ON standby (function_name);";
 
 static const char *const drop_sql = "DROP TABLE IF EXISTS functions;"
 				    "DROP TABLE IF EXISTS handlers;"
 				    "DROP TABLE IF EXISTS schedules;"
 				    "DROP TABLE IF EXISTS stats;"
-				    "DROP TABLE IF EXISTS function_stats;";
+				    "DROP TABLE IF EXISTS function_stats;"
+				    "DROP TABLE IF EXISTS standby;";
 
 /* ---- errors and small helpers ---- */
 
@@ -294,13 +303,12 @@ static int user_version(struct state *s, int64_t *out, char **err)
 	return 0;
 }
 
-/* 1 when Relay's tables exist, 0 when not, -1 on error (e.g. not a database). */
-static int has_schema(struct state *s, char **err)
+/* 1 when the table exists, 0 when not, -1 on error (e.g. not a database). */
+static int has_table(struct state *s, const char *table, char **err)
 {
-	sqlite3_stmt *st = prep(
-		s, err,
-		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'functions'",
-		"");
+	sqlite3_stmt *st =
+		prep(s, err, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+		     "t", table);
 	if (!st)
 		return -1;
 	int rc = sqlite3_step(st);
@@ -346,7 +354,8 @@ int state_open(const char *data_dir, struct state **out, char **err)
 	    exec_sql(s, drop_sql, "drop tables of another schema version", err) < 0)
 		goto fail_tx;
 	if (exec_sql(s, schema_sql, "create schema", err) < 0 ||
-	    exec_sql(s, "PRAGMA user_version = 1", "set schema version", err) < 0)
+	    exec_sql(s, "PRAGMA user_version = " QUOTE(STATE_SCHEMA_VERSION), "set schema version",
+		     err) < 0)
 		goto fail_tx;
 	if (commit(s, err) < 0)
 		goto fail;
@@ -386,7 +395,7 @@ int state_open_readonly(const char *data_dir, struct state **out, char **err)
 		goto fail;
 	}
 	sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
-	have = has_schema(s, err);
+	have = has_table(s, "functions", err);
 	if (have < 0 || user_version(s, &version, err) < 0)
 		goto fail;
 	if (!have) {
@@ -511,7 +520,8 @@ static int remove_rows(struct state *s, const char *name, char **err)
 {
 	if (run(s, err, "DELETE FROM functions WHERE name = ?", "t", name) < 0 ||
 	    delete_definition(s, name, err) < 0 ||
-	    run(s, err, "DELETE FROM function_stats WHERE function_name = ?", "t", name) < 0)
+	    run(s, err, "DELETE FROM function_stats WHERE function_name = ?", "t", name) < 0 ||
+	    run(s, err, "DELETE FROM standby WHERE function_name = ?", "t", name) < 0)
 		return -1;
 	return 0;
 }
@@ -661,7 +671,8 @@ int state_replace_all(struct state *s, const struct state_function *fns, size_t 
 		 "") < 0 ||
 	     run(s, err,
 		 "DELETE FROM schedules WHERE function_name NOT IN (SELECT name FROM functions)",
-		 "") < 0))
+		 "") < 0 ||
+	     run(s, err, "DELETE FROM standby", "") < 0))
 		rc = -1;
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = write_function(s, &fns[i], false, NULL, NULL, NULL, ts, err);
@@ -676,7 +687,8 @@ out:
 }
 
 int state_write_stats(struct state *s, const struct state_stats *g,
-		      const struct state_function_stats *fs, size_t n, int64_t now, char **err)
+		      const struct state_function_stats *fs, size_t n,
+		      const struct state_standby *sb, size_t nsb, int64_t now, char **err)
 {
 	char ts[STATE_TIME_MAX];
 	state_format_time(now, ts);
@@ -704,6 +716,15 @@ int state_write_stats(struct state *s, const struct state_stats *g,
 			c->failures, c->retries, c->dlq_entries, ts) < 0)
 			rc = -1;
 	}
+	if (rc == 0 && run(s, err, "DELETE FROM standby", "") < 0)
+		rc = -1;
+	for (size_t i = 0; i < nsb && rc == 0; i++)
+		if (run(s, err,
+			"INSERT INTO standby (function_name, handler, containers, updated_at)"
+			" VALUES (?, ?, ?, ?)",
+			"ttit", sb[i].function ? sb[i].function : "",
+			sb[i].handler ? sb[i].handler : "", sb[i].containers, ts) < 0)
+			rc = -1;
 	rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 out:
 	pthread_mutex_unlock(&s->mu);
@@ -758,6 +779,9 @@ void state_function_infos_free(struct state_function_info *fs, size_t n)
 		free(f->schedules);
 		pairs_free(f->env, f->nenv);
 		pairs_free(f->secrets, f->nsecrets);
+		for (size_t k = 0; k < f->nstandby; k++)
+			free(f->standby[k].handler);
+		free(f->standby);
 	}
 	free(fs);
 }
@@ -867,6 +891,37 @@ static int parse_pairs(const struct state *s, const char *text, const char *what
 	return 0;
 }
 
+/* f's standby rows in the order written; none in a version-1 file. */
+static int read_standby(struct state *s, struct state_function_info *f, char **err)
+{
+	int have = has_table(s, "standby", err);
+	if (have <= 0)
+		return have;
+	sqlite3_stmt *st = prep(s, err,
+				"SELECT handler, containers FROM standby WHERE function_name = ?"
+				" ORDER BY rowid",
+				"t", f->name);
+	if (!st)
+		return -1;
+	size_t cap = 0;
+	int step;
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		if (f->nstandby == cap) {
+			cap = cap ? 2 * cap : 4;
+			f->standby = xrealloc(f->standby, cap * sizeof *f->standby);
+		}
+		struct state_standby_info *sb = &f->standby[f->nstandby++];
+		sb->handler = col_dup(st, 0);
+		sb->containers = sqlite3_column_int64(st, 1);
+		if (!sb->handler)
+			sb->handler = xstrdup("");
+	}
+	sqlite3_finalize(st);
+	if (step != SQLITE_DONE)
+		return db_err(s, err, "read standby");
+	return 0;
+}
+
 static int read_definition(struct state *s, struct state_function_info *f, char **err)
 {
 	sqlite3_stmt *st =
@@ -941,7 +996,7 @@ static int read_definition(struct state *s, struct state_function_info *f, char 
 	sqlite3_finalize(st);
 	if (step != SQLITE_ROW && step != SQLITE_DONE)
 		return db_err(s, err, "read function stats");
-	return 0;
+	return read_standby(s, f, err);
 }
 
 int state_get_function(struct state *s, const char *name, struct state_function_info **out,

@@ -5,7 +5,7 @@
  * authoritative and nothing here drives matching, building or
  * reconciliation. The file is <data dir>/db.sqlite3 (SQLite 3, WAL mode).
  *
- * Schema (PRAGMA user_version = 1). All timestamps are RFC3339 UTC text
+ * Schema (PRAGMA user_version = 2). All timestamps are RFC3339 UTC text
  * ("2026-09-08T12:00:00Z"); durations are Go duration text ("6s", "1m30s").
  *
  *   functions(name PRIMARY KEY, runtime, status 'ready'|'pending', image,
@@ -32,6 +32,19 @@
  *   function_stats(function_name, events, successes, failures, retries,
  *                  dlq_entries, updated_at)
  *       one row per function: the function_*_total{function} counters.
+ *   standby(function_name, handler, containers, updated_at)
+ *       written with the stats, and only while standby is enabled
+ *       (STANDBY_MAX > 0): one row per distinct handler of each served
+ *       function (its event rules' handlers in template order, then its
+ *       schedules' handlers not already listed), containers = how many
+ *       standby containers it had parked. Empty with standby off, from
+ *       startup until the first flush, and after a graceful stop (the pool
+ *       is gone before the final flush).
+ *
+ * Versions. Version 2 added the standby table. The writer drops and
+ * recreates the tables of any other version (the data is derived); a
+ * reader accepts an older version (a version-1 file reads as having no
+ * standby rows) and refuses a newer one.
  *
  * Writing. One writer handle (state_open) per process. Every call is one
  * short IMMEDIATE transaction, serialized by a mutex inside the handle, so
@@ -55,7 +68,7 @@
 #include "util.h"
 
 #define STATE_DB_FILE "db.sqlite3"
-#define STATE_SCHEMA_VERSION 1
+#define STATE_SCHEMA_VERSION 2
 
 /* An open database: opaque. */
 struct state;
@@ -105,6 +118,13 @@ struct state_counters {
 struct state_function_stats {
 	const char *function;
 	struct state_counters c;
+};
+
+/* A handler's parked standby containers at the time of the snapshot. */
+struct state_standby {
+	const char *function;
+	const char *handler;
+	int64_t containers;
 };
 
 struct state_stats {
@@ -174,7 +194,8 @@ int state_mark_ready(struct state *s, const char *name, const struct state_funct
 int state_record_reconcile(struct state *s, const char *name, bool ok, const char *error,
 			   int64_t now, char **err);
 
-/* Removes a function, its handlers, schedules and stats. Unknown: no-op. */
+/* Removes a function, its handlers, schedules, stats and standby rows.
+ * Unknown: no-op. */
 int state_remove_function(struct state *s, const char *name, char **err);
 
 /*
@@ -182,18 +203,22 @@ int state_remove_function(struct state *s, const char *name, char **err);
  * in the set are removed; each function in the set is stored with its
  * definition as pending (image, fingerprint and prepared_at cleared: this
  * process serves nothing until it has prepared it), keeping its last
- * reconcile outcome. One transaction.
+ * reconcile outcome. Every standby row goes too (the previous process's
+ * containers are gone; the first stats flush writes this one's). One
+ * transaction.
  */
 int state_replace_all(struct state *s, const struct state_function *fns, size_t n, int64_t now,
 		      char **err);
 
 /*
  * Writes the absolute snapshot: the single stats row (g; its updated_at is
- * ignored) and the function_stats rows (exactly fs[0..n), previous rows
- * replaced), all with updated_at = now, in one transaction.
+ * ignored), the function_stats rows (exactly fs[0..n)) and the standby rows
+ * (exactly sb[0..nsb), kept in that order; nsb 0 with standby off),
+ * previous rows replaced, all with updated_at = now, in one transaction.
  */
 int state_write_stats(struct state *s, const struct state_stats *g,
-		      const struct state_function_stats *fs, size_t n, int64_t now, char **err);
+		      const struct state_function_stats *fs, size_t n,
+		      const struct state_standby *sb, size_t nsb, int64_t now, char **err);
 
 /* ---- reader ---- */
 
@@ -214,6 +239,11 @@ struct state_pair_info {
 	char *value;
 };
 
+struct state_standby_info {
+	char *handler;
+	int64_t containers;
+};
+
 /* One function as stored. Strings are owned; optional ones may be NULL. */
 struct state_function_info {
 	char *name;
@@ -232,6 +262,10 @@ struct state_function_info {
 	struct state_pair_info *secrets; /* sorted by name */
 	size_t nsecrets;
 	struct state_counters stats; /* zeros when there is no stats row */
+	/* The last flush's standby rows, in the order written; none with
+	 * standby off, before the first flush, or in a version-1 file. */
+	struct state_standby_info *standby;
+	size_t nstandby;
 };
 
 /*

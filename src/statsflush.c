@@ -3,6 +3,11 @@
  * variable with a deadline, so stopping wakes it at once; the final flush
  * runs on the thread itself, and statsflush_stop waits for it with a
  * timeout, which is what bounds shutdown.
+ *
+ * The standby counter (statsflush_set_standby) is read and called under
+ * standby_lock, held only while counting (memory), never across the
+ * database write: clearing it waits at most one count, so the pool can be
+ * freed right after.
  */
 #include "statsflush.h"
 
@@ -17,11 +22,23 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "standby.h"
 #include "util.h"
+
+/* Where a flush takes the standby counts: count and ctx are read under
+ * lock when there is one (the thread's setter), else they are the
+ * caller's own (statsflush_once). */
+struct standby_src {
+	pthread_mutex_t *lock;
+	statsflush_standby_fn count; /* NULL: standby off */
+	void *ctx;
+};
 
 struct statsflush {
 	struct state *st;
 	struct registry *reg;
+	pthread_mutex_t standby_lock;
+	struct standby_src standby; /* count and ctx guarded by standby_lock */
 	int64_t interval_ns;
 	pthread_t thread;
 	bool started;
@@ -70,8 +87,59 @@ static void debug_line(const struct metrics_global_snapshot *g, size_t nfunction
 		  "periodic metrics snapshot");
 }
 
+int statsflush_standby_count(void *standby, const char *function, const char *handler)
+{
+	return standby_count(standby, function, handler);
+}
+
+struct standby_rows {
+	struct state_standby *v;
+	size_t n, cap;
+};
+
+/* Appends a row for each distinct handler of fv's function: its event
+ * rules' handlers in template order, then its schedules' not yet listed.
+ * The strings are borrowed from fv. */
+static void add_standby_rows(struct standby_rows *r, const struct fn_version *fv,
+			     statsflush_standby_fn count, void *ctx)
+{
+	const struct template *t = fv->fn ? fv->fn->tpl : NULL;
+	if (!t)
+		return;
+	size_t first = r->n;
+	for (size_t i = 0; i < t->nrules + t->nschedules; i++) {
+		const char *h =
+			i < t->nrules ? t->rules[i].handler : t->schedules[i - t->nrules].handler;
+		bool seen = false;
+		for (size_t k = first; k < r->n && !seen; k++)
+			seen = strcmp(r->v[k].handler, h) == 0;
+		if (seen)
+			continue;
+		if (r->n == r->cap) {
+			r->cap = r->cap ? 2 * r->cap : 16;
+			r->v = xrealloc(r->v, r->cap * sizeof *r->v);
+		}
+		int c = count(ctx, fv->fn->name, h);
+		r->v[r->n++] = (struct state_standby){fv->fn->name, h, c > 0 ? c : 0};
+	}
+}
+
+/* The standby rows of every function of snap (none without a snapshot or
+ * with standby off). */
+static void standby_rows(struct standby_rows *r, const struct snapshot *snap,
+			 struct standby_src *src)
+{
+	if (src->lock)
+		pthread_mutex_lock(src->lock);
+	if (snap && src->count)
+		for (size_t i = 0; i < snap->nfns; i++)
+			add_standby_rows(r, snap->fns[i], src->count, src->ctx);
+	if (src->lock)
+		pthread_mutex_unlock(src->lock);
+}
+
 /* Takes the snapshot, logs the DEBUG line and, when st is set, writes it. */
-static int flush(struct state *st, struct registry *reg, char **err)
+static int flush(struct state *st, struct registry *reg, struct standby_src *src, char **err)
 {
 	struct metrics_global_snapshot g;
 	struct metrics_function_snapshot *fs = NULL;
@@ -101,24 +169,39 @@ static int flush(struct state *st, struct registry *reg, char **err)
 					 counter_int(fs[i].failures), counter_int(fs[i].retries),
 					 counter_int(fs[i].dlq_entries)},
 				};
-		if (snap)
+		struct standby_rows sb = {0};
+		standby_rows(&sb, snap, src);
+		rc = state_write_stats(st, &s, rows, nrows, sb.v, sb.n, time(NULL), err);
+		if (snap) /* after the write: the standby rows borrow its names */
 			registry_release(reg, snap);
-		rc = state_write_stats(st, &s, rows, nrows, time(NULL), err);
+		free(sb.v);
 		free(rows);
 	}
 	metrics_snapshot_free(fs, n);
 	return rc;
 }
 
-int statsflush_once(struct state *st, struct registry *reg, char **err)
+int statsflush_once(struct state *st, struct registry *reg, statsflush_standby_fn count, void *ctx,
+		    char **err)
 {
-	return flush(st, reg, err);
+	struct standby_src src = {NULL, count, ctx};
+	return flush(st, reg, &src, err);
+}
+
+void statsflush_set_standby(struct statsflush *sf, statsflush_standby_fn count, void *ctx)
+{
+	if (!sf)
+		return;
+	pthread_mutex_lock(&sf->standby_lock);
+	sf->standby.count = count;
+	sf->standby.ctx = count ? ctx : NULL;
+	pthread_mutex_unlock(&sf->standby_lock);
 }
 
 static void flush_logged(struct statsflush *sf)
 {
 	char *err = NULL;
-	if (flush(sf->st, sf->reg, &err) < 0) {
+	if (flush(sf->st, sf->reg, &sf->standby, &err) < 0) {
 		if (!sf->failing)
 			log_warn(LOG_ATTRS("error", err ? err : ""),
 				 "state database: cannot write the stats snapshot; retrying every "
@@ -168,6 +251,8 @@ struct statsflush *statsflush_start(struct state *st, struct registry *reg, int6
 	sf->st = st;
 	sf->reg = reg;
 	sf->interval_ns = interval_ns > 0 ? interval_ns : STATSFLUSH_INTERVAL_NS;
+	pthread_mutex_init(&sf->standby_lock, NULL);
+	sf->standby.lock = &sf->standby_lock;
 	pthread_mutex_init(&sf->lock, NULL);
 	cond_init_monotonic(&sf->cond);
 	int e = thread_start(&sf->thread, "statsflush", flush_main, sf);
@@ -208,6 +293,7 @@ void statsflush_free(struct statsflush *sf)
 	if (!sf)
 		return;
 	pthread_mutex_destroy(&sf->lock);
+	pthread_mutex_destroy(&sf->standby_lock);
 	pthread_cond_destroy(&sf->cond);
 	free(sf);
 }

@@ -2,7 +2,9 @@
  * The stats flush: every STATSFLUSH_INTERVAL_NS (5 s, fixed) one thread,
  * named "statsflush", copies the metrics registry's absolute values
  * (metrics_snapshot) into the state database's stats and function_stats
- * rows, and logs the DEBUG "periodic metrics snapshot" line. Stopping it
+ * rows, and, while standby is enabled (statsflush_set_standby), each served
+ * handler's count of standby containers into the standby rows; and logs the
+ * DEBUG "periodic metrics snapshot" line. Stopping it
  * performs one final flush, bounded: statsflush_stop waits at most its
  * timeout (the database's own busy timeout is 2 s).
  *
@@ -10,8 +12,9 @@
  * database delays only this thread. A write failure is logged once (WARN)
  * until a write succeeds again (INFO), never fatal.
  *
- * Thread-safety: start/stop/free from one thread (main). The state handle
- * is borrowed (shared with the reconciler; state.h serializes writers).
+ * Thread-safety: start/stop/free from one thread (main);
+ * statsflush_set_standby from any thread. The state handle is borrowed
+ * (shared with the reconciler; state.h serializes writers).
  */
 #ifndef RELAY_STATSFLUSH_H
 #define RELAY_STATSFLUSH_H
@@ -24,6 +27,17 @@
 #define STATSFLUSH_INTERVAL_NS (5LL * 1000000000LL)
 
 struct statsflush;
+
+/*
+ * How many standby containers (function, handler) has parked right now;
+ * ctx is the one given with it. Called on the flush thread (or
+ * statsflush_once's caller) and must not block: it only reads memory.
+ */
+typedef int (*statsflush_standby_fn)(void *ctx, const char *function, const char *handler);
+
+/* A statsflush_standby_fn over a struct standby * (standby.h's
+ * standby_count). */
+int statsflush_standby_count(void *standby, const char *function, const char *handler);
 
 /*
  * Starts the thread. st may be NULL (no state database): only the DEBUG
@@ -43,11 +57,24 @@ struct statsflush *statsflush_start(struct state *st, struct registry *reg, int6
  */
 int statsflush_stop(struct statsflush *sf, int64_t timeout_ms);
 
+/*
+ * From the next flush on, writes the standby rows with count(ctx, ...): one
+ * per distinct handler of each function of the registry's current snapshot
+ * (its event rules' handlers in template order, then its schedules' handlers
+ * not already listed); none when the flush has no registry. count NULL:
+ * standby off, the rows are emptied (the state at start). Thread-safe; once
+ * it returns no flush calls the previous count any more, so its ctx may be
+ * freed (runtime_stop clears it before standby_stop). sf NULL is fine.
+ */
+void statsflush_set_standby(struct statsflush *sf, statsflush_standby_fn count, void *ctx);
+
 /* Frees a stopped handle. NULL is fine. */
 void statsflush_free(struct statsflush *sf);
 
-/* One flush now, on the calling thread, as the thread does it: 0, or -1
- * with a malloc'd *err (exposed for tests). */
-int statsflush_once(struct state *st, struct registry *reg, char **err);
+/* One flush now, on the calling thread, as the thread does it with
+ * count/ctx set (count NULL: standby off): 0, or -1 with a malloc'd *err (exposed for
+ * tests). */
+int statsflush_once(struct state *st, struct registry *reg, statsflush_standby_fn count, void *ctx,
+		    char **err);
 
 #endif

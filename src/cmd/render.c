@@ -175,6 +175,25 @@ static void render_schedules(struct buf *b, const struct state_function_info *f,
 	}
 }
 
+/* inspect's "Standby:" section: the standby containers of each handler at
+ * the last stats flush, aligned as Events; absent without rows (standby
+ * off, never flushed, an older database), so the spec's example holds. */
+static void render_standby(struct buf *b, const struct state_function_info *f)
+{
+	if (!f->nstandby)
+		return;
+	size_t w = 0;
+	for (size_t i = 0; i < f->nstandby; i++)
+		if (strlen(f->standby[i].handler) > w)
+			w = strlen(f->standby[i].handler);
+	buf_appendf(b, "\nStandby:\n");
+	for (size_t i = 0; i < f->nstandby; i++) {
+		buf_append(b, "  ", 2);
+		pad(b, f->standby[i].handler, w + 3);
+		buf_appendf(b, "%lld\n", (long long)f->standby[i].containers);
+	}
+}
+
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe)
 {
@@ -209,6 +228,7 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 
 	render_events(b, f);
 	render_schedules(b, f, describe);
+	render_standby(b, f);
 	buf_appendf(b,
 		    "\nStats:\n"
 		    "  Events processed:    %lld\n"

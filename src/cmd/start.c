@@ -246,6 +246,7 @@ static int start_threads(struct relay *rt)
 			.provider = rt->secrets,
 		};
 		rt->standby = standby_start(&sbc);
+		statsflush_set_standby(rt->flush, statsflush_standby_count, rt->standby);
 	}
 	rt->exec = (struct executor){
 		.provider = rt->secrets, .standby = rt->standby, .cancel = &cancel_flag};
@@ -313,7 +314,9 @@ static void runtime_stop(struct relay *rt)
 	scheduler_stop(rt->scheduler); /* first: publish nothing more while stopping */
 	if (rt->consumer)
 		consumer_stop(rt->consumer);
-	/* No worker takes a standby container any more: remove them all. */
+	/* No worker takes a standby container any more: remove them all (the
+	 * final stats flush no longer counts them: standby_stop frees the pool). */
+	statsflush_set_standby(rt->flush, NULL, NULL);
 	standby_stop(rt->standby);
 	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
 	 * server must not hold up the exit. */

@@ -142,6 +142,7 @@ TEST(schema_has_exactly_the_spec_columns)
 		 "dlq_entries,pending_entries,oldest_pending_age_seconds,updated_at"},
 		{"function_stats",
 		 "function_name,events,successes,failures,retries,dlq_entries,updated_at"},
+		{"standby", "function_name,handler,containers,updated_at"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(want); i++) {
 		char *got = columns(db, want[i].table);
@@ -156,7 +157,7 @@ TEST(schema_has_exactly_the_spec_columns)
 			-1, &st, NULL) == SQLITE_OK);
 	REQUIRE(sqlite3_step(st) == SQLITE_ROW);
 	CHECK_STR((const char *)sqlite3_column_text(st, 0),
-		  "function_stats,functions,handlers,schedules,stats");
+		  "function_stats,functions,handlers,schedules,standby,stats");
 	sqlite3_finalize(st);
 	REQUIRE(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK);
 	REQUIRE(sqlite3_step(st) == SQLITE_ROW);
@@ -333,7 +334,7 @@ TEST(remove_function_removes_its_rows)
 	struct state_function_stats fs[] = {{"user-events-python", {1, 1, 0, 0, 0}},
 					    {"welcome-email-node", {2, 2, 0, 0, 0}}};
 	struct state_stats g = {0};
-	CHECK(state_write_stats(s, &g, fs, 2, NOW, NULL) == 0);
+	CHECK(state_write_stats(s, &g, fs, 2, NULL, 0, NOW, NULL) == 0);
 	CHECK(state_remove_function(s, "user-events-python", NULL) == 0);
 	CHECK(state_remove_function(s, "user-events-python", NULL) == 0); /* idempotent */
 	CHECK(get(s, "user-events-python") == NULL);
@@ -399,9 +400,9 @@ TEST(stats_snapshot_round_trip)
 	CHECK(state_put_pending(s, &user_fn, NOW, NULL) == 0);
 	struct state_stats g = {1, 2, 3, 4, 5, 6, 7, 8, ""};
 	struct state_function_stats fs[] = {{"user-events-python", {12493, 12470, 23, 17, 2}}};
-	CHECK(state_write_stats(s, &g, fs, 1, NOW - 10, NULL) == 0);
+	CHECK(state_write_stats(s, &g, fs, 1, NULL, 0, NOW - 10, NULL) == 0);
 	struct state_stats g2 = {152934, 152934, 152801, 133, 82, 4, 17, 134, ""};
-	CHECK(state_write_stats(s, &g2, fs, 1, NOW, NULL) == 0); /* absolute: replaces */
+	CHECK(state_write_stats(s, &g2, fs, 1, NULL, 0, NOW, NULL) == 0); /* absolute: replaces */
 	CHECK_INT(count_rows(dir, "SELECT count(*) FROM stats"), 1);
 	struct state_stats got;
 	CHECK(state_read_stats(s, &got, NULL) == 0);
@@ -423,12 +424,124 @@ TEST(stats_snapshot_round_trip)
 	CHECK_INT(f->stats.dlq_entries, 2);
 	state_function_info_free(f);
 	/* A snapshot without the function drops its row. */
-	CHECK(state_write_stats(s, &g2, NULL, 0, NOW, NULL) == 0);
+	CHECK(state_write_stats(s, &g2, NULL, 0, NULL, 0, NOW, NULL) == 0);
 	f = get(s, "user-events-python");
 	REQUIRE(f);
 	CHECK_INT(f->stats.events, 0);
 	state_function_info_free(f);
 	state_close(s);
+	tmpdir_free(dir);
+}
+
+static const struct state_standby user_standby[] = {
+	{"user-events-python", "events.created.handler", 1},
+	{"user-events-python", "events.updated.handler", 0},
+	{"user-events-python", "events.deleted.handler", 2},
+	{"user-events-python", "jobs.cleanup.handler", 0},
+	{"user-events-python", "jobs.report.handler", 0},
+	{"welcome-email-node", "welcome.send", 3},
+};
+
+/* The standby rows: written with the stats, read back per function in the
+ * order written, replaced by each snapshot, gone with their function and
+ * at startup (state_replace_all). */
+TEST(standby_rows_round_trip)
+{
+	char *dir = t_tmpdir();
+	struct state *s = open_or_die(dir);
+	REQUIRE(s);
+	CHECK(state_put_pending(s, &user_fn, NOW, NULL) == 0);
+	CHECK(state_put_pending(s, &welcome_fn, NOW, NULL) == 0);
+	struct state_stats g = {0};
+	char *err = NULL;
+	CHECK(state_write_stats(s, &g, NULL, 0, user_standby, 6, NOW, &err) == 0);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM standby"
+				  " WHERE updated_at = '2026-09-08T12:00:12Z'"),
+		  6);
+	struct state_function_info *f = get(s, "user-events-python");
+	REQUIRE(f);
+	REQUIRE(f->nstandby == 5);
+	for (size_t i = 0; i < 5; i++) {
+		CHECK_STR(f->standby[i].handler, user_standby[i].handler);
+		CHECK_INT(f->standby[i].containers, user_standby[i].containers);
+	}
+	state_function_info_free(f);
+	f = get(s, "welcome-email-node");
+	REQUIRE(f && f->nstandby == 1);
+	CHECK_STR(f->standby[0].handler, "welcome.send");
+	CHECK_INT(f->standby[0].containers, 3);
+	state_function_info_free(f);
+
+	/* Absolute: the next snapshot replaces every row. */
+	static const struct state_standby later[] = {{"welcome-email-node", "welcome.send", 0}};
+	CHECK(state_write_stats(s, &g, NULL, 0, later, 1, NOW + 5, &err) == 0);
+	f = get(s, "user-events-python");
+	REQUIRE(f);
+	CHECK_INT(f->nstandby, 0);
+	state_function_info_free(f);
+	f = get(s, "welcome-email-node");
+	REQUIRE(f && f->nstandby == 1);
+	CHECK_INT(f->standby[0].containers, 0);
+	state_function_info_free(f);
+
+	/* Standby off: none. */
+	CHECK(state_write_stats(s, &g, NULL, 0, NULL, 0, NOW + 10, &err) == 0);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM standby"), 0);
+
+	/* Removing a function removes its rows; startup removes them all. */
+	CHECK(state_write_stats(s, &g, NULL, 0, user_standby, 6, NOW, &err) == 0);
+	CHECK(state_remove_function(s, "user-events-python", &err) == 0);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM standby"), 1);
+	struct state_function set[] = {welcome_fn};
+	CHECK(state_replace_all(s, set, 1, NOW, &err) == 0);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM standby"), 0);
+	free(err);
+	state_close(s);
+	tmpdir_free(dir);
+}
+
+/* A version-1 file (before the standby table): the reader takes it as it
+ * is (no standby rows, no Standby section); the writer recreates it. */
+TEST(version_1_file_reads_without_standby)
+{
+	char *dir = t_tmpdir();
+	struct state *s = open_or_die(dir);
+	REQUIRE(s);
+	CHECK(state_put_pending(s, &welcome_fn, NOW, NULL) == 0);
+	state_close(s);
+	char *path = xasprintf("%s/db.sqlite3", dir);
+	sqlite3 *db;
+	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, "DROP TABLE standby; PRAGMA user_version = 1", NULL, NULL, NULL) ==
+		SQLITE_OK);
+	sqlite3_close(db);
+
+	struct state *r = NULL;
+	char *err = NULL;
+	CHECK(state_open_readonly(dir, &r, &err) == 0);
+	REQUIRE(r);
+	struct state_function_info *f = get(r, "welcome-email-node");
+	REQUIRE(f);
+	CHECK_INT(f->nstandby, 0);
+	CHECK(f->standby == NULL);
+	state_function_info_free(f);
+	state_close(r);
+
+	s = open_or_die(dir); /* the writer: dropped and recreated as version 2 */
+	REQUIRE(s);
+	CHECK(get(s, "welcome-email-node") == NULL);
+	CHECK_INT(count_rows(dir, "PRAGMA user_version"), STATE_SCHEMA_VERSION);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM standby"), 0);
+	state_close(s);
+
+	/* and a newer version than this binary's is refused by the reader */
+	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, "PRAGMA user_version = 3", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+	CHECK(state_open_readonly(dir, &r, &err) < 0);
+	CHECK(err && strstr(err, "schema version 3 is newer than this relay's (2)") != NULL);
+	free(err);
+	free(path);
 	tmpdir_free(dir);
 }
 
@@ -555,7 +668,7 @@ static void *flush_loop(void *arg)
 		struct state_stats g = {0};
 		g.events_processed = i;
 		struct state_function_stats fs[] = {{"user-events-python", {i, i, 0, 0, 0}}};
-		failures += state_write_stats(s, &g, fs, 1, NOW + i, NULL) < 0;
+		failures += state_write_stats(s, &g, fs, 1, NULL, 0, NOW + i, NULL) < 0;
 	}
 	return (void *)failures;
 }
@@ -746,7 +859,7 @@ TEST(render_inspect_matches_the_spec)
 	REQUIRE(s);
 	struct state_function_stats fs[] = {{"user-events-python", {12493, 12470, 23, 17, 2}}};
 	struct state_stats g = {0};
-	CHECK(state_write_stats(s, &g, fs, 1, NOW, NULL) == 0);
+	CHECK(state_write_stats(s, &g, fs, 1, NULL, 0, NOW, NULL) == 0);
 	CHECK(state_record_reconcile(s, "user-events-python", false,
 				     "events[1].timeout: 6m exceeds the maximum of 5m",
 				     NOW - 3 * 60, NULL) == 0);
@@ -832,6 +945,57 @@ TEST(render_inspect_matches_the_spec)
 	tmpdir_free(dir);
 }
 
+/* text with block inserted before its "\nStats:\n" (malloc'd). */
+static char *before_stats(const char *text, const char *block)
+{
+	const char *at = strstr(text, "\nStats:\n");
+	if (!at)
+		return xstrdup("(no Stats section)");
+	return xasprintf("%.*s%s%s", (int)(at - text), text, block, at);
+}
+
+/* With standby rows the Standby section follows Schedules (handlers in the
+ * order written, counts aligned as Events) and nothing else changes:
+ * without rows the output is exactly the spec's (the test above). */
+TEST(render_inspect_standby_section)
+{
+	char *dir = t_tmpdir();
+	struct state *s = spec_example(dir);
+	REQUIRE(s);
+	struct state_function_stats fs[] = {{"user-events-python", {12493, 12470, 23, 17, 2}}};
+	struct state_stats g = {0};
+	CHECK(state_write_stats(s, &g, fs, 1, user_standby, 6, NOW, NULL) == 0);
+	char *user = render_inspect(s, "user-events-python", NOW);
+	char *welcome = render_inspect(s, "welcome-email-node", NOW);
+	CHECK(state_write_stats(s, &g, fs, 1, NULL, 0, NOW, NULL) == 0); /* standby off */
+	char *user_off = render_inspect(s, "user-events-python", NOW);
+	char *welcome_off = render_inspect(s, "welcome-email-node", NOW);
+	CHECK(strstr(user_off, "Standby") == NULL && strstr(welcome_off, "Standby") == NULL);
+
+	char *want = before_stats(user_off, "\n"
+					    "Standby:\n"
+					    "  events.created.handler   1\n"
+					    "  events.updated.handler   0\n"
+					    "  events.deleted.handler   2\n"
+					    "  jobs.cleanup.handler     0\n"
+					    "  jobs.report.handler      0\n");
+	CHECK_TEXT(user, want);
+	CHECK(strstr(user, "timezone=Europe/Rome timeout=20s\n\nStandby:\n") != NULL);
+	free(want);
+	want = before_stats(welcome_off, "\n"
+					 "Standby:\n"
+					 "  welcome.send   3\n");
+	CHECK_TEXT(welcome, want);
+	CHECK(strstr(welcome, "  welcome.send   timeout=6s\n\nStandby:\n") != NULL);
+	free(want);
+	free(user);
+	free(welcome);
+	free(user_off);
+	free(welcome_off);
+	state_close(s);
+	tmpdir_free(dir);
+}
+
 TEST(render_stats_matches_the_spec)
 {
 	struct state_stats st = {
@@ -868,6 +1032,8 @@ TEST(render_stats_matches_the_spec)
 }
 
 T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(other_schema_version_is_recreated),
+       T_CASE(version_1_file_reads_without_standby), T_CASE(standby_rows_round_trip),
+       T_CASE(render_inspect_standby_section),
        T_CASE(pending_ready_failed_keeps_the_active_version),
        T_CASE(never_built_function_fails_and_stays_pending),
        T_CASE(remove_function_removes_its_rows), T_CASE(replace_all_sets_exactly_the_loaded_set),

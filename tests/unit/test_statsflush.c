@@ -1,11 +1,13 @@
 /* The stats flush (statsflush.h): the metrics registry's absolute values
  * into the state database's stats and function_stats rows (served
  * functions only, counters and gauges clamped to what a column holds), the
- * DEBUG line, the thread's periodic and final flush, a failing write
+ * DEBUG line, the standby rows from a fake pool count (directly and
+ * through the setter), the thread's periodic and final flush, a failing write
  * logged once until it recovers, and a stop that waits no longer than its
  * timeout. A SQLite file in a temporary directory; no Redis. */
 #include <math.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -118,27 +120,25 @@ TEST(once_writes_absolute_values)
 	open_db();
 	some_traffic();
 	char *err = NULL;
-	REQUIRE(statsflush_once(st, NULL, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, NULL, NULL, &err) == 0);
 	CHECK_ROWS(STATS_SQL, "7|2|3|1|1|1|12|3\n");
 	CHECK_ROWS(FSTATS_SQL, "alpha|1|2|1|1|0\nbravo|0|1|0|0|1\n");
 	CHECK_ROWS("SELECT count(*) FROM stats WHERE updated_at LIKE '20%Z'", "1\n");
 	/* absolute, not added: a second flush writes the same values */
-	REQUIRE(statsflush_once(st, NULL, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, NULL, NULL, &err) == 0);
 	CHECK_ROWS(STATS_SQL, "7|2|3|1|1|1|12|3\n");
 	CHECK_ROWS(FSTATS_SQL, "alpha|1|2|1|1|0\nbravo|0|1|0|0|1\n");
 	metrics_inc(METRIC_EVENTS_RECEIVED);
 	metrics_function_dlq("alpha");
-	REQUIRE(statsflush_once(st, NULL, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, NULL, NULL, &err) == 0);
 	CHECK_ROWS(STATS_SQL, "8|2|3|1|1|2|12|3\n");
 	CHECK_ROWS(FSTATS_SQL, "alpha|1|2|1|1|1\nbravo|0|1|0|0|1\n");
 	close_db();
 }
 
-/* A served function: one rule, in memory. */
-static struct fn_version *served(const char *name)
+/* A served function of template tpl, in memory. */
+static struct fn_version *served_with(const char *name, const char *tpl)
 {
-	static const char tpl[] =
-		"runtime: python3.14\nevents:\n  - handler: m.h\n    pattern: {a: [1]}\n";
 	struct strlist errors = {0}, warnings = {0};
 	struct function *f = xcalloc(1, sizeof *f);
 	f->name = xstrdup(name);
@@ -150,6 +150,13 @@ static struct fn_version *served(const char *name)
 	return fn_version_new(f, NULL, NULL);
 }
 
+/* A served function: one rule, in memory. */
+static struct fn_version *served(const char *name)
+{
+	return served_with(
+		name, "runtime: python3.14\nevents:\n  - handler: m.h\n    pattern: {a: [1]}\n");
+}
+
 /* Rows only for the functions of the registry's current snapshot: a
  * removed function's series lives on in metrics, not in the database. */
 TEST(rows_for_served_functions_only)
@@ -158,19 +165,117 @@ TEST(rows_for_served_functions_only)
 	some_traffic();
 	struct registry *reg = registry_new();
 	char *err = NULL;
-	REQUIRE(statsflush_once(st, reg, &err) == 0); /* nothing served yet */
+	REQUIRE(statsflush_once(st, reg, NULL, NULL, &err) == 0); /* nothing served yet */
 	CHECK_ROWS(FSTATS_SQL, "");
 	CHECK_ROWS(STATS_SQL, "7|2|3|1|1|1|12|3\n");
 	struct fn_version **fvs = xcalloc(2, sizeof *fvs);
 	fvs[0] = served("bravo");
 	fvs[1] = served("charlie"); /* served, never counted: no row */
 	registry_publish(reg, fvs, 2);
-	REQUIRE(statsflush_once(st, reg, &err) == 0);
+	REQUIRE(statsflush_once(st, reg, NULL, NULL, &err) == 0);
 	CHECK_ROWS(FSTATS_SQL, "bravo|0|1|0|0|1\n");
 	/* registered (metrics_function_register) and served: a row of zeros */
 	metrics_function_register("charlie");
-	REQUIRE(statsflush_once(st, reg, &err) == 0);
+	REQUIRE(statsflush_once(st, reg, NULL, NULL, &err) == 0);
 	CHECK_ROWS(FSTATS_SQL, "bravo|0|1|0|0|1\ncharlie|0|0|0|0|0\n");
+	registry_free(reg);
+	close_db();
+}
+
+/* ---- standby rows ---- */
+
+#define STANDBY_SQL                                                                           \
+	"SELECT function_name, handler, containers FROM standby WHERE updated_at LIKE '20%Z'" \
+	" ORDER BY rowid"
+
+/* The fake pool: a fixed count per (function, handler), and how often it
+ * was asked. */
+struct fake_pool {
+	atomic_int calls;
+	const char *tag; /* what ctx the flush passes back */
+};
+
+static int fake_count(void *ctx, const char *function, const char *handler)
+{
+	struct fake_pool *p = ctx;
+	atomic_fetch_add(&p->calls, 1);
+	if (strcmp(p->tag, "pool") != 0)
+		return 99; /* not our ctx */
+	if (strcmp(function, "alpha") == 0 && strcmp(handler, "m.h") == 0)
+		return 2;
+	if (strcmp(function, "alpha") == 0 && strcmp(handler, "j.c") == 0)
+		return 1;
+	if (strcmp(function, "bravo") == 0)
+		return -1; /* clamped */
+	return 0;
+}
+
+/* alpha: rules m.h, m.g, m.h and schedules j.c, m.g; bravo: rule m.h. */
+static struct registry *two_functions(void)
+{
+	struct registry *reg = registry_new();
+	struct fn_version **fvs = xcalloc(2, sizeof *fvs);
+	fvs[0] = served("bravo");
+	fvs[1] = served_with("alpha", "runtime: python3.14\nevents:\n"
+				      "  - handler: m.h\n    pattern: {a: [1]}\n"
+				      "  - handler: m.g\n    pattern: {a: [2]}\n"
+				      "  - handler: m.h\n    pattern: {a: [3]}\n"
+				      "schedules:\n"
+				      "  - handler: j.c\n    cron: \"0 3 * * *\"\n"
+				      "  - handler: m.g\n    cron: \"0 4 * * *\"\n");
+	registry_publish(reg, fvs, 2);
+	return reg;
+}
+
+/* One row per distinct handler of each served function (rules, then
+ * schedules, in template order), with the pool's count; none with standby
+ * off or without a registry. */
+TEST(standby_rows_from_the_pool_count)
+{
+	open_db();
+	some_traffic();
+	struct registry *reg = two_functions();
+	struct fake_pool pool = {0, "pool"};
+	char *err = NULL;
+	REQUIRE(statsflush_once(st, reg, fake_count, &pool, &err) == 0);
+	CHECK_ROWS(STANDBY_SQL, "alpha|m.h|2\nalpha|m.g|0\nalpha|j.c|1\nbravo|m.h|0\n");
+	CHECK_INT(atomic_load(&pool.calls), 4);
+	CHECK_ROWS(STATS_SQL, "7|2|3|1|1|1|12|3\n"); /* the rest as before */
+	CHECK_ROWS(FSTATS_SQL, "alpha|1|2|1|1|0\nbravo|0|1|0|0|1\n");
+
+	REQUIRE(statsflush_once(st, reg, NULL, NULL, &err) == 0); /* standby off */
+	CHECK_ROWS(STANDBY_SQL, "");
+	REQUIRE(statsflush_once(st, reg, fake_count, &pool, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, fake_count, &pool, &err) == 0); /* no registry */
+	CHECK_ROWS(STANDBY_SQL, "");
+	registry_free(reg);
+	close_db();
+}
+
+/* The thread counts through the setter; once clearing returns the count is
+ * never called again (the pool may be freed), and the rows are emptied. */
+TEST(set_standby_reaches_the_thread)
+{
+	open_db();
+	some_traffic();
+	struct registry *reg = two_functions();
+	struct fake_pool pool = {0, "pool"};
+	struct statsflush *sf = statsflush_start(st, reg, 20 * MS);
+	CHECK(rows_become(STATS_SQL, "7|2|3|1|1|1|12|3\n"));
+	CHECK_ROWS(STANDBY_SQL, "");
+	statsflush_set_standby(sf, fake_count, &pool);
+	CHECK(rows_become(STANDBY_SQL, "alpha|m.h|2\nalpha|m.g|0\nalpha|j.c|1\nbravo|m.h|0\n"));
+	statsflush_set_standby(sf, NULL, &pool);
+	int calls = atomic_load(&pool.calls);
+	CHECK(calls >= 4);
+	CHECK(rows_become(STANDBY_SQL, ""));
+	usleep(100 * 1000); /* a few more flushes */
+	CHECK_INT(atomic_load(&pool.calls), calls);
+	CHECK_INT(statsflush_stop(sf, 5000), 0);
+	CHECK_INT(atomic_load(&pool.calls), calls); /* the final flush neither */
+	CHECK_ROWS(STANDBY_SQL, "");
+	statsflush_free(sf);
+	statsflush_set_standby(NULL, fake_count, &pool); /* NULL is fine */
 	registry_free(reg);
 	close_db();
 }
@@ -185,12 +290,12 @@ TEST(values_clamped_to_columns)
 	metrics_gauge_set(METRIC_PENDING_ENTRIES, -5);
 	metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, NAN);
 	char *err = NULL;
-	REQUIRE(statsflush_once(st, NULL, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, NULL, NULL, &err) == 0);
 	CHECK_ROWS(STATS_SQL, "9223372036854775807|0|0|0|9223372036854775807|"
 			      "9223372036854775807|0|0\n");
 	metrics_gauge_set(METRIC_PENDING_ENTRIES, 1e30);
 	metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, 0.999);
-	REQUIRE(statsflush_once(st, NULL, &err) == 0);
+	REQUIRE(statsflush_once(st, NULL, NULL, NULL, &err) == 0);
 	CHECK_ROWS("SELECT pending_entries, oldest_pending_age_seconds FROM stats",
 		   "9223372036854775807|0\n");
 	close_db();
@@ -204,9 +309,9 @@ TEST(debug_line_without_a_database)
 	metrics_gauge_set(METRIC_IN_FLIGHT, 2);
 	t_capture_logs();
 	char *err = NULL;
-	CHECK_INT(statsflush_once(NULL, NULL, &err), 0);
+	CHECK_INT(statsflush_once(NULL, NULL, NULL, NULL, &err), 0);
 	log_set_level(LOG_DEBUG);
-	CHECK_INT(statsflush_once(NULL, NULL, &err), 0);
+	CHECK_INT(statsflush_once(NULL, NULL, NULL, NULL, &err), 0);
 	log_set_level(LOG_INFO);
 	char *logs = t_captured_logs();
 	t_release_logs();
@@ -270,7 +375,7 @@ TEST(write_failure_logged_once_until_it_recovers)
 	REQUIRE(sqlite3_exec(peek, "ALTER TABLE stats RENAME TO stats_away", NULL, NULL, NULL) ==
 		SQLITE_OK);
 	char *err = NULL;
-	CHECK_INT(statsflush_once(st, NULL, &err), -1);
+	CHECK_INT(statsflush_once(st, NULL, NULL, NULL, &err), -1);
 	CHECK(err && strstr(err, "stats") != NULL);
 	free(err);
 	struct statsflush *sf = statsflush_start(st, NULL, 30 * MS);
@@ -322,6 +427,7 @@ TEST(stop_waits_no_longer_than_its_timeout)
 }
 
 T_MAIN(T_CASE(once_writes_absolute_values), T_CASE(rows_for_served_functions_only),
+       T_CASE(standby_rows_from_the_pool_count), T_CASE(set_standby_reaches_the_thread),
        T_CASE(values_clamped_to_columns), T_CASE(debug_line_without_a_database),
        T_CASE(thread_flushes_periodically_and_at_stop),
        T_CASE(write_failure_logged_once_until_it_recovers),
