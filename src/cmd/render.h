@@ -37,7 +37,9 @@ typedef char *(*state_cron_describe_fn)(const char *expr);
  * error omitted when empty; Events/Schedules blocks omitted when empty
  * (handler column: widest + 3; schedules at least 38 as in the spec);
  * timeout= on schedules only when not the 6s default; describe may be NULL
- * or return NULL (raw cron="..." alone); Stats always; Environment and
+ * or return NULL (raw cron="..." alone); Standby (each handler's parked
+ * containers, aligned like Events) only when the flush wrote rows for the
+ * function (standby on, Relay running); Stats always; Environment and
  * Secrets only when defined, sorted by name.
  */
 void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
