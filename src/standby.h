@@ -47,8 +47,10 @@
  *
  * Shutdown: standby_stop() stops the thread, then removes every parked
  * container within STANDBY_STOP_TIMEOUT_MS ("shutdown"); whatever escapes
- * (a kill -9) carries the relay.* labels and the next start's orphan sweep
- * removes it.
+ * (a kill -9) loses its attach connection, so Docker closes its stdin
+ * (StdinOnce) and the bootstrap exits without calling the handler (an
+ * empty event is not JSON); one that cannot notice carries the relay.*
+ * labels and the next start's orphan sweep removes it.
  *
  * Observability: the gauge standby_containers{function,handler}, the
  * counters standby_dispatches_total, standby_misses_total and
