@@ -390,11 +390,15 @@ def handler(event):
 	gp_wait_out "$log" "$fn" main.handler "over tls 1"
 	gp_wait_out "$log" "$fn" main.handler "to stderr 1"
 	wait_for 10 acked_through "$REDIS_PORT" "$REDIS_STREAM" "$REDIS_GROUP" "$GP_ID" || gp_fail_log "$log" "event 1 not acknowledged"
-	# Its container is gone; Relay's requests went through the proxy.
-	wait_for 20 sh -c "[ -z \"\$(env -u DOCKER_HOST -u DOCKER_TLS_VERIFY -u DOCKER_CERT_PATH docker ps -aq --filter label=relay.function=$fn)\" ]" ||
+	# Its container is gone (a standby container made after it may be
+	# waiting for the next event); Relay's requests went through the proxy.
+	wait_for 20 sh -c "[ -z \"\$(env -u DOCKER_HOST -u DOCKER_TLS_VERIFY -u DOCKER_CERT_PATH docker ps -aq --filter label=relay.message_id=$GP_ID)\" ]" ||
 		fail "the container of $fn was not removed: $(gp_docker ps -a --filter label=relay.function=$fn)"
 	[ "$(grep -c 'accepting connection' "$TMP/socat.log")" -gt "$before" ] || fail "relay start made no connection through the proxy"
 	gp_ev "$fn" 2
 	gp_wait_out "$log" "$fn" main.handler "over tls 2"
 	stop_relay_pid "$RELAY_PID"
+	# No container of it left, standby ones included.
+	wait_for 10 sh -c "[ -z \"\$(env -u DOCKER_HOST -u DOCKER_TLS_VERIFY -u DOCKER_CERT_PATH docker ps -aq --filter label=relay.function=$fn)\" ]" ||
+		fail "containers of $fn left after SIGTERM: $(gp_docker ps -a --filter label=relay.function=$fn)"
 }
