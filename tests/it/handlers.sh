@@ -107,7 +107,16 @@ test_python_handler_shapes() {
     print("ran pkg/sub.py")'
 	put "$f" x_y.py 'def _f_(event):
     print("ran x_y.py")'
+	# The bootstrap leaves without the interpreter's teardown, but only
+	# after what a normal exit does: non-daemon threads, atexit handlers.
+	put "$f" bg.py 'import atexit, threading, time
+def thread(event):
+    threading.Thread(target=lambda: (time.sleep(0.3), print("ran bg.py thread"))).start()
+def atexit_(event):
+    atexit.register(lambda: print("ran bg.py atexit"))'
 	run_shapes "$f" python3.14 hd-py-worker \
+		bg.thread='ran bg.py thread' \
+		bg.atexit_='ran bg.py atexit' \
 		plain.handler='ran plain.py' \
 		dd..handler='ran dd/.py' \
 		my-mod.main='ran my-mod.py' \
