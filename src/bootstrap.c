@@ -7,7 +7,12 @@
  * Each one reads RELAY_HANDLER ("module.function"), imports the module and
  * resolves the function, and only then reads the whole event JSON from
  * stdin (so a standby container, runner.h, waits ready in that read), calls
- * the function with the event and awaits a coroutine/Promise. Exit status: 0 on success; 1 with exactly
+ * the function with the event and awaits a coroutine/Promise. Python then
+ * does what a normal exit does for the program (joins non-daemon threads,
+ * runs atexit handlers, flushes stdout and stderr) and leaves with
+ * os._exit, skipping the interpreter's teardown (about 13 ms of every
+ * invocation, bench/invoke); Node leaves with process.exit once the
+ * handler's promise settles. Exit status: 0 on success; 1 with exactly
  * one line on stderr ("relay bootstrap: ...") when RELAY_HANDLER is unset
  * or malformed, the event is not JSON, the module is missing or fails to
  * import, the function is missing, or the handler raised; a handler calling
