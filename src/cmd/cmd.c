@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "redis.h"
 #include "util.h"
 
 #define RELAY_VERSION "0.1.0"
@@ -200,12 +203,43 @@ static int parse_args(const struct cmd *c, int argc, char **argv, struct cmd_arg
  * after logging every invalid variable. */
 static int load_settings(const struct cmd *c, struct config *cfg)
 {
-	if (c->touches & CMD_RUNTIME)
+	if (c->touches & (CMD_RUNTIME | CMD_STREAM))
 		return config_load_or_log(cfg, CONFIG_NEED_ALL);
 	if (c->touches & CMD_REDIS)
 		return config_load_or_log(cfg, CONFIG_NEED_REDIS_URI);
 	config_load_dirs(cfg);
 	return 0;
+}
+
+int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct redis **out)
+{
+	struct redis_uri uri;
+	char *why = NULL;
+	*out = NULL;
+	if (redis_uri_parse(cfg->redis_uri, &uri, &why) < 0) {
+		cmd_fail("%s: invalid REDIS_URI: %s", self->words, why);
+		free(why);
+		return -1;
+	}
+	struct redis *r = redis_new(&uri, NULL);
+	redis_uri_free(&uri);
+	if (redis_connect(r) < 0) {
+		cmd_fail("%s: cannot reach Redis: %s", self->words, redis_errmsg(r));
+		redis_free(r);
+		return -1;
+	}
+	*out = r;
+	return 0;
+}
+
+int cmd_print_json(const struct cmd *self, json_t *doc)
+{
+	int rc = 0;
+	if (!doc || json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0 ||
+	    fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+		rc = cmd_fail("%s: write: output error", self->words);
+	json_decref(doc);
+	return rc;
 }
 
 /* Parses c's arguments, loads its settings and runs it: the exit status. */

@@ -37,6 +37,8 @@ enum cmd_touches {
 	CMD_FUNCTIONS_READ = 1 << 6,  /* reads the functions directory */
 	CMD_FUNCTIONS_WRITE = 1 << 7, /* replaces function directories in it */
 	CMD_NETWORK = 1 << 8,	      /* other hosts: a git remote, HTTP listeners */
+	CMD_STREAM = 1 << 9,	      /* the event stream and group: REDIS_STREAM and
+					 REDIS_GROUP required, validated like relay start */
 };
 
 /*
@@ -91,6 +93,21 @@ bool cmd_flag(const struct cmd_args *a, const char *name);
 
 /* Prints "relay: <msg>" to stderr; returns 1. */
 int cmd_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * For commands that touch CMD_REDIS: one connection to REDIS_URI, one
+ * attempt with the usual timeouts (redis.h). Returns 0 with *out, or
+ * prints one line to stderr, "relay: <words>: cannot reach Redis: <why>"
+ * (the password never shown), and returns -1.
+ */
+struct redis;
+int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct redis **out);
+
+/* --json output: doc (consumed) as one JSON document on stdout, indented
+ * by 2, keys in insertion order, then a newline. 0, or 1 after an output
+ * error (printed). */
+struct json_t;
+int cmd_print_json(const struct cmd *self, struct json_t *doc);
 
 /* The one sentence --help shows for a combination of enum cmd_touches;
  * NULL for a combination no command has. */
