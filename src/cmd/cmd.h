@@ -124,5 +124,6 @@ extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_vali
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;
+extern const struct cmd cmd_event_status;
 
 #endif
