@@ -52,6 +52,10 @@ int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const 
 		cmd_fail("%s: %s", self->words, err);
 		goto out;
 	}
+	if (cmd_flag(args, "--json")) {
+		rc = cmd_print_json(self, state_json_ls(fs, n));
+		goto out;
+	}
 	state_render_ls(&b, fs, n, (int64_t)time(NULL));
 	rc = emit(self, &b);
 out:
@@ -79,6 +83,10 @@ int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 	}
 	if (!f) {
 		cmd_fail("%s: no function named \"%s\"", self->words, name);
+		goto out;
+	}
+	if (cmd_flag(args, "--json")) {
+		rc = cmd_print_json(self, state_json_inspect(f, describe_cron));
 		goto out;
 	}
 	state_render_inspect(&b, f, (int64_t)time(NULL), describe_cron);

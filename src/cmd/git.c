@@ -12,9 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "cmd/cmd.h"
 #include "config.h"
+#include "duration.h"
 #include "gitsync.h"
+#include "rfc3339.h"
 #include "secret.h"
 #include "sshkey.h"
 #include "util.h"
@@ -157,15 +161,64 @@ static int sync_exec(const struct cmd *self, const struct cmd_args *args, const 
 	return status;
 }
 
+/* git status --json: the same facts as the text (docs/json.md). */
+static json_t *status_json(const struct git_source *src, const char *keypath, int krc,
+			   const char *fp, const char *kerr, const char *checkout, const char *head)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "configured", json_true());
+	json_object_set_new(o, "repository", json_string(src->repository));
+	json_object_set_new(o, "ref", json_string(src->ref));
+	json_object_set_new(o, "path", src->path ? json_string(src->path) : json_null());
+	json_object_set_new(o, "webhook_secret",
+			    src->webhook_secret ? json_string(src->webhook_secret) : json_null());
+	json_t *k = json_object();
+	json_object_set_new(k, "state",
+			    json_string(krc == 0	 ? "present"
+					: krc == -ENOENT ? "missing"
+							 : "unusable"));
+	json_object_set_new(k, "path", json_string(keypath));
+	json_object_set_new(k, "fingerprint", krc == 0 ? json_string(fp) : json_null());
+	json_object_set_new(k, "error",
+			    krc != 0 && krc != -ENOENT ? json_string(kerr) : json_null());
+	json_object_set_new(o, "ssh_key", k);
+	json_object_set_new(o, "checkout", checkout ? json_string(checkout) : json_null());
+	json_object_set_new(o, "commit", head ? json_string(head) : json_null());
+	json_t *r = json_null();
+	if (src->last_ref) {
+		r = json_object();
+		json_object_set_new(r, "kind", json_string(gitsync_ref_kind(src->last_ref)));
+		json_object_set_new(r, "ref", json_string(src->last_ref));
+	}
+	json_object_set_new(o, "resolved_as", r);
+	int64_t sec;
+	int32_t nsec;
+	char t[RFC3339_STR_MAX];
+	json_object_set_new(
+		o, "last_sync",
+		!src->last_sync ? json_null()
+		: rfc3339_parse(src->last_sync, strlen(src->last_sync), &sec, &nsec) == 0 &&
+				sec < INT64_MAX / NS_PER_SEC && sec > INT64_MIN / NS_PER_SEC
+			? json_string(rfc3339_format_utc(sec * NS_PER_SEC, t))
+			: json_string(src->last_sync));
+	return o;
+}
+
 static int status_exec(const struct cmd *self, const struct cmd_args *args,
 		       const struct config *cfg)
 {
+	bool as_json = cmd_flag(args, "--json");
 	struct git_source src = {0};
 	char *err = NULL;
 	int rc = git_source_load(cfg->data_dir, &src, &err);
 	if (rc == -ENOENT) {
-		printf("No git source configured.\n");
 		free(err);
+		if (as_json) {
+			json_t *o = json_object();
+			json_object_set_new(o, "configured", json_false());
+			return cmd_print_json(self, o);
+		}
+		printf("No git source configured.\n");
 		return 0;
 	}
 	if (rc < 0) {
@@ -177,6 +230,14 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 	char *kerr = NULL, *head = git_sync_checkout_head(cfg->data_dir);
 	char *checkout = xasprintf("%s/git/checkout", cfg->data_dir);
 	int krc = sshkey_public(dir, &line, &fp, &kerr);
+	struct stat st;
+	bool have_checkout = lstat(checkout, &st) == 0 && S_ISDIR(st.st_mode);
+	int status = 0;
+	if (as_json) {
+		status = cmd_print_json(self, status_json(&src, keypath, krc, fp, kerr,
+							  have_checkout ? checkout : NULL, head));
+		goto out;
+	}
 	printf("Repository:     %s\n", src.repository);
 	printf("Ref:            %s\n", src.ref);
 	printf("Path:           %s\n", src.path ? src.path : "(repository root)");
@@ -187,8 +248,6 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 		printf("SSH key:        missing (run `relay git keygen`)\n");
 	else
 		printf("SSH key:        unusable: %s\n", kerr);
-	struct stat st;
-	bool have_checkout = lstat(checkout, &st) == 0 && S_ISDIR(st.st_mode);
 	printf("Checkout:       %s%s%s\n", have_checkout ? "present (" : "absent",
 	       have_checkout ? checkout : "", have_checkout ? ")" : "");
 	printf("Commit:         %s\n", head ? head : "(none)");
@@ -198,6 +257,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 	else
 		printf("Resolved as:    (not yet: relay git sync resolves the ref)\n");
 	printf("Last sync:      %s\n", src.last_sync ? src.last_sync : "never");
+out:
 	free(dir);
 	free(keypath);
 	free(line);
@@ -206,7 +266,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 	free(head);
 	free(checkout);
 	git_source_free(&src);
-	return 0;
+	return status;
 }
 
 static int remove_exec(const struct cmd *self, const struct cmd_args *args,
@@ -273,8 +333,10 @@ const struct cmd cmd_git_sync = {
 };
 const struct cmd cmd_git_status = {
 	.words = "git status",
-	.args = "",
+	.args = "[--json]",
 	.summary = "show git sync state",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
+	.help = "--json prints one JSON document (docs/json.md).\n",
 	.touches = CMD_DATA_FILES,
 	.exec = status_exec,
 };

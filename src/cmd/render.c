@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "duration.h"
+#include "rfc3339.h"
 #include "template.h"
 
 char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
@@ -273,4 +274,146 @@ void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now
 		    (long long)st->dlq_entries, (long long)st->pending_entries,
 		    duration_format(secs * NS_PER_SEC, d),
 		    st->updated_at[0] ? age_of(st->updated_at, now, age) : "never");
+}
+
+/* ---- --json ------------------------------------------------------------ */
+
+/* A stored time as RFC 3339 UTC; null when empty, the text when it does
+ * not parse. */
+static json_t *time_json(const char *ts)
+{
+	int64_t t;
+	char out[RFC3339_STR_MAX];
+	if (!ts || !*ts)
+		return json_null();
+	if (state_parse_time(ts, &t) < 0 || t > INT64_MAX / NS_PER_SEC ||
+	    t < INT64_MIN / NS_PER_SEC)
+		return json_string(ts);
+	return json_string(rfc3339_format_utc(t * NS_PER_SEC, out));
+}
+
+static json_t *str_json(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+/* A stored Go duration in seconds: an integer when whole; null when invalid. */
+static json_t *seconds_json(const char *stored)
+{
+	int64_t ns;
+	if (!stored || duration_parse(stored, &ns) < 0)
+		return json_null();
+	if (ns % NS_PER_SEC == 0)
+		return json_integer(ns / NS_PER_SEC);
+	return json_real((double)ns / (double)NS_PER_SEC);
+}
+
+json_t *state_json_ls(const struct state_function_info *fs, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++) {
+		const struct state_function_info *f = &fs[i];
+		json_t *o = json_object();
+		json_object_set_new(o, "name", json_string(f->name));
+		json_object_set_new(o, "runtime", json_string(f->runtime));
+		json_object_set_new(o, "status", json_string(f->status));
+		json_object_set_new(o, "handlers", json_integer((json_int_t)f->nhandlers));
+		json_object_set_new(o, "updated_at",
+				    time_json(f->prepared_at && *f->prepared_at ? f->prepared_at
+										: f->updated_at));
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static json_t *pairs_json(const struct state_pair_info *p, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++) {
+		json_t *o = json_object();
+		json_object_set_new(o, "name", json_string(p[i].name));
+		json_object_set_new(o, "value", json_string(p[i].value));
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+json_t *state_json_inspect(const struct state_function_info *f, state_cron_describe_fn describe)
+{
+	json_t *o = json_object();
+	bool pending = strcmp(f->status, "pending") == 0;
+	json_object_set_new(o, "name", json_string(f->name));
+	json_object_set_new(o, "runtime", json_string(f->runtime));
+	json_object_set_new(o, "status", json_string(f->status));
+	json_object_set_new(o, "image", pending ? json_null() : str_json(f->image));
+	json_object_set_new(o, "fingerprint", pending ? json_null() : str_json(f->fingerprint));
+	json_object_set_new(o, "prepared_at", pending ? json_null() : time_json(f->prepared_at));
+	json_t *lr = json_null();
+	if (f->last_reconcile_status && *f->last_reconcile_status) {
+		lr = json_object();
+		json_object_set_new(lr, "status", json_string(f->last_reconcile_status));
+		json_object_set_new(lr, "at", time_json(f->last_reconcile_at));
+	}
+	json_object_set_new(o, "last_reconcile", lr);
+	json_object_set_new(o, "last_error",
+			    f->last_error && *f->last_error ? json_string(f->last_error)
+							    : json_null());
+	json_t *ev = json_array();
+	for (size_t i = 0; i < f->nhandlers; i++) {
+		json_t *h = json_object();
+		json_object_set_new(h, "handler", json_string(f->handlers[i].handler));
+		json_object_set_new(h, "timeout_seconds", seconds_json(f->handlers[i].timeout));
+		json_array_append_new(ev, h);
+	}
+	json_object_set_new(o, "events", ev);
+	json_t *sc = json_array();
+	for (size_t i = 0; i < f->nschedules; i++) {
+		const struct state_schedule_info *s = &f->schedules[i];
+		json_t *h = json_object();
+		char *desc = describe ? describe(s->cron) : NULL;
+		json_object_set_new(h, "handler", json_string(s->handler));
+		json_object_set_new(h, "cron", json_string(s->cron));
+		json_object_set_new(h, "description",
+				    desc && *desc ? json_string(desc) : json_null());
+		json_object_set_new(h, "timezone", json_string(s->timezone));
+		json_object_set_new(h, "timeout_seconds", seconds_json(s->timeout));
+		free(desc);
+		json_array_append_new(sc, h);
+	}
+	json_object_set_new(o, "schedules", sc);
+	json_t *sb = json_array();
+	for (size_t i = 0; i < f->nstandby; i++) {
+		json_t *h = json_object();
+		json_object_set_new(h, "handler", json_string(f->standby[i].handler));
+		json_object_set_new(h, "containers", json_integer(f->standby[i].containers));
+		json_array_append_new(sb, h);
+	}
+	json_object_set_new(o, "standby", sb);
+	json_t *st = json_object();
+	json_object_set_new(st, "events_processed", json_integer(f->stats.events));
+	json_object_set_new(st, "handler_successes", json_integer(f->stats.successes));
+	json_object_set_new(st, "handler_failures", json_integer(f->stats.failures));
+	json_object_set_new(st, "retries", json_integer(f->stats.retries));
+	json_object_set_new(st, "dlq_entries", json_integer(f->stats.dlq_entries));
+	json_object_set_new(o, "stats", st);
+	json_object_set_new(o, "environment", pairs_json(f->env, f->nenv));
+	json_object_set_new(o, "secrets", pairs_json(f->secrets, f->nsecrets));
+	return o;
+}
+
+json_t *state_json_stats(const struct state_stats *st)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "events_processed", json_integer(st->events_processed));
+	json_object_set_new(o, "handler_successes", json_integer(st->handler_success));
+	json_object_set_new(o, "handler_failures", json_integer(st->handler_failure));
+	json_object_set_new(o, "retries", json_integer(st->retries));
+	json_object_set_new(o, "dlq_entries", json_integer(st->dlq_entries));
+	json_object_set_new(o, "pending_entries", json_integer(st->pending_entries));
+	json_object_set_new(o, "oldest_pending_age_seconds",
+			    json_integer(st->oldest_pending_age_seconds < 0
+						 ? 0
+						 : st->oldest_pending_age_seconds));
+	json_object_set_new(o, "updated_at", time_json(st->updated_at));
+	return o;
 }

@@ -7,6 +7,7 @@
 #ifndef RELAY_CMD_RENDER_H
 #define RELAY_CMD_RENDER_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,5 +47,15 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe);
 void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now);
+
+/*
+ * The --json documents of the same three views (docs/json.md): the same
+ * data as the text, times as RFC 3339 UTC ("2026-08-01T10:00:00Z"; a
+ * stored time that does not parse is passed through as stored), durations
+ * as seconds (numbers), absent values null. New references.
+ */
+json_t *state_json_ls(const struct state_function_info *fs, size_t n);
+json_t *state_json_inspect(const struct state_function_info *f, state_cron_describe_fn describe);
+json_t *state_json_stats(const struct state_stats *st);
 
 #endif

@@ -23,6 +23,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cmd/cmd.h"
 #include "secret.h"
 #include "util.h"
@@ -38,9 +40,18 @@ static int ls_exec(const struct cmd *self, const struct cmd_args *args, const st
 		status = cmd_fail("secret ls: %s", err);
 		goto out;
 	}
-	printf("NAME\n");
+	bool as_json = cmd_flag(args, "--json");
+	json_t *doc = as_json ? json_array() : NULL;
+	if (!as_json)
+		printf("NAME\n");
 	for (size_t i = 0; i < n; i++) {
-		printf("%s\n", names[i]);
+		if (as_json) {
+			json_t *o = json_object();
+			json_object_set_new(o, "name", json_string(names[i]));
+			json_array_append_new(doc, o);
+		} else {
+			printf("%s\n", names[i]);
+		}
 		char *why = NULL;
 		/* Gone since listing: not an error, it is simply no longer there. */
 		int rc = secret_file_check(p, names[i], &why);
@@ -50,6 +61,8 @@ static int ls_exec(const struct cmd *self, const struct cmd_args *args, const st
 		}
 		free(why);
 	}
+	if (as_json && cmd_print_json(self, doc) != 0)
+		status = 1;
 out:
 	free(err);
 	secret_names_free(names, n);
@@ -225,12 +238,14 @@ static int rm_exec(const struct cmd *self, const struct cmd_args *args, const st
 
 const struct cmd cmd_secret_ls = {
 	.words = "secret ls",
-	.args = "",
+	.args = "[--json]",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.summary = "list secret names",
 	.help = "Prints the header NAME, then one secret name per line, sorted. Values are never\n"
 		"read. A secret file that would be refused when used (permissions looser than\n"
 		"0600, another owner, larger than 1 MiB) is still listed and also reported on\n"
-		"stderr, and the exit status is then 1.\n\n" STORE_HELP,
+		"stderr, and the exit status is then 1. --json prints a JSON array of {\"name\"}\n"
+		"objects instead (docs/json.md).\n\n" STORE_HELP,
 	.touches = CMD_DATA_FILES,
 	.exec = ls_exec,
 };

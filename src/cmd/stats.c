@@ -25,6 +25,10 @@ static int stats_exec(const struct cmd *self, const struct cmd_args *args, const
 		cmd_fail("stats: %s", err);
 		goto out;
 	}
+	if (cmd_flag(args, "--json")) {
+		rc = cmd_print_json(self, state_json_stats(&st));
+		goto out;
+	}
 	struct buf b;
 	buf_init(&b, 1u << 16);
 	state_render_stats(&b, &st, (int64_t)time(NULL));
@@ -41,13 +45,16 @@ out:
 
 const struct cmd cmd_stats = {
 	.words = "stats",
-	.args = "",
+	.args = "[--json]",
 	.summary = "show current operational statistics",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.help = "Prints the global counters the running worker last wrote to the state database\n"
 		"(<data dir>/db.sqlite3, refreshed every 5 s): events processed, handler "
 		"successes\n"
 		"and failures, retries, DLQ entries and the consumer-group backlog.\n"
-		"A fresh database shows zeroes and \"Updated: never\".\n",
+		"A fresh database shows zeroes and \"Updated: never\". --json prints one JSON "
+		"document\n"
+		"(docs/json.md).\n",
 	.touches = CMD_STATE_READ,
 	.exec = stats_exec,
 };
