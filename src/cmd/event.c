@@ -201,8 +201,8 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 			k++;
 		buf_append(b, "  ", 2);
 		pad(b, left[i], w + 3);
-		buf_appendf(b, "%s (matches nothing now)\n",
-			    event_marker_text(st->inv_values[k], text, sizeof text));
+		buf_appendf(b, "%s%s\n", event_marker_text(st->inv_values[k], text, sizeof text),
+			    st->matched ? " (matches nothing now)" : "");
 	}
 	free(left);
 }
@@ -230,8 +230,8 @@ void event_status_render(struct buf *b, const struct event_status *st)
 			     {"Dead-lettered at:", "timestamp"}};
 		for (size_t i = 0; i < ARRAY_LEN(shown); i++) {
 			const char *v = shown[i].name ? dlq_field(st, shown[i].name) : st->dlq_id;
-			char *safe = str_for_message(v ? v : "-", 4096);
-			field(b, shown[i].label, safe);
+			char *safe = xmalloc(4100);
+			field(b, shown[i].label, printable_copy(v ? v : "-", safe, 4100, 4096));
 			free(safe);
 		}
 	}

@@ -1,0 +1,238 @@
+# relay event status MESSAGE-ID [--json] against messages that the real
+# relay start (a private redis-server, the real Docker daemon) left in each
+# state: acknowledged (a succeeding handler), pending in the middle of its
+# 1-minute backoff (a failing handler with retries left; the handler after
+# it not started), dead-lettered (a handler with retries: 0, and a
+# malformed event), deleted while pending, deleted after acknowledgement
+# (not found), not delivered yet (relay stopped); then Redis down.
+#
+# Function names start with "es-"; their images are removed at exit.
+
+es_rmi() {
+	local name
+	for name in es-ok es-fail es-die; do
+		docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$name" | xargs -r docker rmi -f >/dev/null 2>&1
+	done
+	return 0
+}
+
+es_fn() { # name, kinds it matches, template extra, handler body
+	local d=$RELAY_FUNCTIONS_DIR/$1
+	mkdir -p "$d"
+	printf 'runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {kind: [%s]}\n%s' "$2" "$3" >"$d/template.yaml"
+	printf '%s' "$4" >"$d/main.py"
+}
+
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+xadd() { rcli XADD es '*' event "$1"; }
+pending_has() { [ "$(rcli XPENDING es es-group "$1" "$1" 1 | head -n1)" = "$1" ]; }
+not_pending() { [ -z "$(rcli XPENDING es es-group "$1" "$1" 1)" ] && [ "$(rcli XINFO GROUPS es | awk 'p == "lag" {print; exit} {p = $0}')" = 0 ]; }
+dlq_of() { # original id -> DLQ entry id
+	rcli EVAL "for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+		local m = {}
+		for i = 1, #e[2], 2 do m[e[2][i]] = e[2][i + 1] end
+		if m.original_id == ARGV[1] then return e[1] end
+	end" 1 relay:es:dlq "$1"
+}
+dlq_field() { # DLQ id, field
+	rcli --raw XRANGE relay:es:dlq "$1" "$1" | awk -v f="$2" 'p == f {print; exit} {p = $0}'
+}
+# The marker's deadline (Unix ns) as the RFC 3339 UTC text event status shows.
+marker_time() { date -u -d "@$(($1 / 1000000000))" +%Y-%m-%dT%H:%M:%SZ; }
+
+# es_status ID: runs relay event status ID.
+es_status() { run "$RELAY" event status "$@"; }
+
+test_event_status_each_state() {
+	trap 'es_rc=$?; es_rmi; (exit "$es_rc"); it_cleanup' EXIT
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=es REDIS_GROUP=es-group
+	es_fn es-ok 'ok, both' '' 'def handler(event):
+    print("ok", event["kind"])
+'
+	es_fn es-fail both '    retries: 2
+' 'def handler(event):
+    raise RuntimeError("fail")
+'
+	es_fn es-die die '    retries: 0
+' 'def handler(event):
+    raise RuntimeError("die")
+'
+	start_relay_as "$TMP/relay.log" es-worker
+	local ok both die bad marker t dlq reason idle out
+	ok=$(xadd '{"kind":"ok"}')
+	both=$(xadd '{"kind":"both"}')
+	die=$(xadd '{"kind":"die"}')
+	bad=$(xadd 'not json')
+	wait_for 60 not_pending "$ok" || fail "ok event not acknowledged: $(tail -n 20 "$TMP/relay.log")"
+	wait_for 60 eval '[ -n "$(dlq_of "$die")" ] && [ -n "$(dlq_of "$bad")" ]' ||
+		fail "not dead-lettered: $(tail -n 20 "$TMP/relay.log")"
+	wait_for 60 eval 'rcli HGET "relay:invocation:es:es-group:$both" es-fail/main.handler | grep -q "^next_attempt_at:"' ||
+		fail "the failing handler has no backoff marker: $(tail -n 20 "$TMP/relay.log")"
+	pending_has "$both" || fail "$both not pending"
+
+	# Acknowledged.
+	es_status "$ok"
+	assert_status 0
+	assert_err_empty
+	assert_out_eq "Message:           $ok
+Stream:            es
+Group:             es-group
+State:             acknowledged
+
+Matches now:
+  es-ok/main.handler"
+
+	# Pending, in the middle of its backoff: the next handler not started.
+	marker=$(rcli HGET "relay:invocation:es:es-group:$both" es-fail/main.handler)
+	t=$(marker_time "$(sed 's/^next_attempt_at:\([0-9]*\)#1$/\1/' <<<"$marker")")
+	es_status "$both"
+	assert_status 0
+	idle=$(sed -n 's/^Idle:  *\([0-9]*\)s$/\1/p' "$TMP/out")
+	[ -n "$idle" ] && [ "$idle" -lt 70 ] || fail "idle: $(cat "$TMP/out")"
+	assert_out_eq "Message:           $both
+Stream:            es
+Group:             es-group
+State:             pending
+Consumer:          es-worker
+Idle:              ${idle}s
+Deliveries:        1
+
+Invocations:
+  es-fail/main.handler   waiting until $t after attempt 1
+  es-ok/main.handler     not started"
+	es_status --json "$both"
+	assert_status 0
+	jq -e --arg id "$both" --arg t "$t" '
+		.message_id == $id and .stream == "es" and .group == "es-group" and
+		.state == "pending" and .in_stream and .event == "ok" and .dead_letter == null and
+		.pending.consumer == "es-worker" and .pending.deliveries == 1 and (.pending.idle_seconds | type) == "number" and
+		.invocations == [
+			{function: "es-fail", handler: "main.handler", marker: "waiting", until: $t, attempts: 1, matches_now: true},
+			{function: "es-ok", handler: "main.handler", marker: "not_started", until: null, attempts: 0, matches_now: true}] and
+		.matches_now == [{function: "es-fail", handler: "main.handler"}, {function: "es-ok", handler: "main.handler"}] and
+		.matches_error == null' "$TMP/out" >/dev/null || fail "event status --json (pending): $(cat "$TMP/out")"
+
+	# Dead-lettered: exhausted.
+	dlq=$(dlq_of "$die")
+	reason=$(dlq_field "$dlq" reason)
+	es_status "$die"
+	assert_status 0
+	assert_out_eq "Message:           $die
+Stream:            es
+Group:             es-group
+State:             dead-lettered
+DLQ entry:         $dlq
+Reason:            $reason
+Attempts:          1
+Dead-lettered at:  $(dlq_field "$dlq" timestamp)
+
+Matches now:
+  es-die/main.handler"
+	[[ "$reason" == "es-die/main.handler exhausted after 1 attempt(s): "*"RuntimeError: die"* ]] || fail "reason: $reason"
+	es_status --json "$die"
+	jq -e --arg d "$dlq" --arg r "$(dlq_field "$dlq" reason)" '.state == "dead_lettered" and .pending == null and
+		.dead_letter.id == $d and .dead_letter.attempts == 1 and .dead_letter.reason == $r and
+		(.dead_letter.timestamp | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")) and
+		.invocations == [] and .matches_now == [{function: "es-die", handler: "main.handler"}]' "$TMP/out" >/dev/null ||
+		fail "event status --json (dead-lettered): $(cat "$TMP/out")"
+
+	# Dead-lettered: malformed.
+	dlq=$(dlq_of "$bad")
+	es_status "$bad"
+	assert_status 0
+	assert_out_eq "Message:           $bad
+Stream:            es
+Group:             es-group
+State:             dead-lettered
+DLQ entry:         $dlq
+Reason:            $(dlq_field "$dlq" reason)
+Attempts:          0
+Dead-lettered at:  $(dlq_field "$dlq" timestamp)
+Event:             malformed (invalid_json)"
+	es_status --json "$bad"
+	jq -e '.state == "dead_lettered" and .event == "invalid_json" and .matches_now == null and .dead_letter.function == null' \
+		"$TMP/out" >/dev/null || fail "event status --json (malformed): $(cat "$TMP/out")"
+
+	# Deleted after acknowledgement: not found, exit 1.
+	rcli XDEL es "$ok" >/dev/null
+	es_status "$ok"
+	assert_status 1
+	assert_err_empty
+	assert_out_eq "Message:           $ok
+Stream:            es
+Group:             es-group
+State:             not found (not in the stream, not pending, not in the DLQ)"
+	es_status --json "$ok"
+	assert_status 1
+	jq -e '.state == "not_found" and .in_stream == false and .event == null' "$TMP/out" >/dev/null ||
+		fail "event status --json (not found): $(cat "$TMP/out")"
+
+	# Deleted while pending: still pending, its markers shown.
+	rcli XDEL es "$both" >/dev/null
+	es_status "$both"
+	assert_status 0
+	idle=$(sed -n 's/^Idle:  *\([0-9]*\)s$/\1/p' "$TMP/out")
+	assert_out_eq "Message:           $both
+Stream:            es
+Group:             es-group
+State:             pending
+Consumer:          es-worker
+Idle:              ${idle}s
+Deliveries:        1
+Event:             not in the stream (deleted or trimmed)
+
+Invocations:
+  es-fail/main.handler   waiting until $t after attempt 1"
+
+	# Not delivered yet: relay stopped.
+	stop_relay_pid "$RELAY_PID"
+	out=$(xadd '{"kind":"ok"}')
+	es_status "$out"
+	assert_status 0
+	assert_out_eq "Message:           $out
+Stream:            es
+Group:             es-group
+State:             not delivered yet (the group has not read it)
+
+Matches now:
+  es-ok/main.handler"
+	es_status --json "$out"
+	jq -e '.state == "not_delivered" and .in_stream and .event == "ok"' "$TMP/out" >/dev/null ||
+		fail "event status --json (not delivered): $(cat "$TMP/out")"
+
+	# Redis down: one line, exit 1.
+	kill "$REDIS_PID"
+	wait "$REDIS_PID" 2>/dev/null
+	es_status "$out"
+	assert_status 1
+	assert_out_empty
+	assert_err_lines 1
+	assert_err_contains "relay: event status: cannot reach Redis: "
+	es_status --json "$out"
+	assert_status 1
+	assert_out_empty
+	assert_err_lines 1
+}
+
+test_event_status_arguments_and_settings() {
+	export REDIS_URI=127.0.0.1:1 REDIS_STREAM=es REDIS_GROUP=es-group
+	run "$RELAY" event status 12-x
+	assert_status 2
+	assert_err_contains "relay event status: '12-x' is not a stream message id"
+	run "$RELAY" event status
+	assert_status 2
+	assert_err_contains "usage: relay event status [--json] MESSAGE-ID"
+	# The stream settings are required and validated as by relay start.
+	unset REDIS_STREAM
+	run "$RELAY" event status 1-0
+	assert_status 1
+	assert_err_contains "REDIS_STREAM"
+	assert_out_empty
+	# Never creates the state database or the data directory.
+	[ ! -e "$RELAY_DATA_DIR" ] || fail "the data directory was created"
+	run "$RELAY" event status --help
+	assert_status 0
+	assert_out_contains "Reads Redis (REDIS_URI, REDIS_STREAM, REDIS_GROUP"
+}
