@@ -652,7 +652,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 
 const struct cmd cmd_event_status = {
 	.words = "event status",
-	.args = "[--json] MESSAGE-ID",
+	.args = "MESSAGE-ID [--json]",
 	.summary = "show where one stream message is",
 	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.minpos = 1,

@@ -198,7 +198,7 @@ const struct cmd cmd_function_ls = {
 };
 const struct cmd cmd_function_inspect = {
 	.words = "function inspect",
-	.args = "[--json] <name>",
+	.args = "<name> [--json]",
 	.summary = "show one function",
 	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.help = "--json prints one JSON document (docs/json.md).\n",

@@ -223,7 +223,7 @@ test_event_status_arguments_and_settings() {
 	assert_err_contains "relay event status: '12-x' is not a stream message id"
 	run "$RELAY" event status
 	assert_status 2
-	assert_err_contains "usage: relay event status [--json] MESSAGE-ID"
+	assert_err_contains "usage: relay event status MESSAGE-ID [--json]"
 	# The stream settings are required and validated as by relay start.
 	unset REDIS_STREAM
 	run "$RELAY" event status 1-0

@@ -116,6 +116,9 @@ test_set_validates_and_status_reports() {
 	run "$RELAY" git status
 	assert_status 0
 	assert_out_eq "No git source configured."
+	run "$RELAY" git status --json
+	assert_status 0
+	jq -e '. == {configured: false}' "$TMP/out" >/dev/null || fail "git status --json: $(cat "$TMP/out")"
 	for bad in https://github.com/acme/repo.git http://h/r.git file:///tmp/r.git /tmp/repo.git \
 		'git@:org/repo.git' 'git@host:' 'ssh://git@host:99999/r.git'; do
 		run "$RELAY" git set "$bad"
@@ -153,6 +156,13 @@ EOF
 	assert_out_contains "gh-hook"
 	assert_out_contains "missing"
 	assert_out_contains "Last sync:      never"
+	run "$RELAY" git status --json
+	assert_status 0
+	jq -e --arg key "$RELAY_DATA_DIR/ssh/id_ed25519" '. == {configured: true,
+		repository: "git@github.com:acme/repo.git", ref: "v2", path: "services", webhook_secret: "gh-hook",
+		ssh_key: {state: "missing", path: $key, fingerprint: null, error: null},
+		checkout: null, commit: null, resolved_as: null, last_sync: null}' "$TMP/out" >/dev/null ||
+		fail "git status --json: $(cat "$TMP/out")"
 	# Calling it again overwrites the source; the ref defaults to main.
 	run "$RELAY" git set ssh://git@gitlab.example.com:2222/acme/other.git
 	assert_status 0
@@ -184,6 +194,18 @@ test_sync_trusts_on_first_use_and_replaces_functions() {
 	assert_out_contains "Commit:         $(g -C "$TMP/work" rev-parse HEAD)"
 	assert_out_lacks "Last sync:      never"
 	assert_out_contains "Checkout:       present"
+	# --json: the same facts as the text.
+	local sync kind
+	sync=$(sed -n 's/^Last sync:      //p' "$TMP/out")
+	kind=$(sed -n 's/^Resolved as:    //p' "$TMP/out")
+	run "$RELAY" git status --json
+	assert_status 0
+	jq -e --arg c "$(g -C "$TMP/work" rev-parse HEAD)" --arg s "$sync" --arg k "$kind" \
+		--arg co "$RELAY_DATA_DIR/git/checkout" '.configured and .commit == $c and .last_sync == $s and
+		(.last_sync | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")) and
+		.checkout == $co and .ssh_key.state == "present" and (.ssh_key.fingerprint | startswith("SHA256:")) and
+		(.resolved_as.kind + " " + .resolved_as.ref) == $k' "$TMP/out" >/dev/null ||
+		fail "git status --json after a sync: $(cat "$TMP/out")"
 
 	# The remote is the source of truth: a commit removing other/ and
 	# changing hello/ is mirrored; the pinned key is reused silently.

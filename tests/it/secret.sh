@@ -44,6 +44,10 @@ test_set_ls_rm_round_trip() {
 	assert_out_eq "NAME"
 	assert_err_empty
 	[ ! -e "$RELAY_DATA_DIR" ] || fail "ls created the data directory"
+	run "$RELAY" secret ls --json
+	assert_status 0
+	jq -e '. == []' "$TMP/out" >/dev/null || fail "secret ls --json (empty): $(cat "$TMP/out")"
+	[ ! -e "$RELAY_DATA_DIR" ] || fail "ls --json created the data directory"
 
 	set_value database-url 'postgres://app:pw@db/app'
 	set_value api-key 'k-1'
@@ -55,6 +59,12 @@ api-key
 b.c_d-0
 database-url"
 	assert_err_empty
+	# --json: the same names, as an array of {"name"} objects.
+	run "$RELAY" secret ls --json
+	assert_status 0
+	assert_err_empty
+	jq -e '. == [{name: "api-key"}, {name: "b.c_d-0"}, {name: "database-url"}]' "$TMP/out" >/dev/null ||
+		fail "secret ls --json: $(cat "$TMP/out")"
 
 	# Rotation: set again replaces the value.
 	set_value api-key 'k-2'

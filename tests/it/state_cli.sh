@@ -210,6 +210,79 @@ Updated:             Ns ago"
 	assert_err_contains 'relay: function inspect: no function named "nope"'
 }
 
+# --json: one document each, the same data as the tables, times RFC 3339
+# UTC, durations in seconds.
+test_json_outputs() {
+	state_env
+	run "$RELAY" stats --json
+	assert_status 0
+	jq -e '. == {events_processed: 0, handler_successes: 0, handler_failures: 0, retries: 0,
+		dlq_entries: 0, pending_entries: 0, oldest_pending_age_seconds: 0, updated_at: null}' "$TMP/out" >/dev/null ||
+		fail "stats --json (fresh): $(cat "$TMP/out")"
+	run "$RELAY" function ls --json
+	assert_status 0
+	jq -e '. == []' "$TMP/out" >/dev/null || fail "function ls --json (fresh): $(cat "$TMP/out")"
+	[ ! -e "$RELAY_DATA_DIR" ] || fail "a read-only command created the data directory"
+
+	populate
+	local db=$RELAY_DATA_DIR/db.sqlite3 table
+	# function ls: the table's cells, row by row, and each row's time.
+	run "$RELAY" function ls
+	table=$(awk 'NR > 1 { print $1, $2, $3, $4 }' "$TMP/out")
+	run "$RELAY" function ls --json
+	assert_status 0
+	assert_err_empty
+	[ "$(jq -r '.[] | "\(.name) \(.runtime) \(.status) \(.handlers)"' "$TMP/out")" = "$table" ] ||
+		fail "function ls --json differs from the table: $(cat "$TMP/out")"
+	[ "$(jq -r '.[] | .updated_at' "$TMP/out")" = "$(sqlite3 "$db" "SELECT coalesce(prepared_at, updated_at) FROM functions ORDER BY name")" ] ||
+		fail "function ls --json: updated_at: $(cat "$TMP/out")"
+
+	run "$RELAY" function inspect user-events-python --json
+	assert_status 0
+	assert_err_empty
+	jq -e --arg fp "$FP" --arg p "$(sqlite3 "$db" "SELECT prepared_at FROM functions WHERE name = 'user-events-python'")" \
+		--arg r "$(sqlite3 "$db" "SELECT last_reconcile_at FROM functions WHERE name = 'user-events-python'")" '. == {
+		name: "user-events-python", runtime: "python3.14", status: "ready",
+		image: "relay-fn-user-events-python:3f2a9c0d4b5e6f70", fingerprint: $fp, prepared_at: $p,
+		last_reconcile: {status: "failed", at: $r},
+		last_error: "events[1].timeout: 6m exceeds the maximum of 5m",
+		events: [{handler: "events.created.handler", timeout_seconds: 6},
+			{handler: "events.updated.handler", timeout_seconds: 20},
+			{handler: "events.deleted.handler", timeout_seconds: 6}],
+		schedules: [{handler: "jobs.cleanup.handler", cron: "0 3 * * *", description: "At 03:00", timezone: "UTC", timeout_seconds: 6},
+			{handler: "jobs.report.handler", cron: "0 8 * * 1-5", description: "At 08:00, Monday through Friday",
+			 timezone: "Europe/Rome", timeout_seconds: 20}],
+		standby: [],
+		stats: {events_processed: 12493, handler_successes: 12470, handler_failures: 23, retries: 17, dlq_entries: 2},
+		environment: [{name: "API_URL", value: "https://api.example.com"}],
+		secrets: [{name: "DATABASE_URL", value: "database-url"}]}' "$TMP/out" >/dev/null ||
+		fail "function inspect --json: $(cat "$TMP/out")"
+
+	# Pending: no image, fingerprint or prepared time, as in the text.
+	run "$RELAY" function inspect billing --json
+	assert_status 0
+	jq -e '.status == "pending" and .image == null and .fingerprint == null and .prepared_at == null and
+		.last_reconcile.status == "failed" and .last_error == "image build failed: exit status 1" and
+		.events == [{handler: "invoices.create", timeout_seconds: 6}, {handler: "invoices.void", timeout_seconds: 6}] and
+		.schedules == [] and .environment == [] and .secrets == [] and .stats.events_processed == 0' "$TMP/out" >/dev/null ||
+		fail "function inspect billing --json: $(cat "$TMP/out")"
+	run "$RELAY" function inspect welcome-email-node --json
+	jq -e '.events == [{handler: "welcome.send", timeout_seconds: 90}] and .last_error == null' "$TMP/out" >/dev/null ||
+		fail "function inspect welcome-email-node --json: $(cat "$TMP/out")"
+	run "$RELAY" function inspect nope --json
+	assert_status 1
+	assert_out_empty
+	assert_err_contains 'relay: function inspect: no function named "nope"'
+
+	run "$RELAY" stats --json
+	assert_status 0
+	assert_err_empty
+	jq -e --arg u "$(sqlite3 "$db" "SELECT updated_at FROM stats")" '. == {events_processed: 152934,
+		handler_successes: 152801, handler_failures: 133, retries: 82, dlq_entries: 4, pending_entries: 17,
+		oldest_pending_age_seconds: 134, updated_at: $u}' "$TMP/out" >/dev/null ||
+		fail "stats --json: $(cat "$TMP/out")"
+}
+
 test_reads_only_the_database() {
 	state_env
 	populate

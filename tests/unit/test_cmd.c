@@ -33,7 +33,7 @@ TEST(every_entry_fits_its_bounds)
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
 	}
-	CHECK_INT(cmd_table_len, 16);
+	CHECK_INT(cmd_table_len, 17);
 }
 
 TEST(touches_flags_are_true)
@@ -43,9 +43,11 @@ TEST(touches_flags_are_true)
 		const struct cmd *c = cmd_table[i];
 		bool start = strcmp(c->words, "start") == 0;
 		bool health = strcmp(c->words, "health") == 0;
+		bool event = strcmp(c->words, "event status") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
-		CHECK(!!(c->touches & (CMD_REDIS | CMD_DOCKER)) == (start || health));
+		CHECK(!!(c->touches & CMD_DOCKER) == (start || health));
+		CHECK(!!(c->touches & CMD_REDIS) == (start || health || event));
 	}
 	const unsigned all = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ |
 			     CMD_STATE_WRITE | CMD_DATA_FILES | CMD_FUNCTIONS_READ |
@@ -65,6 +67,9 @@ TEST(touches_flags_are_true)
 	CHECK_INT(find("function validate")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("function match")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("schedule next")->touches, 0);
+	/* event status reads Redis (the stream settings validated) and the
+	 * functions directory: no Docker, no state database. */
+	CHECK_INT(find("event status")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
 	CHECK_STR(cmd_touches_text(CMD_STATE_READ),
 		  "Reads the state database only (no Redis, Docker or functions directory).");
 	CHECK(cmd_touches_text(CMD_NETWORK) == NULL);
