@@ -6,7 +6,8 @@ test_help_goes_to_stdout() {
 	assert_out_contains "usage: relay <command>"
 	for c in "start" "health" "stats" "function ls" "function inspect <name>" \
 		"function validate [DIR]" "function match" "secret ls" "secret set NAME" \
-		"secret rm NAME" "git keygen" "git set" "git sync" "git status" "git remove"; do
+		"secret rm NAME" "git keygen" "git set" "git sync" "git status" "git remove" \
+		"event status MESSAGE-ID [--json]"; do
 		assert_out_contains "  $c"
 	done
 	assert_err_empty
@@ -37,6 +38,7 @@ git sync
 git status
 git remove
 schedule next
+event status
 LIST
 }
 
