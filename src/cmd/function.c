@@ -13,6 +13,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
+#include "cmd/match.h"
 #include "event.h"
 #include "function.h"
 #include "pattern.h"
@@ -109,48 +110,19 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 	free(text);
 
 	const char *dir = dir_opt ? dir_opt : cfg->functions_dir;
-	struct function_scan scan;
+	struct cmd_match *m = NULL;
+	size_t n = 0;
 	char *err = NULL;
-	if (function_scan_dir(dir, &scan, &err) < 0) {
-		event_free(ev);
-		int rc = cmd_fail("function match: %s", err);
+	int rc = cmd_match_event(self->words, dir, ev, now, &m, &n, &err);
+	event_free(ev);
+	if (rc < 0) {
+		rc = cmd_fail("function match: %s", err);
 		free(err);
 		return rc;
 	}
-	/* Execution order: functions by name, rules in file order. */
-	size_t total = 0;
-	for (size_t i = 0; i < scan.n; i++) {
-		struct function_entry *e = &scan.v[i];
-		if (e->status == FUNCTION_INVALID)
-			fprintf(stderr, "relay function match: skipping invalid function %s: %s\n",
-				e->name, e->errors.n ? e->errors.v[0] : "invalid");
-		if (e->fn)
-			total += e->fn->tpl->nrules;
-	}
-	const struct pattern **pats = xcalloc(total + 1, sizeof *pats);
-	const struct function **owner = xcalloc(total + 1, sizeof *owner);
-	const struct rule **rules = xcalloc(total + 1, sizeof *rules);
-	size_t k = 0;
-	for (size_t i = 0; i < scan.n; i++) {
-		const struct function *f = scan.v[i].fn;
-		for (size_t r = 0; f && r < f->tpl->nrules; r++, k++) {
-			pats[k] = f->tpl->rules[r].pattern;
-			owner[k] = f;
-			rules[k] = &f->tpl->rules[r];
-		}
-	}
-	struct pattern_set *set = pattern_set_new(pats, total);
-	uint32_t *ids = xcalloc(total + 1, sizeof *ids);
-	size_t n = pattern_set_match(set, ev, now, ids);
 	for (size_t i = 0; i < n; i++)
-		printf("%s\t%s\n", owner[ids[i]]->name, rules[ids[i]]->handler);
-	free(ids);
-	pattern_set_free(set);
-	free(pats);
-	free(owner);
-	free(rules);
-	function_scan_free(&scan);
-	event_free(ev);
+		printf("%s\t%s\n", m[i].function, m[i].handler);
+	cmd_match_free(m, n);
 	return 0;
 }
 
