@@ -33,7 +33,7 @@ TEST(every_entry_fits_its_bounds)
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
 	}
-	CHECK_INT(cmd_table_len, 16);
+	CHECK_INT(cmd_table_len, 20);
 }
 
 TEST(touches_flags_are_true)
@@ -45,7 +45,11 @@ TEST(touches_flags_are_true)
 		bool health = strcmp(c->words, "health") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
-		CHECK(!!(c->touches & (CMD_REDIS | CMD_DOCKER)) == (start || health));
+		bool dlq = strncmp(c->words, "dlq ", 4) == 0;
+		CHECK(!!(c->touches & CMD_DOCKER) == (start || health));
+		CHECK(!!(c->touches & CMD_REDIS) == (start || health || dlq));
+		/* The DLQ commands validate the stream settings like relay start. */
+		CHECK(!!(c->touches & CMD_STREAM) == dlq);
 	}
 	const unsigned all = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ |
 			     CMD_STATE_WRITE | CMD_DATA_FILES | CMD_FUNCTIONS_READ |
