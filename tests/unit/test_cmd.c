@@ -69,6 +69,10 @@ TEST(touches_flags_are_true)
 	CHECK_INT(find("function validate")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("function match")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("schedule next")->touches, 0);
+	CHECK_INT(find("dlq ls")->touches, CMD_REDIS | CMD_STREAM);
+	CHECK_INT(find("dlq show")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
+	CHECK_INT(find("dlq replay")->touches, CMD_REDIS | CMD_STREAM);
+	CHECK_INT(find("dlq rm")->touches, CMD_REDIS | CMD_STREAM);
 	CHECK_STR(cmd_touches_text(CMD_STATE_READ),
 		  "Reads the state database only (no Redis, Docker or functions directory).");
 	CHECK(cmd_touches_text(CMD_NETWORK) == NULL);
