@@ -37,6 +37,10 @@ git sync
 git status
 git remove
 schedule next
+dlq ls
+dlq show
+dlq replay
+dlq rm
 LIST
 }
 
