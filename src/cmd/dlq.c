@@ -85,9 +85,11 @@ static int redis_fail(struct dlq_ctx *c, const redisReply *rep)
 
 /*
  * The entries matching c->filter, newest first, at most limit (0: all).
- * Returns 0 with *out (*n entries), or -1 after printing the error.
+ * Returns 0 with *out (*n entries), or -1 after printing the error. With
+ * ids_only, each entry keeps its id alone (replay and rm --all: no event
+ * bodies held while a large DLQ is scanned).
  */
-static int scan(struct dlq_ctx *c, size_t limit, struct dlq_entry ***out, size_t *n)
+static int scan(struct dlq_ctx *c, size_t limit, bool ids_only, struct dlq_entry ***out, size_t *n)
 {
 	struct dlq_entry **v = NULL;
 	size_t k = 0;
@@ -117,6 +119,11 @@ static int scan(struct dlq_ctx *c, size_t limit, struct dlq_entry ***out, size_t
 			if (!dlq_filter_match(&c->filter, e)) {
 				dlq_entry_free(e);
 				continue;
+			}
+			if (ids_only) {
+				struct dlq_entry *id = dlq_entry_new(e->id, strlen(e->id));
+				dlq_entry_free(e);
+				e = id;
 			}
 			v = xrealloc(v, (k + 1) * sizeof *v);
 			v[k++] = e;
@@ -277,7 +284,7 @@ static int ls_exec(const struct cmd *self, const struct cmd_args *args, const st
 		return rc;
 	struct dlq_entry **v = NULL;
 	size_t n = 0;
-	if (scan(&c, (size_t)limit, &v, &n) < 0) {
+	if (scan(&c, (size_t)limit, false, &v, &n) < 0) {
 		ctx_close(&c);
 		return 1;
 	}
@@ -464,7 +471,7 @@ static char **targets(struct dlq_ctx *c, const struct cmd_args *args, size_t *n,
 	}
 	struct dlq_entry **v = NULL;
 	size_t k = 0;
-	if (scan(c, 0, &v, &k) < 0) {
+	if (scan(c, 0, true, &v, &k) < 0) {
 		*rc = 1;
 		return NULL;
 	}
