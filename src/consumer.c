@@ -177,10 +177,16 @@ static void release(struct consumer *c, const char *id)
 	release_ids(c, ids, 1);
 }
 
-/* Whether a field is one Relay reads: the read scripts' WANTED. */
+/* Whether a field is one Relay reads: the read scripts' WANTED (the
+ * event, and the replay fields relay dlq replay adds, copied into a DLQ
+ * entry so that a replay count survives a second dead-lettering). */
 static bool field_wanted(const redisReply *f)
 {
-	return f->type == REDIS_REPLY_STRING && f->len == 5 && memcmp(f->str, "event", 5) == 0;
+	static const char *const wanted[] = {"event", "relay_replays", "relay_replay_of"};
+	for (size_t i = 0; f->type == REDIS_REPLY_STRING && i < ARRAY_LEN(wanted); i++)
+		if (f->len == strlen(wanted[i]) && memcmp(f->str, wanted[i], f->len) == 0)
+			return true;
+	return false;
 }
 
 /*
@@ -219,6 +225,21 @@ static struct msg *msg_from_entry(const redisReply *e, size_t *cost)
 	}
 	*cost = CONSUMER_ENTRY_COST(bytes, m->nfields);
 	return m;
+}
+
+/* The last field `name` of a message (borrowed, *len bytes), or NULL. */
+static const char *msg_field(const struct msg *m, const char *name, size_t *len)
+{
+	const char *v = NULL;
+	size_t n = strlen(name);
+	for (size_t i = 0; i + 1 < m->nfields; i += 2) {
+		if (m->fields[i] && m->fields[i + 1] && m->lens[i] == n &&
+		    memcmp(m->fields[i], name, n) == 0) {
+			v = m->fields[i + 1];
+			*len = m->lens[i + 1];
+		}
+	}
+	return v;
 }
 
 static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
@@ -296,7 +317,7 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	       "the read scripts count 64 + 16 per string");
 /* clang-format off */
 #define READ_LUA_PRELUDE \
-	"local WANTED = {event = true}\n" \
+	"local WANTED = {event = true, relay_replays = true, relay_replay_of = true}\n" \
 	"local function measure(e)\n" \
 	"  local f, size, n, last, all = e[2], 0, 0, {}, true\n" \
 	"  for i = 1, #f - 1, 2 do\n" \
@@ -325,7 +346,7 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	"  local r = redis.pcall('XADD', KEYS[2], '*', 'original_stream', KEYS[1],\n" \
 	"    'original_id', id, 'group', ARGV[1], 'consumer', ARGV[2], 'event', '',\n" \
 	"    'reason', 'event too large', 'attempts', '0', 'timestamp', ARGV[5],\n" \
-	"    'size', string.format('%d', size))\n" \
+	"    'size', string.format('%d', size), 'function', '', 'handler', '')\n" \
 	"  if type(r) == 'table' and r.err then return r.err end\n" \
 	"  redis.call('XACK', KEYS[1], ARGV[1], id)\n" \
 	"  return ''\n" \
@@ -589,8 +610,11 @@ static void take_batch(struct consumer *c, const redisReply *entries, bool recov
 		bool scheduled;
 		skip[i] = matches_nothing(c, snap, ids, m, &scheduled);
 		/* Scheduled occurrences are not events. */
+		size_t rlen;
 		if (!scheduled)
 			metrics_inc(METRIC_EVENTS_RECEIVED);
+		if (!scheduled && msg_field(m, "relay_replay_of", &rlen))
+			metrics_inc(METRIC_DLQ_REPLAYED);
 	}
 	free(ids);
 	registry_release(c->cfg.registry, snap);
@@ -1171,17 +1195,23 @@ enum dlq_result {
 	DLQ_FAILED,	 /* the write failed: it stays pending, a later reclaim retries it */
 };
 
+/*
+ * Writes m's DLQ entry: the spec's fields, then `function` and `handler`
+ * (the exhausted invocation; "" when none ran: a malformed or forged
+ * event), then `relay_replays` and `relay_replay_of` when the message
+ * carried them (a replayed message: relay dlq replay counts on them).
+ */
 static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
 				   const char *payload, size_t plen, const char *reason,
-				   int attempts)
+				   int attempts, const char *function, const char *handler)
 {
 	char ts[RFC3339_STR_MAX], att[16];
 	char *why = NULL;
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
-	enum { EVENT_VALUE = 9 }; /* the payload: binary-safe, its own length */
+	enum { EVENT_VALUE = 9, FIXED = 20 }; /* the payload: binary-safe, its own length */
 	/* clang-format off */
-	const char *entry[] = {
+	const char *entry[FIXED + 4] = {
 		"original_stream", c->stream,
 		"original_id", m->id,
 		"group", c->group,
@@ -1190,16 +1220,29 @@ static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const st
 		"reason", reason,
 		"attempts", att,
 		"timestamp", ts,
+		"function", function ? function : "",
+		"handler", handler ? handler : "",
 	};
 	/* clang-format on */
-	size_t lens[ARRAY_LEN(entry)];
-	for (size_t i = 0; i < ARRAY_LEN(entry); i++)
+	size_t lens[FIXED + 4], n = FIXED;
+	for (size_t i = 0; i < FIXED; i++)
 		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
+	static const char *const carried[] = {"relay_replays", "relay_replay_of"};
+	for (size_t k = 0; k < ARRAY_LEN(carried); k++) {
+		size_t vlen = 0;
+		const char *v = msg_field(m, carried[k], &vlen);
+		if (!v)
+			continue;
+		entry[n] = carried[k];
+		lens[n++] = strlen(carried[k]);
+		entry[n] = v;
+		lens[n++] = vlen;
+	}
 	bool written = false;
 	int rc = -1;
 	if (ensure_conn(c, r) == 0)
-		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens,
-					    ARRAY_LEN(entry), &written, &why);
+		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens, n,
+					    &written, &why);
 	else
 		why = xstrdup(redis_errmsg(r));
 	if (rc == 0 && !written)
@@ -1343,8 +1386,8 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 	if (g == SCHEDULE_VERIFY_FAILED) {
 		log_warn(LOG_ATTRS("message_id", m->id, "error", why ? why : redis_errmsg(r)),
 			 "cannot verify a scheduled occurrence; it stays pending");
-	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0) ==
-		   DLQ_WRITTEN) {
+	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0, NULL,
+			       NULL) == DLQ_WRITTEN) {
 		log_warn(LOG_ATTRS("message_id", m->id, "reason", why),
 			 "forged schedule occurrence sent to the dead-letter stream without "
 			 "running any handler");
@@ -1375,7 +1418,8 @@ static bool plan_decode(struct consumer *c, struct redis *r, struct plan *p)
 		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
 			  why ? why : "");
 		free(why);
-		if (dead_letter(c, r, m, p->payload, p->plen, reason, 0) == DLQ_WRITTEN) {
+		if (dead_letter(c, r, m, p->payload, p->plen, reason, 0, NULL, NULL) ==
+		    DLQ_WRITTEN) {
 			log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
 				 "malformed event sent to the dead-letter stream without running "
 				 "any handler");
@@ -1771,7 +1815,7 @@ static void plan_dead_letter(struct consumer *c, struct redis *r, struct plan *p
 	if (p->last_error[0])
 		buf_appendf(&reason, ": %s", p->last_error);
 	if (dead_letter(c, r, p->m, p->payload, p->plen, reason.data ? reason.data : "exhausted",
-			max_attempts) == DLQ_WRITTEN) {
+			max_attempts, first->fv->fn->name, first->handler) == DLQ_WRITTEN) {
 		log_error(LOG_ATTRS("message_id", p->m->id, "event_id",
 				    p->event_id ? p->event_id : "", "reason",
 				    reason.data ? reason.data : ""),

@@ -687,6 +687,8 @@ static const struct {
 				    "Handler invocations that failed or timed out."},
 	[METRIC_RETRIES] = {"retries_total", "Event retries scheduled."},
 	[METRIC_DLQ_ENTRIES] = {"dlq_entries_total", "Entries written to the dead-letter queue."},
+	[METRIC_DLQ_REPLAYED] = {"dlq_replayed_total",
+				 "Events read that relay dlq replay put back on the stream."},
 	[METRIC_CONCURRENCY_WAITS] =
 		{"concurrency_waits_total",
 		 "Invocations whose concurrency-slot acquisition had to block."},
@@ -771,6 +773,7 @@ int metrics_render(struct buf *b)
 
 	for (int c = METRIC_EVENTS_RECEIVED; c <= METRIC_DLQ_ENTRIES; c++)
 		render_counter(out, (enum metric_counter)c);
+	render_counter(out, METRIC_DLQ_REPLAYED);
 
 	family_header(out, "handler_invocations_total", "counter",
 		      "Handler invocations by outcome (success, failure, timeout).");

@@ -12,6 +12,7 @@
  *   counter   handler_failure_total                 handler invocations that failed or timed out
  *   counter   retries_total                         retries scheduled
  *   counter   dlq_entries_total                     entries written to the DLQ
+ *   counter   dlq_replayed_total                    messages read that relay dlq replay published
  *   counter   handler_invocations_total{function,handler,outcome}
  *   counter   build_failures_total{function}
  *   counter   function_events_total{function}       events processed per function
@@ -91,6 +92,7 @@ enum metric_counter {
 	METRIC_SCHEDULE_PUBLISH_FAILURE, /* schedule_publish_failures_total */
 	METRIC_STANDBY_DISPATCHES,	 /* standby_dispatches_total */
 	METRIC_STANDBY_MISSES,		 /* standby_misses_total (only while standby is on) */
+	METRIC_DLQ_REPLAYED,		 /* dlq_replayed_total */
 	METRIC_COUNTER_COUNT
 };
 

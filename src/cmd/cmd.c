@@ -18,7 +18,8 @@ const struct cmd *const cmd_table[] = {
 	&cmd_function_match, &cmd_secret_ls,	    &cmd_secret_set,
 	&cmd_secret_rm,	     &cmd_git_keygen,	    &cmd_git_set,
 	&cmd_git_sync,	     &cmd_git_status,	    &cmd_git_remove,
-	&cmd_schedule_next,  &cmd_event_status,
+	&cmd_schedule_next,  &cmd_event_status,	    &cmd_dlq_ls,
+	&cmd_dlq_show,	     &cmd_dlq_replay,	    &cmd_dlq_rm,
 };
 const size_t cmd_table_len = ARRAY_LEN(cmd_table);
 
@@ -73,10 +74,12 @@ static const struct {
 	 "Fetches from the git remote over SSH, reads and writes files under the data directory\n"
 	 "and replaces function directories in the functions directory; touches no Redis,\n"
 	 "Docker or state database and never starts the runtime."},
+	{CMD_REDIS | CMD_STREAM,
+	 "Connects to Redis only (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like\n"
+	 "relay start); touches no Docker, functions directory or state database."},
 	{CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ,
-	 "Reads Redis (REDIS_URI, REDIS_STREAM, REDIS_GROUP, validated as by relay start) and\n"
-	 "the functions directory; writes nothing, touches no Docker or state database and\n"
-	 "never starts the runtime."},
+	 "Connects to Redis (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like relay\n"
+	 "start) and reads the functions directory; touches no Docker or state database."},
 	{CMD_FUNCTIONS_READ, "Touches no Redis, Docker or state database."},
 	{0, "Touches no Redis, Docker or state database."},
 };

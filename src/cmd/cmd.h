@@ -52,8 +52,8 @@ struct cmd_opt {
 };
 
 /* Bounds on an entry's spec (checked by tests/unit/test_cmd.c). */
-#define CMD_OPTS_MAX 4
-#define CMD_POS_MAX 2
+#define CMD_OPTS_MAX 8
+#define CMD_POS_MAX 100 /* relay dlq replay|rm ID... */
 
 struct cmd;
 
@@ -125,5 +125,6 @@ extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;
 extern const struct cmd cmd_event_status;
+extern const struct cmd cmd_dlq_ls, cmd_dlq_show, cmd_dlq_replay, cmd_dlq_rm;
 
 #endif

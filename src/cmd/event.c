@@ -607,7 +607,7 @@ static void status_free(struct event_status *st)
 	free(st->dlq_values);
 	struct invocation_state inv = {st->inv_fields, st->inv_values, st->ninv};
 	invocation_state_free(&inv);
-	cmd_matches_free(st->matches, st->nmatches);
+	cmd_match_free(st->matches, st->nmatches);
 	free(st->match_err);
 }
 

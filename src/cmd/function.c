@@ -81,64 +81,6 @@ static int read_event_arg(const char *arg, char **text, size_t *len, char **why)
 	return rc < 0 ? -1 : 0;
 }
 
-int cmd_match_event(const char *words, const char *dir, const struct event *ev, int64_t now,
-		    struct cmd_match **out, size_t *nout, char **err)
-{
-	*out = NULL;
-	*nout = 0;
-	struct function_scan scan;
-	if (function_scan_dir(dir, &scan, err) < 0)
-		return -1;
-	/* Execution order: functions by name, rules in file order. */
-	size_t total = 0;
-	for (size_t i = 0; i < scan.n; i++) {
-		struct function_entry *e = &scan.v[i];
-		if (e->status == FUNCTION_INVALID)
-			fprintf(stderr, "relay %s: skipping invalid function %s: %s\n", words,
-				e->name, e->errors.n ? e->errors.v[0] : "invalid");
-		if (e->fn)
-			total += e->fn->tpl->nrules;
-	}
-	const struct pattern **pats = xcalloc(total + 1, sizeof *pats);
-	const struct function **owner = xcalloc(total + 1, sizeof *owner);
-	const struct rule **rules = xcalloc(total + 1, sizeof *rules);
-	size_t k = 0;
-	for (size_t i = 0; i < scan.n; i++) {
-		const struct function *f = scan.v[i].fn;
-		for (size_t r = 0; f && r < f->tpl->nrules; r++, k++) {
-			pats[k] = f->tpl->rules[r].pattern;
-			owner[k] = f;
-			rules[k] = &f->tpl->rules[r];
-		}
-	}
-	struct pattern_set *set = pattern_set_new(pats, total);
-	uint32_t *ids = xcalloc(total + 1, sizeof *ids);
-	size_t n = pattern_set_match(set, ev, now, ids);
-	struct cmd_match *m = xcalloc(n + 1, sizeof *m);
-	for (size_t i = 0; i < n; i++) {
-		m[i].function = xstrdup(owner[ids[i]]->name);
-		m[i].handler = xstrdup(rules[ids[i]]->handler);
-	}
-	free(ids);
-	pattern_set_free(set);
-	free(pats);
-	free(owner);
-	free(rules);
-	function_scan_free(&scan);
-	*out = m;
-	*nout = n;
-	return 0;
-}
-
-void cmd_matches_free(struct cmd_match *m, size_t n)
-{
-	for (size_t i = 0; m && i < n; i++) {
-		free(m[i].function);
-		free(m[i].handler);
-	}
-	free(m);
-}
-
 /* --dir, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */
 static int match_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
@@ -171,37 +113,33 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 	struct cmd_match *m = NULL;
 	size_t n = 0;
 	char *err = NULL;
-	if (cmd_match_event(self->words, dir, ev, now, &m, &n, &err) < 0) {
-		event_free(ev);
-		int rc = cmd_fail("function match: %s", err);
+	int rc = cmd_match_event(self->words, dir, ev, now, &m, &n, &err);
+	event_free(ev);
+	if (rc < 0) {
+		rc = cmd_fail("function match: %s", err);
 		free(err);
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++)
 		printf("%s\t%s\n", m[i].function, m[i].handler);
-	cmd_matches_free(m, n);
-	event_free(ev);
+	cmd_match_free(m, n);
 	return 0;
 }
 
 const struct cmd cmd_function_ls = {
 	.words = "function ls",
-	.args = "[--json]",
+	.args = "",
 	.summary = "list functions",
-	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.help = "Lists the functions in the state database: runtime, status, number of event "
 		"handlers,\n"
-		"and when each was last prepared or updated. --json prints one JSON document "
-		"(docs/json.md).\n",
+		"and when each was last prepared or updated.\n",
 	.touches = CMD_STATE_READ,
 	.exec = function_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
 	.words = "function inspect",
-	.args = "<name> [--json]",
+	.args = "<name>",
 	.summary = "show one function",
-	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
-	.help = "--json prints one JSON document (docs/json.md).\n",
 	.minpos = 1,
 	.maxpos = 1,
 	.touches = CMD_STATE_READ,

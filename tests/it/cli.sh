@@ -39,6 +39,10 @@ git status
 git remove
 schedule next
 event status
+dlq ls
+dlq show
+dlq replay
+dlq rm
 LIST
 }
 

@@ -422,11 +422,11 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	redisReply *rep = redis_command(r, "XRANGE relay:s2:dlq - +");
 	REQUIRE(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
 	redisReply *f = rep->element[0]->element[1];
-	REQUIRE(f->elements == 16);
-	static const char *const names[] = {"original_stream", "original_id", "group",
-					    "consumer",	       "event",	      "reason",
-					    "attempts",	       "timestamp"};
-	for (size_t i = 0; i < 8; i++)
+	REQUIRE(f->elements == 20);
+	static const char *const names[] = {
+		"original_stream", "original_id", "group",     "consumer", "event",
+		"reason",	   "attempts",	  "timestamp", "function", "handler"};
+	for (size_t i = 0; i < 10; i++)
 		CHECK_STR(f->element[2 * i]->str, names[i]);
 	CHECK_STR(f->element[1]->str, "s2");
 	CHECK_STR(f->element[3]->str, id);
@@ -437,6 +437,8 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	CHECK(strstr(f->element[11]->str, "exited with status 1") != NULL);
 	CHECK_STR(f->element[13]->str, "3");
 	CHECK(strlen(f->element[15]->str) == 20 && f->element[15]->str[19] == 'Z');
+	CHECK_STR(f->element[17]->str, "c-fail");
+	CHECK_STR(f->element[19]->str, "fail.mid");
 	freeReplyObject(rep);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->integer == 0);

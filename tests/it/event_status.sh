@@ -234,5 +234,5 @@ test_event_status_arguments_and_settings() {
 	[ ! -e "$RELAY_DATA_DIR" ] || fail "the data directory was created"
 	run "$RELAY" event status --help
 	assert_status 0
-	assert_out_contains "Reads Redis (REDIS_URI, REDIS_STREAM, REDIS_GROUP"
+	assert_out_contains "Connects to Redis (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like relay"
 }

@@ -280,13 +280,15 @@ test_rediss_relay_start() {
 		fail "relay:$REDIS_STREAM:dlq has $(gp_cli XLEN "relay:$REDIS_STREAM:dlq") entries, want 1"
 	# The entry, field by field (and nothing else).
 	fields=$(gp_cli XRANGE "relay:$REDIS_STREAM:dlq" - + | awk 'NR > 1 && NR % 2 == 0' | paste -sd' ')
-	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp" ] ||
+	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler" ] ||
 		fail "DLQ entry fields: $fields"
 	[ "$(gp_dlq_field "$id_bad" original_stream)" = "$REDIS_STREAM" ] || fail "original_stream"
 	[ "$(gp_dlq_field "$id_bad" group)" = "$REDIS_GROUP" ] || fail "group"
 	[ "$(gp_dlq_field "$id_bad" consumer)" = gp-tls ] || fail "consumer"
 	[ "$(gp_dlq_field "$id_bad" event)" = "$ev_bad" ] || fail "event: $(gp_dlq_field "$id_bad" event)"
 	[ "$(gp_dlq_field "$id_bad" attempts)" = 1 ] || fail "attempts: $(gp_dlq_field "$id_bad" attempts)"
+	[ "$(gp_dlq_field "$id_bad" function)" = "$bad" ] || fail "function: $(gp_dlq_field "$id_bad" function)"
+	[ "$(gp_dlq_field "$id_bad" handler)" = main.handler ] || fail "handler: $(gp_dlq_field "$id_bad" handler)"
 	[[ "$(gp_dlq_field "$id_bad" reason)" == "$bad/main.handler exhausted after 1 attempt(s): function \"$bad\" handler \"main.handler\" failed: exit status 1: "*"RuntimeError: boom 2"* ]] ||
 		fail "reason: $(gp_dlq_field "$id_bad" reason)"
 	[[ "$(gp_dlq_field "$id_bad" timestamp)" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$ ]] ||

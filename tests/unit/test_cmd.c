@@ -33,7 +33,7 @@ TEST(every_entry_fits_its_bounds)
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
 	}
-	CHECK_INT(cmd_table_len, 17);
+	CHECK_INT(cmd_table_len, 21);
 }
 
 TEST(touches_flags_are_true)
@@ -46,8 +46,12 @@ TEST(touches_flags_are_true)
 		bool event = strcmp(c->words, "event status") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
+		bool dlq = strncmp(c->words, "dlq ", 4) == 0;
 		CHECK(!!(c->touches & CMD_DOCKER) == (start || health));
-		CHECK(!!(c->touches & CMD_REDIS) == (start || health || event));
+		CHECK(!!(c->touches & CMD_REDIS) == (start || health || event || dlq));
+		/* The DLQ and event commands validate the stream settings like
+		 * relay start. */
+		CHECK(!!(c->touches & CMD_STREAM) == (event || dlq));
 	}
 	const unsigned all = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ |
 			     CMD_STATE_WRITE | CMD_DATA_FILES | CMD_FUNCTIONS_READ |
@@ -70,6 +74,10 @@ TEST(touches_flags_are_true)
 	/* event status reads Redis (the stream settings validated) and the
 	 * functions directory: no Docker, no state database. */
 	CHECK_INT(find("event status")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
+	CHECK_INT(find("dlq ls")->touches, CMD_REDIS | CMD_STREAM);
+	CHECK_INT(find("dlq show")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
+	CHECK_INT(find("dlq replay")->touches, CMD_REDIS | CMD_STREAM);
+	CHECK_INT(find("dlq rm")->touches, CMD_REDIS | CMD_STREAM);
 	CHECK_STR(cmd_touches_text(CMD_STATE_READ),
 		  "Reads the state database only (no Redis, Docker or functions directory).");
 	CHECK(cmd_touches_text(CMD_NETWORK) == NULL);

@@ -662,6 +662,10 @@ TEST(exact_rendering)
 		"# HELP dlq_entries_total Entries written to the dead-letter queue.",
 		"# TYPE dlq_entries_total counter",
 		"dlq_entries_total 0",
+		"# HELP dlq_replayed_total Events read that relay dlq replay put back on the "
+		"stream.",
+		"# TYPE dlq_replayed_total counter",
+		"dlq_replayed_total 0",
 		"# HELP handler_invocations_total Handler invocations by outcome (success, "
 		"failure, timeout).",
 		"# TYPE handler_invocations_total counter",
@@ -898,7 +902,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 27);
+	CHECK_INT(nfam, 28);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {

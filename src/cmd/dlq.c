@@ -1,0 +1,741 @@
+/*
+ * relay dlq ls|show|replay|rm: the dead-letter stream relay:<stream>:dlq
+ * (consumer.c writes it), for operators.
+ *
+ * They read REDIS_URI, REDIS_STREAM and REDIS_GROUP like relay start
+ * (CMD_STREAM), connect once (cmd_redis_connect: one line and exit 1 when
+ * Redis is unreachable), never touch Docker or the state database; show
+ * also reads the functions directory.
+ *
+ * Reads are bounded: entries are read newest first DLQ_PAGE at a time
+ * (each at most an event of EVENT_MAX_BYTES plus a few short fields, far
+ * below REDIS_REPLY_MAX), ls stops after --limit matches and at the first
+ * entry older than --since.
+ *
+ * replay runs replay_lua once per entry: it reads the entry, refuses when
+ * it is gone or was replayed DLQ_REPLAY_MAX times (unless --force), XADDs
+ * the original event to the original stream with relay_replay_of and
+ * relay_replays, and XDELs the entry, all in one script: atomic, so two
+ * replays of one entry publish it once and the second finds it gone.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cmd/cmd.h"
+#include "cmd/dlq_view.h"
+#include "cmd/match.h"
+#include "cmd/render.h"
+#include "duration.h"
+#include "event.h"
+#include "redis.h"
+#include "rfc3339.h"
+#include "util.h"
+
+#define DLQ_PAGE 16	       /* entries per read */
+#define DLQ_LS_DEFAULT 50      /* ls without --limit */
+#define DLQ_REPLAY_MAX 10      /* replays of one event before --force is needed */
+#define DLQ_OUT_MAX (1u << 26) /* bytes of one rendered table */
+
+/* The options and state a dlq command works with. */
+struct dlq_ctx {
+	const struct cmd *self;
+	struct redis *r;
+	char *key; /* relay:<stream>:dlq */
+	const char *stream;
+	struct dlq_filter filter;
+};
+
+static void entries_free(struct dlq_entry **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dlq_entry_free(v[i]);
+	free(v);
+}
+
+/* An entry of an XRANGE reply ({id, {field, value, ...}}), or NULL. */
+static struct dlq_entry *entry_from_reply(const redisReply *e)
+{
+	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+	    e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	const redisReply *f = e->element[1];
+	struct dlq_entry *d = dlq_entry_new(e->element[0]->str, e->element[0]->len);
+	for (size_t i = 0; i + 1 < f->elements; i += 2)
+		if (f->element[i]->type == REDIS_REPLY_STRING &&
+		    f->element[i + 1]->type == REDIS_REPLY_STRING)
+			dlq_entry_add(d, f->element[i]->str, f->element[i]->len,
+				      f->element[i + 1]->str, f->element[i + 1]->len);
+	return d;
+}
+
+static int redis_fail(struct dlq_ctx *c, const redisReply *rep)
+{
+	if (!rep)
+		return cmd_fail("%s: cannot reach Redis: %s", c->self->words, redis_errmsg(c->r));
+	return cmd_fail("%s: Redis: %s", c->self->words,
+			rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+}
+
+/*
+ * The entries matching c->filter, newest first, at most limit (0: all).
+ * Returns 0 with *out (*n entries), or -1 after printing the error. With
+ * ids_only, each entry keeps its id alone (replay and rm --all: no event
+ * bodies held while a large DLQ is scanned).
+ */
+static int scan(struct dlq_ctx *c, size_t limit, bool ids_only, struct dlq_entry ***out, size_t *n)
+{
+	struct dlq_entry **v = NULL;
+	size_t k = 0;
+	char end[64] = "+";
+	bool done = false;
+	while (!done) {
+		redisReply *rep =
+			redis_command(c->r, "XREVRANGE %s %s - COUNT %d", c->key, end, DLQ_PAGE);
+		if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+			redis_fail(c, rep);
+			if (rep)
+				freeReplyObject(rep);
+			entries_free(v, k);
+			return -1;
+		}
+		done = rep->elements < DLQ_PAGE;
+		for (size_t i = 0; i < rep->elements && !(limit && k >= limit); i++) {
+			struct dlq_entry *e = entry_from_reply(rep->element[i]);
+			if (!e)
+				continue;
+			snprintf_(end, sizeof end, "(%s", e->id);
+			if (c->filter.since_ms > 0 && e->ms < c->filter.since_ms) {
+				dlq_entry_free(e);
+				done = true;
+				break;
+			}
+			if (!dlq_filter_match(&c->filter, e)) {
+				dlq_entry_free(e);
+				continue;
+			}
+			if (ids_only) {
+				struct dlq_entry *id = dlq_entry_new(e->id, strlen(e->id));
+				dlq_entry_free(e);
+				e = id;
+			}
+			v = xrealloc(v, (k + 1) * sizeof *v);
+			v[k++] = e;
+		}
+		if (limit && k >= limit)
+			done = true;
+		freeReplyObject(rep);
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* One entry by id: 1 with *out, 0 when there is none, -1 after an error. */
+static int read_one(struct dlq_ctx *c, const char *id, struct dlq_entry **out)
+{
+	*out = NULL;
+	redisReply *rep = redis_command(c->r, "XRANGE %s %s %s", c->key, id, id);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+		redis_fail(c, rep);
+		if (rep)
+			freeReplyObject(rep);
+		return -1;
+	}
+	if (rep->elements >= 1)
+		*out = entry_from_reply(rep->element[0]);
+	freeReplyObject(rep);
+	return *out ? 1 : 0;
+}
+
+/* Opens c: filters from the options the command has, then Redis. Returns
+ * 0, 2 (usage: printed) or 1 (printed). */
+static int ctx_open(struct dlq_ctx *c, const struct cmd *self, const struct cmd_args *args,
+		    const struct config *cfg, bool filters)
+{
+	*c = (struct dlq_ctx){.self = self, .stream = cfg->redis_stream};
+	if (filters) {
+		const char *since = cmd_opt(args, "--since");
+		int64_t d;
+		if (since) {
+			if (duration_parse(since, &d) < 0 || d <= 0) {
+				fprintf(stderr,
+					"relay %s: --since %s is not a positive duration (e.g. "
+					"90m, "
+					"24h)\n",
+					self->words, since);
+				return 2;
+			}
+			c->filter.since_ms = (now_wall_ns() - d) / NS_PER_MS;
+			if (c->filter.since_ms < 1)
+				c->filter.since_ms = 1;
+		}
+		c->filter.reason = cmd_opt(args, "--reason");
+		c->filter.function = cmd_opt(args, "--function");
+	}
+	for (int i = 0; i < args->npos; i++)
+		if (!dlq_id_valid(args->pos[i])) {
+			fprintf(stderr,
+				"relay %s: '%s' is not a stream id (like 1764629249000-0)\n",
+				self->words, args->pos[i]);
+			return 2;
+		}
+	if (cmd_redis_connect(self, cfg, &c->r) < 0)
+		return 1;
+	c->key = xasprintf("relay:%s:dlq", cfg->redis_stream);
+	return 0;
+}
+
+static void ctx_close(struct dlq_ctx *c)
+{
+	redis_free(c->r);
+	free(c->key);
+}
+
+/* A JSON string of v (n bytes): itself when valid UTF-8, else escaped. */
+static json_t *jstr(const char *v, size_t n)
+{
+	json_t *j = json_stringn(v, n);
+	if (j)
+		return j;
+	char *e = dlq_escape(v, n, 0);
+	j = json_string(e);
+	free(e);
+	return j;
+}
+
+/* A field as JSON: its string, null when missing. */
+static json_t *jfield(const struct dlq_entry *e, const char *name)
+{
+	size_t n = 0;
+	const char *v = dlq_entry_get(e, name, &n);
+	return v ? jstr(v, n) : json_null();
+}
+
+/* A field holding a count: its integer, null when missing or not one. */
+static json_t *jcount(const struct dlq_entry *e, const char *name)
+{
+	const char *v = dlq_entry_get(e, name, NULL);
+	int64_t i;
+	return v && parse_int64(v, &i) == 0 ? json_integer(i) : json_null();
+}
+
+/* The keys ls --json and show --json share. */
+static json_t *entry_json(const struct dlq_entry *e, int64_t now_ms)
+{
+	char ts[RFC3339_STR_MAX];
+	json_t *o = json_object();
+	json_object_set_new(o, "id", json_string(e->id));
+	json_object_set_new(o, "dead_lettered_at",
+			    json_string(rfc3339_format_utc(e->ms * NS_PER_MS, ts)));
+	json_object_set_new(o, "age_seconds",
+			    json_integer(now_ms > e->ms ? (now_ms - e->ms) / 1000 : 0));
+	json_object_set_new(o, "original_stream", jfield(e, "original_stream"));
+	json_object_set_new(o, "original_id", jfield(e, "original_id"));
+	json_object_set_new(o, "attempts", jcount(e, "attempts"));
+	json_object_set_new(o, "function", jfield(e, "function"));
+	json_object_set_new(o, "handler", jfield(e, "handler"));
+	json_object_set_new(o, "reason", jfield(e, "reason"));
+	json_t *rp = jcount(e, "relay_replays");
+	json_object_set_new(o, "replays", json_is_null(rp) ? json_integer(0) : rp);
+	if (!json_is_integer(rp))
+		json_decref(rp);
+	return o;
+}
+
+/* The terminal's width: COLUMNS when it is a positive number, else the
+ * width of the terminal on stdout, else 0 (not a terminal: never cut). */
+static size_t term_width(void)
+{
+	const char *cols = getenv("COLUMNS");
+	int64_t n;
+	if (cols && parse_int64(cols, &n) == 0 && n > 0 && n < 100000)
+		return (size_t)n;
+	struct winsize ws;
+	if (isatty(1) && ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return 0;
+}
+
+static int write_out(const struct cmd *self, const char *p, size_t n)
+{
+	if (fwrite(p, 1, n, stdout) != n || fflush(stdout) != 0)
+		return cmd_fail("%s: write: output error", self->words);
+	return 0;
+}
+
+static int ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
+	int64_t limit = DLQ_LS_DEFAULT;
+	const char *lim = cmd_opt(args, "--limit");
+	if (lim && (parse_int64(lim, &limit) < 0 || limit < 1 || limit > 100000)) {
+		fprintf(stderr, "relay dlq ls: --limit %s is not a number from 1 to 100000\n", lim);
+		return 2;
+	}
+	struct dlq_ctx c;
+	int rc = ctx_open(&c, self, args, cfg, true);
+	if (rc)
+		return rc;
+	struct dlq_entry **v = NULL;
+	size_t n = 0;
+	if (scan(&c, (size_t)limit, false, &v, &n) < 0) {
+		ctx_close(&c);
+		return 1;
+	}
+	int64_t now_ms = now_wall_ns() / NS_PER_MS;
+	if (cmd_flag(args, "--json")) {
+		json_t *arr = json_array();
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(arr, entry_json(v[i], now_ms));
+		rc = cmd_print_json(self, arr);
+	} else {
+		struct buf b;
+		buf_init(&b, DLQ_OUT_MAX);
+		dlq_render_ls(&b, v, n, now_ms / 1000, cmd_flag(args, "--wide") ? 0 : term_width());
+		rc = write_out(self, b.data ? b.data : "", b.len);
+		buf_free(&b);
+	}
+	entries_free(v, n);
+	ctx_close(&c);
+	return rc;
+}
+
+/* The event pretty-printed (jansson, indent 2), or NULL when it is not
+ * JSON jansson reads. */
+static char *pretty_json(const char *v, size_t n)
+{
+	json_error_t jerr;
+	json_t *j = json_loadb(v, n, JSON_DECODE_ANY, &jerr);
+	if (!j)
+		return NULL;
+	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+	json_decref(j);
+	return s;
+}
+
+static int show_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
+	struct dlq_ctx c;
+	int rc = ctx_open(&c, self, args, cfg, false);
+	if (rc)
+		return rc;
+	const char *id = args->pos[0];
+	struct dlq_entry *e = NULL;
+	int got = read_one(&c, id, &e);
+	ctx_close(&c);
+	if (got <= 0)
+		return got < 0 ? 1 : cmd_fail("dlq show: %s: no such entry", id);
+
+	/* What it matches now: a decodable event only. */
+	size_t elen = 0;
+	const char *ev_text = dlq_entry_get(e, "event", &elen);
+	struct event *ev = NULL;
+	char *why = NULL, *scan_err = NULL;
+	struct cmd_match *m = NULL;
+	size_t nm = 0;
+	bool matched = false;
+	if (ev_text && event_parse_json(ev_text, elen, &ev, &why) == EVENT_OK) {
+		matched = cmd_match_event(self->words, cfg->functions_dir, ev, now_wall_ns(), &m,
+					  &nm, &scan_err) == 0;
+		event_free(ev);
+	}
+	int64_t now_ms = now_wall_ns() / NS_PER_MS;
+	char *pretty = ev_text ? pretty_json(ev_text, elen) : NULL;
+
+	if (cmd_flag(args, "--json")) {
+		json_t *o = entry_json(e, now_ms);
+		json_t *fields = json_object();
+		for (size_t i = 0; i < e->nf; i++)
+			json_object_set_new(fields, e->name[i], jstr(e->val[i], e->vlen[i]));
+		json_object_set_new(o, "fields", fields);
+		json_error_t jerr;
+		json_t *evj = pretty && ev_text ? json_loadb(ev_text, elen, JSON_DECODE_ANY, &jerr)
+						: NULL;
+		json_object_set_new(o, "event", evj ? evj : json_null());
+		json_t *ma = json_array();
+		for (size_t i = 0; i < nm; i++) {
+			json_t *x = json_object();
+			json_object_set_new(x, "function", json_string(m[i].function));
+			json_object_set_new(x, "handler", json_string(m[i].handler));
+			json_array_append_new(ma, x);
+		}
+		if (matched)
+			json_object_set_new(o, "matches", ma);
+		else {
+			json_decref(ma);
+			json_object_set_new(o, "matches", json_null());
+		}
+		rc = cmd_print_json(self, o);
+	} else {
+		struct buf b;
+		buf_init(&b, DLQ_OUT_MAX);
+		char ts[RFC3339_STR_MAX];
+		size_t w = strlen("Dead-lettered");
+		for (size_t i = 0; i < e->nf; i++)
+			if (strlen(e->name[i]) > w)
+				w = strlen(e->name[i]);
+		buf_appendf(&b, "%-*s  %s\n", (int)w + 1, "ID:", e->id);
+		char age[STATE_AGE_MAX];
+		state_format_age(e->ms / 1000, now_ms / 1000, age);
+		/* The age when it reads "... ago"; from 30 days on it is the date. */
+		bool ago = strstr(age, " ago") != NULL;
+		buf_appendf(&b, "%-*s  %s%s%s%s\n", (int)w + 1,
+			    "Dead-lettered:", rfc3339_format_utc(e->ms * NS_PER_MS, ts),
+			    ago ? " (" : "", ago ? age : "", ago ? ")" : "");
+		for (size_t i = 0; i < e->nf; i++) {
+			if (strcmp(e->name[i], "event") == 0)
+				continue;
+			char *name = dlq_escape(e->name[i], strlen(e->name[i]), 0);
+			char *val = e->vlen[i] ? dlq_escape(e->val[i], e->vlen[i], 0)
+					       : xstrdup("(empty)");
+			buf_appendf(&b, "%s:%*s  %s\n", name, (int)(w - strlen(e->name[i])), "",
+				    val);
+			free(name);
+			free(val);
+		}
+		if (!ev_text || elen == 0) {
+			buf_appendf(&b, "\nEvent: (none)\n");
+		} else if (pretty) {
+			buf_appendf(&b, "\nEvent:\n%s\n", pretty);
+		} else {
+			char *esc = dlq_escape(ev_text, elen, 0);
+			buf_appendf(&b, "\nEvent (not JSON, escaped):\n%s\n", esc);
+			free(esc);
+		}
+		buf_appendf(&b, "\nMatches now:\n");
+		if (!matched)
+			buf_appendf(&b, "  (not evaluated: %s)\n",
+				    scan_err ? scan_err
+					     : "no decodable event; a replay would be refused");
+		else if (nm == 0)
+			buf_appendf(&b, "  (none: a replay would run no handler)\n");
+		for (size_t i = 0; i < nm; i++)
+			buf_appendf(&b, "  %s\t%s\n", m[i].function, m[i].handler);
+		rc = write_out(self, b.data ? b.data : "", b.len);
+		buf_free(&b);
+	}
+	if (rc == 0 && scan_err)
+		rc = cmd_fail("dlq show: %s", scan_err);
+	free(pretty);
+	free(why);
+	free(scan_err);
+	cmd_match_free(m, nm);
+	dlq_entry_free(e);
+	return rc;
+}
+
+/*
+ * KEYS[1] the DLQ, KEYS[2] the stream to replay to; ARGV[1] the entry id,
+ * ARGV[2] DLQ_REPLAY_MAX, ARGV[3] "1" to replay past it (--force), ARGV[4]
+ * "1" for a dry run (check, write nothing). Answers {"gone"},
+ * {"malformed", reason}, {"limit", n}, {"dry", n + 1} or {"ok", new id,
+ * n + 1}, where n is the entry's relay_replays (0 when absent).
+ */
+static const char replay_lua[] =
+	"local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]\n"
+	"if not e then return {'gone'} end\n"
+	"local m = {}\n"
+	"for i = 1, #e[2] - 1, 2 do m[e[2][i]] = e[2][i + 1] end\n"
+	"if not m.event or m.event == '' then return {'malformed', m.reason or ''} end\n"
+	"local n = tonumber(m.relay_replays or '0') or 0\n"
+	"if n >= tonumber(ARGV[2]) and ARGV[3] ~= '1' then\n"
+	"  return {'limit', string.format('%d', n)}\n"
+	"end\n"
+	"local next = string.format('%d', n + 1)\n"
+	"if ARGV[4] == '1' then return {'dry', next} end\n"
+	"local id = redis.call('XADD', KEYS[2], '*', 'event', m.event,\n"
+	"  'relay_replay_of', ARGV[1], 'relay_replays', next)\n"
+	"redis.call('XDEL', KEYS[1], ARGV[1])\n"
+	"return {'ok', id, next}\n";
+
+static struct redis_script replay_script;
+
+/* The ids a replay or rm works on: the arguments, or with --all the
+ * entries matching the filters (newest first). NULL after an error
+ * (printed) with *rc set. */
+static char **targets(struct dlq_ctx *c, const struct cmd_args *args, size_t *n, int *rc)
+{
+	*n = 0;
+	char **ids = NULL;
+	if (!cmd_flag(args, "--all")) {
+		ids = xcalloc((size_t)args->npos + 1, sizeof *ids);
+		for (int i = 0; i < args->npos; i++)
+			ids[(*n)++] = xstrdup(args->pos[i]);
+		return ids;
+	}
+	struct dlq_entry **v = NULL;
+	size_t k = 0;
+	if (scan(c, 0, true, &v, &k) < 0) {
+		*rc = 1;
+		return NULL;
+	}
+	ids = xcalloc(k + 1, sizeof *ids);
+	for (size_t i = 0; i < k; i++)
+		ids[(*n)++] = xstrdup(v[i]->id);
+	entries_free(v, k);
+	return ids;
+}
+
+static void ids_free(char **ids, size_t n)
+{
+	for (size_t i = 0; ids && i < n; i++)
+		free(ids[i]);
+	free(ids);
+}
+
+/* The arguments: IDs, or --all with optional filters; never both. 0 or 2. */
+static int check_selection(const struct cmd *self, const struct cmd_args *args)
+{
+	bool all = cmd_flag(args, "--all");
+	bool filters = cmd_opt(args, "--since") || cmd_opt(args, "--reason") ||
+		       cmd_opt(args, "--function");
+	const char *why = all && args->npos	? "give entry IDs or --all, not both"
+			  : !all && !args->npos ? "give entry IDs, or --all"
+			  : !all && filters	? "--since, --reason and --function go with --all"
+						: NULL;
+	if (!why)
+		return 0;
+	fprintf(stderr, "relay %s: %s\n", self->words, why);
+	cmd_usage(self, stderr);
+	return 2;
+}
+
+/* Replays one entry: 0, or 1 after printing why it was not. */
+static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
+{
+	struct dlq_entry *e = NULL;
+	int got = read_one(c, id, &e);
+	if (got < 0)
+		return 1;
+	if (got == 0)
+		return cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
+	/* Refused before the script when the event does not decode. */
+	size_t elen = 0;
+	const char *ev_text = dlq_entry_get(e, "event", &elen);
+	struct event *ev = NULL;
+	char *why = NULL;
+	if (!ev_text || elen == 0 || event_parse_json(ev_text, elen, &ev, &why) != EVENT_OK) {
+		const char *reason = dlq_entry_get(e, "reason", NULL);
+		char *r = dlq_escape(reason ? reason : (why ? why : "no event"),
+				     strlen(reason ? reason : (why ? why : "no event")), 0);
+		int rc = cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id, r);
+		free(r);
+		free(why);
+		dlq_entry_free(e);
+		return rc;
+	}
+	event_free(ev);
+	const char *os = dlq_entry_get(e, "original_stream", NULL);
+	char *stream = xstrdup(os && *os ? os : c->stream);
+	dlq_entry_free(e);
+
+	char max[16];
+	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);
+	const char *argv[] = {"2", c->key, stream, id, max, force ? "1" : "0", dry ? "1" : "0"};
+	size_t lens[ARRAY_LEN(argv)];
+	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
+		lens[i] = strlen(argv[i]);
+	redisReply *rep = redis_script_run(c->r, &replay_script, (int)ARRAY_LEN(argv), argv, lens);
+	int rc = 1;
+	const char *what = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+					   rep->element[0]->type == REDIS_REPLY_STRING
+				   ? rep->element[0]->str
+				   : NULL;
+	const char *a1 = what && rep->elements >= 2 ? rep->element[1]->str : "";
+	const char *a2 = what && rep->elements >= 3 ? rep->element[2]->str : "";
+	if (!what) {
+		redis_fail(c, rep);
+	} else if (strcmp(what, "gone") == 0) {
+		cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
+	} else if (strcmp(what, "malformed") == 0) {
+		cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id, a1);
+	} else if (strcmp(what, "limit") == 0) {
+		cmd_fail("dlq replay: %s: refused: already replayed %s times (--force replays it "
+			 "anyway)",
+			 id, a1);
+	} else if (strcmp(what, "dry") == 0) {
+		printf("%s would be replayed to %s (replay %s)\n", id, stream, a1);
+		rc = 0;
+	} else if (strcmp(what, "ok") == 0) {
+		printf("%s replayed as %s on %s (replay %s)\n", id, a1, stream, a2);
+		rc = 0;
+	} else {
+		redis_fail(c, NULL);
+	}
+	if (rep)
+		freeReplyObject(rep);
+	free(stream);
+	return rc;
+}
+
+static int replay_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
+{
+	int rc = check_selection(self, args);
+	if (rc)
+		return rc;
+	struct dlq_ctx c;
+	if ((rc = ctx_open(&c, self, args, cfg, true)) != 0)
+		return rc;
+	redis_script_init(&replay_script, replay_lua);
+	size_t n = 0;
+	char **ids = targets(&c, args, &n, &rc);
+	if (ids && n == 0 && cmd_flag(args, "--all"))
+		printf("no matching entries\n");
+	for (size_t i = 0; ids && i < n; i++)
+		if (replay_one(&c, ids[i], cmd_flag(args, "--force"), cmd_flag(args, "--dry-run")))
+			rc = 1;
+	fflush(stdout);
+	ids_free(ids, n);
+	ctx_close(&c);
+	return rc;
+}
+
+/* Asks "Delete N entries? [y/N] " on the terminal: whether the answer was yes. */
+static bool confirm(size_t n)
+{
+	printf("Delete %zu %s? [y/N] ", n, n == 1 ? "entry" : "entries");
+	fflush(stdout);
+	char line[64];
+	if (!fgets(line, sizeof line, stdin))
+		return false;
+	str_trim(line);
+	return strcmp(line, "y") == 0 || strcmp(line, "Y") == 0 || strcmp(line, "yes") == 0;
+}
+
+static int rm_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
+	int rc = check_selection(self, args);
+	if (rc)
+		return rc;
+	struct dlq_ctx c;
+	if ((rc = ctx_open(&c, self, args, cfg, true)) != 0)
+		return rc;
+	size_t n = 0;
+	char **ids = targets(&c, args, &n, &rc);
+	if (!ids)
+		goto out;
+	if (n == 0) {
+		printf("no matching entries\n");
+		goto out;
+	}
+	if (!cmd_flag(args, "--yes")) {
+		if (!isatty(0) || !isatty(1)) {
+			rc = cmd_fail("dlq rm: not deleting %zu %s without a terminal to ask on: "
+				      "pass --yes",
+				      n, n == 1 ? "entry" : "entries");
+			goto out;
+		}
+		if (!confirm(n)) {
+			rc = cmd_fail("dlq rm: nothing deleted");
+			goto out;
+		}
+	}
+	size_t deleted = 0;
+	for (size_t i = 0; i < n; i++) {
+		redisReply *rep = redis_command(c.r, "XDEL %s %s", c.key, ids[i]);
+		if (!rep || rep->type != REDIS_REPLY_INTEGER) {
+			rc = redis_fail(&c, rep);
+			if (rep)
+				freeReplyObject(rep);
+			break;
+		}
+		if (rep->integer == 1)
+			deleted++;
+		else
+			rc = cmd_fail("dlq rm: %s: no such entry", ids[i]);
+		freeReplyObject(rep);
+	}
+	printf("deleted %zu %s\n", deleted, deleted == 1 ? "entry" : "entries");
+out:
+	fflush(stdout);
+	ids_free(ids, n);
+	ctx_close(&c);
+	return rc;
+}
+
+#define FILTER_OPTS                                        \
+	{"--since", NULL, true}, {"--reason", NULL, true}, \
+	{                                                  \
+		"--function", NULL, true                   \
+	}
+#define FILTER_HELP                                                                          \
+	"Filters: --since DURATION keeps entries dead-lettered within it (90m, 24h),\n"      \
+	"--reason TEXT those whose reason contains TEXT, --function NAME those whose\n"      \
+	"exhausted invocation was of function NAME (entries written before Relay recorded\n" \
+	"the function never match it).\n"
+
+const struct cmd cmd_dlq_ls = {
+	.words = "dlq ls",
+	.args = "[--limit N] [--since DURATION] [--reason TEXT] [--function NAME] [--wide] "
+		"[--json]",
+	.summary = "list dead-lettered events, newest first",
+	.opts = (const struct cmd_opt[]){{"--limit", NULL, true},
+					 FILTER_OPTS,
+					 {"--wide", NULL, false},
+					 {"--json", NULL, false},
+					 {NULL}},
+	.help = "Columns: ID (of the DLQ entry), AGE, ORIGINAL (the message's stream id),\n"
+		"ATTEMPTS, FUNCTION (the invocation that exhausted; - for a malformed event or\n"
+		"an entry written before Relay recorded it) and REASON, cut to the terminal\n"
+		"width (COLUMNS, else the terminal's; never cut when stdout is not a terminal)\n"
+		"and shown whole with --wide. At most --limit entries (default 50).\n" FILTER_HELP
+		"--json prints an array of objects (docs/dlq.md).\n",
+	.touches = CMD_REDIS | CMD_STREAM,
+	.exec = ls_exec,
+};
+const struct cmd cmd_dlq_show = {
+	.words = "dlq show",
+	.args = "[--json] ID",
+	.summary = "show one dead-lettered event and what it matches now",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
+	.minpos = 1,
+	.maxpos = 1,
+	.help = "Prints every field of the entry, the event (pretty-printed when it is JSON,\n"
+		"escaped when not), then the functions and handlers it matches now in the\n"
+		"functions directory: what a replay would run (as relay function match).\n",
+	.touches = CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ,
+	.exec = show_exec,
+};
+const struct cmd cmd_dlq_replay = {
+	.words = "dlq replay",
+	.args = "ID... | --all [filters] [--dry-run] [--force]",
+	.summary = "put dead-lettered events back on their stream",
+	.opts = (const struct cmd_opt[]){{"--all", NULL, false},
+					 FILTER_OPTS,
+					 {"--dry-run", NULL, false},
+					 {"--force", NULL, false},
+					 {NULL}},
+	.maxpos = CMD_POS_MAX,
+	.help = "Each entry is XADDed back to its original stream (its event, plus\n"
+		"relay_replay_of=<DLQ id> and relay_replays=<n>) and removed from the DLQ in one\n"
+		"atomic step; prints \"<id> replayed as <new id> on <stream> (replay <n>)\".\n"
+		"A replay re-runs EVERY handler the event matches now, including those that\n"
+		"had already succeeded: the original's invocation state was cleared when it was\n"
+		"dead-lettered. An entry gone meanwhile, one without a decodable event, or one\n"
+		"already replayed 10 times (unless --force) is refused with one line and exit 1;\n"
+		"the others are still replayed. --dry-run checks and prints, writing nothing.\n"
+		"Filters (with --all only): as relay dlq ls.\n",
+	.touches = CMD_REDIS | CMD_STREAM,
+	.exec = replay_exec,
+};
+const struct cmd cmd_dlq_rm = {
+	.words = "dlq rm",
+	.args = "ID... | --all [filters] [--yes]",
+	.summary = "delete dead-lettered events",
+	.opts =
+		(const struct cmd_opt[]){
+			{"--all", NULL, false}, FILTER_OPTS, {"--yes", NULL, false}, {NULL}},
+	.maxpos = CMD_POS_MAX,
+	.help = "Without --yes it asks \"Delete N entries? [y/N]\" when stdin and stdout are a\n"
+		"terminal, and refuses (exit 1) when they are not. Filters (with --all only): as\n"
+		"relay dlq ls.\n",
+	.touches = CMD_REDIS | CMD_STREAM,
+	.exec = rm_exec,
+};

@@ -1,0 +1,65 @@
+#include "cmd/match.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "event.h"
+#include "function.h"
+#include "pattern.h"
+#include "util.h"
+
+int cmd_match_event(const char *words, const char *dir, const struct event *ev, int64_t now,
+		    struct cmd_match **out, size_t *nout, char **err)
+{
+	*out = NULL;
+	*nout = 0;
+	struct function_scan scan;
+	if (function_scan_dir(dir, &scan, err) < 0)
+		return -1;
+	size_t total = 0;
+	for (size_t i = 0; i < scan.n; i++) {
+		struct function_entry *e = &scan.v[i];
+		if (e->status == FUNCTION_INVALID)
+			fprintf(stderr, "relay %s: skipping invalid function %s: %s\n", words,
+				e->name, e->errors.n ? e->errors.v[0] : "invalid");
+		if (e->fn)
+			total += e->fn->tpl->nrules;
+	}
+	const struct pattern **pats = xcalloc(total + 1, sizeof *pats);
+	const struct function **owner = xcalloc(total + 1, sizeof *owner);
+	const struct rule **rules = xcalloc(total + 1, sizeof *rules);
+	size_t k = 0;
+	for (size_t i = 0; i < scan.n; i++) {
+		const struct function *f = scan.v[i].fn;
+		for (size_t r = 0; f && r < f->tpl->nrules; r++, k++) {
+			pats[k] = f->tpl->rules[r].pattern;
+			owner[k] = f;
+			rules[k] = &f->tpl->rules[r];
+		}
+	}
+	struct pattern_set *set = pattern_set_new(pats, total);
+	uint32_t *ids = xcalloc(total + 1, sizeof *ids);
+	size_t n = pattern_set_match(set, ev, now, ids);
+	*out = xcalloc(n + 1, sizeof **out);
+	for (size_t i = 0; i < n; i++) {
+		(*out)[i].function = xstrdup(owner[ids[i]]->name);
+		(*out)[i].handler = xstrdup(rules[ids[i]]->handler);
+	}
+	*nout = n;
+	free(ids);
+	pattern_set_free(set);
+	free(pats);
+	free(owner);
+	free(rules);
+	function_scan_free(&scan);
+	return 0;
+}
+
+void cmd_match_free(struct cmd_match *m, size_t n)
+{
+	for (size_t i = 0; m && i < n; i++) {
+		free(m[i].function);
+		free(m[i].handler);
+	}
+	free(m);
+}
