@@ -128,18 +128,22 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 
 const struct cmd cmd_function_ls = {
 	.words = "function ls",
-	.args = "",
+	.args = "[--json]",
 	.summary = "list functions",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
 	.help = "Lists the functions in the state database: runtime, status, number of event "
 		"handlers,\n"
-		"and when each was last prepared or updated.\n",
+		"and when each was last prepared or updated. --json prints one JSON document "
+		"(docs/json.md).\n",
 	.touches = CMD_STATE_READ,
 	.exec = function_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
 	.words = "function inspect",
-	.args = "<name>",
+	.args = "<name> [--json]",
 	.summary = "show one function",
+	.opts = (const struct cmd_opt[]){{"--json", NULL, false}, {NULL}},
+	.help = "--json prints one JSON document (docs/json.md).\n",
 	.minpos = 1,
 	.maxpos = 1,
 	.touches = CMD_STATE_READ,
