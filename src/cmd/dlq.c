@@ -10,7 +10,8 @@
  * Reads are bounded: entries are read newest first DLQ_PAGE at a time
  * (each at most an event of EVENT_MAX_BYTES plus a few short fields, far
  * below REDIS_REPLY_MAX), ls stops after --limit matches and at the first
- * entry older than --since.
+ * entry older than --since, and replay and rm --all hold the ids of at most
+ * DLQ_ALL_MAX entries (the newest; exit 1 says more are left).
  *
  * replay runs replay_lua once per entry: it reads the entry, refuses when
  * it is gone or was replayed DLQ_REPLAY_MAX times (unless --force), XADDs
@@ -42,6 +43,9 @@
 #define DLQ_LS_DEFAULT 50      /* ls without --limit */
 #define DLQ_REPLAY_MAX 10      /* replays of one event before --force is needed */
 #define DLQ_OUT_MAX (1u << 26) /* bytes of one rendered table */
+/* Entries one replay or rm --all takes at most (newest first): the ids are
+ * held in memory; a larger DLQ takes more than one run. */
+#define DLQ_ALL_MAX 100000
 
 /* The options and state a dlq command works with. */
 struct dlq_ctx {
@@ -92,7 +96,7 @@ static int redis_fail(struct dlq_ctx *c, const redisReply *rep)
 static int scan(struct dlq_ctx *c, size_t limit, bool ids_only, struct dlq_entry ***out, size_t *n)
 {
 	struct dlq_entry **v = NULL;
-	size_t k = 0;
+	size_t k = 0, cap = 0;
 	char end[64] = "+";
 	bool done = false;
 	while (!done) {
@@ -125,7 +129,10 @@ static int scan(struct dlq_ctx *c, size_t limit, bool ids_only, struct dlq_entry
 				dlq_entry_free(e);
 				e = id;
 			}
-			v = xrealloc(v, (k + 1) * sizeof *v);
+			if (k == cap) {
+				cap = cap ? 2 * cap : DLQ_PAGE;
+				v = xrealloc(v, cap * sizeof *v);
+			}
 			v[k++] = e;
 		}
 		if (limit && k >= limit)
@@ -471,9 +478,15 @@ static char **targets(struct dlq_ctx *c, const struct cmd_args *args, size_t *n,
 	}
 	struct dlq_entry **v = NULL;
 	size_t k = 0;
-	if (scan(c, 0, true, &v, &k) < 0) {
+	if (scan(c, DLQ_ALL_MAX + 1, true, &v, &k) < 0) {
 		*rc = 1;
 		return NULL;
+	}
+	if (k > DLQ_ALL_MAX) {
+		dlq_entry_free(v[--k]);
+		*rc = cmd_fail("%s: more than %d entries match; taking the newest %d (run it again "
+			       "for the rest)",
+			       args->cmd->words, DLQ_ALL_MAX, DLQ_ALL_MAX);
 	}
 	ids = xcalloc(k + 1, sizeof *ids);
 	for (size_t i = 0; i < k; i++)

@@ -408,3 +408,25 @@ test_redis_down_or_stream_unset_is_one_line_and_exit_1() {
 	# Nothing was created under the data directory.
 	[ ! -e "$RELAY_DATA_DIR" ] || fail "the data directory was created: $(ls -R "$RELAY_DATA_DIR")"
 }
+
+# --all holds at most 100,000 ids: a larger DLQ is taken newest first, the
+# rest left for the next run, and the exit status says so.
+test_all_takes_at_most_100000_entries_per_run() {
+	dq_redis events
+	# 100,001 entries, written with one pipe (the oldest is 1-1).
+	awk 'BEGIN { k = "relay:events:dlq"; for (i = 1; i <= 100001; i++) {
+		id = "1-" i; v = "x"
+		printf "*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$6\r\nreason\r\n$1\r\n%s\r\n", length(k), k, length(id), id, v } }' |
+		dq_cli --pipe >"$TMP/pipe.out" || fail "pipe: $(cat "$TMP/pipe.out")"
+	dq_len_is relay:events:dlq 100001 || fail "DLQ has $(dq_len relay:events:dlq) entries"
+	run "$RELAY" dlq rm --all --yes
+	assert_status 1
+	assert_out_eq "deleted 100000 entries"
+	[ "$(cat "$TMP/err")" = "relay: dlq rm: more than 100000 entries match; taking the newest 100000 (run it again for the rest)" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+	[ "$(dq_ids relay:events:dlq)" = 1-1 ] || fail "left: $(dq_ids relay:events:dlq | head -n 3)"
+	run "$RELAY" dlq rm --all --yes
+	assert_status 0
+	assert_out_eq "deleted 1 entry"
+	dq_len_is relay:events:dlq 0 || fail "not empty"
+}
