@@ -16,6 +16,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/event_status.h"
+#include "cmd/render.h"
 #include "event.h"
 #include "invocation.h"
 #include "redis.h"
@@ -93,20 +94,6 @@ char *event_marker_text(const char *raw, char *out, size_t outlen)
 		break;
 	}
 	return out;
-}
-
-static void pad(struct buf *b, const char *s, size_t width)
-{
-	size_t n = strlen(s);
-	buf_append(b, s, n);
-	for (; n < width; n++)
-		buf_append(b, " ", 1);
-}
-
-static void field(struct buf *b, const char *label, const char *value)
-{
-	pad(b, label, 19);
-	buf_appendf(b, "%s\n", value);
 }
 
 static const char *dlq_field(const struct event_status *st, const char *name)
@@ -189,7 +176,7 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 		const struct cmd_match *m = &st->matches[i];
 		char *name = xasprintf("%s/%s", m->function, m->handler);
 		buf_append(b, "  ", 2);
-		pad(b, name, w + 3);
+		render_pad(b, name, w + 3);
 		buf_appendf(b, "%s\n",
 			    event_marker_text(inv_marker(st, m->function, m->handler), text,
 					      sizeof text));
@@ -200,7 +187,7 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 		while (st->inv_fields[k] != left[i])
 			k++;
 		buf_append(b, "  ", 2);
-		pad(b, left[i], w + 3);
+		render_pad(b, left[i], w + 3);
 		buf_appendf(b, "%s%s\n", event_marker_text(st->inv_values[k], text, sizeof text),
 			    st->matched ? " (matches nothing now)" : "");
 	}
@@ -209,17 +196,17 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 
 void event_status_render(struct buf *b, const struct event_status *st)
 {
-	field(b, "Message:", st->id);
-	field(b, "Stream:", st->stream);
-	field(b, "Group:", st->group);
-	field(b, "State:", state_text(st->state));
+	render_field(b, "Message:", st->id);
+	render_field(b, "Stream:", st->stream);
+	render_field(b, "Group:", st->group);
+	render_field(b, "State:", state_text(st->state));
 	if (st->state == EVST_PENDING) {
 		char d[64];
 		snprintf_(d, sizeof d, "%" PRId64 "s", st->idle_ms / 1000);
-		field(b, "Consumer:", st->consumer ? st->consumer : "?");
-		field(b, "Idle:", d);
+		render_field(b, "Consumer:", st->consumer ? st->consumer : "?");
+		render_field(b, "Idle:", d);
 		snprintf_(d, sizeof d, "%" PRId64, st->deliveries);
-		field(b, "Deliveries:", d);
+		render_field(b, "Deliveries:", d);
 	}
 	if (st->state == EVST_DEAD_LETTERED) {
 		static const struct {
@@ -231,19 +218,20 @@ void event_status_render(struct buf *b, const struct event_status *st)
 		for (size_t i = 0; i < ARRAY_LEN(shown); i++) {
 			const char *v = shown[i].name ? dlq_field(st, shown[i].name) : st->dlq_id;
 			char *safe = xmalloc(4100);
-			field(b, shown[i].label, printable_copy(v ? v : "-", safe, 4100, 4096));
+			render_field(b, shown[i].label,
+				     printable_copy(v ? v : "-", safe, 4100, 4096));
 			free(safe);
 		}
 	}
 	const char *ev = event_text(st);
 	if (ev) {
 		char *v = st->event_known ? xasprintf("malformed (%s)", ev) : xstrdup(ev);
-		field(b, "Event:", v);
+		render_field(b, "Event:", v);
 		free(v);
 	}
 	if (st->match_err) {
 		char *v = xasprintf("unknown: %s", st->match_err);
-		field(b, "Matches now:", v);
+		render_field(b, "Matches now:", v);
 		free(v);
 	}
 	if (st->state == EVST_PENDING) {

@@ -38,7 +38,7 @@ char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
  * Go's tabwriter (padding 3) for longer cells. */
 static const size_t ls_min_width[] = {22, 13, 10, 11};
 
-static void pad(struct buf *b, const char *s, size_t width)
+void render_pad(struct buf *b, const char *s, size_t width)
 {
 	size_t n = strlen(s);
 	buf_append(b, s, n);
@@ -77,13 +77,13 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 		if (width[c] < ls_min_width[c])
 			width[c] = ls_min_width[c];
 	for (size_t c = 0; c < 4; c++)
-		pad(b, head[c], width[c]);
+		render_pad(b, head[c], width[c]);
 	buf_appendf(b, "%s\n", head[4]);
 	for (size_t i = 0; i < n; i++) {
 		char age[STATE_AGE_MAX];
 		const char *cells[4] = {fs[i].name, fs[i].runtime, fs[i].status, count[i]};
 		for (size_t c = 0; c < 4; c++)
-			pad(b, cells[c], width[c]);
+			render_pad(b, cells[c], width[c]);
 		const char *ts = fs[i].prepared_at && *fs[i].prepared_at ? fs[i].prepared_at
 									 : fs[i].updated_at;
 		buf_appendf(b, "%s\n", age_of(ts, now, age));
@@ -91,9 +91,9 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 	free(count);
 }
 
-static void field(struct buf *b, const char *label, const char *value)
+void render_field(struct buf *b, const char *label, const char *value)
 {
-	pad(b, label, 19);
+	render_pad(b, label, 19);
 	buf_appendf(b, "%s\n", value);
 }
 
@@ -139,7 +139,7 @@ static void render_events(struct buf *b, const struct state_function_info *f)
 		char d[DURATION_STR_MAX];
 		int64_t ns;
 		buf_append(b, "  ", 2);
-		pad(b, f->handlers[i].handler, w + 3);
+		render_pad(b, f->handlers[i].handler, w + 3);
 		buf_appendf(b, "timeout=%s\n", timeout_text(f->handlers[i].timeout, d, &ns));
 	}
 }
@@ -159,7 +159,7 @@ static void render_schedules(struct buf *b, const struct state_function_info *f,
 	for (size_t i = 0; i < f->nschedules; i++) {
 		const struct state_schedule_info *sc = &f->schedules[i];
 		buf_append(b, "  ", 2);
-		pad(b, sc->handler, w);
+		render_pad(b, sc->handler, w);
 		buf_append(b, "cron=", 5);
 		append_quoted(b, sc->cron);
 		char *desc = describe ? describe(sc->cron) : NULL;
@@ -190,7 +190,7 @@ static void render_standby(struct buf *b, const struct state_function_info *f)
 	buf_appendf(b, "\nStandby:\n");
 	for (size_t i = 0; i < f->nstandby; i++) {
 		buf_append(b, "  ", 2);
-		pad(b, f->standby[i].handler, w + 3);
+		render_pad(b, f->standby[i].handler, w + 3);
 		buf_appendf(b, "%lld\n", (long long)f->standby[i].containers);
 	}
 }
@@ -199,18 +199,18 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 			  state_cron_describe_fn describe)
 {
 	char age[STATE_AGE_MAX];
-	field(b, "Name:", f->name);
-	field(b, "Runtime:", f->runtime);
-	field(b, "Status:", f->status);
+	render_field(b, "Name:", f->name);
+	render_field(b, "Runtime:", f->runtime);
+	render_field(b, "Status:", f->status);
 	if (strcmp(f->status, "pending") != 0) {
 		if (f->image)
-			field(b, "Image:", f->image);
+			render_field(b, "Image:", f->image);
 		if (f->fingerprint)
-			field(b, "Fingerprint:", f->fingerprint);
+			render_field(b, "Fingerprint:", f->fingerprint);
 		if (f->prepared_at) {
 			char *v = xasprintf("%s (%s)", f->prepared_at,
 					    age_of(f->prepared_at, now, age));
-			field(b, "Prepared:", v);
+			render_field(b, "Prepared:", v);
 			free(v);
 		}
 	}
@@ -219,13 +219,13 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 				  ? xasprintf("%s (%s)", f->last_reconcile_status,
 					      age_of(f->last_reconcile_at, now, age))
 				  : xstrdup(f->last_reconcile_status);
-		field(b, "Last reconcile:", v);
+		render_field(b, "Last reconcile:", v);
 		free(v);
 	} else {
-		field(b, "Last reconcile:", "never");
+		render_field(b, "Last reconcile:", "never");
 	}
 	if (f->last_error && *f->last_error)
-		field(b, "Last error:", f->last_error);
+		render_field(b, "Last error:", f->last_error);
 
 	render_events(b, f);
 	render_schedules(b, f, describe);

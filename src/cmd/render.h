@@ -43,6 +43,12 @@ typedef char *(*state_cron_describe_fn)(const char *expr);
  * function (standby on, Relay running); Stats always; Environment and
  * Secrets only when defined, sorted by name.
  */
+/* s, then spaces up to width bytes (the tables' columns). */
+void render_pad(struct buf *b, const char *s, size_t width);
+/* "<label padded to 19><value>\n": the label column of inspect, stats and
+ * event status. */
+void render_field(struct buf *b, const char *label, const char *value);
+
 void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
 			  state_cron_describe_fn describe);
