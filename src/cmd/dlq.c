@@ -442,7 +442,8 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
  * ARGV[2] DLQ_REPLAY_MAX, ARGV[3] "1" to replay past it (--force), ARGV[4]
  * "1" for a dry run (check, write nothing). Answers {"gone"},
  * {"malformed", reason}, {"limit", n}, {"dry", n + 1} or {"ok", new id,
- * n + 1}, where n is the entry's relay_replays (0 when absent).
+ * n + 1}, where n is the entry's relay_replays (0 when absent; anything not a
+ * count below 1e9, "x", "inf" or "-1" say, as 1e9: it needs --force).
  */
 static const char replay_lua[] =
 	"local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]\n"
@@ -450,7 +451,9 @@ static const char replay_lua[] =
 	"local m = {}\n"
 	"for i = 1, #e[2] - 1, 2 do m[e[2][i]] = e[2][i + 1] end\n"
 	"if not m.event or m.event == '' then return {'malformed', m.reason or ''} end\n"
-	"local n = tonumber(m.relay_replays or '0') or 0\n"
+	"local n = tonumber(m.relay_replays or '0')\n"
+	"if not (n and n >= 0 and n < 1e9) then n = 1e9 end\n"
+	"n = math.floor(n)\n"
 	"if n >= tonumber(ARGV[2]) and ARGV[3] ~= '1' then\n"
 	"  return {'limit', string.format('%d', n)}\n"
 	"end\n"

@@ -294,6 +294,17 @@ test_the_tenth_replay_needs_force() {
 	assert_status 0
 	grep -qxE "1700000000000-2 replayed as [0-9]+-[0-9]+ on events \(replay 11\)" "$TMP/out" || fail "--force: $(cat "$TMP/out")"
 	dq_len_is relay:events:dlq 0 || fail "DLQ not empty"
+	# A count that is no count (written by hand) is as good as exhausted.
+	local bad seq=3
+	for bad in inf -1 nan 1e400 x; do
+		dq_add "1700000000000-$seq" "$seq" relay_replays "$bad"
+		run "$RELAY" dlq replay "1700000000000-$seq"
+		assert_status 1
+		[ "$(cat "$TMP/err")" = "relay: dlq replay: 1700000000000-$seq: refused: already replayed 1000000000 times (--force replays it anyway)" ] ||
+			fail "relay_replays=$bad: $(cat "$TMP/err")"
+		seq=$((seq + 1))
+	done
+	dq_len_is events 2 || fail "a refused replay published"
 }
 
 test_replay_all_with_filters_replays_only_the_matching_ones() {
