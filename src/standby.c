@@ -124,6 +124,23 @@ static int demand_target(const struct standby *sb, struct demand *d, int64_t now
 	return t < 1 ? 1 : t;
 }
 
+/* No start for d at image before STANDBY_RETRY_NS from now (an early
+ * exit or a failed start), under the lock. */
+static void demand_back_off(struct demand *d, const char *image)
+{
+	d->retry_after = now_mono_ns() + STANDBY_RETRY_NS;
+	free(d->retry_image);
+	d->retry_image = image ? xstrdup(image) : NULL;
+}
+
+static void demand_free(struct demand *d)
+{
+	free(d->function);
+	free(d->handler);
+	free(d->retry_image);
+	free(d);
+}
+
 static void poke_locked(struct standby *sb)
 {
 	sb->poked = true;
@@ -207,11 +224,8 @@ static void remove_parked(struct standby *sb, struct entry *e, long timeout_ms)
 	if (e->why == METRIC_STANDBY_EXITED || e->why == METRIC_STANDBY_LOST) {
 		pthread_mutex_lock(&sb->lock);
 		struct demand *dm = demand_find(sb, e->function, e->handler, false);
-		if (dm) {
-			dm->retry_after = now_mono_ns() + STANDBY_RETRY_NS;
-			free(dm->retry_image);
-			dm->retry_image = xstrdup(e->image);
-		}
+		if (dm)
+			demand_back_off(dm, e->image);
 		pthread_mutex_unlock(&sb->lock);
 	}
 	runner_parked_discard(sb->docker, e->p, timeout_ms);
@@ -339,14 +353,31 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 	size_t n;
 	struct demand **v = shares(sb, now, &quota, &n);
 	int *kept = xcalloc(n ? n : 1, sizeof *kept);
+	/* Each function's stamps are taken once per pass (one lstat per secret),
+	 * however many of its containers are parked. */
+	struct stamp_memo {
+		const struct fn_version *fv;
+		uint64_t stamp;
+		int rc;
+	} *memo = xcalloc((size_t)sb->nentries + 1, sizeof *memo);
+	size_t nmemo = 0;
 	for (struct entry **link = &sb->entries; *link;) {
 		struct entry *e = *link;
 		const struct fn_version *fv = snapshot_find(snap, e->function);
-		uint64_t stamp = 0;
 		int why = -1;
+		size_t m = 0;
+		if (fv && fv->image && strcmp(fv->image, e->image) == 0) {
+			while (m < nmemo && memo[m].fv != fv)
+				m++;
+			if (m == nmemo) {
+				memo[m].fv = fv;
+				memo[m].rc = fv_stamp(sb, fv, &memo[m].stamp);
+				nmemo++;
+			}
+		}
 		if (!fv || !fv->image || strcmp(fv->image, e->image) != 0)
 			why = METRIC_STANDBY_VERSION;
-		else if (fv_stamp(sb, fv, &stamp) < 0 || stamp != e->stamp)
+		else if (memo[m].rc < 0 || memo[m].stamp != e->stamp)
 			why = METRIC_STANDBY_SECRET;
 		else if ((why = gone_reason(e, now)) < 0 &&
 			 now - e->parked_at >= STANDBY_MAX_AGE_NS)
@@ -381,15 +412,13 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 				      strcmp(e->handler, d->handler) == 0;
 			if (!any) {
 				*link = d->next;
-				free(d->function);
-				free(d->handler);
-				free(d->retry_image);
-				free(d);
+				demand_free(d);
 				continue;
 			}
 		}
 		link = &d->next;
 	}
+	free(memo);
 	free(kept);
 	free(quota);
 	free(v);
@@ -507,12 +536,8 @@ static bool pass(struct standby *sb)
 		int rc = start_one(sb, snap, d);
 		slots_release_spare(sb->cfg.slots);
 		pthread_mutex_lock(&sb->lock);
-		if (rc < 0) {
-			d->retry_after = now_mono_ns() + STANDBY_RETRY_NS;
-			free(d->retry_image);
-			const struct fn_version *fv = snapshot_find(snap, d->function);
-			d->retry_image = fv && fv->image ? xstrdup(fv->image) : NULL;
-		}
+		if (rc < 0)
+			demand_back_off(d, snapshot_find(snap, d->function)->image);
 		parked = rc == 0;
 		d->starting = 0;
 		pthread_mutex_unlock(&sb->lock);
@@ -594,10 +619,7 @@ void standby_stop(struct standby *sb)
 	while (sb->demand) {
 		struct demand *d = sb->demand;
 		sb->demand = d->next;
-		free(d->function);
-		free(d->handler);
-		free(d->retry_image);
-		free(d);
+		demand_free(d);
 	}
 	docker_close(sb->docker);
 	pthread_cond_destroy(&sb->cond);
