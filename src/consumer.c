@@ -85,7 +85,14 @@ struct consumer {
 	atomic_int stop;
 	struct slots *slots;
 
-	pthread_t reader, reclaimer, acker, sampler;
+	/* Holds (consumer_hold): the bits in force, since when each started
+	 * (monotonic), and whose turn it is to probe the daemon. */
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	unsigned hold;
+	int64_t hold_since[2];
+
+	pthread_t reader, reclaimer, acker, sampler, prober;
 	pthread_t *workers;
 	int nworkers;
 };
@@ -662,21 +669,112 @@ static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
 	sleep_ms_interruptible(1000, &c->stop);
 }
 
+/* ---- holds ------------------------------------------------------------- */
+
+static const char *const hold_start_msg[] = {
+	"cannot reach the Docker daemon; not reading new events until it answers",
+	"the functions directory cannot be read; not reading new events until it can",
+};
+static const char *const hold_end_msg[] = {
+	"the Docker daemon answers again; reading resumes",
+	"the functions directory can be read again; reading resumes",
+};
+
+void consumer_hold(struct consumer *c, unsigned hold, bool on)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->gate_lock);
+	for (int i = 0; i < 2; i++) {
+		unsigned bit = 1u << i;
+		if (!(hold & bit) || !(c->hold & bit) == !on)
+			continue;
+		if (on) {
+			c->hold |= bit;
+			c->hold_since[i] = now_mono_ns();
+			log_warn(NULL, "%s", hold_start_msg[i]);
+		} else {
+			c->hold &= ~bit;
+			char d[DURATION_STR_MAX];
+			duration_format((now_mono_ns() - c->hold_since[i]) / NS_PER_MS * NS_PER_MS,
+					d);
+			log_info(LOG_ATTRS("after", d), "%s", hold_end_msg[i]);
+		}
+	}
+	pthread_cond_broadcast(&c->gate_cond);
+	pthread_mutex_unlock(&c->gate_lock);
+}
+
+static bool holding(struct consumer *c, unsigned mask)
+{
+	pthread_mutex_lock(&c->gate_lock);
+	bool held = (c->hold & mask) != 0;
+	pthread_mutex_unlock(&c->gate_lock);
+	return held;
+}
+
+/* The reader's gate: returns once no hold is in force (or at stop). */
+static void gate_pass(struct consumer *c)
+{
+	pthread_mutex_lock(&c->gate_lock);
+	while (c->hold && !atomic_load(&c->stop))
+		timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
+	pthread_mutex_unlock(&c->gate_lock);
+}
+
+/*
+ * The prober thread (with cfg.ready): asks cfg.ready every
+ * CONSUMER_WATCH_NS, and every CONSUMER_PROBE_NS while CONSUMER_HOLD_DOCKER
+ * is set. A "no" sets that hold (a hung daemon is found even when no
+ * invocation runs into it), a "yes" lifts it. Each answer takes at most
+ * the ping's own bound (DOCKER_OPEN_TIMEOUT_MS), outside every lock.
+ */
+static void *prober_main(void *arg)
+{
+	struct consumer *c = arg;
+	while (!atomic_load(&c->stop)) {
+		bool held = holding(c, CONSUMER_HOLD_DOCKER);
+		pthread_mutex_lock(&c->gate_lock);
+		if (!atomic_load(&c->stop))
+			timed_wait(&c->gate_cond, &c->gate_lock,
+				   held ? CONSUMER_PROBE_NS : CONSUMER_WATCH_NS);
+		held = (c->hold & CONSUMER_HOLD_DOCKER) != 0;
+		pthread_mutex_unlock(&c->gate_lock);
+		if (atomic_load(&c->stop))
+			break;
+		bool ok = c->cfg.ready(c->cfg.invoke_ctx);
+		if (ok == held)
+			consumer_hold(c, CONSUMER_HOLD_DOCKER, !ok);
+	}
+	return NULL;
+}
+
+/* A worker whose invocation found the daemon unreachable: waits until the
+ * reader's probe lifts CONSUMER_HOLD_DOCKER. False at stop. */
+static bool docker_wait(struct consumer *c)
+{
+	pthread_mutex_lock(&c->gate_lock);
+	while ((c->hold & CONSUMER_HOLD_DOCKER) && !atomic_load(&c->stop))
+		timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
+	pthread_mutex_unlock(&c->gate_lock);
+	return !atomic_load(&c->stop);
+}
+
 /* Between looks at the stop flag while a read blocks in Redis. */
 #define READ_STOP_SLICE_MS 200
 
 /*
  * The reply to the read just queued, which may block in Redis for up to
- * block_ms (plus the usual margin). Waits in slices so that a stop is
- * prompt: stopping abandons the read by closing the connection (entries
- * Redis delivers at that instant stay pending for this consumer and come
- * back through the reclaim, as after a crash). NULL on failure.
+ * block_ms (plus the usual margin). Waits in slices so that a stop or a
+ * hold is prompt: either abandons the read by closing the connection
+ * (entries Redis delivers at that instant stay pending for this consumer
+ * and come back through the reclaim, as after a crash). NULL on failure.
  */
 static redisReply *read_reply(struct consumer *c, struct redis *r)
 {
 	int64_t end = now_mono_ns() + (int64_t)(c->cfg.block_ms + 10000) * NS_PER_MS;
 	for (;;) {
-		if (atomic_load(&c->stop)) {
+		if (atomic_load(&c->stop) || holding(c, ~0u)) {
 			redis_disconnect(r);
 			return NULL;
 		}
@@ -828,7 +926,7 @@ static void reader_take(struct reader *rd, redisReply *rep, int n)
 	if (!rep) {
 		if (redis_guard_tripped(rd->r))
 			recover_refused(c, rd->r, n, &rd->fast);
-		else if (!atomic_load(&c->stop))
+		else if (!atomic_load(&c->stop) && !holding(c, ~0u))
 			log_warn(LOG_ATTRS("error", redis_errmsg(rd->r)),
 				 "redis read failed; reconnecting");
 		return;
@@ -874,7 +972,8 @@ static void *reader_main(void *arg)
 	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
 	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
 	while (!atomic_load(&c->stop)) {
-		if (ensure_conn(c, rd.r) < 0)
+		gate_pass(c);
+		if (atomic_load(&c->stop) || ensure_conn(c, rd.r) < 0)
 			break;
 		int room = reader_room(c, rd.fast.n);
 		if (atomic_load(&c->stop))
@@ -1027,7 +1126,10 @@ static void *reclaim_main(void *arg)
 		sleep_ms_interruptible(c->cfg.reclaim_interval_ns / NS_PER_MS, &c->stop);
 		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
 			break;
-		reclaim_once(c, r);
+		if (holding(c, ~0u))
+			log_debug(NULL, "reclaim skipped: reading is on hold");
+		else
+			reclaim_once(c, r);
 	}
 	redis_free(r);
 	return NULL;
@@ -1501,14 +1603,14 @@ static void plan_load(struct consumer *c, struct redis *r, struct plan *p)
 	invocation_state_free(&st);
 }
 
-/* A field's value is now value, for every target sharing it (a rule
- * repeating an earlier rule's handler). */
+/* A field's value is now value (NULL: absent), for every target sharing
+ * it (a rule repeating an earlier rule's handler). */
 static void plan_set_raw(struct plan *p, const char *field, const char *value)
 {
 	for (size_t k = 0; k < p->n; k++)
 		if (strcmp(p->t[k].field, field) == 0) {
 			free(p->t[k].raw);
-			p->t[k].raw = xstrdup(value);
+			p->t[k].raw = value ? xstrdup(value) : NULL;
 		}
 }
 
@@ -1527,6 +1629,7 @@ enum target_outcome {
 	TARGET_ACKED_MEANWHILE,	  /* the message is no longer pending */
 	TARGET_CLAIMED_ELSEWHERE, /* another worker changed the marker first */
 	TARGET_CANCELLED,	  /* interrupted by shutdown: not an attempt */
+	TARGET_UNAVAILABLE,	  /* the daemon was unreachable: not an attempt, runs again */
 };
 
 /* The claim, invocation_try_start's 1 / 0 / 2 / -1. */
@@ -1677,9 +1780,9 @@ static double target_invoke(struct consumer *c, const struct plan *p, const stru
 	int64_t t0 = now_mono_ns();
 	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
 	c->cfg.invoke(c->cfg.invoke_ctx, &req, out);
-	/* A cancelled one leaves the gauge up until its marker is back
-	 * (target_record). */
-	if (out->outcome != INVOKE_CANCELLED)
+	/* A cancelled or unrun one leaves the gauge up until its marker is
+	 * back (target_record). */
+	if (out->outcome != INVOKE_CANCELLED && out->outcome != INVOKE_UNAVAILABLE)
 		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
 	double secs = (double)(now_mono_ns() - t0) / 1e9;
 	slots_release(c->slots, t->fv->fn->name);
@@ -1747,14 +1850,20 @@ static enum target_outcome target_record(struct consumer *c, struct redis *r, st
 					 const struct invoke_result *out, double secs,
 					 const char *const *attrs)
 {
-	if (out->outcome == INVOKE_CANCELLED) {
+	if (out->outcome == INVOKE_CANCELLED || out->outcome == INVOKE_UNAVAILABLE) {
 		if (invocation_restore(r, p->key, t->field, prev) < 0)
 			log_warn(attrs, "cannot restore the invocation marker");
-		log_info(attrs, "invocation cancelled by shutdown; the message stays pending");
+		plan_set_raw(p, t->field, prev);
+		if (out->outcome == INVOKE_CANCELLED)
+			log_info(attrs,
+				 "invocation cancelled by shutdown; the message stays pending");
+		else
+			log_info(attrs, "invocation not run: the Docker daemon is unreachable; it "
+					"runs once the daemon answers");
 		/* Only now: after a second signal, relay start exits once this
 		 * gauge is 0, so the marker must be back first. */
 		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
-		return TARGET_CANCELLED;
+		return out->outcome == INVOKE_CANCELLED ? TARGET_CANCELLED : TARGET_UNAVAILABLE;
 	}
 	struct marker after = target_judge(c, p, t, attempt, out, secs, attrs);
 	char mark[64];
@@ -1768,8 +1877,8 @@ static enum target_outcome target_record(struct consumer *c, struct redis *r, st
 }
 
 /* One target: matched line, eligibility, slot, claim, invoke, record. */
-static enum target_outcome run_target(struct consumer *c, struct redis *r, struct plan *p,
-				      struct target *t)
+static enum target_outcome run_target_once(struct consumer *c, struct redis *r, struct plan *p,
+					   struct target *t)
 {
 	int attempt = 1;
 	char *prev = NULL;
@@ -1792,6 +1901,23 @@ static enum target_outcome run_target(struct consumer *c, struct redis *r, struc
 
 /* Run: the targets in order until one does not succeed (abort on first
  * failure) or the consumer stops. */
+/* run_target_once, again after each time the daemon was unreachable, once
+ * it answers (the reader's probe); at stop, cancelled. */
+static enum target_outcome run_target(struct consumer *c, struct redis *r, struct plan *p,
+				      struct target *t)
+{
+	for (;;) {
+		enum target_outcome o = run_target_once(c, r, p, t);
+		if (o != TARGET_UNAVAILABLE)
+			return o;
+		if (!c->cfg.ready)
+			return TARGET_CANCELLED;
+		consumer_hold(c, CONSUMER_HOLD_DOCKER, true);
+		if (!docker_wait(c))
+			return TARGET_CANCELLED;
+	}
+}
+
 static void plan_run(struct consumer *c, struct redis *r, struct plan *p)
 {
 	for (size_t i = 0; i < p->n && !atomic_load(&c->stop); i++) {
@@ -1944,12 +2070,15 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	pthread_once(&scripts_once, scripts_init);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->ack_lock, NULL);
+	pthread_mutex_init(&c->gate_lock, NULL);
+	cond_init_monotonic(&c->gate_cond);
 	cond_init_monotonic(&c->work);
 	cond_init_monotonic(&c->space);
 	cond_init_monotonic(&c->ack_cond);
 	c->slots = c->cfg.slots ? c->cfg.slots : slots_new(c->cfg.max_concurrency);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
+	consumer_hold(c, c->cfg.hold, true);
 	start_thread(&c->acker, "acker", acker_main, c);
 	for (int i = 0; i < c->nworkers; i++) {
 		char name[16];
@@ -1959,6 +2088,8 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	start_thread(&c->reader, "reader", reader_main, c);
 	start_thread(&c->reclaimer, "reclaim", reclaim_main, c);
 	start_thread(&c->sampler, "sampler", sampler_main, c);
+	if (c->cfg.ready)
+		start_thread(&c->prober, "prober", prober_main, c);
 	return c;
 }
 
@@ -1969,10 +2100,15 @@ void consumer_stop(struct consumer *c)
 	pthread_cond_broadcast(&c->work);
 	pthread_cond_broadcast(&c->space);
 	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_lock(&c->gate_lock);
+	pthread_cond_broadcast(&c->gate_cond);
+	pthread_mutex_unlock(&c->gate_lock);
 	slots_wake(c->slots);
 	pthread_join(c->reader, NULL);
 	pthread_join(c->reclaimer, NULL);
 	pthread_join(c->sampler, NULL);
+	if (c->cfg.ready)
+		pthread_join(c->prober, NULL);
 	for (int i = 0; i < c->nworkers; i++)
 		pthread_join(c->workers[i], NULL);
 	pthread_mutex_lock(&c->ack_lock);
@@ -2013,6 +2149,8 @@ void consumer_free(struct consumer *c)
 	pthread_cond_destroy(&c->ack_cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->ack_lock);
+	pthread_cond_destroy(&c->gate_cond);
+	pthread_mutex_destroy(&c->gate_lock);
 	redis_uri_free(&c->uri);
 	free(c->stream);
 	free(c->group);

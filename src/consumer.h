@@ -19,7 +19,9 @@
  *             min_pending_idle (a script doing what XAUTOCLAIM does, with
  *             the same measuring), buffer-aware;
  *   sampler   XPENDING every 15 s for the pending_entries and
- *             pending_oldest_age_seconds gauges.
+ *             pending_oldest_age_seconds gauges;
+ *   prober    (with cfg.ready) watches the Docker daemon: see the holds
+ *             below (consumer_hold).
  *
  * The consumer never runs containers itself: it calls cfg.invoke, which the
  * runtime wires to the Docker runner (and tests may wire to anything).
@@ -142,10 +144,14 @@ struct invoke_request {
 
 enum invoke_outcome {
 	INVOKE_OK,
-	INVOKE_FAILED,	  /* non-zero exit or a failure to run */
-	INVOKE_TIMEOUT,	  /* killed at its timeout */
-	INVOKE_CANCELLED, /* did not run to an outcome (shutdown, daemon unreachable):
-			     not charged as an attempt; the message stays pending */
+	INVOKE_FAILED,	    /* non-zero exit or a failure to run */
+	INVOKE_TIMEOUT,	    /* killed at its timeout */
+	INVOKE_CANCELLED,   /* did not run to an outcome (shutdown): not charged as an
+			     attempt; the message stays pending */
+	INVOKE_UNAVAILABLE, /* not run: the Docker daemon could not be reached before the
+			       handler started. Not an attempt: the consumer holds
+			       (CONSUMER_HOLD_DOCKER) and runs it again once cfg.ready says
+			       so. */
 };
 
 struct invoke_result {
@@ -174,6 +180,16 @@ struct consumer_config {
 	struct registry *registry;
 	consumer_invoke_fn invoke;
 	void *invoke_ctx;
+	/* Whether invocations can run (the daemon answers a ping), asked
+	 * with invoke_ctx by the "prober" thread every CONSUMER_WATCH_NS, and
+	 * every CONSUMER_PROBE_NS while CONSUMER_HOLD_DOCKER is set: false
+	 * sets that hold, true lifts it. NULL: no prober (tests), and an
+	 * unavailable invocation is only left pending, like a cancelled one. */
+	bool (*ready)(void *ctx);
+	/* Holds in force from the start (consumer_hold), e.g.
+	 * CONSUMER_HOLD_FUNCTIONS when the functions directory could not be
+	 * read at startup. */
+	unsigned hold;
 	/* The concurrency slots (slots.h), when shared with the standby pool
 	 * (owned by the caller, limit max_concurrency); NULL: the consumer's
 	 * own. */
@@ -201,6 +217,23 @@ struct consumer *consumer_start(const struct consumer_config *cfg);
  * timeouts), leaves buffered-but-unstarted messages pending, joins. */
 void consumer_stop(struct consumer *c);
 void consumer_free(struct consumer *c);
+
+/*
+ * Holds: while any is set the consumer reads nothing new (neither
+ * XREADGROUP nor the reclaim); what it holds already runs, except that an
+ * invocation that found the daemon unreachable waits (not charged, its
+ * marker put back) and runs again once CONSUMER_HOLD_DOCKER lifts. Each
+ * hold is logged when it starts (WARN) and when it lifts (INFO, with how
+ * long it lasted).
+ */
+enum {
+	CONSUMER_HOLD_DOCKER = 1u,    /* set and lifted by the consumer (cfg.ready) */
+	CONSUMER_HOLD_FUNCTIONS = 2u, /* the functions directory cannot be read */
+};
+#define CONSUMER_PROBE_NS (1LL * 1000000000LL)
+#define CONSUMER_WATCH_NS (5LL * 1000000000LL)
+/* Sets (on) or lifts one hold. Thread-safe; NULL c is ignored. */
+void consumer_hold(struct consumer *c, unsigned hold, bool on);
 
 /* Messages currently held locally (for tests). */
 int consumer_buffered(struct consumer *c);

@@ -83,6 +83,7 @@ struct docker {
 	char curl_err[CURL_ERROR_SIZE];
 	bool unsent; /* the last request failed before connecting */
 	bool denied; /* the last request was answered 403 */
+	bool silent; /* the last request got no HTTP answer at all */
 };
 
 struct docker_conn {
@@ -734,6 +735,7 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	*status = 0;
 	d->unsent = false;
 	d->denied = false;
+	d->silent = false;
 
 	if (!path_ok(full_path)) {
 		set_err(d, "invalid Docker API path \"%s\"", full_path);
@@ -755,6 +757,7 @@ static int perform(struct docker *d, const char *method, const char *full_path, 
 	CURLcode code = curl_easy_perform(d->curl);
 	curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, status);
 	rc = perform_result(d, code, method, full_path, s, *status);
+	d->silent = rc < 0 && *status == 0;
 out:
 	log_request(method, full_path, *status, start);
 	curl_slist_free_all(headers);
@@ -1026,6 +1029,11 @@ const char *docker_errmsg(const struct docker *d)
 bool docker_request_unsent(const struct docker *d)
 {
 	return d->unsent;
+}
+
+bool docker_no_answer(const struct docker *d)
+{
+	return d->silent;
 }
 
 bool docker_request_denied(const struct docker *d)
@@ -1316,13 +1324,16 @@ int docker_hijack_timeout(struct docker *d, const char *path, long timeout_ms,
 	*out = NULL;
 	h.c->fd = CURL_SOCKET_BAD;
 	d->denied = false;
+	d->silent = false;
 
 	if (!path_ok(full)) {
 		set_err(d, "invalid Docker API path \"%s\"", full);
 		goto out;
 	}
-	if (hijack_connect(&h, timeout_ms) < 0 || hijack_send(&h) < 0 || hijack_read_head(&h) < 0)
+	if (hijack_connect(&h, timeout_ms) < 0 || hijack_send(&h) < 0 || hijack_read_head(&h) < 0) {
+		d->silent = true;
 		goto out;
+	}
 	int status = status_line(h.head.data);
 	if (status < 0) {
 		set_err(d, "Docker attach %s at %s: not an HTTP answer", full, d->endpoint);

@@ -54,6 +54,13 @@ const char *docker_errmsg(const struct docker *d);
  * any other outcome: a failure after connecting may have been acted on. */
 bool docker_request_unsent(const struct docker *d);
 
+/* Addition: true when the last docker_request(), docker_request_stream()
+ * or docker_hijack() on d got no HTTP answer from the daemon: it could not
+ * connect, the connection broke, or the time ran out first. Together with
+ * docker_request_unsent() this tells "the daemon is unreachable" from an
+ * answer that refused the request. */
+bool docker_no_answer(const struct docker *d);
+
 /* Addition: true when the last request on d (docker_request(),
  * docker_request_stream(), docker_ping() or docker_hijack()) was answered
  * HTTP 403, most likely by a socket proxy's allow-list; docker_errmsg()

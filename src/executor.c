@@ -56,12 +56,9 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	}
 	struct docker *d = thread_docker(&err);
 	if (!d) {
-		res->outcome = INVOKE_CANCELLED;
+		res->outcome = INVOKE_UNAVAILABLE;
 		snprintf_(res->error, sizeof res->error, "function %s handler %s: %s", fv->fn->name,
 			  req->handler, err ? err : "cannot reach the Docker daemon");
-		log_warn(LOG_ATTRS("function", fv->fn->name, "handler", req->handler, "error",
-				   err ? err : ""),
-			 "cannot reach the Docker daemon; the message stays pending");
 		free(err);
 		return;
 	}
@@ -100,8 +97,17 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	case RUNNER_SUCCESS: res->outcome = INVOKE_OK; break;
 	case RUNNER_TIMEOUT: res->outcome = INVOKE_TIMEOUT; break;
 	case RUNNER_CANCELLED: res->outcome = INVOKE_CANCELLED; break;
-	case RUNNER_FAILURE:
-	case RUNNER_ERROR: res->outcome = INVOKE_FAILED; break;
+	case RUNNER_FAILURE: res->outcome = INVOKE_FAILED; break;
+	case RUNNER_ERROR: res->outcome = out.not_run ? INVOKE_UNAVAILABLE : INVOKE_FAILED; break;
 	}
 	invocation_result_free(&out);
+}
+
+bool executor_ready(void *ctx)
+{
+	(void)ctx;
+	char *err = NULL;
+	struct docker *d = thread_docker(&err);
+	free(err);
+	return d && docker_ping(d) == 0;
 }

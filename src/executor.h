@@ -2,9 +2,12 @@
  * The glue between the consumer and the Docker runner: each consumer worker
  * thread lazily opens its own Docker connection (thread-local, closed when
  * the thread exits) and runs invocations with runner_invoke, resolving
- * secrets through the provider. A Docker daemon that cannot be reached is
- * not the handler's fault: such an invocation is reported as cancelled (not
- * charged) and the message stays pending for a later delivery.
+ * secrets through the provider. A Docker daemon that cannot be reached
+ * before the handler starts (no connection, no answer to create or attach:
+ * runner.h not_run) is not the handler's fault: such an invocation is
+ * reported as INVOKE_UNAVAILABLE (not charged); the consumer stops reading
+ * and runs it again once executor_ready says the daemon answers. A daemon
+ * lost while the handler runs is an attempt like any other failure.
  *
  * With a standby pool, each invocation first asks it for a parked container
  * of its function version and handler (standby_take) and runs there
@@ -30,5 +33,9 @@ struct executor {
 
 /* consumer_invoke_fn: ctx is a struct executor. */
 void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res);
+
+/* consumer_config.ready: the daemon answers a ping (this thread's
+ * connection, opened if need be). */
+bool executor_ready(void *ctx);
 
 #endif

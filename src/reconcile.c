@@ -115,6 +115,10 @@ struct reconciler {
 	dev_t root_dev;
 	ino_t root_ino;
 	bool root_missing; /* the last pass could not find it: looked for every ROOT_RETRY_NS */
+	/* The last look could not read it (missing, or not listable): looked
+	 * at every ROOT_RETRY_NS; cfg.on_readable hears of each change. */
+	bool unreadable;
+	atomic_bool readable; /* !unreadable, for reconciler_readable() */
 	bool enospc_logged;
 
 	struct track **tracks; /* sorted by name */
@@ -839,6 +843,7 @@ struct reconciler *reconciler_new(const struct reconcile_config *cfg)
 	/* Watching starts before the first scan, so no change is missed. */
 	watch_root(rc);
 	rc->root_missing = !rc->root_known; /* looked for every ROOT_RETRY_NS */
+	atomic_store(&rc->readable, true);
 	return rc;
 }
 
@@ -939,9 +944,17 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 	char **names = NULL;
 	size_t nnames = 0;
 	if (function_dir_names(rc->dir, &names, &nnames, &err) < 0) {
-		log_error(LOG_ATTRS("error", err),
-			  "cannot read the functions directory; serving no functions");
+		/* Not "no functions": nothing is read from the stream until the
+		 * thread's retries can read it and prepare what it holds. Nor
+		 * are the previous run's images collected meanwhile. */
+		log_warn(LOG_ATTRS("path", rc->dir, "error", err),
+			 "cannot read the functions directory; waiting for it");
 		free(err);
+		rc->unreadable = true;
+		atomic_store(&rc->readable, false);
+		function_names_free(rc->startup_gc, rc->nstartup_gc);
+		rc->startup_gc = NULL;
+		rc->nstartup_gc = 0;
 		publish(rc);
 		return 0;
 	}
@@ -1070,11 +1083,29 @@ static void drain_events(struct reconciler *rc, int64_t now, const char **rescan
  * found back, or replaced by another directory (a renamed-in copy, a
  * symlink pointed elsewhere), is watched anew with every function's tree.
  */
+/* The outcome of a look at the functions directory itself: cfg.on_readable
+ * hears of each change. */
+static void set_readable(struct reconciler *rc, bool ok)
+{
+	if (rc->unreadable == !ok)
+		return;
+	rc->unreadable = !ok;
+	atomic_store(&rc->readable, ok);
+	if (rc->cfg.on_readable)
+		rc->cfg.on_readable(rc->cfg.ctx, ok);
+}
+
+bool reconciler_readable(struct reconciler *rc)
+{
+	return atomic_load(&rc->readable);
+}
+
 static void full_pass(struct reconciler *rc, struct docker *d, const char *reason)
 {
 	struct stat st;
 	int serr = stat(rc->dir, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 	if (serr) {
+		set_readable(rc, false);
 		if (!rc->root_missing)
 			log_warn(
 				LOG_ATTRS("path", rc->dir, "error", strerror(serr)),
@@ -1100,9 +1131,11 @@ static void full_pass(struct reconciler *rc, struct docker *d, const char *reaso
 	char *err = NULL;
 	if (function_dir_names(rc->dir, &names, &n, &err) < 0) {
 		/* A transient failure must not unpublish everything. */
-		log_warn(LOG_ATTRS("error", err),
-			 "cannot read the functions directory; keeping the current functions");
+		if (!rc->unreadable)
+			log_warn(LOG_ATTRS("error", err), "cannot read the functions directory; "
+							  "keeping the current functions");
 		free(err);
+		set_readable(rc, false);
 		return;
 	}
 	for (size_t i = 0; i < rc->ntracks; i++)
@@ -1127,6 +1160,8 @@ static void full_pass(struct reconciler *rc, struct docker *d, const char *reaso
 	char count[24];
 	snprintf_(count, sizeof count, "%zu", rc->ntracks);
 	log_debug(LOG_ATTRS("reason", reason, "entries", count), "functions directory rescanned");
+	if (!atomic_load(&rc->stopping))
+		set_readable(rc, true);
 }
 
 static void startup_gc(struct reconciler *rc, struct docker *d)
@@ -1146,8 +1181,9 @@ static void startup_gc(struct reconciler *rc, struct docker *d)
 /* Time to the next full pass: sooner while the functions directory is missing. */
 static int64_t next_pass_in(const struct reconciler *rc)
 {
-	return rc->root_missing && ROOT_RETRY_NS < rc->cfg.rescan_ns ? ROOT_RETRY_NS
-								     : rc->cfg.rescan_ns;
+	return (rc->root_missing || rc->unreadable) && ROOT_RETRY_NS < rc->cfg.rescan_ns
+		       ? ROOT_RETRY_NS
+		       : rc->cfg.rescan_ns;
 }
 
 static void *reconcile_main(void *arg)
@@ -1176,7 +1212,10 @@ static void *reconcile_main(void *arg)
 		if (np == 2 && (pf[1].revents & POLLIN))
 			drain_events(rc, now, &rescan);
 		if (rescan || now >= next_rescan) {
-			full_pass(rc, d, rescan ? rescan : rc->root_missing ? "retry" : "periodic");
+			full_pass(rc, d,
+				  rescan			       ? rescan
+				  : rc->root_missing || rc->unreadable ? "retry"
+								       : "periodic");
 			next_rescan = now_mono_ns() + next_pass_in(rc);
 			rescan = NULL;
 		}

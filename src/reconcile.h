@@ -22,10 +22,16 @@
  * rescanned" at DEBUG with its reason (periodic, overflow, moved, retry).
  *
  * The functions directory itself:
- *   moved away or removed     its watches are dropped; every function
- *                             keeps serving (nothing is unpublished while
- *                             the directory is missing); its return is
- *                             looked for every second
+ *   moved away, removed or    its watches are dropped; every function
+ *   cannot be listed          keeps serving what is already read (nothing
+ *                             is unpublished while the directory is
+ *                             missing), on_readable(false) holds the
+ *                             consumer's reading; its return is looked for
+ *                             every second, and on_readable(true) follows
+ *                             the first full pass that could read it
+ *   unreadable at startup     no function is served and the previous run's
+ *                             images are not collected; the same every-
+ *                             second looks (reconciler_readable)
  *   back (recreated, renamed  watched again with every function's tree;
  *   into place)               a full pass reconciles it: functions it
  *                             lacks are removed, new or changed ones built
@@ -63,6 +69,7 @@
 #ifndef RELAY_RECONCILE_H
 #define RELAY_RECONCILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +88,11 @@ struct reconcile_config {
 	const char *functions_dir; /* borrowed for the reconciler's life */
 	struct registry *registry; /* borrowed; the reconciler is its only publisher */
 	struct state *state;	   /* borrowed; NULL: run without the state database */
+	/* Called by the reconciler thread each time the functions directory
+	 * becomes unreadable (missing, or cannot be listed) or readable again
+	 * (a full pass has looked at, and prepared, every function in it). */
+	void (*on_readable)(void *ctx, bool readable);
+	void *ctx;
 	/* Zero fields fall back to the defaults above (tests may shorten them). */
 	int64_t debounce_ns;
 	int64_t rescan_ns;
@@ -98,6 +110,11 @@ struct reconciler *reconciler_new(const struct reconcile_config *cfg);
  * of functions it serves. Call once, before reconciler_start.
  */
 size_t reconciler_load(struct reconciler *rc, struct docker *d);
+
+/* Whether the last look could read the functions directory (false after a
+ * reconciler_load that could not: then nothing should be read from the
+ * stream until on_readable says true). Thread-safe. */
+bool reconciler_readable(struct reconciler *rc);
 
 /*
  * Starts the reconciler thread, which takes ownership of d (closed when the

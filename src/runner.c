@@ -811,6 +811,7 @@ static int run_create(struct run *r)
 	scrub(text, strlen(text));
 	if (rq < 0 || resp.status != 201) {
 		run_fail(r, "creating container from %s: %s", in->image, docker_errmsg(d));
+		r->out->not_run = rq < 0 && docker_no_answer(d);
 		/* The answer was lost after the request left (a timeout, a
 		 * dropped connection): the daemon may have created the
 		 * container, or may still be creating it, with the secrets in
@@ -853,6 +854,7 @@ static int open_stream(struct run *r, const char *endpoint, const char *what,
 	free(path);
 	if (rc < 0) {
 		run_fail(r, "%s container %.12s: %s", what, r->id, docker_errmsg(r->d));
+		r->out->not_run = docker_no_answer(r->d);
 		teardown(r->d, r->in, r->id, TEARDOWN_ID);
 	}
 	return rc;
@@ -881,6 +883,8 @@ static int run_start(struct run *r, int64_t deadline)
 	docker_response_free(&resp);
 	if (rq < 0 || (status != 204 && status != 304)) {
 		run_fail(r, "starting container %.12s: %s", r->id, docker_errmsg(r->d));
+		/* Sent but unanswered, it may have started: an attempt. */
+		r->out->not_run = rq < 0 && docker_request_unsent(r->d);
 		teardown(r->d, r->in, r->id, TEARDOWN_ID);
 		return -1;
 	}

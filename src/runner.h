@@ -188,10 +188,14 @@ struct invocation {
 
 struct invocation_result {
 	enum runner_outcome outcome;
-	int exit_code;	       /* the container's status; -1 when there is none */
-	double seconds;	       /* from create to exit (or to giving up) */
-	char *error;	       /* NULL on success; else malloc'd, naming function and
+	int exit_code;	/* the container's status; -1 when there is none */
+	double seconds; /* from create to exit (or to giving up) */
+	char *error;	/* NULL on success; else malloc'd, naming function and
 			       handler (and the secret reference, never a value) */
+	/* RUNNER_ERROR only: the handler never started because the daemon
+	 * could not be reached (no answer to create or attach, or start never
+	 * sent): the invocation did not happen and is not an attempt. */
+	bool not_run;
 	char container_id[72]; /* "" when none was created */
 	/* The name it was created under (runner_container_name); "" when the
 	 * invocation ended before create. */

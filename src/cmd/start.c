@@ -179,6 +179,19 @@ static void sweep_orphans(struct relay *rt)
 
 /* Discovers and prepares every function; one failing function never blocks
  * the others (reconcile.h). */
+/* Orders the reconciler's on_readable (functions_readable) with the
+ * consumer's start and end: a change of the functions directory's
+ * readability reaches the consumer's hold exactly once. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void functions_readable(void *ctx, bool readable)
+{
+	struct relay *rt = ctx;
+	pthread_mutex_lock(&hold_lock);
+	consumer_hold(rt->consumer, CONSUMER_HOLD_FUNCTIONS, !readable);
+	pthread_mutex_unlock(&hold_lock);
+}
+
 static void load_functions(struct relay *rt)
 {
 	rt->reg = registry_new();
@@ -186,6 +199,8 @@ static void load_functions(struct relay *rt)
 		.functions_dir = rt->cfg->functions_dir,
 		.registry = rt->reg,
 		.state = rt->state,
+		.on_readable = functions_readable,
+		.ctx = rt,
 	};
 	rt->rec = reconciler_new(&rcfg);
 	size_t nfns = reconciler_load(rt->rec, rt->d);
@@ -260,9 +275,13 @@ static int start_threads(struct relay *rt)
 		.registry = rt->reg,
 		.invoke = executor_invoke,
 		.invoke_ctx = &rt->exec,
+		.ready = executor_ready,
 		.slots = rt->slots,
 	};
+	pthread_mutex_lock(&hold_lock);
+	ccfg.hold = reconciler_readable(rt->rec) ? 0 : CONSUMER_HOLD_FUNCTIONS;
 	rt->consumer = consumer_start(&ccfg);
+	pthread_mutex_unlock(&hold_lock);
 	char mc[24], mb[24], sm[24], si[DURATION_STR_MAX];
 	snprintf_(mc, sizeof mc, "%lld", (long long)cfg->max_concurrency);
 	snprintf_(mb, sizeof mb, "%lld", (long long)cfg->max_buffered_events);
@@ -328,8 +347,10 @@ static void runtime_stop(struct relay *rt)
 		leave_shared = true;
 	else
 		statsflush_free(rt->flush);
-	if (rt->consumer)
-		consumer_free(rt->consumer);
+	pthread_mutex_lock(&hold_lock); /* a reconciler left busy may still call */
+	consumer_free(rt->consumer);
+	rt->consumer = NULL;
+	pthread_mutex_unlock(&hold_lock);
 	slots_free(rt->slots);
 	retention_stop(rt->retention);
 	if (rt->cfg->metrics_addr)

@@ -525,18 +525,24 @@ TEST(request_unsent_only_before_connecting)
 	struct docker *d = NULL;
 	char *host = open_on_fake(&f, &d);
 	REQUIRE(host != NULL);
+	CHECK(!docker_no_answer(d)); /* GET /version was answered */
 	struct docker_response r;
 	CHECK_INT(docker_request(d, "POST", "/hold/containers/create", "{}", 2, NULL, 300, &r), -1);
 	docker_response_free(&r);
 	CHECK_INT(atomic_load(&f.held), 1);
 	CHECK(!docker_request_unsent(d));
+	CHECK(docker_no_answer(d)); /* sent, never answered */
 	CHECK(strstr(docker_errmsg(d), "cannot connect") == NULL);
 	/* The daemon goes away: nothing can be sent any more. */
 	fake_stop(&f);
 	CHECK_INT(docker_request(d, "GET", "/containers/json", NULL, 0, NULL, 300, &r), -1);
 	docker_response_free(&r);
 	CHECK(docker_request_unsent(d));
+	CHECK(docker_no_answer(d));
 	CHECK(strstr(docker_errmsg(d), "cannot connect") != NULL);
+	struct docker_conn *c = NULL;
+	CHECK_INT(docker_hijack_timeout(d, "/containers/x/attach", 300, &c), -1);
+	CHECK(docker_no_answer(d));
 	docker_close(d);
 	free(host);
 	unsetenv("DOCKER_HOST");
@@ -558,6 +564,7 @@ TEST(refusals_name_the_request)
 	CHECK_INT(r.status, 403);
 	docker_response_free(&r);
 	CHECK(docker_request_denied(d));
+	CHECK(!docker_no_answer(d)); /* a refusal is an answer */
 	CHECK(!docker_request_unsent(d));
 	want = xasprintf("Docker API request GET /v1.41/images/relay-fn-x:01/json to unix://%s "
 			 "refused with HTTP 403, probably by a Docker socket proxy (allowing it "

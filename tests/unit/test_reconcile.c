@@ -153,6 +153,7 @@ TEST(unservable_functions_never_reach_docker)
 	REQUIRE(state_put_pending(r.st, &prev, 1, &err) == 0);
 	char *logs = load_serving_nothing(&r);
 	CHECK_INT(atomic_load(&other_requests), 0);
+	CHECK(reconciler_readable(r.rc)); /* none servable, but the directory was read */
 	CHECK_INT(t_count(logs, "msg=\"invalid function skipped\" function=Bad_Name "), 1);
 	CHECK_INT(t_count(logs, "msg=\"invalid function skipped\" function=broken "), 1);
 	CHECK_INT(t_count(logs, "level=INFO msg=\"directory has no template.yaml yet; not ready\" "
@@ -217,11 +218,13 @@ TEST(missing_functions_directory)
 	rig_new(&r, false);
 	char *logs = load_serving_nothing(&r);
 	CHECK_INT(atomic_load(&other_requests), 0);
-	char *want = xasprintf("level=ERROR msg=\"cannot read the functions directory; serving no "
-			       "functions\" error=\"cannot read functions directory %s: No such "
+	char *want = xasprintf("level=WARN msg=\"cannot read the functions directory; waiting for "
+			       "it\" path=%s error=\"cannot read functions directory %s: No such "
 			       "file or directory\"",
-			       r.fdir);
+			       r.fdir, r.fdir);
 	CHECK(strstr(logs, want) != NULL);
+	/* Not "no functions": the consumer must hold its reading. */
+	CHECK(!reconciler_readable(r.rc));
 	free(want);
 	if (t_failed_)
 		printf("%s", logs);
