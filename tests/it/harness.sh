@@ -159,6 +159,27 @@ test_runner_counts_what_the_sources_declare() {
 	[ "$STATUS" -eq 1 ] || fail "a filter matching nothing passed"
 }
 
+# Two lanes (IT_LANES=2): the slow lane's tests are run and counted, its
+# failures and skips too, exactly as in one lane.
+test_runner_lanes_count_as_one() {
+	runner_tree
+	unit_prog test_a 1 "ok test_a/c0"
+	printf 'test_d1() { true; }\ntest_d2() { skip_part "x"; true; }\n' >"$RT/tests/it/delivery.sh"
+	printf 'test_f1() { fail "lane broke"; }\n' >"$RT/tests/it/faults.sh"
+	printf 'test_o1() { true; }\n' >"$RT/tests/it/other.sh"
+	local lanes
+	for lanes in 1 2; do
+		IT_LANES=$lanes runner
+		[ "$STATUS" -eq 1 ] && [ "$LAST" = "3 passed, 1 failed, 1 skipped of 5 expected" ] ||
+			fail "IT_LANES=$lanes: $STATUS, $LAST"
+		grep -q '^FAIL it/faults/test_f1$' "$TMP/runner.out" || fail "IT_LANES=$lanes: the slow lane's failure is not listed"
+		grep -q '^  it/faults/test_f1$' "$TMP/runner.out" || fail "IT_LANES=$lanes: the failure is not in the summary"
+	done
+	printf 'test_f1() { true; }\n' >"$RT/tests/it/faults.sh"
+	IT_LANES=2 runner
+	[ "$STATUS" -eq 0 ] && [ "$LAST" = "4 passed, 0 failed, 1 skipped of 5 expected" ] || fail "a green two-lane run: $STATUS, $LAST"
+}
+
 # The class cannot come back: no scenario starts `relay start` in the
 # background except through relay_bg, which records it for reaping.
 test_every_background_relay_is_reaped() {
