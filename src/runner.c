@@ -86,6 +86,36 @@ const char *runner_hostname(void)
 	return host_name;
 }
 
+/* ---- instance id ------------------------------------------------------ */
+
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+static char instance_id[RUNNER_INSTANCE_LEN + 1];
+
+static uint64_t name_random(void);
+
+static void instance_init(void)
+{
+	uint64_t v[2] = {name_random(), name_random()};
+	hex_encode(v, sizeof v, instance_id);
+}
+
+const char *runner_instance_id(void)
+{
+	pthread_once(&instance_once, instance_init);
+	return instance_id;
+}
+
+/* Set once before any container exists (runner.h); read-only after. */
+static char *scope_stream, *scope_group;
+
+void runner_set_stream_group(const char *stream, const char *group)
+{
+	free(scope_stream);
+	free(scope_group);
+	scope_stream = stream ? xstrdup(stream) : NULL;
+	scope_group = group ? xstrdup(group) : NULL;
+}
+
 /* ---- time bounds and names ------------------------------------------- */
 
 int64_t runner_timeout_ns(int64_t timeout_ns)
@@ -609,6 +639,11 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_object_set_new(labels, "relay.event_id", label_str(in->event_id));
 	json_object_set_new(labels, "relay.event_name", label_str(in->event_name));
 	json_object_set_new(labels, "relay.hostname", label_str(host));
+	json_object_set_new(labels, "relay.instance", json_string(runner_instance_id()));
+	if (scope_stream && scope_group) {
+		json_object_set_new(labels, "relay.stream", label_str(scope_stream));
+		json_object_set_new(labels, "relay.group", label_str(scope_group));
+	}
 	json_object_set_new(labels, "relay.image", label_str(in->image));
 	if (in->standby)
 		json_object_set_new(labels, "relay.standby", json_string("true"));
@@ -1160,8 +1195,21 @@ static char *url_encode(const char *s)
 	return buf_steal(&b);
 }
 
-int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms, size_t *removed,
-			 char **err)
+/* Whether a container's labels (its relay.stream and relay.group, when it
+ * has them and a scope is set) say it belongs to this stream and group. */
+static bool same_scope(json_t *labels)
+{
+	const char *ls = json_string_value(json_object_get(labels, "relay.stream"));
+	const char *lg = json_string_value(json_object_get(labels, "relay.group"));
+	if (!scope_stream || !scope_group || !ls || !lg)
+		return true;
+	char vs[RUNNER_LABEL_MAX + 1], vg[RUNNER_LABEL_MAX + 1];
+	return strcmp(ls, runner_label_value(scope_stream, vs, sizeof vs)) == 0 &&
+	       strcmp(lg, runner_label_value(scope_group, vg, sizeof vg)) == 0;
+}
+
+int runner_sweep_orphans(struct docker *d, const char *hostname, const char *keep_instance,
+			 int timeout_ms, size_t *removed, char **err)
 {
 	int rc = -1;
 	size_t count = 0;
@@ -1204,6 +1252,16 @@ int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms,
 		if (!id || !json_object_get(labels, "relay.function") || !lh ||
 		    strcmp(lh, host) != 0)
 			continue;
+		/* Never this process's own (none exist at startup; a guard should
+		 * the sweep ever run later). A container without the label was
+		 * made by a Relay from before the label: swept as before. */
+		const char *li = json_string_value(json_object_get(labels, "relay.instance"));
+		if (keep_instance && li && strcmp(li, keep_instance) == 0)
+			continue;
+		/* Another stream or group's Relay under this hostname holds a
+		 * liveness record of its own: its containers are not ours. */
+		if (!same_scope(labels))
+			continue;
 		if (remaining_ms(deadline) == 0) {
 			buf_appendf(&errs, "%stimed out after %d ms", errs.len ? "; " : "",
 				    timeout_ms);
@@ -1217,7 +1275,8 @@ int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms,
 		}
 		count++;
 		const char *fn = json_string_value(json_object_get(labels, "relay.function"));
-		log_info(LOG_ATTRS("container", id, "function", fn ? fn : ""),
+		log_info(LOG_ATTRS("container", id, "function", fn ? fn : "", "instance",
+				   li ? li : ""),
 			 "removed orphaned execution container");
 	}
 	if (errs.len) {

@@ -7,7 +7,10 @@
  *      before the container exists, so a rotation shows on the very next
  *      invocation) and build Env = template env + secrets + RELAY_HANDLER;
  *   2. POST /containers/create with AutoRemove, Env, User 10001:10001, the
- *      seven relay.* labels (bounded, see runner_label_value), Memory and
+ *      seven relay.* labels (bounded, see runner_label_value) plus
+ *      relay.instance (runner_instance_id), relay.stream and relay.group
+ *      (runner_set_stream_group) and relay.standby on a standby
+ *      container, Memory and
  *      MemorySwap 128 MiB, NanoCpus 1e9, PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
  *      no-new-privileges, OpenStdin/StdinOnce/Attach*, Tty false. Secret
@@ -245,12 +248,18 @@ const char *runner_parked_id(const struct runner_parked *p);
 /*
  * Startup orphan sweep: removes (DELETE ?force=1) every container, running
  * or not, labelled relay.function whose relay.hostname label equals
- * hostname (NULL: runner_hostname()), and nothing else. Bounded by
+ * hostname (NULL: runner_hostname()) and whose relay.instance label is not
+ * keep_instance (NULL: whatever the instance), and nothing else; once
+ * runner_set_stream_group ran, also nothing whose relay.stream and
+ * relay.group labels name another stream or group (a container without
+ * them, made by a Relay from before those labels, is swept). The caller
+ * holds the consumer name's liveness record (liveness.h) first, so every
+ * other instance of this stream, group and hostname is gone. Bounded by
  * timeout_ms in total. *removed (may be NULL) counts removals. Returns 0, or
  * -1 with *err when listing failed, time ran out, or a removal failed.
  */
-int runner_sweep_orphans(struct docker *d, const char *hostname, int timeout_ms, size_t *removed,
-			 char **err);
+int runner_sweep_orphans(struct docker *d, const char *hostname, const char *keep_instance,
+			 int timeout_ms, size_t *removed, char **err);
 
 /* Idempotent forced removal of one container: 0 when it is gone or going
  * (204, 404, 409 "already in progress"), -1 with *err otherwise. */
@@ -267,6 +276,16 @@ int64_t runner_worst_case_ns(const struct invocation *in);
 
 /* gethostname(), read once per process (also the consumer name). */
 const char *runner_hostname(void);
+/* This process's instance id: RUNNER_INSTANCE_LEN lowercase hex digits
+ * (128 random bits), made once per process. Every execution container
+ * carries it as relay.instance; the liveness record (liveness.h) holds it. */
+#define RUNNER_INSTANCE_LEN 32
+const char *runner_instance_id(void);
+/* The stream and group this process consumes: from the call on, every
+ * container carries them as relay.stream and relay.group, and the sweep
+ * leaves containers labelled with others alone. Called once by relay start
+ * before any container exists; not thread-safe. */
+void runner_set_stream_group(const char *stream, const char *group);
 
 /* ---- exposed for tests (pure, no I/O) -------------------------------- */
 

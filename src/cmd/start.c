@@ -2,7 +2,9 @@
  * relay start: the long-running runtime, in the foreground.
  *
  * Startup order (each step logged): configuration → logger → fail fast when
- * Redis or the Docker daemon is unreachable → state database (never fatal:
+ * Redis or the Docker daemon is unreachable → the consumer name's liveness
+ * record (liveness.h: exit 1 when another live process holds it; before
+ * anything with side effects, the sweep above all) → state database (never fatal:
  * without it Relay runs and only the CLI views are empty) → webhook server
  * (when GIT_WEBHOOK_ADDR and a git source are set) → orphan sweep →
  * discover and prepare every function (reconcile.h; one failing function
@@ -13,7 +15,8 @@
  * invocations finish (bounded by their timeouts), removes the standby
  * containers (bounded by STANDBY_STOP_TIMEOUT_MS), stops the reconciler (an image build in progress is not waited
  * for beyond RECONCILER_STOP_MS), writes a final stats snapshot (bounded by
- * FINAL_FLUSH_MS), then exits 0; a second signal stops the running
+ * FINAL_FLUSH_MS), deletes the liveness record, then exits 0; a second
+ * signal stops the running
  * containers and exits at once. runtime_start and runtime_stop below own
  * these two orders; start_exec only waits for the signals between them.
  *
@@ -21,7 +24,9 @@
  * and every other thread is started with thread_start (util.h), which
  * blocks every signal in it, so no handler runs and the two stay pending
  * until taken: the first by the main thread (sigwait), the second by the
- * "signal-watch" thread (second_signal, sigtimedwait).
+ * "signal-watch" thread (second_signal, sigtimedwait). The liveness thread
+ * sends SIGTERM to the main thread when another process took the consumer
+ * name: the same orderly stop, then exit 1.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +46,7 @@
 #include "function.h"
 #include "gitsync.h"
 #include "image.h"
+#include "liveness.h"
 #include "log.h"
 #include "metrics.h"
 #include "reconcile.h"
@@ -103,6 +109,7 @@ static void *second_signal(void *arg)
 struct relay {
 	const struct config *cfg; /* borrowed */
 	struct docker *d;	  /* until the reconciler takes it over */
+	struct liveness *live;	  /* the consumer name's record, held */
 	struct state *state;	  /* NULL: running without the database */
 	struct secret_provider *secrets;
 	struct webhook *webhook;
@@ -148,6 +155,40 @@ static int check_dependencies(struct relay *rt)
 	return 0;
 }
 
+/* Runs on the liveness thread: the orderly stop, as for SIGTERM. */
+static pthread_t main_thread;
+static void liveness_lost_cb(void *ctx)
+{
+	(void)ctx;
+	pthread_kill(main_thread, SIGTERM);
+}
+
+/* The consumer name's liveness record, before the sweep and anything else
+ * with side effects: -1 (logged) when another live process holds it. */
+static int take_consumer_name(struct relay *rt)
+{
+	const struct config *cfg = rt->cfg;
+	char *err = NULL;
+	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
+		free(err);
+		return -1;
+	}
+	struct liveness_config lc = {
+		.uri = &rt->uri,
+		.stream = cfg->redis_stream,
+		.group = cfg->redis_group,
+		.consumer = runner_hostname(),
+		.instance = runner_instance_id(),
+		.on_lost = liveness_lost_cb,
+	};
+	if (liveness_acquire(&lc, &rt->live) < 0)
+		return -1;
+	/* Labels of every container from here on, and the sweep's scope. */
+	runner_set_stream_group(cfg->redis_stream, cfg->redis_group);
+	return 0;
+}
+
 /* Never fatal: without the database Relay runs and only the CLI views are
  * empty. */
 static void open_state(struct relay *rt)
@@ -162,12 +203,15 @@ static void open_state(struct relay *rt)
 	}
 }
 
-/* Containers this host left behind (a crash, a kill -9): never fatal. */
+/* Containers this host's earlier processes left behind (a crash, a kill
+ * -9): this process holds the consumer name, so every other instance with
+ * it is gone. Never fatal. */
 static void sweep_orphans(struct relay *rt)
 {
 	size_t swept = 0;
 	char *err = NULL;
-	if (runner_sweep_orphans(rt->d, NULL, RUNNER_SWEEP_TIMEOUT_MS, &swept, &err) < 0) {
+	if (runner_sweep_orphans(rt->d, NULL, runner_instance_id(), RUNNER_SWEEP_TIMEOUT_MS, &swept,
+				 &err) < 0) {
 		log_warn(LOG_ATTRS("error", err ? err : ""), "orphan sweep incomplete");
 		free(err);
 	} else if (swept) {
@@ -211,12 +255,7 @@ static int ensure_group(struct relay *rt)
 {
 	const struct config *cfg = rt->cfg;
 	char *err = NULL;
-	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
-		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
-		free(err);
-		return -1;
-	}
-	rt->r = redis_new(&rt->uri, NULL);
+	rt->r = redis_new(&rt->uri, NULL); /* rt->uri: take_consumer_name */
 	if (redis_connect(rt->r) < 0 ||
 	    consumer_ensure_group(rt->r, cfg->redis_stream, cfg->redis_group, &err) < 0) {
 		log_error(LOG_ATTRS("error", err ? err : redis_errmsg(rt->r)),
@@ -304,7 +343,7 @@ static int start_threads(struct relay *rt)
 static int runtime_start(struct relay *rt, const struct config *cfg)
 {
 	*rt = (struct relay){.cfg = cfg};
-	if (check_dependencies(rt) < 0)
+	if (check_dependencies(rt) < 0 || take_consumer_name(rt) < 0)
 		return -1;
 	open_state(rt);
 	rt->secrets = secret_file_provider_new(cfg->data_dir);
@@ -321,7 +360,8 @@ static int runtime_start(struct relay *rt, const struct config *cfg)
 /*
  * Teardown of whatever runtime_start started, in this order: the scheduler
  * (publish nothing more while stopping), the consumer (in-flight invocations
- * finish), the standby pool (its containers removed), git syncs and the webhook (no sync starts while stopping), the
+ * finish), the standby pool (its containers removed), the liveness record
+ * (deleted if still ours), git syncs and the webhook (no sync starts while stopping), the
  * reconciler (bounded by RECONCILER_STOP_MS), the final stats flush
  * (bounded by FINAL_FLUSH_MS), retention, the metrics server, then the
  * memory. A reconciler or flush thread still busy keeps the registry and
@@ -337,6 +377,9 @@ static void runtime_stop(struct relay *rt)
 	 * final stats flush no longer counts them: standby_stop frees the pool). */
 	statsflush_set_standby(rt->flush, NULL, NULL);
 	standby_stop(rt->standby);
+	/* No container of this process is left: the name is free. */
+	liveness_release(rt->live);
+	rt->live = NULL;
 	/* A webhook sync in progress ends now (webhook_stop joins it): a stalled
 	 * server must not hold up the exit. */
 	gitsync_cancel_all(true);
@@ -378,18 +421,24 @@ static int start_exec(const struct cmd *self, const struct cmd_args *args, const
 
 	struct relay rt;
 	int rc = 1;
+	bool started = false;
+	main_thread = pthread_self();
 	pthread_t watcher;
 	bool watching = false; /* the second-signal watcher runs */
 	if (runtime_start(&rt, cfg) == 0) {
 		int sig = 0;
 		sigwait(&stop_signals, &sig);
-		log_info(LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
+		/* The liveness thread's SIGTERM: exit 1 after the same stop. */
+		bool lost = liveness_lost(rt.live);
+		log_info(lost ? LOG_ATTRS("reason", "consumer name taken by another process")
+			      : LOG_ATTRS("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"),
 			 "Relay stopping: finishing in-flight invocations");
 		watching = thread_start(&watcher, "signal-watch", second_signal, NULL) == 0;
-		rc = 0;
+		rc = lost ? 1 : 0;
+		started = true;
 	}
 	runtime_stop(&rt);
-	log_info(NULL, rc == 0 ? "Relay stopped" : "Relay failed to start");
+	log_info(NULL, started ? "Relay stopped" : "Relay failed to start");
 	if (watching) {
 		atomic_store(&shutdown_done, 1);
 		pthread_join(watcher, NULL);

@@ -676,6 +676,8 @@ TEST(hardening_labels_and_secret_placement)
 		CHECK_STR(json_string_value(json_object_get(l, "relay.hostname")),
 			  runner_hostname());
 		CHECK_STR(json_string_value(json_object_get(l, "relay.image")), img_py);
+		CHECK_STR(json_string_value(json_object_get(l, "relay.instance")),
+			  runner_instance_id());
 		const char *ev = json_string_value(json_object_get(l, "relay.event_id"));
 		CHECK(ev && strlen(ev) == RUNNER_LABEL_MAX && str_has_prefix(ev, "evt-?with"));
 		/* Labels carry no secret; Env carries it (and only Env). */
@@ -941,11 +943,24 @@ TEST(fifty_invocations_leave_no_container)
 	CHECK_INT(containers_left(fn_py, 50), 0);
 }
 
-static char *create_labelled(const char *function, const char *host, bool start)
+/* instance NULL: no relay.instance label; group NULL: no relay.stream and
+ * relay.group labels (a container made by a Relay from before them); with
+ * a group, the stream is "events". */
+static char *create_labelled(const char *function, const char *host, const char *instance,
+			     const char *group, bool start)
 {
 	json_t *body = json_pack("{s:s, s:[s,s], s:{s:s, s:s}}", "Image", "python:3.14-slim", "Cmd",
 				 "sleep", "300", "Labels", "relay.function", function,
 				 "relay.hostname", host);
+	if (instance)
+		json_object_set_new(json_object_get(body, "Labels"), "relay.instance",
+				    json_string(instance));
+	if (group) {
+		json_object_set_new(json_object_get(body, "Labels"), "relay.stream",
+				    json_string("events"));
+		json_object_set_new(json_object_get(body, "Labels"), "relay.group",
+				    json_string(group));
+	}
 	char *text = json_dumps(body, 0);
 	json_decref(body);
 	struct docker_response r;
@@ -976,22 +991,41 @@ TEST(orphan_sweep)
 	snprintf_(host, sizeof host, "it-sweep-%d-here", pid);
 	snprintf_(other, sizeof other, "it-sweep-%d-elsewhere", pid);
 	snprintf_(fn, sizeof fn, "it-eng-orphan-%d", pid);
-	char *running = create_labelled(fn, host, true);
-	char *created = create_labelled(fn, host, false);
-	char *foreign = create_labelled(fn, other, true);
-	REQUIRE(running && created && foreign);
+	/* "mine": this process's instance; "dead": another instance of this
+	 * host (the caller holds the consumer name, so it is gone); no label:
+	 * a Relay from before the label. */
+	const char *mine = "0123456789abcdef0123456789abcdef";
+	const char *dead = "fedcba9876543210fedcba9876543210";
+	char *running = create_labelled(fn, host, NULL, NULL, true);
+	char *created = create_labelled(fn, host, NULL, NULL, false);
+	char *foreign = create_labelled(fn, other, dead, "g1", true);
+	char *own = create_labelled(fn, host, mine, "g1", true);
+	char *gone = create_labelled(fn, host, dead, "g1", true);
+	/* Another group's Relay under this hostname: its own record. */
+	char *group2 = create_labelled(fn, host, dead, "g2", true);
+	REQUIRE(running && created && foreign && own && gone && group2);
 	size_t removed = 0;
 	char *e = NULL;
 	int64_t t0 = now_mono_ns();
-	int rc = runner_sweep_orphans(D, host, RUNNER_SWEEP_TIMEOUT_MS, &removed, &e);
+	runner_set_stream_group("events", "g1");
+	int rc = runner_sweep_orphans(D, host, mine, RUNNER_SWEEP_TIMEOUT_MS, &removed, &e);
 	if (rc < 0)
 		printf("  %s\n", e);
 	CHECK(rc == 0);
 	CHECK(now_mono_ns() - t0 < 30LL * 1000000000LL);
-	CHECK_INT(removed, 2);
+	CHECK_INT(removed, 3);
 	CHECK_INT(container_status(running), 404);
 	CHECK_INT(container_status(created), 404);
+	CHECK_INT(container_status(gone), 404);
 	CHECK_INT(container_status(foreign), 200);
+	CHECK_INT(container_status(own), 200);
+	CHECK_INT(container_status(group2), 200);
+	/* Without a scope or an instance to keep: every container of the host. */
+	runner_set_stream_group(NULL, NULL);
+	CHECK(runner_sweep_orphans(D, host, NULL, RUNNER_SWEEP_TIMEOUT_MS, &removed, &e) == 0);
+	CHECK_INT(removed, 2);
+	CHECK_INT(container_status(own), 404);
+	CHECK_INT(container_status(group2), 404);
 	/* Idempotent removal: twice is fine. */
 	CHECK(runner_remove_container(D, foreign, &e) == 0);
 	CHECK(runner_remove_container(D, foreign, &e) == 0);
@@ -999,6 +1033,9 @@ TEST(orphan_sweep)
 	free(running);
 	free(created);
 	free(foreign);
+	free(own);
+	free(gone);
+	free(group2);
 }
 
 /* ---- a Docker socket proxy that holds answers ------------------------- */

@@ -103,15 +103,24 @@ sb_metric() {
 sb_metric_ge() { local v; v=$(sb_metric "$1"); [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
 
 # sb_inspect ID: what an invocation's container is made of, labels that
-# name the message or the standby state left out (they differ by design).
+# name the message, the standby state or the relay process (relay.instance)
+# left out (they differ by design).
 sb_inspect() {
 	docker inspect "$1" | jq -S '.[0] | {
 		Image: .Config.Image, User: .Config.User, Env: .Config.Env,
 		OpenStdin: .Config.OpenStdin, StdinOnce: .Config.StdinOnce, Tty: .Config.Tty,
 		Labels: (.Config.Labels | del(.["relay.message_id"], .["relay.event_id"],
-			.["relay.event_name"], .["relay.standby"])),
+			.["relay.event_name"], .["relay.standby"], .["relay.instance"])),
 		Host: (.HostConfig | {AutoRemove, Memory, MemorySwap, NanoCpus, PidsLimit, CapDrop,
 			CapAdd, ReadonlyRootfs, Tmpfs, SecurityOpt, Privileged, NetworkMode})}'
+}
+
+# sb_instance_is ID LOG: container ID's relay.instance label is the instance
+# id the relay of LOG logged when it took its consumer name.
+sb_instance_is() {
+	local want
+	want=$(sed -n 's/.*msg="liveness record of this consumer name taken" .*instance=\([0-9a-f]*\).*/\1/p' "$2")
+	[ "${#want}" -eq 32 ] && [ "$(docker inspect -f '{{index .Config.Labels "relay.instance"}}' "$1")" = "$want" ]
 }
 
 # sb_line LOG ID PREFIX: the handler's forwarded PREFIX line that follows the
@@ -141,6 +150,7 @@ test_warm_invocation_runs_in_a_container_made_before_the_event_and_sees_the_same
 	host_a=$(sb_line "$TMP/a.log" "$id_a" "SB-HOST ")
 	host_a=${host_a#SB-HOST }
 	sb_inspect "$host_a" >"$TMP/inspect-a.json" || fail "cannot inspect $host_a"
+	sb_instance_is "$host_a" "$TMP/a.log" || fail "$host_a does not carry the instance of the relay that made it"
 	sb_wait_done "$TMP/a.log" "$id_a"
 	stop_relay_pid "$RELAY_PID"
 	[ -z "$(sb_parked)" ] || fail "a standby container with STANDBY_MAX=0"
@@ -161,6 +171,7 @@ test_warm_invocation_runs_in_a_container_made_before_the_event_and_sees_the_same
 	host_b=${host_b#SB-HOST }
 	[ "${parked:0:12}" = "$host_b" ] || fail "the event ran in $host_b, not in the parked $parked"
 	sb_inspect "$host_b" >"$TMP/inspect-b.json" || fail "cannot inspect $host_b"
+	sb_instance_is "$host_b" "$TMP/b.log" || fail "standby $host_b does not carry the instance of the relay that made it"
 	sb_wait_done "$TMP/b.log" "$id_b"
 
 	# Nothing made for this function between XADD and the output, except
