@@ -6,7 +6,7 @@
 # the invocation state gone, and no container left behind.
 #
 # The daemon scenarios stop and freeze a dockerd of their own (fd_start:
-# own socket, data root and exec root, no bridge, no iptables), never the
+# own socket, data root, exec root and bridge, no iptables), never the
 # machine's, which other tests use. Its data root is kept between runs
 # (FD_ROOT) so the stand-in base image is loaded into it only once.
 
@@ -167,11 +167,23 @@ FD_EXEC=/run/relay-it-dockerd
 FD_SOCK=/run/relay-it-dockerd.sock
 fd() { docker -H "unix://$FD_SOCK" "$@"; }
 
+# The private daemon's own bridge. Not --bridge=none: a dockerd started so
+# deletes the interface docker0 at startup, which is the machine's daemon's
+# bridge (its containers then fail with "could not find bridge docker0").
+FD_BRIDGE=relayit0
+fd_bridge() {
+	ip link show "$FD_BRIDGE" >/dev/null 2>&1 ||
+		{ ip link add "$FD_BRIDGE" type bridge && ip addr add 10.231.77.1/24 dev "$FD_BRIDGE"; } ||
+		fail "cannot create the private daemon's bridge $FD_BRIDGE"
+	ip link set "$FD_BRIDGE" up
+}
+
 # fd_start: the private daemon, answering; FD_PID is its pid.
 fd_start() {
 	mkdir -p "$FD_ROOT"
+	fd_bridge
 	dockerd --data-root "$FD_ROOT" --exec-root "$FD_EXEC" --pidfile "$FD_EXEC.pid" \
-		-H "unix://$FD_SOCK" --bridge=none --iptables=false --ip6tables=false \
+		-H "unix://$FD_SOCK" --bridge="$FD_BRIDGE" --iptables=false --ip6tables=false --ip-masq=false \
 		>>"$TMP/dockerd.log" 2>&1 </dev/null &
 	FD_PID=$!
 	track "$FD_PID"
