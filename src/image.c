@@ -157,7 +157,10 @@ char *image_dockerfile_fn(const struct runtime *rt, const char *from, const char
 		buf_appendf(&b, "ENV %s\n", rt->image_env[i]);
 	buf_appendf(&b, "WORKDIR " RUNTIME_APP_DIR "\n");
 	buf_appendf(&b, "COPY bootstrap/ " RUNTIME_BOOTSTRAP_DIR "/\n");
-	buf_appendf(&b, "COPY src/ " RUNTIME_APP_DIR "/\n");
+	/* USER and ENTRYPOINT come before the source copy (COPY makes its
+	 * files root's whatever USER says): served from the cache, they leave
+	 * two steps that are new for each function, the copy and the labels;
+	 * each new step is one container and one commit for the daemon. */
 	buf_appendf(&b, "USER " IMAGE_USER "\n");
 	buf_appendf(&b, "ENTRYPOINT [");
 	for (size_t i = 0; rt->command[i]; i++) {
@@ -166,6 +169,7 @@ char *image_dockerfile_fn(const struct runtime *rt, const char *from, const char
 		append_json_str(&b, rt->command[i]);
 	}
 	buf_appendf(&b, "]\n");
+	buf_appendf(&b, "COPY src/ " RUNTIME_APP_DIR "/\n");
 	buf_appendf(&b, "LABEL relay.function=");
 	append_json_str(&b, name);
 	buf_appendf(&b, " relay.runtime=");
@@ -548,6 +552,49 @@ out:
 
 /* ---- prepare --------------------------------------------------------- */
 
+/* Dependency images being checked or built by some thread of this process:
+ * concurrent preparations (reconcile.h's startup pool) that need the same
+ * one wait for the first, then find it built. */
+static pthread_mutex_t dep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dep_cond = PTHREAD_COND_INITIALIZER;
+static char **dep_busy;
+static size_t ndep_busy;
+
+static bool dep_busy_has(const char *ref)
+{
+	for (size_t i = 0; i < ndep_busy; i++)
+		if (strcmp(dep_busy[i], ref) == 0)
+			return true;
+	return false;
+}
+
+static void dep_claim(const char *ref)
+{
+	pthread_mutex_lock(&dep_lock);
+	while (dep_busy_has(ref))
+		pthread_cond_wait(&dep_cond, &dep_lock);
+	dep_busy = xrealloc(dep_busy, sizeof *dep_busy * (ndep_busy + 1));
+	dep_busy[ndep_busy++] = xstrdup(ref);
+	pthread_mutex_unlock(&dep_lock);
+}
+
+static void dep_release(const char *ref)
+{
+	pthread_mutex_lock(&dep_lock);
+	for (size_t i = 0; i < ndep_busy; i++)
+		if (strcmp(dep_busy[i], ref) == 0) {
+			free(dep_busy[i]);
+			dep_busy[i] = dep_busy[--ndep_busy];
+			break;
+		}
+	if (!ndep_busy) {
+		free(dep_busy);
+		dep_busy = NULL;
+	}
+	pthread_cond_broadcast(&dep_cond);
+	pthread_mutex_unlock(&dep_lock);
+}
+
 static int ensure_dep_image(struct docker *d, const char *name, const struct runtime *rt,
 			    const struct runtime_dep_rule *rule, const struct fn_tree *t,
 			    struct image_result *out, char **err)
@@ -557,10 +604,13 @@ static int ensure_dep_image(struct docker *d, const char *name, const struct run
 	char *dockerfile = NULL;
 	struct buf ctx = {0};
 	char *e = NULL;
+	bool claimed = false;
 
 	if (daemon_arch(d, arch, sizeof arch, err) < 0)
 		goto out;
 	out->dep_ref = image_dep_ref(rt, rule, t, arch);
+	dep_claim(out->dep_ref);
+	claimed = true;
 	int have = exists_else_build(d, out->dep_ref, err);
 	if (have < 0)
 		goto out;
@@ -581,6 +631,8 @@ static int ensure_dep_image(struct docker *d, const char *name, const struct run
 	out->dep_built = true;
 	rc = 0;
 out:
+	if (claimed)
+		dep_release(out->dep_ref);
 	free(e);
 	free(dockerfile);
 	buf_free(&ctx);

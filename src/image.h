@@ -23,10 +23,11 @@
  * image. The generated Dockerfile creates the uid 10001 user by appending to
  * /etc/passwd and /etc/group (works on Debian and Alpine alike), sets the
  * runtime's image environment (Python: PYTHONDONTWRITEBYTECODE=1), copies
- * the bootstrap to /opt/relay and the source to /app, and ends with
- * USER 10001:10001 and the bootstrap as ENTRYPOINT. The steps before the
- * source copy are identical for every function of a runtime, so the daemon's
- * build cache serves them. The daemon's JSON progress stream is parsed: its
+ * the bootstrap to /opt/relay, sets USER 10001:10001 and the bootstrap as
+ * ENTRYPOINT, copies the source to /app (owned by root) and ends with the
+ * relay.* labels. The steps before the source copy are identical for every
+ * function of a runtime, so the daemon's build cache serves them; only the
+ * copy and the labels are new steps for each function. The daemon's JSON progress stream is parsed: its
  * output lines are logged at DEBUG; an "error" entry fails the build with
  * the daemon's text even though the HTTP status is 200.
  *

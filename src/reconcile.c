@@ -34,6 +34,23 @@
  * gets cleanup back within the hour without restarting Relay, and a proxy
  * that keeps refusing costs one request an hour. The first refusal in the
  * process is a WARN naming IMAGES=1; later ones are DEBUG.
+ *
+ * Startup pool. reconciler_load prepares the valid functions' images with
+ * up to reconcile_prepare_threads(n) preparations at once: the loading
+ * thread (on the caller's docker handle) and preparer threads named
+ * "prepare-N", each with its own Docker connection (a struct docker is not
+ * thread-safe), which it closes when no job is left. Jobs are claimed in
+ * name order. A preparer only reads the function's files, fingerprints
+ * them and runs image_prepare_tree; every other effect (the "function
+ * prepared" / failure logs, the state database, the track and its active
+ * version) happens on the loading thread, which finishes the jobs strictly
+ * in name order (it takes a job itself rather than wait idle), so those
+ * are exactly what a serial pass produces; only image.c's own lines
+ * ("building function image", build output) interleave. The preparers are
+ * joined before reconciler_load returns, so none outlives startup. A
+ * preparer that cannot connect logs a WARN and ends; the others (and the
+ * loading thread) take its share. Live looks stay serial on the
+ * reconciler thread.
  */
 #include "reconcile.h"
 
@@ -579,23 +596,18 @@ static void note_failure(struct reconciler *rc, struct track *t, const char *fp,
 }
 
 /*
- * Prepares fn's image from tree (fingerprint fp) and makes it t's active
- * version. Takes ownership of fn. Publishes when publish_now (the startup
- * pass publishes once at the end). Returns 0, or -1 after logging and
- * recording the failure.
+ * Makes fn (fingerprint fp), whose image preparation ended with build_rc
+ * (image_prepare_tree: 0 with *res filled, or -1 with why), t's active
+ * version, or logs and records the failure. Takes ownership of fn and
+ * frees *res. Publishes at once unless startup (the startup pass
+ * publishes once at the end). Returns 0 or -1.
  */
-static int prepare(struct reconciler *rc, struct docker *d, struct track *t, struct function *fn,
-		   const struct fn_tree *tree, const char *fp, bool startup)
+static int prepare_finish(struct reconciler *rc, struct track *t, struct function *fn,
+			  const char *fp, int build_rc, struct image_result *res, const char *why,
+			  bool startup)
 {
-	struct image_result res;
-	char *why = NULL, *serr = NULL;
-	struct state_def def;
-	def_init(&def, fn);
-	if (!startup && rc->cfg.state &&
-	    state_put_pending(rc->cfg.state, &def.f, time(NULL), &serr) < 0)
-		state_failed("record the function", t->name, serr);
-
-	if (image_prepare_tree(d, t->name, fn->tpl->runtime, tree, &res, &why) < 0) {
+	char *serr = NULL;
+	if (build_rc < 0) {
 		const char *serving = t->active ? t->active->image : NULL;
 		if (serving)
 			log_error(LOG_ATTRS("function", t->name, "error", why ? why : "", "serving",
@@ -605,46 +617,67 @@ static int prepare(struct reconciler *rc, struct docker *d, struct track *t, str
 			log_error(LOG_ATTRS("function", t->name, "error", why ? why : ""),
 				  "image build failed; function unavailable");
 		note_failure(rc, t, fp, why ? why : "image build failed", true);
-		free(why);
-		def_free(&def);
 		function_free(fn);
 		return -1;
 	}
 
+	struct state_def def;
+	def_init(&def, fn);
 	struct fn_version *old = t->active;
 	char *old_image = old && old->image ? xstrdup(old->image) : NULL;
 	bool was_failing = t->note == NOTE_FAILED;
-	t->active = fn_version_new(fn, xstrdup(res.ref), xstrdup(res.fingerprint));
+	t->active = fn_version_new(fn, xstrdup(res->ref), xstrdup(res->fingerprint));
 	metrics_function_register(t->name);
 	if (!startup)
 		publish(rc);
-	if (rc->cfg.state && state_mark_ready(rc->cfg.state, t->name, &def.f, res.ref,
-					      res.fingerprint, time(NULL), time(NULL), &serr) < 0)
+	if (rc->cfg.state && state_mark_ready(rc->cfg.state, t->name, &def.f, res->ref,
+					      res->fingerprint, time(NULL), time(NULL), &serr) < 0)
 		state_failed("mark the function ready", t->name, serr);
 	track_clear_failure(t);
 
 	char secs[DURATION_STR_MAX], short_fp[17];
-	duration_format((int64_t)(res.seconds * 1000) * NS_PER_MS, secs);
-	const char *built = res.built ? "true" : "false";
+	duration_format((int64_t)(res->seconds * 1000) * NS_PER_MS, secs);
+	const char *built = res->built ? "true" : "false";
 	if (startup) {
-		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built,
+		log_info(LOG_ATTRS("function", t->name, "image", res->ref, "built", built,
 				   "duration", secs),
 			 "function prepared");
 	} else {
-		log_info(LOG_ATTRS("function", t->name, "image", res.ref, "built", built,
+		log_info(LOG_ATTRS("function", t->name, "image", res->ref, "built", built,
 				   "duration", secs),
 			 old ? "function updated" : "function discovered");
 		log_info(LOG_ATTRS("function", t->name, "fingerprint",
-				   fp16(res.fingerprint, short_fp), "recovered",
+				   fp16(res->fingerprint, short_fp), "recovered",
 				   was_failing ? "true" : "false"),
 			 "reconcile succeeded");
 	}
-	if (old_image && strcmp(old_image, res.ref) != 0)
+	if (old_image && strcmp(old_image, res->ref) != 0)
 		gc_queue(rc, t->name, old_image);
 	free(old_image);
-	image_result_free(&res);
+	image_result_free(res);
 	def_free(&def);
 	return 0;
+}
+
+/*
+ * Prepares fn's image from tree (fingerprint fp) on d and makes it t's
+ * active version (prepare_finish). Takes ownership of fn. Returns 0, or -1
+ * after logging and recording the failure.
+ */
+static int prepare(struct reconciler *rc, struct docker *d, struct track *t, struct function *fn,
+		   const struct fn_tree *tree, const char *fp)
+{
+	struct image_result res;
+	char *why = NULL, *serr = NULL;
+	struct state_def def;
+	def_init(&def, fn);
+	if (rc->cfg.state && state_put_pending(rc->cfg.state, &def.f, time(NULL), &serr) < 0)
+		state_failed("record the function", t->name, serr);
+	def_free(&def);
+	int r = image_prepare_tree(d, t->name, fn->tpl->runtime, tree, &res, &why);
+	r = prepare_finish(rc, t, fn, fp, r, &res, why, false);
+	free(why);
+	return r;
 }
 
 /* The directory is gone: unpublish and forget. */
@@ -813,7 +846,7 @@ static void look(struct reconciler *rc, struct docker *d, struct track *t)
 		log_info(LOG_ATTRS("function", t->name, "fingerprint", fp16(fp, short_fp)),
 			 "function changed; preparing the new version");
 	}
-	prepare(rc, d, t, fn, &tree, fp, false);
+	prepare(rc, d, t, fn, &tree, fp);
 out:
 	if (have_tree)
 		fn_tree_free(&tree);
@@ -913,28 +946,155 @@ static struct function *startup_load(struct reconciler *rc, struct track *t)
 	return NULL;
 }
 
-/* Reads t's files and prepares fn (which it takes) as served at startup. */
-static void startup_prepare(struct reconciler *rc, struct docker *d, struct track *t,
-			    struct function *fn)
+/*
+ * Startup preparation, concurrent (reconcile.c's note "Startup pool"). One
+ * job per valid function, in name order: a preparer reads its files,
+ * fingerprints them and prepares its image; the loading thread finishes the
+ * jobs in order (logs, state database, the active version).
+ */
+struct prep_job {
+	const char *name;	  /* the track's */
+	const struct runtime *rt; /* the function's */
+	bool done;
+	/* Results, written by the preparer before done is set. */
+	char *read_err; /* the files could not be read */
+	char fp[FINGERPRINT_HEX_LEN + 1];
+	int build_rc;
+	struct image_result res;
+	char *why;
+};
+
+struct prep_pool {
+	const char *dir;
+	struct prep_job *jobs;
+	size_t njobs, next; /* next: the first job not yet claimed */
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* a job is done */
+};
+
+/* The pool size for n jobs: the online cores (at least 2), at most
+ * RECONCILE_PREPARE_MAX and n. */
+size_t reconcile_prepare_threads(size_t n)
 {
-	char *fdir = xasprintf("%s/%s", rc->dir, t->name);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t k = cores < 2 ? 2 : (size_t)cores;
+	if (k > RECONCILE_PREPARE_MAX)
+		k = RECONCILE_PREPARE_MAX;
+	return k < n ? k : n;
+}
+
+static void prep_run(struct prep_pool *p, struct prep_job *j, struct docker *d)
+{
+	char *fdir = xasprintf("%s/%s", p->dir, j->name);
 	struct fn_tree tree;
 	char *terr = NULL;
 	if (fn_tree_load(fdir, &tree, &terr) < 0) {
-		char *why = xasprintf("function \"%s\": %s", t->name, terr);
-		log_error(LOG_ATTRS("function", t->name, "error", why),
-			  "cannot read the function; skipped");
-		note_failure(rc, t, NULL, why, false);
-		free(why);
+		j->read_err = xasprintf("function \"%s\": %s", j->name, terr);
 		free(terr);
-		function_free(fn);
 	} else {
-		char fp[FINGERPRINT_HEX_LEN + 1];
-		fingerprint_tree(&tree, fp);
-		prepare(rc, d, t, fn, &tree, fp, true);
+		fingerprint_tree(&tree, j->fp);
+		j->build_rc = image_prepare_tree(d, j->name, j->rt, &tree, &j->res, &j->why);
 		fn_tree_free(&tree);
 	}
 	free(fdir);
+}
+
+/* Claims the next job and runs it on d; false when none is left. */
+static bool prep_take(struct prep_pool *p, struct docker *d)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->next >= p->njobs) {
+		pthread_mutex_unlock(&p->lock);
+		return false;
+	}
+	struct prep_job *j = &p->jobs[p->next++];
+	pthread_mutex_unlock(&p->lock);
+	prep_run(p, j, d);
+	pthread_mutex_lock(&p->lock);
+	j->done = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+/* A preparer thread: its own Docker connection, jobs until none is left. */
+static void *prep_main(void *arg)
+{
+	struct prep_pool *p = arg;
+	struct docker *d = NULL;
+	char *err = NULL;
+	if (docker_open(&d, &err) < 0) {
+		/* The loading thread takes its share of the jobs. */
+		log_warn(LOG_ATTRS("error", err ? err : ""),
+			 "image preparer has no Docker connection; preparing with fewer");
+		free(err);
+		return NULL;
+	}
+	while (prep_take(p, d))
+		;
+	docker_close(d);
+	return NULL;
+}
+
+/* Prepares fns[i] (taken) for ok[i], i < n, with up to
+ * reconcile_prepare_threads(n) preparations at once: this thread (on d) and
+ * that many minus one preparer threads, joined before returning. */
+static void startup_prepare_all(struct reconciler *rc, struct docker *d, struct track **ok,
+				struct function **fns, size_t n)
+{
+	struct prep_pool p = {.dir = rc->dir, .njobs = n};
+	p.jobs = xcalloc(n + 1, sizeof *p.jobs);
+	for (size_t i = 0; i < n; i++)
+		p.jobs[i] = (struct prep_job){.name = ok[i]->name, .rt = fns[i]->tpl->runtime};
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+	size_t nthreads = reconcile_prepare_threads(n);
+	pthread_t *th = xcalloc(nthreads + 1, sizeof *th);
+	size_t started = 0;
+	for (size_t i = 0; i + 1 < nthreads; i++) {
+		int e = pthread_create(&th[started], NULL, prep_main, &p);
+		if (e != 0) {
+			log_warn(LOG_ATTRS("error", strerror(e)),
+				 "cannot start an image preparer; preparing with fewer");
+			break;
+		}
+		char tname[16];
+		snprintf_(tname, sizeof tname, "prepare-%zu", started + 1);
+		pthread_setname_np(th[started], tname);
+		started++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct prep_job *j = &p.jobs[i];
+		pthread_mutex_lock(&p.lock);
+		while (!j->done) {
+			if (p.next < p.njobs) {
+				/* Rather than wait, this thread prepares one too. */
+				pthread_mutex_unlock(&p.lock);
+				prep_take(&p, d);
+				pthread_mutex_lock(&p.lock);
+				continue;
+			}
+			pthread_cond_wait(&p.cond, &p.lock);
+		}
+		pthread_mutex_unlock(&p.lock);
+		struct track *t = ok[i];
+		if (j->read_err) {
+			log_error(LOG_ATTRS("function", t->name, "error", j->read_err),
+				  "cannot read the function; skipped");
+			note_failure(rc, t, NULL, j->read_err, false);
+			free(j->read_err);
+			function_free(fns[i]);
+		} else {
+			prepare_finish(rc, t, fns[i], j->fp, j->build_rc, &j->res, j->why, true);
+			free(j->why);
+		}
+	}
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	pthread_cond_destroy(&p.cond);
+	pthread_mutex_destroy(&p.lock);
+	free(p.jobs);
 }
 
 size_t reconciler_load(struct reconciler *rc, struct docker *d)
@@ -981,8 +1141,7 @@ size_t reconciler_load(struct reconciler *rc, struct docker *d)
 		def_free(&defs[i]);
 	free(defs);
 	free(sfs);
-	for (size_t i = 0; i < nok; i++)
-		startup_prepare(rc, d, ok[i], fns[i]);
+	startup_prepare_all(rc, d, ok, fns, nok);
 	free(ok);
 	free(fns);
 	function_names_free(names, nnames);

@@ -6,8 +6,12 @@
  * every direct subdirectory is looked at once (name rule, template.yaml,
  * validation); the valid ones become the state database's function set
  * (pending), then each is fingerprinted and its image prepared (reused
- * when it exists); a failure is logged and skips only that function. The
- * prepared versions are published as the first snapshot.
+ * when it exists); a failure is logged and skips only that function. Up
+ * to reconcile_prepare_threads(n) images are prepared at once (the calling
+ * thread and short-lived preparer threads with their own Docker
+ * connections, all joined before reconciler_load returns); the results are
+ * logged and recorded in name order, as one at a time would. The prepared
+ * versions are published as the first snapshot.
  *
  * Live (reconciler_start: one thread, named "reconcile", that owns its
  * struct docker): inotify watches the functions directory and every real
@@ -84,6 +88,10 @@
  * for while some snapshot or container still holds them. */
 #define RECONCILE_GC_RETRY_NS (2LL * 1000000000LL)
 
+/* At most this many image preparations at once at startup. The Docker
+ * daemon itself serializes part of each build, so more buys little. */
+#define RECONCILE_PREPARE_MAX 4
+
 struct reconcile_config {
 	const char *functions_dir; /* borrowed for the reconciler's life */
 	struct registry *registry; /* borrowed; the reconciler is its only publisher */
@@ -131,6 +139,10 @@ int reconciler_start(struct reconciler *rc, struct docker *d, char **err);
  * freed (the process is about to exit anyway).
  */
 int reconciler_stop(struct reconciler *rc, int64_t timeout_ms);
+
+/* How many images the startup pass prepares at once for n functions: the
+ * online cores (at least 2), at most RECONCILE_PREPARE_MAX and n. */
+size_t reconcile_prepare_threads(size_t n);
 
 /* Frees the reconciler (stopped, or never started). NULL is fine. */
 void reconciler_free(struct reconciler *rc);

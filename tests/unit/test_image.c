@@ -99,9 +99,9 @@ TEST(dockerfile_python)
 		      "ENV PYTHONUNBUFFERED=1\n"
 		      "WORKDIR /app\n"
 		      "COPY bootstrap/ /opt/relay/\n"
-		      "COPY src/ /app/\n"
 		      "USER 10001:10001\n"
 		      "ENTRYPOINT [\"python3\", \"/opt/relay/bootstrap.py\"]\n"
+		      "COPY src/ /app/\n"
 		      "LABEL relay.function=\"user-events\" relay.runtime=\"python3.14\" "
 		      "relay.fingerprint=\"abcd\"\n");
 	free(df);

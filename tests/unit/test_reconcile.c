@@ -3,7 +3,8 @@
  * template, git sync's staging directories, plain files) and never reaches
  * Docker, a valid function whose image cannot be prepared (logged, skipped,
  * recorded as a failed reconcile), the state database's function set
- * replaced by the valid ones, a missing functions directory, and a stop
+ * replaced by the valid ones, many functions prepared concurrently and
+ * finished in name order, a missing functions directory, and a stop
  * before any start. Docker is a fake on loopback (Relay's own HTTP
  * server) that answers GET /version and refuses everything else, counting
  * what reached it. The live thread (inotify, passes, image GC) is tested
@@ -24,13 +25,15 @@
 
 /* ---- a fake daemon ----------------------------------------------------- */
 
-static atomic_int other_requests; /* anything but GET /version */
+static atomic_int other_requests;   /* anything but GET /version */
+static atomic_int version_requests; /* GET /version: one per docker_open */
 static pthread_mutex_t paths_lock = PTHREAD_MUTEX_INITIALIZER;
 static char paths[4096];
 
 static void fake_docker(const struct http_request *req, struct http_response *resp, void *arg)
 {
 	if (strcmp(req->method, "GET") == 0 && strstr(req->path, "/version")) {
+		atomic_fetch_add(&version_requests, 1);
 		http_response_text(resp, 200, "application/json",
 				   "{\"ApiVersion\":\"1.41\",\"Version\":\"fake\"}");
 		return;
@@ -79,6 +82,7 @@ static void rig_new(struct rig *r, bool with_state)
 	}
 	r->reg = registry_new();
 	atomic_store(&other_requests, 0);
+	atomic_store(&version_requests, 0);
 	paths[0] = '\0';
 }
 
@@ -211,6 +215,67 @@ TEST(image_failure_at_startup_skips_only_that_function)
 	rig_free(&r);
 }
 
+/* The pool's size: min(online cores at least 2, RECONCILE_PREPARE_MAX, n). */
+TEST(prepare_pool_size)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = cores < 2 ? 2 : (size_t)cores;
+	if (want > RECONCILE_PREPARE_MAX)
+		want = RECONCILE_PREPARE_MAX;
+	CHECK_INT(reconcile_prepare_threads(0), 0);
+	CHECK_INT(reconcile_prepare_threads(1), 1);
+	CHECK_INT(reconcile_prepare_threads(2), 2);
+	CHECK_INT(reconcile_prepare_threads(1000), want);
+}
+
+/* Nine functions prepared concurrently, every build refused: each failure
+ * is logged once and recorded, in name order as one at a time would, the
+ * daemon saw every function's image, and each preparer thread opened its
+ * own connection (one GET /version each; the loading thread uses its own
+ * handle, opened before). */
+TEST(concurrent_startup_finishes_in_name_order)
+{
+	struct rig r;
+	rig_new(&r, true);
+	REQUIRE(mkdir(r.fdir, 0755) == 0);
+	char name[16];
+	for (int i = 1; i <= 9; i++) {
+		snprintf_(name, sizeof name, "fn-%d", i);
+		put_function(&r, name, GOOD_TPL);
+	}
+	atomic_store(&version_requests, 0);
+	char *logs = load_serving_nothing(&r);
+	CHECK_INT(atomic_load(&version_requests), (int)reconcile_prepare_threads(9) - 1);
+	const char *at = logs;
+	for (int i = 1; i <= 9; i++) {
+		char *line =
+			xasprintf("level=ERROR msg=\"image build failed; function unavailable\" "
+				  "function=fn-%d error=",
+				  i);
+		CHECK_INT(t_count(logs, line), 1);
+		const char *p = strstr(at, line);
+		CHECK(p != NULL); /* after fn-(i-1)'s */
+		if (p)
+			at = p;
+		free(line);
+		snprintf_(name, sizeof name, "relay-fn-fn-%d", i);
+		pthread_mutex_lock(&paths_lock);
+		CHECK(strstr(paths, name) != NULL);
+		pthread_mutex_unlock(&paths_lock);
+		struct state_function_info *f = NULL;
+		char *err = NULL;
+		snprintf_(name, sizeof name, "fn-%d", i);
+		REQUIRE(state_get_function(r.st, name, &f, &err) == 0 && f);
+		CHECK_STR(f->status, "pending");
+		CHECK_STR(f->last_reconcile_status, "failed");
+		state_function_info_free(f);
+	}
+	if (t_failed_)
+		printf("%s", logs);
+	free(logs);
+	rig_free(&r);
+}
+
 /* No functions directory: an ERROR, nothing served, still a snapshot. */
 TEST(missing_functions_directory)
 {
@@ -234,5 +299,5 @@ TEST(missing_functions_directory)
 }
 
 T_MAIN(T_CASE(unservable_functions_never_reach_docker),
-       T_CASE(image_failure_at_startup_skips_only_that_function),
-       T_CASE(missing_functions_directory))
+       T_CASE(image_failure_at_startup_skips_only_that_function), T_CASE(prepare_pool_size),
+       T_CASE(concurrent_startup_finishes_in_name_order), T_CASE(missing_functions_directory))
