@@ -33,10 +33,7 @@
  * RUNNER_TEARDOWN_TIMEOUT_MS after it began. When the handler deadline
  * passes the container is removed and the outcome is RUNNER_TIMEOUT. The
  * caller's cancellation callback is polled every RUNNER_POLL_MS; when it
- * answers true the container is removed (RUNNER_CANCELLED). Before either
- * removal the attach and wait streams are closed: a handler still printing
- * would otherwise keep the daemon blocked on output nobody reads, and the
- * removal would wait out the teardown deadline. Explicit
+ * answers true the container is removed (RUNNER_CANCELLED). Explicit
  * removal (DELETE ?force=1, which kills a running container first) happens
  * only on those paths and when create, attach, start or wait fail; it is
  * idempotent (404 and "removal ... already in progress" are success). A
