@@ -193,13 +193,28 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
  * message just before its owner's XACK + DEL land, and would then find the
  * markers gone and run every handler again. XACK precedes the DEL of the
  * hash, so a message still pending here still has its markers. */
+/* ARGV[7] is the tolerance in microseconds: a running or next_attempt_at
+ * marker whose deadline is later than Redis's own clock (TIME) plus that
+ * is not yet due, whatever the caller's clock says, and the claim is
+ * refused (0). A worker whose wall clock jumped forward (an NTP step, a
+ * resumed VM) would otherwise find every running marker expired at once
+ * and run those invocations a second time while they still run. Compared
+ * in microseconds: nanosecond Unix times do not fit a Lua number. */
 static const char cas_script[] =
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
 	"if #redis.call('XPENDING', KEYS[2], ARGV[5], ARGV[6], ARGV[6], 1) == 0 then\n"
 	"  return 2\n"
 	"end\n"
 	"local cur = redis.call('HGET', KEYS[1], ARGV[1])\n"
 	"if cur == false then cur = '' end\n"
 	"if cur ~= ARGV[2] then return 0 end\n"
+	"local d = string.match(cur, '^running:(%d+)#') or string.match(cur, "
+	"'^next_attempt_at:(%d+)#')\n"
+	"if d and #d > 3 then\n"
+	"  local t = redis.call('TIME')\n"
+	"  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	"  if tonumber(string.sub(d, 1, -4)) > now_us + tonumber(ARGV[7]) then return 0 end\n"
+	"end\n"
 	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
 	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
 	"return 1\n";
@@ -208,12 +223,13 @@ int invocation_try_start(struct redis *r, const char *key, const char *field, co
 			 const char *next, const char *stream, const char *group,
 			 const char *msg_id)
 {
-	char ttl[24];
+	char ttl[24], tolerance[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
+	snprintf_(tolerance, sizeof tolerance, "%ld", RUNNER_CLOCK_SKEW_MS * 1000L);
 	const char *argv[] = {
-		"EVAL", cas_script, "2",   key,	  stream, field, expected ? expected : "",
-		next,	ttl,	    group, msg_id};
-	redisReply *rep = redis_command_argv(r, 11, argv, NULL);
+		"EVAL", cas_script, "2",   key,	   stream,   field, expected ? expected : "",
+		next,	ttl,	    group, msg_id, tolerance};
+	redisReply *rep = redis_command_argv(r, 12, argv, NULL);
 	if (!rep)
 		return -1;
 	int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;

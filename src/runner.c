@@ -729,6 +729,7 @@ struct run {
 	struct invocation_result *out;
 	const char *host;
 	int64_t start;		/* entry into runner_invoke */
+	int64_t start_wall;	/* the same instant on the wall clock (events) */
 	int64_t setup_deadline; /* start + setup bound: secrets, create, attach, wait */
 	int64_t timeout;	/* the rule's timeout (runner_timeout_ns) */
 	int64_t deadline;	/* the handler phase's, set just before start */
@@ -761,6 +762,7 @@ static void run_init(struct run *r, struct docker *d, const struct invocation *i
 	r->out = out;
 	r->host = in->hostname ? in->hostname : runner_hostname();
 	r->start = start;
+	r->start_wall = now_wall_ns();
 	r->setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
 	r->timeout = runner_timeout_ns(in->timeout_ns);
 	r->status = -1;
@@ -1018,6 +1020,41 @@ static enum run_end run_pump(struct run *r)
 	return end;
 }
 
+/* Whether the daemon recorded an out-of-memory kill of the container since
+ * the invocation began: its event log (GET /events with since and until in
+ * the past answers at once with what it kept) has an "oom" event for the id.
+ * Asked only when the process died of SIGKILL (exit status 137): the
+ * container is gone by then (AutoRemove), so State.OOMKilled cannot be read.
+ * The call runs in the teardown phase's time (a container that exited on its
+ * own skips teardown), bounded by RUNNER_OOM_QUERY_MS. Any failure (a proxy
+ * that refuses /events, a daemon that lost the event) answers false. */
+static bool run_oom_killed(struct run *r)
+{
+	const char *id = r->id;
+	if (!id || !*id)
+		return false;
+	for (const char *p = id; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z')))
+			return false;
+	int64_t now = now_wall_ns();
+	int64_t since = r->start_wall / 1000000000 - 1;
+	/* filters={"container":["<id>"],"event":["oom"]}, URL-encoded */
+	char *path =
+		xasprintf("/events?since=%" PRId64 "&until=%" PRId64 ".%09" PRId64
+			  "&filters=%%7B%%22container%%22%%3A%%5B%%22%s%%22%%5D%%2C%%22event%%22"
+			  "%%3A%%5B%%22oom%%22%%5D%%7D",
+			  since, now / 1000000000, now % 1000000000, id);
+	struct docker_response resp = {0};
+	long ms = teardown_ms(r->in);
+	int rq = docker_request(r->d, "GET", path, NULL, 0, NULL,
+				ms < RUNNER_OOM_QUERY_MS ? ms : RUNNER_OOM_QUERY_MS, &resp);
+	bool oom =
+		rq == 0 && resp.status == 200 && resp.body && strstr(resp.body, "\"oom\"") != NULL;
+	free(path);
+	docker_response_free(&resp);
+	return oom;
+}
+
 /* 5: the outcome. An invocation that did not end with an exit status is
  * removed first (teardown); one that exited is left to AutoRemove. */
 static void run_classify(struct run *r, enum run_end end)
@@ -1045,6 +1082,12 @@ static void run_classify(struct run *r, enum run_end end)
 				 r->wait_err));
 	else if (r->status == 0)
 		finish(r->out, RUNNER_SUCCESS, 0, NULL);
+	else if (r->status == 137 && run_oom_killed(r))
+		finish(r->out, RUNNER_FAILURE, r->status,
+		       xasprintf(
+			       "function \"%s\" handler \"%s\" failed: exit status %d: killed: out "
+			       "of memory (limit %lld MiB)",
+			       F, H, r->status, RUNNER_MEMORY_BYTES / (1024 * 1024)));
 	else if (r->fw.last_err[0])
 		finish(r->out, RUNNER_FAILURE, r->status,
 		       xasprintf("function \"%s\" handler \"%s\" failed: exit status %d: %s", F, H,

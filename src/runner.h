@@ -21,7 +21,11 @@
  *      (AutoRemove may delete the container as soon as it exits);
  *   4. start; write the event to stdin and half-close it (the handler sees
  *      EOF); demultiplex stdout/stderr and forward each line as it arrives;
- *   5. read the exit status from the wait. Exit 0 is success.
+ *   5. read the exit status from the wait. Exit 0 is success. Exit 137
+ *      (SIGKILL) is checked against the daemon's event log: when it has an
+ *      "oom" event for the container the failure reads "exit status 137:
+ *      killed: out of memory (limit 128 MiB)" instead of the last stderr
+ *      line (the container is auto-removed, State.OOMKilled is gone).
  *
  * Time. Every Engine API call of an invocation belongs to one of three
  * phases, each with one deadline that all of its calls share (see "Time
@@ -89,6 +93,8 @@
 #define RUNNER_LABEL_MAX 128
 /* How often a running invocation checks its cancellation callback. */
 #define RUNNER_POLL_MS 100
+/* Bound on the question "was it killed for memory?" after exit status 137. */
+#define RUNNER_OOM_QUERY_MS 5000L
 /* Bound on single Engine API calls outside an invocation (the sweep's). */
 #define RUNNER_API_TIMEOUT_MS 30000L
 /* Bound on the startup orphan sweep. */
@@ -118,6 +124,8 @@
  *                                                (runner_timeout_ns)         just before start
  *   teardown  forced removal by id or by name,   RUNNER_TEARDOWN_TIMEOUT_MS  runner: one deadline from
  *             retried                                                        its start, shared by tries
+ *             (or, after an exit 137, the                                    (RUNNER_OOM_QUERY_MS, less
+ *             out-of-memory question)                                        than the teardown bound)
  *   record    the outcome marker (ok, backoff)   RUNNER_RECORD_TIMEOUT_MS    the consumer worker's Redis
  *                                                                            command timeout
  *   slack     CPU work between bounded calls     RUNNER_LOCAL_SLACK_MS

@@ -7,6 +7,20 @@
  * Statements are prepared per call: the calls are rare (a reconcile, a
  * 5-second flush), so a statement cache would buy nothing.
  *
+ * Refused function writes are kept. A function write (put_pending,
+ * mark_ready, record_reconcile, remove_function, replace_all) refused for a
+ * reason that passes by itself (SQLite's FULL, IOERR, BUSY, LOCKED,
+ * CANTOPEN, READONLY, NOMEM: a full disk, a lock held too long) is kept in
+ * the handle, its arguments copied, and its error ends in "(kept: written
+ * once the database accepts writes again)". Every later writer call, the
+ * 5-second stats snapshot included, first writes the kept ones in order; a
+ * call made while some still wait is kept behind them. So once space
+ * returns, the next flush brings the functions table up to date (without
+ * this, a function added or rebuilt while the disk was full stayed missing
+ * or pending in `relay function ls` until its next change). At most
+ * DEFERRED_MAX are kept (beyond: "(dropped: too many writes waiting)"); one
+ * refused for good when written again is dropped.
+ *
  * The database is a derived view. The writer therefore never tries to
  * migrate: a schema version it does not know is dropped and recreated, and
  * a file SQLite cannot read is reported, not repaired (the caller runs
@@ -32,11 +46,32 @@
 #define QUOTE_(x) #x
 #define QUOTE(x) QUOTE_(x)
 
+/* Most function writes kept while the database refuses them (state.h,
+ * "Writing"): beyond this the newest are dropped. */
+#define DEFERRED_MAX 4096
+
+/* A function write refused for a reason that passes (a full disk, an I/O
+ * error, a lock): kept, with deep copies of its arguments, and written
+ * again, in order, before the next writer call. */
+enum deferred_kind { D_PENDING, D_READY, D_RECONCILE, D_REMOVE, D_REPLACE_ALL };
+struct deferred {
+	enum deferred_kind kind;
+	char *name, *image, *fingerprint, *error;
+	bool ok;
+	int64_t prepared_at, now;
+	struct state_function *fns; /* D_PENDING, D_READY (0 or 1), D_REPLACE_ALL */
+	size_t nfns;
+	struct deferred *next;
+};
+
 struct state {
 	sqlite3 *db;
 	char *path;
 	bool readonly;
 	pthread_mutex_t mu;
+	int last_code;			     /* SQLite's primary result code of the last db_err */
+	struct deferred *dq_head, **dq_tail; /* under mu */
+	size_t dq_len;
 };
 
 static const char *const schema_sql =
@@ -111,8 +146,9 @@ static void set_err(char **err, const char *fmt, ...)
 }
 
 /* "state database PATH: WHAT: sqlite's message"; returns -1. */
-static int db_err(const struct state *s, char **err, const char *what)
+static int db_err(struct state *s, char **err, const char *what)
 {
+	s->last_code = sqlite3_errcode(s->db) & 0xff;
 	set_err(err, "state database %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
 	return -1;
 }
@@ -270,14 +306,22 @@ static struct state *state_new(const char *path, bool readonly)
 	struct state *s = xcalloc(1, sizeof *s);
 	s->path = xstrdup(path);
 	s->readonly = readonly;
+	s->dq_tail = &s->dq_head;
 	pthread_mutex_init(&s->mu, NULL);
 	return s;
 }
+
+static void deferred_free(struct deferred *d);
 
 void state_close(struct state *s)
 {
 	if (!s)
 		return;
+	while (s->dq_head) {
+		struct deferred *d = s->dq_head;
+		s->dq_head = d->next;
+		deferred_free(d);
+	}
 	sqlite3_close(s->db);
 	pthread_mutex_destroy(&s->mu);
 	free(s->path);
@@ -545,11 +589,9 @@ static int is_ready(struct state *s, const char *name, bool *ready, char **err)
 	return r;
 }
 
-int state_put_pending(struct state *s, const struct state_function *f, int64_t now, char **err)
+static int op_put_pending(struct state *s, const struct state_function *f, const char *ts,
+			  char **err)
 {
-	char ts[STATE_TIME_MAX];
-	state_format_time(now, ts);
-	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc == 0) {
 		bool ready;
@@ -558,18 +600,13 @@ int state_put_pending(struct state *s, const struct state_function *f, int64_t n
 			rc = write_function(s, f, false, NULL, NULL, NULL, ts, err);
 		rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 	}
-	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
-int state_mark_ready(struct state *s, const char *name, const struct state_function *f,
-		     const char *image, const char *fingerprint, int64_t prepared_at, int64_t now,
-		     char **err)
+static int op_mark_ready(struct state *s, const char *name, const struct state_function *f,
+			 const char *image, const char *fingerprint, const char *prep_ts,
+			 const char *ts, char **err)
 {
-	char ts[STATE_TIME_MAX], prep_ts[STATE_TIME_MAX];
-	state_format_time(now, ts);
-	state_format_time(prepared_at, prep_ts);
-	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc == 0) {
 		if (f) {
@@ -597,31 +634,24 @@ int state_mark_ready(struct state *s, const char *name, const struct state_funct
 		}
 		rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 	}
-	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
-int state_record_reconcile(struct state *s, const char *name, bool ok, const char *error,
-			   int64_t now, char **err)
+static int op_record_reconcile(struct state *s, const char *name, bool ok, const char *error,
+			       const char *ts, char **err)
 {
-	char ts[STATE_TIME_MAX];
-	state_format_time(now, ts);
-	pthread_mutex_lock(&s->mu);
 	int n = run(s, err,
 		    "UPDATE functions SET last_reconcile_at = ?1, last_reconcile_status = ?2,"
 		    " last_error = ?3, updated_at = ?1 WHERE name = ?4",
 		    "tttt", ts, ok ? "success" : "failed", ok ? NULL : (error ? error : ""), name);
-	pthread_mutex_unlock(&s->mu);
 	return n < 0 ? -1 : 0;
 }
 
-int state_remove_function(struct state *s, const char *name, char **err)
+static int op_remove(struct state *s, const char *name, char **err)
 {
-	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc == 0)
 		rc = remove_rows(s, name, err) == 0 ? commit(s, err) : (rollback(s), -1);
-	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
@@ -633,14 +663,11 @@ static bool in_set(const struct state_function *fns, size_t n, const char *name)
 	return false;
 }
 
-int state_replace_all(struct state *s, const struct state_function *fns, size_t n, int64_t now,
-		      char **err)
+static int op_replace_all(struct state *s, const struct state_function *fns, size_t n,
+			  const char *ts, char **err)
 {
-	char ts[STATE_TIME_MAX];
-	state_format_time(now, ts);
 	char **gone = NULL;
 	size_t ngone = 0;
-	pthread_mutex_lock(&s->mu);
 	int rc = begin(s, err);
 	if (rc < 0)
 		goto out;
@@ -679,11 +706,235 @@ int state_replace_all(struct state *s, const struct state_function *fns, size_t 
 out_tx:
 	rc = rc == 0 ? commit(s, err) : (rollback(s), -1);
 out:
-	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < ngone; i++)
 		free(gone[i]);
 	free(gone);
 	return rc;
+}
+
+/* ---- deferred function writes ---- */
+
+static char *dup_or_null(const char *t)
+{
+	return t ? xstrdup(t) : NULL;
+}
+
+static struct state_pair *pairs_copy(const struct state_pair *p, size_t n)
+{
+	struct state_pair *c = xcalloc(n + 1, sizeof *c);
+	for (size_t i = 0; i < n; i++)
+		c[i] = (struct state_pair){dup_or_null(p[i].name), dup_or_null(p[i].value)};
+	return c;
+}
+
+static void pairs_release(const struct state_pair *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free((void *)p[i].name);
+		free((void *)p[i].value);
+	}
+	free((void *)p);
+}
+
+static void fn_copy(struct state_function *d, const struct state_function *f)
+{
+	struct state_handler *h = xcalloc(f->nhandlers + 1, sizeof *h);
+	for (size_t i = 0; i < f->nhandlers; i++)
+		h[i] = (struct state_handler){dup_or_null(f->handlers[i].handler),
+					      f->handlers[i].timeout_ns};
+	struct state_schedule *sc = xcalloc(f->nschedules + 1, sizeof *sc);
+	for (size_t i = 0; i < f->nschedules; i++)
+		sc[i] = (struct state_schedule){
+			dup_or_null(f->schedules[i].handler), dup_or_null(f->schedules[i].cron),
+			dup_or_null(f->schedules[i].timezone), f->schedules[i].timeout_ns};
+	*d = (struct state_function){
+		.name = dup_or_null(f->name),
+		.runtime = dup_or_null(f->runtime),
+		.handlers = h,
+		.nhandlers = f->nhandlers,
+		.schedules = sc,
+		.nschedules = f->nschedules,
+		.env = pairs_copy(f->env, f->nenv),
+		.nenv = f->nenv,
+		.secrets = pairs_copy(f->secrets, f->nsecrets),
+		.nsecrets = f->nsecrets,
+	};
+}
+
+static void fn_release(const struct state_function *f)
+{
+	free((void *)f->name);
+	free((void *)f->runtime);
+	for (size_t i = 0; i < f->nhandlers; i++)
+		free((void *)f->handlers[i].handler);
+	free((void *)f->handlers);
+	for (size_t i = 0; i < f->nschedules; i++) {
+		free((void *)f->schedules[i].handler);
+		free((void *)f->schedules[i].cron);
+		free((void *)f->schedules[i].timezone);
+	}
+	free((void *)f->schedules);
+	pairs_release(f->env, f->nenv);
+	pairs_release(f->secrets, f->nsecrets);
+}
+
+static void deferred_free(struct deferred *d)
+{
+	if (!d)
+		return;
+	free(d->name);
+	free(d->image);
+	free(d->fingerprint);
+	free(d->error);
+	for (size_t i = 0; i < d->nfns; i++)
+		fn_release(&d->fns[i]);
+	free(d->fns);
+	free(d);
+}
+
+/* A queued copy of a call's (borrowed) arguments. */
+static struct deferred *deferred_copy(const struct deferred *b)
+{
+	struct deferred *d = xcalloc(1, sizeof *d);
+	*d = (struct deferred){
+		.kind = b->kind,
+		.name = dup_or_null(b->name),
+		.image = dup_or_null(b->image),
+		.fingerprint = dup_or_null(b->fingerprint),
+		.error = dup_or_null(b->error),
+		.ok = b->ok,
+		.prepared_at = b->prepared_at,
+		.now = b->now,
+		.nfns = b->nfns,
+	};
+	d->fns = xcalloc(b->nfns + 1, sizeof *d->fns);
+	for (size_t i = 0; i < b->nfns; i++)
+		fn_copy(&d->fns[i], &b->fns[i]);
+	return d;
+}
+
+static int apply(struct state *s, const struct deferred *d, char **err)
+{
+	char ts[STATE_TIME_MAX], prep_ts[STATE_TIME_MAX];
+	state_format_time(d->now, ts);
+	switch (d->kind) {
+	case D_PENDING: return op_put_pending(s, &d->fns[0], ts, err);
+	case D_READY:
+		state_format_time(d->prepared_at, prep_ts);
+		return op_mark_ready(s, d->name, d->nfns ? &d->fns[0] : NULL, d->image,
+				     d->fingerprint, prep_ts, ts, err);
+	case D_RECONCILE: return op_record_reconcile(s, d->name, d->ok, d->error, ts, err);
+	case D_REMOVE: return op_remove(s, d->name, err);
+	case D_REPLACE_ALL: return op_replace_all(s, d->fns, d->nfns, ts, err);
+	}
+	return -1;
+}
+
+/* Whether a refusal may pass by itself, so the write is worth keeping. */
+static bool passing(int code)
+{
+	return code == SQLITE_FULL || code == SQLITE_IOERR || code == SQLITE_BUSY ||
+	       code == SQLITE_LOCKED || code == SQLITE_CANTOPEN || code == SQLITE_READONLY ||
+	       code == SQLITE_NOMEM;
+}
+
+/* Writes the kept writes, oldest first, until one is refused again for a
+ * passing reason (one refused for good is dropped: it would block the rest
+ * forever). Called with mu held; 0 when none is left, else -1 with *err. */
+static int replay(struct state *s, char **err)
+{
+	while (s->dq_head) {
+		struct deferred *d = s->dq_head;
+		char *e = NULL;
+		s->last_code = 0;
+		if (apply(s, d, &e) < 0 && passing(s->last_code)) {
+			if (err)
+				*err = e;
+			else
+				free(e);
+			return -1;
+		}
+		free(e);
+		s->dq_head = d->next;
+		if (!s->dq_head)
+			s->dq_tail = &s->dq_head;
+		s->dq_len--;
+		deferred_free(d);
+	}
+	return 0;
+}
+
+/* One function write: after the kept ones, or kept behind them. */
+static int submit(struct state *s, const struct deferred *d, char **err)
+{
+	char *why = NULL;
+	pthread_mutex_lock(&s->mu);
+	s->last_code = 0;
+	int rc = replay(s, &why) == 0 ? apply(s, d, &why) : -1;
+	if (rc < 0 && passing(s->last_code)) {
+		bool keep = s->dq_len < DEFERRED_MAX;
+		if (keep) {
+			struct deferred *c = deferred_copy(d);
+			*s->dq_tail = c;
+			s->dq_tail = &c->next;
+			s->dq_len++;
+		}
+		set_err(err, "%s (%s)", why ? why : "state database: write refused",
+			keep ? "kept: written once the database accepts writes again"
+			     : "dropped: too many writes waiting");
+	} else if (rc < 0) {
+		set_err(err, "%s", why ? why : "state database: write refused");
+	}
+	free(why);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int state_put_pending(struct state *s, const struct state_function *f, int64_t now, char **err)
+{
+	struct deferred d = {
+		.kind = D_PENDING, .now = now, .fns = (struct state_function *)f, .nfns = 1};
+	return submit(s, &d, err);
+}
+
+int state_mark_ready(struct state *s, const char *name, const struct state_function *f,
+		     const char *image, const char *fingerprint, int64_t prepared_at, int64_t now,
+		     char **err)
+{
+	struct deferred d = {.kind = D_READY,
+			     .name = (char *)name,
+			     .image = (char *)image,
+			     .fingerprint = (char *)fingerprint,
+			     .prepared_at = prepared_at,
+			     .now = now,
+			     .fns = (struct state_function *)f,
+			     .nfns = f ? 1 : 0};
+	return submit(s, &d, err);
+}
+
+int state_record_reconcile(struct state *s, const char *name, bool ok, const char *error,
+			   int64_t now, char **err)
+{
+	struct deferred d = {.kind = D_RECONCILE,
+			     .name = (char *)name,
+			     .error = (char *)error,
+			     .ok = ok,
+			     .now = now};
+	return submit(s, &d, err);
+}
+
+int state_remove_function(struct state *s, const char *name, char **err)
+{
+	struct deferred d = {.kind = D_REMOVE, .name = (char *)name};
+	return submit(s, &d, err);
+}
+
+int state_replace_all(struct state *s, const struct state_function *fns, size_t n, int64_t now,
+		      char **err)
+{
+	struct deferred d = {
+		.kind = D_REPLACE_ALL, .now = now, .fns = (struct state_function *)fns, .nfns = n};
+	return submit(s, &d, err);
 }
 
 int state_write_stats(struct state *s, const struct state_stats *g,
@@ -693,6 +944,11 @@ int state_write_stats(struct state *s, const struct state_stats *g,
 	char ts[STATE_TIME_MAX];
 	state_format_time(now, ts);
 	pthread_mutex_lock(&s->mu);
+	/* The kept function writes first: the flush that finds the space
+	 * back brings the functions table up to date too. */
+	char *why = NULL;
+	replay(s, &why);
+	free(why);
 	int rc = begin(s, err);
 	if (rc < 0)
 		goto out;

@@ -44,9 +44,10 @@ struct statsflush {
 	bool started;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool stop;    /* guarded by lock */
-	bool done;    /* guarded by lock */
-	bool failing; /* the thread's own */
+	bool stop;	 /* guarded by lock */
+	bool done;	 /* guarded by lock */
+	bool failing;	 /* the thread's own */
+	char *fail_kind; /* the thread's own: what the last failure said */
 };
 
 static int64_t gauge_int(double v)
@@ -198,18 +199,34 @@ void statsflush_set_standby(struct statsflush *sf, statsflush_standby_fn count, 
 	pthread_mutex_unlock(&sf->standby_lock);
 }
 
+/* The kind of a failure: the error's last part (SQLite's message, "database
+ * or disk is full"), without the path and step before it. */
+static const char *fail_kind(const char *err)
+{
+	const char *k = strrchr(err, ':');
+	return k ? k + 1 : err;
+}
+
+/* One WARN when the writes start failing and one more each time the kind
+ * of failure changes, not one per flush; one INFO when they succeed
+ * again. */
 static void flush_logged(struct statsflush *sf)
 {
 	char *err = NULL;
 	if (flush(sf->st, sf->reg, &sf->standby, &err) < 0) {
-		if (!sf->failing)
+		const char *kind = fail_kind(err ? err : "");
+		if (!sf->failing || !sf->fail_kind || strcmp(sf->fail_kind, kind) != 0)
 			log_warn(LOG_ATTRS("error", err ? err : ""),
 				 "state database: cannot write the stats snapshot; retrying every "
 				 "5s");
+		free(sf->fail_kind);
+		sf->fail_kind = xstrdup(kind);
 		sf->failing = true;
 		free(err);
 	} else if (sf->failing) {
 		sf->failing = false;
+		free(sf->fail_kind);
+		sf->fail_kind = NULL;
 		log_info(NULL, "state database: stats snapshot written again");
 	}
 }
@@ -295,5 +312,6 @@ void statsflush_free(struct statsflush *sf)
 	pthread_mutex_destroy(&sf->lock);
 	pthread_mutex_destroy(&sf->standby_lock);
 	pthread_cond_destroy(&sf->cond);
+	free(sf->fail_kind);
 	free(sf);
 }

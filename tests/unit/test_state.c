@@ -350,6 +350,56 @@ TEST(remove_function_removes_its_rows)
 	tmpdir_free(dir);
 }
 
+/* Writes refused for a passing reason (here another connection holding the
+ * write lock: SQLITE_BUSY after the busy timeout; on a full disk
+ * SQLITE_FULL) are kept and written, in order, by the next writer call, the
+ * stats flush included; one refused for good is not kept. */
+TEST(refused_function_writes_are_kept_and_written_later)
+{
+	char *dir = t_tmpdir();
+	struct state *s = open_or_die(dir);
+	REQUIRE(s);
+	char *path = xasprintf("%s/db.sqlite3", dir);
+	sqlite3 *blocker = NULL;
+	REQUIRE(sqlite3_open(path, &blocker) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+	char *err = NULL;
+	CHECK(state_put_pending(s, &user_fn, NOW - 10, &err) == -1);
+	CHECK(err && strstr(err, "database is locked (kept: written once the database accepts "
+				 "writes again)"));
+	free(err);
+	err = NULL;
+	/* Behind the kept one (alone it would fail: no such row yet). */
+	CHECK(state_mark_ready(s, "user-events-python", NULL, "img", "fp", NOW - 5, NOW - 5,
+			       &err) == -1);
+	CHECK(err && strstr(err, "(kept: "));
+	free(err);
+	err = NULL;
+	CHECK(get(s, "user-events-python") == NULL);
+	REQUIRE(sqlite3_exec(blocker, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(blocker);
+
+	struct state_stats g = {.handler_success = 3};
+	CHECK(state_write_stats(s, &g, NULL, 0, NULL, 0, NOW, NULL) == 0);
+	struct state_function_info *f = get(s, "user-events-python");
+	REQUIRE(f);
+	CHECK_STR(f->status, "ready");
+	CHECK_STR(f->image, "img");
+	CHECK_INT(f->nhandlers, 3);
+	CHECK_INT(f->nschedules, 2);
+	state_function_info_free(f);
+
+	/* Refused for good: not kept, and nothing waits. */
+	CHECK(state_mark_ready(s, "nope", NULL, "img", "fp", NOW, NOW, &err) == -1);
+	CHECK(err && !strstr(err, "kept"));
+	free(err);
+	err = NULL;
+	CHECK(state_put_pending(s, &welcome_fn, NOW, &err) == 0);
+	free(path);
+	state_close(s);
+	tmpdir_free(dir);
+}
+
 TEST(replace_all_sets_exactly_the_loaded_set)
 {
 	char *dir = t_tmpdir();
@@ -1036,9 +1086,10 @@ T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(other_schema_version_
        T_CASE(render_inspect_standby_section),
        T_CASE(pending_ready_failed_keeps_the_active_version),
        T_CASE(never_built_function_fails_and_stays_pending),
-       T_CASE(remove_function_removes_its_rows), T_CASE(replace_all_sets_exactly_the_loaded_set),
-       T_CASE(stats_snapshot_round_trip), T_CASE(corrupt_file_fails_cleanly),
-       T_CASE(data_dir_that_is_a_file_fails),
+       T_CASE(remove_function_removes_its_rows),
+       T_CASE(refused_function_writes_are_kept_and_written_later),
+       T_CASE(replace_all_sets_exactly_the_loaded_set), T_CASE(stats_snapshot_round_trip),
+       T_CASE(corrupt_file_fails_cleanly), T_CASE(data_dir_that_is_a_file_fails),
        T_CASE(readonly_missing_database_is_fresh_and_creates_nothing),
        T_CASE(readonly_reads_what_the_writer_wrote), T_CASE(one_handle_shared_by_two_threads),
        T_CASE(age_table), T_CASE(time_format_and_parse), T_CASE(render_ls_matches_the_spec),
