@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -17,6 +18,17 @@
 
 static atomic_int log_level_ = LOG_INFO;
 static atomic_int log_fd_ = 2;
+
+/* A line longer than PIPE_BUF (4096) written to a pipe may be split by the
+ * kernel and interleaved with another thread's: one writer at a time. */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void emit(const char *p, size_t n)
+{
+	pthread_mutex_lock(&write_lock);
+	(void)write_all(atomic_load(&log_fd_), p, n);
+	pthread_mutex_unlock(&write_lock);
+}
 
 int log_parse_level(const char *s, enum log_level *out)
 {
@@ -236,7 +248,7 @@ void log_record(enum log_level level, const char *const *attrs, const char *fmt,
 	char *out = xmalloc(len + 1);
 	memcpy(out, line, len);
 	out[len] = '\n';
-	(void)write_all(atomic_load(&log_fd_), out, len + 1);
+	emit(out, len + 1);
 	free(out);
 	buf_free(&b);
 }
@@ -281,12 +293,12 @@ void log_say(const char *function, const char *kind, const char *name, const cha
 	char *out = xmalloc(b.len + 1);
 	memcpy(out, b.data, b.len);
 	out[b.len] = '\n';
-	(void)write_all(atomic_load(&log_fd_), out, b.len + 1);
+	emit(out, b.len + 1);
 	free(out);
 	buf_free(&b);
 }
 
 void log_raw(const char *line, size_t len)
 {
-	(void)write_all(atomic_load(&log_fd_), line, len);
+	emit(line, len);
 }

@@ -7,8 +7,9 @@
  * one in place. Values are quoted exactly as Go's strconv.Quote would when
  * they are empty or contain a space, '=', '"', or a non-printable byte or
  * rune. The level is checked before anything is formatted. Each record is
- * written with a single write(2), so lines from different threads never
- * interleave. Safe to call from any thread.
+ * written whole under one lock (a single write(2) is atomic on a pipe only
+ * up to PIPE_BUF bytes, and forwarded lines reach 16 KiB), so lines from
+ * different threads never interleave. Safe to call from any thread.
  *
  * Handler output forwarding does NOT go through here (it is unaffected by
  * LOG_LEVEL); see log_raw().
@@ -66,7 +67,7 @@ void log_append_value(struct buf *b, const char *value);
  *   relay: function "F" handler "H" executed for event "<msg-id>"
  *
  * log_say() writes `relay: function "F" <kind> "N"` followed by the tail
- * formatted from fmt and a newline, with one write(2), whatever LOG_LEVEL
+ * formatted from fmt and a newline, written whole, whatever LOG_LEVEL
  * says. F and N are cut to LOG_SAY_VALUE_MAX bytes of printable UTF-8 with
  * '"' and '\\' shown as '?' (log_say_head, shared with the forwarding
  * prefix); control characters in the tail become '?', so one call is
@@ -78,7 +79,7 @@ void log_say(const char *function, const char *kind, const char *name, const cha
 /* Appends `relay: function "F" <kind> "N"` to b. */
 void log_say_head(struct buf *b, const char *function, const char *kind, const char *name);
 
-/* Writes an already formatted line as is, with one write(2), regardless of
+/* Writes an already formatted line as is, whole (as above), regardless of
  * the level (used to forward handler output). */
 void log_raw(const char *line, size_t len);
 

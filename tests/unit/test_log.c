@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -242,6 +243,70 @@ TEST(say_lines)
 	CHECK_STR(capture(LOG_DEBUG, emit_say), want);
 }
 
+/* Forwarded lines reach 16 KiB, past PIPE_BUF: threads writing them to one
+ * pipe at once must still give whole lines. */
+#define WHOLE_LINE 16384
+#define WHOLE_LINES 100
+#define WHOLE_WRITERS 4
+
+static void *write_lines(void *arg)
+{
+	char *line = xmalloc(WHOLE_LINE);
+	memset(line, *(const char *)arg, WHOLE_LINE - 1);
+	line[WHOLE_LINE - 1] = '\n';
+	for (int i = 0; i < WHOLE_LINES; i++)
+		log_raw(line, WHOLE_LINE);
+	free(line);
+	return NULL;
+}
+
+struct drain {
+	int fd;
+	struct buf b;
+};
+
+static void *drain_pipe(void *arg)
+{
+	struct drain *d = arg;
+	char chunk[1000]; /* small reads: the writers block often */
+	ssize_t r;
+	while ((r = read(d->fd, chunk, sizeof chunk)) > 0)
+		buf_append(&d->b, chunk, (size_t)r);
+	return NULL;
+}
+
+TEST(long_lines_from_threads_never_interleave)
+{
+	int fds[2];
+	REQUIRE(pipe(fds) == 0);
+	struct drain d = {.fd = fds[0]};
+	buf_init(&d.b, 2 * WHOLE_LINE * WHOLE_LINES * WHOLE_WRITERS);
+	pthread_t reader, w[WHOLE_WRITERS];
+	static const char letters[WHOLE_WRITERS] = {'a', 'b', 'c', 'd'};
+	REQUIRE(pthread_create(&reader, NULL, drain_pipe, &d) == 0);
+	log_set_fd(fds[1]);
+	for (int i = 0; i < WHOLE_WRITERS; i++)
+		REQUIRE(pthread_create(&w[i], NULL, write_lines, (void *)&letters[i]) == 0);
+	for (int i = 0; i < WHOLE_WRITERS; i++)
+		pthread_join(w[i], NULL);
+	log_set_fd(2);
+	close(fds[1]);
+	pthread_join(reader, NULL);
+	close(fds[0]);
+	CHECK_INT((long)d.b.len, (long)WHOLE_LINE * WHOLE_LINES * WHOLE_WRITERS);
+	int mixed = 0;
+	for (size_t off = 0; off + WHOLE_LINE <= d.b.len; off += WHOLE_LINE) {
+		const char *l = d.b.data + off;
+		bool whole = l[WHOLE_LINE - 1] == '\n';
+		for (size_t i = 1; whole && i < WHOLE_LINE - 1; i++)
+			whole = l[i] == l[0];
+		mixed += !whole;
+	}
+	CHECK_INT(mixed, 0);
+	buf_free(&d.b);
+}
+
 T_MAIN(T_CASE(spec_example), T_CASE(utc_and_negative_offsets), T_CASE(value_quoting),
        T_CASE(keys_are_quoted_too), T_CASE(parse_level), T_CASE(level_filter),
-       T_CASE(long_record_is_cut_but_one_line), T_CASE(say_lines))
+       T_CASE(long_record_is_cut_but_one_line), T_CASE(say_lines),
+       T_CASE(long_lines_from_threads_never_interleave))
