@@ -1061,8 +1061,17 @@ static void run_classify(struct run *r, enum run_end end)
 {
 	const char *F = r->in->function, *H = r->in->handler;
 	char dur[DURATION_STR_MAX];
-	if (end != RUN_EXITED)
+	if (end != RUN_EXITED) {
+		/* The output is no longer read: close the streams first. A
+		 * handler still writing would otherwise fill the attach
+		 * connection, and the daemon, blocked copying its output to us,
+		 * does not finish the forced removal until the teardown
+		 * deadline (measured: a timeout of 4 s took 34 s). */
+		docker_conn_free(r->attach);
+		docker_conn_free(r->waitc);
+		r->attach = r->waitc = NULL;
 		teardown(r->d, r->in, r->id, TEARDOWN_ID);
+	}
 	switch (end) {
 	case RUN_TIMED_OUT:
 		finish(r->out, RUNNER_TIMEOUT, -1,
