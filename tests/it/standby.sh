@@ -210,7 +210,7 @@ test_timeout_counts_from_dispatch_not_from_the_container_start() {
 	sb_fn sb-slow 'import socket, time
 def handler(event):
     time.sleep(float(event.get("sleep", 0)))
-    print("SB-HOST " + socket.gethostname())' "    timeout: 1s
+    print("SB-HOST " + socket.gethostname())' "    timeout: 3s
 "
 	sb_env sb-slow-host
 	sb_start "$TMP/relay.log"
@@ -219,10 +219,13 @@ def handler(event):
 	sb_wait_done "$TMP/relay.log" "$warm"
 	wait_for 30 sb_parked_n 1 sb-slow || fail "no standby container"
 	parked=$(sb_parked sb-slow)
-	# Idle for 30 s, then 0.8 s of work against a 1 s timeout.
+	# Idle for 30 s (ten times the timeout), then 1.5 s of work against a
+	# 3 s timeout: counted from the container's start it would have passed
+	# long ago. (0.8 s against 1 s left too little for the exit status to
+	# come back on a loaded machine.)
 	sleep 30
 	[ "$(sb_parked sb-slow)" = "$parked" ] || fail "the parked container changed while idle"
-	id=$(sb_xadd sb-slow ',"sleep":0.8')
+	id=$(sb_xadd sb-slow ',"sleep":1.5')
 	sb_wait_done "$TMP/relay.log" "$id"
 	! grep -q "failed for event \"$id\"" "$TMP/relay.log" || fail "timed out: $(grep "$id" "$TMP/relay.log")"
 	[ "$(sb_line "$TMP/relay.log" "$id" "SB-HOST ")" = "SB-HOST ${parked:0:12}" ] ||
