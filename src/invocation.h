@@ -86,9 +86,13 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 /*
  * TryStart: writes `next` into field only if the message msg_id is still
  * pending in group of stream and the field's current value is `expected`
- * (NULL = absent). Returns 1 when written, 0 when someone else changed it,
- * 2 when the message is no longer pending (acknowledged meanwhile), -1 on
- * a Redis error.
+ * (NULL = absent), and the current marker is due by Redis's own clock
+ * (TIME): a running or next_attempt_at marker whose deadline is more than
+ * RUNNER_CLOCK_SKEW_MS (runner.h) ahead of it is refused whatever this
+ * worker's clock says, so a worker whose clock jumped forward never finds
+ * every running marker expired at once. Returns 1 when written, 0 when
+ * someone else changed it (or it is not due), 2 when the message is no
+ * longer pending (acknowledged meanwhile), -1 on a Redis error.
  */
 int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
 			 const char *next, const char *stream, const char *group,

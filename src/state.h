@@ -51,6 +51,11 @@
  * the reconciler and the stats flush thread may share it; a 2 s busy
  * timeout bounds any wait on a concurrent reader. Errors are returned
  * (never fatal): the caller logs them and carries on without the database.
+ * A function write refused for a reason that passes (a full disk, an I/O
+ * error, a lock held too long) is kept, its arguments copied (at most
+ * DEFERRED_MAX in state.c), and written again, in order, before the next
+ * writer call, the 5 s stats flush included; its error then ends in
+ * "(kept: written once the database accepts writes again)".
  *
  * Reading. state_open_readonly opens with SQLITE_OPEN_READONLY and never
  * creates the data directory or the database; a missing database (or a file
