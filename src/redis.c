@@ -1184,6 +1184,17 @@ static void sleep_until(int64_t ms, int64_t deadline)
 		poll(NULL, 0, (int)ms);
 }
 
+/* Before resend number tries + 1 of a command the server could not run
+ * yet (TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN): 100 ms doubling up to
+ * 1 s, never past the deadline. */
+static void wait_backoff(int tries, int64_t deadline)
+{
+	int64_t ms = 100;
+	for (int i = 0; i < tries && ms < 1000; i++)
+		ms *= 2;
+	sleep_until(ms > 1000 ? 1000 : ms, deadline);
+}
+
 static void warn_redirect(struct redis *r, const char *from, const char *to, const char *why)
 {
 	if (r->episode)
@@ -1281,10 +1292,7 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 		}
 	}
 	if (kind == RD_WAIT && tries >= 0) {
-		int64_t ms = 100;
-		for (int i = 0; i < tries && ms < 1000; i++)
-			ms *= 2;
-		sleep_until(ms > 1000 ? 1000 : ms, deadline);
+		wait_backoff(tries, deadline);
 		warn_redirect(r, from, from, e->str);
 	} else if (kind == RD_REROUTE && rerouted) {
 		/* This episode found the master already. */
@@ -1343,10 +1351,7 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		snprintf_(from, sizeof from, "%s", r->addr);
 		int rc = 0;
 		if (kind == RD_WAIT) {
-			int64_t ms = 100;
-			for (int i = 0; i < f.tries && ms < 1000; i++)
-				ms *= 2;
-			sleep_until(ms > 1000 ? 1000 : ms, hard);
+			wait_backoff(f.tries, hard);
 			warn_redirect(r, from, from, (*rep)->str);
 			fl_pop(r);
 		} else {

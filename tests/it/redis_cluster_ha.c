@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <time.h>
 
+#include "duration.h"
 #include "itlib.h"
 #include "log.h"
 #include "t.h"
@@ -279,6 +280,19 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	snprintf(dport, sizeof dport, "%d", dst);
 	CHECK(on_ok(src, "MIGRATE 127.0.0.1 %s {mig}:a 0 5000", dport, NULL));
 
+	/* Keys on both sides: TRYAGAIN, resent with a bounded backoff, then
+	 * the error goes to the caller (100+200+400+800+1000 ms). */
+	int64_t t0 = now_mono_ns();
+	redisReply *rep = redis_command(r, "MGET {mig}:a {mig}:b");
+	int64_t took = (now_mono_ns() - t0) / NS_PER_MS;
+	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "TRYAGAIN", 8) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	if (took < 2000 || took > 4000)
+		T_FAIL_("TRYAGAIN given up after %" PRId64 " ms, want about 2500", took);
+	CHECK(redis_is_connected(r));
+	check_cmd(r, "GET %s", "{mig}:b", "20");
+
 	t_capture_logs();
 	/* {mig}:a is on dst now: the source answers ASK, the module asks dst. */
 	check_cmd(r, "GET %s", "{mig}:a", "10");
@@ -349,7 +363,7 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	free(logs);
 	/* The blocking read through redis_wait_reply's short soft waits:
 	 * MOVED, re-routed, resent, and its answer read as before. */
-	redisReply *rep = on(dst, "XADD {mig}:s 1-1 f v");
+	rep = on(dst, "XADD {mig}:s 1-1 f v");
 	if (rep)
 		freeReplyObject(rep);
 	rep = on(dst, "XGROUP CREATE {mig}:s g 0");
