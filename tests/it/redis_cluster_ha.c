@@ -218,6 +218,7 @@ TEST(routes_to_the_slot_master_from_a_seed_that_is_not_it)
 	char *seeds = xasprintf("redis://127.0.0.1:1,127.0.0.1:%d", other);
 	struct redis *r = cluster_client(seeds, "{events}");
 	free(seeds);
+	seeds = NULL;
 	REQUIRE(r != NULL);
 	CHECK_INT(redis_mode(r), REDIS_MODE_CLUSTER);
 	CHECK_INT(port_of_addr(r), owner);
@@ -230,6 +231,38 @@ TEST(routes_to_the_slot_master_from_a_seed_that_is_not_it)
 	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "1") == 0);
 	if (rep)
 		freeReplyObject(rep);
+	/* A key of another slot: answered (MOVED, served by its master once),
+	 * the connection stays on the stream's slot. */
+	char fkey[32] = "";
+	unsigned fslot = 0;
+	int fowner = 0;
+	for (char c = 'a'; c <= 'z' && (!fowner || fowner == owner || fslot == 0); c++) {
+		snprintf(fkey, sizeof fkey, "{%c}:x", c);
+		fslot = slot_of(fkey);
+		fowner = owner_of(N[0].port, fslot);
+	}
+	if (!fowner || fowner == owner) {
+		redis_free(r);
+		REQUIRE(!"a key of another master");
+	}
+	check_cmd(r, "SET %s 2", fkey, "OK");
+	CHECK_INT(port_of_addr(r), owner);
+	rep = on(fowner, "GET %s", fkey);
+	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "2") == 0);
+	if (rep)
+		freeReplyObject(rep);
+	redis_free(r);
+
+	/* Without a route key: slot 0's master, then wherever MOVED leads. */
+	seeds = xasprintf("redis://127.0.0.1:%d", other);
+	r = cluster_client(seeds, NULL);
+	free(seeds);
+	REQUIRE(r != NULL);
+	CHECK_INT(port_of_addr(r), owner_of(N[0].port, 0));
+	check_cmd(r, "GET %s", fkey, "2");
+	CHECK_INT(port_of_addr(r), fowner);
+	snprintf(want, sizeof want, "cluster, slot %u on 127.0.0.1:%d", fslot, fowner);
+	CHECK_STR(redis_describe(r), want);
 	redis_free(r);
 
 	/* Standalone stays standalone. */
