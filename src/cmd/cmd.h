@@ -35,7 +35,7 @@ enum cmd_touches {
 	CMD_STATE_WRITE = 1 << 4,     /* writes the state database */
 	CMD_DATA_FILES = 1 << 5,      /* reads/writes files under the data directory */
 	CMD_FUNCTIONS_READ = 1 << 6,  /* reads the functions directory */
-	CMD_FUNCTIONS_WRITE = 1 << 7, /* replaces function directories in it */
+	CMD_FUNCTIONS_WRITE = 1 << 7, /* creates or replaces function directories in it */
 	CMD_NETWORK = 1 << 8,	      /* other hosts: a git remote, HTTP listeners */
 	CMD_STREAM = 1 << 9,	      /* the event stream and group: REDIS_STREAM and
 					 REDIS_GROUP required, validated like relay start */
@@ -120,7 +120,7 @@ extern const size_t cmd_table_len;
 /* Entries, defined by the family files. */
 extern const struct cmd cmd_start, cmd_health, cmd_stats;
 extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_validate,
-	cmd_function_match;
+	cmd_function_match, cmd_function_new;
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;

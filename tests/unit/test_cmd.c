@@ -33,7 +33,7 @@ TEST(every_entry_fits_its_bounds)
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
 	}
-	CHECK_INT(cmd_table_len, 21);
+	CHECK_INT(cmd_table_len, 22);
 }
 
 TEST(touches_flags_are_true)
@@ -70,6 +70,7 @@ TEST(touches_flags_are_true)
 	CHECK_INT(find("function inspect")->touches, CMD_STATE_READ);
 	CHECK_INT(find("function validate")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("function match")->touches, CMD_FUNCTIONS_READ);
+	CHECK_INT(find("function new")->touches, CMD_FUNCTIONS_WRITE);
 	CHECK_INT(find("schedule next")->touches, 0);
 	/* event status reads Redis (the stream settings validated) and the
 	 * functions directory: no Docker, no state database. */
