@@ -2,7 +2,8 @@
  * Which functions and handlers an event matches, evaluated as relay start
  * evaluates it: every function of a functions directory scanned now,
  * functions by name and rules in file order (execution order). Shared by
- * relay function match and relay dlq show.
+ * relay function match, relay dlq show and relay event send, with the
+ * reader of their EVENT argument.
  */
 #ifndef RELAY_CMD_MATCH_H
 #define RELAY_CMD_MATCH_H
@@ -27,5 +28,14 @@ struct cmd_match {
 int cmd_match_event(const char *words, const char *dir, const struct event *ev, int64_t now,
 		    struct cmd_match **out, size_t *n, char **err);
 void cmd_match_free(struct cmd_match *m, size_t n);
+
+/*
+ * Reads an EVENT argument (relay function match, relay event send): JSON
+ * text as given, @file, or - for standard input, at most max bytes from a
+ * file or stdin. 0 with *text (malloc'd, NUL-terminated) and *len; -1 with
+ * *why (malloc'd): "cannot open <file>: <strerror>", "read error on
+ * <file|stdin>", or "event larger than <max> bytes" (errno EFBIG).
+ */
+int cmd_read_event_arg(const char *arg, size_t max, char **text, size_t *len, char **why);
 
 #endif

@@ -141,4 +141,189 @@ test_help_lists_the_author_commands() {
 	assert_out_contains "usage: relay function new <name> --runtime RUNTIME [--dir DIR]"
 	assert_out_contains "Creates one directory in the functions directory (or DIR); touches no"
 	assert_err_empty
+	run "$RELAY" --help
+	assert_out_contains "  event send EVENT [--dry-run]"
+	run "$RELAY" event send --help
+	assert_status 0
+	assert_out_contains "usage: relay event send EVENT [--dry-run]"
+	assert_err_empty
+}
+
+# ---- relay event send ----------------------------------------------------
+
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+xlen() { rcli XLEN events; }
+
+# send_setup: a private Redis, the stream settings, and two scaffolded
+# functions that the sample event matches (a-js runs before b-py).
+send_setup() {
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
+	"$RELAY" function new a-js --runtime node24 >/dev/null || fail "function new a-js"
+	"$RELAY" function new b-py --runtime python3.14 >/dev/null || fail "function new b-py"
+}
+
+MATCHES='match: a-js/handler.handler
+match: b-py/handler.handler'
+
+test_send_valid_event_xadds_exactly_it() {
+	send_setup
+	run "$RELAY" event send "$SAMPLE"
+	assert_status 0
+	assert_err_empty
+	local id
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	assert_out_eq "$MATCHES
+sent: $id"
+	[ "$(xlen)" = 1 ] || fail "XLEN $(xlen), want 1"
+	# The one entry is that id, with the single field event holding the
+	# bytes given.
+	[ "$(rcli XRANGE events - + | tr '\n' '|')" = "$id|event|$SAMPLE|" ] ||
+		fail "stream holds: $(rcli XRANGE events - +)"
+
+	# @file and - send the bytes read, whitespace included.
+	printf '%s\n' '{"event_name":"hello","name":"file"}' >"$TMP/ev.json"
+	run "$RELAY" event send "@$TMP/ev.json"
+	assert_status 0
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	assert_out_eq "$MATCHES
+sent: $id"
+	[ "$(rcli XRANGE events "$id" "$id" | sed -n 3p)" = '{"event_name":"hello","name":"file"}' ] ||
+		fail "@file entry: $(rcli XRANGE events "$id" "$id")"
+	[ "$(rcli XRANGE events "$id" "$id" | sed -n 3p | wc -c)" = "$(($(wc -c <"$TMP/ev.json")))" ] || fail "@file: not the file's bytes"
+	printf '%s' '{"event_name":"hello","name":"stdin"}' | "$RELAY" event send - >"$TMP/out" 2>"$TMP/err"
+	STATUS=$?
+	assert_status 0
+	assert_err_empty
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	assert_out_eq "$MATCHES
+sent: $id"
+	[ "$(rcli XRANGE events "$id" "$id" | tr '\n' '|')" = "$id|event|{\"event_name\":\"hello\",\"name\":\"stdin\"}|" ] ||
+		fail "- entry: $(rcli XRANGE events "$id" "$id")"
+	[ "$(xlen)" = 3 ] || fail "XLEN $(xlen), want 3"
+
+	# An event nothing matches is still sent; stderr says so.
+	run "$RELAY" event send '{"event_name":"other"}'
+	assert_status 0
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	assert_out_eq "sent: $id"
+	[ "$(cat "$TMP/err")" = "relay: event send: no handler in $RELAY_FUNCTIONS_DIR matches the event" ] ||
+		fail "no match: $(cat "$TMP/err")"
+	[ "$(xlen)" = 4 ] || fail "XLEN $(xlen), want 4"
+}
+
+# refused EVENT-ARG MESSAGE: exit 1, that one line, nothing on stdout,
+# nothing XADDed.
+refused() {
+	local before
+	before=$(xlen)
+	run "$RELAY" event send "$1"
+	assert_status 1
+	assert_out_empty
+	[ "$(cat "$TMP/err")" = "$2" ] || fail "stderr: $(cat "$TMP/err"); want: $2"
+	[ "$(xlen)" = "$before" ] || fail "XLEN $(xlen), was $before: something was XADDed"
+}
+
+test_send_refuses_what_the_consumer_would_dead_letter() {
+	send_setup
+	rcli XADD events '*' event '{"seed":1}' >/dev/null
+	refused '{"event_name":"hello"' 'relay: event send: malformed event (invalid_json): event is not valid JSON: expected '\'','\'' or '\''}'\'' at end of input'
+	refused '["hello"]' 'relay: event send: malformed event (not_object): event is an array, not a JSON object'
+	printf '{"a":"\xff"}' >"$TMP/bin.json"
+	refused "@$TMP/bin.json" 'relay: event send: malformed event (not_text): event is not UTF-8 text (invalid byte at offset 6)'
+	python3 -c 'import sys; sys.stdout.write("[" * 129 + "]" * 129)' >"$TMP/deep.json"
+	refused "@$TMP/deep.json" 'relay: event send: malformed event (too_deep): event is nested deeper than 128 levels'
+	# One byte over 1 MiB: the consumer's limit and words.
+	python3 -c 'import sys; sys.stdout.write("{\"a\":\"" + "x" * (1048576 - 8) + "\"} ")' >"$TMP/big.json"
+	[ "$(wc -c <"$TMP/big.json")" = 1048577 ] || fail "fixture size"
+	refused "@$TMP/big.json" 'relay: event send: malformed event (too_large): event is 1048577 bytes, more than the maximum of 1048576'
+	# Exactly 1 MiB is sent.
+	head -c 1048576 "$TMP/big.json" >"$TMP/max.json"
+	run "$RELAY" event send "@$TMP/max.json"
+	assert_status 0
+	[ "$(xlen)" = 2 ] || fail "the 1 MiB event was not sent"
+	# Past what is read at all.
+	head -c 17000000 /dev/zero | tr '\0' ' ' >"$TMP/huge.json"
+	refused "@$TMP/huge.json" 'relay: event send: malformed event (too_large): event is more than 16777216 bytes, more than the maximum of 1048576'
+	refused '{"source":"relay.schedule","function":"b-py","handler":"handler.handler","occurrence_id":"x"}' \
+		'relay: event send: the event claims to be a scheduled occurrence (source "relay.schedule" with function, handler and occurrence_id): relay would dead-letter it as forged'
+	refused "@$TMP/missing.json" "relay: event send: cannot open $TMP/missing.json: No such file or directory"
+	# A usage error: exit 2.
+	run "$RELAY" event send
+	assert_status 2
+	assert_err_contains "relay event send: missing argument"
+	[ "$(xlen)" = 2 ] || fail "XLEN $(xlen), want 2"
+}
+
+test_send_dry_run_writes_nothing_and_needs_no_redis() {
+	send_setup
+	run "$RELAY" event send --dry-run "$SAMPLE"
+	assert_status 0
+	assert_err_empty
+	assert_out_eq "$MATCHES
+not sent (--dry-run)"
+	[ "$(xlen)" = 0 ] || fail "XLEN $(xlen) after --dry-run"
+	[ "$(rcli EXISTS events)" = 0 ] || fail "--dry-run created the stream"
+	# Redis down, then no Redis settings at all: the same answer.
+	kill "$REDIS_PID" && wait "$REDIS_PID" 2>/dev/null
+	run "$RELAY" event send --dry-run "$SAMPLE"
+	assert_status 0
+	assert_out_eq "$MATCHES
+not sent (--dry-run)"
+	unset REDIS_URI REDIS_STREAM REDIS_GROUP
+	run "$RELAY" event send "$SAMPLE" --dry-run
+	assert_status 0
+	assert_err_empty
+	assert_out_eq "$MATCHES
+not sent (--dry-run)"
+	# A malformed event is refused the same way without Redis.
+	run "$RELAY" event send --dry-run '{'
+	assert_status 1
+	[ "$(cat "$TMP/err")" = 'relay: event send: malformed event (invalid_json): event is not valid JSON: expected object key at end of input' ] ||
+		fail "stderr: $(cat "$TMP/err")"
+}
+
+test_send_redis_unreachable_exits_1() {
+	send_setup
+	kill "$REDIS_PID" && wait "$REDIS_PID" 2>/dev/null
+	run "$RELAY" event send "$SAMPLE"
+	assert_status 1
+	[ "$(cat "$TMP/err")" = "relay: event send: cannot reach Redis: redis redis://127.0.0.1:$REDIS_PORT: connect: Connection refused" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+	assert_out_lacks "sent:"
+	# Without REDIS_URI the settings are refused as for relay start.
+	unset REDIS_URI
+	run "$RELAY" event send "$SAMPLE"
+	assert_status 1
+	assert_err_contains 'msg="invalid configuration: REDIS_URI is required'
+	assert_out_empty
+}
+
+# ---- the loop end to end -------------------------------------------------
+
+test_new_function_runs_under_relay_start_via_event_send() {
+	docker info >/dev/null 2>&1 || skip "no Docker daemon"
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
+	# A name no other test or session uses: images are named after it.
+	local name=author-e2e-$$-$RANDOM
+	trap 'rc=$?; rm_fn_images "$name"; (exit $rc); it_cleanup' EXIT
+	run "$RELAY" function new "$name" --runtime python3.14
+	assert_status 0
+	start_relay_as "$TMP/relay.log" author-e2e-worker
+	run "$RELAY" event send '{"event_name":"hello","name":"relay"}'
+	assert_status 0
+	local id
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	assert_out_eq "match: $name/handler.handler
+sent: $id"
+	# The scaffold's handler prints its line into relay's log, for the id
+	# event send printed.
+	wait_for 120 grep -qF "relay: function \"$name\" handler \"handler.handler\" executed for event \"$id\"" "$TMP/relay.log" ||
+		fail "the handler did not run: $(tail -n 20 "$TMP/relay.log")"
+	grep -qxF "relay: function \"$name\" handler \"handler.handler\": hello, relay" "$TMP/relay.log" ||
+		fail "no handler output line: $(grep -F "$name" "$TMP/relay.log")"
+	stop_relay_pid "$RELAY_PID"
 }
