@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <hiredis/hiredis.h>
 
@@ -37,24 +38,28 @@
 #include "scheduler.h"
 #include "util.h"
 
-/* The most a file or stdin EVENT is read to say how large it is: beyond,
- * the message says "more than" this. */
-#define SEND_READ_MAX (16u * 1024 * 1024)
-
 static int send_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
 	bool dry = cmd_flag(args, "--dry-run");
 	char *text = NULL, *why = NULL, *err = NULL;
 	size_t len = 0;
-	if (cmd_read_event_arg(args->pos[0], SEND_READ_MAX, &text, &len, &why) < 0) {
+	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
 		int rc;
+		struct stat st;
 		if (strncmp(why, "event larger", 12) != 0)
 			rc = cmd_fail("%s: %s", self->words, why);
+		else if (args->pos[0][0] == '@' && stat(args->pos[0] + 1, &st) == 0 &&
+			 st.st_size > EVENT_MAX_BYTES) /* the consumer's words */
+			rc = cmd_fail(
+				"%s: malformed event (%s): event is %lld bytes, more than the "
+				"maximum of %d",
+				self->words, event_err_name(EVENT_ERR_TOO_LARGE),
+				(long long)st.st_size, EVENT_MAX_BYTES);
 		else
-			rc = cmd_fail("%s: malformed event (%s): event is more than %u bytes, more "
-				      "than the maximum of %d",
-				      self->words, event_err_name(EVENT_ERR_TOO_LARGE),
-				      SEND_READ_MAX, EVENT_MAX_BYTES);
+			rc = cmd_fail(
+				"%s: malformed event (%s): event is more than the maximum of %d "
+				"bytes",
+				self->words, event_err_name(EVENT_ERR_TOO_LARGE), EVENT_MAX_BYTES);
 		free(why);
 		return rc;
 	}

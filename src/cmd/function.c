@@ -72,7 +72,7 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 	}
 	char *text = NULL, *why = NULL;
 	size_t len = 0;
-	if (cmd_read_event_arg(args->pos[0], EVENT_MAX_BYTES, &text, &len, &why) < 0) {
+	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
 		fprintf(stderr, "relay function match: %s\n", why);
 		free(why);
 		return 2;

@@ -68,7 +68,8 @@ void cmd_match_free(struct cmd_match *m, size_t n)
 	free(m);
 }
 
-int cmd_read_event_arg(const char *arg, size_t max, char **text, size_t *len, char **why)
+/* Reads the EVENT argument: JSON text, @file, or - for stdin. */
+int cmd_read_event(const char *arg, char **text, size_t *len, char **why)
 {
 	if (strcmp(arg, "-") != 0 && arg[0] != '@') {
 		*text = xstrdup(arg);
@@ -81,9 +82,9 @@ int cmd_read_event_arg(const char *arg, size_t max, char **text, size_t *len, ch
 		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
 		return -1;
 	}
-	int rc = read_fd_bounded(fd, max, 0, text, len);
+	int rc = read_fd_bounded(fd, EVENT_MAX_BYTES, 0, text, len);
 	if (rc < 0)
-		*why = errno == EFBIG ? xasprintf("event larger than %zu bytes", max)
+		*why = errno == EFBIG ? xasprintf("event larger than %d bytes", EVENT_MAX_BYTES)
 				      : xasprintf("read error on %s", std_in ? "stdin" : arg + 1);
 	if (!std_in)
 		close(fd);

@@ -2,8 +2,7 @@
  * Which functions and handlers an event matches, evaluated as relay start
  * evaluates it: every function of a functions directory scanned now,
  * functions by name and rules in file order (execution order). Shared by
- * relay function match, relay dlq show and relay event send, with the
- * reader of their EVENT argument.
+ * relay function match and relay dlq show.
  */
 #ifndef RELAY_CMD_MATCH_H
 #define RELAY_CMD_MATCH_H
@@ -30,12 +29,11 @@ int cmd_match_event(const char *words, const char *dir, const struct event *ev, 
 void cmd_match_free(struct cmd_match *m, size_t n);
 
 /*
- * Reads an EVENT argument (relay function match, relay event send): JSON
- * text as given, @file, or - for standard input, at most max bytes from a
- * file or stdin. 0 with *text (malloc'd, NUL-terminated) and *len; -1 with
- * *why (malloc'd): "cannot open <file>: <strerror>", "read error on
- * <file|stdin>", or "event larger than <max> bytes" (errno EFBIG).
+ * Reads an EVENT argument: JSON text as given, "@file", or "-" for stdin,
+ * at most EVENT_MAX_BYTES. Returns 0 with *text (malloc'd) and *len, or -1
+ * with *why (malloc'd: "cannot open F: ...", "event larger than N bytes",
+ * "read error on F"). Shared by relay function match and invoke.
  */
-int cmd_read_event_arg(const char *arg, size_t max, char **text, size_t *len, char **why);
+int cmd_read_event(const char *arg, char **text, size_t *len, char **why);
 
 #endif

@@ -243,9 +243,16 @@ test_send_refuses_what_the_consumer_would_dead_letter() {
 	run "$RELAY" event send "@$TMP/max.json"
 	assert_status 0
 	[ "$(xlen)" = 2 ] || fail "the 1 MiB event was not sent"
-	# Past what is read at all.
+	# Larger still, from a file and from stdin (whose size is not known:
+	# no more than the maximum is read).
 	head -c 17000000 /dev/zero | tr '\0' ' ' >"$TMP/huge.json"
-	refused "@$TMP/huge.json" 'relay: event send: malformed event (too_large): event is more than 16777216 bytes, more than the maximum of 1048576'
+	refused "@$TMP/huge.json" 'relay: event send: malformed event (too_large): event is 17000000 bytes, more than the maximum of 1048576'
+	"$RELAY" event send - <"$TMP/big.json" >"$TMP/out" 2>"$TMP/err"
+	STATUS=$?
+	assert_status 1
+	assert_out_empty
+	[ "$(cat "$TMP/err")" = 'relay: event send: malformed event (too_large): event is more than the maximum of 1048576 bytes' ] ||
+		fail "stdin too large: $(cat "$TMP/err")"
 	refused '{"source":"relay.schedule","function":"b-py","handler":"handler.handler","occurrence_id":"x"}' \
 		'relay: event send: the event claims to be a scheduled occurrence (source "relay.schedule" with function, handler and occurrence_id): relay would dead-letter it as forged'
 	refused "@$TMP/missing.json" "relay: event send: cannot open $TMP/missing.json: No such file or directory"
