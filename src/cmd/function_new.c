@@ -165,6 +165,10 @@ static int new_exec(const struct cmd *self, const struct cmd_args *args, const s
 	const char *name = args->pos[0], *rt_name = cmd_opt(args, "--runtime");
 	const char *dir_opt = cmd_opt(args, "--dir");
 	const char *dir = dir_opt ? dir_opt : cfg->functions_dir;
+	if (dir_opt && !*dir_opt) {
+		fprintf(stderr, "relay %s: --dir must not be empty\n", self->words);
+		return 2;
+	}
 	if (!rt_name) {
 		fprintf(stderr, "relay %s: --runtime is required (one of %s)\n", self->words,
 			runtime_names());
@@ -283,15 +287,14 @@ const struct cmd cmd_function_new = {
 	.opts = (const struct cmd_opt[]){{"--runtime", NULL, true}, {"--dir", NULL, true}, {NULL}},
 	.minpos = 1,
 	.maxpos = 1,
-	.help = "Creates DIR/<name> (DIR defaults to the functions directory, "
-		"RELAY_FUNCTIONS_DIR,\n"
-		"else /functions) with template.yaml (one rule: event_name \"hello\"), a handler\n"
-		"(handler.py or handler.js) and an empty dependency manifest (requirements.txt or\n"
-		"package.json). RUNTIME is python3.14 or node24. Prints \"created <path>\" for "
-		"each\n"
-		"file, then \"next: \" and the command that runs the handler once. Exit 1 for an\n"
-		"invalid name or an existing DIR/<name> (nothing is written), 2 for a usage "
-		"error.\n",
+	.help = "Creates DIR/<name> (DIR: the functions directory, RELAY_FUNCTIONS_DIR, else\n"
+		"/functions; made if missing) with template.yaml (one rule: event_name "
+		"\"hello\"),\n"
+		"a handler (handler.py or handler.js) and an empty dependency manifest\n"
+		"(requirements.txt or package.json). RUNTIME is python3.14 or node24. Prints\n"
+		"\"created <path>\" for each file, then \"next: \" and the command that runs the\n"
+		"handler once. Exit 1 for an invalid name or an existing DIR/<name> (nothing is\n"
+		"written), 2 for a usage error.\n",
 	.touches = CMD_FUNCTIONS_WRITE,
 	.exec = new_exec,
 };

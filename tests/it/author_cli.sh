@@ -88,6 +88,10 @@ test_new_refuses_invalid_name_existing_dir_unknown_runtime() {
 	assert_status 2
 	[ "$(cat "$TMP/err")" = 'relay function new: --runtime is required (one of python3.14, node24)' ] ||
 		fail "no runtime: $(cat "$TMP/err")"
+	run "$RELAY" function new fresh --runtime node24 --dir ''
+	assert_status 2
+	[ "$(cat "$TMP/err")" = 'relay function new: --dir must not be empty' ] ||
+		fail "empty --dir: $(cat "$TMP/err")"
 	run "$RELAY" function new --runtime node24
 	assert_status 2
 	assert_err_contains "relay function new: missing argument"
