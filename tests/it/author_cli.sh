@@ -318,23 +318,28 @@ test_new_function_runs_under_relay_start_via_event_send() {
 	start_redis
 	wait_redis_plain
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	# A name no other test or session uses: images are named after it.
-	local name=author-e2e-$$-$RANDOM
-	trap 'rc=$?; rm_fn_images "$name"; (exit $rc); it_cleanup' EXIT
-	run "$RELAY" function new "$name" --runtime python3.14
+	# Names no other test or session uses: images are named after them.
+	local py=author-e2e-py-$$-$RANDOM js=author-e2e-js-$$-$RANDOM f
+	trap 'rc=$?; rm_fn_images "$py" "$js"; (exit $rc); it_cleanup' EXIT
+	run "$RELAY" function new "$py" --runtime python3.14
+	assert_status 0
+	run "$RELAY" function new "$js" --runtime node24
 	assert_status 0
 	start_relay_as "$TMP/relay.log" author-e2e-worker
 	run "$RELAY" event send '{"event_name":"hello","name":"relay"}'
 	assert_status 0
 	local id
 	id=$(sed -n 's/^sent: //p' "$TMP/out")
-	assert_out_eq "match: $name/handler.handler
+	assert_out_eq "match: $js/handler.handler
+match: $py/handler.handler
 sent: $id"
-	# The scaffold's handler prints its line into relay's log, for the id
-	# event send printed.
-	wait_for 120 grep -qF "relay: function \"$name\" handler \"handler.handler\" executed for event \"$id\"" "$TMP/relay.log" ||
-		fail "the handler did not run: $(tail -n 20 "$TMP/relay.log")"
-	grep -qxF "relay: function \"$name\" handler \"handler.handler\": hello, relay" "$TMP/relay.log" ||
-		fail "no handler output line: $(grep -F "$name" "$TMP/relay.log")"
+	# Each scaffold's handler prints its line into relay's log, for the id
+	# event send printed, and exits 0.
+	for f in "$js" "$py"; do
+		wait_for 120 grep -qF "relay: function \"$f\" handler \"handler.handler\" executed for event \"$id\"" "$TMP/relay.log" ||
+			fail "$f: the handler did not run: $(grep -F "$f" "$TMP/relay.log" | tail -n 20)"
+		grep -qxF "relay: function \"$f\" handler \"handler.handler\": hello, relay" "$TMP/relay.log" ||
+			fail "$f: no handler output line: $(grep -F "$f" "$TMP/relay.log")"
+	done
 	stop_relay_pid "$RELAY_PID"
 }
