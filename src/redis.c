@@ -37,9 +37,30 @@
 #define BACKOFF_MIN_MS 1000
 #define BACKOFF_MAX_MS 30000
 
+/* A command in flight (cluster and sentinel mode): its bytes in pend. */
+struct inflight {
+	size_t len;
+	int tries; /* resends so far */
+};
+
 struct redis {
 	struct redis_uri uri;
 	struct redis_opts opts;
+	bool aux; /* a helper connection (sentinel, ASK target): no routing */
+	enum redis_mode mode;
+	bool track;		 /* keep copies of the commands in flight */
+	char host[256], port[8]; /* the node connected to (or last tried) */
+	unsigned slot;		 /* cluster mode: the slot of route_key */
+	char describe[400];
+	struct redis_host *known; /* the nodes of the last slot map */
+	size_t nknown;
+	struct buf pend; /* bytes of the commands in flight, from pend_off */
+	size_t pend_off;
+	struct inflight *fl; /* fl[fl_head..fl_n) */
+	size_t fl_head, fl_n, fl_cap;
+	redisReply **ready; /* replies read ahead (a redirect in a pipeline) */
+	size_t ready_head, ready_n;
+	bool episode; /* a redirect was logged; INFO when served again */
 	char addr[300];
 	char err[512];
 	int fd;
@@ -168,6 +189,61 @@ static int parse_hostport(const char *s, size_t n, const char *default_port, str
 	return 0;
 }
 
+/* Parses the comma-separated host list s[0..n) into u->hosts (and
+ * u->host/port, the first). */
+static int parse_hostlist(const char *s, size_t n, const char *default_port, struct redis_uri *u,
+			  char **why)
+{
+	size_t count = 1;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == ',')
+			count++;
+	if (count > REDIS_HOSTS_MAX) {
+		*why = xasprintf("at most %d hosts are allowed in the list, not %zu",
+				 REDIS_HOSTS_MAX, count);
+		return -1;
+	}
+	u->hosts = xcalloc(count, sizeof *u->hosts);
+	const char *p = s;
+	for (size_t k = 0; k < count; k++) {
+		const char *end = memchr(p, ',', n - (size_t)(p - s));
+		size_t len = end ? (size_t)(end - p) : n - (size_t)(p - s);
+		if (len == 0 && count > 1) {
+			*why = xasprintf("empty entry %zu in the host list", k + 1);
+			return -1;
+		}
+		struct redis_uri tmp = {0};
+		char *inner = NULL;
+		if (parse_hostport(p, len, default_port, &tmp, &inner) < 0) {
+			if (count > 1) {
+				*why = xasprintf("host %zu of the list: %s", k + 1, inner);
+				free(inner);
+			} else {
+				*why = inner;
+			}
+			return -1;
+		}
+		u->hosts[k].host = tmp.host;
+		u->hosts[k].port = tmp.port;
+		u->nhosts = k + 1;
+		p = end ? end + 1 : p + len;
+	}
+	u->host = xstrdup(u->hosts[0].host);
+	u->port = xstrdup(u->hosts[0].port);
+	return 0;
+}
+
+static int parse_db(const char *s, struct redis_uri *u, char **why)
+{
+	int64_t db;
+	if (parse_int64(s, &db) < 0 || db < 0 || db > 1000000 || s[0] == '+' || s[0] == '-') {
+		*why = xstrdup("the path must be a database number, e.g. /0");
+		return -1;
+	}
+	u->db = (int)db;
+	return 0;
+}
+
 int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 {
 	memset(u, 0, sizeof *u);
@@ -175,15 +251,26 @@ int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 	const char *p = s;
 	const char *sep = strstr(s, "://");
 	if (!sep) {
-		if (parse_hostport(s, strlen(s), NULL, u, why) < 0)
+		if (parse_hostlist(s, strlen(s), NULL, u, why) < 0)
 			goto fail;
+		if (u->nhosts > 1) {
+			*why = xstrdup("a host list needs the redis:// form, e.g. "
+				       "redis://h1:7000,h2:7001");
+			goto fail;
+		}
 		return 0;
 	}
 	size_t schemelen = (size_t)(sep - s);
+	bool sentinel = false;
 	if (schemelen == 5 && strncmp(s, "redis", 5) == 0) {
 		u->tls = false;
 	} else if (schemelen == 6 && strncmp(s, "rediss", 6) == 0) {
 		u->tls = true;
+	} else if (schemelen == 14 && strncmp(s, "redis-sentinel", 14) == 0) {
+		sentinel = true;
+	} else if (schemelen == 15 && strncmp(s, "rediss-sentinel", 15) == 0) {
+		u->tls = true;
+		sentinel = true;
 	} else {
 		char scheme[32];
 		snprintf_(scheme, sizeof scheme, "%.*s", (int)(schemelen < 20 ? schemelen : 20), s);
@@ -222,43 +309,89 @@ int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 		}
 		hp = at + 1;
 	}
-	if (parse_hostport(hp, authlen - (size_t)(hp - p), "6379", u, why) < 0)
+	if (parse_hostlist(hp, authlen - (size_t)(hp - p), sentinel ? "26379" : "6379", u, why) < 0)
 		goto fail;
-	if (slash && slash[1]) {
-		int64_t db;
-		if (parse_int64(slash + 1, &db) < 0 || db < 0 || db > 1000000 || slash[1] == '+' ||
-		    slash[1] == '-') {
-			*why = xstrdup("the path must be a database number, e.g. /0");
+	if (sentinel) {
+		const char *name = slash ? slash + 1 : "";
+		const char *end = strchr(name, '/');
+		size_t namelen = end ? (size_t)(end - name) : strlen(name);
+		if (namelen == 0) {
+			*why = xstrdup("missing master name: the form is "
+				       "redis-sentinel://host:26379,.../<master-name>[/db]");
 			goto fail;
 		}
-		u->db = (int)db;
+		for (size_t i = 0; i < namelen; i++) {
+			unsigned char c = (unsigned char)name[i];
+			if (c <= 0x20 || c >= 0x7f) {
+				*why = xstrdup("invalid character in the master name");
+				goto fail;
+			}
+		}
+		u->sentinel_master = xstrndup(name, namelen);
+		if (end && end[1] && parse_db(end + 1, u, why) < 0)
+			goto fail;
+		return 0;
 	}
+	if (slash && slash[1] && parse_db(slash + 1, u, why) < 0)
+		goto fail;
 	return 0;
 fail:
 	redis_uri_free(u);
 	return -1;
 }
 
+static void free_secret(char *s)
+{
+	if (s) {
+		memset(s, 0, strlen(s));
+		free(s);
+	}
+}
+
 void redis_uri_free(struct redis_uri *u)
 {
 	free(u->host);
 	free(u->port);
-	free(u->user);
-	if (u->password) {
-		memset(u->password, 0, strlen(u->password));
-		free(u->password);
+	for (size_t i = 0; i < u->nhosts; i++) {
+		free(u->hosts[i].host);
+		free(u->hosts[i].port);
 	}
+	free(u->hosts);
+	free(u->user);
+	free_secret(u->password);
+	free(u->sentinel_master);
+	free(u->sentinel_user);
+	free_secret(u->sentinel_password);
+	free(u->route_key);
 	memset(u, 0, sizeof *u);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
 }
 
 void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src)
 {
 	dst->host = xstrdup(src->host);
 	dst->port = xstrdup(src->port);
-	dst->user = src->user ? xstrdup(src->user) : NULL;
-	dst->password = src->password ? xstrdup(src->password) : NULL;
+	dst->nhosts = src->nhosts;
+	dst->hosts = NULL;
+	if (src->nhosts) {
+		dst->hosts = xcalloc(src->nhosts, sizeof *dst->hosts);
+		for (size_t i = 0; i < src->nhosts; i++) {
+			dst->hosts[i].host = xstrdup(src->hosts[i].host);
+			dst->hosts[i].port = xstrdup(src->hosts[i].port);
+		}
+	}
+	dst->user = dup_or_null(src->user);
+	dst->password = dup_or_null(src->password);
 	dst->tls = src->tls;
 	dst->db = src->db;
+	dst->sentinel_master = dup_or_null(src->sentinel_master);
+	dst->sentinel_user = dup_or_null(src->sentinel_user);
+	dst->sentinel_password = dup_or_null(src->sentinel_password);
+	dst->route_key = dup_or_null(src->route_key);
 }
 
 char *redis_uri_redact(const char *s)
@@ -306,6 +439,41 @@ static void ssl_init(void)
 	ERR_clear_error();
 }
 
+/* The node the connection is on next: host, port and addr. */
+static void set_node(struct redis *r, const char *host, const char *port)
+{
+	char h[sizeof r->host], p[sizeof r->port];
+	snprintf_(h, sizeof h, "%s", host); /* host may be r->host */
+	snprintf_(p, sizeof p, "%s", port);
+	memcpy(r->host, h, sizeof h);
+	memcpy(r->port, p, sizeof p);
+	bool v6 = strchr(host, ':') != NULL;
+	snprintf_(r->addr, sizeof r->addr, "%s://%s%s%s:%s", r->uri.tls ? "rediss" : "redis",
+		  v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+static void free_hosts(struct redis_host *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(h[i].host);
+		free(h[i].port);
+	}
+	free(h);
+}
+
+/* Forgets the commands in flight and the replies read ahead. */
+static void drop_inflight(struct redis *r)
+{
+	buf_reset(&r->pend);
+	r->pend_off = 0;
+	r->fl_head = r->fl_n = 0;
+	for (size_t i = r->ready_head; i < r->ready_n; i++)
+		freeReplyObject(r->ready[i]);
+	free(r->ready);
+	r->ready = NULL;
+	r->ready_head = r->ready_n = 0;
+}
+
 struct redis *redis_new(const struct redis_uri *uri, const struct redis_opts *opts)
 {
 	struct redis *r = xcalloc(1, sizeof *r);
@@ -316,12 +484,12 @@ struct redis *redis_new(const struct redis_uri *uri, const struct redis_opts *op
 		r->opts.connect_timeout_ms = 5000;
 	if (r->opts.command_timeout_ms <= 0)
 		r->opts.command_timeout_ms = 5000;
-	bool v6 = strchr(uri->host, ':') != NULL;
-	snprintf_(r->addr, sizeof r->addr, "%s://%s%s%s:%s", uri->tls ? "rediss" : "redis",
-		  v6 ? "[" : "", uri->host, v6 ? "]" : "", uri->port);
+	set_node(r, uri->host, uri->port);
 	r->fd = -1;
 	buf_init(&r->out, REDIS_OUT_MAX);
+	buf_init(&r->pend, REDIS_OUT_MAX);
 	snprintf_(r->err, sizeof r->err, "not connected");
+	snprintf_(r->describe, sizeof r->describe, "standalone");
 	return r;
 }
 
@@ -340,6 +508,7 @@ void redis_disconnect(struct redis *r)
 		r->reader = NULL;
 	}
 	buf_reset(&r->out);
+	drop_inflight(r);
 	r->fed = 0;
 	/* A new connection starts a new reply stream. */
 	redis_guard_init(&r->guard, r->guard.depth, r->guard.max, r->guard.max_elements);
@@ -351,6 +520,9 @@ void redis_free(struct redis *r)
 		return;
 	redis_disconnect(r);
 	buf_free(&r->out);
+	buf_free(&r->pend);
+	free(r->fl);
+	free_hosts(r->known, r->nknown);
 	redis_uri_free(&r->uri);
 	free(r);
 }
@@ -427,9 +599,9 @@ static int tcp_connect(struct redis *r, int64_t deadline)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct addrinfo *res = NULL;
-	int gai = getaddrinfo(r->uri.host, r->uri.port, &hints, &res);
+	int gai = getaddrinfo(r->host, r->port, &hints, &res);
 	if (gai != 0) {
-		set_err(r, "cannot resolve host %s: %s", r->uri.host, gai_strerror(gai));
+		set_err(r, "cannot resolve host %s: %s", r->host, gai_strerror(gai));
 		return -1;
 	}
 	int fd = -1;
@@ -484,15 +656,15 @@ static int tls_handshake(struct redis *r, int64_t deadline)
 	}
 	SSL_set_fd(r->ssl, r->fd);
 	unsigned char ipbuf[16];
-	bool is_ip = inet_pton(AF_INET, r->uri.host, ipbuf) == 1 ||
-		     inet_pton(AF_INET6, r->uri.host, ipbuf) == 1;
+	bool is_ip =
+		inet_pton(AF_INET, r->host, ipbuf) == 1 || inet_pton(AF_INET6, r->host, ipbuf) == 1;
 	X509_VERIFY_PARAM *param = SSL_get0_param(r->ssl);
 	if (is_ip) {
-		X509_VERIFY_PARAM_set1_ip_asc(param, r->uri.host);
+		X509_VERIFY_PARAM_set1_ip_asc(param, r->host);
 	} else {
-		SSL_set_tlsext_host_name(r->ssl, r->uri.host);
+		SSL_set_tlsext_host_name(r->ssl, r->host);
 		X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-		X509_VERIFY_PARAM_set1_host(param, r->uri.host, 0);
+		X509_VERIFY_PARAM_set1_host(param, r->host, 0);
 	}
 	for (;;) {
 		ERR_clear_error();
@@ -838,34 +1010,9 @@ static int fill_reader(struct redis *r, int64_t deadline, bool soft)
 	}
 }
 
-redisReply *redis_get_reply(struct redis *r, int timeout_ms)
-{
-	if (r->fd < 0) {
-		if (!r->err[0])
-			set_err(r, "not connected");
-		return NULL;
-	}
-	int64_t deadline =
-		now_mono_ns() +
-		(int64_t)(timeout_ms < 0 ? r->opts.command_timeout_ms : timeout_ms) * NS_PER_MS;
-	if (r->out.len && flush_out(r, deadline) < 0)
-		return NULL;
-	for (;;) {
-		void *reply = NULL;
-		if (redisReaderGetReply(r->reader, &reply) != REDIS_OK) {
-			fail(r, "protocol error: %s", r->reader->errstr);
-			return NULL;
-		}
-		if (reply) {
-			r->fed = 0;
-			return reply;
-		}
-		if (fill_reader(r, deadline, false) < 0)
-			return NULL;
-	}
-}
-
-int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
+/* The next reply on the wire: 1 (in *out), 0 when soft and none arrived
+ * by the deadline, -1 on a transport/protocol error (connection closed). */
+static int read_one(struct redis *r, int64_t deadline, bool soft, redisReply **out)
 {
 	*out = NULL;
 	if (r->fd < 0) {
@@ -873,7 +1020,6 @@ int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
 			set_err(r, "not connected");
 		return -1;
 	}
-	int64_t deadline = now_mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
 	if (r->out.len && flush_out(r, deadline) < 0)
 		return -1;
 	for (;;) {
@@ -887,10 +1033,431 @@ int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
 			*out = reply;
 			return 1;
 		}
-		int f = fill_reader(r, deadline, true);
+		int f = fill_reader(r, deadline, soft);
 		if (f <= 0)
 			return f;
 	}
+}
+
+/* ---- in-flight commands and redirects (cluster and sentinel mode) ------- */
+
+static int fl_push(struct redis *r, const char *cmd, size_t len, int tries)
+{
+	if (buf_append(&r->pend, cmd, len) < 0)
+		return -1;
+	if (r->fl_n == r->fl_cap) {
+		r->fl_cap = r->fl_cap ? r->fl_cap * 2 : 16;
+		r->fl = xrealloc(r->fl, r->fl_cap * sizeof *r->fl);
+	}
+	r->fl[r->fl_n++] = (struct inflight){.len = len, .tries = tries};
+	return 0;
+}
+
+static void fl_pop(struct redis *r)
+{
+	r->pend_off += r->fl[r->fl_head].len;
+	r->fl_head++;
+	if (r->fl_head == r->fl_n) {
+		buf_reset(&r->pend);
+		r->pend_off = 0;
+		r->fl_head = r->fl_n = 0;
+	} else if (r->fl_head >= 1024 && r->fl_head * 2 >= r->fl_n) {
+		/* A pipeline that never drains: keep the queues compact. */
+		r->fl_n -= r->fl_head;
+		memmove(r->fl, r->fl + r->fl_head, r->fl_n * sizeof *r->fl);
+		r->fl_head = 0;
+		r->pend.len -= r->pend_off;
+		memmove(r->pend.data, r->pend.data + r->pend_off, r->pend.len);
+		r->pend.data[r->pend.len] = '\0';
+		r->pend_off = 0;
+	}
+}
+
+enum { RD_NONE, RD_MOVED, RD_ASK, RD_WAIT, RD_REROUTE };
+
+static bool err_word(const char *s, const char *w)
+{
+	size_t n = strlen(w);
+	return strncmp(s, w, n) == 0 && (s[n] == ' ' || s[n] == '\0');
+}
+
+/* Whether rep is an error reply saying the command did not run here. */
+static int redirect_kind(const redisReply *rep)
+{
+	if (!rep || rep->type != REDIS_REPLY_ERROR || !rep->str)
+		return RD_NONE;
+	const char *s = rep->str;
+	if (err_word(s, "MOVED"))
+		return RD_MOVED;
+	if (err_word(s, "ASK"))
+		return RD_ASK;
+	if (err_word(s, "TRYAGAIN") || err_word(s, "CLUSTERDOWN") || err_word(s, "LOADING") ||
+	    err_word(s, "MASTERDOWN"))
+		return RD_WAIT;
+	if (err_word(s, "READONLY") || err_word(s, "UNBLOCKED"))
+		return RD_REROUTE;
+	return RD_NONE;
+}
+
+static bool valid_host(const char *s, size_t n)
+{
+	if (n == 0 || n > 255)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f || s[i] == '/' ||
+		    s[i] == '@' || s[i] == ',')
+			return false;
+	return true;
+}
+
+/* "MOVED <slot> <host>:<port>" / "ASK ...": the slot and the node (an
+ * empty host is the node that answered). */
+static bool redirect_target(const struct redis *r, const char *s, unsigned *slot, char *host,
+			    char *port)
+{
+	const char *sp = strchr(s, ' ');
+	if (!sp)
+		return false;
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(sp + 1, &end, 10);
+	if (end == sp + 1 || *end != ' ' || v > 16383 || errno)
+		return false;
+	*slot = (unsigned)v;
+	const char *a = end + 1;
+	const char *colon = strrchr(a, ':');
+	if (!colon || !valid_port(colon + 1, strlen(colon + 1)))
+		return false;
+	size_t hl = (size_t)(colon - a);
+	if (hl == 0) {
+		snprintf_(host, 256, "%s", r->host);
+	} else {
+		if (a[0] == '[' && hl > 2 && a[hl - 1] == ']') {
+			a++;
+			hl -= 2;
+		}
+		if (!valid_host(a, hl))
+			return false;
+		snprintf_(host, 256, "%.*s", (int)hl, a);
+	}
+	snprintf_(port, 8, "%s", colon + 1);
+	return true;
+}
+
+static int route(struct redis *r, const char *hint_host, const char *hint_port);
+
+/* A helper connection with the data nodes' credentials (or the sentinels'). */
+static struct redis *aux_new(const struct redis *r, const char *host, const char *port,
+			     bool sentinel)
+{
+	struct redis_uri u = {.host = (char *)host, .port = (char *)port};
+	if (sentinel) {
+		u.user = r->uri.sentinel_user;
+		u.password = r->uri.sentinel_password;
+	} else {
+		u.user = r->uri.user;
+		u.password = r->uri.password;
+		u.tls = r->uri.tls;
+		u.db = r->uri.db;
+	}
+	struct redis *a = redis_new(&u, &r->opts);
+	a->aux = true;
+	return a;
+}
+
+static void sleep_until(int64_t ms, int64_t deadline)
+{
+	int64_t left = (deadline - now_mono_ns()) / NS_PER_MS;
+	if (ms > left)
+		ms = left;
+	if (ms > 0)
+		poll(NULL, 0, (int)ms);
+}
+
+static void warn_redirect(struct redis *r, const char *from, const char *to, const char *why)
+{
+	if (r->episode)
+		return;
+	r->episode = true;
+	char reason[160];
+	snprintf_(reason, sizeof reason, "%s", why);
+	log_warn(LOG_ATTRS("addr", from, "to", to, "reason", reason),
+		 "redis command redirected; resending it");
+}
+
+static void served_again(struct redis *r)
+{
+	if (!r->episode)
+		return;
+	r->episode = false;
+	log_info(LOG_ATTRS("addr", r->addr), "redis commands served again after a redirect");
+}
+
+/* Runs cmd once on a helper connection to host:port (after ASKING when
+ * asking). 1 with its reply, or -1 (r->err says why). */
+static int side_run(struct redis *r, const char *host, const char *port, bool asking,
+		    const char *cmd, size_t len, int64_t deadline, redisReply **out)
+{
+	struct redis *a = aux_new(r, host, port, false);
+	int rc = -1;
+	redisReply *ask = NULL;
+	if (redis_connect(a) < 0)
+		goto done;
+	if (asking && redis_append(a, "ASKING") < 0)
+		goto done;
+	if (buf_append(&a->out, cmd, len) < 0) {
+		set_err(a, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+		goto done;
+	}
+	if (asking && read_one(a, deadline, false, &ask) < 0)
+		goto done;
+	if (read_one(a, deadline, false, out) < 0)
+		goto done;
+	rc = 1;
+done:
+	if (rc < 0)
+		snprintf_(r->err, sizeof r->err, "%s", a->err);
+	if (ask)
+		freeReplyObject(ask);
+	redis_free(a);
+	return rc;
+}
+
+/* Acts on the redirect e (kind) of a command, then resends the command
+ * (tries: its resends before this one): 1 with the new reply in *out, or
+ * -1 on a transport error. Logs the episode's WARN. */
+static int resend(struct redis *r, const redisReply *e, int kind, int tries, const char *cmd,
+		  size_t len, int64_t deadline, redisReply **out)
+{
+	char from[sizeof r->addr];
+	snprintf_(from, sizeof from, "%s", r->addr);
+	char host[256], port[8];
+	unsigned slot;
+	if (kind == RD_ASK || kind == RD_MOVED) {
+		if (!redirect_target(r, e->str, &slot, host, port)) {
+			/* Unreadable: the caller gets the error reply as it is. */
+			*out = NULL;
+			return 0;
+		}
+		if (kind == RD_ASK || (r->mode == REDIS_MODE_CLUSTER && slot != r->slot)) {
+			/* Another slot than the connection's, or a slot in
+			 * migration: that node serves this one command. */
+			char to[300];
+			snprintf_(to, sizeof to, "%s:%s", host, port);
+			warn_redirect(r, from, to, e->str);
+			if (side_run(r, host, port, kind == RD_ASK, cmd, len, deadline, out) < 0) {
+				char why[sizeof r->err];
+				snprintf_(why, sizeof why, "%s", r->err);
+				redis_disconnect(r);
+				snprintf_(r->err, sizeof r->err, "%s", why);
+				return -1;
+			}
+			return 1;
+		}
+	}
+	if (kind == RD_WAIT) {
+		int64_t ms = 100;
+		for (int i = 0; i < tries && ms < 1000; i++)
+			ms *= 2;
+		sleep_until(ms > 1000 ? 1000 : ms, deadline);
+		warn_redirect(r, from, from, e->str);
+	} else {
+		char why[200];
+		snprintf_(why, sizeof why, "%s", e->str);
+		if (route(r, kind == RD_MOVED ? host : NULL, kind == RD_MOVED ? port : NULL) < 0)
+			return -1;
+		warn_redirect(r, from, r->addr, why);
+	}
+	if (buf_append(&r->out, cmd, len) < 0) {
+		fail(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+		return -1;
+	}
+	return read_one(r, deadline, false, out);
+}
+
+struct redo {
+	char *cmd;
+	size_t len;
+	int tries;
+	redisReply *rep; /* the answer, NULL until there is one */
+	redisReply *err; /* the last redirect */
+};
+
+/*
+ * *rep, the reply to the command at the head of the in-flight queue, is a
+ * redirect. Returns 1 with *rep the final reply of that command (the
+ * replies of the rest of the pipeline read ahead into r->ready), 2 when
+ * the command was resent on this connection and its reply is still to be
+ * read (soft, one command in flight), -1 on a transport error.
+ */
+static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadline)
+{
+	size_t n = r->fl_n - r->fl_head;
+	int64_t hard = deadline;
+	if (soft) {
+		int64_t d = now_mono_ns() + (int64_t)r->opts.command_timeout_ms * NS_PER_MS;
+		hard = d > deadline ? d : deadline;
+	}
+	int kind = redirect_kind(*rep);
+	if (n == 1 && soft && (kind == RD_WAIT || kind == RD_REROUTE)) {
+		/* A blocking read: resend it and go on waiting softly. */
+		struct inflight f = r->fl[r->fl_head];
+		if (f.tries >= REDIS_REDIRECTS_MAX) {
+			fl_pop(r);
+			return 1;
+		}
+		char *cmd = xstrndup(r->pend.data + r->pend_off, f.len);
+		redisReply *x = NULL;
+		/* resend() reads the reply itself: keep only the action. */
+		char from[sizeof r->addr];
+		snprintf_(from, sizeof from, "%s", r->addr);
+		int rc = 0;
+		if (kind == RD_WAIT) {
+			int64_t ms = 100;
+			for (int i = 0; i < f.tries && ms < 1000; i++)
+				ms *= 2;
+			sleep_until(ms > 1000 ? 1000 : ms, hard);
+			warn_redirect(r, from, from, (*rep)->str);
+			fl_pop(r);
+		} else {
+			char why[200];
+			snprintf_(why, sizeof why, "%s", (*rep)->str);
+			rc = route(r, NULL, NULL);
+			if (rc == 0)
+				warn_redirect(r, from, r->addr, why);
+		}
+		if (rc == 0 && (buf_append(&r->out, cmd, f.len) < 0 ||
+				fl_push(r, cmd, f.len, f.tries + 1) < 0)) {
+			fail(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+			rc = -1;
+		}
+		free(cmd);
+		freeReplyObject(*rep);
+		*rep = x;
+		return rc < 0 ? -1 : 2;
+	}
+	struct redo *it = xcalloc(n, sizeof *it);
+	size_t off = r->pend_off;
+	for (size_t i = 0; i < n; i++) {
+		struct inflight f = r->fl[r->fl_head + i];
+		it[i].cmd = xstrndup(r->pend.data + off, f.len);
+		it[i].len = f.len;
+		it[i].tries = f.tries;
+		off += f.len;
+	}
+	it[0].err = *rep;
+	*rep = NULL;
+	int rc = 1;
+	/* The old connection's other replies first: those that ran stay. */
+	for (size_t i = 1; i < n; i++) {
+		redisReply *x = NULL;
+		if (read_one(r, hard, false, &x) < 0) {
+			rc = -1;
+			goto done;
+		}
+		if (redirect_kind(x) != RD_NONE)
+			it[i].err = x;
+		else
+			it[i].rep = x;
+	}
+	buf_reset(&r->pend);
+	r->pend_off = 0;
+	r->fl_head = r->fl_n = 0;
+	/* Then each redirected one, in order, each answered before the next. */
+	for (size_t i = 0; i < n; i++) {
+		while (!it[i].rep) {
+			int k = redirect_kind(it[i].err);
+			redisReply *x = NULL;
+			int s = 0;
+			if (it[i].tries < REDIS_REDIRECTS_MAX && now_mono_ns() < hard)
+				s = resend(r, it[i].err, k, it[i].tries, it[i].cmd, it[i].len, hard,
+					   &x);
+			if (s < 0) {
+				rc = -1;
+				goto done;
+			}
+			if (s == 0) { /* give up: the caller gets the error */
+				it[i].rep = it[i].err;
+				it[i].err = NULL;
+				break;
+			}
+			it[i].tries++;
+			if (redirect_kind(x) != RD_NONE) {
+				freeReplyObject(it[i].err);
+				it[i].err = x;
+			} else {
+				it[i].rep = x;
+				served_again(r);
+			}
+		}
+	}
+	*rep = it[0].rep;
+	it[0].rep = NULL;
+	if (n > 1) {
+		r->ready = xcalloc(n - 1, sizeof *r->ready);
+		for (size_t i = 1; i < n; i++) {
+			r->ready[i - 1] = it[i].rep;
+			it[i].rep = NULL;
+		}
+		r->ready_head = 0;
+		r->ready_n = n - 1;
+	}
+done:
+	for (size_t i = 0; i < n; i++) {
+		free(it[i].cmd);
+		if (it[i].rep)
+			freeReplyObject(it[i].rep);
+		if (it[i].err)
+			freeReplyObject(it[i].err);
+	}
+	free(it);
+	if (rc < 0 && r->fd >= 0)
+		fail(r, "%s", "connection lost during a redirect");
+	return rc;
+}
+
+/* The next reply for the caller: one read ahead, else from the wire with
+ * the redirects resolved (cluster and sentinel mode). As read_one. */
+static int next_reply(struct redis *r, int64_t deadline, bool soft, redisReply **out)
+{
+	*out = NULL;
+	if (r->ready_head < r->ready_n) {
+		*out = r->ready[r->ready_head++];
+		if (r->ready_head == r->ready_n) {
+			free(r->ready);
+			r->ready = NULL;
+			r->ready_head = r->ready_n = 0;
+		}
+		return 1;
+	}
+	for (;;) {
+		int rc = read_one(r, deadline, soft, out);
+		if (rc <= 0 || !r->track || r->fl_head == r->fl_n)
+			return rc;
+		if (redirect_kind(*out) == RD_NONE) {
+			fl_pop(r);
+			served_again(r);
+			return 1;
+		}
+		rc = redirect(r, out, soft, deadline);
+		if (rc != 2)
+			return rc;
+	}
+}
+
+redisReply *redis_get_reply(struct redis *r, int timeout_ms)
+{
+	int64_t deadline =
+		now_mono_ns() +
+		(int64_t)(timeout_ms < 0 ? r->opts.command_timeout_ms : timeout_ms) * NS_PER_MS;
+	redisReply *rep = NULL;
+	return next_reply(r, deadline, false, &rep) == 1 ? rep : NULL;
+}
+
+int redis_wait_reply(struct redis *r, int timeout_ms, redisReply **out)
+{
+	int64_t deadline = now_mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
+	return next_reply(r, deadline, true, out);
 }
 
 /* ---- scripts ------------------------------------------------------------ */
@@ -918,6 +1485,11 @@ static int append_formatted(struct redis *r, char *cmd, int len)
 		return -1;
 	}
 	int rc = buf_append(&r->out, cmd, (size_t)len);
+	if (rc == 0 && r->track && fl_push(r, cmd, (size_t)len, 0) < 0) {
+		r->out.len -= (size_t)len; /* all or nothing */
+		r->out.data[r->out.len] = '\0';
+		rc = -1;
+	}
 	redisFreeCommand(cmd);
 	if (rc < 0)
 		set_err(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
@@ -1052,9 +1624,11 @@ static int handshake(struct redis *r)
 	return 0;
 }
 
-int redis_connect(struct redis *r)
+/* Connects to host:port (TCP, TLS, AUTH, SELECT), closing any connection. */
+static int node_connect(struct redis *r, const char *host, const char *port)
 {
 	redis_disconnect(r);
+	set_node(r, host, port);
 	int64_t deadline = now_mono_ns() + (int64_t)r->opts.connect_timeout_ms * NS_PER_MS;
 	if (tcp_connect(r, deadline) < 0)
 		return -1;
@@ -1064,9 +1638,480 @@ int redis_connect(struct redis *r)
 	r->fed = 0;
 	r->tripped = false;
 	r->first[0] = '\0';
-	if (handshake(r) < 0)
+	return handshake(r);
+}
+
+static void hostport(char *dst, size_t n, const char *host, const char *port)
+{
+	bool v6 = strchr(host, ':') != NULL;
+	snprintf_(dst, n, "%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+/* On a cluster node: the slot map, the master of r->slot. 0 with *owner
+ * (malloc'd), or -1 with the connection closed. */
+static int cluster_owner(struct redis *r, struct redis_host *owner)
+{
+	bool shards = true;
+	redisReply *rep = redis_command(r, "CLUSTER SHARDS");
+	if (!rep)
 		return -1;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		/* Before Redis 7.0. */
+		freeReplyObject(rep);
+		shards = false;
+		rep = redis_command(r, "CLUSTER SLOTS");
+		if (!rep)
+			return -1;
+		if (rep->type == REDIS_REPLY_ERROR) {
+			char msg[200];
+			snprintf_(msg, sizeof msg, "%s", rep->str);
+			freeReplyObject(rep);
+			fail(r, "CLUSTER SLOTS failed: %s", msg);
+			return -1;
+		}
+	}
+	struct redis_slotmap m;
+	char *why = NULL;
+	int rc = redis_slotmap_parse(rep, shards, r->slot, r->uri.tls, r->host, &m, &why);
+	freeReplyObject(rep);
+	if (rc < 0) {
+		fail(r, "%s", why);
+		free(why);
+		return -1;
+	}
+	free_hosts(r->known, r->nknown);
+	r->known = m.nodes;
+	r->nknown = m.nnodes;
+	*owner = m.owner;
+	return 0;
+}
+
+static void add_cand(struct redis_host *c, size_t *n, size_t max, const char *host,
+		     const char *port)
+{
+	if (!host || !port || *n >= max)
+		return;
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp(c[i].host, host) == 0 && strcmp(c[i].port, port) == 0)
+			return;
+	c[*n].host = xstrdup(host);
+	c[*n].port = xstrdup(port);
+	(*n)++;
+}
+
+/* Seeds (hint first, then the URI's, then the last slot map's): the first
+ * that accepts tells the mode; on a cluster, the slot's master. */
+static int route_seeds(struct redis *r, const char *hint_host, const char *hint_port)
+{
+	size_t max = 1 + REDIS_HOSTS_MAX + REDIS_NODES_MAX, nc = 0;
+	struct redis_host *c = xcalloc(max, sizeof *c);
+	add_cand(c, &nc, max, hint_host, hint_port);
+	if (r->uri.nhosts == 0)
+		add_cand(c, &nc, max, r->uri.host, r->uri.port);
+	for (size_t i = 0; i < r->uri.nhosts; i++)
+		add_cand(c, &nc, max, r->uri.hosts[i].host, r->uri.hosts[i].port);
+	for (size_t i = 0; i < r->nknown; i++)
+		add_cand(c, &nc, max, r->known[i].host, r->known[i].port);
+	r->slot = r->uri.route_key ? redis_key_slot(r->uri.route_key, strlen(r->uri.route_key)) : 0;
+	char lasterr[sizeof r->err] = "";
+	int rc = -1;
+	for (size_t i = 0; i < nc && rc < 0; i++) {
+		if (node_connect(r, c[i].host, c[i].port) < 0) {
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		redisReply *rep = redis_command(r, "INFO cluster");
+		if (!rep) {
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		/* An error (INFO refused by an ACL): standalone. */
+		bool cluster = rep->type == REDIS_REPLY_STRING && rep->str &&
+			       strstr(rep->str, "cluster_enabled:1");
+		freeReplyObject(rep);
+		if (!cluster) {
+			r->mode = REDIS_MODE_STANDALONE;
+			snprintf_(r->describe, sizeof r->describe, "standalone");
+			rc = 0;
+			break;
+		}
+		struct redis_host owner;
+		if (cluster_owner(r, &owner) < 0) {
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		int ok = strcmp(owner.host, r->host) == 0 && strcmp(owner.port, r->port) == 0
+				 ? 0
+				 : node_connect(r, owner.host, owner.port);
+		free(owner.host);
+		free(owner.port);
+		if (ok < 0) {
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		r->mode = REDIS_MODE_CLUSTER;
+		char hp[300];
+		hostport(hp, sizeof hp, r->host, r->port);
+		snprintf_(r->describe, sizeof r->describe, "cluster, slot %u on %s", r->slot, hp);
+		rc = 0;
+	}
+	free_hosts(c, nc);
+	if (rc < 0)
+		snprintf_(r->err, sizeof r->err, "%s",
+			  lasterr[0] ? lasterr : "no host to connect to");
+	return rc;
+}
+
+/* The master through the sentinels, confirmed with ROLE. */
+static int route_sentinel(struct redis *r)
+{
+	char lasterr[sizeof r->err] = "";
+	const char *name = r->uri.sentinel_master;
+	size_t ns = r->uri.nhosts ? r->uri.nhosts : 1;
+	for (size_t i = 0; i < ns; i++) {
+		const char *sh = r->uri.nhosts ? r->uri.hosts[i].host : r->uri.host;
+		const char *sp = r->uri.nhosts ? r->uri.hosts[i].port : r->uri.port;
+		struct redis *a = aux_new(r, sh, sp, true);
+		redisReply *rep = NULL;
+		if (redis_connect(a) < 0 ||
+		    !(rep = redis_command(a, "SENTINEL get-master-addr-by-name %s", name))) {
+			snprintf_(lasterr, sizeof lasterr, "sentinel %s", a->err);
+			redis_free(a);
+			continue;
+		}
+		char host[256] = "", port[8] = "";
+		if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		    rep->element[0]->type == REDIS_REPLY_STRING &&
+		    rep->element[1]->type == REDIS_REPLY_STRING &&
+		    valid_host(rep->element[0]->str, rep->element[0]->len) &&
+		    valid_port(rep->element[1]->str, rep->element[1]->len)) {
+			snprintf_(host, sizeof host, "%s", rep->element[0]->str);
+			snprintf_(port, sizeof port, "%s", rep->element[1]->str);
+		} else if (rep->type == REDIS_REPLY_NIL) {
+			snprintf_(lasterr, sizeof lasterr, "sentinel %s does not know master %s",
+				  a->addr, name);
+		} else {
+			snprintf_(lasterr, sizeof lasterr,
+				  "sentinel %s: unexpected reply to SENTINEL "
+				  "get-master-addr-by-name%s%.100s",
+				  a->addr, rep->type == REDIS_REPLY_ERROR ? ": " : "",
+				  rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+		}
+		freeReplyObject(rep);
+		redis_free(a);
+		if (!host[0])
+			continue;
+		if (node_connect(r, host, port) < 0 || !(rep = redis_command(r, "ROLE"))) {
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		bool master = rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+			      rep->element[0]->type == REDIS_REPLY_STRING &&
+			      strcmp(rep->element[0]->str, "master") == 0;
+		char role[32] = "?";
+		if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+		    rep->element[0]->type == REDIS_REPLY_STRING)
+			snprintf_(role, sizeof role, "%s", rep->element[0]->str);
+		freeReplyObject(rep);
+		if (!master) {
+			fail(r, "the sentinels' master %s is not a master (ROLE: %s)", name, role);
+			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
+			continue;
+		}
+		r->mode = REDIS_MODE_SENTINEL;
+		char hp[300];
+		hostport(hp, sizeof hp, r->host, r->port);
+		snprintf_(r->describe, sizeof r->describe, "sentinel master %s at %s", name, hp);
+		return 0;
+	}
+	snprintf_(r->err, sizeof r->err, "%s", lasterr[0] ? lasterr : "no sentinel to ask");
+	return -1;
+}
+
+static int route(struct redis *r, const char *hint_host, const char *hint_port)
+{
+	/* The routing commands are neither tracked nor guarded. */
+	r->track = false;
+	struct redis_guard g = r->guard;
+	redis_guard_init(&r->guard, 0, 0, 0);
+	int rc = r->aux			  ? node_connect(r, r->uri.host, r->uri.port)
+		 : r->uri.sentinel_master ? route_sentinel(r)
+					  : route_seeds(r, hint_host, hint_port);
+	redis_guard_init(&r->guard, g.depth, g.max, g.max_elements);
+	if (rc < 0) {
+		if (r->fd >= 0)
+			redis_disconnect(r);
+		return -1;
+	}
+	r->track = !r->aux && r->mode != REDIS_MODE_STANDALONE;
 	r->err[0] = '\0';
+	return 0;
+}
+
+int redis_connect(struct redis *r)
+{
+	return route(r, NULL, NULL);
+}
+
+enum redis_mode redis_mode(const struct redis *r)
+{
+	return r->mode;
+}
+
+const char *redis_describe(const struct redis *r)
+{
+	return r->describe;
+}
+
+/* ---- cluster slots -------------------------------------------------------- */
+
+static uint16_t crc16_xmodem(const char *p, size_t n)
+{
+	uint16_t crc = 0;
+	for (size_t i = 0; i < n; i++) {
+		crc ^= (uint16_t)((unsigned char)p[i] << 8);
+		for (int k = 0; k < 8; k++)
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
+					     : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+bool redis_hash_tag(const char *key, size_t len, size_t *off, size_t *taglen)
+{
+	const char *open = memchr(key, '{', len);
+	if (!open)
+		return false;
+	size_t start = (size_t)(open - key) + 1;
+	const char *close = memchr(key + start, '}', len - start);
+	if (!close || close == key + start)
+		return false;
+	*off = start;
+	*taglen = (size_t)(close - (key + start));
+	return true;
+}
+
+unsigned redis_key_slot(const char *key, size_t len)
+{
+	size_t off = 0, n = len;
+	if (!redis_hash_tag(key, len, &off, &n))
+		off = 0, n = len;
+	return crc16_xmodem(key + off, n) & 16383u;
+}
+
+static bool rstr(const redisReply *e, const char *want)
+{
+	return e && (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) &&
+	       strcmp(e->str, want) == 0;
+}
+
+/* A port: an integer or a string of digits. */
+static bool rport(const redisReply *e, char out[8])
+{
+	if (e->type == REDIS_REPLY_INTEGER && e->integer >= 1 && e->integer <= 65535) {
+		snprintf_(out, 8, "%lld", (long long)e->integer);
+		return true;
+	}
+	if (e->type == REDIS_REPLY_STRING && valid_port(e->str, e->len)) {
+		snprintf_(out, 8, "%s", e->str);
+		return true;
+	}
+	return false;
+}
+
+static void map_add(struct redis_slotmap *m, const char *host, const char *port)
+{
+	if (m->nnodes >= REDIS_NODES_MAX)
+		return;
+	for (size_t i = 0; i < m->nnodes; i++)
+		if (strcmp(m->nodes[i].host, host) == 0 && strcmp(m->nodes[i].port, port) == 0)
+			return;
+	if (!m->nodes)
+		m->nodes = xcalloc(REDIS_NODES_MAX, sizeof *m->nodes);
+	m->nodes[m->nnodes].host = xstrdup(host);
+	m->nodes[m->nnodes].port = xstrdup(port);
+	m->nnodes++;
+}
+
+static void map_owner(struct redis_slotmap *m, const char *host, const char *port)
+{
+	free(m->owner.host);
+	free(m->owner.port);
+	m->owner.host = xstrdup(host);
+	m->owner.port = xstrdup(port);
+}
+
+/* The host of a node: the endpoint, else the ip, an empty one the node
+ * asked. false when unknown or not a host name. */
+static bool node_host(const redisReply *e, const char *self_host, char out[256])
+{
+	if (!e || e->type != REDIS_REPLY_STRING)
+		return false;
+	if (e->len == 0) {
+		snprintf_(out, 256, "%s", self_host ? self_host : "");
+		return out[0] != '\0';
+	}
+	if (!valid_host(e->str, e->len) || strcmp(e->str, "?") == 0)
+		return false;
+	snprintf_(out, 256, "%s", e->str);
+	return true;
+}
+
+#define MAP_FIELDS_MAX 64 /* fields of a shard or node map */
+
+/* One shard of CLUSTER SHARDS: 0, or -1 with why. */
+static int parse_shard(const redisReply *sh, size_t idx, unsigned slot, bool tls,
+		       const char *self_host, struct redis_slotmap *m, int *best, char **why)
+{
+	if (sh->type != REDIS_REPLY_ARRAY || sh->elements % 2 || sh->elements > MAP_FIELDS_MAX) {
+		*why = xasprintf("shard %zu is not a map", idx + 1);
+		return -1;
+	}
+	const redisReply *slots = NULL, *nodes = NULL;
+	for (size_t i = 0; i < sh->elements; i += 2) {
+		if (rstr(sh->element[i], "slots"))
+			slots = sh->element[i + 1];
+		else if (rstr(sh->element[i], "nodes"))
+			nodes = sh->element[i + 1];
+	}
+	if (!slots || slots->type != REDIS_REPLY_ARRAY || slots->elements % 2 ||
+	    slots->elements > 2 * 16384) {
+		*why = xasprintf("shard %zu has no valid slots", idx + 1);
+		return -1;
+	}
+	if (!nodes || nodes->type != REDIS_REPLY_ARRAY || nodes->elements > MAP_FIELDS_MAX) {
+		*why = xasprintf("shard %zu has no valid nodes", idx + 1);
+		return -1;
+	}
+	bool owns = false;
+	for (size_t i = 0; i < slots->elements; i += 2) {
+		const redisReply *a = slots->element[i], *b = slots->element[i + 1];
+		if (a->type != REDIS_REPLY_INTEGER || b->type != REDIS_REPLY_INTEGER ||
+		    a->integer < 0 || b->integer > 16383 || a->integer > b->integer) {
+			*why = xasprintf("shard %zu has an invalid slot range", idx + 1);
+			return -1;
+		}
+		if ((long long)slot >= a->integer && (long long)slot <= b->integer)
+			owns = true;
+	}
+	for (size_t k = 0; k < nodes->elements; k++) {
+		const redisReply *n = nodes->element[k];
+		if (n->type != REDIS_REPLY_ARRAY || n->elements % 2 ||
+		    n->elements > MAP_FIELDS_MAX) {
+			*why = xasprintf("shard %zu: node %zu is not a map", idx + 1, k + 1);
+			return -1;
+		}
+		const redisReply *ip = NULL, *endpoint = NULL, *port = NULL, *tport = NULL,
+				 *role = NULL, *health = NULL;
+		for (size_t i = 0; i < n->elements; i += 2) {
+			const redisReply *key = n->element[i], *v = n->element[i + 1];
+			if (rstr(key, "ip"))
+				ip = v;
+			else if (rstr(key, "endpoint"))
+				endpoint = v;
+			else if (rstr(key, "port"))
+				port = v;
+			else if (rstr(key, "tls-port"))
+				tport = v;
+			else if (rstr(key, "role"))
+				role = v;
+			else if (rstr(key, "health"))
+				health = v;
+		}
+		char host[256], p[8];
+		/* The endpoint (what clients are told), else the ip. */
+		const redisReply *addr =
+			endpoint && endpoint->type == REDIS_REPLY_STRING && endpoint->len ? endpoint
+											  : ip;
+		if (!node_host(addr, self_host, host))
+			continue; /* an unknown address: not usable */
+		if (!((tls && tport && rport(tport, p)) || (port && rport(port, p))))
+			continue;
+		map_add(m, host, p);
+		if (owns && rstr(role, "master")) {
+			int score = rstr(health, "online") ? 2 : 1;
+			if (score > *best) {
+				*best = score;
+				map_owner(m, host, p);
+			}
+		}
+	}
+	return 0;
+}
+
+/* One range of CLUSTER SLOTS: [start, end, master, replicas...]. */
+static int parse_range(const redisReply *e, size_t idx, unsigned slot, const char *self_host,
+		       struct redis_slotmap *m, int *best, char **why)
+{
+	if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->elements > MAP_FIELDS_MAX ||
+	    e->element[0]->type != REDIS_REPLY_INTEGER ||
+	    e->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
+	    e->element[1]->integer > 16383 || e->element[0]->integer > e->element[1]->integer) {
+		*why = xasprintf("entry %zu is not a slot range", idx + 1);
+		return -1;
+	}
+	bool owns = (long long)slot >= e->element[0]->integer &&
+		    (long long)slot <= e->element[1]->integer;
+	for (size_t k = 2; k < e->elements; k++) {
+		const redisReply *n = e->element[k];
+		char host[256], p[8];
+		if (n->type != REDIS_REPLY_ARRAY || n->elements < 2 || !rport(n->element[1], p)) {
+			*why = xasprintf("entry %zu: node %zu is not [host, port, ...]", idx + 1,
+					 k - 1);
+			return -1;
+		}
+		if (!node_host(n->element[0], self_host, host))
+			continue;
+		map_add(m, host, p);
+		if (k == 2 && owns && *best == 0) {
+			*best = 2;
+			map_owner(m, host, p);
+		}
+	}
+	return 0;
+}
+
+void redis_slotmap_free(struct redis_slotmap *m)
+{
+	free(m->owner.host);
+	free(m->owner.port);
+	free_hosts(m->nodes, m->nnodes);
+	memset(m, 0, sizeof *m);
+}
+
+int redis_slotmap_parse(const redisReply *rep, bool shards, unsigned slot, bool tls,
+			const char *self_host, struct redis_slotmap *m, char **why)
+{
+	memset(m, 0, sizeof *m);
+	*why = NULL;
+	const char *what = shards ? "CLUSTER SHARDS" : "CLUSTER SLOTS";
+	char *inner = NULL;
+	int best = 0;
+	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+		inner = xstrdup("not an array");
+	} else if (rep->elements > REDIS_SHARDS_MAX) {
+		inner = xasprintf("more than %d entries", REDIS_SHARDS_MAX);
+	} else {
+		for (size_t i = 0; i < rep->elements && !inner; i++) {
+			if (shards)
+				parse_shard(rep->element[i], i, slot, tls, self_host, m, &best,
+					    &inner);
+			else
+				parse_range(rep->element[i], i, slot, self_host, m, &best, &inner);
+		}
+	}
+	if (inner) {
+		*why = xasprintf("malformed %s reply: %s", what, inner);
+		free(inner);
+		redis_slotmap_free(m);
+		return -1;
+	}
+	if (!m->owner.host) {
+		*why = xasprintf("slot %u is served by no master in %s (is the cluster down?)",
+				 slot, what);
+		redis_slotmap_free(m);
+		return -1;
+	}
 	return 0;
 }
 

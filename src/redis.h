@@ -6,13 +6,37 @@
  * REDIS_URI forms: "host:port", "redis://[user[:password]@]host[:port][/db]"
  * and "rediss://..." (TLS; the server certificate is verified against the
  * system CAs plus the file named by SSL_CERT_FILE, and its name against the
- * host). The password never appears in any message this module produces.
+ * host); a seed list "redis://[user[:pw]@]h1:7000,h2:7001[/db]" (at most
+ * REDIS_HOSTS_MAX hosts); "redis-sentinel://[user[:pw]@]s1:26379,s2/<master>[/db]"
+ * and "rediss-sentinel://..." (TLS to the data nodes only; the sentinels are
+ * plain TCP, default port 26379, authenticated only with sentinel_user /
+ * sentinel_password). The password never appears in any message this
+ * module produces.
+ *
+ * Routing (redis_connect): sentinel mode asks each sentinel in turn for the
+ * master's address and confirms it with ROLE. Otherwise the first seed that
+ * accepts is asked INFO cluster; on a cluster the slot map (CLUSTER SHARDS,
+ * else CLUSTER SLOTS) names the master owning redis_key_slot(route_key)
+ * (slot 0 without one) and the connection goes there. The nodes of the last
+ * slot map are seeds too when reconnecting.
+ *
+ * In cluster and sentinel mode only, the connection keeps a copy of every
+ * command in flight until its reply is read (bounded like the out queue,
+ * REDIS_OUT_MAX). A reply MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING,
+ * MASTERDOWN, READONLY or UNBLOCKED means the command did not run: it is
+ * resent (after re-routing, through ASKING on the ASK target, or after a
+ * bounded backoff), at most REDIS_REDIRECTS_MAX times and within the command
+ * timeout, after which the error reply goes to the caller. A command that got
+ * any other reply is never resent. In a pipeline the old connection's other
+ * replies are read first; the caller gets the replies in the original order.
+ * One WARN line per redirect episode, one INFO line when served again.
+ * Standalone connections copy nothing.
  *
  * A struct redis is one connection; it is not thread-safe: each thread owns
  * its own. Every call is bounded by a timeout. After a transport error the
- * connection is closed; redis_connect_retry() reconnects with capped,
- * jittered exponential backoff (1 s doubling up to 30 s), logging one WARN
- * line per failure and one INFO line on recovery.
+ * connection is closed; redis_connect_retry() reconnects (re-routing) with
+ * capped, jittered exponential backoff (1 s doubling up to 30 s), logging
+ * one WARN line per failure and one INFO line on recovery.
  */
 #ifndef RELAY_REDIS_H
 #define RELAY_REDIS_H
@@ -23,13 +47,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct redis_uri {
+#define REDIS_HOSTS_MAX 16    /* hosts in one REDIS_URI */
+#define REDIS_REDIRECTS_MAX 5 /* resends of one command */
+
+struct redis_host {
 	char *host; /* without brackets for IPv6 */
 	char *port;
-	char *user;	/* NULL when absent */
+};
+
+struct redis_uri {
+	char *host; /* the first seed; without brackets for IPv6 */
+	char *port;
+	struct redis_host *hosts; /* every seed (the sentinels in sentinel mode),
+				     hosts[0] = host/port; may be NULL (nhosts 0):
+				     then host/port is the only seed */
+	size_t nhosts;
+	char *user;	/* NULL when absent; for the data nodes */
 	char *password; /* NULL when absent */
-	bool tls;
+	bool tls;	/* to the data nodes */
 	int db;
+	char *sentinel_master;			 /* sentinel mode: the master name; else NULL */
+	char *sentinel_user, *sentinel_password; /* NULL unless set (config.c) */
+	char *route_key; /* the key every connection must serve; NULL: none */
 };
 
 /* Parses s. Returns 0, or -1 with *why set to a malloc'd reason (which
@@ -68,7 +107,37 @@ bool redis_is_connected(const struct redis *r);
 int64_t redis_backoff_ms(int failures);
 void redis_disconnect(struct redis *r);
 
-/* "redis://host:port" or "rediss://host:port": for messages, no credentials. */
+enum redis_mode { REDIS_MODE_STANDALONE, REDIS_MODE_CLUSTER, REDIS_MODE_SENTINEL };
+/* Known after the first successful connect (standalone before). */
+enum redis_mode redis_mode(const struct redis *r);
+/* "standalone", "cluster, slot 1234 on 127.0.0.1:7002" or "sentinel master
+ * mymaster at 127.0.0.1:6380"; valid until the next connect. */
+const char *redis_describe(const struct redis *r);
+
+/* Redis Cluster's hash slot of a key: CRC16 (XMODEM) mod 16384 of its hash
+ * tag, or of the whole key when it has none. */
+unsigned redis_key_slot(const char *key, size_t len);
+/* The hash tag: the bytes between the first '{' and the first '}' after
+ * it, when there are any; false otherwise. */
+bool redis_hash_tag(const char *key, size_t len, size_t *off, size_t *taglen);
+
+/* A parsed slot map (exposed for tests). */
+#define REDIS_NODES_MAX 64    /* nodes kept as seeds */
+#define REDIS_SHARDS_MAX 1024 /* shards or slot ranges read */
+struct redis_slotmap {
+	struct redis_host owner;  /* the master serving the slot */
+	struct redis_host *nodes; /* nodes of the map (at most REDIS_NODES_MAX) */
+	size_t nnodes;
+};
+/* Parses a CLUSTER SHARDS (shards) or CLUSTER SLOTS reply and finds the
+ * master of slot (tls: the node's tls-port when it has one; self_host: the
+ * host of an empty address). 0, or -1 with *why (malloc'd). */
+int redis_slotmap_parse(const redisReply *rep, bool shards, unsigned slot, bool tls,
+			const char *self_host, struct redis_slotmap *m, char **why);
+void redis_slotmap_free(struct redis_slotmap *m);
+
+/* "redis://host:port" or "rediss://host:port": for messages, no credentials.
+ * Names the node the connection is on (or was last tried). */
 const char *redis_addr(const struct redis *r);
 /* The last error (never NULL, never contains the password). */
 const char *redis_errmsg(const struct redis *r);

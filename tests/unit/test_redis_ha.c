@@ -1,0 +1,429 @@
+/* Redis Cluster and Sentinel: URI forms, hash slots, slot-map parsing.
+ * The routing itself runs against real servers in tests/it/redis_cluster.c. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "redis.h"
+#include "t.h"
+#include "util.h"
+
+static struct redis_uri parse_ok(const char *s)
+{
+	struct redis_uri u;
+	char *why = NULL;
+	if (redis_uri_parse(s, &u, &why) < 0) {
+		T_FAIL_("%s rejected: %s", s, why);
+		free(why);
+		memset(&u, 0, sizeof u);
+	}
+	return u;
+}
+
+TEST(seed_lists)
+{
+	struct redis_uri u = parse_ok("redis://u:p%2Cw,@@h1:7000,[::1]:7001,h3/2");
+	REQUIRE(u.nhosts == 3);
+	CHECK_STR(u.host, "h1");
+	CHECK_STR(u.port, "7000");
+	CHECK_STR(u.hosts[0].host, "h1");
+	CHECK_STR(u.hosts[1].host, "::1");
+	CHECK_STR(u.hosts[1].port, "7001");
+	CHECK_STR(u.hosts[2].host, "h3");
+	CHECK_STR(u.hosts[2].port, "6379");
+	CHECK_STR(u.user, "u");
+	CHECK_STR(u.password, "p,w,@");
+	CHECK_INT(u.db, 2);
+	CHECK(u.sentinel_master == NULL);
+	struct redis_uri c = {0};
+	u.route_key = xstrdup("{events}");
+	u.sentinel_password = xstrdup("spw");
+	redis_uri_copy(&c, &u);
+	redis_uri_free(&u);
+	REQUIRE(c.nhosts == 3);
+	CHECK_STR(c.hosts[2].host, "h3");
+	CHECK_STR(c.route_key, "{events}");
+	CHECK_STR(c.sentinel_password, "spw");
+	CHECK_STR(c.password, "p,w,@");
+	redis_uri_free(&c);
+
+	u = parse_ok("h:1");
+	CHECK_INT((int)u.nhosts, 1);
+	CHECK_STR(u.hosts[0].port, "1");
+	redis_uri_free(&u);
+	u = parse_ok("rediss://a:1,b:2");
+	CHECK_INT(u.tls, 1);
+	CHECK_INT((int)u.nhosts, 2);
+	redis_uri_free(&u);
+}
+
+TEST(sentinel_uris)
+{
+	struct redis_uri u = parse_ok("redis-sentinel://u:pw@s1,s2:26380/mymaster/3");
+	REQUIRE(u.nhosts == 2);
+	CHECK_STR(u.hosts[0].port, "26379");
+	CHECK_STR(u.hosts[1].port, "26380");
+	CHECK_STR(u.sentinel_master, "mymaster");
+	CHECK_STR(u.user, "u");
+	CHECK_STR(u.password, "pw");
+	CHECK_INT(u.db, 3);
+	CHECK_INT(u.tls, 0);
+	redis_uri_free(&u);
+	u = parse_ok("rediss-sentinel://s1/m");
+	CHECK_INT(u.tls, 1);
+	CHECK_STR(u.sentinel_master, "m");
+	CHECK_INT(u.db, 0);
+	redis_uri_free(&u);
+	u = parse_ok("redis-sentinel://s1/m/");
+	CHECK_STR(u.sentinel_master, "m");
+	redis_uri_free(&u);
+}
+
+TEST(uri_errors_are_exact)
+{
+	static const struct {
+		const char *in, *why;
+	} rows[] = {
+		{"redis-sentinel://s1:26379", "missing master name: the form is "
+					      "redis-sentinel://host:26379,.../<master-name>[/db]"},
+		{"redis-sentinel://s1:26379/",
+		 "missing master name: the form is "
+		 "redis-sentinel://host:26379,.../<master-name>[/db]"},
+		{"redis-sentinel://s1/m/x", "the path must be a database number, e.g. /0"},
+		{"redis-sentinel://s1/m%01x", NULL},
+		{"redis://h1:7000,h!2:7001", "host 2 of the list: invalid character '!' in host"},
+		{"redis://h1:7000,h2:0",
+		 "host 2 of the list: port must be a number from 1 to 65535"},
+		{"redis://h1:7000,,h3", "empty entry 2 in the host list"},
+		{"redis://h1:7000,", "empty entry 2 in the host list"},
+		{"redis://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16,h17",
+		 "at most 16 hosts are allowed in the list, not 17"},
+		{"h1:1,h2:2", "a host list needs the redis:// form, e.g. redis://h1:7000,h2:7001"},
+		{"redis-cluster://h", "unsupported scheme 'redis-cluster'"},
+		{"redis://h!", "invalid character '!' in host"},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		struct redis_uri u;
+		char *why = NULL;
+		if (redis_uri_parse(rows[i].in, &u, &why) == 0) {
+			if (rows[i].why)
+				T_FAIL_("accepted %s", rows[i].in);
+			redis_uri_free(&u);
+			continue;
+		}
+		if (rows[i].why)
+			CHECK_STR(why, rows[i].why);
+		else
+			T_FAIL_("%s rejected: %s", rows[i].in, why);
+		free(why);
+	}
+	/* 16 hosts are fine. */
+	struct redis_uri u =
+		parse_ok("redis://h1,h2,h3,h4,h5,h6,h7,h8,h9,h10,h11,h12,h13,h14,h15,h16");
+	CHECK_INT((int)u.nhosts, 16);
+	redis_uri_free(&u);
+}
+
+TEST(redact_hides_every_password)
+{
+	char *s = redis_uri_redact("redis-sentinel://u:s3cret@s1,s2/m");
+	CHECK_STR(s, "redis-sentinel://u:xxxxx@s1,s2/m");
+	free(s);
+	s = redis_uri_redact("redis://u:s3,cr@et@h1:1,h2:2");
+	CHECK_STR(s, "redis://u:xxxxx@h1:1,h2:2");
+	free(s);
+}
+
+static unsigned slot_of(const char *k)
+{
+	return redis_key_slot(k, strlen(k));
+}
+
+TEST(key_slots_as_redis_cluster)
+{
+	/* The cluster spec's CRC16 check value: crc16("123456789") = 0x31C3. */
+	CHECK_INT((int)slot_of("123456789"), 0x31C3 % 16384);
+	CHECK_INT((int)slot_of("123456789"), 12739);
+	/* Verified with CLUSTER KEYSLOT on redis-server 7.0. */
+	CHECK_INT((int)slot_of("foo"), 12182);
+	CHECK_INT((int)slot_of(""), 0);
+	CHECK_INT((int)slot_of("{user1000}.following"), 3443);
+	CHECK_INT((int)slot_of("foo{}{bar}"), 8363);
+	CHECK_INT((int)slot_of("foo{{bar}}zap"), 4015);
+	CHECK_INT((int)slot_of("foo{bar}{zap}"), 5061);
+	CHECK_INT((int)slot_of("relay:{events}:dlq"), 9102);
+	CHECK_INT((int)slot_of("{events}"), (int)slot_of("events"));
+	CHECK_INT((int)slot_of("relay:{events}:dlq"), (int)slot_of("events"));
+	CHECK_INT((int)slot_of("{user1000}.following"), (int)slot_of("{user1000}.followers"));
+	CHECK_INT((int)slot_of("foo{}{bar}"), (int)redis_key_slot("foo{}{bar}", 10));
+	CHECK((int)slot_of("foo{}{bar}") != (int)slot_of("bar"));
+	CHECK_INT((int)slot_of("foo{{bar}}zap"), (int)slot_of("{bar"));
+	CHECK_INT((int)slot_of("foo{bar}{zap}"), (int)slot_of("bar"));
+	/* Embedded NUL bytes count (the length rules). */
+	CHECK((int)redis_key_slot("a\0b", 3) != (int)slot_of("a"));
+}
+
+TEST(hash_tags)
+{
+	static const struct {
+		const char *key, *tag; /* tag NULL: none */
+	} rows[] = {
+		{"{user1000}.following", "user1000"},
+		{"foo{}{bar}", NULL},
+		{"foo{{bar}}zap", "{bar"},
+		{"foo{bar}{zap}", "bar"},
+		{"events", NULL},
+		{"{events", NULL},
+		{"events}", NULL},
+		{"}{x}", "x"},
+		{"orders{relay}", "relay"},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		size_t off = 99, n = 99;
+		bool has = redis_hash_tag(rows[i].key, strlen(rows[i].key), &off, &n);
+		if (!rows[i].tag) {
+			if (has)
+				T_FAIL_("%s: tag at %zu+%zu, want none", rows[i].key, off, n);
+			continue;
+		}
+		REQUIRE(has);
+		char got[64];
+		snprintf(got, sizeof got, "%.*s", (int)n, rows[i].key + off);
+		CHECK_STR(got, rows[i].tag);
+	}
+}
+
+/* ---- replies built by hand ---- */
+
+static redisReply *r_new(int type)
+{
+	redisReply *r = xcalloc(1, sizeof *r);
+	r->type = type;
+	return r;
+}
+
+static redisReply *r_str(const char *s)
+{
+	redisReply *r = r_new(REDIS_REPLY_STRING);
+	r->str = xstrdup(s);
+	r->len = strlen(s);
+	return r;
+}
+
+static redisReply *r_int(long long v)
+{
+	redisReply *r = r_new(REDIS_REPLY_INTEGER);
+	r->integer = v;
+	return r;
+}
+
+/* An array of n elements given as arguments. */
+static redisReply *r_arr(size_t n, ...)
+{
+	redisReply *r = r_new(REDIS_REPLY_ARRAY);
+	r->elements = n;
+	r->element = xcalloc(n ? n : 1, sizeof *r->element);
+	va_list ap;
+	va_start(ap, n);
+	for (size_t i = 0; i < n; i++)
+		r->element[i] = va_arg(ap, redisReply *);
+	va_end(ap);
+	return r;
+}
+
+static redisReply *shard_node(const char *ip, const char *endpoint, long long port,
+			      const char *role, const char *health)
+{
+	return r_arr(12, r_str("id"), r_str("abc"), r_str("port"), r_int(port), r_str("ip"),
+		     r_str(ip), r_str("endpoint"), r_str(endpoint), r_str("role"), r_str(role),
+		     r_str("health"), r_str(health));
+}
+
+/* Three shards as Redis 7.0 sends them; shard 2 (5461-10922 and 16000-16383)
+ * has a failed old master and the promoted replica. */
+static redisReply *three_shards(void)
+{
+	return r_arr(
+		3,
+		r_arr(4, r_str("slots"), r_arr(2, r_int(0), r_int(5460)), r_str("nodes"),
+		      r_arr(2, shard_node("127.0.0.1", "127.0.0.1", 7000, "master", "online"),
+			    shard_node("127.0.0.1", "127.0.0.1", 7003, "replica", "online"))),
+		r_arr(4, r_str("slots"),
+		      r_arr(4, r_int(5461), r_int(10922), r_int(16000), r_int(16383)),
+		      r_str("nodes"),
+		      r_arr(2, shard_node("127.0.0.1", "127.0.0.1", 7001, "master", "fail"),
+			    shard_node("", "", 7004, "master", "online"))),
+		r_arr(4, r_str("nodes"),
+		      r_arr(1, shard_node("10.0.0.9", "node9.example", 7002, "master", "online")),
+		      r_str("slots"), r_arr(2, r_int(10923), r_int(15999))));
+}
+
+TEST(slot_map_from_cluster_shards)
+{
+	redisReply *rep = three_shards();
+	static const struct {
+		unsigned slot;
+		const char *host, *port;
+	} rows[] = {
+		{0, "127.0.0.1", "7000"}, {5460, "127.0.0.1", "7000"},	    {5461, "self", "7004"},
+		{16383, "self", "7004"},  {10923, "node9.example", "7002"},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		struct redis_slotmap m;
+		char *why = NULL;
+		if (redis_slotmap_parse(rep, true, rows[i].slot, false, "self", &m, &why) < 0) {
+			T_FAIL_("slot %u: %s", rows[i].slot, why);
+			free(why);
+			continue;
+		}
+		CHECK_STR(m.owner.host, rows[i].host);
+		CHECK_STR(m.owner.port, rows[i].port);
+		CHECK_INT((int)m.nnodes, 5);
+		redis_slotmap_free(&m);
+	}
+	freeReplyObject(rep);
+}
+
+TEST(slot_map_from_cluster_slots)
+{
+	redisReply *rep =
+		r_arr(2,
+		      r_arr(4, r_int(0), r_int(8191),
+			    r_arr(3, r_str("127.0.0.1"), r_int(7000), r_str("id")),
+			    r_arr(2, r_str("127.0.0.1"), r_int(7003))),
+		      r_arr(3, r_int(8192), r_int(16383), r_arr(2, r_str(""), r_int(7001))));
+	struct redis_slotmap m;
+	char *why = NULL;
+	REQUIRE(redis_slotmap_parse(rep, false, 9000, false, "h", &m, &why) == 0);
+	CHECK_STR(m.owner.host, "h");
+	CHECK_STR(m.owner.port, "7001");
+	CHECK_INT((int)m.nnodes, 3);
+	redis_slotmap_free(&m);
+	REQUIRE(redis_slotmap_parse(rep, false, 8191, false, "h", &m, &why) == 0);
+	CHECK_STR(m.owner.port, "7000");
+	redis_slotmap_free(&m);
+	freeReplyObject(rep);
+}
+
+static void check_bad(redisReply *rep, bool shards, const char *want)
+{
+	struct redis_slotmap m;
+	char *why = NULL;
+	if (redis_slotmap_parse(rep, shards, 100, false, "h", &m, &why) == 0) {
+		T_FAIL_("accepted; want %s", want);
+		redis_slotmap_free(&m);
+	} else {
+		CHECK_STR(why, want);
+		free(why);
+	}
+	CHECK(m.owner.host == NULL && m.nodes == NULL);
+	freeReplyObject(rep);
+}
+
+TEST(odd_slot_maps_are_clear_errors)
+{
+	check_bad(r_str("x"), true, "malformed CLUSTER SHARDS reply: not an array");
+	check_bad(r_arr(0), true,
+		  "slot 100 is served by no master in CLUSTER SHARDS (is the "
+		  "cluster down?)");
+	check_bad(r_arr(1, r_arr(3, r_str("slots"), r_arr(0), r_str("nodes"))), true,
+		  "malformed CLUSTER SHARDS reply: shard 1 is not a map");
+	check_bad(r_arr(1, r_arr(2, r_str("nodes"), r_arr(0))), true,
+		  "malformed CLUSTER SHARDS reply: shard 1 has no valid slots");
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_int(5), r_int(1)), r_str("nodes"),
+				 r_arr(0))),
+		  true, "malformed CLUSTER SHARDS reply: shard 1 has an invalid slot range");
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_int(0), r_int(16384)),
+				 r_str("nodes"), r_arr(0))),
+		  true, "malformed CLUSTER SHARDS reply: shard 1 has an invalid slot range");
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_str("0"), r_int(10)), r_str("nodes"),
+				 r_arr(0))),
+		  true, "malformed CLUSTER SHARDS reply: shard 1 has an invalid slot range");
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_int(0), r_int(200)), r_str("nodes"),
+				 r_str("n"))),
+		  true, "malformed CLUSTER SHARDS reply: shard 1 has no valid nodes");
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_int(0), r_int(200)), r_str("nodes"),
+				 r_arr(1, r_arr(1, r_str("ip"))))),
+		  true, "malformed CLUSTER SHARDS reply: shard 1: node 1 is not a map");
+	/* Unusable addresses (unknown, port 0, a space in the host) are skipped. */
+	check_bad(r_arr(1, r_arr(4, r_str("slots"), r_arr(2, r_int(0), r_int(200)), r_str("nodes"),
+				 r_arr(3, shard_node("?", "?", 7000, "master", "online"),
+				       shard_node("a b", "", 7000, "master", "online"),
+				       shard_node("1.2.3.4", "", 0, "master", "online")))),
+		  true, "slot 100 is served by no master in CLUSTER SHARDS (is the cluster down?)");
+	check_bad(r_arr(1, r_int(3)), false,
+		  "malformed CLUSTER SLOTS reply: entry 1 is not a slot range");
+	check_bad(r_arr(1, r_arr(3, r_int(0), r_int(200), r_arr(1, r_str("h")))), false,
+		  "malformed CLUSTER SLOTS reply: entry 1: node 1 is not [host, port, ...]");
+	check_bad(r_arr(1, r_arr(3, r_int(0), r_int(200), r_arr(2, r_str("h"), r_int(70000)))),
+		  false, "malformed CLUSTER SLOTS reply: entry 1: node 1 is not [host, port, ...]");
+	/* Too many entries. */
+	redisReply *big = r_new(REDIS_REPLY_ARRAY);
+	big->elements = REDIS_SHARDS_MAX + 1;
+	big->element = xcalloc(big->elements, sizeof *big->element);
+	for (size_t i = 0; i < big->elements; i++)
+		big->element[i] = r_int(1);
+	check_bad(big, true, "malformed CLUSTER SHARDS reply: more than 1024 entries");
+}
+
+/* Every one-element change to a valid map: a clear error or a map, never
+ * a crash (run under ASan). */
+TEST(mutated_slot_maps_never_crash)
+{
+	static const int types[] = {REDIS_REPLY_STRING, REDIS_REPLY_INTEGER, REDIS_REPLY_NIL,
+				    REDIS_REPLY_ARRAY};
+	for (int which = 0; which < 40; which++) {
+		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+			redisReply *rep = three_shards();
+			/* Walk to the which-th element in depth-first order. */
+			redisReply *stack[64];
+			int sp = 0, seen = 0;
+			stack[sp++] = rep;
+			redisReply *target = NULL;
+			while (sp && !target) {
+				redisReply *e = stack[--sp];
+				if (seen++ == which)
+					target = e;
+				if (e->type == REDIS_REPLY_ARRAY)
+					for (size_t i = e->elements; i-- > 0 && sp < 64;)
+						stack[sp++] = e->element[i];
+			}
+			if (target && target != rep) {
+				if (target->type == REDIS_REPLY_ARRAY) {
+					for (size_t i = 0; i < target->elements; i++)
+						freeReplyObject(target->element[i]);
+					free(target->element);
+					target->element = NULL;
+					target->elements = 0;
+				}
+				free(target->str);
+				target->str = NULL;
+				target->len = 0;
+				target->type = types[t];
+				if (types[t] == REDIS_REPLY_STRING) {
+					target->str = xstrdup("");
+				} else if (types[t] == REDIS_REPLY_ARRAY) {
+					target->element = xcalloc(1, sizeof *target->element);
+				}
+			}
+			for (int shards = 0; shards < 2; shards++) {
+				struct redis_slotmap m;
+				char *why = NULL;
+				if (redis_slotmap_parse(rep, shards, 7000, true, "h", &m, &why) ==
+				    0) {
+					CHECK(m.owner.host != NULL);
+					redis_slotmap_free(&m);
+				} else {
+					CHECK(why != NULL && (strncmp(why, "malformed", 9) == 0 ||
+							      strncmp(why, "slot", 4) == 0));
+					free(why);
+				}
+			}
+			freeReplyObject(rep);
+		}
+	}
+}
+
+T_MAIN(T_CASE(seed_lists), T_CASE(sentinel_uris), T_CASE(uri_errors_are_exact),
+       T_CASE(redact_hides_every_password), T_CASE(key_slots_as_redis_cluster), T_CASE(hash_tags),
+       T_CASE(slot_map_from_cluster_shards), T_CASE(slot_map_from_cluster_slots),
+       T_CASE(odd_slot_maps_are_clear_errors), T_CASE(mutated_slot_maps_never_crash))
