@@ -78,30 +78,43 @@ ha_all_acked() {
 # ha_producer FILE PREFIX [KIND]: in the background (HA_PRODUCER is its
 # pid) adds events {"kind":KIND,"event_id":"PREFIX<n>"} in batches of 20 to
 # the stream's master as it is at each batch, each batch followed by WAIT 1
-# 1000 on the same connection, until $TMP/stop-PREFIX exists. A batch whose
-# 20 XADDs were all answered with an id and whose WAIT counted a replica is
+# 1000 on the same connection, until $TMP/stop-PREFIX exists. A batch
+# answered ASK (its slot being migrated, the stream gone to the target) is
+# sent again to the target, each XADD after an ASKING. A batch whose 20
+# XADDs were all answered with an id and whose WAIT counted a replica is
 # confirmed: "event_id message_id" lines appended to FILE; any other batch
 # (a redirect, a refused connection, no replica) goes to FILE.unconfirmed
-# as the raw replies. ~5 batches a second.
+# with the raw replies. ~5 batches a second.
 ha_producer() {
 	local file=$1 prefix=$2 kind=${3:-ha-none}
 	: >"$file"
 	: >"$file.unconfirmed"
 	(
 		n=0
+		# send PORT ASKING: the batch (XADDs of $first+1.. $first+20, WAIT)
+		send() {
+			local i
+			for i in $(seq $((first + 1)) $((first + 20))); do
+				[ "$2" = 1 ] && echo ASKING
+				echo "XADD $HA_STREAM * event '{\"kind\":\"$kind\",\"event_id\":\"$prefix$i\"}'"
+			done | {
+				cat
+				echo "WAIT 1 1000"
+			} | timeout 10 redis-cli -p "$1" 2>&1 | { if [ "$2" = 1 ]; then grep -vx OK; else cat; fi; }
+		}
 		while [ ! -e "$TMP/stop-$prefix" ]; do
 			m=$(ha_master) || {
 				sleep 0.2
 				continue
 			}
 			first=$n
-			out=$(for _ in $(seq 1 20); do
-				n=$((n + 1))
-				echo "XADD $HA_STREAM * event '{\"kind\":\"$kind\",\"event_id\":\"$prefix$n\"}'"
-			done
-				echo "WAIT 1 1000" ) 
 			n=$((first + 20))
-			reply=$(printf '%s\n' "$out" | timeout 10 redis-cli -p "$m" 2>&1)
+			reply=$(send "$m" 0)
+			if [[ "$reply" == "ASK "* ]]; then
+				target=$(head -n1 <<<"$reply" | awk '{print $3}')
+				reply=$(send "${target##*:}" 1)
+				m="${target##*:} (ASK)"
+			fi
 			if [ "$(printf '%s\n' "$reply" | head -n 20 | grep -cE '^[0-9]+-[0-9]+$')" = 20 ] &&
 				[ "$(printf '%s\n' "$reply" | sed -n 21p)" -ge 1 ] 2>/dev/null &&
 				[ "$(printf '%s\n' "$reply" | wc -l)" = 21 ]; then
@@ -165,6 +178,30 @@ ha_start_workers() {
 		start_relay_as "$TMP/$2-$i.log" "$2-$i"
 		WORKERS+=("$RELAY_PID")
 	done
+}
+
+# ha_redirects LOG...: how many redirects the relays logged (redis.c: one
+# WARN per redirect episode).
+ha_redirects() { cat "$@" | grep -c 'level=WARN msg="redis command redirected; resending it"'; }
+
+# ha_keys_in_slot: every key on every master is in the stream's slot, on
+# the stream's master (Relay writes nothing elsewhere: a multi-key script
+# would be refused, CROSSSLOT).
+ha_keys_in_slot() {
+	local m slot p k bad=0
+	m=$(ha_master)
+	slot=$(redis-cli -p "$m" CLUSTER KEYSLOT "$HA_STREAM")
+	for p in "${HA_NODES[@]}"; do
+		[ "$(redis-cli -p "$p" ROLE 2>/dev/null | head -n1)" = master ] || continue
+		redis-cli -p "$p" --scan >"$TMP/keys-$p"
+		while read -r k; do
+			if [ "$p" != "$m" ] || [ "$(redis-cli -p "$p" CLUSTER KEYSLOT "$k")" != "$slot" ]; then
+				echo "key $k on $p (slot $(redis-cli -p "$p" CLUSTER KEYSLOT "$k")); the stream is in slot $slot on $m"
+				bad=1
+			fi
+		done <"$TMP/keys-$p"
+	done
+	[ "$bad" = 0 ] || fail "keys outside the stream's slot"
 }
 
 # ha_consumers_recent MAX_IDLE_MS NAME...: on the master now, each named
