@@ -61,6 +61,7 @@ struct redis {
 	redisReply **ready; /* replies read ahead (a redirect in a pipeline) */
 	size_t ready_head, ready_n;
 	bool episode; /* a redirect was logged; INFO when served again */
+	bool asked;   /* an ASK was logged on this connection */
 	char addr[300];
 	char err[512];
 	int fd;
@@ -1226,8 +1227,8 @@ done:
 /* Acts on the redirect e (kind) of a command, then resends the command
  * (tries: its resends before this one): 1 with the new reply in *out, or
  * -1 on a transport error. Logs the episode's WARN. */
-static int resend(struct redis *r, const redisReply *e, int kind, int tries, const char *cmd,
-		  size_t len, int64_t deadline, redisReply **out)
+static int resend(struct redis *r, const redisReply *e, int kind, int tries, bool rerouted,
+		  const char *cmd, size_t len, int64_t deadline, redisReply **out)
 {
 	char from[sizeof r->addr];
 	snprintf_(from, sizeof from, "%s", r->addr);
@@ -1239,12 +1240,27 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, con
 			*out = NULL;
 			return 0;
 		}
-		if (kind == RD_ASK || (r->mode == REDIS_MODE_CLUSTER && slot != r->slot)) {
+		if (kind == RD_MOVED && strcmp(host, r->host) == 0 && strcmp(port, r->port) == 0 &&
+		    r->fd >= 0) {
+			/* Already there (a pipeline's later command). */
+			kind = RD_WAIT;
+			tries = -1;
+		} else if (kind == RD_ASK || (r->mode == REDIS_MODE_CLUSTER && slot != r->slot)) {
 			/* Another slot than the connection's, or a slot in
 			 * migration: that node serves this one command. */
 			char to[300];
 			snprintf_(to, sizeof to, "%s:%s", host, port);
-			warn_redirect(r, from, to, e->str);
+			if (kind == RD_MOVED) {
+				warn_redirect(r, from, to, e->str);
+			} else if (!r->asked) {
+				/* Once per connection: a migration asks often. */
+				r->asked = true;
+				char reason[160];
+				snprintf_(reason, sizeof reason, "%s", e->str);
+				log_warn(LOG_ATTRS("addr", from, "to", to, "reason", reason),
+					 "redis slot migrating: commands for the keys already "
+					 "moved go to the target node (ASKING)");
+			}
 			if (side_run(r, host, port, kind == RD_ASK, cmd, len, deadline, out) < 0) {
 				char why[sizeof r->err];
 				snprintf_(why, sizeof why, "%s", r->err);
@@ -1255,13 +1271,15 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, con
 			return 1;
 		}
 	}
-	if (kind == RD_WAIT) {
+	if (kind == RD_WAIT && tries >= 0) {
 		int64_t ms = 100;
 		for (int i = 0; i < tries && ms < 1000; i++)
 			ms *= 2;
 		sleep_until(ms > 1000 ? 1000 : ms, deadline);
 		warn_redirect(r, from, from, e->str);
-	} else {
+	} else if (kind == RD_REROUTE && rerouted) {
+		/* This episode found the master already. */
+	} else if (kind != RD_WAIT) {
 		char why[200];
 		snprintf_(why, sizeof why, "%s", e->str);
 		if (route(r, kind == RD_MOVED ? host : NULL, kind == RD_MOVED ? port : NULL) < 0)
@@ -1364,14 +1382,17 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 	r->pend_off = 0;
 	r->fl_head = r->fl_n = 0;
 	/* Then each redirected one, in order, each answered before the next. */
+	bool rerouted = false, served = false;
 	for (size_t i = 0; i < n; i++) {
 		while (!it[i].rep) {
 			int k = redirect_kind(it[i].err);
 			redisReply *x = NULL;
 			int s = 0;
 			if (it[i].tries < REDIS_REDIRECTS_MAX && now_mono_ns() < hard)
-				s = resend(r, it[i].err, k, it[i].tries, it[i].cmd, it[i].len, hard,
-					   &x);
+				s = resend(r, it[i].err, k, it[i].tries, rerouted, it[i].cmd,
+					   it[i].len, hard, &x);
+			if (k == RD_REROUTE && s > 0)
+				rerouted = true;
 			if (s < 0) {
 				rc = -1;
 				goto done;
@@ -1387,10 +1408,12 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 				it[i].err = x;
 			} else {
 				it[i].rep = x;
-				served_again(r);
+				served = true;
 			}
 		}
 	}
+	if (served)
+		served_again(r);
 	*rep = it[0].rep;
 	it[0].rep = NULL;
 	if (n > 1) {
@@ -1638,6 +1661,7 @@ static int node_connect(struct redis *r, const char *host, const char *port)
 	r->fed = 0;
 	r->tripped = false;
 	r->first[0] = '\0';
+	r->asked = false;
 	return handshake(r);
 }
 
