@@ -60,8 +60,9 @@ struct redis {
 	size_t fl_head, fl_n, fl_cap;
 	redisReply **ready; /* replies read ahead (a redirect in a pipeline) */
 	size_t ready_head, ready_n;
-	bool episode; /* a redirect was logged; INFO when served again */
-	bool asked;   /* an ASK was logged on this connection */
+	bool episode;		/* a redirect was logged; INFO when served again */
+	bool asked;		/* an ASK was logged on this connection */
+	int64_t route_deadline; /* bounds one routing (every seed, sentinel, node) */
 	char addr[300];
 	char err[512];
 	int fd;
@@ -1147,6 +1148,14 @@ static bool redirect_target(const struct redis *r, const char *s, unsigned *slot
 
 static int route(struct redis *r, const char *hint_host, const char *hint_port);
 
+/* A copy of n bytes (commands may hold NUL bytes). */
+static char *memdup(const char *p, size_t n)
+{
+	char *c = xmalloc(n ? n : 1);
+	memcpy(c, p, n);
+	return c;
+}
+
 /* A helper connection with the data nodes' credentials (or the sentinels'). */
 static struct redis *aux_new(const struct redis *r, const char *host, const char *port,
 			     bool sentinel)
@@ -1317,16 +1326,19 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		hard = d > deadline ? d : deadline;
 	}
 	int kind = redirect_kind(*rep);
-	if (n == 1 && soft && (kind == RD_WAIT || kind == RD_REROUTE)) {
+	char host[256] = "", port[8] = "";
+	unsigned slot = 0;
+	bool movable = kind == RD_WAIT || kind == RD_REROUTE;
+	if (kind == RD_MOVED && redirect_target(r, (*rep)->str, &slot, host, port))
+		movable = r->mode != REDIS_MODE_CLUSTER || slot == r->slot;
+	if (n == 1 && soft && movable) {
 		/* A blocking read: resend it and go on waiting softly. */
 		struct inflight f = r->fl[r->fl_head];
 		if (f.tries >= REDIS_REDIRECTS_MAX) {
 			fl_pop(r);
 			return 1;
 		}
-		char *cmd = xstrndup(r->pend.data + r->pend_off, f.len);
-		redisReply *x = NULL;
-		/* resend() reads the reply itself: keep only the action. */
+		char *cmd = memdup(r->pend.data + r->pend_off, f.len);
 		char from[sizeof r->addr];
 		snprintf_(from, sizeof from, "%s", r->addr);
 		int rc = 0;
@@ -1340,7 +1352,7 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		} else {
 			char why[200];
 			snprintf_(why, sizeof why, "%s", (*rep)->str);
-			rc = route(r, NULL, NULL);
+			rc = route(r, host[0] ? host : NULL, host[0] ? port : NULL);
 			if (rc == 0)
 				warn_redirect(r, from, r->addr, why);
 		}
@@ -1351,14 +1363,14 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		}
 		free(cmd);
 		freeReplyObject(*rep);
-		*rep = x;
+		*rep = NULL;
 		return rc < 0 ? -1 : 2;
 	}
 	struct redo *it = xcalloc(n, sizeof *it);
 	size_t off = r->pend_off;
 	for (size_t i = 0; i < n; i++) {
 		struct inflight f = r->fl[r->fl_head + i];
-		it[i].cmd = xstrndup(r->pend.data + off, f.len);
+		it[i].cmd = memdup(r->pend.data + off, f.len);
 		it[i].len = f.len;
 		it[i].tries = f.tries;
 		off += f.len;
@@ -1653,6 +1665,8 @@ static int node_connect(struct redis *r, const char *host, const char *port)
 	redis_disconnect(r);
 	set_node(r, host, port);
 	int64_t deadline = now_mono_ns() + (int64_t)r->opts.connect_timeout_ms * NS_PER_MS;
+	if (r->route_deadline && r->route_deadline < deadline)
+		deadline = r->route_deadline;
 	if (tcp_connect(r, deadline) < 0)
 		return -1;
 	if (r->uri.tls && tls_handshake(r, deadline) < 0)
@@ -1739,7 +1753,7 @@ static int route_seeds(struct redis *r, const char *hint_host, const char *hint_
 	r->slot = r->uri.route_key ? redis_key_slot(r->uri.route_key, strlen(r->uri.route_key)) : 0;
 	char lasterr[sizeof r->err] = "";
 	int rc = -1;
-	for (size_t i = 0; i < nc && rc < 0; i++) {
+	for (size_t i = 0; i < nc && rc < 0 && (i == 0 || now_mono_ns() < r->route_deadline); i++) {
 		if (node_connect(r, c[i].host, c[i].port) < 0) {
 			snprintf_(lasterr, sizeof lasterr, "%s", r->err);
 			continue;
@@ -1792,10 +1806,13 @@ static int route_sentinel(struct redis *r)
 	char lasterr[sizeof r->err] = "";
 	const char *name = r->uri.sentinel_master;
 	size_t ns = r->uri.nhosts ? r->uri.nhosts : 1;
-	for (size_t i = 0; i < ns; i++) {
+	for (size_t i = 0; i < ns && (i == 0 || now_mono_ns() < r->route_deadline); i++) {
 		const char *sh = r->uri.nhosts ? r->uri.hosts[i].host : r->uri.host;
 		const char *sp = r->uri.nhosts ? r->uri.hosts[i].port : r->uri.port;
 		struct redis *a = aux_new(r, sh, sp, true);
+		int64_t left = (r->route_deadline - now_mono_ns()) / NS_PER_MS;
+		if (left < a->opts.connect_timeout_ms)
+			a->opts.connect_timeout_ms = left > 1 ? (int)left : 1;
 		redisReply *rep = NULL;
 		if (redis_connect(a) < 0 ||
 		    !(rep = redis_command(a, "SENTINEL get-master-addr-by-name %s", name))) {
@@ -1858,10 +1875,13 @@ static int route(struct redis *r, const char *hint_host, const char *hint_port)
 	r->track = false;
 	struct redis_guard g = r->guard;
 	redis_guard_init(&r->guard, 0, 0, 0);
+	/* Dead seeds cost at most three connect timeouts in all. */
+	r->route_deadline = now_mono_ns() + 3 * (int64_t)r->opts.connect_timeout_ms * NS_PER_MS;
 	int rc = r->aux			  ? node_connect(r, r->uri.host, r->uri.port)
 		 : r->uri.sentinel_master ? route_sentinel(r)
 					  : route_seeds(r, hint_host, hint_port);
 	redis_guard_init(&r->guard, g.depth, g.max, g.max_elements);
+	r->route_deadline = 0;
 	if (rc < 0) {
 		if (r->fd >= 0)
 			redis_disconnect(r);

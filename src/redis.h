@@ -97,7 +97,10 @@ struct redis;
 struct redis *redis_new(const struct redis_uri *uri, const struct redis_opts *opts);
 void redis_free(struct redis *r);
 
-/* One connection attempt (TCP, TLS handshake, AUTH, SELECT). 0 or -1. */
+/* One connection attempt, routed (see the top of this file): sentinel
+ * resolution or seeds, then TCP, TLS handshake, AUTH, SELECT on the node
+ * chosen. Dead seeds or sentinels cost at most three connect timeouts in
+ * all. 0 or -1 (redis_errmsg: the last seed's or sentinel's failure). */
 int redis_connect(struct redis *r);
 /* Connects, retrying with backoff until connected (0) or *stop (-1). */
 int redis_connect_retry(struct redis *r, const atomic_int *stop);

@@ -438,7 +438,27 @@ TEST(moved_after_a_manual_failover_pipeline_runs_once)
 			break;
 		wait_ms(50);
 	}
-	redisReply *rep = on(replica, "CLUSTER FAILOVER");
+	/* A reader blocked on the master through the failover (the master
+	 * unblocks it: UNBLOCKED, or its next command gets MOVED). */
+	redisReply *rep = on(master, "XGROUP CREATE {fo}:s g $ MKSTREAM");
+	CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+	if (rep)
+		freeReplyObject(rep);
+	seeds = xasprintf("redis://127.0.0.1:%d", N[0].port);
+	struct redis *rd = cluster_client(seeds, tag);
+	free(seeds);
+	REQUIRE(rd != NULL);
+	CHECK_INT(
+		redis_append(rd, "XREADGROUP GROUP g c COUNT 5 BLOCK 20000 STREAMS %s >", "{fo}:s"),
+		0);
+	rep = NULL;
+	CHECK_INT(redis_wait_reply(rd, 200, &rep), 0);
+	for (int t = 0; t < 100; t++) {
+		if (info_has(replica, "replication", "master_link_status:up"))
+			break;
+		wait_ms(50);
+	}
+	rep = on(replica, "CLUSTER FAILOVER");
 	CHECK(rep && rep->type == REDIS_REPLY_STATUS);
 	if (rep)
 		freeReplyObject(rep);
@@ -453,7 +473,19 @@ TEST(moved_after_a_manual_failover_pipeline_runs_once)
 	t_capture_logs();
 	CHECK_INT(redis_append(r, "INCR %s", "{fo}:n"), 0);
 	CHECK_INT(redis_append(r, "INCR %s", "{fo}:m"), 0);
+	const char *bin[] = {"SET", "{fo}:bin", "x\0y"};
+	const size_t binlen[] = {3, 8, 3};
+	CHECK_INT(redis_append_argv(r, 3, bin, binlen), 0);
 	redisReply *r1 = redis_get_reply(r, -1), *r2 = redis_get_reply(r, -1);
+	redisReply *r3 = redis_get_reply(r, -1);
+	char s3[100];
+	CHECK_STR(show(r3, s3, sizeof s3), "OK");
+	if (r3)
+		freeReplyObject(r3);
+	rep = on(replica, "STRLEN {fo}:bin");
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 3);
+	if (rep)
+		freeReplyObject(rep);
 	char s1[100], s2[100];
 	CHECK_STR(show(r1, s1, sizeof s1), "(int) 1");
 	CHECK_STR(show(r2, s2, sizeof s2), "(int) 1");
@@ -477,6 +509,24 @@ TEST(moved_after_a_manual_failover_pipeline_runs_once)
 	      strcmp(rep->element[1]->str, "1") == 0);
 	if (rep)
 		freeReplyObject(rep);
+	/* The blocked reader follows the slot and gets the new entry. */
+	rep = on(replica, "XADD {fo}:s 5-1 f v");
+	if (rep)
+		freeReplyObject(rep);
+	int w = 0;
+	rep = NULL;
+	for (int t = 0; t < 100 && w == 0; t++)
+		w = redis_wait_reply(rd, 200, &rep);
+	CHECK_INT(w, 1);
+	CHECK(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+	      rep->element[0]->elements == 2 && rep->element[0]->element[1]->elements == 1 &&
+	      strcmp(rep->element[0]->element[1]->element[0]->element[0]->str, "5-1") == 0);
+	if (!rep || rep->type == REDIS_REPLY_ERROR)
+		printf("  reader: %s\n", rep ? rep->str : redis_errmsg(rd));
+	if (rep)
+		freeReplyObject(rep);
+	CHECK_INT(port_of_addr(rd), replica);
+	redis_free(rd);
 	/* A script after the redirect: the new master may lack it (NOSCRIPT
 	 * then EVAL). */
 	struct redis_script sc;
