@@ -25,6 +25,16 @@ test_sentinel_failover_under_load_loses_nothing_confirmed() {
 	redis-cli -p "${HA_SENTINELS[0]}" SENTINEL FAILOVER relaymaster | grep -qx OK || fail "SENTINEL FAILOVER refused"
 	wait_for 20 master_is "$new" || fail "the sentinels did not promote $new within 20 s"
 	echo "SENTINEL FAILOVER: master $old -> $new after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+	# Relay follows within the sentinels' failover time: an event added on
+	# the new master is processed within failover-timeout (10 s) plus 10 s.
+	# (The sentinels demote the old master ~10 s after +switch-master; a
+	# client that re-resolves only on READONLY or a lost connection reads
+	# from it until then.)
+	local probe
+	probe=$(redis-cli -p "$new" XADD "$HA_STREAM" '*' event '{"kind":"ha-none","event_id":"probe"}')
+	probe_processed() { ha_processed "$TMP"/ha-sn-*.log | grep -qx "$probe"; }
+	wait_for 20 probe_processed || fail "an event added on the new master was not processed within 20 s of the failover"
+	echo "an event added on the new master processed $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after SENTINEL FAILOVER"
 	# the old master becomes the new one's replica: WAIT 1 confirms again
 	wait_for 45 lines_at_least $((before + 200)) "$TMP/confirmed.txt" ||
 		fail "nothing confirmed after the failover: $(tail -n 5 "$TMP/confirmed.txt.unconfirmed")"
