@@ -49,9 +49,14 @@ struct var {
 
 static const struct var vars[] = {
 	{"REDIS_URI", K_REDIS_URI, 1,
-	 "host:port, redis://[user[:password]@]host:port[/db] or "
-	 "rediss://[user[:password]@]host:port[/db]",
+	 "host:port, redis://[user[:password]@]host:port[,host:port...][/db], rediss://... (TLS) "
+	 "or redis-sentinel://[user[:password]@]host:port[,host:port...]/master-name[/db]",
 	 NULL, OFF(redis_uri), 0, NULL, NULL, 0},
+	{"REDIS_SENTINEL_USERNAME", K_STRING, 0, "a user name for AUTH to the sentinels",
+	 "redis-sentinel:// only", OFF(redis_sentinel_user), 0, NULL, NULL, 0},
+	{"REDIS_SENTINEL_PASSWORD", K_STRING, 0, "a password for AUTH to the sentinels",
+	 "redis-sentinel:// only; unset: the sentinels are not authenticated",
+	 OFF(redis_sentinel_password), 0, NULL, NULL, 0},
 	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", NULL, OFF(redis_stream), 0, NULL,
 	 NULL, 0},
 	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", NULL, OFF(redis_group), 0,
@@ -302,7 +307,13 @@ void config_load_dirs(struct config *c)
 
 void config_free(struct config *c)
 {
+	if (c->redis_uri)
+		memset(c->redis_uri, 0, strlen(c->redis_uri)); /* may hold a password */
 	free(c->redis_uri);
+	free(c->redis_sentinel_user);
+	if (c->redis_sentinel_password)
+		memset(c->redis_sentinel_password, 0, strlen(c->redis_sentinel_password));
+	free(c->redis_sentinel_password);
 	free(c->redis_stream);
 	free(c->redis_group);
 	free(c->metrics_addr);
@@ -310,6 +321,21 @@ void config_free(struct config *c)
 	free(c->functions_dir);
 	free(c->data_dir);
 	memset(c, 0, sizeof *c);
+}
+
+int config_redis_uri(const struct config *c, struct redis_uri *u, char **why)
+{
+	if (redis_uri_parse(c->redis_uri, u, why) < 0)
+		return -1;
+	if (c->redis_stream)
+		u->route_key = xstrdup(c->redis_stream);
+	if (u->sentinel_master) {
+		if (c->redis_sentinel_user)
+			u->sentinel_user = xstrdup(c->redis_sentinel_user);
+		if (c->redis_sentinel_password)
+			u->sentinel_password = xstrdup(c->redis_sentinel_password);
+	}
+	return 0;
 }
 
 void config_errors_free(char **errs, int nerrs)

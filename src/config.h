@@ -30,6 +30,10 @@
 
 struct config {
 	char *redis_uri;
+	/* redis-sentinel:// only: the sentinels' credentials (NULL: no AUTH to
+	 * the sentinels; REDIS_URI's userinfo is the data nodes'). */
+	char *redis_sentinel_user;
+	char *redis_sentinel_password;
 	char *redis_stream;
 	char *redis_group;
 	int64_t stream_retention_ns; /* 0: retention disabled */
@@ -64,6 +68,15 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 void config_load_dirs(struct config *c);
 void config_free(struct config *c);
 void config_errors_free(char **errs, int nerrs);
+
+/*
+ * REDIS_URI parsed for a connection (redis.h): the sentinels' credentials
+ * added, and REDIS_STREAM as the route key (in Redis Cluster every
+ * connection serves the stream's hash slot). 0, or -1 with *why
+ * (malloc'd, no password). Free u with redis_uri_free.
+ */
+struct redis_uri;
+int config_redis_uri(const struct config *c, struct redis_uri *u, char **why);
 
 /* Validates a Go-style listen address: ":9090", "127.0.0.1:9090",
  * "[::1]:9090", "localhost:9090". Returns 0 or -1. The rule is

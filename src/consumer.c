@@ -1482,7 +1482,7 @@ static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *
 	enum schedule_verdict g = schedule_envelope_check(ev, route, &why);
 	if (g == SCHEDULE_GENUINE)
 		g = ensure_conn(c, r) < 0 ? SCHEDULE_VERIFY_FAILED
-					  : schedule_verify(r, route, &why);
+					  : schedule_verify(r, c->stream, route, &why);
 	if (g == SCHEDULE_GENUINE)
 		return true;
 	if (g == SCHEDULE_VERIFY_FAILED) {

@@ -1,6 +1,7 @@
 #include "invocation.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +113,19 @@ int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4])
 	return fixed[i];
 }
 
-char *pct_encode(const char *s)
+static atomic_bool cluster_keys;
+
+void keys_set_cluster(bool on)
+{
+	atomic_store(&cluster_keys, on);
+}
+
+bool keys_cluster(void)
+{
+	return atomic_load(&cluster_keys);
+}
+
+static char *encode(const char *s, bool braces)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t n = strlen(s);
@@ -121,7 +134,8 @@ char *pct_encode(const char *s)
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		    c == '.' || c == '_' || c == '~' || c == '-') {
+		    c == '.' || c == '_' || c == '~' || c == '-' ||
+		    (braces && (c == '{' || c == '}'))) {
 			out[o++] = (char)c;
 		} else {
 			out[o++] = '%';
@@ -133,9 +147,19 @@ char *pct_encode(const char *s)
 	return out;
 }
 
+char *pct_encode(const char *s)
+{
+	return encode(s, false);
+}
+
+char *pct_key(const char *s)
+{
+	return encode(s, keys_cluster());
+}
+
 char *invocation_key(const char *stream, const char *group, const char *msg_id)
 {
-	char *s = pct_encode(stream), *g = pct_encode(group);
+	char *s = pct_key(stream), *g = pct_encode(group);
 	char *k = xasprintf("relay:invocation:%s:%s:%s", s, g, msg_id);
 	free(s);
 	free(g);

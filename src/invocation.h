@@ -63,10 +63,25 @@ bool marker_eligible(const struct marker *m, int64_t now_ns);
  * backoff[4] overrides them when non-zero (tests). */
 int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4]);
 
-/* relay:invocation:<pct(stream)>:<pct(group)>:<id> (malloc'd). */
+/* relay:invocation:<pct_key(stream)>:<pct(group)>:<id> (malloc'd). */
 char *invocation_key(const char *stream, const char *group, const char *msg_id);
 /* Percent-encodes everything but [A-Za-z0-9._~-] (malloc'd). */
 char *pct_encode(const char *s);
+
+/*
+ * Key names on Redis Cluster. Every key Relay uses must live in the
+ * stream's hash slot, so a key that names the stream must keep its hash tag:
+ * once keys_set_cluster(true) (relay start and the CLI, after their first
+ * connection found a cluster: redis_mode), pct_key() leaves '{' and '}'
+ * as they are (the encoded name still has no ':' and stays unambiguous, and
+ * its first "{...}" is the stream's tag), and schedule keys gain the tag
+ * (scheduler.h). Otherwise every key is named as on a single server.
+ * Set once, before any key is built; read by every thread.
+ */
+void keys_set_cluster(bool on);
+bool keys_cluster(void);
+/* pct_encode, or with keys_cluster() the same but '{' and '}' kept. */
+char *pct_key(const char *s);
 
 /*
  * Reads all markers of a message: on success returns 0 and fills *fields /

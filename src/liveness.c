@@ -72,7 +72,7 @@ struct liveness {
 
 char *liveness_key(const char *stream, const char *group, const char *consumer)
 {
-	char *s = pct_encode(stream), *g = pct_encode(group), *c = pct_encode(consumer);
+	char *s = pct_key(stream), *g = pct_encode(group), *c = pct_encode(consumer);
 	char *k = xasprintf("relay:consumer:%s:%s:%s", s, g, c);
 	free(s);
 	free(g);

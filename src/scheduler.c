@@ -28,6 +28,7 @@
 #include "duration.h"
 #include "event.h"
 #include "function.h"
+#include "invocation.h"
 #include "log.h"
 #include "metrics.h"
 #include "rfc3339.h"
@@ -101,6 +102,15 @@ char *schedule_occurrence_id(const char *function, const char *handler, int64_t 
 	return xasprintf("schedule:%s:%s:%s", function, handler, ts);
 }
 
+char *schedule_dedup_key(const char *stream, const char *occurrence_id)
+{
+	size_t off, len;
+	if (keys_cluster() && redis_hash_tag(stream, strlen(stream), &off, &len))
+		return xasprintf(SCHEDULE_KEY_PREFIX "%.*s:%s", (int)len + 2, stream + off - 1,
+				 occurrence_id);
+	return xasprintf(SCHEDULE_KEY_PREFIX "%s", occurrence_id);
+}
+
 char *schedule_payload(int64_t at_s)
 {
 	char ts[RFC3339_STR_MAX];
@@ -136,7 +146,7 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 					      char **err)
 {
 	char *occ = schedule_occurrence_id(function, handler, at_s);
-	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", occ);
+	char *key = schedule_dedup_key(stream, occ);
 	char *entry = schedule_entry(function, handler, at_s);
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
@@ -230,10 +240,10 @@ enum schedule_verdict schedule_envelope_check(const struct event *ev, struct sch
 	return SCHEDULE_GENUINE;
 }
 
-enum schedule_verdict schedule_verify(struct redis *r, const struct schedule_route *route,
-				      char **why)
+enum schedule_verdict schedule_verify(struct redis *r, const char *stream,
+				      const struct schedule_route *route, char **why)
 {
-	char *key = xasprintf(SCHEDULE_KEY_PREFIX "%s", route->occurrence_id);
+	char *key = schedule_dedup_key(stream, route->occurrence_id);
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
 	const char *argv[] = {"EVAL", verify_script, "1", key, route->occurrence_id, ttl};

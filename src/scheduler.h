@@ -22,6 +22,9 @@
  *     SET relay:schedule:<occurrence_id> <occurrence_id> NX PX 604800000
  *     only if it was set:  XADD <stream> * event <entry>
  *
+ * (on Redis Cluster the key is relay:schedule:{tag}:<occurrence_id>, in the
+ * stream's slot: schedule_dedup_key)
+ *
  * and answers published (the new entry id) or duplicate. The script first
  * checks that <stream> is a stream (or absent), and if the XADD fails it
  * deletes the key it just set, so the dedup key never exists without its
@@ -145,6 +148,11 @@ void scheduler_stop(struct scheduler *s);
 
 /* "schedule:<function>:<handler>:<RFC3339 UTC of at_s>" (malloc'd). */
 char *schedule_occurrence_id(const char *function, const char *handler, int64_t at_s);
+/* The occurrence's dedup key (malloc'd): relay:schedule:<occurrence id>, or
+ * on Redis Cluster (keys_cluster(), invocation.h)
+ * relay:schedule:{tag}:<occurrence id> with the stream's hash tag, so the key
+ * lives in the stream's slot as the publish script needs. */
+char *schedule_dedup_key(const char *stream, const char *occurrence_id);
 /* The handler's stdin for the occurrence at at_s (malloc'd JSON text):
  * {"scheduled_at":"<RFC3339 UTC>","source":"relay.schedule"}. */
 char *schedule_payload(int64_t at_s);
@@ -204,8 +212,8 @@ enum schedule_verdict schedule_envelope_check(const struct event *ev, struct sch
  * TTL when it does. GENUINE, FORGED (*why says what is wrong) or
  * VERIFY_FAILED (*why holds the Redis error).
  */
-enum schedule_verdict schedule_verify(struct redis *r, const struct schedule_route *route,
-				      char **why);
+enum schedule_verdict schedule_verify(struct redis *r, const char *stream,
+				      const struct schedule_route *route, char **why);
 
 /* The first schedule of fv's template with this handler, or NULL. */
 const struct schedule *schedule_find(const struct fn_version *fv, const char *handler);

@@ -6,6 +6,8 @@
 
 #include <jansson.h>
 
+#include "cmd/health.h"
+#include "invocation.h"
 #include "redis.h"
 #include "util.h"
 
@@ -223,7 +225,7 @@ int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct r
 	struct redis_uri uri;
 	char *why = NULL;
 	*out = NULL;
-	if (redis_uri_parse(cfg->redis_uri, &uri, &why) < 0) {
+	if (config_redis_uri(cfg, &uri, &why) < 0) {
 		cmd_fail("%s: invalid REDIS_URI: %s", self->words, why);
 		free(why);
 		return -1;
@@ -232,6 +234,14 @@ int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct r
 	redis_uri_free(&uri);
 	if (redis_connect(r) < 0) {
 		cmd_fail("%s: cannot reach Redis: %s", self->words, redis_errmsg(r));
+		redis_free(r);
+		return -1;
+	}
+	if (redis_mode(r) == REDIS_MODE_CLUSTER)
+		keys_set_cluster(true); /* before any key is named (invocation.h) */
+	if (cfg->redis_stream && health_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
+		cmd_fail("%s: %s", self->words, why);
+		free(why);
 		redis_free(r);
 		return -1;
 	}

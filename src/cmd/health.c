@@ -1,7 +1,8 @@
 /*
  * relay health: the container healthcheck. Redis PING (AUTH and TLS as
- * REDIS_URI says) and Docker GET /_ping; exit 0 when both answer, else 1
- * with the first failing check on stderr. Never reads functions or the
+ * REDIS_URI says; on Redis Cluster at the master of REDIS_STREAM's slot,
+ * behind Sentinel at the master the sentinels name) and Docker GET /_ping;
+ * exit 0 when both answer, else 1 with the first failing check on stderr. Never reads functions or the
  * state database, never starts anything.
  */
 #include <stdio.h>
@@ -12,15 +13,29 @@
 #include "cmd/health.h"
 #include "config.h"
 #include "docker.h"
+#include "invocation.h"
 #include "redis.h"
 #include "util.h"
 
-int health_check_redis(const char *uri_text, char **addr, char **err)
+int health_stream_slot_check(const struct redis *r, const char *stream, char **why)
+{
+	size_t off, len;
+	if (redis_mode(r) != REDIS_MODE_CLUSTER ||
+	    redis_hash_tag(stream, strlen(stream), &off, &len))
+		return 0;
+	*why = xasprintf("REDIS_STREAM '%.200s' has no hash tag: on Redis Cluster every key Relay "
+			 "uses must live in the stream's hash slot, so the stream's name needs a "
+			 "non-empty part in braces, e.g. REDIS_STREAM={events} or orders{relay}",
+			 stream);
+	return -1;
+}
+
+int health_check_redis(const struct config *cfg, char **where, char **err)
 {
 	struct redis_uri uri;
 	char *why = NULL;
-	*addr = NULL;
-	if (redis_uri_parse(uri_text, &uri, &why) < 0) {
+	*where = NULL;
+	if (config_redis_uri(cfg, &uri, &why) < 0) {
 		*err = xasprintf("redis: invalid REDIS_URI: %s", why);
 		free(why);
 		return -1;
@@ -32,13 +47,22 @@ int health_check_redis(const char *uri_text, char **addr, char **err)
 		*err = xstrdup(redis_errmsg(r));
 		goto out;
 	}
+	if (redis_mode(r) == REDIS_MODE_CLUSTER)
+		keys_set_cluster(true); /* before any key is named (invocation.h) */
+	if (cfg->redis_stream && health_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
+		*err = xasprintf("redis: %s", why);
+		free(why);
+		rc = -2;
+		goto out;
+	}
 	redisReply *rep = redis_command(r, "PING");
 	if (!rep) {
 		*err = xstrdup(redis_errmsg(r));
 		goto out;
 	}
 	if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
-		*addr = xstrdup(redis_addr(r));
+		*where = xstrdup(redis_mode(r) == REDIS_MODE_STANDALONE ? redis_addr(r)
+									: redis_describe(r));
 		rc = 0;
 	} else {
 		*err = xasprintf("redis %s: PING failed: %s", redis_addr(r),
@@ -78,8 +102,7 @@ static int health_exec(const struct cmd *self, const struct cmd_args *args,
 {
 	char *addr = NULL, *info = NULL, *err = NULL;
 	int status = 0;
-	if (health_check_redis(cfg->redis_uri, &addr, &err) < 0 ||
-	    health_check_docker(&info, &err) < 0)
+	if (health_check_redis(cfg, &addr, &err) < 0 || health_check_docker(&info, &err) < 0)
 		status = cmd_fail("health: %s", err);
 	else
 		printf("redis: ok (%s)\ndocker: ok (%s)\n", addr, info);

@@ -136,8 +136,10 @@ static int check_dependencies(struct relay *rt)
 	log_info(LOG_ATTRS("stream", cfg->redis_stream, "group", cfg->redis_group, "consumer",
 			   runner_hostname(), "functions_dir", cfg->functions_dir),
 		 "Relay starting");
-	if (health_check_redis(cfg->redis_uri, &addr, &err) < 0) {
-		log_error(LOG_ATTRS("error", err), "cannot reach Redis");
+	int rc = health_check_redis(cfg, &addr, &err);
+	if (rc < 0) {
+		log_error(LOG_ATTRS("error", err),
+			  rc == -2 ? "invalid configuration" : "cannot reach Redis");
 		free(err);
 		return -1;
 	}
@@ -169,7 +171,7 @@ static int take_consumer_name(struct relay *rt)
 {
 	const struct config *cfg = rt->cfg;
 	char *err = NULL;
-	if (redis_uri_parse(cfg->redis_uri, &rt->uri, &err) < 0) {
+	if (config_redis_uri(cfg, &rt->uri, &err) < 0) {
 		log_error(LOG_ATTRS("error", err), "invalid REDIS_URI");
 		free(err);
 		return -1;

@@ -82,7 +82,8 @@ static int password_span(const char *s, size_t *off, size_t *len)
 static const char *const FIXED_TEXT[] = {
 	"an IPv6 host must be written in brackets, e.g. [::1]:6379",
 	"invalid configuration: REDIS_URI is invalid; accepted: host:port, "
-	"redis://[user[:password]@]host:port[/db] or rediss://[user[:password]@]host:port[/db]",
+	"redis://[user[:password]@]host:port[,host:port...][/db], rediss://... (TLS) or "
+	"redis-sentinel://[user[:password]@]host:port[,host:port...]/master-name[/db]",
 };
 
 /* Could secret appear in out only by coincidence with the rest of the URI,

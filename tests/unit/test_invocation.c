@@ -292,6 +292,30 @@ TEST(key_and_percent_encoding)
 	free(k2);
 }
 
+/* On Redis Cluster a key naming the stream keeps its hash tag (invocation.h);
+ * elsewhere every name is the single server's. */
+TEST(cluster_keys_keep_the_stream_tag)
+{
+	char *k = invocation_key("{events}", "relay", "1-0");
+	CHECK_STR(k, "relay:invocation:%7Bevents%7D:relay:1-0");
+	free(k);
+	keys_set_cluster(true);
+	k = invocation_key("{events}", "re{lay}", "1-0");
+	CHECK_STR(k, "relay:invocation:{events}:re%7Blay%7D:1-0");
+	free(k);
+	k = invocation_key("orders{relay}", "g", "1-0");
+	CHECK_STR(k, "relay:invocation:orders{relay}:g:1-0");
+	free(k);
+	k = pct_key("a:b{c}");
+	CHECK_STR(k, "a%3Ab{c}");
+	free(k);
+	/* the group's braces stay encoded: only the stream's tag counts */
+	k = pct_encode("{g}");
+	CHECK_STR(k, "%7Bg%7D");
+	free(k);
+	keys_set_cluster(false);
+}
+
 TEST(state_lookup)
 {
 	struct invocation_state st = {0};
@@ -325,4 +349,5 @@ TEST(state_lookup)
 T_MAIN(T_CASE(marker_parse_forms), T_CASE(marker_parse_reads_len_bytes),
        T_CASE(marker_format_and_round_trip), T_CASE(marker_eligibility), T_CASE(backoff_schedule),
        T_CASE(running_deadline_defaults), T_CASE(marker_outlives_every_path),
-       T_CASE(key_and_percent_encoding), T_CASE(state_lookup))
+       T_CASE(key_and_percent_encoding), T_CASE(cluster_keys_keep_the_stream_tag),
+       T_CASE(state_lookup))

@@ -4,6 +4,7 @@
 
 #include "event.h"
 #include "function.h"
+#include "invocation.h"
 #include "t.h"
 #include "template.h"
 #include "util.h"
@@ -235,8 +236,27 @@ TEST(envelope_check_accepts_every_published_occurrence)
 	}
 }
 
+/* The dedup key lives in the stream's slot on Redis Cluster: the publish
+ * script touches it and the stream together. */
+TEST(dedup_key_carries_the_stream_tag_on_a_cluster)
+{
+	const char *occ = "schedule:fn:jobs.run:2026-12-02T03:00:00Z";
+	char *k = schedule_dedup_key("{events}", occ);
+	CHECK_STR(k, "relay:schedule:schedule:fn:jobs.run:2026-12-02T03:00:00Z");
+	free(k);
+	keys_set_cluster(true);
+	k = schedule_dedup_key("{events}", occ);
+	CHECK_STR(k, "relay:schedule:{events}:schedule:fn:jobs.run:2026-12-02T03:00:00Z");
+	free(k);
+	k = schedule_dedup_key("orders{relay}x", occ);
+	CHECK_STR(k, "relay:schedule:{relay}:schedule:fn:jobs.run:2026-12-02T03:00:00Z");
+	free(k);
+	keys_set_cluster(false);
+}
+
 T_MAIN(T_CASE(occurrence_ids_payloads_and_entries_are_utc_whole_seconds),
        T_CASE(claimed_by_source_and_the_three_routing_keys),
        T_CASE(find_returns_the_first_schedule_with_the_handler),
        T_CASE(envelope_check_accepts_exactly_what_publication_writes),
-       T_CASE(envelope_check_accepts_every_published_occurrence))
+       T_CASE(envelope_check_accepts_every_published_occurrence),
+       T_CASE(dedup_key_carries_the_stream_tag_on_a_cluster))
