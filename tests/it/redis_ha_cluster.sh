@@ -122,7 +122,15 @@ failover_under_load() {
 	[ "$(ha_redirects "$TMP/$prefix"-*.log)" = 0 ] ||
 		fail "redirects before the failover: $(grep -h 'redirected' "$TMP/$prefix"-*.log | head -n 3)"
 	before=$(wc -l <"$TMP/confirmed.txt")
-	local t0
+	local t0 slot
+	slot=$(redis-cli -p "$old" CLUSTER KEYSLOT "$HA_STREAM")
+	if [ "$kind" = manual ]; then
+		# relay health names the mode, the slot and its master
+		run "$RELAY" health
+		assert_status 0
+		[ "$(head -n1 "$TMP/out")" = "redis: ok (cluster, slot $slot on 127.0.0.1:$old)" ] ||
+			fail "relay health: $(head -n1 "$TMP/out")"
+	fi
 	t0=$(date +%s.%N)
 	if [ "$kind" = manual ]; then
 		redis-cli -p "$new" CLUSTER FAILOVER | grep -qx OK || fail "CLUSTER FAILOVER refused"
@@ -141,6 +149,13 @@ failover_under_load() {
 			fail "nothing confirmed after the failover: $(tail -n 5 "$TMP/confirmed.txt.unconfirmed")"
 	fi
 	ha_stop_producer "$prefix"
+	if [ "$kind" = manual ]; then
+		run "$RELAY" health
+		assert_status 0
+		[ "$(head -n1 "$TMP/out")" = "redis: ok (cluster, slot $slot on 127.0.0.1:$new)" ] ||
+			fail "relay health after the failover: $(head -n1 "$TMP/out")"
+		echo "relay health: $(head -n1 "$TMP/out")"
+	fi
 	local secs=60
 	[ "$kind" = crash ] && secs=180
 	wait_for "$secs" ha_all_acked || fail "not everything acknowledged $secs s after the failover: last entry $(ha_last_id), last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"

@@ -18,6 +18,10 @@ test_sentinel_failover_under_load_loses_nothing_confirmed() {
 	ha_start_workers 2 ha-sn
 	local old=${HA_NODES[0]} new=${HA_NODES[1]} before t0
 	master_is "$old" || fail "the sentinels do not name $old"
+	run "$RELAY" health
+	assert_status 0
+	[ "$(head -n1 "$TMP/out")" = "redis: ok (sentinel master relaymaster at 127.0.0.1:$old)" ] ||
+		fail "relay health: $(head -n1 "$TMP/out")"
 	ha_producer "$TMP/confirmed.txt" ha-sn
 	wait_for 30 lines_at_least 200 "$TMP/confirmed.txt" || fail "the producer confirmed $(wc -l <"$TMP/confirmed.txt") XADDs in 30 s: $(tail -n 5 "$TMP/confirmed.txt.unconfirmed")"
 	before=$(wc -l <"$TMP/confirmed.txt")
@@ -39,6 +43,11 @@ test_sentinel_failover_under_load_loses_nothing_confirmed() {
 	wait_for 45 lines_at_least $((before + 200)) "$TMP/confirmed.txt" ||
 		fail "nothing confirmed after the failover: $(tail -n 5 "$TMP/confirmed.txt.unconfirmed")"
 	ha_stop_producer ha-sn
+	run "$RELAY" health
+	assert_status 0
+	[ "$(head -n1 "$TMP/out")" = "redis: ok (sentinel master relaymaster at 127.0.0.1:$new)" ] ||
+		fail "relay health after the failover: $(head -n1 "$TMP/out")"
+	echo "relay health: $(head -n1 "$TMP/out")"
 	wait_for 60 ha_all_acked || fail "not everything acknowledged on $new 60 s after the failover: last entry $(ha_last_id), last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"
 	ha_check_confirmed "$TMP/confirmed.txt" "$TMP"/ha-sn-*.log
 	wait_for 10 ha_consumers_recent 5000 ha-sn-1 ha-sn-2 ||
