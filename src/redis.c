@@ -63,6 +63,7 @@ struct redis {
 	bool episode;		/* a redirect was logged; INFO when served again */
 	bool asked;		/* an ASK was logged on this connection */
 	int64_t route_deadline; /* bounds one routing (every seed, sentinel, node) */
+	int slot_pin;		/* without route_key: the slot a MOVED led to, or -1 */
 	char addr[300];
 	char err[512];
 	int fd;
@@ -488,6 +489,7 @@ struct redis *redis_new(const struct redis_uri *uri, const struct redis_opts *op
 		r->opts.command_timeout_ms = 5000;
 	set_node(r, uri->host, uri->port);
 	r->fd = -1;
+	r->slot_pin = -1;
 	buf_init(&r->out, REDIS_OUT_MAX);
 	buf_init(&r->pend, REDIS_OUT_MAX);
 	snprintf_(r->err, sizeof r->err, "not connected");
@@ -1148,6 +1150,19 @@ static bool redirect_target(const struct redis *r, const char *s, unsigned *slot
 
 static int route(struct redis *r, const char *hint_host, const char *hint_port);
 
+/* Whether a MOVED for slot moves this connection: the slot is its own, or
+ * it has no route_key and follows the keys it is sent (then it pins the
+ * slot for the next routing). Otherwise one command is served elsewhere. */
+static bool follows(struct redis *r, unsigned slot)
+{
+	if (r->mode != REDIS_MODE_CLUSTER || slot == r->slot)
+		return true;
+	if (r->uri.route_key)
+		return false;
+	r->slot_pin = (int)slot;
+	return true;
+}
+
 /* A copy of n bytes (commands may hold NUL bytes). */
 static char *memdup(const char *p, size_t n)
 {
@@ -1182,6 +1197,17 @@ static void sleep_until(int64_t ms, int64_t deadline)
 		ms = left;
 	if (ms > 0)
 		poll(NULL, 0, (int)ms);
+}
+
+/* Before resend number tries + 1 of a command the server could not run
+ * yet (TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN): 100 ms doubling up to
+ * 1 s, never past the deadline. */
+static void wait_backoff(int tries, int64_t deadline)
+{
+	int64_t ms = 100;
+	for (int i = 0; i < tries && ms < 1000; i++)
+		ms *= 2;
+	sleep_until(ms > 1000 ? 1000 : ms, deadline);
 }
 
 static void warn_redirect(struct redis *r, const char *from, const char *to, const char *why)
@@ -1254,7 +1280,7 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 			/* Already there (a pipeline's later command). */
 			kind = RD_WAIT;
 			tries = -1;
-		} else if (kind == RD_ASK || (r->mode == REDIS_MODE_CLUSTER && slot != r->slot)) {
+		} else if (kind == RD_ASK || !follows(r, slot)) {
 			/* Another slot than the connection's, or a slot in
 			 * migration: that node serves this one command. */
 			char to[300];
@@ -1281,10 +1307,7 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 		}
 	}
 	if (kind == RD_WAIT && tries >= 0) {
-		int64_t ms = 100;
-		for (int i = 0; i < tries && ms < 1000; i++)
-			ms *= 2;
-		sleep_until(ms > 1000 ? 1000 : ms, deadline);
+		wait_backoff(tries, deadline);
 		warn_redirect(r, from, from, e->str);
 	} else if (kind == RD_REROUTE && rerouted) {
 		/* This episode found the master already. */
@@ -1330,7 +1353,7 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 	unsigned slot = 0;
 	bool movable = kind == RD_WAIT || kind == RD_REROUTE;
 	if (kind == RD_MOVED && redirect_target(r, (*rep)->str, &slot, host, port))
-		movable = r->mode != REDIS_MODE_CLUSTER || slot == r->slot;
+		movable = follows(r, slot);
 	if (n == 1 && soft && movable) {
 		/* A blocking read: resend it and go on waiting softly. */
 		struct inflight f = r->fl[r->fl_head];
@@ -1343,10 +1366,7 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		snprintf_(from, sizeof from, "%s", r->addr);
 		int rc = 0;
 		if (kind == RD_WAIT) {
-			int64_t ms = 100;
-			for (int i = 0; i < f.tries && ms < 1000; i++)
-				ms *= 2;
-			sleep_until(ms > 1000 ? 1000 : ms, hard);
+			wait_backoff(f.tries, hard);
 			warn_redirect(r, from, from, (*rep)->str);
 			fl_pop(r);
 		} else {
@@ -1750,7 +1770,9 @@ static int route_seeds(struct redis *r, const char *hint_host, const char *hint_
 		add_cand(c, &nc, max, r->uri.hosts[i].host, r->uri.hosts[i].port);
 	for (size_t i = 0; i < r->nknown; i++)
 		add_cand(c, &nc, max, r->known[i].host, r->known[i].port);
-	r->slot = r->uri.route_key ? redis_key_slot(r->uri.route_key, strlen(r->uri.route_key)) : 0;
+	r->slot = r->uri.route_key   ? redis_key_slot(r->uri.route_key, strlen(r->uri.route_key))
+		  : r->slot_pin >= 0 ? (unsigned)r->slot_pin
+				     : 0;
 	char lasterr[sizeof r->err] = "";
 	int rc = -1;
 	for (size_t i = 0; i < nc && rc < 0 && (i == 0 || now_mono_ns() < r->route_deadline); i++) {

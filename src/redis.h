@@ -28,9 +28,15 @@
  * bounded backoff), at most REDIS_REDIRECTS_MAX times and within the command
  * timeout, after which the error reply goes to the caller. A command that got
  * any other reply is never resent. In a pipeline the old connection's other
- * replies are read first; the caller gets the replies in the original order.
- * One WARN line per redirect episode, one INFO line when served again.
- * Standalone connections copy nothing.
+ * replies are read first; the caller gets the replies in the original order
+ * (a command after a redirected one may thus have run before it). A resent
+ * blocking read (XREADGROUP BLOCK under redis_wait_reply) goes on waiting
+ * softly on the new node; other resends are read within the command timeout.
+ * One WARN line per redirect episode and one INFO line when served again (an
+ * ASK: one WARN per connection, as a migration asks for every moved key).
+ * Standalone connections copy nothing. Routing commands bypass the guard.
+ * A transport error stays one: the connection is closed and the caller
+ * reconnects (redis_connect_retry re-routes).
  *
  * A struct redis is one connection; it is not thread-safe: each thread owns
  * its own. Every call is bounded by a timeout. After a transport error the

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <time.h>
 
+#include "duration.h"
 #include "itlib.h"
 #include "log.h"
 #include "t.h"
@@ -217,6 +218,7 @@ TEST(routes_to_the_slot_master_from_a_seed_that_is_not_it)
 	char *seeds = xasprintf("redis://127.0.0.1:1,127.0.0.1:%d", other);
 	struct redis *r = cluster_client(seeds, "{events}");
 	free(seeds);
+	seeds = NULL;
 	REQUIRE(r != NULL);
 	CHECK_INT(redis_mode(r), REDIS_MODE_CLUSTER);
 	CHECK_INT(port_of_addr(r), owner);
@@ -229,6 +231,38 @@ TEST(routes_to_the_slot_master_from_a_seed_that_is_not_it)
 	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "1") == 0);
 	if (rep)
 		freeReplyObject(rep);
+	/* A key of another slot: answered (MOVED, served by its master once),
+	 * the connection stays on the stream's slot. */
+	char fkey[32] = "";
+	unsigned fslot = 0;
+	int fowner = 0;
+	for (char c = 'a'; c <= 'z' && (!fowner || fowner == owner || fslot == 0); c++) {
+		snprintf(fkey, sizeof fkey, "{%c}:x", c);
+		fslot = slot_of(fkey);
+		fowner = owner_of(N[0].port, fslot);
+	}
+	if (!fowner || fowner == owner) {
+		redis_free(r);
+		REQUIRE(!"a key of another master");
+	}
+	check_cmd(r, "SET %s 2", fkey, "OK");
+	CHECK_INT(port_of_addr(r), owner);
+	rep = on(fowner, "GET %s", fkey);
+	CHECK(rep && rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "2") == 0);
+	if (rep)
+		freeReplyObject(rep);
+	redis_free(r);
+
+	/* Without a route key: slot 0's master, then wherever MOVED leads. */
+	seeds = xasprintf("redis://127.0.0.1:%d", other);
+	r = cluster_client(seeds, NULL);
+	free(seeds);
+	REQUIRE(r != NULL);
+	CHECK_INT(port_of_addr(r), owner_of(N[0].port, 0));
+	check_cmd(r, "GET %s", fkey, "2");
+	CHECK_INT(port_of_addr(r), fowner);
+	snprintf(want, sizeof want, "cluster, slot %u on 127.0.0.1:%d", fslot, fowner);
+	CHECK_STR(redis_describe(r), want);
 	redis_free(r);
 
 	/* Standalone stays standalone. */
@@ -278,6 +312,19 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	char dport[16];
 	snprintf(dport, sizeof dport, "%d", dst);
 	CHECK(on_ok(src, "MIGRATE 127.0.0.1 %s {mig}:a 0 5000", dport, NULL));
+
+	/* Keys on both sides: TRYAGAIN, resent with a bounded backoff, then
+	 * the error goes to the caller (100+200+400+800+1000 ms). */
+	int64_t t0 = now_mono_ns();
+	redisReply *rep = redis_command(r, "MGET {mig}:a {mig}:b");
+	int64_t took = (now_mono_ns() - t0) / NS_PER_MS;
+	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "TRYAGAIN", 8) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	if (took < 2000 || took > 4000)
+		T_FAIL_("TRYAGAIN given up after %" PRId64 " ms, want about 2500", took);
+	CHECK(redis_is_connected(r));
+	check_cmd(r, "GET %s", "{mig}:b", "20");
 
 	t_capture_logs();
 	/* {mig}:a is on dst now: the source answers ASK, the module asks dst. */
@@ -349,7 +396,7 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	free(logs);
 	/* The blocking read through redis_wait_reply's short soft waits:
 	 * MOVED, re-routed, resent, and its answer read as before. */
-	redisReply *rep = on(dst, "XADD {mig}:s 1-1 f v");
+	rep = on(dst, "XADD {mig}:s 1-1 f v");
 	if (rep)
 		freeReplyObject(rep);
 	rep = on(dst, "XGROUP CREATE {mig}:s g 0");
