@@ -64,6 +64,8 @@ struct redis {
 	bool asked;		/* an ASK was logged on this connection */
 	int64_t route_deadline; /* bounds one routing (every seed, sentinel, node) */
 	int slot_pin;		/* without route_key: the slot a MOVED led to, or -1 */
+	unsigned epoch;		/* sentinel mode: sentinel_epoch when last routed */
+	bool routing;		/* inside route(): its own commands never re-route */
 	char addr[300];
 	char err[512];
 	int fd;
@@ -1149,6 +1151,8 @@ static bool redirect_target(const struct redis *r, const char *s, unsigned *slot
 }
 
 static int route(struct redis *r, const char *hint_host, const char *hint_port);
+static bool switched(const struct redis *r);
+static void follow_switch(struct redis *r);
 
 /* Whether a MOVED for slot moves this connection: the slot is its own, or
  * it has no route_key and follows the keys it is sent (then it pins the
@@ -1486,6 +1490,29 @@ static int next_reply(struct redis *r, int64_t deadline, bool soft, redisReply *
 		return 1;
 	}
 	for (;;) {
+		if (soft && switched(r) && r->fl_n - r->fl_head == 1 && !r->out.len && !r->fed) {
+			/* A blocking read on a master the sentinels replaced: no new
+			 * entry reaches it any more. Resent on the new one (a reply
+			 * it may still have sent is lost with the old master's state,
+			 * or left pending for the reclaim). */
+			struct inflight f = r->fl[r->fl_head];
+			char *cmd = memdup(r->pend.data + r->pend_off, f.len);
+			char from[sizeof r->addr];
+			snprintf_(from, sizeof from, "%s", r->addr);
+			int rc = route(r, NULL, NULL);
+			if (rc == 0) {
+				log_info(LOG_ATTRS("addr", from, "to", r->addr),
+					 "the sentinels switched the master; following it");
+				if (buf_append(&r->out, cmd, f.len) < 0 ||
+				    fl_push(r, cmd, f.len, f.tries) < 0) {
+					fail(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+					rc = -1;
+				}
+			}
+			free(cmd);
+			if (rc < 0)
+				return -1;
+		}
 		int rc = read_one(r, deadline, soft, out);
 		if (rc <= 0 || !r->track || r->fl_head == r->fl_n)
 			return rc;
@@ -1600,6 +1627,7 @@ redisReply *redis_script_run(struct redis *r, const struct redis_script *s, int 
 
 int redis_append_argv(struct redis *r, int argc, const char **argv, const size_t *lens)
 {
+	follow_switch(r);
 	if (r->fd < 0)
 		return -1;
 	char *cmd = NULL;
@@ -1609,6 +1637,7 @@ int redis_append_argv(struct redis *r, int argc, const char **argv, const size_t
 
 static int append_v(struct redis *r, const char *fmt, va_list ap)
 {
+	follow_switch(r);
 	if (r->fd < 0)
 		return -1;
 	char *cmd = NULL;
@@ -1822,11 +1851,112 @@ static int route_seeds(struct redis *r, const char *hint_host, const char *hint_
 	return rc;
 }
 
+/*
+ * Sentinel mode: the master switch as it happens. The sentinels publish
+ * +switch-master the moment they promote a replica; the old master still
+ * accepts commands until they demote it (seconds later: their next INFO
+ * round), and a read blocked there would wait until then. One thread per
+ * process (started by the first connection routed through the sentinels)
+ * subscribes on one sentinel at a time and counts the switches of that
+ * master in sentinel_epoch; a connection routed at an older epoch moves to
+ * the new master before its next command (follow_switch), and a blocking
+ * read waiting there is resent on it (next_reply).
+ */
+static atomic_uint sentinel_epoch;
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool watch_started;
+static struct redis_uri watch_uri; /* the first sentinel URI routed */
+
+#define WATCH_RETRY_MS 1000
+
+/* Whether m is a +switch-master message about master name. */
+static bool switch_message(const redisReply *m, const char *name)
+{
+	if (!m || m->type != REDIS_REPLY_ARRAY || m->elements != 3)
+		return false;
+	const redisReply *kind = m->element[0], *chan = m->element[1], *body = m->element[2];
+	size_t n = strlen(name);
+	return kind->type == REDIS_REPLY_STRING && strcmp(kind->str, "message") == 0 &&
+	       chan->type == REDIS_REPLY_STRING && strcmp(chan->str, "+switch-master") == 0 &&
+	       body->type == REDIS_REPLY_STRING && body->len > n &&
+	       strncmp(body->str, name, n) == 0 && body->str[n] == ' ';
+}
+
+static void *sentinel_watch(void *arg)
+{
+	(void)arg;
+	struct redis_opts o = {0};
+	struct redis probe = {.uri = watch_uri};
+	size_t ns = watch_uri.nhosts ? watch_uri.nhosts : 1;
+	for (size_t i = 0;; i = (i + 1) % ns) {
+		const char *sh = watch_uri.nhosts ? watch_uri.hosts[i].host : watch_uri.host;
+		const char *sp = watch_uri.nhosts ? watch_uri.hosts[i].port : watch_uri.port;
+		struct redis *a = aux_new(&probe, sh, sp, true);
+		a->opts = o;
+		a->opts.connect_timeout_ms = 5000;
+		a->opts.command_timeout_ms = 5000;
+		if (redis_connect(a) == 0 && redis_append(a, "SUBSCRIBE +switch-master") == 0) {
+			for (;;) {
+				redisReply *m = NULL;
+				int w = redis_wait_reply(a, 60000, &m);
+				if (w < 0)
+					break;
+				if (w > 0 && switch_message(m, watch_uri.sentinel_master))
+					atomic_fetch_add(&sentinel_epoch, 1);
+				if (m)
+					freeReplyObject(m);
+			}
+		}
+		redis_free(a);
+		sleep_ms_interruptible(WATCH_RETRY_MS, NULL);
+	}
+	return NULL;
+}
+
+static void start_watch(const struct redis *r)
+{
+	pthread_mutex_lock(&watch_lock);
+	if (!watch_started) {
+		redis_uri_copy(&watch_uri, &r->uri);
+		pthread_t t;
+		if (thread_start(&t, "sentinel-watch", sentinel_watch, NULL) == 0) {
+			pthread_detach(t);
+			watch_started = true;
+		} else {
+			redis_uri_free(&watch_uri);
+		}
+	}
+	pthread_mutex_unlock(&watch_lock);
+}
+
+/* Whether the sentinels switched r's master since r was routed. */
+static bool switched(const struct redis *r)
+{
+	return r->mode == REDIS_MODE_SENTINEL && !r->aux && !r->routing && r->fd >= 0 &&
+	       atomic_load(&sentinel_epoch) != r->epoch;
+}
+
+/* Before a command on a connection with nothing in flight: a master the
+ * sentinels replaced is left for the new one. On failure the connection
+ * is closed (the caller's append fails and it reconnects). */
+static void follow_switch(struct redis *r)
+{
+	if (!switched(r) || r->fl_head != r->fl_n || r->ready_n || r->out.len)
+		return;
+	char from[sizeof r->addr];
+	snprintf_(from, sizeof from, "%s", r->addr);
+	if (route(r, NULL, NULL) == 0)
+		log_info(LOG_ATTRS("addr", from, "to", r->addr),
+			 "the sentinels switched the master; following it");
+}
+
 /* The master through the sentinels, confirmed with ROLE. */
 static int route_sentinel(struct redis *r)
 {
 	char lasterr[sizeof r->err] = "";
 	const char *name = r->uri.sentinel_master;
+	/* Before asking: a switch during the routing routes again. */
+	unsigned epoch = atomic_load(&sentinel_epoch);
 	size_t ns = r->uri.nhosts ? r->uri.nhosts : 1;
 	for (size_t i = 0; i < ns && (i == 0 || now_mono_ns() < r->route_deadline); i++) {
 		const char *sh = r->uri.nhosts ? r->uri.hosts[i].host : r->uri.host;
@@ -1882,6 +2012,8 @@ static int route_sentinel(struct redis *r)
 			continue;
 		}
 		r->mode = REDIS_MODE_SENTINEL;
+		r->epoch = epoch;
+		start_watch(r);
 		char hp[300];
 		hostport(hp, sizeof hp, r->host, r->port);
 		snprintf_(r->describe, sizeof r->describe, "sentinel master %s at %s", name, hp);
@@ -1893,8 +2025,9 @@ static int route_sentinel(struct redis *r)
 
 static int route(struct redis *r, const char *hint_host, const char *hint_port)
 {
-	/* The routing commands are neither tracked nor guarded. */
+	/* The routing commands are neither tracked nor guarded, nor routed. */
 	r->track = false;
+	r->routing = true;
 	struct redis_guard g = r->guard;
 	redis_guard_init(&r->guard, 0, 0, 0);
 	/* Dead seeds cost at most three connect timeouts in all. */
@@ -1904,6 +2037,7 @@ static int route(struct redis *r, const char *hint_host, const char *hint_port)
 					  : route_seeds(r, hint_host, hint_port);
 	redis_guard_init(&r->guard, g.depth, g.max, g.max_elements);
 	r->route_deadline = 0;
+	r->routing = false;
 	if (rc < 0) {
 		if (r->fd >= 0)
 			redis_disconnect(r);

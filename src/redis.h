@@ -20,6 +20,15 @@
  * (slot 0 without one) and the connection goes there. The nodes of the last
  * slot map are seeds too when reconnecting.
  *
+ * Sentinel mode follows a switch as it is announced: the first connection
+ * routed through the sentinels starts one "sentinel-watch" thread per
+ * process, subscribed to +switch-master on one sentinel at a time; after a
+ * switch of the master, a connection with nothing in flight re-routes
+ * before its next command, and a blocking read waiting on the old master
+ * is resent on the new one (INFO "the sentinels switched the master;
+ * following it"). Without the message (no sentinel reachable), READONLY,
+ * UNBLOCKED or a closed connection re-route as below.
+ *
  * In cluster and sentinel mode only, the connection keeps a copy of every
  * command in flight until its reply is read (bounded like the out queue,
  * REDIS_OUT_MAX). A reply MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING,
