@@ -58,29 +58,6 @@ static int validate_exec(const struct cmd *self, const struct cmd_args *args,
 	return bad ? 1 : 0;
 }
 
-/* Reads the EVENT argument: JSON text, @file, or - for stdin. */
-static int read_event_arg(const char *arg, char **text, size_t *len, char **why)
-{
-	if (strcmp(arg, "-") != 0 && arg[0] != '@') {
-		*text = xstrdup(arg);
-		*len = strlen(arg);
-		return 0;
-	}
-	bool std_in = strcmp(arg, "-") == 0;
-	int fd = std_in ? 0 : open(arg + 1, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
-		return -1;
-	}
-	int rc = read_fd_bounded(fd, EVENT_MAX_BYTES, 0, text, len);
-	if (rc < 0)
-		*why = errno == EFBIG ? xasprintf("event larger than %d bytes", EVENT_MAX_BYTES)
-				      : xasprintf("read error on %s", std_in ? "stdin" : arg + 1);
-	if (!std_in)
-		close(fd);
-	return rc < 0 ? -1 : 0;
-}
-
 /* --dir, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */
 static int match_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
@@ -95,7 +72,7 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 	}
 	char *text = NULL, *why = NULL;
 	size_t len = 0;
-	if (read_event_arg(args->pos[0], &text, &len, &why) < 0) {
+	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
 		fprintf(stderr, "relay function match: %s\n", why);
 		free(why);
 		return 2;

@@ -1,7 +1,11 @@
 #include "cmd/match.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "event.h"
 #include "function.h"
@@ -62,4 +66,27 @@ void cmd_match_free(struct cmd_match *m, size_t n)
 		free(m[i].handler);
 	}
 	free(m);
+}
+
+/* Reads the EVENT argument: JSON text, @file, or - for stdin. */
+int cmd_read_event(const char *arg, char **text, size_t *len, char **why)
+{
+	if (strcmp(arg, "-") != 0 && arg[0] != '@') {
+		*text = xstrdup(arg);
+		*len = strlen(arg);
+		return 0;
+	}
+	bool std_in = strcmp(arg, "-") == 0;
+	int fd = std_in ? 0 : open(arg + 1, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
+		return -1;
+	}
+	int rc = read_fd_bounded(fd, EVENT_MAX_BYTES, 0, text, len);
+	if (rc < 0)
+		*why = errno == EFBIG ? xasprintf("event larger than %d bytes", EVENT_MAX_BYTES)
+				      : xasprintf("read error on %s", std_in ? "stdin" : arg + 1);
+	if (!std_in)
+		close(fd);
+	return rc < 0 ? -1 : 0;
 }

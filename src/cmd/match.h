@@ -28,4 +28,12 @@ int cmd_match_event(const char *words, const char *dir, const struct event *ev, 
 		    struct cmd_match **out, size_t *n, char **err);
 void cmd_match_free(struct cmd_match *m, size_t n);
 
+/*
+ * Reads an EVENT argument: JSON text as given, "@file", or "-" for stdin,
+ * at most EVENT_MAX_BYTES. Returns 0 with *text (malloc'd) and *len, or -1
+ * with *why (malloc'd: "cannot open F: ...", "event larger than N bytes",
+ * "read error on F"). Shared by relay function match and invoke.
+ */
+int cmd_read_event(const char *arg, char **text, size_t *len, char **why);
+
 #endif

@@ -33,7 +33,7 @@ TEST(every_entry_fits_its_bounds)
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
 	}
-	CHECK_INT(cmd_table_len, 21);
+	CHECK_INT(cmd_table_len, 22);
 }
 
 TEST(touches_flags_are_true)
@@ -44,10 +44,11 @@ TEST(touches_flags_are_true)
 		bool start = strcmp(c->words, "start") == 0;
 		bool health = strcmp(c->words, "health") == 0;
 		bool event = strcmp(c->words, "event status") == 0;
+		bool invoke = strcmp(c->words, "function invoke") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
 		bool dlq = strncmp(c->words, "dlq ", 4) == 0;
-		CHECK(!!(c->touches & CMD_DOCKER) == (start || health));
+		CHECK(!!(c->touches & CMD_DOCKER) == (start || health || invoke));
 		CHECK(!!(c->touches & CMD_REDIS) == (start || health || event || dlq));
 		/* The DLQ and event commands validate the stream settings like
 		 * relay start. */
@@ -70,6 +71,9 @@ TEST(touches_flags_are_true)
 	CHECK_INT(find("function inspect")->touches, CMD_STATE_READ);
 	CHECK_INT(find("function validate")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("function match")->touches, CMD_FUNCTIONS_READ);
+	/* invoke: Docker, the function and its secrets; never Redis or state. */
+	CHECK_INT(find("function invoke")->touches,
+		  CMD_DOCKER | CMD_FUNCTIONS_READ | CMD_DATA_FILES);
 	CHECK_INT(find("schedule next")->touches, 0);
 	/* event status reads Redis (the stream settings validated) and the
 	 * functions directory: no Docker, no state database. */
