@@ -34,16 +34,19 @@
  * Progress: build steps are logged at INFO (image.h "Progress"). When
  * stderr is a terminal they are shown instead as one status line that each
  * step overwrites ("\r" and erase-line: "relay: building F dependencies,
- * step 4/5 (0.2s): RUN pip install ..."), cut to the terminal's width and
+ * step 4/5 (3s): RUN pip install ..."), redrawn every second so the time
+ * moves during a long step, cut to the terminal's width and
  * cleared once the image is ready; the INFO log lines of the preparation
  * are held back meanwhile (the level is WARN while preparing).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/cmd.h"
@@ -105,15 +108,32 @@ static void status_write(const char *text)
 	buf_free(&b);
 }
 
-/* image_progress_fn for a terminal: the step overwrites the status line. */
-static void status_progress(void *ctx, const struct image_step *s)
+/*
+ * The status line's state: the last step announced, redrawn by its
+ * progress hook (the building thread) and once a second by a ticker thread
+ * so the elapsed time moves during a long step. Guarded by lock.
+ */
+struct status {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done, have, drawn;
+	struct image_step st; /* strings below, not the hook's */
+	char function[FUNCTION_NAME_MAX + 1];
+	char image[160];
+	char instruction[IMAGE_STEP_TEXT_MAX + 4];
+	int64_t at_ns; /* when st arrived (monotonic) */
+};
+
+/* Draws s->st with its elapsed time as of now. Lock held. */
+static void status_draw(struct status *s)
 {
-	(void)ctx;
 	char line[512];
-	bool dep = strncmp(s->image, IMAGE_DEP_PREFIX, strlen(IMAGE_DEP_PREFIX)) == 0;
-	snprintf_(line, sizeof line, "relay: building %s%s, step %d/%d (%.1fs): %s", s->function,
-		  dep ? " dependencies" : "", s->step, s->total, (double)s->elapsed_ns / 1e9,
-		  s->instruction);
+	const struct image_step *st = &s->st;
+	int64_t elapsed = st->elapsed_ns + (now_mono_ns() - s->at_ns);
+	bool dep = strncmp(st->image, IMAGE_DEP_PREFIX, strlen(IMAGE_DEP_PREFIX)) == 0;
+	snprintf_(line, sizeof line, "relay: building %s%s, step %d/%d (%.0fs): %s", st->function,
+		  dep ? " dependencies" : "", st->step, st->total, (double)elapsed / 1e9,
+		  st->instruction);
 	size_t w = (size_t)term_width() - 1, n = strlen(line);
 	if (n > w) { /* one terminal row, cut at a UTF-8 boundary */
 		n = w;
@@ -122,6 +142,41 @@ static void status_progress(void *ctx, const struct image_step *s)
 		line[n] = '\0';
 	}
 	status_write(line);
+	s->drawn = true;
+}
+
+/* image_progress_fn for a terminal: the step overwrites the status line. */
+static void status_progress(void *ctx, const struct image_step *st)
+{
+	struct status *s = ctx;
+	pthread_mutex_lock(&s->lock);
+	s->st = *st;
+	snprintf_(s->function, sizeof s->function, "%s", st->function);
+	snprintf_(s->image, sizeof s->image, "%s", st->image);
+	snprintf_(s->instruction, sizeof s->instruction, "%s", st->instruction);
+	s->st.function = s->function;
+	s->st.image = s->image;
+	s->st.instruction = s->instruction;
+	s->at_ns = now_mono_ns();
+	s->have = true;
+	status_draw(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void *status_ticker(void *arg)
+{
+	struct status *s = arg;
+	pthread_mutex_lock(&s->lock);
+	while (!s->done) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+		if (!s->done && s->have)
+			status_draw(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
 }
 
 /* ---- what to run ------------------------------------------------------ */
@@ -204,17 +259,35 @@ static int prepare_image(struct docker *d, const char *dir, const struct functio
 	}
 	bool tty = isatty(2);
 	enum log_level level = log_get_level();
+	struct status st = {.done = false};
+	pthread_t ticker;
+	bool ticking = false;
 	if (tty) {
-		image_set_progress(status_progress, NULL);
+		pthread_mutex_init(&st.lock, NULL);
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&st.cond, &ca);
+		pthread_condattr_destroy(&ca);
+		image_set_progress(status_progress, &st);
+		ticking = pthread_create(&ticker, NULL, status_ticker, &st) == 0;
 		if (level < LOG_WARN)
 			log_set_level(LOG_WARN);
 	}
 	int r = image_prepare_tree(d, fn->name, fn->tpl->runtime, &tree, res, &err);
 	if (tty) {
-		if (res->built || r < 0)
+		pthread_mutex_lock(&st.lock);
+		st.done = true;
+		pthread_cond_signal(&st.cond);
+		pthread_mutex_unlock(&st.lock);
+		if (ticking)
+			pthread_join(ticker, NULL);
+		if (st.drawn)
 			status_write(""); /* clears the status line */
-		log_set_level(level);
 		image_set_progress(NULL, NULL);
+		log_set_level(level);
+		pthread_cond_destroy(&st.cond);
+		pthread_mutex_destroy(&st.lock);
 	}
 	fn_tree_free(&tree);
 	if (r < 0)

@@ -179,6 +179,9 @@ test_invoke_reuses_the_image_relay_start_built() {
 	start_relay_as "$TMP/relay.log" "iv-reuse-$$"
 	grep -q "msg=\"function prepared\" function=$f .*built=true" "$TMP/relay.log" ||
 		fail "relay start did not build: $(grep "$f" "$TMP/relay.log")"
+	# relay start logs each build step once too.
+	[ "$(grep -cE "level=INFO msg=\"step [0-9]+/[0-9]+: COPY src/ /app/\" function=$f image=relay-fn-$f:[0-9a-f]{16} elapsed=" "$TMP/relay.log")" -eq 1 ] ||
+		fail "relay start's build steps: $(grep "$f" "$TMP/relay.log")"
 	stop_relay_pid "$RELAY_PID"
 	local before after
 	before=$(docker images --no-trunc --format '{{.Repository}}:{{.Tag}} {{.ID}}' "relay-fn-$f")
@@ -196,15 +199,17 @@ test_invoke_reuses_the_image_relay_start_built() {
 }
 
 test_invoke_logs_each_build_step_once() {
-	local f=iv-dep-$$ dep=""
-	trap 'rc=$?; rm_fn_images '"$f"'; [ -n "$dep" ] && docker rmi "$dep" >/dev/null 2>&1; (exit $rc); it_cleanup' EXIT
+	local f=iv-dep-$$
+	IV_DEP="" # global: the EXIT trap runs after this function returned
+	trap 'rc=$?; rm_fn_images '"$f"'; [ -z "$IV_DEP" ] || docker rmi "$IV_DEP" >/dev/null 2>&1; (exit $rc); it_cleanup' EXIT
 	ivfn "$f"
 	# A manifest pip satisfies offline (no requirement, a unique comment:
 	# a dependency image of its own, so pip install really runs).
 	printf '# iv test %s %s\n' "$$" "$(date +%s%N)" >"$RELAY_FUNCTIONS_DIR/$f/requirements.txt"
 	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one"}'
 	assert_status 0
-	dep=$(sed -n 's/.*msg="building dependency image" function=[^ ]* image=\([^ ]*\).*/\1/p' "$TMP/err")
+	IV_DEP=$(sed -n 's/.*msg="building dependency image" function=[^ ]* image=\([^ ]*\).*/\1/p' "$TMP/err")
+	local dep=$IV_DEP
 	[ -n "$dep" ] || fail "no dependency image built: $(cat "$TMP/err")"
 	# Each step once, in order, with the elapsed time; the dependency
 	# build's RUN pip install among them.
