@@ -38,6 +38,20 @@
  * Measurements are interleaved (minimal, binary, on, off; on/off swapped on
  * every other round) over the rounds and medians reported: this is a
  * 2-core machine also running redis-server.
+ *
+ *   build/bench/consume RELAY ROUNDS cluster      (issue 20)
+ *
+ * adds, to each round, the minimal loop and `relay start` against the
+ * master of a 3-master, 3-replica Redis Cluster (tests/it/redis-ha cluster,
+ * run from the repository root; stopped at exit), REDIS_URI its seed list
+ * and the stream {la2}:cluster:<round>, whose hash tag is in slot 0 (so a
+ * connection routed for no key lands on the same master). The ratio relay
+ * start on the cluster / relay start standalone is the figure of issue 20
+ * (goal >= 0.9); the cluster master also feeds its replica, which the
+ * standalone server does not: the minimal loop on each shows what the
+ * server side costs by itself, and `relay start` against a standalone
+ * master with one replica (tests/it/redis-ha sentinel, REDIS_URI its
+ * host:port) is the baseline with the same server-side work.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,6 +96,14 @@ static char tmpdir[64];
 static pid_t redis_pid;
 static char redis_port[16];
 static struct redis_uri uri;
+/* REDIS_URI of the relay child (standalone: 127.0.0.1:<redis_port>). */
+static char child_uri[512];
+/* its log, in tmpdir */
+static const char *child_log = "relay.log";
+/* cluster mode: the cluster's directory, its master for slot 0. */
+static char cluster_dir[128];
+static char cluster_port[16];
+static struct redis_uri curi;
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -176,6 +198,7 @@ static void redis_start(void)
 	}
 	uri.host = "127.0.0.1";
 	uri.port = redis_port;
+	snprintf_(child_uri, sizeof child_uri, "127.0.0.1:%s", redis_port);
 	for (int i = 0; i < 100; i++) {
 		struct redis *r = redis_new(&uri, NULL);
 		int ok = redis_connect(r) == 0;
@@ -185,6 +208,76 @@ static void redis_start(void)
 		sleep_us(50000);
 	}
 	die("redis-server did not start");
+}
+
+/* The first line a shell command prints (trailing newline removed). */
+static void read_line(const char *cmd, char *out, size_t outlen)
+{
+	FILE *f = popen(cmd, "r");
+	if (!f || !fgets(out, (int)outlen, f))
+		out[0] = '\0';
+	if (f && pclose(f) != 0)
+		out[0] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
+static char cluster_seeds[512];
+
+static void cluster_start(void)
+{
+	char cmd[512];
+	snprintf_(cluster_dir, sizeof cluster_dir, "%s/cluster", tmpdir);
+	snprintf_(cmd, sizeof cmd, "tests/it/redis-ha cluster %s", cluster_dir);
+	read_line(cmd, cluster_seeds, sizeof cluster_seeds);
+	if (!cluster_seeds[0])
+		die("tests/it/redis-ha cluster failed (run from the repository root)");
+	snprintf_(cmd, sizeof cmd, "tests/it/redis-ha master-of %s '{la2}'", cluster_dir);
+	read_line(cmd, cluster_port, sizeof cluster_port);
+	if (!cluster_port[0])
+		die("no master owns slot 0");
+	curi.host = "127.0.0.1";
+	curi.port = cluster_port;
+}
+
+/* The baseline with the same server-side work: a standalone master with
+ * one replica (tests/it/redis-ha sentinel; the sentinels only watch). */
+static char pair_dir[128];
+static char pair_port[16];
+static char pair_uri[64];
+static struct redis_uri puri;
+
+static void pair_start(void)
+{
+	char cmd[512], line[512];
+	snprintf_(pair_dir, sizeof pair_dir, "%s/pair", tmpdir);
+	snprintf_(cmd, sizeof cmd, "tests/it/redis-ha sentinel %s", pair_dir);
+	read_line(cmd, line, sizeof line);
+	if (!line[0])
+		die("tests/it/redis-ha sentinel failed (run from the repository root)");
+	snprintf_(cmd, sizeof cmd, "head -n1 %s/nodes", pair_dir);
+	read_line(cmd, pair_port, sizeof pair_port);
+	if (!pair_port[0])
+		die("no master in the replicated pair");
+	snprintf_(pair_uri, sizeof pair_uri, "127.0.0.1:%s", pair_port);
+	puri.host = "127.0.0.1";
+	puri.port = pair_port;
+}
+
+static void ha_stop(char *dir)
+{
+	if (dir[0]) {
+		char cmd[512];
+		snprintf_(cmd, sizeof cmd, "tests/it/redis-ha stop %s", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "consume: %s failed\n", cmd);
+		dir[0] = '\0';
+	}
+}
+
+static void cluster_stop(void)
+{
+	ha_stop(cluster_dir);
+	ha_stop(pair_dir);
 }
 
 static void redis_stop(void)
@@ -452,7 +545,8 @@ static void wait_consumed(struct redis *r, const char *stream, const char *last_
 		if (now > deadline)
 			die("timed out waiting for the events to be ACKed");
 		if (child && waitpid(child, NULL, WNOHANG) == child) {
-			fprintf(stderr, "consume: relay exited early; see %s/relay.log\n", tmpdir);
+			fprintf(stderr, "consume: relay exited early; see %s/%s\n", tmpdir,
+				child_log);
 			exit(1);
 		}
 		sleep_us(POLL_US);
@@ -483,7 +577,7 @@ static char **child_env(const char *stream)
 		if (!skip)
 			env[k++] = xstrdup(environ[i]);
 	}
-	env[k++] = xasprintf("REDIS_URI=127.0.0.1:%s", redis_port);
+	env[k++] = xasprintf("REDIS_URI=%s", child_uri);
 	env[k++] = xasprintf("REDIS_STREAM=%s", stream);
 	env[k++] = xstrdup("REDIS_GROUP=g");
 	env[k++] = xstrdup("LOG_LEVEL=WARN");
@@ -506,7 +600,7 @@ static void run_binary(struct redis *r, const char *relay, const char *stream, c
 {
 	char **env = child_env(stream);
 	char log_path[128];
-	snprintf_(log_path, sizeof log_path, "%s/relay.log", tmpdir);
+	snprintf_(log_path, sizeof log_path, "%s/%s", tmpdir, child_log);
 	int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (logfd < 0)
 		die("cannot open relay.log");
@@ -580,6 +674,7 @@ static double run_inprocess(struct redis *r, const char *stream, const char *las
 static void cleanup(void)
 {
 	redis_stop();
+	cluster_stop();
 	if (tmpdir[0])
 		nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
@@ -587,6 +682,9 @@ static void cleanup(void)
 int main(int argc, char **argv)
 {
 	const char *relay = argc > 1 ? argv[1] : "build/relay";
+	bool cluster = argc > 3 && strcmp(argv[3], "cluster") == 0;
+	if (argc > 4 || (argc > 3 && !cluster))
+		die("usage: consume [RELAY_BINARY [ROUNDS [cluster]]]");
 	if (argc > 2) {
 		int64_t v;
 		if (parse_int64(argv[2], &v) < 0 || v < 1 || v > MAX_ROUNDS)
@@ -615,8 +713,26 @@ int main(int argc, char **argv)
 		die("cannot create the data directory");
 	redis_start();
 	docker_stub_start();
+	if (cluster) {
+		cluster_start();
+		pair_start();
+	}
 
 	struct redis *r = conn();
+	struct redis *rc = NULL, *rp = NULL;
+	if (cluster) {
+		struct redis_opts o = {.connect_timeout_ms = 5000, .command_timeout_ms = 30000};
+		rc = redis_new(&curi, &o);
+		if (redis_connect(rc) < 0)
+			die(redis_errmsg(rc));
+		printf("cluster: seeds %s, slot 0 on 127.0.0.1:%s; standalone with a replica on "
+		       "%s\n",
+		       cluster_seeds, cluster_port, pair_uri);
+		rp = redis_new(&puri, &o);
+		if (redis_connect(rp) < 0)
+			die(redis_errmsg(rp));
+	}
+	double cminimal[MAX_ROUNDS], cbinary[MAX_ROUNDS], pbinary[MAX_ROUNDS];
 	double minimal[MAX_ROUNDS], binary[MAX_ROUNDS], on[MAX_ROUNDS], off[MAX_ROUNDS];
 	struct progress bp[MAX_ROUNDS];
 	char last[64], stream[64];
@@ -646,6 +762,35 @@ int main(int argc, char **argv)
 			(metrics ? on : off)[round] = run_inprocess(r, stream, last, metrics);
 			drop(r, stream);
 		}
+		if (cluster) {
+			char saved[sizeof child_uri];
+			snprintf_(saved, sizeof saved, "%s", child_uri);
+			snprintf_(stream, sizeof stream, "{la2}:cluster-minimal:%d", round);
+			fill(rc, stream, last, sizeof last);
+			cminimal[round] = run_minimal(rc, stream);
+			drop(rc, stream);
+			snprintf_(stream, sizeof stream, "{la2}:cluster:%d", round);
+			fill(rc, stream, last, sizeof last);
+			snprintf_(child_uri, sizeof child_uri, "%s", cluster_seeds);
+			child_log = "relay-cluster.log";
+			struct progress cp;
+			run_binary(rc, relay, stream, last, &cp);
+			snprintf_(child_uri, sizeof child_uri, "%s", saved);
+			child_log = "relay.log";
+			cbinary[round] = cp.rate;
+			drop(rc, stream);
+			snprintf_(stream, sizeof stream, "{la2}:pair:%d", round);
+			fill(rp, stream, last, sizeof last);
+			snprintf_(child_uri, sizeof child_uri, "%s", pair_uri);
+			run_binary(rp, relay, stream, last, &cp);
+			snprintf_(child_uri, sizeof child_uri, "%s", saved);
+			pbinary[round] = cp.rate;
+			drop(rp, stream);
+			printf("round %d, cluster: minimal %.0f/s, relay start %.0f/s; standalone "
+			       "with a "
+			       "replica: relay start %.0f/s\n",
+			       round + 1, cminimal[round], cbinary[round], pbinary[round]);
+		}
 		printf("round %d: minimal %.0f/s, relay start %.0f/s (RSS %ld -> %ld KiB), "
 		       "in-process "
 		       "metrics on %.0f/s, off %.0f/s\n",
@@ -654,6 +799,10 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	redis_free(r);
+	if (rc)
+		redis_free(rc);
+	if (rp)
+		redis_free(rp);
 	docker_stub_stop();
 
 	double mm = median(minimal, rounds), mb = median(binary, rounds), mon = median(on, rounds),
@@ -684,6 +833,44 @@ int main(int argc, char **argv)
 	printf("%-40s %10.2f\n", "in-process (metrics on) / minimal", mon / mm);
 	printf("%-40s %9.1f %%   (off - on) / off (target < 3 %%: %s)\n", "metrics cost", diff,
 	       diff < 3 ? "met" : "NOT met");
+	if (cluster) {
+		double cmm = median(cminimal, rounds), cmb = median(cbinary, rounds);
+		printf("\n%-40s", "cluster node, events/s");
+		for (int k = 0; k < rounds; k++)
+			printf("   round %2d", k + 1);
+		printf(" %10s\n", "median");
+		printf("%-40s", "minimal on the cluster master");
+		for (int k = 0; k < rounds; k++)
+			printf(" %10.0f", cminimal[k]);
+		printf(" %10.0f\n", cmm);
+		printf("%-40s", "relay start on the cluster");
+		for (int k = 0; k < rounds; k++)
+			printf(" %10.0f", cbinary[k]);
+		printf(" %10.0f\n", cmb);
+		double pmb = median(pbinary, rounds);
+		printf("%-40s", "relay start, standalone + 1 replica");
+		for (int k = 0; k < rounds; k++)
+			printf(" %10.0f", pbinary[k]);
+		printf(" %10.0f\n", pmb);
+		printf("%-40s %10.2f   (goal >= 0.90: %s)\n", "relay start: cluster / standalone",
+		       cmb / mb, cmb / mb >= 0.9 ? "met" : "NOT met");
+		printf("%-40s %10.2f   (goal >= 0.90: %s)\n", "relay: cluster / standalone+replica",
+		       cmb / pmb, cmb / pmb >= 0.9 ? "met" : "NOT met");
+		printf("%-40s %10.2f\n", "minimal: cluster / standalone", cmm / mm);
+		printf("%-40s %10.2f\n", "relay start / minimal, on the cluster", cmb / cmm);
+		/* what the relay on the cluster logged (LOG_LEVEL=WARN) */
+		char cmd[512];
+		snprintf_(cmd, sizeof cmd,
+			  "n=$(grep -c 'level=WARN\\|level=ERROR' %s/relay-cluster.log); "
+			  "echo \"relay start on the cluster logged $n WARN/ERROR line(s)\"; "
+			  "grep 'level=WARN\\|level=ERROR' %s/relay-cluster.log | sed 's/^time=[^ "
+			  "]* //' | "
+			  "sort | uniq -c | sort -rn | head -n 3",
+			  tmpdir, tmpdir);
+		fflush(stdout);
+		if (system(cmd) != 0)
+			fprintf(stderr, "consume: cannot read relay-cluster.log\n");
+	}
 	printf("\n%-40s", "relay start RSS (KiB)");
 	for (int k = 0; k < rounds; k++)
 		printf("   round %2d", k + 1);

@@ -125,10 +125,7 @@ enum function_status function_load(const char *dir, const char *name, struct fun
 	const char *why = NULL;
 	size_t nerr0 = errors->n;
 	if (!function_name_valid(name, &why))
-		strlist_addf(errors,
-			     "invalid function name: %s (the name must match [a-z0-9][a-z0-9._-]*, "
-			     "at most 63 characters, no trailing dot)",
-			     why);
+		strlist_addf(errors, "invalid function name: %s (" FUNCTION_NAME_RULE ")", why);
 
 	char *root_real = realpath(fdir, NULL);
 	if (!root_real) {

@@ -22,6 +22,10 @@
 /* The name rule: [a-z0-9][a-z0-9._-]*, at most 63, no trailing dot.
  * Returns 1 when valid; otherwise 0 and, if why is given, a static reason. */
 int function_name_valid(const char *name, const char **why);
+/* The rule as messages state it after the reason (discovery, relay function
+ * new): "invalid function name: <why> (FUNCTION_NAME_RULE)". */
+#define FUNCTION_NAME_RULE \
+	"the name must match [a-z0-9][a-z0-9._-]*, at most 63 characters, no trailing dot"
 
 /* Directories git sync stages and swaps functions through
  * (".relay-sync-..."): never functions, skipped without a word wherever the

@@ -17,12 +17,12 @@
 const struct cmd *const cmd_table[] = {
 	&cmd_start,	     &cmd_health,	    &cmd_stats,
 	&cmd_function_ls,    &cmd_function_inspect, &cmd_function_validate,
-	&cmd_function_match, &cmd_function_invoke,  &cmd_secret_ls,
-	&cmd_secret_set,     &cmd_secret_rm,	    &cmd_git_keygen,
-	&cmd_git_set,	     &cmd_git_sync,	    &cmd_git_status,
-	&cmd_git_remove,     &cmd_schedule_next,    &cmd_event_status,
-	&cmd_dlq_ls,	     &cmd_dlq_show,	    &cmd_dlq_replay,
-	&cmd_dlq_rm,
+	&cmd_function_match, &cmd_function_invoke,  &cmd_function_new,
+	&cmd_secret_ls,	     &cmd_secret_set,	    &cmd_secret_rm,
+	&cmd_git_keygen,     &cmd_git_set,	    &cmd_git_sync,
+	&cmd_git_status,     &cmd_git_remove,	    &cmd_schedule_next,
+	&cmd_event_status,   &cmd_event_send,	    &cmd_dlq_ls,
+	&cmd_dlq_show,	     &cmd_dlq_replay,	    &cmd_dlq_rm,
 };
 const size_t cmd_table_len = ARRAY_LEN(cmd_table);
 
@@ -88,6 +88,9 @@ static const struct {
 	 "Docker only (the function's image, one container per handler); touches no Redis\n"
 	 "or state database."},
 	{CMD_FUNCTIONS_READ, "Touches no Redis, Docker or state database."},
+	{CMD_FUNCTIONS_WRITE,
+	 "Creates one directory in the functions directory (or DIR); touches no\n"
+	 "Redis, Docker or state database."},
 	{0, "Touches no Redis, Docker or state database."},
 };
 
@@ -213,10 +216,14 @@ static int parse_args(const struct cmd *c, int argc, char **argv, struct cmd_arg
 	return 0;
 }
 
-/* The settings c reads, from what it touches (see cmd.h). Returns 0, or -1
- * after logging every invalid variable. */
-static int load_settings(const struct cmd *c, struct config *cfg)
+/* The settings c reads, from what it touches (see cmd.h) with the
+ * arguments a. Returns 0, or -1 after logging every invalid variable. */
+static int load_settings(const struct cmd *c, const struct cmd_args *a, struct config *cfg)
 {
+	if (c->local_opt && cmd_flag(a, c->local_opt)) {
+		config_load_dirs(cfg);
+		return 0;
+	}
 	if (c->touches & (CMD_RUNTIME | CMD_STREAM))
 		return config_load_or_log(cfg, CONFIG_NEED_ALL);
 	if (c->touches & CMD_REDIS)
@@ -272,7 +279,7 @@ static int run(const struct cmd *c, int argc, char **argv)
 	if (r != 0)
 		return r == 1 ? 0 : 2;
 	struct config cfg = {0};
-	if (load_settings(c, &cfg) < 0)
+	if (load_settings(c, &a, &cfg) < 0)
 		return 1;
 	int status = c->exec(c, &a, &cfg);
 	config_free(&cfg);

@@ -35,7 +35,7 @@ enum cmd_touches {
 	CMD_STATE_WRITE = 1 << 4,     /* writes the state database */
 	CMD_DATA_FILES = 1 << 5,      /* reads/writes files under the data directory */
 	CMD_FUNCTIONS_READ = 1 << 6,  /* reads the functions directory */
-	CMD_FUNCTIONS_WRITE = 1 << 7, /* replaces function directories in it */
+	CMD_FUNCTIONS_WRITE = 1 << 7, /* creates or replaces function directories in it */
 	CMD_NETWORK = 1 << 8,	      /* other hosts: a git remote, HTTP listeners */
 	CMD_STREAM = 1 << 9,	      /* the event stream and group: REDIS_STREAM and
 					 REDIS_GROUP required, validated like relay start */
@@ -76,6 +76,10 @@ struct cmd {
 	const struct cmd_opt *opts;
 	int minpos, maxpos; /* positional arguments accepted */
 	unsigned touches;   /* enum cmd_touches */
+	/* An option (a flag in opts) that, when given, makes the command touch
+	 * the functions directory only ("--dry-run"): the settings are then
+	 * loaded as for CMD_FUNCTIONS_READ. NULL: none. */
+	const char *local_opt;
 	/* Runs with the arguments parsed and the settings loaded (cfg).
 	 * Returns the exit status. */
 	int (*exec)(const struct cmd *self, const struct cmd_args *args, const struct config *cfg);
@@ -120,11 +124,11 @@ extern const size_t cmd_table_len;
 /* Entries, defined by the family files. */
 extern const struct cmd cmd_start, cmd_health, cmd_stats;
 extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_validate,
-	cmd_function_match, cmd_function_invoke;
+	cmd_function_match, cmd_function_invoke, cmd_function_new;
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;
-extern const struct cmd cmd_event_status;
+extern const struct cmd cmd_event_status, cmd_event_send;
 extern const struct cmd cmd_dlq_ls, cmd_dlq_show, cmd_dlq_replay, cmd_dlq_rm;
 
 #endif

@@ -32,8 +32,16 @@ TEST(every_entry_fits_its_bounds)
 			T_FAIL_("%s: --help has no sentence for touches %#x", c->words, c->touches);
 		if (find(c->words) != c)
 			T_FAIL_("%s: listed twice", c->words);
+		/* A local option is a flag of the command's own spec. */
+		bool local_ok = !c->local_opt;
+		for (size_t k = 0; k < nopts && !local_ok; k++)
+			local_ok =
+				strcmp(c->opts[k].name, c->local_opt) == 0 && !c->opts[k].has_arg;
+		if (!local_ok)
+			T_FAIL_("%s: local option %s is not a flag of its spec", c->words,
+				c->local_opt);
 	}
-	CHECK_INT(cmd_table_len, 22);
+	CHECK_INT(cmd_table_len, 24);
 }
 
 TEST(touches_flags_are_true)
@@ -43,7 +51,7 @@ TEST(touches_flags_are_true)
 		const struct cmd *c = cmd_table[i];
 		bool start = strcmp(c->words, "start") == 0;
 		bool health = strcmp(c->words, "health") == 0;
-		bool event = strcmp(c->words, "event status") == 0;
+		bool event = strncmp(c->words, "event ", 6) == 0;
 		bool invoke = strcmp(c->words, "function invoke") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
@@ -74,10 +82,15 @@ TEST(touches_flags_are_true)
 	/* invoke: Docker, the function and its secrets; never Redis or state. */
 	CHECK_INT(find("function invoke")->touches,
 		  CMD_DOCKER | CMD_FUNCTIONS_READ | CMD_DATA_FILES);
+	CHECK_INT(find("function new")->touches, CMD_FUNCTIONS_WRITE);
 	CHECK_INT(find("schedule next")->touches, 0);
 	/* event status reads Redis (the stream settings validated) and the
 	 * functions directory: no Docker, no state database. */
 	CHECK_INT(find("event status")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
+	/* event send XADDs to the stream; with --dry-run it reads the
+	 * functions directory only. */
+	CHECK_INT(find("event send")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
+	CHECK_STR(find("event send")->local_opt, "--dry-run");
 	CHECK_INT(find("dlq ls")->touches, CMD_REDIS | CMD_STREAM);
 	CHECK_INT(find("dlq show")->touches, CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ);
 	CHECK_INT(find("dlq replay")->touches, CMD_REDIS | CMD_STREAM);
