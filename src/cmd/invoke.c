@@ -298,6 +298,30 @@ out:
 	return rc;
 }
 
+/* Bound on waiting for the daemon to finish removing a container. */
+#define INVOKE_REMOVED_WAIT_MS 10000L
+
+/*
+ * Waits until container id is gone. A container that exits on its own is
+ * removed by the daemon (AutoRemove) a moment after its exit status is
+ * known; returning before that would leave it listed after invoke exited
+ * (docker run --rm waits the same way). POST /wait?condition=removed
+ * answers once it is removed, 404 when it already is. Bounded; an error
+ * is only worth a WARN (the orphan sweep of a later relay start removes
+ * what is left: it carries the relay.* labels).
+ */
+static void wait_removed(struct docker *d, const char *id)
+{
+	char path[160];
+	snprintf_(path, sizeof path, "/containers/%s/wait?condition=removed", id);
+	struct docker_response r = {0};
+	if (docker_request(d, "POST", path, NULL, 0, NULL, INVOKE_REMOVED_WAIT_MS, &r) < 0 ||
+	    (r.status >= 400 && r.status != 404))
+		log_warn(LOG_ATTRS("container", id, "error", docker_errmsg(d)),
+			 "could not confirm the container was removed");
+	docker_response_free(&r);
+}
+
 /* Runs one handler. 0 on success, else the exit status to end with (after
  * one line on stderr). */
 static int run_step(struct docker *d, const struct function *fn, const char *image,
@@ -322,6 +346,8 @@ static int run_step(struct docker *d, const struct function *fn, const char *ima
 	struct invocation_result out;
 	memset(&out, 0, sizeof out);
 	runner_invoke(d, &in, &out);
+	if (out.container_id[0])
+		wait_removed(d, out.container_id);
 	int rc = 0;
 	const char *why = out.error ? out.error : runner_outcome_name(out.outcome);
 	switch (out.outcome) {

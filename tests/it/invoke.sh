@@ -232,3 +232,25 @@ test_invoke_logs_each_build_step_once() {
 	assert_status 0
 	assert_err_lacks "step "
 }
+
+test_new_then_invoke_each_runtime() {
+	local py=iv-new-py-$$ node=iv-new-node-$$ f rt
+	trap 'rc=$?; rm_fn_images '"$py $node"'; (exit $rc); it_cleanup' EXIT
+	for rt in python3.14 node24; do
+		f=$py
+		[ "$rt" = node24 ] && f=$node
+		run "$RELAY" function new "$f" --runtime "$rt"
+		assert_status 0
+		# The command new suggests, as printed.
+		local next
+		next=$(sed -n 's/^next: relay //p' "$TMP/out")
+		[ "$next" = "function invoke $f --event '{\"event_name\":\"hello\",\"name\":\"world\"}'" ] ||
+			fail "next: $(cat "$TMP/out")"
+		run "$RELAY" function invoke "$f" --event '{"event_name":"hello","name":"world"}'
+		assert_status 0
+		assert_out_empty
+		[ "$(grep -v ' level=INFO ' "$TMP/err")" = "$(iv_prefix "$f" handler.handler)hello, world" ] ||
+			fail "$rt: $(cat "$TMP/err")"
+		no_containers "$f"
+	done
+}
