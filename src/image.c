@@ -337,6 +337,81 @@ void image_build_stream_init(struct image_build_stream *s, const char *function)
 {
 	memset(s, 0, sizeof *s);
 	s->function = function;
+	s->started_ns = now_mono_ns();
+}
+
+/* The progress hook; set before builds start (image.h). */
+static image_progress_fn progress_fn = image_step_log;
+static void *progress_ctx;
+
+void image_set_progress(image_progress_fn fn, void *ctx)
+{
+	progress_fn = fn ? fn : image_step_log;
+	progress_ctx = fn ? ctx : NULL;
+}
+
+void image_step_log(void *ctx, const struct image_step *st)
+{
+	(void)ctx;
+	char elapsed[32];
+	snprintf_(elapsed, sizeof elapsed, "%.1fs", (double)st->elapsed_ns / 1e9);
+	log_info(LOG_ATTRS("function", st->function, "image", st->image, "elapsed", elapsed),
+		 "step %d/%d: %s", st->step, st->total, st->instruction);
+}
+
+/* Digits at line[*i..], at most 6 of them, into *out. */
+static bool parse_count(const char *line, size_t len, size_t *i, int *out)
+{
+	size_t start = *i;
+	int v = 0;
+	while (*i < len && *i - start < 6 && line[*i] >= '0' && line[*i] <= '9')
+		v = v * 10 + (line[(*i)++] - '0');
+	*out = v;
+	return *i > start && (*i >= len || line[*i] < '0' || line[*i] > '9');
+}
+
+bool image_step_parse(const char *line, size_t len, int *step, int *total, size_t *text_off)
+{
+	size_t i = 5;
+	if (len < 5 || memcmp(line, "Step ", 5) != 0)
+		return false;
+	if (!parse_count(line, len, &i, step) || i >= len || line[i++] != '/' ||
+	    !parse_count(line, len, &i, total))
+		return false;
+	if (len - i < 3 || memcmp(line + i, " : ", 3) != 0 || *step < 1 || *step > *total)
+		return false;
+	*text_off = i + 3;
+	return true;
+}
+
+/* Reports line to the progress hook when it announces a step not yet
+ * reported. */
+static void stream_step(struct image_build_stream *s, const char *line, size_t n)
+{
+	int step, total;
+	size_t off;
+	if (!image_step_parse(line, n, &step, &total, &off) || step <= s->last_step)
+		return;
+	s->last_step = step;
+	char text[IMAGE_STEP_TEXT_MAX + 4];
+	size_t tn = n - off;
+	if (tn > IMAGE_STEP_TEXT_MAX) {
+		tn = IMAGE_STEP_TEXT_MAX;
+		while (tn && ((unsigned char)line[off + tn] & 0xC0) == 0x80)
+			tn--; /* a continuation byte: cut before its rune */
+		snprintf_(text, sizeof text, "%.*s...", (int)tn, line + off);
+	} else {
+		snprintf_(text, sizeof text, "%.*s", (int)tn, line + off);
+	}
+	struct image_step st = {
+		.function = s->function ? s->function : "",
+		.image = s->image ? s->image : "",
+		.step = step,
+		.total = total,
+		.instruction = text,
+		.elapsed_ns = now_mono_ns() - s->started_ns,
+	};
+	progress_fn(progress_ctx, &st);
 }
 
 void image_build_stream_free(struct image_build_stream *s)
@@ -358,6 +433,7 @@ static void stream_output(struct image_build_stream *s, const char *text)
 		while (n && (p[n - 1] == '\r' || p[n - 1] == ' '))
 			n--;
 		if (n) {
+			stream_step(s, p, n);
 			free(s->last_output);
 			s->last_output = xstrndup(p, n);
 			if (log_enabled(LOG_DEBUG))
@@ -446,6 +522,7 @@ static int post_build(struct docker *d, const char *function, const char *ref,
 	int rc = -1;
 	struct image_build_stream s;
 	image_build_stream_init(&s, function);
+	s.image = ref;
 	char *path = xasprintf("/build?t=%s&rm=1&forcerm=1&dockerfile=Dockerfile", ref);
 	long status = 0;
 	if (docker_request_stream(d, "POST", path, ctx->data, ctx->len, "application/x-tar",

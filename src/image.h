@@ -31,6 +31,15 @@
  * output lines are logged at DEBUG; an "error" entry fails the build with
  * the daemon's text even though the HTTP status is 200.
  *
+ * Progress. The classic builder announces each Dockerfile step once, as a
+ * "Step 3/5 : RUN pip install ..." stream line. Each step is reported once
+ * (a step number not above the last one reported is ignored) to the
+ * process's progress hook (image_set_progress); the default hook logs it at
+ * INFO as "step 3/5: RUN pip install ..." with the function, the image being
+ * built and the time elapsed since that build was posted, so a two-minute
+ * dependency install is not a silent terminal. The instruction is cut to
+ * IMAGE_STEP_TEXT_MAX bytes (at a UTF-8 boundary, "..." appended).
+ *
  * Hygiene. image_hold/image_release count in-flight users of an image
  * reference (the runner holds its image for the length of an invocation).
  * image_gc removes relay-fn-<function>:* tags that are neither held nor in
@@ -48,6 +57,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "docker.h"
 #include "fingerprint.h"
@@ -143,9 +153,36 @@ int image_context_fn(const struct runtime *rt, const struct fn_tree *t, const ch
 int image_context_dep(const struct runtime_dep_rule *rule, const struct fn_tree *t,
 		      const char *dockerfile, struct buf *out, char **err);
 
+/* ---- build progress ------------------------------------------------- */
+
+#define IMAGE_STEP_TEXT_MAX 120
+/* One announced build step; borrowed for the duration of the hook call. */
+struct image_step {
+	const char *function;
+	const char *image;	 /* the reference being built; "" when unknown */
+	int step, total;	 /* "Step 3/5": 3 and 5 */
+	const char *instruction; /* "RUN pip install ...", cut */
+	int64_t elapsed_ns;	 /* since the build was posted */
+};
+typedef void (*image_progress_fn)(void *ctx, const struct image_step *s);
+/* Replaces the default hook (one INFO line per step, image_step_log) for
+ * the whole process; fn NULL restores it. Call before any build starts
+ * (not synchronised with running builds). The hook runs on the building
+ * thread. */
+void image_set_progress(image_progress_fn fn, void *ctx);
+/* The default hook: log_info "step 3/5: RUN ..." with function, image and
+ * elapsed attributes. */
+void image_step_log(void *ctx, const struct image_step *s);
+/* Parses a classic builder line "Step 3/5 : RUN x" into *step, *total and
+ * the instruction's offset in line; false when line is not one. Pure. */
+bool image_step_parse(const char *line, size_t len, int *step, int *total, size_t *text_off);
+
 /* Incremental parser of POST /build's JSON stream (one object per line). */
 struct image_build_stream {
 	const char *function; /* for DEBUG lines; borrowed */
+	const char *image;    /* the reference being built; borrowed, may be NULL */
+	int64_t started_ns;   /* monotonic, at init */
+	int last_step;	      /* highest step reported */
 	char *line;	      /* partial line, bounded */
 	size_t len, cap;
 	char *error;	   /* first "error" seen (malloc'd) */

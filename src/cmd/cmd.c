@@ -17,12 +17,12 @@
 const struct cmd *const cmd_table[] = {
 	&cmd_start,	     &cmd_health,	    &cmd_stats,
 	&cmd_function_ls,    &cmd_function_inspect, &cmd_function_validate,
-	&cmd_function_match, &cmd_function_new,	    &cmd_secret_ls,
-	&cmd_secret_set,     &cmd_secret_rm,	    &cmd_git_keygen,
-	&cmd_git_set,	     &cmd_git_sync,	    &cmd_git_status,
-	&cmd_git_remove,     &cmd_schedule_next,    &cmd_event_status,
-	&cmd_event_send,     &cmd_dlq_ls,	    &cmd_dlq_show,
-	&cmd_dlq_replay,     &cmd_dlq_rm,
+	&cmd_function_match, &cmd_function_invoke,  &cmd_function_new,
+	&cmd_secret_ls,	     &cmd_secret_set,	    &cmd_secret_rm,
+	&cmd_git_keygen,     &cmd_git_set,	    &cmd_git_sync,
+	&cmd_git_status,     &cmd_git_remove,	    &cmd_schedule_next,
+	&cmd_event_status,   &cmd_event_send,	    &cmd_dlq_ls,
+	&cmd_dlq_show,	     &cmd_dlq_replay,	    &cmd_dlq_rm,
 };
 const size_t cmd_table_len = ARRAY_LEN(cmd_table);
 
@@ -83,6 +83,10 @@ static const struct {
 	{CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ,
 	 "Connects to Redis (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like relay\n"
 	 "start) and reads the functions directory; touches no Docker or state database."},
+	{CMD_DOCKER | CMD_FUNCTIONS_READ | CMD_DATA_FILES,
+	 "Reads the functions directory and the secrets under the data directory, and uses\n"
+	 "Docker only (the function's image, one container per handler); touches no Redis\n"
+	 "or state database."},
 	{CMD_FUNCTIONS_READ, "Touches no Redis, Docker or state database."},
 	{CMD_FUNCTIONS_WRITE,
 	 "Creates one directory in the functions directory (or DIR); touches no\n"

@@ -124,7 +124,7 @@ extern const size_t cmd_table_len;
 /* Entries, defined by the family files. */
 extern const struct cmd cmd_start, cmd_health, cmd_stats;
 extern const struct cmd cmd_function_ls, cmd_function_inspect, cmd_function_validate,
-	cmd_function_match, cmd_function_new;
+	cmd_function_match, cmd_function_invoke, cmd_function_new;
 extern const struct cmd cmd_secret_ls, cmd_secret_set, cmd_secret_rm;
 extern const struct cmd cmd_git_keygen, cmd_git_set, cmd_git_sync, cmd_git_status, cmd_git_remove;
 extern const struct cmd cmd_schedule_next;

@@ -41,7 +41,7 @@ TEST(every_entry_fits_its_bounds)
 			T_FAIL_("%s: local option %s is not a flag of its spec", c->words,
 				c->local_opt);
 	}
-	CHECK_INT(cmd_table_len, 23);
+	CHECK_INT(cmd_table_len, 24);
 }
 
 TEST(touches_flags_are_true)
@@ -52,10 +52,11 @@ TEST(touches_flags_are_true)
 		bool start = strcmp(c->words, "start") == 0;
 		bool health = strcmp(c->words, "health") == 0;
 		bool event = strncmp(c->words, "event ", 6) == 0;
+		bool invoke = strcmp(c->words, "function invoke") == 0;
 		CHECK(!!(c->touches & CMD_RUNTIME) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
 		bool dlq = strncmp(c->words, "dlq ", 4) == 0;
-		CHECK(!!(c->touches & CMD_DOCKER) == (start || health));
+		CHECK(!!(c->touches & CMD_DOCKER) == (start || health || invoke));
 		CHECK(!!(c->touches & CMD_REDIS) == (start || health || event || dlq));
 		/* The DLQ and event commands validate the stream settings like
 		 * relay start. */
@@ -78,6 +79,9 @@ TEST(touches_flags_are_true)
 	CHECK_INT(find("function inspect")->touches, CMD_STATE_READ);
 	CHECK_INT(find("function validate")->touches, CMD_FUNCTIONS_READ);
 	CHECK_INT(find("function match")->touches, CMD_FUNCTIONS_READ);
+	/* invoke: Docker, the function and its secrets; never Redis or state. */
+	CHECK_INT(find("function invoke")->touches,
+		  CMD_DOCKER | CMD_FUNCTIONS_READ | CMD_DATA_FILES);
 	CHECK_INT(find("function new")->touches, CMD_FUNCTIONS_WRITE);
 	CHECK_INT(find("schedule next")->touches, 0);
 	/* event status reads Redis (the stream settings validated) and the

@@ -240,6 +240,59 @@ TEST(build_stream_parser)
 	image_build_stream_free(&s);
 }
 
+/* What the progress hook saw: "step/total instruction" lines. */
+static struct buf seen_steps;
+static void record_step(void *ctx, const struct image_step *st)
+{
+	CHECK(ctx == &seen_steps);
+	CHECK_STR(st->function, "f");
+	CHECK_STR(st->image, "relay-fn-f:1");
+	CHECK(st->elapsed_ns >= 0);
+	buf_appendf(&seen_steps, "%d/%d %s\n", st->step, st->total, st->instruction);
+}
+
+TEST(build_steps_reported_once)
+{
+	int step = 0, total = 0;
+	size_t off = 0;
+	const char *l = "Step 3/5 : RUN pip install -r requirements.txt";
+	REQUIRE(image_step_parse(l, strlen(l), &step, &total, &off));
+	CHECK_INT(step, 3);
+	CHECK_INT(total, 5);
+	CHECK_STR(l + off, "RUN pip install -r requirements.txt");
+	static const char *const not_steps[] = {
+		"Step 3/5: RUN x",	"Step /5 : RUN", "Step 6/5 : X",       "Step 0/5 : X",
+		" ---> Running in abc", "step 1/2 : X",	 "Step 1/1234567 : X", "Step 1/2 :"};
+	for (size_t i = 0; i < ARRAY_LEN(not_steps); i++)
+		CHECK(!image_step_parse(not_steps[i], strlen(not_steps[i]), &step, &total, &off));
+
+	buf_init(&seen_steps, 4096);
+	image_set_progress(record_step, &seen_steps);
+	struct image_build_stream s;
+	image_build_stream_init(&s, "f");
+	s.image = "relay-fn-f:1";
+	char longer[400];
+	snprintf_(longer, sizeof longer, "{\"stream\":\"Step 3/3 : RUN %0200d\\n\"}\n", 7);
+	const char *text = "{\"stream\":\"Step 1/3 : FROM python:3.14-slim\\n\"}\n"
+			   "{\"stream\":\" ---\\u003e 3984736b3651\\n\"}\n"
+			   "{\"stream\":\"Step 1/3 : FROM python:3.14-slim\\n\"}\n"
+			   "{\"stream\":\"Step 2/3 : RUN pip install\\n\"}\n"
+			   "{\"stream\":\"Collecting x\\nStep 1/3 : not again\\n\"}\n"
+			   "{\"status\":\"Step 2/3 : RUN pip install\"}\n";
+	for (size_t i = 0; text[i]; i++)
+		image_build_stream_feed(&s, text + i, 1);
+	image_build_stream_feed(&s, longer, strlen(longer));
+	image_build_stream_finish(&s);
+	image_build_stream_free(&s);
+	image_set_progress(NULL, NULL);
+	char want[400];
+	snprintf_(want, sizeof want,
+		  "1/3 FROM python:3.14-slim\n2/3 RUN pip install\n3/3 RUN %0116d...\n", 0);
+	CHECK_STR(seen_steps.data, want);
+	buf_free(&seen_steps);
+}
+
 T_MAIN(T_CASE(registry_entries), T_CASE(dependency_rules), T_CASE(names), T_CASE(dockerfile_python),
        T_CASE(dockerfile_node_and_dependencies), T_CASE(context_python),
-       T_CASE(context_node_package_json_injection), T_CASE(build_stream_parser))
+       T_CASE(context_node_package_json_injection), T_CASE(build_stream_parser),
+       T_CASE(build_steps_reported_once))

@@ -1,0 +1,256 @@
+# relay function invoke (issue 21): one function's handlers run once,
+# locally, against the real Docker daemon and never Redis: the exact
+# forwarded output and exit status of a success, a failure, a timeout and a
+# missing secret; the matched handlers in order, stopping at the first
+# failure; a schedule handler fed the schedule envelope; no container left
+# behind (also after SIGTERM); the image relay start built reused as is;
+# build steps logged once each for a function with a dependency manifest.
+#
+# Function names start with "iv-" and carry the test's pid; each test
+# removes the images it made (and the dependency image it made).
+
+# ivfn NAME: a python function with handlers ok, fail (exit 3), slow
+# (sleeps), env (prints TOKEN's length) and tick (a schedule handler), and
+# rules matching {"k": ...} in file order.
+ivfn() {
+	local d=$RELAY_FUNCTIONS_DIR/$1
+	mkdir -p "$d"
+	cat >"$d/h.py" <<'PY'
+import json, os, sys, time
+def ok(event):
+    print("ok got", json.dumps(event, sort_keys=True))
+def second(event):
+    print("second ran")
+def fail(event):
+    print("fail says bye", file=sys.stderr)
+    sys.exit(3)
+def slow(event):
+    print("slow started", flush=True)
+    time.sleep(30)
+def env(event):
+    print("token length", len(os.environ.get("TOKEN", "")), "mode", os.environ.get("MODE"))
+def tick(event):
+    print("tick", event["source"], len(event["scheduled_at"]))
+PY
+	cat >"$d/template.yaml" <<'YAML'
+runtime: python3.14
+env:
+  MODE: local
+events:
+  - handler: h.ok
+    pattern: {k: [one, chain, stop]}
+  - handler: h.second
+    pattern: {k: [chain, stop]}
+  - handler: h.fail
+    pattern: {k: [stop, fail]}
+  - handler: h.env
+    pattern: {k: [never]}
+  - handler: h.slow
+    pattern: {k: [slow]}
+    timeout: 2s
+schedules:
+  - handler: h.tick
+    cron: "0 0 1 1 *"
+YAML
+}
+
+# no_containers NAME: docker has no container labelled relay.function=NAME.
+no_containers() {
+	local left
+	left=$(docker ps -aq --filter "label=relay.function=$1")
+	[ -z "$left" ] || fail "containers left for $1: $left"
+}
+
+iv_prefix() { printf 'relay: function "%s" handler "%s": ' "$1" "$2"; }
+
+test_invoke_runs_handlers_like_the_consumer() {
+	local f=iv-$$
+	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
+	ivfn "$f"
+
+	# Success: the handler's output with the usual prefix, exit 0.
+	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one","n":1}'
+	assert_status 0
+	assert_out_empty
+	[ "$(grep -c '^relay: function "' "$TMP/err")" -eq 1 ] || fail "forwarded lines: $(cat "$TMP/err")"
+	assert_err_contains "$(iv_prefix "$f" h.ok)ok got {\"k\": \"one\", \"n\": 1}"
+	no_containers "$f"
+
+	# Cached now: the whole stderr is the one forwarded line.
+	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one","n":2}'
+	assert_status 0
+	[ "$(cat "$TMP/err")" = "$(iv_prefix "$f" h.ok)ok got {\"k\": \"one\", \"n\": 2}" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+
+	# Non-zero exit: that exit status and one line saying so.
+	run "$RELAY" function invoke "$f" --handler h.fail --event '{"k":"fail"}'
+	assert_status 3
+	assert_err_contains "$(iv_prefix "$f" h.fail)fail says bye"
+	assert_err_contains "relay: function invoke: function \"$f\" handler \"h.fail\" failed: exit status 3"
+
+	# Timeout: the rule's 2s, then --timeout; 124 and a message.
+	run "$RELAY" function invoke "$f" --event '{"k":"slow"}'
+	assert_status 124
+	assert_err_contains "$(iv_prefix "$f" h.slow)slow started"
+	assert_err_contains "relay: function invoke: function \"$f\" handler \"h.slow\" timed out after 2s"
+	run "$RELAY" function invoke "$f" --handler h.slow --event '{}' --timeout 1s
+	assert_status 124
+	assert_err_contains "handler \"h.slow\" timed out after 1s"
+	no_containers "$f"
+
+	# Matched handlers in file order; with a failure, the ones after it
+	# do not run. Same order as relay function match lists.
+	run "$RELAY" function match '{"k":"stop"}'
+	assert_out_eq "$(printf '%s\th.ok\n%s\th.second\n%s\th.fail' "$f" "$f" "$f")"
+	run "$RELAY" function invoke "$f" --event '{"k":"chain"}'
+	assert_status 0
+	[ "$(grep '^relay: function "' "$TMP/err" | sed 's/.*handler "\([^"]*\)".*/\1/' | tr '\n' ' ')" = "h.ok h.second " ] ||
+		fail "chain order: $(cat "$TMP/err")"
+	sed -i 's/pattern: {k: \[stop, fail\]}/pattern: {k: [stop, fail]}\n  - handler: h.env\n    pattern: {k: [stop]}/' \
+		"$RELAY_FUNCTIONS_DIR/$f/template.yaml"
+	run "$RELAY" function invoke "$f" --event '{"k":"stop"}'
+	assert_status 3
+	[ "$(grep '^relay: function "' "$TMP/err" | sed 's/.*handler "\([^"]*\)".*/\1/' | tr '\n' ' ')" = "h.ok h.second h.fail " ] ||
+		fail "stop order: $(cat "$TMP/err")"
+	assert_err_lacks 'handler "h.env"'
+
+	# A schedule handler without --event reads the schedule envelope.
+	run "$RELAY" function invoke "$f" --handler h.tick
+	assert_status 0
+	[ "$(cat "$TMP/err")" = "$(iv_prefix "$f" h.tick)tick relay.schedule 20" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+
+	# A secret missing from RELAY_DATA_DIR: exit 1 naming it, no
+	# container; once set, the handler sees it (and the template's env).
+	sed -i 's/^env:/secrets:\n  TOKEN: iv-token\nenv:/' "$RELAY_FUNCTIONS_DIR/$f/template.yaml"
+	run "$RELAY" function invoke "$f" --handler h.env --event '{}'
+	assert_status 1
+	# (the template changed: the image is rebuilt, its steps logged)
+	[ "$(grep -v ' level=INFO ' "$TMP/err")" = "relay: function invoke: function \"$f\" handler \"h.env\": secret \"iv-token\" (for TOKEN) not found" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+	no_containers "$f"
+	printf 'abcdefg' | "$RELAY" secret set iv-token || fail "secret set"
+	run "$RELAY" function invoke "$f" --handler h.env --event '{}'
+	assert_status 0
+	assert_err_contains "$(iv_prefix "$f" h.env)token length 7 mode local"
+
+	# Argument errors: exit 2, one line; unknown handler: 1 naming them.
+	run "$RELAY" function invoke "$f" --handler h.ok
+	assert_status 2
+	assert_err_contains 'handler "h.ok" handles events: give --event'
+	run "$RELAY" function invoke "$f" --handler h.nope --event '{}'
+	assert_status 1
+	assert_err_contains "function \"$f\" has no handler \"h.nope\" (handlers: h.ok, h.second, h.fail, h.env, h.slow, h.tick (schedule))"
+	run "$RELAY" function invoke "$f" --event '{"k":"none"}'
+	assert_status 1
+	assert_err_contains "the event matches no handler of function \"$f\""
+	run "$RELAY" function invoke iv-missing-$$ --event '{}'
+	assert_status 1
+	assert_err_contains "no function \"iv-missing-$$\""
+	no_containers "$f"
+}
+
+test_invoke_sigterm_removes_the_container() {
+	local f=iv-sig-$$
+	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
+	ivfn "$f"
+	"$RELAY" function invoke "$f" --handler h.slow --event '{}' --timeout 60s \
+		>"$TMP/out" 2>"$TMP/err" &
+	local pid=$!
+	track "$pid"
+	wait_for 60 grep -qF "slow started" "$TMP/err" || fail "never started: $(cat "$TMP/err")"
+	[ -n "$(docker ps -q --filter "label=relay.function=$f")" ] || fail "no running container"
+	kill -TERM "$pid"
+	local st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 143 ] || fail "exit $st, want 143: $(cat "$TMP/err")"
+	grep -qF "handler \"h.slow\" stopped by Terminated; container removed" "$TMP/err" ||
+		fail "stderr: $(cat "$TMP/err")"
+	no_containers "$f"
+}
+
+test_invoke_reuses_the_image_relay_start_built() {
+	local f=iv-reuse-$$
+	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
+	ivfn "$f"
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
+	start_relay_as "$TMP/relay.log" "iv-reuse-$$"
+	grep -q "msg=\"function prepared\" function=$f .*built=true" "$TMP/relay.log" ||
+		fail "relay start did not build: $(grep "$f" "$TMP/relay.log")"
+	# relay start logs each build step once too.
+	[ "$(grep -cE "level=INFO msg=\"step [0-9]+/[0-9]+: COPY src/ /app/\" function=$f image=relay-fn-$f:[0-9a-f]{16} elapsed=" "$TMP/relay.log")" -eq 1 ] ||
+		fail "relay start's build steps: $(grep "$f" "$TMP/relay.log")"
+	stop_relay_pid "$RELAY_PID"
+	local before after
+	before=$(docker images --no-trunc --format '{{.Repository}}:{{.Tag}} {{.ID}}' "relay-fn-$f")
+	[ "$(printf '%s\n' "$before" | grep -c .)" -eq 1 ] || fail "images: $before"
+	unset REDIS_URI REDIS_STREAM REDIS_GROUP
+	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one"}'
+	assert_status 0
+	assert_err_lacks "step "
+	assert_err_lacks "building"
+	[ "$(cat "$TMP/err")" = "$(iv_prefix "$f" h.ok)ok got {\"k\": \"one\"}" ] ||
+		fail "stderr: $(cat "$TMP/err")"
+	after=$(docker images --no-trunc --format '{{.Repository}}:{{.Tag}} {{.ID}}' "relay-fn-$f")
+	[ "$before" = "$after" ] || fail "images changed: $before -> $after"
+	no_containers "$f"
+}
+
+test_invoke_logs_each_build_step_once() {
+	local f=iv-dep-$$
+	IV_DEP="" # global: the EXIT trap runs after this function returned
+	trap 'rc=$?; rm_fn_images '"$f"'; [ -z "$IV_DEP" ] || docker rmi "$IV_DEP" >/dev/null 2>&1; (exit $rc); it_cleanup' EXIT
+	ivfn "$f"
+	# A manifest pip satisfies offline (no requirement, a unique comment:
+	# a dependency image of its own, so pip install really runs).
+	printf '# iv test %s %s\n' "$$" "$(date +%s%N)" >"$RELAY_FUNCTIONS_DIR/$f/requirements.txt"
+	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one"}'
+	assert_status 0
+	IV_DEP=$(sed -n 's/.*msg="building dependency image" function=[^ ]* image=\([^ ]*\).*/\1/p' "$TMP/err")
+	local dep=$IV_DEP
+	[ -n "$dep" ] || fail "no dependency image built: $(cat "$TMP/err")"
+	# Each step once, in order, with the elapsed time; the dependency
+	# build's RUN pip install among them.
+	grep -E 'level=INFO msg="step [0-9]+/[0-9]+: ' "$TMP/err" >"$TMP/steps"
+	grep -qE "msg=\"step [0-9]+/[0-9]+: RUN pip install --no-cache-dir -r requirements.txt\" function=$f image=$dep elapsed=[0-9]+\.[0-9]s$" "$TMP/steps" ||
+		fail "no pip step: $(cat "$TMP/err")"
+	local img total
+	for img in "$dep" "relay-fn-$f"; do
+		grep -F "image=$img" "$TMP/steps" | sed 's/.*msg="step \([0-9]*\)\/\([0-9]*\):.*/\1 \2/' >"$TMP/nums"
+		total=$(head -n1 "$TMP/nums" | cut -d' ' -f2)
+		[ -n "$total" ] || fail "no steps for $img: $(cat "$TMP/err")"
+		[ "$(cut -d' ' -f1 "$TMP/nums" | tr '\n' ' ')" = "$(seq -s ' ' 1 "$total") " ] ||
+			fail "steps of $img not each once in order: $(cat "$TMP/nums")"
+	done
+	# No per-output-line noise at INFO: the build output stays at DEBUG.
+	assert_err_lacks "image build output"
+	assert_err_contains "$(iv_prefix "$f" h.ok)ok got {\"k\": \"one\"}"
+	# The second run reuses everything: no step at all.
+	run "$RELAY" function invoke "$f" --handler h.ok --event '{"k":"one"}'
+	assert_status 0
+	assert_err_lacks "step "
+}
+
+test_new_then_invoke_each_runtime() {
+	local py=iv-new-py-$$ node=iv-new-node-$$ f rt
+	trap 'rc=$?; rm_fn_images '"$py $node"'; (exit $rc); it_cleanup' EXIT
+	for rt in python3.14 node24; do
+		f=$py
+		[ "$rt" = node24 ] && f=$node
+		run "$RELAY" function new "$f" --runtime "$rt"
+		assert_status 0
+		# The command new suggests, as printed.
+		local next
+		next=$(sed -n 's/^next: relay //p' "$TMP/out")
+		[ "$next" = "function invoke $f --event '{\"event_name\":\"hello\",\"name\":\"world\"}'" ] ||
+			fail "next: $(cat "$TMP/out")"
+		run "$RELAY" function invoke "$f" --event '{"event_name":"hello","name":"world"}'
+		assert_status 0
+		assert_out_empty
+		[ "$(grep -v ' level=INFO ' "$TMP/err")" = "$(iv_prefix "$f" handler.handler)hello, world" ] ||
+			fail "$rt: $(cat "$TMP/err")"
+		no_containers "$f"
+	done
+}
