@@ -117,7 +117,7 @@ static void cleanup(void)
 	if (g_docker && g_host) {
 		char *e = NULL;
 		size_t removed = 0;
-		if (runner_sweep_orphans(g_docker, g_host, 20000, &removed, &e) < 0) {
+		if (runner_sweep_orphans(g_docker, g_host, NULL, 20000, &removed, &e) < 0) {
 			fprintf(stderr, "bench/invoke: sweep: %s\n", e ? e : "failed");
 			free(e);
 		}

@@ -116,6 +116,14 @@ void runner_set_stream_group(const char *stream, const char *group)
 	scope_group = group ? xstrdup(group) : NULL;
 }
 
+/* Set once before any container exists: relay function invoke's. */
+static bool local_runs;
+
+void runner_set_local(void)
+{
+	local_runs = true;
+}
+
 /* ---- time bounds and names ------------------------------------------- */
 
 int64_t runner_timeout_ns(int64_t timeout_ns)
@@ -647,6 +655,8 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_object_set_new(labels, "relay.image", label_str(in->image));
 	if (in->standby)
 		json_object_set_new(labels, "relay.standby", json_string("true"));
+	if (local_runs)
+		json_object_set_new(labels, "relay.local", json_string("invoke"));
 
 	json_t *host_config = json_pack(
 		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
@@ -1313,6 +1323,9 @@ int runner_sweep_orphans(struct docker *d, const char *hostname, const char *kee
 		/* Another stream or group's Relay under this hostname holds a
 		 * liveness record of its own: its containers are not ours. */
 		if (!same_scope(labels))
+			continue;
+		/* relay function invoke removes its own, and is no worker. */
+		if (json_object_get(labels, "relay.local"))
 			continue;
 		if (remaining_ms(deadline) == 0) {
 			buf_appendf(&errs, "%stimed out after %d ms", errs.len ? "; " : "",

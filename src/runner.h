@@ -9,7 +9,8 @@
  *   2. POST /containers/create with AutoRemove, Env, User 10001:10001, the
  *      seven relay.* labels (bounded, see runner_label_value) plus
  *      relay.instance (runner_instance_id), relay.stream and relay.group
- *      (runner_set_stream_group) and relay.standby on a standby
+ *      (runner_set_stream_group), relay.local=invoke for relay function
+ *      invoke (runner_set_local) and relay.standby on a standby
  *      container, Memory and
  *      MemorySwap 128 MiB, NanoCpus 1e9, PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
@@ -294,6 +295,10 @@ const char *runner_instance_id(void);
  * leaves containers labelled with others alone. Called once by relay start
  * before any container exists; not thread-safe. */
 void runner_set_stream_group(const char *stream, const char *group);
+/* relay function invoke: every container gets the label relay.local=invoke,
+ * which the orphan sweep of a relay start on the same host leaves alone
+ * (invoke removes its own, also on SIGINT/SIGTERM). Call before any. */
+void runner_set_local(void);
 
 /* ---- exposed for tests (pure, no I/O) -------------------------------- */
 

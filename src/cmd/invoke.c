@@ -392,6 +392,7 @@ static int invoke_exec(const struct cmd *self, const struct cmd_args *args,
 		return 2;
 	}
 
+	runner_set_local(); /* a relay start's orphan sweep leaves these alone */
 	int rc = 1;
 	char *text = NULL, *why = NULL, *sched = NULL;
 	size_t len = 0;

@@ -169,6 +169,41 @@ test_invoke_sigterm_removes_the_container() {
 	no_containers "$f"
 }
 
+# A relay start on the same host (same host name) starting while an invoke
+# runs: its orphan sweep removes a worker's leftovers, never invoke's
+# container (label relay.local=invoke), whose handler finishes.
+test_relay_start_sweep_leaves_a_running_invoke_alone() {
+	local f=iv-sweep-$$ host=iv-sweep-$$
+	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
+	ivfn "$f"
+	cat >>"$RELAY_FUNCTIONS_DIR/$f/h.py" <<'PY'
+def nap(event):
+    print("nap started", flush=True)
+    time.sleep(6)
+    print("nap done")
+PY
+	sed -i 's/^events:$/events:\n  - handler: h.nap\n    pattern: {k: [nap]}/' "$RELAY_FUNCTIONS_DIR/$f/template.yaml"
+	unshare --uts sh -c "hostname $host && exec '$RELAY' function invoke '$f' --handler h.nap --event '{}' --timeout 60s" \
+		>"$TMP/out" 2>"$TMP/err" &
+	local pid=$!
+	track "$pid"
+	wait_for 90 grep -qF "nap started" "$TMP/err" || fail "never started: $(cat "$TMP/err")"
+	[ "$(docker inspect -f '{{index .Config.Labels "relay.local"}}' \
+		"$(docker ps -q --filter "label=relay.function=$f")")" = invoke ] || fail "no relay.local=invoke label"
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
+	start_relay_as "$TMP/relay.log" "$host"
+	assert_no_sweep() { ! grep -q 'msg="removed orphaned containers of this host"' "$TMP/relay.log"; }
+	assert_no_sweep || fail "relay start swept: $(grep orphan "$TMP/relay.log")"
+	local st=0
+	wait "$pid" || st=$?
+	[ "$st" -eq 0 ] || fail "invoke exit $st: $(cat "$TMP/err")"
+	grep -qF "$(iv_prefix "$f" h.nap)nap done" "$TMP/err" || fail "stderr: $(cat "$TMP/err")"
+	stop_relay_pid "$RELAY_PID"
+	no_containers "$f"
+}
+
 test_invoke_reuses_the_image_relay_start_built() {
 	local f=iv-reuse-$$
 	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
