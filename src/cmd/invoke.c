@@ -499,7 +499,7 @@ out:
 
 const struct cmd cmd_function_invoke = {
 	.words = WORDS,
-	.args = "NAME [--handler H] [--event EVENT|@file|-] [--timeout D]",
+	.args = "<name> [--handler H] [--event EVENT] [--timeout D]",
 	.summary = "run a function's handlers once, locally, in their containers",
 	.opts = (const struct cmd_opt[]){{"--handler", NULL, true},
 					 {"--event", NULL, true},

@@ -109,7 +109,7 @@ test_cluster_stream_without_hash_tag_is_refused() {
 # failover_under_load KIND PREFIX: two workers, a producer; KIND manual
 # (CLUSTER FAILOVER on the replica) or crash (kill -9 of the master).
 failover_under_load() {
-	local kind=$1 prefix=$2 old new before i pid
+	local kind=$1 prefix=$2 old new before i redis_pid
 	ha_up cluster
 	ha_env
 	hcli XGROUP CREATE "$HA_STREAM" "$HA_GROUP" 0 MKSTREAM >/dev/null || fail "XGROUP CREATE"
@@ -135,8 +135,9 @@ failover_under_load() {
 	if [ "$kind" = manual ]; then
 		redis-cli -p "$new" CLUSTER FAILOVER | grep -qx OK || fail "CLUSTER FAILOVER refused"
 	else
-		pid=$(node_pid "$old")
-		kill -KILL "$pid" || fail "cannot kill $old ($pid)"
+		# a redis-server, not a relay (kill9_relay_pid is for relays)
+		redis_pid=$(node_pid "$old")
+		kill -KILL "$redis_pid" || fail "cannot kill $old ($redis_pid)"
 	fi
 	wait_for 30 master_is "$new" || fail "$new did not become the master within 30 s"
 	echo "$kind failover: master $old -> $new after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
