@@ -320,7 +320,7 @@ test_new_function_runs_under_relay_start_via_event_send() {
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	# Names no other test or session uses: images are named after them.
 	local py=author-e2e-py-$$-$RANDOM js=author-e2e-js-$$-$RANDOM f
-	trap 'rc=$?; rm_fn_images "$py" "$js"; (exit $rc); it_cleanup' EXIT
+	trap 'rc=$?; rm_fn_images '"$py $js"'; (exit $rc); it_cleanup' EXIT
 	run "$RELAY" function new "$py" --runtime python3.14
 	assert_status 0
 	run "$RELAY" function new "$js" --runtime node24
