@@ -288,6 +288,14 @@ int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 		goto fail;
 	}
 	const char *slash = strchr(p, '/');
+	/* Refused before anything else reads the path: redaction takes the
+	 * password to end at the last '@', so an error about the master name
+	 * or database would otherwise tell which bytes the password held. */
+	if (slash && strchr(slash, '@')) {
+		*why = xstrdup("'@' after the host list: a password holding '/' must be "
+			       "percent-encoded as %2F");
+		goto fail;
+	}
 	size_t authlen = slash ? (size_t)(slash - p) : strlen(p);
 	/* The last '@' ends the userinfo: passwords may contain '@' unescaped. */
 	const char *at = NULL;

@@ -81,6 +81,10 @@ static int password_span(const char *s, size_t *off, size_t *len)
  * "password" found in it is there by coincidence. */
 static const char *const FIXED_TEXT[] = {
 	"an IPv6 host must be written in brackets, e.g. [::1]:6379",
+	"a host list needs the redis:// form, e.g. redis://h1:7000,h2:7001",
+	"the path must be a database number, e.g. /0",
+	"'@' after the host list: a password holding '/' must be percent-encoded as %2F",
+	"missing master name: the form is redis-sentinel://host:26379,.../<master-name>[/db]",
 	"invalid configuration: REDIS_URI is invalid; accepted: host:port, "
 	"redis://[user[:password]@]host:port[,host:port...][/db], rediss://... (TLS) or "
 	"redis-sentinel://[user[:password]@]host:port[,host:port...]/master-name[/db]",

@@ -90,6 +90,13 @@ TEST(uri_errors_are_exact)
 		 "redis-sentinel://host:26379,.../<master-name>[/db]"},
 		{"redis-sentinel://s1/m/x", "the path must be a database number, e.g. /0"},
 		{"redis-sentinel://s1/m%01x", NULL},
+		/* Fuzz findings: the master name error told the password apart. */
+		{"redis-sentinel://s-sp/::+e@h:@\177223PPPR@PPPP",
+		 "'@' after the host list: a password holding '/' must be percent-encoded as %2F"},
+		{"rediss-sentinel://sDEt/2.in:%@@@\023@@@",
+		 "'@' after the host list: a password holding '/' must be percent-encoded as %2F"},
+		{"redis://u:pa/ss@h", "'@' after the host list: a password holding '/' must be "
+				      "percent-encoded as %2F"},
 		{"redis://h1:7000,h!2:7001", "host 2 of the list: invalid character '!' in host"},
 		{"redis://h1:7000,h2:0",
 		 "host 2 of the list: port must be a number from 1 to 65535"},
