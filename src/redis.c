@@ -1680,38 +1680,36 @@ redisReply *redis_command_argv(struct redis *r, int argc, const char **argv, con
 	return redis_get_reply(r, -1);
 }
 
+/* Frees rep: 0 unless it is missing or an error, which fails r with
+ * "<what>: <error>". */
+static int reply_not_error(struct redis *r, redisReply *rep, const char *what)
+{
+	if (!rep)
+		return -1;
+	int rc = 0;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		fail(r, "%s: %s", what, rep->str);
+		rc = -1;
+	}
+	freeReplyObject(rep);
+	return rc;
+}
+
 /* AUTH and SELECT after the transport is up. */
 static int handshake(struct redis *r)
 {
-	redisReply *rep = NULL;
 	if (r->uri.password) {
-		if (r->uri.user)
-			rep = redis_command(r, "AUTH %s %s", r->uri.user, r->uri.password);
-		else
-			rep = redis_command(r, "AUTH %s", r->uri.password);
-		if (!rep)
+		redisReply *rep =
+			r->uri.user ? redis_command(r, "AUTH %s %s", r->uri.user, r->uri.password)
+				    : redis_command(r, "AUTH %s", r->uri.password);
+		if (reply_not_error(r, rep, "authentication failed") < 0)
 			return -1;
-		if (rep->type == REDIS_REPLY_ERROR) {
-			char msg[256];
-			snprintf_(msg, sizeof msg, "%s", rep->str);
-			freeReplyObject(rep);
-			fail(r, "authentication failed: %s", msg);
-			return -1;
-		}
-		freeReplyObject(rep);
 	}
 	if (r->uri.db) {
-		rep = redis_command(r, "SELECT %d", r->uri.db);
-		if (!rep)
+		char what[40];
+		snprintf_(what, sizeof what, "SELECT %d failed", r->uri.db);
+		if (reply_not_error(r, redis_command(r, "SELECT %d", r->uri.db), what) < 0)
 			return -1;
-		if (rep->type == REDIS_REPLY_ERROR) {
-			char msg[256];
-			snprintf_(msg, sizeof msg, "%s", rep->str);
-			freeReplyObject(rep);
-			fail(r, "SELECT %d failed: %s", r->uri.db, msg);
-			return -1;
-		}
-		freeReplyObject(rep);
 	}
 	return 0;
 }
@@ -1757,13 +1755,8 @@ static int cluster_owner(struct redis *r, struct redis_host *owner)
 		rep = redis_command(r, "CLUSTER SLOTS");
 		if (!rep)
 			return -1;
-		if (rep->type == REDIS_REPLY_ERROR) {
-			char msg[200];
-			snprintf_(msg, sizeof msg, "%s", rep->str);
-			freeReplyObject(rep);
-			fail(r, "CLUSTER SLOTS failed: %s", msg);
-			return -1;
-		}
+		if (rep->type == REDIS_REPLY_ERROR)
+			return reply_not_error(r, rep, "CLUSTER SLOTS failed");
 	}
 	struct redis_slotmap m;
 	char *why = NULL;

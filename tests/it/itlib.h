@@ -44,13 +44,14 @@ static int it_free_port(void)
 	return ntohs(a.sin_port);
 }
 
-/* Starts redis-server with extra args (NULL-terminated list). */
-static int it_redis_start(struct itredis *it, const char *const *extra)
+/* Forks redis-server on port with extra args (NULL-terminated list), in a
+ * new temporary directory; does not wait for it to listen. */
+static int it_redis_spawn(struct itredis *it, int port, const char *const *extra)
 {
 	snprintf_(it->dir, sizeof it->dir, "/tmp/relay-itc.XXXXXX");
 	if (!mkdtemp(it->dir))
 		return -1;
-	it->port = it_free_port();
+	it->port = port;
 	snprintf_(it->portstr, sizeof it->portstr, "%d", it->port);
 	const char *argv[40] = {"redis-server", "--bind",     "127.0.0.1",    "--port", it->portstr,
 				"--save",	"",	      "--appendonly", "no",	"--dir",
@@ -69,6 +70,15 @@ static int it_redis_start(struct itredis *it, const char *const *extra)
 		execvp("redis-server", (char *const *)argv);
 		_exit(127);
 	}
+	return it->pid > 0 ? 0 : -1;
+}
+
+/* Starts redis-server with extra args (NULL-terminated list) and waits
+ * until it answers. */
+static int it_redis_start(struct itredis *it, const char *const *extra)
+{
+	if (it_redis_spawn(it, it_free_port(), extra) < 0)
+		return -1;
 	memset(&it->uri, 0, sizeof it->uri);
 	it->uri.host = "127.0.0.1";
 	it->uri.port = it->portstr;
@@ -131,8 +141,7 @@ struct it_group {
 	char last_id[64];
 };
 
-static inline struct it_group it_group_info(struct redis *r, const char *stream,
-					    const char *group)
+static inline struct it_group it_group_info(struct redis *r, const char *stream, const char *group)
 {
 	struct it_group g = {false, -1, -1, ""};
 	redisReply *rep = redis_command(r, "XINFO GROUPS %s", stream);
@@ -147,7 +156,8 @@ static inline struct it_group it_group_info(struct redis *r, const char *stream,
 				cur.found = strcmp(v->str, group) == 0;
 			else if (strcmp(name->str, "lag") == 0 && v->type == REDIS_REPLY_INTEGER)
 				cur.lag = v->integer;
-			else if (strcmp(name->str, "pending") == 0 && v->type == REDIS_REPLY_INTEGER)
+			else if (strcmp(name->str, "pending") == 0 &&
+				 v->type == REDIS_REPLY_INTEGER)
 				cur.pending = v->integer;
 			else if (strcmp(name->str, "last-delivered-id") == 0 &&
 				 v->type == REDIS_REPLY_STRING)

@@ -195,16 +195,28 @@ static int other_master(int owner, unsigned slot_hint)
 	return 0;
 }
 
-static void check_cmd(struct redis *r, const char *fmt, const char *arg, const char *want)
+/* rep (freed here), the reply of r to what, shows as want. */
+static void check_reply(struct redis *r, redisReply *rep, const char *what, const char *want)
 {
-	redisReply *rep = redis_command(r, fmt, arg);
 	char s[300];
 	show(rep, s, sizeof s);
 	if (strcmp(s, want) != 0)
-		T_FAIL_("%s %s: got %s (%s), want %s", fmt, arg, s, rep ? "reply" : redis_errmsg(r),
-			want);
+		T_FAIL_("%s: got %s (%s), want %s", what, s, rep ? "reply" : redis_errmsg(r), want);
 	if (rep)
 		freeReplyObject(rep);
+}
+
+static void check_cmd(struct redis *r, const char *fmt, const char *arg, const char *want)
+{
+	char what[200];
+	snprintf(what, sizeof what, "%s %s", fmt, arg);
+	check_reply(r, redis_command(r, fmt, arg), what, want);
+}
+
+/* The next reply of r's pipeline shows as want. */
+static void check_next(struct redis *r, const char *what, const char *want)
+{
+	check_reply(r, redis_get_reply(r, -1), what, want);
 }
 
 TEST(routes_to_the_slot_master_from_a_seed_that_is_not_it)
@@ -335,14 +347,8 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	 * runs on the source: both once, replies in order. */
 	CHECK_INT(redis_append(r, "INCR %s", "{mig}:a"), 0);
 	CHECK_INT(redis_append(r, "INCR %s", "{mig}:b"), 0);
-	redisReply *r1 = redis_get_reply(r, -1), *r2 = redis_get_reply(r, -1);
-	char s1[100], s2[100];
-	CHECK_STR(show(r1, s1, sizeof s1), "(int) 12");
-	CHECK_STR(show(r2, s2, sizeof s2), "(int) 21");
-	if (r1)
-		freeReplyObject(r1);
-	if (r2)
-		freeReplyObject(r2);
+	check_next(r, "INCR {mig}:a (ASK)", "(int) 12");
+	check_next(r, "INCR {mig}:b", "(int) 21");
 	CHECK_INT(port_of_addr(r), src); /* ASK does not move the connection */
 
 	/* Finish the migration: the slot is dst's. */
@@ -358,14 +364,8 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	 * of two, both moved, each runs exactly once. */
 	CHECK_INT(redis_append(r, "INCR %s", "{mig}:a"), 0);
 	CHECK_INT(redis_append(r, "INCR %s", "{mig}:b"), 0);
-	r1 = redis_get_reply(r, -1);
-	r2 = redis_get_reply(r, -1);
-	CHECK_STR(show(r1, s1, sizeof s1), "(int) 13");
-	CHECK_STR(show(r2, s2, sizeof s2), "(int) 22");
-	if (r1)
-		freeReplyObject(r1);
-	if (r2)
-		freeReplyObject(r2);
+	check_next(r, "INCR {mig}:a (MOVED)", "(int) 13");
+	check_next(r, "INCR {mig}:b (MOVED)", "(int) 22");
 	CHECK_INT(port_of_addr(r), dst);
 	char *logs = t_captured_logs();
 	t_release_logs();
@@ -523,23 +523,13 @@ TEST(moved_after_a_manual_failover_pipeline_runs_once)
 	const char *bin[] = {"SET", "{fo}:bin", "x\0y"};
 	const size_t binlen[] = {3, 8, 3};
 	CHECK_INT(redis_append_argv(r, 3, bin, binlen), 0);
-	redisReply *r1 = redis_get_reply(r, -1), *r2 = redis_get_reply(r, -1);
-	redisReply *r3 = redis_get_reply(r, -1);
-	char s3[100];
-	CHECK_STR(show(r3, s3, sizeof s3), "OK");
-	if (r3)
-		freeReplyObject(r3);
+	check_next(r, "INCR {fo}:n", "(int) 1");
+	check_next(r, "INCR {fo}:m", "(int) 1");
+	check_next(r, "SET {fo}:bin x\\0y", "OK");
 	rep = on(replica, "STRLEN {fo}:bin");
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 3);
 	if (rep)
 		freeReplyObject(rep);
-	char s1[100], s2[100];
-	CHECK_STR(show(r1, s1, sizeof s1), "(int) 1");
-	CHECK_STR(show(r2, s2, sizeof s2), "(int) 1");
-	if (r1)
-		freeReplyObject(r1);
-	if (r2)
-		freeReplyObject(r2);
 	CHECK_INT(port_of_addr(r), replica);
 	char *logs = t_captured_logs();
 	t_release_logs();
@@ -579,10 +569,7 @@ TEST(moved_after_a_manual_failover_pipeline_runs_once)
 	struct redis_script sc;
 	redis_script_init(&sc, "return redis.call('INCR', KEYS[1])");
 	const char *argv[] = {"1", "{fo}:n"};
-	rep = redis_script_run(r, &sc, 2, argv, NULL);
-	CHECK_STR(show(rep, s1, sizeof s1), "(int) 2");
-	if (rep)
-		freeReplyObject(rep);
+	check_reply(r, redis_script_run(r, &sc, 2, argv, NULL), "EVALSHA INCR {fo}:n", "(int) 2");
 	redis_free(r);
 }
 
@@ -713,10 +700,7 @@ TEST(sentinel_resolves_and_follows_a_failover)
 		REQUIRE(redis_connect(r) == 0);
 		rep = redis_command(r, "INCR %s", "k");
 	}
-	char s[100];
-	CHECK_STR(show(rep, s, sizeof s), "(int) 2");
-	if (rep)
-		freeReplyObject(rep);
+	check_reply(r, rep, "INCR k", "(int) 2");
 	CHECK_INT(port_of_addr(r), SR.port);
 	snprintf(want, sizeof want, "sentinel master relaymaster at 127.0.0.1:%d", SR.port);
 	CHECK_STR(redis_describe(r), want);
@@ -776,26 +760,20 @@ static bool port_free(int port)
  * before the cluster is created). */
 static int start_node(struct itredis *it)
 {
-	snprintf_(it->dir, sizeof it->dir, "/tmp/relay-itc.XXXXXX");
-	if (!mkdtemp(it->dir))
-		return -1;
 	/* The cluster bus listens on port + 10000. */
+	int port;
 	do
-		it->port = it_free_port();
-	while (it->port + 10000 > 65535 || !port_free(it->port + 10000));
-	snprintf_(it->portstr, sizeof it->portstr, "%d", it->port);
-	it->pid = fork();
-	if (it->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 1);
-		dup2(null, 2);
-		execlp("redis-server", "redis-server", "--bind", "127.0.0.1", "--port", it->portstr,
-		       "--save", "", "--appendonly", "no", "--dir", it->dir, "--loglevel",
-		       "warning", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		       "--cluster-node-timeout", "2000", (char *)NULL);
-		_exit(127);
-	}
+		port = it_free_port();
+	while (port + 10000 > 65535 || !port_free(port + 10000));
+	static const char *const cluster[] = {"--cluster-enabled",
+					      "yes",
+					      "--cluster-config-file",
+					      "nodes.conf",
+					      "--cluster-node-timeout",
+					      "2000",
+					      NULL};
+	if (it_redis_spawn(it, port, cluster) < 0)
+		return -1;
 	for (int i = 0; i < 100; i++) {
 		redisReply *rep = on(it->port, "PING");
 		bool ok = rep != NULL;
