@@ -532,17 +532,34 @@ void cond_init_monotonic(pthread_cond_t *c)
 	pthread_condattr_destroy(&a);
 }
 
+struct thread_boot {
+	void *(*fn)(void *);
+	void *arg;
+	char comm[16]; /* the kernel's TASK_COMM_LEN */
+};
+
+/* Names the thread before it runs anything: named by its creator, it
+ * could run (and read or log its name) first. */
+static void *thread_boot(void *p)
+{
+	struct thread_boot b = *(struct thread_boot *)p;
+	free(p);
+	pthread_setname_np(pthread_self(), b.comm);
+	return b.fn(b.arg);
+}
+
 int thread_start(pthread_t *t, const char *name, void *(*fn)(void *), void *arg)
 {
+	struct thread_boot *b = xmalloc(sizeof *b);
+	b->fn = fn;
+	b->arg = arg;
+	strlcpy_(b->comm, name, sizeof b->comm);
 	/* The new thread inherits the mask in force when it is created. */
 	sigset_t old;
 	signals_block_all(&old);
-	int e = pthread_create(t, NULL, fn, arg);
+	int e = pthread_create(t, NULL, thread_boot, b);
 	signals_restore(&old);
-	if (e == 0) {
-		char comm[16]; /* the kernel's TASK_COMM_LEN */
-		strlcpy_(comm, name, sizeof comm);
-		pthread_setname_np(*t, comm);
-	}
+	if (e != 0)
+		free(b);
 	return e;
 }
