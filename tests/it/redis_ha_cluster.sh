@@ -130,6 +130,11 @@ failover_under_load() {
 		assert_status 0
 		[ "$(head -n1 "$TMP/out")" = "redis: ok (cluster, slot $slot on 127.0.0.1:$old)" ] ||
 			fail "relay health: $(head -n1 "$TMP/out")"
+		# without a stream there is no slot of its own: it says so
+		run env -u REDIS_STREAM "$RELAY" health
+		assert_status 0
+		head -n1 "$TMP/out" | grep -qxE 'redis: ok \(cluster, slot 0 on 127\.0\.0\.1:[0-9]+ \(REDIS_STREAM unset\)\)' ||
+			fail "relay health without REDIS_STREAM: $(head -n1 "$TMP/out")"
 	fi
 	t0=$(date +%s.%N)
 	if [ "$kind" = manual ]; then
