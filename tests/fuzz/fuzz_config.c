@@ -98,9 +98,9 @@ static int distinctive(const char *secret, const char *rest)
 	for (size_t i = 0; i < sizeof FIXED_TEXT / sizeof FIXED_TEXT[0]; i++)
 		if (strstr(FIXED_TEXT[i], secret))
 			return 0;
-	/* Messages show a control character as '?': compare with the rest as
-	 * a message shows it too. */
-	char *shown = xstrdup(rest);
+	/* Messages show a control character as '?' and the URI in single
+	 * quotes: compare with the rest as a message shows it too. */
+	char *shown = xasprintf("'%s'", rest);
 	for (char *c = shown; *c; c++)
 		if ((unsigned char)*c < 0x20 || *c == 0x7f)
 			*c = '?';
