@@ -1842,8 +1842,7 @@ static int route_seeds(struct redis *r, const char *hint_host, const char *hint_
 		r->mode = REDIS_MODE_CLUSTER;
 		char hp[300];
 		hostport(hp, sizeof hp, r->host, r->port);
-		snprintf_(r->describe, sizeof r->describe, "cluster, slot %u on %s%s", r->slot, hp,
-			  r->uri.route_key ? "" : " (REDIS_STREAM unset)");
+		snprintf_(r->describe, sizeof r->describe, "cluster, slot %u on %s", r->slot, hp);
 		rc = 0;
 	}
 	free_hosts(c, nc);

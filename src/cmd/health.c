@@ -61,8 +61,13 @@ int health_check_redis(const struct config *cfg, char **where, char **err)
 		goto out;
 	}
 	if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
-		*where = xstrdup(redis_mode(r) == REDIS_MODE_STANDALONE ? redis_addr(r)
-									: redis_describe(r));
+		if (redis_mode(r) == REDIS_MODE_STANDALONE)
+			*where = xstrdup(redis_addr(r));
+		else if (redis_mode(r) == REDIS_MODE_CLUSTER && !cfg->redis_stream)
+			/* No slot of its own: say why it is slot 0's. */
+			*where = xasprintf("%s (REDIS_STREAM unset)", redis_describe(r));
+		else
+			*where = xstrdup(redis_describe(r));
 		rc = 0;
 	} else {
 		*err = xasprintf("redis %s: PING failed: %s", redis_addr(r),
