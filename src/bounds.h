@@ -24,9 +24,12 @@
  *                         pattern.h                 pattern.c
  *   function tree         fingerprint.h,            fingerprint.c,
  *                         function.h, image.h       function.c, image.c
+ *   HTTP connection       http.h (connections,      http.c (reaper,
+ *                         per address, headers'     MHD options)
+ *                         deadline)
  *   webhook request       webhook.h, http.h         http.c, webhook.c
  *   metrics request       http.h (64 KiB body,      metrics.c's http
- *                         32 connections, 10 s)     config, http.c
+ *                         10 s idle)                config, http.c
  *   git remote, checkout  gitsync.h                 gitsync.c
  *   known_hosts           sshkey.h                  sshkey.c
  *   TZif file             tz.h (also: at most 16    tz.c
@@ -90,6 +93,11 @@
 	X("function tree", "bytes", FN_TREE_MAX_BYTES, 256 * MIB, "256 MiB")                       \
 	X("function tree", "directory depth", FN_TREE_MAX_DEPTH, 32, "32 levels")                  \
 	X("image build", "time", IMAGE_BUILD_TIMEOUT_MS, 15LL * 60 * 1000, "15 min")               \
+	X("HTTP connection", "connections at once (each listener)", HTTP_DEFAULT_CONNECTION_LIMIT, \
+	  128, "128")                                                                              \
+	X("HTTP connection", "connections from one address", HTTP_DEFAULT_PER_IP_LIMIT, 16, "16")  \
+	X("HTTP connection", "request line and headers, from the accept",                          \
+	  HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS, 5, "5 s")                                           \
 	X("webhook request", "body", WEBHOOK_MAX_BODY, 5 * MIB, "5 MiB")                           \
 	X("webhook request", "bodies of all connections", WEBHOOK_BODY_BUDGET, 16 * MIB, "16 MiB") \
 	X("webhook request", "time for the body", WEBHOOK_BODY_SECONDS, 5, "5 s")                  \

@@ -90,12 +90,20 @@ static void check_tree(const char *root_real, const char *dir, const char *rel, 
 	closedir(d);
 }
 
-/* Reads at most max bytes of path; -1 with errno-based message. */
+/* Reads at most max bytes of path, a regular file; -1 with errno-based
+ * message. O_NONBLOCK and fstat on the descriptor: a FIFO put in place
+ * after the tree was checked is refused, never waited on. */
 static int read_file(const char *path, size_t max, char **data, size_t *len, char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		*why = xasprintf("cannot open: %s", strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		*why = xstrdup("not a regular file");
+		close(fd);
 		return -1;
 	}
 	int rc = read_fd_bounded(fd, max, 0, data, len);

@@ -18,6 +18,24 @@
  * (body_bytes and the stats), taken for a moment around each growth of a
  * request body's buffer and never while calling out.
  *
+ * Deadlines on headers (http.h): MHD's connection timeout is an idle
+ * timeout, reset by every byte, so it cannot bound how long a client takes
+ * to send its headers. Each connection is therefore tracked from MHD's
+ * NOTIFY_CONNECTION STARTED to CLOSED in s->conns (guarded by s->conn_mu)
+ * with a deadline, and the "reaper" thread (one per server, woken every
+ * REAP_TICK_MS) shuts down the socket of every connection still receiving
+ * past it; MHD's connection thread then sees the end of the stream and
+ * closes it as for any peer that went away. The reaper shuts down its own
+ * duplicate of the socket (dup at STARTED, closed at CLOSED under
+ * conn_mu), so a descriptor number MHD closed and the kernel reused is
+ * never touched. The deadline is header_timeout_seconds from the accept;
+ * once the headers are in, the body's (body_timeout_seconds); while the
+ * handler runs and the response goes out, none (the idle timeout applies);
+ * after a response, header_timeout_seconds again for the next request of a
+ * kept-alive connection. MHD_OPTION_PER_IP_CONNECTION_LIMIT caps the
+ * connections from one address: with the deadline, one address holds at
+ * most per_ip_limit slots for at most header_timeout_seconds at a time.
+ *
  * Bodies (the bounds are listed in http.h): a body is buffered in one
  * array per request, allocated when its first byte arrives: Content-Length
  * + 1 bytes at once when declared, else growing geometrically up to
@@ -32,6 +50,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -58,7 +77,24 @@ struct http_server {
 	pthread_t retry_thread;
 	pthread_mutex_t body_mu;
 	struct http_server_stats stats; /* guarded by body_mu */
+	pthread_mutex_t conn_mu;	/* guards conns and every conn's fields */
+	pthread_cond_t reap_cond;	/* wakes the reaper for stop */
+	struct conn *conns;		/* every open connection */
+	bool reap_stop, reaping;
+	pthread_t reaper;
 };
+
+/* An open connection, from NOTIFY_CONNECTION STARTED to CLOSED. */
+struct conn {
+	struct conn *prev, *next;
+	int fd;		     /* our duplicate of its socket, or -1 */
+	int64_t deadline_ns; /* monotonic; 0 while none applies */
+	bool in_body;	     /* the deadline is the body's, not the headers' */
+	char peer[64];	     /* the client address, for the log */
+};
+
+/* How often the reaper looks at the deadlines: they hold to within this. */
+#define REAP_TICK_MS 200
 
 /* Per-request state kept by MHD between calls of the access handler. */
 struct request_ctx {
@@ -208,6 +244,150 @@ static int socket_port(int fd)
 	if (ss.ss_family == AF_INET6)
 		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	return 0;
+}
+
+/* ---- connections and their deadlines ---------------------------------- */
+
+static void count(struct http_server *s, unsigned long *counter);
+
+static int64_t secs_ns(unsigned s)
+{
+	return (int64_t)s * 1000000000;
+}
+
+static void peer_name(const struct sockaddr *sa, char *out, size_t size)
+{
+	snprintf_(out, size, "?");
+	if (!sa)
+		return;
+	if (sa->sa_family == AF_INET) {
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+			  (socklen_t)size);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a)) /* 127.0.0.1, not ::ffff:127.0.0.1 */
+			inet_ntop(AF_INET, &a->s6_addr[12], out, (socklen_t)size);
+		else
+			inet_ntop(AF_INET6, a, out, (socklen_t)size);
+	}
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct http_server *s = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct conn *c = xcalloc(1, sizeof *c);
+		const union MHD_ConnectionInfo *fi =
+			MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *ai =
+			MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		peer_name(ai ? ai->client_addr : NULL, c->peer, sizeof c->peer);
+		c->fd = fi ? fcntl(fi->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+		/* Without a duplicate the deadline cannot be enforced: refuse
+		 * the connection now (the descriptor is surely its own here). */
+		if (c->fd < 0 && fi)
+			shutdown(fi->connect_fd, SHUT_RDWR);
+		c->deadline_ns = now_mono_ns() + secs_ns(s->cfg.header_timeout_seconds);
+		pthread_mutex_lock(&s->conn_mu);
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		pthread_mutex_unlock(&s->conn_mu);
+		*socket_context = c;
+		return;
+	}
+	struct conn *c = *socket_context;
+	if (!c)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->fd >= 0)
+		close(c->fd);
+	pthread_mutex_unlock(&s->conn_mu);
+	free(c);
+	*socket_context = NULL;
+}
+
+/* Sets the connection's deadline (0: none). */
+static void conn_deadline(struct http_server *s, struct MHD_Connection *mc, int64_t deadline_ns,
+			  bool in_body)
+{
+	const union MHD_ConnectionInfo *i =
+		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn *c = i ? i->socket_context : NULL;
+	if (!c)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	c->deadline_ns = deadline_ns;
+	c->in_body = in_body;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* Clears the connection's deadline: true when it was set, i.e. the reaper
+ * has not cut the connection (so exactly one of the two counts the cut). */
+static bool conn_disarm(struct http_server *s, struct MHD_Connection *mc)
+{
+	const union MHD_ConnectionInfo *i =
+		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn *c = i ? i->socket_context : NULL;
+	if (!c)
+		return true;
+	pthread_mutex_lock(&s->conn_mu);
+	bool armed = c->deadline_ns != 0;
+	c->deadline_ns = 0;
+	pthread_mutex_unlock(&s->conn_mu);
+	return armed;
+}
+
+static void *reaper_main(void *arg)
+{
+	struct http_server *s = arg;
+	pthread_mutex_lock(&s->conn_mu);
+	while (!s->reap_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		int64_t ns = until.tv_nsec + (int64_t)REAP_TICK_MS * 1000000;
+		until.tv_sec += ns / 1000000000;
+		until.tv_nsec = ns % 1000000000;
+		pthread_cond_timedwait(&s->reap_cond, &s->conn_mu, &until);
+		int64_t now = now_mono_ns();
+		struct conn *c = s->conns;
+		while (c && !s->reap_stop) {
+			if (!c->deadline_ns || now < c->deadline_ns || c->fd < 0) {
+				c = c->next;
+				continue;
+			}
+			/* once: the socket is shut, MHD closes the connection */
+			shutdown(c->fd, SHUT_RDWR);
+			close(c->fd);
+			c->fd = -1;
+			c->deadline_ns = 0;
+			bool body = c->in_body;
+			char peer[sizeof c->peer];
+			memcpy(peer, c->peer, sizeof peer);
+			/* the log line without the lock the connections take;
+			 * then from the head again, the list may have changed */
+			pthread_mutex_unlock(&s->conn_mu);
+			count(s, body ? &s->stats.too_slow : &s->stats.too_slow_headers);
+			log_warn(LOG_ATTRS("addr", s->addr, "peer", peer),
+				 "%s http server: request %s not received within %us; "
+				 "connection closed",
+				 s->cfg.name, body ? "body" : "headers",
+				 body ? s->cfg.body_timeout_seconds
+				      : s->cfg.header_timeout_seconds);
+			pthread_mutex_lock(&s->conn_mu);
+			c = s->conns;
+		}
+	}
+	pthread_mutex_unlock(&s->conn_mu);
+	return NULL;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -360,6 +540,7 @@ static enum MHD_Result request_begin(struct http_server *s, struct MHD_Connectio
 	*con_cls = ctx;
 	ctx->limit = s->cfg.max_body + 1;
 	ctx->deadline_ns = now_mono_ns() + (int64_t)s->cfg.body_timeout_seconds * 1000000000;
+	conn_deadline(s, conn, ctx->deadline_ns, true);
 	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 	int64_t declared;
 	if (cl && parse_int64(cl, &declared) == 0 && declared >= 0) {
@@ -388,11 +569,13 @@ static enum MHD_Result request_data(struct http_server *s, struct MHD_Connection
 				    struct request_ctx *ctx, const char *data, size_t n)
 {
 	if (now_mono_ns() >= ctx->deadline_ns) { /* body_timeout_seconds */
-		count(s, &s->stats.too_slow);
-		log_warn(LOG_ATTRS("addr", s->addr),
-			 "%s http server: request body not received within %us; connection "
-			 "closed",
-			 s->cfg.name, s->cfg.body_timeout_seconds);
+		if (conn_disarm(s, conn)) {	 /* else the reaper counted it */
+			count(s, &s->stats.too_slow);
+			log_warn(LOG_ATTRS("addr", s->addr),
+				 "%s http server: request body not received within %us; "
+				 "connection closed",
+				 s->cfg.name, s->cfg.body_timeout_seconds);
+		}
 		return MHD_NO;
 	}
 	set_timeout(conn, s, ctx->deadline_ns);
@@ -443,6 +626,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		.conn_ = conn,
 	};
 	struct http_response resp = {.status = 200};
+	conn_deadline(s, conn, 0, false); /* received: the idle timeout from here */
 	s->cfg.handler(&req, &resp, s->cfg.arg);
 	body_release(s, ctx); /* not needed any more, whatever the client reads */
 	ctx->answered = true;
@@ -459,11 +643,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	struct http_server *s = cls;
 	struct request_ctx *ctx = *con_cls;
+	/* MHD's idle timeout cut a body that stopped coming before its end
+	 * (unless the reaper did first, and counted it) */
+	if (ctx && toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !ctx->answered &&
+	    conn_disarm(s, conn))
+		count(s, &s->stats.too_slow);
+	/* a kept-alive connection's next request: its headers' deadline */
+	conn_deadline(s, conn, now_mono_ns() + secs_ns(s->cfg.header_timeout_seconds), false);
 	if (!ctx)
 		return;
-	/* MHD's idle timeout cut a body that stopped coming before its end */
-	if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !ctx->answered)
-		count(s, &s->stats.too_slow);
 	body_release(s, ctx);
 	free(ctx);
 	*con_cls = NULL;
@@ -498,9 +686,10 @@ static int try_start(struct http_server *s, char **err)
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.connection_limit,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.per_ip_limit,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_seconds,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-		s, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
 	signals_restore(&old);
 	if (!d) {
 		close(fd);
@@ -574,13 +763,30 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 		s->cfg.body_timeout_seconds = HTTP_DEFAULT_BODY_TIMEOUT_SECONDS;
 	if (!s->cfg.connection_limit)
 		s->cfg.connection_limit = HTTP_DEFAULT_CONNECTION_LIMIT;
+	if (!s->cfg.per_ip_limit)
+		s->cfg.per_ip_limit = HTTP_DEFAULT_PER_IP_LIMIT;
+	if (!s->cfg.header_timeout_seconds)
+		s->cfg.header_timeout_seconds = HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS;
 	if (!s->cfg.timeout_seconds)
 		s->cfg.timeout_seconds = HTTP_DEFAULT_TIMEOUT_SECONDS;
 	if (!s->cfg.retry_interval_ms)
 		s->cfg.retry_interval_ms = HTTP_DEFAULT_RETRY_INTERVAL_MS;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->body_mu, NULL);
+	pthread_mutex_init(&s->conn_mu, NULL);
 	cond_init_monotonic(&s->cond);
+	cond_init_monotonic(&s->reap_cond);
+
+	char rname[32]; /* "Metrics-reap" */
+	snprintf_(rname, sizeof rname, "%s-reap", s->cfg.name);
+	int trc = thread_start(&s->reaper, rname, reaper_main, s);
+	if (trc != 0) {
+		*err = xasprintf("cannot start the %s http reaper thread: %s", s->cfg.name,
+				 strerror(trc));
+		http_server_stop(s);
+		return -1;
+	}
+	s->reaping = true;
 
 	char *e = NULL;
 	if (try_start(s, &e) == 0) {
@@ -635,6 +841,15 @@ void http_server_stop(struct http_server *s)
 		MHD_stop_daemon(s->daemon);
 		log_info(NULL, "%s http server stopped", s->cfg.name);
 	}
+	if (s->reaping) { /* after MHD: no connection is left to watch */
+		pthread_mutex_lock(&s->conn_mu);
+		s->reap_stop = true;
+		pthread_cond_broadcast(&s->reap_cond);
+		pthread_mutex_unlock(&s->conn_mu);
+		pthread_join(s->reaper, NULL);
+	}
+	pthread_cond_destroy(&s->reap_cond);
+	pthread_mutex_destroy(&s->conn_mu);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->body_mu);

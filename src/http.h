@@ -9,9 +9,16 @@
  * another client's. Every server thread has all signals blocked.
  *
  * Bounds on what a client can make a server hold (enforced in http.c):
- *  - connections: connection_limit at once, each closed after
- *    timeout_seconds without traffic; MHD's own per-connection pool (32 KiB)
- *    bounds the request line and headers;
+ *  - connections: connection_limit at once, at most per_ip_limit of them
+ *    from one client address (more are closed as soon as accepted), each
+ *    closed after timeout_seconds without traffic; MHD's own
+ *    per-connection pool (32 KiB) bounds the request line and headers;
+ *  - time for the request line and headers: header_timeout_seconds from
+ *    the accept (for a kept-alive connection's next request, from the end
+ *    of the previous one), however the client paces them; past it the
+ *    connection is closed. Without it, one byte every few seconds resets
+ *    the idle timeout forever and a few dozen such clients hold every
+ *    slot (slowloris);
  *  - one request body: max_body bytes (413: before any of it is read when
  *    Content-Length says so, else once it is passed, discarding the rest);
  *  - all bodies together: body_budget bytes of buffer (allocated capacity,
@@ -80,11 +87,13 @@ struct http_server_config {
 	void (*handler)(const struct http_request *req, struct http_response *resp, void *arg);
 	void *arg;
 	/* Bounds; 0 means the HTTP_DEFAULT_* below. */
-	size_t max_body;	       /* larger bodies get 413 */
-	size_t body_budget;	       /* all buffered bodies; default 2 * max_body */
-	unsigned connection_limit;     /* connections at once */
-	unsigned timeout_seconds;      /* idle connection timeout */
-	unsigned body_timeout_seconds; /* headers to end of body */
+	size_t max_body;		 /* larger bodies get 413 */
+	size_t body_budget;		 /* all buffered bodies; default 2 * max_body */
+	unsigned connection_limit;	 /* connections at once */
+	unsigned per_ip_limit;		 /* of them from one client address */
+	unsigned timeout_seconds;	 /* idle connection timeout */
+	unsigned header_timeout_seconds; /* accept to end of headers */
+	unsigned body_timeout_seconds;	 /* headers to end of body */
 	/* When true a bind/resolve failure is logged (WARN) and retried in the
 	 * background every retry_interval_ms and start returns 0; when false
 	 * start fails with the error. */
@@ -93,8 +102,10 @@ struct http_server_config {
 };
 
 #define HTTP_DEFAULT_MAX_BODY (1u << 20) /* 1 MiB */
-#define HTTP_DEFAULT_CONNECTION_LIMIT 64
+#define HTTP_DEFAULT_CONNECTION_LIMIT 128
+#define HTTP_DEFAULT_PER_IP_LIMIT 16
 #define HTTP_DEFAULT_TIMEOUT_SECONDS 10
+#define HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS 5
 #define HTTP_DEFAULT_BODY_TIMEOUT_SECONDS 10
 #define HTTP_DEFAULT_RETRY_INTERVAL_MS 2000
 
@@ -121,11 +132,12 @@ int http_server_start(const struct http_server_config *cfg, struct http_server *
 int http_server_port(struct http_server *s);
 
 struct http_server_stats {
-	size_t body_bytes;	   /* body buffer allocated now, all connections */
-	size_t body_bytes_peak;	   /* the most ever allocated at once */
-	unsigned long over_budget; /* requests refused (503) or cut: body_budget */
-	unsigned long too_slow;	   /* requests cut at body_timeout_seconds */
-	unsigned long too_large;   /* 413s */
+	size_t body_bytes;		/* body buffer allocated now, all connections */
+	size_t body_bytes_peak;		/* the most ever allocated at once */
+	unsigned long over_budget;	/* requests refused (503) or cut: body_budget */
+	unsigned long too_slow;		/* requests cut at body_timeout_seconds */
+	unsigned long too_slow_headers; /* cut at header_timeout_seconds */
+	unsigned long too_large;	/* 413s */
 };
 
 /* A snapshot of the counters above. Thread-safe. */

@@ -924,7 +924,9 @@ int metrics_server_start(const char *listen_addr)
 		.listen_addr = listen_addr,
 		.handler = serve,
 		.max_body = 64 << 10,
-		.connection_limit = 32,
+		/* connections (HTTP_DEFAULT_CONNECTION_LIMIT, per address
+		 * HTTP_DEFAULT_PER_IP_LIMIT) and the headers' deadline
+		 * (HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS): http.h's defaults */
 		.timeout_seconds = 10,
 		.retry_bind = true,
 		.retry_interval_ms = 2000,

@@ -4,8 +4,11 @@
  *
  * Cost model of one webhook request (anyone who can reach the port can
  * send one; enforced by http.c with the limits webhook.c gives it):
- *  - at most 64 connections, each closed after 5 s without traffic
- *    (WEBHOOK_IDLE_SECONDS), headers within MHD's 32 KiB pool;
+ *  - at most 128 connections, 16 from one address (http.h's
+ *    HTTP_DEFAULT_CONNECTION_LIMIT, HTTP_DEFAULT_PER_IP_LIMIT), each
+ *    closed after 5 s without traffic (WEBHOOK_IDLE_SECONDS); the request
+ *    line and headers within MHD's 32 KiB pool and within 5 s of the
+ *    accept however they are paced (HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS);
  *  - a body of at most 5 MiB (WEBHOOK_MAX_BODY; 413), received within 5 s
  *    of the headers however it is paced (WEBHOOK_BODY_SECONDS; the
  *    connection is closed), and all bodies buffered at once, across

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "event.h"
@@ -68,7 +69,12 @@ void cmd_match_free(struct cmd_match *m, size_t n)
 	free(m);
 }
 
-/* Reads the EVENT argument: JSON text, @file, or - for stdin. */
+/* Reads the EVENT argument: JSON text, @file, or - for stdin. A file must
+ * be a regular one: opened with O_NONBLOCK (opening a FIFO with no writer
+ * would otherwise wait for one, and reading it wait for its data forever)
+ * and checked with fstat on that descriptor, so nothing can swap the path
+ * between the check and the read. O_NONBLOCK changes nothing for the read
+ * of a regular file. */
 int cmd_read_event(const char *arg, char **text, size_t *len, char **why)
 {
 	if (strcmp(arg, "-") != 0 && arg[0] != '@') {
@@ -77,9 +83,15 @@ int cmd_read_event(const char *arg, char **text, size_t *len, char **why)
 		return 0;
 	}
 	bool std_in = strcmp(arg, "-") == 0;
-	int fd = std_in ? 0 : open(arg + 1, O_RDONLY | O_CLOEXEC);
+	int fd = std_in ? 0 : open(arg + 1, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		*why = xasprintf("cannot open %s: %s", arg + 1, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (!std_in && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		*why = xasprintf("cannot read %s: not a regular file", arg + 1);
+		close(fd);
 		return -1;
 	}
 	int rc = read_fd_bounded(fd, EVENT_MAX_BYTES, 0, text, len);

@@ -31,8 +31,10 @@ void cmd_match_free(struct cmd_match *m, size_t n);
 /*
  * Reads an EVENT argument: JSON text as given, "@file", or "-" for stdin,
  * at most EVENT_MAX_BYTES. Returns 0 with *text (malloc'd) and *len, or -1
- * with *why (malloc'd: "cannot open F: ...", "event larger than N bytes",
- * "read error on F"). Shared by relay function match and invoke.
+ * with *why (malloc'd: "cannot open F: ...", "cannot read F: not a regular
+ * file" for a FIFO, device or directory, "event larger than N bytes",
+ * "read error on F"). Shared by relay function match, invoke and event
+ * send.
  */
 int cmd_read_event(const char *arg, char **text, size_t *len, char **why);
 

@@ -20,13 +20,20 @@
  * containers and exits at once. runtime_start and runtime_stop below own
  * these two orders; start_exec only waits for the signals between them.
  *
- * Signals: the main thread blocks SIGINT and SIGTERM before anything starts
- * and every other thread is started with thread_start (util.h), which
- * blocks every signal in it, so no handler runs and the two stay pending
- * until taken: the first by the main thread (sigwait), the second by the
- * "signal-watch" thread (second_signal, sigtimedwait). The liveness thread
- * sends SIGTERM to the main thread when another process took the consumer
- * name: the same orderly stop, then exit 1.
+ * Signals: the main thread blocks SIGINT, SIGTERM and SIGHUP before
+ * anything starts (threads made with pthread_create, such as the prepare
+ * threads, inherit that mask) and every other thread is started with
+ * thread_start (util.h), which blocks every signal in it, so no handler
+ * runs and the signals stay pending until taken: the first stop signal by
+ * the main thread (sigwait), the second by the "signal-watch" thread
+ * (second_signal, sigtimedwait). The liveness thread sends SIGTERM to the
+ * main thread when another process took the consumer name: the same
+ * orderly stop, then exit 1. SIGHUP (a terminal hang-up, or an operator
+ * used to it meaning "reload") is taken by the same sigwait, logged and
+ * otherwise ignored: functions are reloaded from their directory as it
+ * changes (reconcile.h) and the environment is read only at start, so
+ * there is nothing to reload. After the first stop signal SIGHUP stays
+ * blocked: pending, never acted on.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -418,7 +425,9 @@ static int start_exec(const struct cmd *self, const struct cmd_args *args, const
 	sigemptyset(&stop_signals);
 	sigaddset(&stop_signals, SIGINT);
 	sigaddset(&stop_signals, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+	sigset_t waited = stop_signals; /* and SIGHUP, taken and ignored */
+	sigaddset(&waited, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &waited, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	struct relay rt;
@@ -429,7 +438,10 @@ static int start_exec(const struct cmd *self, const struct cmd_args *args, const
 	bool watching = false; /* the second-signal watcher runs */
 	if (runtime_start(&rt, cfg) == 0) {
 		int sig = 0;
-		sigwait(&stop_signals, &sig);
+		while (sigwait(&waited, &sig) == 0 && sig == SIGHUP)
+			log_info(LOG_ATTRS("signal", "SIGHUP"),
+				 "SIGHUP ignored: functions are reloaded from their directory "
+				 "as it changes, and the environment only by a restart");
 		/* The liveness thread's SIGTERM: exit 1 after the same stop. */
 		bool lost = liveness_lost(rt.live);
 		log_info(lost ? LOG_ATTRS("reason", "consumer name taken by another process")
@@ -457,7 +469,7 @@ const struct cmd cmd_start = {
 		"REDIS_STREAM_RETENTION, METRICS_ADDR, GIT_WEBHOOK_ADDR, LOG_LEVEL, "
 		"MAX_CONCURRENCY,\n"
 		"MAX_BUFFERED_EVENTS, RELAY_FUNCTIONS_DIR, RELAY_DATA_DIR) and runs until SIGINT "
-		"or SIGTERM.\n",
+		"or SIGTERM.\nSIGHUP is logged and ignored.\n",
 	/* A webhook sync replaces function directories and talks to the git
 	 * remote; the metrics and webhook servers listen. */
 	.touches = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE |

@@ -267,6 +267,38 @@ test_send_refuses_what_the_consumer_would_dead_letter() {
 	[ "$(xlen)" = 2 ] || fail "XLEN $(xlen), want 2"
 }
 
+# Only regular files are read (issue 32): a FIFO nobody writes to, one held
+# open by a writer that never writes, a directory and a device are refused
+# at once with one clear line, by event send and by function match (the
+# same reader), and nothing is sent. Each run is bounded by timeout: an
+# open or read that waits forever shows as exit 124.
+test_send_and_match_refuse_what_is_not_a_regular_file() {
+	send_setup
+	mkfifo "$TMP/fifo" "$TMP/held"
+	exec 3<>"$TMP/held" # a writer (and reader) that never writes
+	local f
+	for f in "$TMP/fifo" "$TMP/held" "$TMP" /dev/zero; do
+		run timeout 10 "$RELAY" event send "@$f"
+		assert_status 1
+		assert_out_empty
+		[ "$(cat "$TMP/err")" = "relay: event send: cannot read $f: not a regular file" ] ||
+			fail "event send @$f: $(cat "$TMP/err")"
+		run timeout 10 "$RELAY" function match "@$f"
+		assert_status 2
+		assert_out_empty
+		[ "$(cat "$TMP/err")" = "relay function match: cannot read $f: not a regular file" ] ||
+			fail "function match @$f: $(cat "$TMP/err")"
+	done
+	exec 3>&-
+	[ "$(xlen)" = 0 ] || fail "XLEN $(xlen): something was sent"
+	# A symlink to a regular file is still read.
+	printf '%s' "$SAMPLE" >"$TMP/ev.json"
+	ln -s "$TMP/ev.json" "$TMP/link.json"
+	run timeout 10 "$RELAY" event send "@$TMP/link.json"
+	assert_status 0
+	[ "$(xlen)" = 1 ] || fail "the event behind a symlink was not sent"
+}
+
 test_send_dry_run_writes_nothing_and_needs_no_redis() {
 	send_setup
 	run "$RELAY" event send --dry-run "$SAMPLE"
@@ -342,4 +374,16 @@ sent: $id"
 			fail "$f: no handler output line: $(grep -F "$f" "$TMP/relay.log")"
 	done
 	stop_relay_pid "$RELAY_PID"
+}
+
+# A template.yaml that is a FIFO (found on the way, issue 32): validate
+# reported the tree error and then waited forever opening it; now the read
+# is refused too and validate exits 1 at once.
+test_validate_does_not_wait_on_a_fifo_template() {
+	mkdir -p "$RELAY_FUNCTIONS_DIR/f"
+	mkfifo "$RELAY_FUNCTIONS_DIR/f/template.yaml"
+	run timeout 10 "$RELAY" function validate
+	assert_status 1
+	assert_out_eq "f: template.yaml: not a regular file or directory
+f: template.yaml: not a regular file"
 }

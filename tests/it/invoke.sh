@@ -292,3 +292,24 @@ test_new_then_invoke_each_runtime() {
 		no_containers "$f"
 	done
 }
+
+# --event @FILE reads only a regular file (issue 32): a FIFO, one held open
+# by a writer that never writes, and a directory are refused at once
+# (exit 2, one line) before any image or container is made. timeout bounds
+# each run: an open or read that waits forever shows as exit 124.
+test_invoke_event_file_must_be_regular() {
+	local f=iv-fifo-$$ p
+	ivfn "$f"
+	mkfifo "$TMP/fifo" "$TMP/held"
+	exec 3<>"$TMP/held"
+	for p in "$TMP/fifo" "$TMP/held" "$TMP"; do
+		run timeout 10 "$RELAY" function invoke "$f" --handler h.ok --event "@$p"
+		assert_status 2
+		assert_out_empty
+		[ "$(cat "$TMP/err")" = "relay function invoke: cannot read $p: not a regular file" ] ||
+			fail "invoke --event @$p: $(cat "$TMP/err")"
+	done
+	exec 3>&-
+	no_containers "$f"
+	[ -z "$(docker images -q "relay-fn-$f")" ] || fail "an image was built for $f"
+}

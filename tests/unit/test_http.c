@@ -389,6 +389,76 @@ TEST(response_helpers)
 	t_release_logs();
 }
 
+/* Slowloris (issue 32): the headers' deadline runs from the accept however
+ * the client trickles, on every server with the defaults; a 17th
+ * connection from one address is closed at once while the others and
+ * other addresses are served; a kept-alive connection gets the deadline
+ * again for its next request, and is not cut while it is answered. */
+TEST(slow_headers_cut_at_their_deadline_and_per_address_cap)
+{
+	int calls = 0;
+	struct http_server_config cfg = {
+		.name = "Test", .listen_addr = "127.0.0.1:0", .handler = echo, .arg = &calls};
+	struct http_server *s;
+	char *err;
+	t_capture_logs();
+	REQUIRE(http_server_start(&cfg, &s, &err) == 0);
+	int port = http_server_port(s);
+	struct slowloris_result r = slowloris(port, "/x", HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS);
+	CHECK_INT(r.connected, 64);
+	CHECK_INT(r.status, 202); /* echo's status */
+	CHECK(r.took < 3);
+	CHECK(r.longest >= HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS - 0.5);
+	CHECK(r.longest > 0 && r.longest <= HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS + 1.5);
+	printf("# 64 slow clients: GET answered in %.2fs, each cut after at most %.2fs\n", r.took,
+	       r.longest);
+	struct http_server_stats st;
+	http_server_stats(s, &st);
+	CHECK_INT(st.too_slow_headers, 64);
+
+	/* one address: the 17th connection is closed at once */
+	struct slow_clients *c = calloc(1, sizeof *c);
+	REQUIRE(c != NULL);
+	CHECK_INT(slow_open(c, HTTP_DEFAULT_PER_IP_LIMIT + 1, 20, 1, port, "/x"),
+		  HTTP_DEFAULT_PER_IP_LIMIT + 1);
+	int64_t until = now_mono_ns() + 2000000000LL;
+	while (slow_tick(c) > HTTP_DEFAULT_PER_IP_LIMIT && now_mono_ns() < until)
+		usleep(100 * 1000);
+	int open_n = slow_tick(c);
+	CHECK_INT(open_n, HTTP_DEFAULT_PER_IP_LIMIT);
+	double took;
+	CHECK_INT(timed_get(port, "/x", 3, &took), 202); /* another address */
+	slow_close(c);
+	free(c);
+
+	/* keep-alive: a request answered, the next one's headers trickled
+	 * are cut at the deadline from the end of the first */
+	int fd = connect_to(port);
+	REQUIRE(fd >= 0);
+	const char *req = "GET /a HTTP/1.1\r\nHost: relay\r\n\r\n";
+	CHECK(send_all(fd, req, strlen(req)));
+	CHECK_INT(response_status(fd), 202);
+	int64_t t0 = now_mono_ns();
+	bool closed = false;
+	while (!closed &&
+	       now_mono_ns() - t0 < (HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS + 3) * 1000000000LL) {
+		closed = peer_closed(fd) || send(fd, "G", 1, MSG_NOSIGNAL) != 1;
+		usleep(200 * 1000);
+	}
+	double after = (double)(now_mono_ns() - t0) / 1e9;
+	CHECK(closed);
+	CHECK(after >= HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS - 0.5 &&
+	      after <= HTTP_DEFAULT_HEADER_TIMEOUT_SECONDS + 1.5);
+	close(fd);
+	http_server_stop(s);
+	char *logs = t_captured_logs();
+	CHECK(strstr(logs, "Test http server: request headers not received within 5s; connection "
+			   "closed") != NULL);
+	CHECK(strstr(logs, "peer=127.0.0.2") != NULL);
+	free(logs);
+	t_release_logs();
+}
+
 T_MAIN(T_CASE(listen_address_forms), T_CASE(generic_server_bodies_and_headers),
        T_CASE(generic_server_chunked_bodies_within_budget), T_CASE(address_forms_bind),
-       T_CASE(response_helpers))
+       T_CASE(response_helpers), T_CASE(slow_headers_cut_at_their_deadline_and_per_address_cap))

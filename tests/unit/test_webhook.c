@@ -953,9 +953,39 @@ TEST(trickling_body_cut_off)
 	free(head);
 }
 
+/* Slowloris on the webhook listener (issue 32): 64 clients from 8
+ * addresses trickling their headers; a request from 127.0.0.1 is answered
+ * within 3 s while they are attached (405: GET), and each is cut at the
+ * headers' deadline. Before: the 64 held every slot as long as they kept
+ * sending a byte within the 5 s idle timeout. */
+TEST(slow_clients_do_not_fill_the_slots)
+{
+	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct webhook_config cfg = {
+		.listen_addr = "127.0.0.1:0",
+		.repository = REPO,
+		.sync = slow_run,
+		.sync_arg = &r,
+	};
+	int port = 0;
+	struct webhook *w = start_logged(&cfg, &port);
+	REQUIRE(w != NULL);
+	struct slowloris_result sr = slowloris(port, "/github", 5);
+	CHECK_INT(sr.connected, 64);
+	CHECK_INT(sr.status, 405);
+	CHECK(sr.took < 3);
+	CHECK(sr.longest > 0 && sr.longest <= 5 + 1.5);
+	printf("# webhook, 64 slow clients: answer in %.2fs, each cut after at most %.2fs\n",
+	       sr.took, sr.longest);
+	webhook_stop(w);
+	CHECK_INT(r.started, 0);
+	t_release_logs();
+}
+
 T_MAIN(T_CASE(repo_identity_forms), T_CASE(signature), T_CASE(decide),
        T_CASE(coalescer_collapses_a_burst), T_CASE(coalescer_free_waits_for_a_run),
        T_CASE(server_with_secret), T_CASE(server_without_secret),
        T_CASE(server_ref_as_last_resolved), T_CASE(replayed_delivery_ignored),
        T_CASE(unsigned_request_does_not_poison_replay_set), T_CASE(replay_set_window_and_bound),
-       T_CASE(bodies_within_memory_budget), T_CASE(trickling_body_cut_off))
+       T_CASE(bodies_within_memory_budget), T_CASE(trickling_body_cut_off),
+       T_CASE(slow_clients_do_not_fill_the_slots))

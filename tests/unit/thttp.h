@@ -10,11 +10,16 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -139,6 +144,168 @@ static inline int connect_to(int port)
 		return -1;
 	}
 	return fd;
+}
+
+/* A TCP connection to 127.0.0.1:port from the loopback address src
+ * ("127.0.0.2", ...), or -1. Slow clients from several addresses, so that
+ * a per-address cap alone cannot be what turns them away. */
+static inline int connect_from(const char *src, int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {0}, b = {0};
+	b.sin_family = AF_INET;
+	inet_pton(AF_INET, src, &b.sin_addr);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)port);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&b, sizeof b) < 0 ||
+	    connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Slowloris: clients that send a request one byte at a time and never
+ * finish its headers. */
+#define SLOW_MAX 128
+struct slow_clients {
+	int n;
+	int fd[SLOW_MAX];
+	size_t sent[SLOW_MAX];
+	int64_t opened_ns[SLOW_MAX], closed_ns[SLOW_MAX]; /* closed_ns 0: open */
+	char req[256];
+};
+
+/* Whether the server closed fd (EOF or reset), without blocking. */
+static inline bool peer_closed(int fd)
+{
+	char b[256];
+	ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+	return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Opens n clients to 127.0.0.1:port, client i from 127.0.0.(first + i %
+ * addrs), each sending the first byte of "GET path HTTP/1.1" and headers
+ * that never end. Returns how many connected. */
+static inline int slow_open(struct slow_clients *c, int n, int first, int addrs, int port,
+			    const char *path)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->req, sizeof c->req, "GET %s HTTP/1.1\r\nHost: relay\r\nX-Slow: ", path);
+	for (int i = 0; i < n && i < SLOW_MAX; i++) {
+		char src[32];
+		snprintf(src, sizeof src, "127.0.0.%d", first + i % addrs);
+		c->fd[c->n] = connect_from(src, port);
+		if (c->fd[c->n] < 0)
+			break;
+		c->opened_ns[c->n] = now_mono_ns();
+		c->sent[c->n] = send(c->fd[c->n], c->req, 1, MSG_NOSIGNAL) == 1;
+		c->n++;
+	}
+	return c->n;
+}
+
+/* One more byte from every client still open (after the request line and
+ * Host, 'a' forever); notes the time of each one the server closed.
+ * Returns how many are still open. */
+static inline int slow_tick(struct slow_clients *c)
+{
+	int open_n = 0;
+	size_t rl = strlen(c->req);
+	for (int i = 0; i < c->n; i++) {
+		if (c->closed_ns[i])
+			continue;
+		char ch = c->sent[i] < rl ? c->req[c->sent[i]] : 'a';
+		if (peer_closed(c->fd[i]) || send(c->fd[i], &ch, 1, MSG_NOSIGNAL) != 1) {
+			c->closed_ns[i] = now_mono_ns();
+			continue;
+		}
+		c->sent[i]++;
+		open_n++;
+	}
+	return open_n;
+}
+
+/* The longest a closed client stayed connected, in seconds; -1 when one
+ * is still open. */
+static inline double slow_longest(const struct slow_clients *c)
+{
+	double most = 0;
+	for (int i = 0; i < c->n; i++) {
+		if (!c->closed_ns[i])
+			return -1;
+		double d = (double)(c->closed_ns[i] - c->opened_ns[i]) / 1e9;
+		if (d > most)
+			most = d;
+	}
+	return most;
+}
+
+static inline void slow_close(struct slow_clients *c)
+{
+	for (int i = 0; i < c->n; i++)
+		close(c->fd[i]);
+	c->n = 0;
+}
+
+/* A whole HTTP/1.0 GET of path from 127.0.0.1 within `within` seconds:
+ * the response's status, or 0 when none came in time. *took: seconds. */
+static inline int timed_get(int port, const char *path, int within, double *took)
+{
+	int64_t t0 = now_mono_ns();
+	int fd = connect_to(port), status = 0;
+	*took = 0;
+	if (fd < 0)
+		return 0;
+	struct timeval tv = {.tv_sec = within};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char req[256], b[256];
+	snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: relay\r\n\r\n", path);
+	if (send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req)) {
+		ssize_t k = recv(fd, b, sizeof b - 1, 0);
+		if (k > 0) {
+			b[k] = '\0';
+			if (sscanf(b, "HTTP/1.%*d %d", &status) != 1)
+				status = 0;
+		}
+	}
+	close(fd);
+	*took = (double)(now_mono_ns() - t0) / 1e9;
+	return *took <= within ? status : 0;
+}
+
+/* The slowloris check that every Relay listener must pass, on a server at
+ * 127.0.0.1:port: 64 clients from 8 loopback addresses (127.0.0.2-9, 8
+ * each: under any per-address cap) trickle one byte every 500 ms. While
+ * they are all attached, a GET of path from 127.0.0.1 answers within 3 s
+ * (*status, *took); and every one of them is closed by the server by
+ * deadline + 1 s after its connect, however it trickles (*longest: the
+ * longest any stayed, -1 when one was still open at deadline + 3 s). */
+struct slowloris_result {
+	int connected, status;
+	double took, longest;
+};
+static inline struct slowloris_result slowloris(int port, const char *path, unsigned deadline)
+{
+	struct slowloris_result r = {0};
+	struct slow_clients *c = calloc(1, sizeof *c);
+	if (!c)
+		return r;
+	r.connected = slow_open(c, 64, 2, 8, port, path);
+	for (int i = 0; i < 2; i++) { /* all attached, and trickling */
+		usleep(500 * 1000);
+		slow_tick(c);
+	}
+	r.status = timed_get(port, path, 3, &r.took);
+	int64_t until = c->opened_ns[0] + (int64_t)(deadline + 3) * 1000000000;
+	while (slow_tick(c) > 0 && now_mono_ns() < until)
+		usleep(500 * 1000);
+	r.longest = slow_longest(c);
+	slow_close(c);
+	free(c);
+	return r;
 }
 
 #endif
