@@ -78,6 +78,8 @@
 	X("Redis reply", "bytes", REDIS_REPLY_MAX, 64 * MIB, "64 MiB")                             \
 	X("template.yaml", "bytes", TEMPLATE_MAX_BYTES, MIB, "1 MiB")                              \
 	X("template.yaml", "YAML nodes, aliases expanded", TEMPLATE_MAX_NODES, 100000, "100,000")  \
+	X("template.yaml", "scalar text, aliases expanded", TEMPLATE_MAX_EXPANDED_BYTES, 4 * MIB,  \
+	  "4 MiB")                                                                                 \
 	X("template.yaml", "nesting", TEMPLATE_MAX_DEPTH, 64, "64 levels")                         \
 	X("template.yaml", "line", TEMPLATE_MAX_LINE, 64 * KIB, "64 KiB")                          \
 	X("template.yaml", "rules, schedules, env, secrets (each)", TEMPLATE_MAX_ITEMS, 1000,      \
