@@ -88,6 +88,8 @@
 	X("template.yaml", "error and warning lines (each)", TEMPLATE_MAX_MESSAGES, 100, "100")    \
 	X("template.yaml", "handler timeout", TEMPLATE_MAX_TIMEOUT_NS, 5LL * 60 * 1000000000,      \
 	  "5 min")                                                                                 \
+	X("template.yaml", "handler name (`module.function`)", TEMPLATE_MAX_HANDLER, 255,          \
+	  "255 bytes")                                                                             \
 	X("function tree", "files", FN_TREE_MAX_FILES, 10000, "10,000")                            \
 	X("function tree", "bytes", FN_TREE_MAX_BYTES, 256 * MIB, "256 MiB")                       \
 	X("function tree", "directory depth", FN_TREE_MAX_DEPTH, 32, "32 levels")                  \

@@ -29,8 +29,6 @@
 #include "secret.h"
 #include "yaml.h"
 
-#define MAX_HANDLER_LEN 255
-
 void strlist_add(struct strlist *l, char *s)
 {
 	l->v = xrealloc(l->v, sizeof(char *) * (l->n + 1));
@@ -584,19 +582,65 @@ static size_t space_at(const unsigned char *p, size_t n)
 	return 0;
 }
 
+/* Control and invisible formatting characters (C0, DEL, C1, the soft
+ * hyphen, zero-width and bidirectional controls, the BOM): a name holding
+ * one can look like another, or drive the terminal it is printed to. */
+static bool control_or_format(uint32_t c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0xad || c == 0x61c || c == 0x180e ||
+	       (c >= 0x200b && c <= 0x200f) || (c >= 0x202a && c <= 0x202e) ||
+	       (c >= 0x2060 && c <= 0x206f) || c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb);
+}
+
+static bool ascii_alnum(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* The characters, one by one: no NUL, whitespace, invalid UTF-8, control
+ * or formatting character; the last dot's offset in *dot (len if none). */
+static const char *handler_chars(const char *s, size_t len, size_t *dot)
+{
+	*dot = len;
+	for (size_t i = 0; i < len;) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		uint32_t c;
+		size_t n;
+		if (p[0] == '\0')
+			return "no NUL byte";
+		if (space_at(p, len - i))
+			return "no whitespace";
+		if (!(n = utf8_decode(p, len - i, &c)))
+			return "not valid UTF-8";
+		if (control_or_format(c))
+			return "no control or formatting character";
+		if (c == '.')
+			*dot = i;
+		i += n;
+	}
+	return NULL;
+}
+
 bool handler_valid(const char *s, size_t len, const char **why)
 {
-	const char *dot = NULL, *w = NULL;
-	for (size_t i = 0; i < len && !w; i++) {
-		if (s[i] == '\0')
-			w = "no NUL byte";
-		else if (space_at((const unsigned char *)s + i, len - i))
-			w = "no whitespace";
-		else if (s[i] == '.')
-			dot = s + i;
-	}
-	if (!w && !(dot != NULL && dot > s && dot < s + len - 1))
+	size_t dot;
+	const char *w = handler_chars(s, len, &dot);
+	if (!w && !(dot < len && dot > 0 && dot < len - 1))
 		w = "split at the last dot, no empty part";
+	/* Beyond ASCII, every character left is allowed in both parts. */
+	for (size_t i = 0; !w && i < dot; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x80 && !ascii_alnum(c) && !strchr("_$-./", c))
+			w = "the module has only letters, digits and _ $ - . /";
+	}
+	for (size_t i = dot + 1; !w && i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		bool digit = c >= '0' && c <= '9';
+		if ((c < 0x80 && !(ascii_alnum(c) || c == '_' || c == '$')) ||
+		    (digit && i == dot + 1))
+			w = "the function is an identifier: a letter, _ or $, then letters, digits, _ "
+			    "or $";
+	}
 	if (why)
 		*why = w;
 	return w == NULL;
@@ -659,8 +703,8 @@ static void get_handler(struct ctx *c, const struct ynode *parent, const char *p
 		err(c, p, "is required (module.function, e.g. events.created.handler)");
 	} else if (t != Y_STR) {
 		err(c, p, "must be a string of the form module.function, not %s", type_name(t));
-	} else if (y.len > MAX_HANDLER_LEN) {
-		err(c, p, "longer than %d characters", MAX_HANDLER_LEN);
+	} else if (y.len > TEMPLATE_MAX_HANDLER) {
+		err(c, p, "longer than %d characters", TEMPLATE_MAX_HANDLER);
 	} else if (!handler_valid(y.text, y.len, &why)) {
 		char *q = shown(&y);
 		err(c, p, "%s is not of the form module.function (%s)", q, why);

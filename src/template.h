@@ -70,6 +70,8 @@
 #define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
 #define TEMPLATE_MAX_TIMEOUT_MINUTES 5
 #define TEMPLATE_MAX_TIMEOUT_NS (TEMPLATE_MAX_TIMEOUT_MINUTES * 60 * 1000000000LL)
+/* Bytes in a handler name (handler_valid says what they may be). */
+#define TEMPLATE_MAX_HANDLER 255
 #define TEMPLATE_DEFAULT_RETRIES 4
 #define TEMPLATE_MAX_RETRIES 1000
 
@@ -134,14 +136,19 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 void template_free(struct template *t);
 
 /*
- * The handler rule (the original's), the only place it is decided: s[0..len)
- * has a last dot with a non-empty module before it and a non-empty function
- * after it, and no whitespace (Unicode White_Space, as Go's unicode.IsSpace)
- * and no NUL byte anywhere. So "a..b" is module "a.", function "b"; any
- * other character is allowed and is the bootstrap's to resolve (bootstrap.c
- * says how each runtime finds the module). Returns true when valid;
- * otherwise false and, if why is given, a static reason ("split at the last
- * dot, no empty part", "no whitespace", "no NUL byte"). Pure; any thread.
+ * The handler rule, the only place it is decided (docs/template.md,
+ * "Handlers"): s[0..len) has a last dot with a non-empty module before it
+ * and a non-empty function after it; no NUL byte, no whitespace (Unicode
+ * White_Space, as Go's unicode.IsSpace), valid UTF-8 with no control or
+ * invisible formatting character (C0, DEL, C1, soft hyphen, zero-width and
+ * bidirectional controls, BOM); the module only ASCII letters, digits,
+ * "_$-./" and characters beyond ASCII; the function an identifier (an ASCII
+ * letter, '_', '$' or a character beyond ASCII, then those or digits). So
+ * "a..b" is module "a.", function "b"; what the module names is the
+ * bootstrap's to resolve (bootstrap.c says how each runtime finds it).
+ * Returns true when valid; otherwise false and, if why is given, a static
+ * reason ("split at the last dot, no empty part", "no whitespace", "no
+ * control or formatting character", ...). Pure; any thread.
  */
 bool handler_valid(const char *s, size_t len, const char **why);
 

@@ -4,7 +4,8 @@
 # pattern. The file is within the 1 MiB and node bounds, but stands for
 # 600 MB of text; Relay refuses it by the bound on text with aliases
 # expanded, names that bound, stays small, and keeps serving the function
-# next to it.
+# next to it. And handler names holding control characters (item 9),
+# refused by validation.
 #
 # Function names start with "ht-"; each test removes the images it made.
 
@@ -111,4 +112,23 @@ test_start_skips_alias_bomb_and_serves_the_good_function() {
 		ht_fail "relay start peak RSS ${hwm} KiB, want < 256 MiB"
 	echo "relay start with the alias bomb: peak RSS $((hwm / 1024)) MiB ($(basename "$(dirname "$RELAY")"))"
 	stop_relay_pid "$RELAY_PID"
+}
+
+# Handler names (issue 32, item 9): a control or formatting character is
+# refused by validation, so it never reaches a log line or a container's
+# RELAY_HANDLER; every other function still validates.
+test_validate_refuses_control_characters_in_handler_names() {
+	ht_good ht-good
+	mkdir -p "$RELAY_FUNCTIONS_DIR/ht-esc"
+	printf 'runtime: node24\nevents:\n- handler: "evil\\e[2J.main"\n  pattern: {}\n- handler: "a.b-c"\n  pattern: {}\nschedules:\n- handler: "x\\u202e.y"\n  cron: "@daily"\n' \
+		>"$RELAY_FUNCTIONS_DIR/ht-esc/template.yaml"
+	run "$RELAY" function validate "$RELAY_FUNCTIONS_DIR"
+	assert_status 1
+	assert_out_contains 'ht-esc: events[0].handler: "evil?[2J.main" is not of the form module.function (no control or formatting character)'
+	assert_out_contains 'ht-esc: events[1].handler: "a.b-c" is not of the form module.function (the function is an identifier: a letter, _ or $, then letters, digits, _ or $)'
+	assert_out_contains 'ht-esc: schedules[0].handler: "'
+	assert_out_contains '" is not of the form module.function (no control or formatting character)'
+	grep -qxF "ht-good: ok" "$TMP/out" || fail "ht-good not ok"
+	[ "$(grep -c '^ht-esc: ' "$TMP/out")" -eq 3 ] || fail "want 3 lines for ht-esc"
+	! grep -q $'\e' "$TMP/out" || fail "an ESC byte reached the output"
 }

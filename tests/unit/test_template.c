@@ -657,11 +657,17 @@ TEST(messages_are_bounded)
 }
 
 /*
- * The handler rule (the original's): two non-empty sides around the last
- * dot, no whitespace; the module is everything before the last dot. Each
- * row goes through handler_valid() and through a rule and a schedule of a
- * template, with the handler written as a YAML double-quoted scalar.
+ * The handler rule: two non-empty sides around the last dot, no whitespace,
+ * no control or invisible formatting character, a module of letters,
+ * digits, "_$-./" and non-ASCII, a function that is an identifier; the
+ * module is everything before the last dot. Each row goes through
+ * handler_valid() and through a rule and a schedule of a template, with the
+ * handler written as a YAML double-quoted scalar. The shapes
+ * it/handlers.sh runs in real containers are all accepted.
  */
+#define R_MODULE "the module has only letters, digits and _ $ - . /"
+#define R_FUNC "the function is an identifier: a letter, _ or $, then letters, digits, _ or $"
+
 TEST(handler_rule)
 {
 	static const struct {
@@ -681,7 +687,29 @@ TEST(handler_rule)
 		{".a.b", 0, ".a.b", ".a", "b"},
 		{"a...b", 0, "a...b", "a..", "b"},
 		{"caf\xc3\xa9.$fn", 0, "caf\\u00e9.$fn", "caf\xc3\xa9", "$fn"},
-		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", "a\xef\xbb\xbf", "b"}, /* not White_Space */
+		{"x_y._f_", 0, "x_y._f_", "x_y", "_f_"},
+		{"nested/mod.handler", 0, "nested/mod.handler", "nested/mod", "handler"},
+		{"a$.f1", 0, "a$.f1", "a$", "f1"},
+		{"\xe6\x97\xa5\xe6\x9c\xac.\xe9\x96\xa2\xe6\x95\xb0", 0, "\\u65e5\\u672c.\\u95a2\\u6570",
+		 "\xe6\x97\xa5\xe6\x9c\xac", "\xe9\x96\xa2\xe6\x95\xb0"},
+		/* not White_Space, but invisible: a formatting character */
+		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", NULL, "no control or formatting character"},
+		{"a\x1b[31m.b", 0, "a\\e[31m.b", NULL, "no control or formatting character"},
+		{"a.b\x07", 0, "a.b\\a", NULL, "no control or formatting character"},
+		{"a\x7f.b", 0, "a\\x7f.b", NULL, "no control or formatting character"},
+		{"a\xc2\x9b" "2J.b", 0, "a\\u009b2J.b", NULL, "no control or formatting character"},
+		{"a.b\xc2\x80", 0, "a.b\\u0080", NULL, "no control or formatting character"},
+		{"a\xe2\x80\xae.b", 0, "a\\u202e.b", NULL, "no control or formatting character"},
+		{"a.\xe2\x81\xa6" "b", 0, "a.\\u2066b", NULL, "no control or formatting character"},
+		{"a\xe2\x80\x8b.b", 0, "a\\u200b.b", NULL, "no control or formatting character"},
+		{"a.b-c", 0, "a.b-c", NULL, R_FUNC},
+		{"a.1b", 0, "a.1b", NULL, R_FUNC},
+		{"a.b/c", 0, "a.b/c", NULL, R_FUNC},
+		{"a.b\\c", 0, "a.b\\\\c", NULL, R_FUNC},
+		{"a;b.c", 0, "a;b.c", NULL, R_MODULE},
+		{"a:b.c", 0, "a:b.c", NULL, R_MODULE},
+		{"a\"b.c", 0, "a\\\"b.c", NULL, R_MODULE},
+		{"$(x).f", 0, "$(x).f", NULL, R_MODULE},
 		{"ab", 0, "ab", NULL, "split at the last dot, no empty part"},
 		{".b", 0, ".b", NULL, "split at the last dot, no empty part"},
 		{"a.", 0, "a.", NULL, "split at the last dot, no empty part"},
