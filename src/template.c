@@ -621,6 +621,9 @@ static const char *handler_chars(const char *s, size_t len, size_t *dot)
 	return NULL;
 }
 
+#define FUNCTION_RULE \
+	"the function is an identifier: a letter, _ or $, then letters, digits, _ or $"
+
 bool handler_valid(const char *s, size_t len, const char **why)
 {
 	size_t dot;
@@ -638,8 +641,7 @@ bool handler_valid(const char *s, size_t len, const char **why)
 		bool digit = c >= '0' && c <= '9';
 		if ((c < 0x80 && !(ascii_alnum(c) || c == '_' || c == '$')) ||
 		    (digit && i == dot + 1))
-			w = "the function is an identifier: a letter, _ or $, then letters, digits, _ "
-			    "or $";
+			w = FUNCTION_RULE;
 	}
 	if (why)
 		*why = w;

@@ -61,7 +61,7 @@ struct ynode {
 	uint32_t col;
 	uint32_t size;	/* nodes in this node, itself included, aliases expanded */
 	uint32_t bytes; /* bytes of scalar text in this node, aliases expanded */
-	uint32_t n;    /* sequence: items; mapping: pairs */
+	uint32_t n;	/* sequence: items; mapping: pairs */
 	union {
 		struct {
 			const char *text; /* NUL-terminated, may hold NUL bytes: use len */

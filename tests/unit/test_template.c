@@ -435,8 +435,8 @@ TEST(alias_amplified_text_is_bounded)
 		int line; /* of the alias past the bound; 0: valid */
 	} cases[] = {
 		{"pattern", 1000, 22}, /* 600,010 bytes each: the 6th alias crosses 4 MiB */
-		{"pattern", 10, 22},	{"env", 10, 22}, {"env", 1000, 22},
-		{"pattern", 5, 0},	{"env", 5, 0},
+		{"pattern", 10, 22},   {"env", 10, 22}, {"env", 1000, 22},
+		{"pattern", 5, 0},     {"env", 5, 0},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *y = big_text_aliased(cases[i].in, cases[i].uses);
@@ -453,10 +453,12 @@ TEST(alias_amplified_text_is_bounded)
 			else
 				CHECK(t->nrules == 1 && t->rules[0].pattern);
 		} else {
-			char *want = xasprintf("template.yaml: more than 4194304 bytes of text with "
-					       "aliases expanded (at line %d, column ",
-					       cases[i].line);
-			if (rc == 0 || t || errors.n != 1 || strncmp(errors.v[0], want, strlen(want)))
+			char *want =
+				xasprintf("template.yaml: more than 4194304 bytes of text with "
+					  "aliases expanded (at line %d, column ",
+					  cases[i].line);
+			if (rc == 0 || t || errors.n != 1 ||
+			    strncmp(errors.v[0], want, strlen(want)))
 				T_FAIL_("%s x%d: rc %d, %zu errors: %s", cases[i].in, cases[i].uses,
 					rc, errors.n, errors.n ? errors.v[0] : "(none)");
 			free(want);
@@ -690,17 +692,22 @@ TEST(handler_rule)
 		{"x_y._f_", 0, "x_y._f_", "x_y", "_f_"},
 		{"nested/mod.handler", 0, "nested/mod.handler", "nested/mod", "handler"},
 		{"a$.f1", 0, "a$.f1", "a$", "f1"},
-		{"\xe6\x97\xa5\xe6\x9c\xac.\xe9\x96\xa2\xe6\x95\xb0", 0, "\\u65e5\\u672c.\\u95a2\\u6570",
-		 "\xe6\x97\xa5\xe6\x9c\xac", "\xe9\x96\xa2\xe6\x95\xb0"},
+		{"\xe6\x97\xa5\xe6\x9c\xac.\xe9\x96\xa2\xe6\x95\xb0", 0,
+		 "\\u65e5\\u672c.\\u95a2\\u6570", "\xe6\x97\xa5\xe6\x9c\xac",
+		 "\xe9\x96\xa2\xe6\x95\xb0"},
 		/* not White_Space, but invisible: a formatting character */
 		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", NULL, "no control or formatting character"},
 		{"a\x1b[31m.b", 0, "a\\e[31m.b", NULL, "no control or formatting character"},
 		{"a.b\x07", 0, "a.b\\a", NULL, "no control or formatting character"},
 		{"a\x7f.b", 0, "a\\x7f.b", NULL, "no control or formatting character"},
-		{"a\xc2\x9b" "2J.b", 0, "a\\u009b2J.b", NULL, "no control or formatting character"},
+		{"a\xc2\x9b"
+		 "2J.b",
+		 0, "a\\u009b2J.b", NULL, "no control or formatting character"},
 		{"a.b\xc2\x80", 0, "a.b\\u0080", NULL, "no control or formatting character"},
 		{"a\xe2\x80\xae.b", 0, "a\\u202e.b", NULL, "no control or formatting character"},
-		{"a.\xe2\x81\xa6" "b", 0, "a.\\u2066b", NULL, "no control or formatting character"},
+		{"a.\xe2\x81\xa6"
+		 "b",
+		 0, "a.\\u2066b", NULL, "no control or formatting character"},
 		{"a\xe2\x80\x8b.b", 0, "a\\u200b.b", NULL, "no control or formatting character"},
 		{"a.b-c", 0, "a.b-c", NULL, R_FUNC},
 		{"a.1b", 0, "a.1b", NULL, R_FUNC},
