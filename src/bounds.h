@@ -81,6 +81,8 @@
 	X("Redis reply", "bytes", REDIS_REPLY_MAX, 64 * MIB, "64 MiB")                             \
 	X("template.yaml", "bytes", TEMPLATE_MAX_BYTES, MIB, "1 MiB")                              \
 	X("template.yaml", "YAML nodes, aliases expanded", TEMPLATE_MAX_NODES, 100000, "100,000")  \
+	X("template.yaml", "scalar text, aliases expanded", TEMPLATE_MAX_EXPANDED_BYTES, 4 * MIB,  \
+	  "4 MiB")                                                                                 \
 	X("template.yaml", "nesting", TEMPLATE_MAX_DEPTH, 64, "64 levels")                         \
 	X("template.yaml", "line", TEMPLATE_MAX_LINE, 64 * KIB, "64 KiB")                          \
 	X("template.yaml", "rules, schedules, env, secrets (each)", TEMPLATE_MAX_ITEMS, 1000,      \
@@ -89,6 +91,8 @@
 	X("template.yaml", "error and warning lines (each)", TEMPLATE_MAX_MESSAGES, 100, "100")    \
 	X("template.yaml", "handler timeout", TEMPLATE_MAX_TIMEOUT_NS, 5LL * 60 * 1000000000,      \
 	  "5 min")                                                                                 \
+	X("template.yaml", "handler name (`module.function`)", TEMPLATE_MAX_HANDLER, 255,          \
+	  "255 bytes")                                                                             \
 	X("function tree", "files", FN_TREE_MAX_FILES, 10000, "10,000")                            \
 	X("function tree", "bytes", FN_TREE_MAX_BYTES, 256 * MIB, "256 MiB")                       \
 	X("function tree", "directory depth", FN_TREE_MAX_DEPTH, 32, "32 levels")                  \

@@ -101,7 +101,8 @@ struct pattern_set;
 
 /* Builds a set over patterns[0..n). Pattern i gets id i: ids are the
  * execution order (functions by name, rules in file order). The patterns are
- * borrowed and must outlive the set. Never fails. */
+ * borrowed, never NULL (template_parse leaves no rule without its pattern)
+ * and must outlive the set. Never fails. */
 struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_t n);
 void pattern_set_free(struct pattern_set *set);
 size_t pattern_set_size(const struct pattern_set *set);

@@ -7,11 +7,13 @@
  *
  * Bounds (template.h has the cost model): the text is at most
  * TEMPLATE_MAX_BYTES; the whole document, aliases expanded, is at most
- * TEMPLATE_MAX_NODES nodes nested at most TEMPLATE_MAX_DEPTH levels, both
- * checked by yaml.c while reading, before anything is built for an
- * expansion. Every walk below follows aliases, so each one is bounded by
- * those two figures: an alias bomb, in one rule or spread over many, is an
- * error, not an explosion.
+ * TEMPLATE_MAX_NODES nodes holding at most TEMPLATE_MAX_EXPANDED_BYTES of
+ * scalar text, nested at most TEMPLATE_MAX_DEPTH levels, all checked by
+ * yaml.c while reading, before anything is built for an expansion. Every
+ * walk below follows aliases, so each one is bounded by those figures, in
+ * what it visits and in what it copies: an alias bomb, of many nodes or of
+ * one long text, in one rule or spread over many, is an error, not an
+ * explosion.
  */
 #include "template.h"
 
@@ -26,8 +28,6 @@
 #include "duration.h"
 #include "secret.h"
 #include "yaml.h"
-
-#define MAX_HANDLER_LEN 255
 
 void strlist_add(struct strlist *l, char *s)
 {
@@ -371,7 +371,16 @@ __attribute__((format(printf, 3, 4))) static void conv_error(struct ctx *c, cons
 	free(msg);
 }
 
-/* Converts n (its nodes and depth bounded by yaml.c, aliases included). */
+/* j, or NULL with the error when jansson could not allocate it. */
+static json_t *made(struct ctx *c, const struct seg *at, json_t *j)
+{
+	if (!j)
+		conv_error(c, at, "out of memory building the pattern");
+	return j;
+}
+
+/* Converts n (its nodes, text and depth bounded by yaml.c, aliases
+ * included). NULL exactly when an error was added. */
 static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *at)
 {
 	struct yscalar y;
@@ -379,7 +388,7 @@ static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *a
 	switch (t) {
 	case Y_NULL: return json_null();
 	case Y_BOOL: return json_boolean(y.b);
-	case Y_INT: return json_integer(y.i);
+	case Y_INT: return made(c, at, json_integer(y.i));
 	case Y_FLOAT:
 		if (!isfinite(y.f)) {
 			char *s = shown(&y);
@@ -387,8 +396,8 @@ static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *a
 			free(s);
 			return NULL;
 		}
-		return json_real(y.f);
-	case Y_STR: return json_stringn_nocheck(y.text, y.len);
+		return made(c, at, json_real(y.f));
+	case Y_STR: return made(c, at, json_stringn_nocheck(y.text, y.len));
 	case Y_BAD: {
 		char *s = shown(&y);
 		conv_error(c, at, "%s does not match its explicit tag", s);
@@ -396,21 +405,23 @@ static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *a
 		return NULL;
 	}
 	case Y_SEQ: {
-		json_t *a = json_array();
-		for (uint32_t i = 0; i < n->n; i++) {
+		json_t *a = made(c, at, json_array());
+		for (uint32_t i = 0; a && i < n->n; i++) {
 			struct seg item = {.up = at, .index = i};
 			json_t *v = to_json(c, n->u.kids[i], &item);
-			if (!v) {
+			/* A failed append has released v. */
+			if (!v || json_array_append_new(a, v) < 0) {
+				if (v)
+					conv_error(c, &item, "out of memory building the pattern");
 				json_decref(a);
 				return NULL;
 			}
-			json_array_append_new(a, v);
 		}
 		return a;
 	}
 	case Y_MAP: {
-		json_t *o = json_object();
-		for (uint32_t i = 0; i < n->n; i++) {
+		json_t *o = made(c, at, json_object());
+		for (uint32_t i = 0; o && i < n->n; i++) {
 			struct yscalar k;
 			enum ytype kt = node_type(n->u.kids[2 * i], &k);
 			if (kt == Y_SEQ || kt == Y_MAP || kt == Y_BAD) {
@@ -429,8 +440,13 @@ static json_t *to_json(struct ctx *c, const struct ynode *n, const struct seg *a
 				json_decref(o);
 				return NULL;
 			}
-			/* k.text is NUL-terminated (yaml.c) and holds no NUL. */
-			json_object_set_new_nocheck(o, k.text, v);
+			/* k.text is NUL-terminated (yaml.c) and holds no NUL. A
+			 * failed set has released v. */
+			if (json_object_set_new_nocheck(o, k.text, v) < 0) {
+				conv_error(c, &field, "out of memory building the pattern");
+				json_decref(o);
+				return NULL;
+			}
 		}
 		return o;
 	}
@@ -566,19 +582,67 @@ static size_t space_at(const unsigned char *p, size_t n)
 	return 0;
 }
 
+/* Control and invisible formatting characters (C0, DEL, C1, the soft
+ * hyphen, zero-width and bidirectional controls, the BOM): a name holding
+ * one can look like another, or drive the terminal it is printed to. */
+static bool control_or_format(uint32_t c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0xad || c == 0x61c || c == 0x180e ||
+	       (c >= 0x200b && c <= 0x200f) || (c >= 0x202a && c <= 0x202e) ||
+	       (c >= 0x2060 && c <= 0x206f) || c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb);
+}
+
+static bool ascii_alnum(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* The characters, one by one: no NUL, whitespace, invalid UTF-8, control
+ * or formatting character; the last dot's offset in *dot (len if none). */
+static const char *handler_chars(const char *s, size_t len, size_t *dot)
+{
+	*dot = len;
+	for (size_t i = 0; i < len;) {
+		const unsigned char *p = (const unsigned char *)s + i;
+		uint32_t c;
+		size_t n;
+		if (p[0] == '\0')
+			return "no NUL byte";
+		if (space_at(p, len - i))
+			return "no whitespace";
+		if (!(n = utf8_decode(p, len - i, &c)))
+			return "not valid UTF-8";
+		if (control_or_format(c))
+			return "no control or formatting character";
+		if (c == '.')
+			*dot = i;
+		i += n;
+	}
+	return NULL;
+}
+
+#define FUNCTION_RULE \
+	"the function is an identifier: a letter, _ or $, then letters, digits, _ or $"
+
 bool handler_valid(const char *s, size_t len, const char **why)
 {
-	const char *dot = NULL, *w = NULL;
-	for (size_t i = 0; i < len && !w; i++) {
-		if (s[i] == '\0')
-			w = "no NUL byte";
-		else if (space_at((const unsigned char *)s + i, len - i))
-			w = "no whitespace";
-		else if (s[i] == '.')
-			dot = s + i;
-	}
-	if (!w && !(dot != NULL && dot > s && dot < s + len - 1))
+	size_t dot;
+	const char *w = handler_chars(s, len, &dot);
+	if (!w && !(dot < len && dot > 0 && dot < len - 1))
 		w = "split at the last dot, no empty part";
+	/* Beyond ASCII, every character left is allowed in both parts. */
+	for (size_t i = 0; !w && i < dot; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x80 && !ascii_alnum(c) && !strchr("_$-./", c))
+			w = "the module has only letters, digits and _ $ - . /";
+	}
+	for (size_t i = dot + 1; !w && i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		bool digit = c >= '0' && c <= '9';
+		if ((c < 0x80 && !(ascii_alnum(c) || c == '_' || c == '$')) ||
+		    (digit && i == dot + 1))
+			w = FUNCTION_RULE;
+	}
 	if (why)
 		*why = w;
 	return w == NULL;
@@ -641,8 +705,8 @@ static void get_handler(struct ctx *c, const struct ynode *parent, const char *p
 		err(c, p, "is required (module.function, e.g. events.created.handler)");
 	} else if (t != Y_STR) {
 		err(c, p, "must be a string of the form module.function, not %s", type_name(t));
-	} else if (y.len > MAX_HANDLER_LEN) {
-		err(c, p, "longer than %d characters", MAX_HANDLER_LEN);
+	} else if (y.len > TEMPLATE_MAX_HANDLER) {
+		err(c, p, "longer than %d characters", TEMPLATE_MAX_HANDLER);
 	} else if (!handler_valid(y.text, y.len, &why)) {
 		char *q = shown(&y);
 		err(c, p, "%s is not of the form module.function (%s)", q, why);
@@ -670,13 +734,21 @@ int env_name_valid(const char *s)
 
 /* ---- sections --------------------------------------------------------- */
 
-/* pattern: converted to JSON and compiled; NULL when refused. */
+/* Errors added so far, kept or only counted. */
+static size_t errors_seen(const struct ctx *c)
+{
+	return c->errors->n + c->more_errors;
+}
+
+/* pattern: converted to JSON and compiled; NULL exactly when an error was
+ * added for it (a rule is never left without its pattern). */
 static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, const char *path)
 {
 	bool present;
 	const struct ynode *n = map_get(parent, "pattern", &present);
 	char *p = xasprintf("%s.pattern", path);
 	struct pattern *pattern = NULL;
+	size_t seen = errors_seen(c);
 	if (!present || node_type(n, NULL) == Y_NULL) {
 		err(c, p, "is required (use {} to match every event)");
 	} else {
@@ -691,6 +763,8 @@ static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, co
 			json_decref(j);
 		}
 	}
+	if (!pattern && errors_seen(c) == seen)
+		err(c, p, "could not be built (out of memory)");
 	free(p);
 	return pattern;
 }
@@ -1097,7 +1171,7 @@ static const struct ynode *read_root(const char *text, size_t len, struct strlis
 	}
 	char *yerr = NULL;
 	static const struct ylimits lim = {TEMPLATE_MAX_NODES, TEMPLATE_MAX_DEPTH,
-					   TEMPLATE_MAX_LINE};
+					   TEMPLATE_MAX_LINE, TEMPLATE_MAX_EXPANDED_BYTES};
 	if (ydoc_parse(text, len, "template.yaml", &lim, doc, &yerr) < 0) {
 		if (yaml_is_blank(text, len)) {
 			free(yerr);

@@ -30,6 +30,12 @@
  *   nodes  at most TEMPLATE_MAX_NODES YAML nodes in the whole file (rules,
  *          schedules, env, secrets and unknown keys together; keys count),
  *          an alias counting as every node it stands for;
+ *   text   at most TEMPLATE_MAX_EXPANDED_BYTES bytes of scalar text in the
+ *          whole file (keys count), an alias counting as all the text of
+ *          the node it stands for: what the walks below copy (a pattern's
+ *          jansson strings, then its compiled operands; env values) is
+ *          bounded by it, so one 600 KB scalar aliased 1,000 times (600 MB
+ *          of copies) is refused, not built;
  *   depth  at most TEMPLATE_MAX_DEPTH nested collections, aliases expanded;
  *   lines  at most TEMPLATE_MAX_LINE bytes each (libfyaml queues a whole
  *          line's tokens while an implicit key may be pending: ~400 bytes
@@ -39,17 +45,21 @@
  *   output at most TEMPLATE_MAX_MESSAGES error lines and as many warnings
  *          (PATTERN_MAX_MESSAGES per pattern), each with a path of at most
  *          ~90 bytes per level.
- * yaml.c checks lines before parsing, nodes and depth at each YAML event,
+ * yaml.c checks lines before parsing, nodes, text and depth at each YAML event,
  * before the node is allocated and before any expansion could be: an alias
  * shares the anchored node, whose expanded size is computed once. Later
  * step (typing, the pattern's JSON, pattern_compile, pattern_set_new) is
  * O(nodes · log nodes) in time and O(nodes) in memory over that bounded
  * tree, duplicate keys and alias lookups included (balanced trees, no
- * linear rescans). Worst case measured by bench/validate: under 1 s and
- * 128 MiB of peak RSS.
+ * linear rescans), and O(text) in the bytes it copies. Worst case measured
+ * by bench/validate: under 1 s and 128 MiB of peak RSS.
+ *
+ * A failed allocation on the way (jansson's) is an error of the rule it
+ * was for ("... out of memory ..."), never a rule without a pattern.
  */
 #define TEMPLATE_MAX_BYTES (1024 * 1024)
 #define TEMPLATE_MAX_NODES 100000
+#define TEMPLATE_MAX_EXPANDED_BYTES (4 * 1024 * 1024)
 #define TEMPLATE_MAX_DEPTH 64
 #define TEMPLATE_MAX_LINE (64 * 1024)
 #define TEMPLATE_MAX_ITEMS 1000
@@ -60,6 +70,8 @@
 #define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
 #define TEMPLATE_MAX_TIMEOUT_MINUTES 5
 #define TEMPLATE_MAX_TIMEOUT_NS (TEMPLATE_MAX_TIMEOUT_MINUTES * 60 * 1000000000LL)
+/* Bytes in a handler name (handler_valid says what they may be). */
+#define TEMPLATE_MAX_HANDLER 255
 #define TEMPLATE_DEFAULT_RETRIES 4
 #define TEMPLATE_MAX_RETRIES 1000
 
@@ -124,14 +136,19 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 void template_free(struct template *t);
 
 /*
- * The handler rule (the original's), the only place it is decided: s[0..len)
- * has a last dot with a non-empty module before it and a non-empty function
- * after it, and no whitespace (Unicode White_Space, as Go's unicode.IsSpace)
- * and no NUL byte anywhere. So "a..b" is module "a.", function "b"; any
- * other character is allowed and is the bootstrap's to resolve (bootstrap.c
- * says how each runtime finds the module). Returns true when valid;
- * otherwise false and, if why is given, a static reason ("split at the last
- * dot, no empty part", "no whitespace", "no NUL byte"). Pure; any thread.
+ * The handler rule, the only place it is decided (docs/template.md,
+ * "Handlers"): s[0..len) has a last dot with a non-empty module before it
+ * and a non-empty function after it; no NUL byte, no whitespace (Unicode
+ * White_Space, as Go's unicode.IsSpace), valid UTF-8 with no control or
+ * invisible formatting character (C0, DEL, C1, soft hyphen, zero-width and
+ * bidirectional controls, BOM); the module only ASCII letters, digits,
+ * "_$-./" and characters beyond ASCII; the function an identifier (an ASCII
+ * letter, '_', '$' or a character beyond ASCII, then those or digits). So
+ * "a..b" is module "a.", function "b"; what the module names is the
+ * bootstrap's to resolve (bootstrap.c says how each runtime finds it).
+ * Returns true when valid; otherwise false and, if why is given, a static
+ * reason ("split at the last dot, no empty part", "no whitespace", "no
+ * control or formatting character", ...). Pure; any thread.
  */
 bool handler_valid(const char *s, size_t len, const char **why);
 

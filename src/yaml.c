@@ -1,16 +1,19 @@
 /*
  * The bounded YAML reader (yaml.h). One pass over libfyaml's events:
  *
- *   scalar           check the budget, allocate, add to the open collection
- *   alias            look the anchor up (balanced tree), check budget and
- *                    depth with the anchored node's memoised size and
- *                    height, add a pointer to that node (no copy)
+ *   scalar           check the budgets (one node, its bytes), allocate, add
+ *                    to the open collection
+ *   alias            look the anchor up (balanced tree), check budgets and
+ *                    depth with the anchored node's memoised size, bytes
+ *                    and height, add a pointer to that node (no copy)
  *   sequence/mapping open a frame (depth checked, one node counted); at
- *                    its end the node gets its children, size and height
+ *                    its end the node gets its children, size, bytes and
+ *                    height
  *
- * The running total is the document's size with aliases expanded, so the
- * bound holds before anything is allocated for an expansion; nothing is
- * ever expanded. Nodes and texts live in one arena freed at once.
+ * The running totals are the document's nodes and text with aliases
+ * expanded, so both bounds hold before anything is allocated for an
+ * expansion; nothing is ever expanded. Nodes and texts live in one arena
+ * freed at once.
  *
  * Error messages are libfyaml's for YAML syntax (first error, with its
  * position) and this module's for the bounds, aliases and duplicate keys.
@@ -73,6 +76,7 @@ struct ydoc {
 	struct arena arena;
 	struct ynode *root;
 	uint32_t nodes;
+	uint32_t bytes;
 	uint64_t work;
 };
 
@@ -84,6 +88,11 @@ const struct ynode *ydoc_root(const struct ydoc *d)
 uint32_t ydoc_nodes(const struct ydoc *d)
 {
 	return d->nodes;
+}
+
+uint32_t ydoc_bytes(const struct ydoc *d)
+{
+	return d->bytes;
 }
 
 uint64_t ydoc_work(const struct ydoc *d)
@@ -120,8 +129,10 @@ struct reader {
 	struct ydoc *doc;
 	const char *name;
 	uint32_t max_nodes;
+	uint32_t max_bytes;
 	int max_depth;
 	uint64_t total; /* nodes so far, aliases expanded */
+	uint64_t bytes; /* scalar text so far, aliases expanded */
 	struct frame *stack;
 	int depth; /* open collections */
 	void *anchors;
@@ -191,6 +202,15 @@ static int too_many(struct reader *r)
 	return -1;
 }
 
+static int too_much_text(struct reader *r)
+{
+	if (!r->err)
+		r->err = xasprintf("%s: more than %u bytes of text with aliases expanded (at line "
+				   "%u, column %u); the limit covers the whole file",
+				   r->name, r->max_bytes, r->line, r->col);
+	return -1;
+}
+
 static int too_deep(struct reader *r)
 {
 	if (!r->err)
@@ -209,12 +229,16 @@ static void note_mark(struct reader *r, struct fy_event *e)
 	}
 }
 
-/* Counts n more nodes; refuses past the bound before anything is built. */
-static int charge(struct reader *r, uint64_t n)
+/* Counts n more nodes holding b more bytes of text; refuses past either
+ * bound before anything is built. */
+static int charge(struct reader *r, uint64_t n, uint64_t b)
 {
 	if (r->total + n > r->max_nodes)
 		return too_many(r);
+	if (r->bytes + b > r->max_bytes)
+		return too_much_text(r);
 	r->total += n;
+	r->bytes += b;
 	return 0;
 }
 
@@ -238,17 +262,24 @@ static const char *arena_text(struct reader *r, const char *s, size_t n)
 	return p;
 }
 
-/* The anchor entry of token t (NULL when t is NULL), created if new. */
-static struct anchor *anchor_get(struct reader *r, struct fy_token *t, bool create)
+/* The anchor entry of token t in *out (NULL when t is NULL, or when it is
+ * new and create is false), created if new. -1 when libfyaml could not
+ * allocate the name's text. */
+static int anchor_get(struct reader *r, struct fy_token *t, bool create, struct anchor **out)
 {
+	*out = NULL;
 	if (!t)
-		return NULL;
+		return 0;
 	size_t len = 0;
 	const char *name = fy_token_get_text(t, &len);
-	struct anchor key = {.name = name ? name : "", .len = name ? len : 0};
+	if (!name)
+		return fail_at(r, "out of memory reading an anchor name");
+	struct anchor key = {.name = name, .len = len};
 	struct anchor **found = tfind(&key, &r->anchors, anchor_cmp);
-	if (found || !create)
-		return found ? *found : NULL;
+	if (found || !create) {
+		*out = found ? *found : NULL;
+		return 0;
+	}
 	struct anchor *a = arena_alloc(&r->doc->arena, sizeof *a);
 	a->name = arena_text(r, key.name, key.len);
 	a->len = key.len;
@@ -258,7 +289,8 @@ static struct anchor *anchor_get(struct reader *r, struct fy_token *t, bool crea
 		fputs("relay: out of memory\n", stderr);
 		abort();
 	}
-	return a;
+	*out = a;
+	return 0;
 }
 
 /* Adds a complete node (or an aliased one) to the open collection, or
@@ -309,16 +341,25 @@ static enum ytag tag_of(struct fy_token *t)
 
 static int on_scalar(struct reader *r, struct fy_event *e)
 {
-	if (charge(r, 1) < 0)
+	/* No token is an empty value (`a:`); a token without text is
+	 * libfyaml failing to allocate it. */
+	size_t len = 0;
+	const char *text = e->scalar.value ? fy_token_get_text(e->scalar.value, &len) : "";
+	if (!text)
+		return fail_at(r, "out of memory reading a scalar");
+	if (!e->scalar.value)
+		len = 0;
+	if (charge(r, 1, len) < 0)
 		return -1;
 	struct ynode *n = new_node(r, YN_SCALAR);
-	size_t len = 0;
-	const char *text = e->scalar.value ? fy_token_get_text(e->scalar.value, &len) : NULL;
-	n->u.s.text = arena_text(r, text ? text : "", text ? len : 0);
-	n->u.s.len = text ? len : 0;
+	n->u.s.text = arena_text(r, text, len);
+	n->u.s.len = len;
+	n->bytes = (uint32_t)len; /* <= max_bytes: charged */
 	n->tag = (uint8_t)tag_of(e->scalar.tag);
 	n->plain = !e->scalar.value || fy_token_scalar_style(e->scalar.value) == FYSS_PLAIN;
-	struct anchor *a = anchor_get(r, e->scalar.anchor, true);
+	struct anchor *a;
+	if (anchor_get(r, e->scalar.anchor, true, &a) < 0)
+		return -1;
 	if (a) {
 		a->node = n;
 		a->open = false;
@@ -328,10 +369,12 @@ static int on_scalar(struct reader *r, struct fy_event *e)
 
 static int on_alias(struct reader *r, struct fy_event *e)
 {
-	struct anchor *a = anchor_get(r, e->alias.anchor, false);
+	struct anchor *a;
+	if (anchor_get(r, e->alias.anchor, false, &a) < 0)
+		return -1;
 	if (!a || (!a->node && !a->open)) {
 		size_t len = 0;
-		const char *s = fy_token_get_text(e->alias.anchor, &len);
+		const char *s = e->alias.anchor ? fy_token_get_text(e->alias.anchor, &len) : NULL;
 		char *q = shown_name(s ? s : "", s ? len : 0);
 		fail_at(r, "alias *%s has no anchor before it", q);
 		free(q);
@@ -345,7 +388,7 @@ static int on_alias(struct reader *r, struct fy_event *e)
 	}
 	if (r->depth + a->node->height > r->max_depth)
 		return too_deep(r);
-	if (charge(r, a->node->size) < 0)
+	if (charge(r, a->node->size, a->node->bytes) < 0)
 		return -1;
 	return attach(r, a->node);
 }
@@ -354,12 +397,13 @@ static int on_start(struct reader *r, enum ynode_type type, struct fy_token *anc
 {
 	if (r->depth + 1 > r->max_depth)
 		return too_deep(r);
-	if (charge(r, 1) < 0)
+	if (charge(r, 1, 0) < 0)
 		return -1;
 	struct frame *f = &r->stack[r->depth++];
 	memset(f, 0, sizeof *f);
 	f->node = new_node(r, type);
-	f->anchor = anchor_get(r, anchor, true);
+	if (anchor_get(r, anchor, true, &f->anchor) < 0)
+		return -1;
 	if (f->anchor) {
 		f->anchor->node = NULL;
 		f->anchor->open = true;
@@ -382,15 +426,18 @@ static int on_end(struct reader *r)
 	struct ynode *n = f->node;
 	n->n = (uint32_t)(n->type == YN_MAP ? f->n / 2 : f->n);
 	n->u.kids = arena_alloc(&r->doc->arena, (f->n ? f->n : 1) * sizeof *n->u.kids);
-	uint64_t size = 1;
+	uint64_t size = 1, bytes = 0;
 	int height = 0;
 	for (size_t i = 0; i < f->n; i++) {
 		n->u.kids[i] = f->kids[i];
 		size += f->kids[i]->size;
+		bytes += f->kids[i]->bytes;
 		if (f->kids[i]->height > height)
 			height = f->kids[i]->height;
 	}
-	n->size = (uint32_t)size; /* <= max_nodes: every part was charged */
+	/* <= max_nodes and max_bytes: every part was charged */
+	n->size = (uint32_t)size;
+	n->bytes = (uint32_t)bytes;
 	n->height = (uint8_t)(height + 1);
 	if (f->anchor) {
 		f->anchor->node = n;
@@ -400,7 +447,8 @@ static int on_end(struct reader *r)
 	return attach(r, n);
 }
 
-/* 1 at the end of the first document, 0 to go on, -1 on error. */
+/* 1 at the end of the first document (or of a stream without one), 0 to
+ * go on, -1 on error. */
 static int on_event(struct reader *r, struct fy_event *e)
 {
 	note_mark(r, e);
@@ -411,7 +459,8 @@ static int on_event(struct reader *r, struct fy_event *e)
 	case FYET_MAPPING_START: return on_start(r, YN_MAP, e->mapping_start.anchor);
 	case FYET_SEQUENCE_END:
 	case FYET_MAPPING_END: return r->depth > 0 ? on_end(r) : fail_at(r, "unbalanced end");
-	case FYET_DOCUMENT_END: return 1;
+	case FYET_DOCUMENT_END:
+	case FYET_STREAM_END: return 1;
 	default: return 0;
 	}
 }
@@ -505,13 +554,20 @@ int ydoc_parse(const char *text, size_t len, const char *name, const struct ylim
 	struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_DISABLE_RECYCLING, .diag = diag};
 	struct fy_parser *p = diag ? fy_parser_create(&pcfg) : NULL;
 	if (!p || fy_parser_set_string(p, text, len) != 0) {
-		fputs("relay: out of memory (YAML parser)\n", stderr);
-		abort();
+		if (p)
+			fy_parser_destroy(p);
+		if (diag)
+			fy_diag_destroy(diag);
+		buf_free(&dc.msg);
+		buf_free(&dc.first);
+		*err = xasprintf("%s: out of memory (creating the YAML parser)", name);
+		return -1;
 	}
 	struct reader r = {
 		.doc = xcalloc(1, sizeof *r.doc),
 		.name = name,
 		.max_nodes = lim->nodes,
+		.max_bytes = lim->bytes,
 		.max_depth = max_depth,
 		.stack = xcalloc((size_t)max_depth + 1, sizeof *r.stack),
 		.line = 1,
@@ -520,10 +576,12 @@ int ydoc_parse(const char *text, size_t len, const char *name, const struct ylim
 	int rc = 0;
 	compares = 0;
 	for (;;) {
+		/* The stream ends with an event (FYET_STREAM_END, which ends
+		 * the loop): no event before it is an error, libfyaml's own
+		 * or a failed allocation. */
 		struct fy_event *e = fy_parser_parse(p);
 		if (!e) {
-			if (fy_parser_get_stream_error(p))
-				rc = -1;
+			rc = -1;
 			break;
 		}
 		rc = on_event(&r, e);
@@ -536,7 +594,11 @@ int ydoc_parse(const char *text, size_t len, const char *name, const struct ylim
 	if (rc == 0 && r.depth > 0)
 		rc = fail_at(&r, "incomplete document");
 	if (rc < 0 && !r.err)
-		r.err = yaml_error_text(dc.msg.len ? dc.msg.data : dc.first.data, name);
+		/* libfyaml reports every syntax error; it stops without one
+		 * only when it could not allocate. */
+		r.err = dc.msg.len || dc.first.len
+				? yaml_error_text(dc.msg.len ? dc.msg.data : dc.first.data, name)
+				: xasprintf("%s: out of memory reading the YAML", name);
 	for (int i = 0; i < r.depth; i++)
 		frame_release(&r.stack[i]);
 	free(r.stack);
@@ -552,6 +614,7 @@ int ydoc_parse(const char *text, size_t len, const char *name, const struct ylim
 		return -1;
 	}
 	r.doc->nodes = (uint32_t)r.total;
+	r.doc->bytes = (uint32_t)r.bytes;
 	r.doc->work = compares;
 	*out = r.doc;
 	return 0;

@@ -11,6 +11,12 @@
  *     node, whose expanded size is computed once when it ends. So a walk
  *     over the tree that follows aliases (to_json, the field checks) visits
  *     at most max_nodes nodes, whatever the aliases do.
+ *   - text: the same for the bytes of every scalar (keys included), an
+ *     alias counting all the text of the node it stands for, against
+ *     max_bytes. A walk that copies the scalars it visits (jansson strings,
+ *     compiled operands, env values) copies at most max_bytes bytes: one
+ *     600 KB scalar aliased 1,000 times is 600 MB of copies, refused at the
+ *     alias that crosses the bound.
  *   - depth: collections nest at most max_depth levels, counted with aliases
  *     expanded (an alias brings its node's own height along), so every
  *     recursive walk is bounded too.
@@ -29,7 +35,7 @@
  *     355 MiB for a 1 MiB line), so the line length bounds its queue.
  *
  * Memory is proportional to the nodes read (about 60 bytes each plus the
- * text), never to the nodes after expansion. Only the first document of a
+ * text), never to the nodes or text after expansion. Only the first document of a
  * stream is read, as libfyaml's document builder does.
  *
  * Thread-safety: a ydoc is immutable once read; ydoc_parse may run in any
@@ -53,8 +59,9 @@ struct ynode {
 	uint8_t height; /* collection levels in this node, aliases expanded */
 	uint32_t line;	/* 1-based position of the node's first token */
 	uint32_t col;
-	uint32_t size; /* nodes in this node, itself included, aliases expanded */
-	uint32_t n;    /* sequence: items; mapping: pairs */
+	uint32_t size;	/* nodes in this node, itself included, aliases expanded */
+	uint32_t bytes; /* bytes of scalar text in this node, aliases expanded */
+	uint32_t n;	/* sequence: items; mapping: pairs */
 	union {
 		struct {
 			const char *text; /* NUL-terminated, may hold NUL bytes: use len */
@@ -71,6 +78,7 @@ struct ylimits {
 	uint32_t nodes; /* in the document, aliases expanded */
 	int depth;	/* nested collections, aliases expanded (at most 255) */
 	size_t line;	/* bytes in one line, its break excluded */
+	uint32_t bytes; /* bytes of scalar text in the document, aliases expanded */
 };
 
 /*
@@ -79,13 +87,19 @@ struct ylimits {
  * Returns 0 with a new document in *out (its root NULL when the text holds
  * no document, e.g. only comments), or -1 with one malloc'd error line in
  * *err, which starts with "invalid YAML at line L, column C: " or with
- * name + ": " (e.g. "template.yaml: more than 100000 nodes ...").
+ * name + ": " (e.g. "template.yaml: more than 100000 nodes ...", or
+ * "template.yaml: more than 4194304 bytes of text with aliases expanded
+ * (at line L, column C)"). Allocations that fail abort (util.h's x*);
+ * none is ever taken for an empty value.
  */
 int ydoc_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
 	       struct ydoc **out, char **err);
 const struct ynode *ydoc_root(const struct ydoc *d);
 /* Nodes in the document with aliases expanded (the bound checked). */
 uint32_t ydoc_nodes(const struct ydoc *d);
+/* Bytes of scalar text in the document with aliases expanded (the bound
+ * checked). */
+uint32_t ydoc_bytes(const struct ydoc *d);
 /* Key and anchor comparisons made while reading it: O(n log n) for n
  * nodes, a bound tests check. */
 uint64_t ydoc_work(const struct ydoc *d);

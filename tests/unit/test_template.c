@@ -399,6 +399,121 @@ TEST(aliases_in_many_rules_count_against_one_bound)
 	free(y);
 }
 
+/* One 600,000-byte block scalar under an anchor, then `uses` aliases of
+ * it in the rule's pattern (in = "pattern") or as env values (in = "env").
+ * 1,000 of them are 611 KB of YAML and 2,000 nodes, within the byte and
+ * node bounds, yet 600 MB of text once expanded: gigabytes when every copy
+ * was built (jansson's string, then the compiled operand). */
+static char *big_text_aliased(const char *in, int uses)
+{
+	struct buf b;
+	buf_init(&b, 2 << 20);
+	buf_appendf(&b, HDR "x-big: &big |\n");
+	char *line = xmalloc(60001);
+	memset(line, 'x', 60000);
+	line[60000] = '\0';
+	for (int i = 0; i < 10; i++)
+		buf_appendf(&b, "  %s\n", line);
+	free(line);
+	if (strcmp(in, "env") == 0) {
+		buf_appendf(&b, RULE "env:\n");
+		for (int i = 0; i < uses; i++)
+			buf_appendf(&b, "  V%d: *big\n", i);
+	} else {
+		buf_appendf(&b, "events:\n- handler: m.f\n  pattern:\n    a:\n");
+		for (int i = 0; i < uses; i++)
+			buf_appendf(&b, "    - *big\n");
+	}
+	return buf_steal(&b);
+}
+
+TEST(alias_amplified_text_is_bounded)
+{
+	static const struct {
+		const char *in;
+		int uses;
+		int line; /* of the alias past the bound; 0: valid */
+	} cases[] = {
+		{"pattern", 1000, 22}, /* 600,010 bytes each: the 6th alias crosses 4 MiB */
+		{"pattern", 10, 22},   {"env", 10, 22}, {"env", 1000, 22},
+		{"pattern", 5, 0},     {"env", 5, 0},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		char *y = big_text_aliased(cases[i].in, cases[i].uses);
+		REQUIRE(strlen(y) < TEMPLATE_MAX_BYTES);
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(y, strlen(y), &t, &errors, &warnings);
+		if (!cases[i].line) {
+			if (rc != 0 || !t)
+				T_FAIL_("%s x%d refused: %s", cases[i].in, cases[i].uses,
+					errors.n ? errors.v[0] : "");
+			else if (strcmp(cases[i].in, "env") == 0)
+				CHECK(t->nenv == 5 && strlen(t->env[4].value) == 600010);
+			else
+				CHECK(t->nrules == 1 && t->rules[0].pattern);
+		} else {
+			char *want =
+				xasprintf("template.yaml: more than 4194304 bytes of text with "
+					  "aliases expanded (at line %d, column ",
+					  cases[i].line);
+			if (rc == 0 || t || errors.n != 1 ||
+			    strncmp(errors.v[0], want, strlen(want)))
+				T_FAIL_("%s x%d: rc %d, %zu errors: %s", cases[i].in, cases[i].uses,
+					rc, errors.n, errors.n ? errors.v[0] : "(none)");
+			free(want);
+		}
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+		free(y);
+	}
+}
+
+/* jansson's allocator, failing from allocation number fail_from on. */
+static long allocs, fail_from;
+static void *failing_malloc(size_t n)
+{
+	return allocs++ >= fail_from ? NULL : malloc(n);
+}
+
+/*
+ * An allocation that fails while a pattern is built is an error for that
+ * rule, never a rule without a pattern (which the matcher would follow):
+ * every allocation of the conversion fails once, in turn.
+ */
+TEST(allocation_failure_is_an_error)
+{
+	const char *y = HDR "events:\n  - handler: m.f\n    pattern: {a: [x, 1, 2.5], "
+			    "b: {c: {prefix: [p]}, d: [true]}, e: {exists: true}}\n"
+			    "  - handler: m.g\n    pattern: {z: [\"long enough to be copied\"]}\n";
+	long total = -1;
+	for (fail_from = 0; fail_from < 10000 && total < 0; fail_from++) {
+		allocs = 0;
+		json_set_alloc_funcs(failing_malloc, free);
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(y, strlen(y), &t, &errors, &warnings);
+		json_set_alloc_funcs(malloc, free);
+		if (rc == 0) {
+			REQUIRE(t && t->nrules == 2);
+			if (!t->rules[0].pattern || !t->rules[1].pattern)
+				T_FAIL_("failing allocation %ld: valid, with a rule without a "
+					"pattern",
+					fail_from);
+			if (allocs <= fail_from)
+				total = allocs; /* nothing failed: every one was tried */
+		} else if (errors.n < 1 || !strstr(errors.v[0], "out of memory")) {
+			T_FAIL_("failing allocation %ld: %s", fail_from,
+				errors.n ? errors.v[0] : "no error");
+		}
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+	}
+	CHECK(total > 10);
+}
+
 /* The worst a valid template can ask of pattern_set_new: every leaf a
  * required equality at its own path, as many as TEMPLATE_MAX_NODES allows
  * (aliases make that 600 bytes of YAML): 10 + 100 + 1,000 + 10,000 leaves
@@ -544,11 +659,17 @@ TEST(messages_are_bounded)
 }
 
 /*
- * The handler rule (the original's): two non-empty sides around the last
- * dot, no whitespace; the module is everything before the last dot. Each
- * row goes through handler_valid() and through a rule and a schedule of a
- * template, with the handler written as a YAML double-quoted scalar.
+ * The handler rule: two non-empty sides around the last dot, no whitespace,
+ * no control or invisible formatting character, a module of letters,
+ * digits, "_$-./" and non-ASCII, a function that is an identifier; the
+ * module is everything before the last dot. Each row goes through
+ * handler_valid() and through a rule and a schedule of a template, with the
+ * handler written as a YAML double-quoted scalar. The shapes
+ * it/handlers.sh runs in real containers are all accepted.
  */
+#define R_MODULE "the module has only letters, digits and _ $ - . /"
+#define R_FUNC "the function is an identifier: a letter, _ or $, then letters, digits, _ or $"
+
 TEST(handler_rule)
 {
 	static const struct {
@@ -568,7 +689,34 @@ TEST(handler_rule)
 		{".a.b", 0, ".a.b", ".a", "b"},
 		{"a...b", 0, "a...b", "a..", "b"},
 		{"caf\xc3\xa9.$fn", 0, "caf\\u00e9.$fn", "caf\xc3\xa9", "$fn"},
-		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", "a\xef\xbb\xbf", "b"}, /* not White_Space */
+		{"x_y._f_", 0, "x_y._f_", "x_y", "_f_"},
+		{"nested/mod.handler", 0, "nested/mod.handler", "nested/mod", "handler"},
+		{"a$.f1", 0, "a$.f1", "a$", "f1"},
+		{"\xe6\x97\xa5\xe6\x9c\xac.\xe9\x96\xa2\xe6\x95\xb0", 0,
+		 "\\u65e5\\u672c.\\u95a2\\u6570", "\xe6\x97\xa5\xe6\x9c\xac",
+		 "\xe9\x96\xa2\xe6\x95\xb0"},
+		/* not White_Space, but invisible: a formatting character */
+		{"a\xef\xbb\xbf.b", 0, "a\\ufeff.b", NULL, "no control or formatting character"},
+		{"a\x1b[31m.b", 0, "a\\e[31m.b", NULL, "no control or formatting character"},
+		{"a.b\x07", 0, "a.b\\a", NULL, "no control or formatting character"},
+		{"a\x7f.b", 0, "a\\x7f.b", NULL, "no control or formatting character"},
+		{"a\xc2\x9b"
+		 "2J.b",
+		 0, "a\\u009b2J.b", NULL, "no control or formatting character"},
+		{"a.b\xc2\x80", 0, "a.b\\u0080", NULL, "no control or formatting character"},
+		{"a\xe2\x80\xae.b", 0, "a\\u202e.b", NULL, "no control or formatting character"},
+		{"a.\xe2\x81\xa6"
+		 "b",
+		 0, "a.\\u2066b", NULL, "no control or formatting character"},
+		{"a\xe2\x80\x8b.b", 0, "a\\u200b.b", NULL, "no control or formatting character"},
+		{"a.b-c", 0, "a.b-c", NULL, R_FUNC},
+		{"a.1b", 0, "a.1b", NULL, R_FUNC},
+		{"a.b/c", 0, "a.b/c", NULL, R_FUNC},
+		{"a.b\\c", 0, "a.b\\\\c", NULL, R_FUNC},
+		{"a;b.c", 0, "a;b.c", NULL, R_MODULE},
+		{"a:b.c", 0, "a:b.c", NULL, R_MODULE},
+		{"a\"b.c", 0, "a\\\"b.c", NULL, R_MODULE},
+		{"$(x).f", 0, "$(x).f", NULL, R_MODULE},
 		{"ab", 0, "ab", NULL, "split at the last dot, no empty part"},
 		{".b", 0, ".b", NULL, "split at the last dot, no empty part"},
 		{"a.", 0, "a.", NULL, "split at the last dot, no empty part"},
@@ -708,6 +856,7 @@ TEST(size_bound)
 T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warnings_with_paths),
        T_CASE(every_error_is_reported), T_CASE(duplicate_keys_rejected),
        T_CASE(alias_bomb_is_bounded), T_CASE(aliases_in_many_rules_count_against_one_bound),
+       T_CASE(alias_amplified_text_is_bounded), T_CASE(allocation_failure_is_an_error),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
        T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(size_bound))

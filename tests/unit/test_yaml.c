@@ -1,12 +1,12 @@
-/* The bounded YAML reader (yaml.h): node and depth bounds with aliases
- * expanded, aliases, duplicate keys, lines, and the work of its lookups. */
+/* The bounded YAML reader (yaml.h): node, text and depth bounds with
+ * aliases expanded, aliases, duplicate keys, lines, and the work of its lookups. */
 #include <math.h>
 
 #include "t.h"
 #include "util.h"
 #include "yaml.h"
 
-static const struct ylimits roomy = {1000000, 64, 65536};
+static const struct ylimits roomy = {1000000, 64, 65536, 1 << 30};
 
 /* Parses text with lim; returns the document or NULL with *err set. */
 static struct ydoc *parse(const char *text, const struct ylimits *lim, char **err)
@@ -48,7 +48,7 @@ TEST(expanded_size_counts_each_reference)
 	CHECK_INT(r->u.kids[5]->size, 9);
 	ydoc_free(d);
 
-	struct ylimits exact = {21, 64, 65536}, less = {20, 64, 65536};
+	struct ylimits exact = {21, 64, 65536, 1 << 30}, less = {20, 64, 65536, 1 << 30};
 	d = parse(y, &exact, &err);
 	CHECK(d != NULL);
 	ydoc_free(d);
@@ -71,9 +71,48 @@ TEST(bound_stops_at_the_reference_that_crosses_it)
 	/* 1 + 2 keys + 1000 + seq 1 = 1004 before the list items; each *big
 	 * adds 1000: the 99th makes 100,004 (positions are libfyaml's: an
 	 * alias's is its name's, a quoted scalar's its first character's). */
-	struct ylimits lim = {100000, 64, 65536};
+	struct ylimits lim = {100000, 64, 65536, 1 << 30};
 	refused(b.data, &lim,
 		"more than 100000 YAML nodes with aliases expanded (at line 101, column 4)");
+	buf_free(&b);
+}
+
+/* Text counts like nodes: every scalar's bytes (keys too), an alias as all
+ * the text of the node it stands for, checked before anything is built. */
+TEST(expanded_text_counts_each_reference)
+{
+	/* keys a b c: 3; "hello" 5; *a 5; [*a, *a] 10: 23 bytes */
+	const char *y = "a: &a hello\nb: *a\nc: [*a, *a]\n";
+	char *err = NULL;
+	struct ydoc *d = parse(y, &roomy, &err);
+	REQUIRE(d != NULL);
+	CHECK_INT(ydoc_bytes(d), 23);
+	const struct ynode *r = ydoc_root(d);
+	REQUIRE(r && r->type == YN_MAP && r->n == 3);
+	CHECK_INT(r->u.kids[5]->bytes, 10);
+	CHECK_INT(r->bytes, 23);
+	ydoc_free(d);
+
+	struct ylimits exact = {1000, 64, 65536, 23}, less = {1000, 64, 65536, 22};
+	d = parse(y, &exact, &err);
+	CHECK(d != NULL);
+	ydoc_free(d);
+	refused(y, &less,
+		"t.yaml: more than 22 bytes of text with aliases expanded (at line 3, column 10)");
+
+	/* 1,000 references to 1,000 bytes: the read stops at the 3rd. */
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_appendf(&b, "big: &big \"");
+	for (int i = 0; i < 1000; i++)
+		buf_append(&b, "x", 1);
+	buf_appendf(&b, "\"\nrefs:\n");
+	for (int i = 0; i < 1000; i++)
+		buf_appendf(&b, "- *big\n");
+	/* big, refs: 7; the anchor 1,000; then 1,000 each: 4,007 > 4,000 */
+	struct ylimits lim = {100000, 64, 65536, 4000};
+	refused(b.data, &lim,
+		"more than 4000 bytes of text with aliases expanded (at line 5, column 4)");
 	buf_free(&b);
 }
 
@@ -98,9 +137,9 @@ TEST(depth_counts_aliased_levels)
 	buf_free(&b);
 
 	/* Three levels in the anchor, two around the alias: 5 > 4. */
-	struct ylimits four = {1000, 4, 65536};
+	struct ylimits four = {1000, 4, 65536, 1 << 30};
 	refused("a: &a [[[1]]]\nb: [*a]\n", &four, "nested deeper than 4 levels");
-	struct ylimits five = {1000, 5, 65536};
+	struct ylimits five = {1000, 5, 65536, 1 << 30};
 	d = parse("a: &a [[[1]]]\nb: [*a]\n", &five, &err);
 	CHECK(d != NULL);
 	ydoc_free(d);
@@ -165,7 +204,7 @@ TEST(keys_and_anchors_cost_n_log_n)
 
 TEST(line_bound)
 {
-	struct ylimits lim = {1000000, 64, 100};
+	struct ylimits lim = {1000000, 64, 100, 1 << 30};
 	struct buf b;
 	buf_init(&b, 4096);
 	buf_appendf(&b, "a: 1\nb: [");
@@ -219,7 +258,7 @@ TEST(scalars_and_documents)
 	refused("a: [1, 2\n", &roomy, "invalid YAML at line");
 }
 
-T_MAIN(T_CASE(expanded_size_counts_each_reference),
+T_MAIN(T_CASE(expanded_size_counts_each_reference), T_CASE(expanded_text_counts_each_reference),
        T_CASE(bound_stops_at_the_reference_that_crosses_it), T_CASE(depth_counts_aliased_levels),
        T_CASE(alias_errors), T_CASE(duplicate_keys), T_CASE(keys_and_anchors_cost_n_log_n),
        T_CASE(line_bound), T_CASE(scalars_and_documents))
