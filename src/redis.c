@@ -1175,6 +1175,53 @@ static bool follows(struct redis *r, unsigned slot)
 	return true;
 }
 
+static bool same_node(const struct redis_host *h, const char *host, const char *port)
+{
+	return strcmp(h->host, host) == 0 && strcmp(h->port, port) == 0;
+}
+
+/* Whether host:port is a node of the cluster as Relay knows it: the node
+ * connected to, a seed of the URI, or a node of the last slot map. */
+static bool known_node(const struct redis *r, const char *host, const char *port)
+{
+	if (strcmp(r->host, host) == 0 && strcmp(r->port, port) == 0)
+		return true;
+	struct redis_host first = {.host = r->uri.host, .port = r->uri.port};
+	if (r->uri.nhosts == 0 && same_node(&first, host, port))
+		return true;
+	for (size_t i = 0; i < r->uri.nhosts; i++)
+		if (same_node(&r->uri.hosts[i], host, port))
+			return true;
+	for (size_t i = 0; i < r->nknown; i++)
+		if (same_node(&r->known[i], host, port))
+			return true;
+	return false;
+}
+
+/* Whether a MOVED or ASK to host:port may be followed, which sends the
+ * credentials there: 1 for a known node (after the slot map is read again
+ * through the seeds, when it was not: a node that joined since), 0 when
+ * refused (logged; outside cluster mode always), -1 when reading the map
+ * again failed (the connection is closed, r->err says why). */
+static int redirect_allowed(struct redis *r, const char *host, const char *port)
+{
+	if (r->mode == REDIS_MODE_CLUSTER && known_node(r, host, port))
+		return 1;
+	if (r->mode == REDIS_MODE_CLUSTER) {
+		if (route(r, NULL, NULL) < 0)
+			return -1;
+		if (r->mode == REDIS_MODE_CLUSTER && known_node(r, host, port))
+			return 1;
+	}
+	char to[300];
+	snprintf_(to, sizeof to, "%s%s%s:%s", strchr(host, ':') ? "[" : "", host,
+		  strchr(host, ':') ? "]" : "", port);
+	log_warn(LOG_ATTRS("addr", r->addr, "to", to),
+		 "redis redirect to a node outside the cluster refused: not a seed of REDIS_URI "
+		 "nor a node of the cluster's slot map");
+	return 0;
+}
+
 /* A copy of n bytes (commands may hold NUL bytes). */
 static char *memdup(const char *p, size_t n)
 {
@@ -1287,6 +1334,12 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 			*out = NULL;
 			return 0;
 		}
+		int allowed = redirect_allowed(r, host, port);
+		if (allowed <= 0) {
+			/* Refused: the caller gets the error reply as it is. */
+			*out = NULL;
+			return allowed;
+		}
 		if (kind == RD_MOVED && strcmp(host, r->host) == 0 && strcmp(port, r->port) == 0 &&
 		    r->fd >= 0) {
 			/* Already there (a pipeline's later command). */
@@ -1376,6 +1429,22 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		char *cmd = memdup(r->pend.data + r->pend_off, f.len);
 		char from[sizeof r->addr];
 		snprintf_(from, sizeof from, "%s", r->addr);
+		if (host[0]) {
+			/* A MOVED: to a node the cluster has, or the caller gets
+			 * it. Reading the map again reconnects (nothing in flight
+			 * then: the command is in cmd). */
+			int allowed = redirect_allowed(r, host, port);
+			if (allowed <= 0) {
+				if (r->fl_head < r->fl_n)
+					fl_pop(r);
+				free(cmd);
+				if (allowed == 0)
+					return 1;
+				freeReplyObject(*rep);
+				*rep = NULL;
+				return -1;
+			}
+		}
 		int rc = 0;
 		if (kind == RD_WAIT) {
 			wait_backoff(f.tries, hard);

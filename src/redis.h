@@ -29,6 +29,13 @@
  * following it"). Without the message (no sentinel reachable), READONLY,
  * UNBLOCKED or a closed connection re-route as below.
  *
+ * Credentials go only to nodes Relay knows: a MOVED or ASK naming a node
+ * that is neither a seed, nor the node connected to, nor a node of the last
+ * slot map has the slot map read again (through the seeds, as a
+ * reconnection does); still unknown, it is refused: nothing is sent there,
+ * one WARN line, and the caller gets the redirect as its error reply. A
+ * MOVED or ASK outside cluster mode is refused the same way.
+ *
  * In cluster and sentinel mode only, the connection keeps a copy of every
  * command in flight until its reply is read (bounded like the out queue,
  * REDIS_OUT_MAX). A reply MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING,
