@@ -275,6 +275,7 @@ int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 		sentinel = true;
 	} else if (schemelen == 15 && strncmp(s, "rediss-sentinel", 15) == 0) {
 		u->tls = true;
+		u->sentinel_tls = true;
 		sentinel = true;
 	} else {
 		char scheme[32];
@@ -400,6 +401,7 @@ void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src)
 	dst->user = dup_or_null(src->user);
 	dst->password = dup_or_null(src->password);
 	dst->tls = src->tls;
+	dst->sentinel_tls = src->sentinel_tls;
 	dst->db = src->db;
 	dst->sentinel_master = dup_or_null(src->sentinel_master);
 	dst->sentinel_user = dup_or_null(src->sentinel_user);
@@ -425,6 +427,15 @@ char *redis_uri_redact(const char *s)
 
 /* ---- connection ----------------------------------------------------- */
 
+/* The sentinel-watch thread (below) runs until the process ends, over TLS
+ * with rediss-sentinel://: OpenSSL must not tear its state down at exit
+ * under it (a crash or a hang in exit()). The first initialisation decides,
+ * so this runs before main. */
+__attribute__((constructor)) static void ssl_no_atexit(void)
+{
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
+
 static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
 static SSL_CTX *ssl_ctx;
 static char ssl_ctx_err[256];
@@ -438,16 +449,17 @@ static void ssl_init(void)
 	}
 	SSL_CTX_set_min_proto_version(ssl_ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_PEER, NULL);
-	/* Honors SSL_CERT_FILE/SSL_CERT_DIR as OpenSSL does; when SSL_CERT_FILE
-	 * names an extra CA, keep the system bundle trusted too. */
-	SSL_CTX_set_default_verify_paths(ssl_ctx);
-	const char *extra = getenv("SSL_CERT_FILE");
-	if (extra && *extra) {
-		if (access(X509_get_default_cert_file(), R_OK) == 0)
-			SSL_CTX_load_verify_locations(ssl_ctx, X509_get_default_cert_file(), NULL);
-		if (SSL_CTX_load_verify_locations(ssl_ctx, extra, NULL) != 1)
+	/* A configured CA replaces the system's, as redis-cli --cacert and
+	 * libpq's sslrootcert do: a private CA means only the servers it signed,
+	 * not also any server a public CA signed for its owner's name. OpenSSL's
+	 * own default paths would keep the system directory beside the file. */
+	const char *ca = getenv("SSL_CERT_FILE");
+	if (ca && *ca) {
+		if (SSL_CTX_load_verify_locations(ssl_ctx, ca, NULL) != 1)
 			snprintf_(ssl_ctx_err, sizeof ssl_ctx_err,
-				  "cannot load CA certificates from SSL_CERT_FILE %s", extra);
+				  "cannot load CA certificates from SSL_CERT_FILE %s", ca);
+	} else {
+		SSL_CTX_set_default_verify_paths(ssl_ctx);
 	}
 	ERR_clear_error();
 }
@@ -672,13 +684,21 @@ static int tls_handshake(struct redis *r, int64_t deadline)
 	unsigned char ipbuf[16];
 	bool is_ip =
 		inet_pton(AF_INET, r->host, ipbuf) == 1 || inet_pton(AF_INET6, r->host, ipbuf) == 1;
+	/* The name checked is the host or address connected to, whoever named
+	 * it (the URI, a slot map, a redirect, a sentinel): without a check
+	 * set, any certificate the CAs signed would pass. */
 	X509_VERIFY_PARAM *param = SSL_get0_param(r->ssl);
+	int named;
 	if (is_ip) {
-		X509_VERIFY_PARAM_set1_ip_asc(param, r->host);
+		named = X509_VERIFY_PARAM_set1_ip_asc(param, r->host);
 	} else {
-		SSL_set_tlsext_host_name(r->ssl, r->host);
 		X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-		X509_VERIFY_PARAM_set1_host(param, r->host, 0);
+		named = SSL_set_tlsext_host_name(r->ssl, r->host) == 1 &&
+			X509_VERIFY_PARAM_set1_host(param, r->host, 0) == 1;
+	}
+	if (named != 1) {
+		fail(r, "TLS: cannot check the certificate against host %s", r->host);
+		return -1;
 	}
 	for (;;) {
 		ERR_clear_error();
@@ -1238,6 +1258,7 @@ static struct redis *aux_new(const struct redis *r, const char *host, const char
 	if (sentinel) {
 		u.user = r->uri.sentinel_user;
 		u.password = r->uri.sentinel_password;
+		u.tls = r->uri.sentinel_tls;
 	} else {
 		u.user = r->uri.user;
 		u.password = r->uri.password;

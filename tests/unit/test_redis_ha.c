@@ -77,11 +77,21 @@ TEST(sentinel_uris)
 	CHECK_STR(u.password, "pw");
 	CHECK_INT(u.db, 3);
 	CHECK_INT(u.tls, 0);
+	CHECK_INT(u.sentinel_tls, 0);
 	redis_uri_free(&u);
+	/* TLS to the sentinels too: their answer picks who gets the password. */
 	u = parse_ok("rediss-sentinel://s1/m");
 	CHECK_INT(u.tls, 1);
+	CHECK_INT(u.sentinel_tls, 1);
 	CHECK_STR(u.sentinel_master, "m");
 	CHECK_INT(u.db, 0);
+	struct redis_uri c = {0};
+	redis_uri_copy(&c, &u);
+	CHECK_INT(c.sentinel_tls, 1);
+	redis_uri_free(&c);
+	redis_uri_free(&u);
+	u = parse_ok("rediss://h:1");
+	CHECK_INT(u.sentinel_tls, 0);
 	redis_uri_free(&u);
 	u = parse_ok("redis-sentinel://s1/m/");
 	CHECK_STR(u.sentinel_master, "m");
