@@ -17,6 +17,7 @@ enum kind {
 	K_POSITIVE_INT,
 	K_NONNEG_INT, /* 0 to max */
 	K_PATH,
+	K_YESNO, /* yes or no, into an int: CONFIG_YES or CONFIG_NO (0: unset) */
 };
 
 /* A macro's value as a string literal, for texts made from a constant. */
@@ -57,6 +58,10 @@ static const struct var vars[] = {
 	{"REDIS_SENTINEL_PASSWORD", K_STRING, 0, "a password for AUTH to the sentinels",
 	 "redis-sentinel:// only; unset: the sentinels are not authenticated",
 	 OFF(redis_sentinel_password), 0, NULL, NULL, 0},
+	{"REDIS_SENTINEL_TLS", K_YESNO, 0, "yes or no",
+	 "whether Relay speaks TLS to the sentinels; unset: yes for rediss-sentinel://, "
+	 "no for redis-sentinel://",
+	 OFF(redis_sentinel_tls), 0, NULL, NULL, 0},
 	{"REDIS_STREAM", K_STRING, 1, "a non-empty stream name", NULL, OFF(redis_stream), 0, NULL,
 	 NULL, 0},
 	{"REDIS_GROUP", K_STRING, 1, "a non-empty consumer group name", NULL, OFF(redis_group), 0,
@@ -237,6 +242,11 @@ static char *set_value(const struct var *v, const char *raw, void *field)
 		*(int64_t *)field = n;
 		return NULL;
 	}
+	case K_YESNO:
+		if (strcmp(raw, "yes") != 0 && strcmp(raw, "no") != 0)
+			return xstrdup("neither yes nor no");
+		*(int *)field = strcmp(raw, "yes") == 0 ? CONFIG_YES : CONFIG_NO;
+		return NULL;
 	case K_NONNEG_INT: {
 		int64_t n;
 		if (parse_int64(raw, &n) < 0 || raw[0] == '+')
@@ -334,6 +344,8 @@ int config_redis_uri(const struct config *c, struct redis_uri *u, char **why)
 			u->sentinel_user = xstrdup(c->redis_sentinel_user);
 		if (c->redis_sentinel_password)
 			u->sentinel_password = xstrdup(c->redis_sentinel_password);
+		if (c->redis_sentinel_tls)
+			u->sentinel_tls = c->redis_sentinel_tls == CONFIG_YES;
 	}
 	return 0;
 }

@@ -28,12 +28,18 @@
  * text is made from it). */
 #define STANDBY_MAX_LIMIT 1000
 
+/* A yes/no setting's value; 0 is unset. */
+enum { CONFIG_YES = 1, CONFIG_NO = 2 };
+
 struct config {
 	char *redis_uri;
 	/* redis-sentinel:// only: the sentinels' credentials (NULL: no AUTH to
 	 * the sentinels; REDIS_URI's userinfo is the data nodes'). */
 	char *redis_sentinel_user;
 	char *redis_sentinel_password;
+	/* REDIS_SENTINEL_TLS: CONFIG_YES, CONFIG_NO or 0, unset (the scheme
+	 * decides: TLS to the sentinels for rediss-sentinel://). */
+	int redis_sentinel_tls;
 	char *redis_stream;
 	char *redis_group;
 	int64_t stream_retention_ns; /* 0: retention disabled */

@@ -275,6 +275,7 @@ int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 		sentinel = true;
 	} else if (schemelen == 15 && strncmp(s, "rediss-sentinel", 15) == 0) {
 		u->tls = true;
+		u->sentinel_tls = true;
 		sentinel = true;
 	} else {
 		char scheme[32];
@@ -400,6 +401,7 @@ void redis_uri_copy(struct redis_uri *dst, const struct redis_uri *src)
 	dst->user = dup_or_null(src->user);
 	dst->password = dup_or_null(src->password);
 	dst->tls = src->tls;
+	dst->sentinel_tls = src->sentinel_tls;
 	dst->db = src->db;
 	dst->sentinel_master = dup_or_null(src->sentinel_master);
 	dst->sentinel_user = dup_or_null(src->sentinel_user);
@@ -425,6 +427,15 @@ char *redis_uri_redact(const char *s)
 
 /* ---- connection ----------------------------------------------------- */
 
+/* The sentinel-watch thread (below) runs until the process ends, over TLS
+ * with rediss-sentinel://: OpenSSL must not tear its state down at exit
+ * under it (a crash or a hang in exit()). The first initialisation decides,
+ * so this runs before main. */
+__attribute__((constructor)) static void ssl_no_atexit(void)
+{
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
+
 static pthread_once_t ssl_once = PTHREAD_ONCE_INIT;
 static SSL_CTX *ssl_ctx;
 static char ssl_ctx_err[256];
@@ -438,16 +449,17 @@ static void ssl_init(void)
 	}
 	SSL_CTX_set_min_proto_version(ssl_ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_PEER, NULL);
-	/* Honors SSL_CERT_FILE/SSL_CERT_DIR as OpenSSL does; when SSL_CERT_FILE
-	 * names an extra CA, keep the system bundle trusted too. */
-	SSL_CTX_set_default_verify_paths(ssl_ctx);
-	const char *extra = getenv("SSL_CERT_FILE");
-	if (extra && *extra) {
-		if (access(X509_get_default_cert_file(), R_OK) == 0)
-			SSL_CTX_load_verify_locations(ssl_ctx, X509_get_default_cert_file(), NULL);
-		if (SSL_CTX_load_verify_locations(ssl_ctx, extra, NULL) != 1)
+	/* A configured CA replaces the system's, as redis-cli --cacert and
+	 * libpq's sslrootcert do: a private CA means only the servers it signed,
+	 * not also any server a public CA signed for its owner's name. OpenSSL's
+	 * own default paths would keep the system directory beside the file. */
+	const char *ca = getenv("SSL_CERT_FILE");
+	if (ca && *ca) {
+		if (SSL_CTX_load_verify_locations(ssl_ctx, ca, NULL) != 1)
 			snprintf_(ssl_ctx_err, sizeof ssl_ctx_err,
-				  "cannot load CA certificates from SSL_CERT_FILE %s", extra);
+				  "cannot load CA certificates from SSL_CERT_FILE %s", ca);
+	} else {
+		SSL_CTX_set_default_verify_paths(ssl_ctx);
 	}
 	ERR_clear_error();
 }
@@ -672,13 +684,21 @@ static int tls_handshake(struct redis *r, int64_t deadline)
 	unsigned char ipbuf[16];
 	bool is_ip =
 		inet_pton(AF_INET, r->host, ipbuf) == 1 || inet_pton(AF_INET6, r->host, ipbuf) == 1;
+	/* The name checked is the host or address connected to, whoever named
+	 * it (the URI, a slot map, a redirect, a sentinel): without a check
+	 * set, any certificate the CAs signed would pass. */
 	X509_VERIFY_PARAM *param = SSL_get0_param(r->ssl);
+	int named;
 	if (is_ip) {
-		X509_VERIFY_PARAM_set1_ip_asc(param, r->host);
+		named = X509_VERIFY_PARAM_set1_ip_asc(param, r->host);
 	} else {
-		SSL_set_tlsext_host_name(r->ssl, r->host);
 		X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-		X509_VERIFY_PARAM_set1_host(param, r->host, 0);
+		named = SSL_set_tlsext_host_name(r->ssl, r->host) == 1 &&
+			X509_VERIFY_PARAM_set1_host(param, r->host, 0) == 1;
+	}
+	if (named != 1) {
+		fail(r, "TLS: cannot check the certificate against host %s", r->host);
+		return -1;
 	}
 	for (;;) {
 		ERR_clear_error();
@@ -1175,6 +1195,53 @@ static bool follows(struct redis *r, unsigned slot)
 	return true;
 }
 
+static bool same_node(const struct redis_host *h, const char *host, const char *port)
+{
+	return strcmp(h->host, host) == 0 && strcmp(h->port, port) == 0;
+}
+
+/* Whether host:port is a node of the cluster as Relay knows it: the node
+ * connected to, a seed of the URI, or a node of the last slot map. */
+static bool known_node(const struct redis *r, const char *host, const char *port)
+{
+	if (strcmp(r->host, host) == 0 && strcmp(r->port, port) == 0)
+		return true;
+	struct redis_host first = {.host = r->uri.host, .port = r->uri.port};
+	if (r->uri.nhosts == 0 && same_node(&first, host, port))
+		return true;
+	for (size_t i = 0; i < r->uri.nhosts; i++)
+		if (same_node(&r->uri.hosts[i], host, port))
+			return true;
+	for (size_t i = 0; i < r->nknown; i++)
+		if (same_node(&r->known[i], host, port))
+			return true;
+	return false;
+}
+
+/* Whether a MOVED or ASK to host:port may be followed, which sends the
+ * credentials there: 1 for a known node (after the slot map is read again
+ * through the seeds, when it was not: a node that joined since), 0 when
+ * refused (logged; outside cluster mode always), -1 when reading the map
+ * again failed (the connection is closed, r->err says why). */
+static int redirect_allowed(struct redis *r, const char *host, const char *port)
+{
+	if (r->mode == REDIS_MODE_CLUSTER && known_node(r, host, port))
+		return 1;
+	if (r->mode == REDIS_MODE_CLUSTER) {
+		if (route(r, NULL, NULL) < 0)
+			return -1;
+		if (r->mode == REDIS_MODE_CLUSTER && known_node(r, host, port))
+			return 1;
+	}
+	char to[300];
+	snprintf_(to, sizeof to, "%s%s%s:%s", strchr(host, ':') ? "[" : "", host,
+		  strchr(host, ':') ? "]" : "", port);
+	log_warn(LOG_ATTRS("addr", r->addr, "to", to),
+		 "redis redirect to a node outside the cluster refused: not a seed of REDIS_URI "
+		 "nor a node of the cluster's slot map");
+	return 0;
+}
+
 /* A copy of n bytes (commands may hold NUL bytes). */
 static char *memdup(const char *p, size_t n)
 {
@@ -1191,6 +1258,7 @@ static struct redis *aux_new(const struct redis *r, const char *host, const char
 	if (sentinel) {
 		u.user = r->uri.sentinel_user;
 		u.password = r->uri.sentinel_password;
+		u.tls = r->uri.sentinel_tls;
 	} else {
 		u.user = r->uri.user;
 		u.password = r->uri.password;
@@ -1287,6 +1355,12 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 			*out = NULL;
 			return 0;
 		}
+		int allowed = redirect_allowed(r, host, port);
+		if (allowed <= 0) {
+			/* Refused: the caller gets the error reply as it is. */
+			*out = NULL;
+			return allowed;
+		}
 		if (kind == RD_MOVED && strcmp(host, r->host) == 0 && strcmp(port, r->port) == 0 &&
 		    r->fd >= 0) {
 			/* Already there (a pipeline's later command). */
@@ -1376,6 +1450,22 @@ static int redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadli
 		char *cmd = memdup(r->pend.data + r->pend_off, f.len);
 		char from[sizeof r->addr];
 		snprintf_(from, sizeof from, "%s", r->addr);
+		if (host[0]) {
+			/* A MOVED: to a node the cluster has, or the caller gets
+			 * it. Reading the map again reconnects (nothing in flight
+			 * then: the command is in cmd). */
+			int allowed = redirect_allowed(r, host, port);
+			if (allowed <= 0) {
+				if (r->fl_head < r->fl_n)
+					fl_pop(r);
+				free(cmd);
+				if (allowed == 0)
+					return 1;
+				freeReplyObject(*rep);
+				*rep = NULL;
+				return -1;
+			}
+		}
 		int rc = 0;
 		if (kind == RD_WAIT) {
 			wait_backoff(f.tries, hard);

@@ -5,13 +5,16 @@
  *
  * REDIS_URI forms: "host:port", "redis://[user[:password]@]host[:port][/db]"
  * and "rediss://..." (TLS; the server certificate is verified against the
- * system CAs plus the file named by SSL_CERT_FILE, and its name against the
- * host); a seed list "redis://[user[:pw]@]h1:7000,h2:7001[/db]" (at most
- * REDIS_HOSTS_MAX hosts); "redis-sentinel://[user[:pw]@]s1:26379,s2/<master>[/db]"
- * and "rediss-sentinel://..." (TLS to the data nodes only; the sentinels are
- * plain TCP, default port 26379, authenticated only with sentinel_user /
- * sentinel_password). The password never appears in any message this
- * module produces.
+ * CAs of the file SSL_CERT_FILE names when it is set, which then replace the
+ * system's, else against the system's; and its name against the host or
+ * address connected to, on every connection: seed, slot owner, redirect
+ * target, sentinel, the master a sentinel names); a seed list
+ * "redis://[user[:pw]@]h1:7000,h2:7001[/db]" (at most REDIS_HOSTS_MAX
+ * hosts); "redis-sentinel://[user[:pw]@]s1:26379,s2/<master>[/db]" and
+ * "rediss-sentinel://..." (TLS to the data nodes and, unless sentinel_tls
+ * is cleared, to the sentinels; default port 26379; the sentinels are
+ * authenticated only with sentinel_user / sentinel_password). The password
+ * never appears in any message this module produces.
  *
  * Routing (redis_connect): sentinel mode asks each sentinel in turn for the
  * master's address and confirms it with ROLE. Otherwise the first seed that
@@ -28,6 +31,13 @@
  * is resent on the new one (INFO "the sentinels switched the master;
  * following it"). Without the message (no sentinel reachable), READONLY,
  * UNBLOCKED or a closed connection re-route as below.
+ *
+ * Credentials go only to nodes Relay knows: a MOVED or ASK naming a node
+ * that is neither a seed, nor the node connected to, nor a node of the last
+ * slot map has the slot map read again (through the seeds, as a
+ * reconnection does); still unknown, it is refused: nothing is sent there,
+ * one WARN line, and the caller gets the redirect as its error reply. A
+ * MOVED or ASK outside cluster mode is refused the same way.
  *
  * In cluster and sentinel mode only, the connection keeps a copy of every
  * command in flight until its reply is read (bounded like the out queue,
@@ -77,9 +87,11 @@ struct redis_uri {
 				     hosts[0] = host/port; may be NULL (nhosts 0):
 				     then host/port is the only seed */
 	size_t nhosts;
-	char *user;	/* NULL when absent; for the data nodes */
-	char *password; /* NULL when absent */
-	bool tls;	/* to the data nodes */
+	char *user;	   /* NULL when absent; for the data nodes */
+	char *password;	   /* NULL when absent */
+	bool tls;	   /* to the data nodes */
+	bool sentinel_tls; /* to the sentinels (rediss-sentinel://, unless
+			      REDIS_SENTINEL_TLS=no: config.c) */
 	int db;
 	char *sentinel_master;			 /* sentinel mode: the master name; else NULL */
 	char *sentinel_user, *sentinel_password; /* NULL unless set (config.c) */

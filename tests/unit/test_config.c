@@ -21,6 +21,7 @@ static const char *const all_vars[] = {
 	"STANDBY_IDLE",
 	"REDIS_SENTINEL_USERNAME",
 	"REDIS_SENTINEL_PASSWORD",
+	"REDIS_SENTINEL_TLS",
 };
 
 static void base_env(void)
@@ -434,7 +435,67 @@ TEST(uri_redact)
 	}
 }
 
+/* TLS to the sentinels: as the scheme says (rediss-sentinel:// speaks TLS
+ * to them too), unless REDIS_SENTINEL_TLS says otherwise. */
+TEST(sentinel_tls)
+{
+	static const struct {
+		const char *uri, *setting;
+		int want;
+	} rows[] = {
+		{"rediss-sentinel://s1/m", NULL, 1},  {"rediss-sentinel://s1/m", "no", 0},
+		{"rediss-sentinel://s1/m", "yes", 1}, {"redis-sentinel://s1/m", NULL, 0},
+		{"redis-sentinel://s1/m", "yes", 1},  {"rediss://h:1", "no", 0},
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		base_env();
+		setenv("REDIS_URI", rows[i].uri, 1);
+		if (rows[i].setting)
+			setenv("REDIS_SENTINEL_TLS", rows[i].setting, 1);
+		struct config c;
+		char **errs;
+		int n;
+		REQUIRE(config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0);
+		struct redis_uri u;
+		char *why = NULL;
+		REQUIRE(config_redis_uri(&c, &u, &why) == 0);
+		if (u.sentinel_tls != (rows[i].want == 1))
+			T_FAIL_("%s with REDIS_SENTINEL_TLS=%s: sentinel_tls %d, want %d",
+				rows[i].uri, rows[i].setting ? rows[i].setting : "(unset)",
+				u.sentinel_tls, rows[i].want);
+		redis_uri_free(&u);
+		config_free(&c);
+	}
+	static const char *const bad_tls[] = {"maybe", "YES", "1", "true", ""};
+	for (size_t i = 0; i < sizeof bad_tls / sizeof bad_tls[0]; i++) {
+		base_env();
+		setenv("REDIS_URI", "rediss-sentinel://s1/m", 1);
+		setenv("REDIS_SENTINEL_TLS", bad_tls[i], 1);
+		struct config c;
+		char **errs = NULL;
+		int n = 0;
+		if (config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0) {
+			/* Empty is unset, as for every optional setting. */
+			if (bad_tls[i][0])
+				T_FAIL_("REDIS_SENTINEL_TLS=%s accepted", bad_tls[i]);
+			config_free(&c);
+			continue;
+		}
+		char *want = xasprintf("REDIS_SENTINEL_TLS '%s' is invalid (neither yes nor no); "
+				       "accepted: yes or no (whether Relay speaks TLS to the "
+				       "sentinels; unset: yes for rediss-sentinel://, no for "
+				       "redis-sentinel://)",
+				       bad_tls[i]);
+		CHECK_INT(n, 1);
+		if (n)
+			CHECK_STR(errs[0], want);
+		free(want);
+		config_errors_free(errs, n);
+	}
+}
+
 T_MAIN(T_CASE(defaults), T_CASE(all_set), T_CASE(empty_optional_values_disable),
        T_CASE(standby_max_follows_max_concurrency), T_CASE(standby_bad_values), T_CASE(bad_values),
        T_CASE(password_never_shown), T_CASE(every_error_reported), T_CASE(health_needs_only_uri),
-       T_CASE(listen_addresses), T_CASE(uri_parse), T_CASE(uri_reject), T_CASE(uri_redact))
+       T_CASE(listen_addresses), T_CASE(uri_parse), T_CASE(uri_reject), T_CASE(uri_redact),
+       T_CASE(sentinel_tls))

@@ -1,10 +1,20 @@
-/* Redis Cluster and Sentinel: URI forms, hash slots, slot-map parsing.
- * The routing itself runs against real servers in tests/it/redis_cluster.c. */
+/* Redis Cluster and Sentinel: URI forms, hash slots, slot-map parsing,
+ * and whom a redirect may reach (fake cluster nodes on loopback). The
+ * routing itself runs against real servers in tests/it/redis_cluster_ha.c. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "redis.h"
 #include "t.h"
+#include "tfiles.h"
 #include "util.h"
 
 static struct redis_uri parse_ok(const char *s)
@@ -67,11 +77,21 @@ TEST(sentinel_uris)
 	CHECK_STR(u.password, "pw");
 	CHECK_INT(u.db, 3);
 	CHECK_INT(u.tls, 0);
+	CHECK_INT(u.sentinel_tls, 0);
 	redis_uri_free(&u);
+	/* TLS to the sentinels too: their answer picks who gets the password. */
 	u = parse_ok("rediss-sentinel://s1/m");
 	CHECK_INT(u.tls, 1);
+	CHECK_INT(u.sentinel_tls, 1);
 	CHECK_STR(u.sentinel_master, "m");
 	CHECK_INT(u.db, 0);
+	struct redis_uri c = {0};
+	redis_uri_copy(&c, &u);
+	CHECK_INT(c.sentinel_tls, 1);
+	redis_uri_free(&c);
+	redis_uri_free(&u);
+	u = parse_ok("rediss://h:1");
+	CHECK_INT(u.sentinel_tls, 0);
 	redis_uri_free(&u);
 	u = parse_ok("redis-sentinel://s1/m/");
 	CHECK_STR(u.sentinel_master, "m");
@@ -430,7 +450,286 @@ TEST(mutated_slot_maps_never_crash)
 	}
 }
 
+/* ---- fake cluster nodes: whom a MOVED or ASK may reach ---- */
+
+/*
+ * Each fake node listens on loopback and answers what Relay's routing asks:
+ * AUTH (counted), INFO (cluster_enabled:1), CLUSTER SHARDS (one shard with
+ * every slot: maps[0] for the first ask, maps[1] after; each a list of
+ * nodes, the first the master) and GET (get_reply, raw RESP). One thread
+ * serves every node and connection.
+ */
+#define FAKE_NODES 3
+#define FAKE_CONNS 16
+#define FAKE_MAP 3
+
+struct fake_node {
+	int lfd, port;
+	struct fake_node *maps[2][FAKE_MAP]; /* NULL-ended */
+	char get_reply[128];
+	atomic_int accepts, auths, shards;
+};
+
+static struct fake_node fake[FAKE_NODES];
+static atomic_int fake_stop;
+
+static void fake_listen(struct fake_node *n)
+{
+	memset(n, 0, sizeof *n);
+	n->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	if (n->lfd < 0 || bind(n->lfd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(n->lfd, 8) < 0 || getsockname(n->lfd, (struct sockaddr *)&a, &len) < 0) {
+		perror("fake node");
+		exit(1);
+	}
+	n->port = ntohs(a.sin_port);
+}
+
+static void fake_send(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+static void fake_put(struct buf *b, const char *s)
+{
+	buf_appendf(b, "$%zu\r\n%s\r\n", strlen(s), s);
+}
+
+static void fake_shards(struct fake_node *n, struct buf *b)
+{
+	struct fake_node **map = n->maps[atomic_fetch_add(&n->shards, 1) ? 1 : 0];
+	size_t k = 0;
+	while (k < FAKE_MAP && map[k])
+		k++;
+	buf_appendf(b, "*1\r\n*4\r\n");
+	fake_put(b, "slots");
+	buf_appendf(b, "*2\r\n:0\r\n:16383\r\n");
+	fake_put(b, "nodes");
+	buf_appendf(b, "*%zu\r\n", k);
+	for (size_t i = 0; i < k; i++) {
+		buf_appendf(b, "*8\r\n");
+		fake_put(b, "ip");
+		fake_put(b, "127.0.0.1");
+		fake_put(b, "port");
+		buf_appendf(b, ":%d\r\n", map[i]->port);
+		fake_put(b, "role");
+		fake_put(b, i == 0 ? "master" : "replica");
+		fake_put(b, "health");
+		fake_put(b, "online");
+	}
+}
+
+static void fake_answer(struct fake_node *n, int fd, const redisReply *req)
+{
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	const char *cmd = req->type == REDIS_REPLY_ARRAY && req->elements &&
+					  req->element[0]->type == REDIS_REPLY_STRING
+				  ? req->element[0]->str
+				  : "";
+	if (strcasecmp(cmd, "AUTH") == 0) {
+		atomic_fetch_add(&n->auths, 1);
+		buf_appendf(&b, "+OK\r\n");
+	} else if (strcasecmp(cmd, "INFO") == 0) {
+		fake_put(&b, "cluster_enabled:1");
+	} else if (strcasecmp(cmd, "CLUSTER") == 0) {
+		fake_shards(n, &b);
+	} else if (strcasecmp(cmd, "GET") == 0) {
+		buf_appendf(&b, "%s", n->get_reply);
+	} else {
+		buf_appendf(&b, "+OK\r\n");
+	}
+	fake_send(fd, b.data, b.len);
+	buf_free(&b);
+}
+
+static void *fake_serve(void *arg)
+{
+	(void)arg;
+	struct {
+		int fd;
+		struct fake_node *n;
+		redisReader *rd;
+	} c[FAKE_CONNS];
+	size_t nc = 0;
+	while (!atomic_load(&fake_stop)) {
+		struct pollfd p[FAKE_NODES + FAKE_CONNS];
+		for (int i = 0; i < FAKE_NODES; i++)
+			p[i] = (struct pollfd){.fd = fake[i].lfd, .events = POLLIN};
+		for (size_t i = 0; i < nc; i++)
+			p[FAKE_NODES + i] = (struct pollfd){.fd = c[i].fd, .events = POLLIN};
+		if (poll(p, FAKE_NODES + nc, 50) <= 0)
+			continue;
+		for (int i = 0; i < FAKE_NODES; i++) {
+			if (!(p[i].revents & POLLIN) || nc == FAKE_CONNS)
+				continue;
+			int fd = accept4(fake[i].lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd < 0)
+				continue;
+			atomic_fetch_add(&fake[i].accepts, 1);
+			c[nc].fd = fd;
+			c[nc].n = &fake[i];
+			c[nc].rd = redisReaderCreate();
+			nc++;
+		}
+		for (size_t i = 0; i < nc; i++) {
+			if (!(p[FAKE_NODES + i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			char chunk[4096];
+			ssize_t r = recv(c[i].fd, chunk, sizeof chunk, 0);
+			void *req = NULL;
+			bool bad = r <= 0 || redisReaderFeed(c[i].rd, chunk, (size_t)r) != REDIS_OK;
+			while (!bad && redisReaderGetReply(c[i].rd, &req) == REDIS_OK && req) {
+				fake_answer(c[i].n, c[i].fd, req);
+				freeReplyObject(req);
+				req = NULL;
+			}
+			if (bad) {
+				close(c[i].fd);
+				redisReaderFree(c[i].rd);
+				c[i] = c[--nc];
+				p[FAKE_NODES + i] = p[FAKE_NODES + nc];
+				i--;
+			}
+		}
+	}
+	for (size_t i = 0; i < nc; i++) {
+		close(c[i].fd);
+		redisReaderFree(c[i].rd);
+	}
+	return NULL;
+}
+
+static pthread_t fake_thread;
+
+static void fake_start(void)
+{
+	atomic_store(&fake_stop, 0);
+	pthread_create(&fake_thread, NULL, fake_serve, NULL);
+}
+
+static void fake_end(void)
+{
+	atomic_store(&fake_stop, 1);
+	pthread_join(fake_thread, NULL);
+	for (int i = 0; i < FAKE_NODES; i++)
+		close(fake[i].lfd);
+}
+
+/* A cluster connection with a password to the fake node A's port. */
+static struct redis *fake_client(const struct fake_node *a)
+{
+	char *s = xasprintf("redis://relay:s3cret@127.0.0.1:%d", a->port);
+	struct redis_uri u = parse_ok(s);
+	free(s);
+	struct redis_opts o = {.connect_timeout_ms = 2000, .command_timeout_ms = 2000};
+	struct redis *r = redis_new(&u, &o);
+	redis_uri_free(&u);
+	return r;
+}
+
+/* A node outside the cluster is never sent the credentials: a MOVED or an
+ * ASK naming it is refused (after the slot map is read again, and it still
+ * does not name it), and the caller gets the redirect as its error. */
+TEST(a_redirect_outside_the_cluster_is_refused)
+{
+	struct fake_node *A = &fake[0], *E = &fake[1];
+	for (int i = 0; i < FAKE_NODES; i++)
+		fake_listen(&fake[i]);
+	A->maps[0][0] = A->maps[1][0] = A;
+	E->maps[0][0] = E->maps[1][0] = E; /* E says it is a cluster too */
+	snprintf(E->get_reply, sizeof E->get_reply, "$4\r\nevil\r\n");
+	unsigned slot = redis_key_slot("k", 1);
+	fake_start();
+	t_capture_logs();
+	/* A MOVED, an ASK, and a MOVED to a blocking read (redis_wait_reply). */
+	for (int way = 0; way < 3; way++) {
+		bool ask = way == 1;
+		snprintf(A->get_reply, sizeof A->get_reply, "-%s %u 127.0.0.1:%d\r\n",
+			 ask ? "ASK" : "MOVED", slot, E->port);
+		struct redis *r = fake_client(A);
+		REQUIRE(redis_connect(r) == 0);
+		CHECK(redis_mode(r) == REDIS_MODE_CLUSTER);
+		int shards = atomic_load(&A->shards);
+		redisReply *rep = NULL;
+		if (way < 2) {
+			rep = redis_command(r, "GET %s", "k");
+		} else {
+			REQUIRE(redis_append(r, "GET %s", "k") == 0);
+			CHECK_INT(redis_wait_reply(r, 2000, &rep), 1);
+		}
+		REQUIRE(rep != NULL);
+		CHECK_INT(rep->type, REDIS_REPLY_ERROR);
+		CHECK(strncmp(rep->str, ask ? "ASK " : "MOVED ", ask ? 4 : 6) == 0);
+		freeReplyObject(rep);
+		/* The map was read again before refusing. */
+		CHECK(atomic_load(&A->shards) > shards);
+		CHECK_INT(atomic_load(&E->accepts), 0);
+		CHECK_INT(atomic_load(&E->auths), 0);
+		/* The connection still serves (on a node of the cluster). */
+		CHECK(redis_is_connected(r));
+		redis_free(r);
+	}
+	char *out = t_captured_logs();
+	t_release_logs();
+	char *want = xasprintf("to=127.0.0.1:%d", E->port);
+	CHECK(t_count(out, "redis redirect to a node outside the cluster refused") >= 3);
+	CHECK(strstr(out, want) != NULL);
+	CHECK(strstr(out, "s3cret") == NULL);
+	free(want);
+	free(out);
+	fake_end();
+}
+
+/* A node that joined since the last slot map: the map read again names it,
+ * and the redirect is followed. */
+TEST(a_redirect_to_a_node_the_new_map_names_is_followed)
+{
+	struct fake_node *A = &fake[0], *B = &fake[1];
+	for (int i = 0; i < FAKE_NODES; i++)
+		fake_listen(&fake[i]);
+	A->maps[0][0] = A;
+	A->maps[1][0] = B; /* B took every slot */
+	A->maps[1][1] = A;
+	B->maps[0][0] = B->maps[1][0] = B;
+	B->maps[0][1] = B->maps[1][1] = A;
+	snprintf(A->get_reply, sizeof A->get_reply, "-MOVED %u 127.0.0.1:%d\r\n",
+		 redis_key_slot("k", 1), B->port);
+	snprintf(B->get_reply, sizeof B->get_reply, "$3\r\nbar\r\n");
+	fake_start();
+	t_capture_logs();
+	struct redis *r = fake_client(A);
+	REQUIRE(redis_connect(r) == 0);
+	CHECK_INT(atomic_load(&B->accepts), 0);
+	redisReply *rep = redis_command(r, "GET %s", "k");
+	REQUIRE(rep != NULL);
+	CHECK_INT(rep->type, REDIS_REPLY_STRING);
+	if (rep->type == REDIS_REPLY_STRING)
+		CHECK_STR(rep->str, "bar");
+	freeReplyObject(rep);
+	CHECK(atomic_load(&B->auths) >= 1);
+	char *want = xasprintf("127.0.0.1:%d", B->port);
+	CHECK(strstr(redis_describe(r), want) != NULL);
+	free(want);
+	redis_free(r);
+	char *out = t_captured_logs();
+	t_release_logs();
+	CHECK(t_count(out, "outside the cluster") == 0);
+	free(out);
+	fake_end();
+}
+
 T_MAIN(T_CASE(seed_lists), T_CASE(sentinel_uris), T_CASE(uri_errors_are_exact),
        T_CASE(redact_hides_every_password), T_CASE(key_slots_as_redis_cluster), T_CASE(hash_tags),
        T_CASE(slot_map_from_cluster_shards), T_CASE(slot_map_from_cluster_slots),
-       T_CASE(odd_slot_maps_are_clear_errors), T_CASE(mutated_slot_maps_never_crash))
+       T_CASE(odd_slot_maps_are_clear_errors), T_CASE(mutated_slot_maps_never_crash),
+       T_CASE(a_redirect_outside_the_cluster_is_refused),
+       T_CASE(a_redirect_to_a_node_the_new_map_names_is_followed))
