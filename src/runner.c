@@ -1231,6 +1231,13 @@ void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeo
 		return;
 	struct invocation in = {
 		.function = p->function, .handler = p->handler, .teardown_timeout_ms = timeout_ms};
+	/* Streams first, as in run_classify: what the module printed at
+	 * import waits unread in the attach connection, and a daemon blocked
+	 * copying more of it to us does not finish the forced removal until
+	 * the deadline (20 MB at import: 10 s, the whole shutdown bound). */
+	docker_conn_free(p->attach);
+	docker_conn_free(p->waitc);
+	p->attach = p->waitc = NULL;
 	if (d)
 		teardown(d, &in, p->id, TEARDOWN_ID);
 	parked_free(p);

@@ -405,3 +405,41 @@ def handler(event):
 	[ "$max" -le 5 ] || fail "$max containers alive at once"
 	sb_metric_ge standby_dispatches_total 1 || fail "no dispatch to standby under load"
 }
+
+test_sigterm_with_a_chatty_parked_container_exits_at_once_and_leaves_nothing() {
+	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
+	# 20 MiB at import: a parked container blocks writing it (nothing reads
+	# its output until its event comes).
+	sb_fn sb-chatty 'import sys
+line = "x" * 1023 + "\n"
+for _ in range(20 * 1024):
+    sys.stdout.write(line)
+sys.stdout.flush()
+def handler(event):
+    print("chatty")'
+	sb_env sb-chatty-host
+	export LOG_LEVEL=INFO
+	sb_start "$TMP/relay.log"
+	local warm parked t0 t1 ms
+	warm=$(sb_xadd sb-chatty)
+	sb_wait_done "$TMP/relay.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-chatty || fail "no standby container"
+	parked=$(sb_parked sb-chatty)
+	# It has printed as much as it can: the daemon's log of it stops growing.
+	logged() { docker logs "$parked" 2>/dev/null | wc -c; }
+	stuck() { local a b; a=$(logged); sleep 0.5; b=$(logged); [ "$a" -gt 0 ] && [ "$a" -eq "$b" ]; }
+	wait_for 30 stuck || fail "the parked container did not block on its output"
+	echo "parked container blocked after $(logged) bytes of output"
+	t0=$(date +%s%N)
+	kill -TERM "$RELAY_PID"
+	reap_relay "$RELAY_PID" 0 || fail "relay start did not stop cleanly"
+	t1=$(date +%s%N)
+	ms=$(((t1 - t0) / 1000000))
+	echo "relay start exited 0, $ms ms after SIGTERM"
+	# No handler was running: stopping takes well under the 10 s that
+	# removing the parked containers may take at most.
+	[ "$ms" -le 5000 ] || fail "took $ms ms to stop"
+	! grep -q 'backstop removal' "$TMP/relay.log" || fail "$(grep 'backstop removal' "$TMP/relay.log")"
+	[ -z "$(docker ps -aq --filter "label=relay.hostname=$SB_HOST")" ] ||
+		fail "left behind: $(docker ps -a --filter "label=relay.hostname=$SB_HOST")"
+}
