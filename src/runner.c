@@ -661,9 +661,9 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_t *host_config = json_pack(
 		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
 		(json_int_t)RUNNER_MEMORY_BYTES, "MemorySwap", (json_int_t)RUNNER_MEMORY_BYTES,
-		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
-		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
-		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
+		"NanoCpus", (json_int_t)(in->standby ? RUNNER_PARKED_NANO_CPUS : RUNNER_NANO_CPUS),
+		"PidsLimit", (json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1,
+		"Tmpfs", "/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
 	/* json_pack "o" consumes env, labels and host_config, even on failure. */
 	json_t *body =
 		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
@@ -1117,9 +1117,10 @@ static void run_classify(struct run *r, enum run_end end)
 				 r->status));
 }
 
-int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+/* runner_invoke with its setup deadline counted from start. */
+static int invoke_from(struct docker *d, const struct invocation *in, struct invocation_result *out,
+		       int64_t start)
 {
-	int64_t start = now_mono_ns(); /* the setup deadline counts from here */
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
 	if (!in->function || !in->handler || !in->image)
@@ -1137,6 +1138,11 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	}
 	run_free(&r);
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+{
+	return invoke_from(d, in, out, now_mono_ns()); /* the setup deadline counts from here */
 }
 
 /* ---- standby containers ------------------------------------------------ */
@@ -1196,13 +1202,27 @@ int runner_park(struct docker *d, const struct invocation *in, struct runner_par
 	return rc;
 }
 
-int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
 		    struct invocation_result *out)
 {
+	struct runner_parked *p = *pp;
+	int64_t start = now_mono_ns();
+	/* The lift is this invocation's setup phase (it has no create, attach
+	 * or wait of its own), and before the event: the handler never runs
+	 * under the parked bound. */
+	int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
+	if (docker_update_cpus(d, p->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
+		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
+				   p->id, "error", docker_errmsg(d)),
+			 "cannot lift the CPU bound of a standby container; the invocation runs on "
+			 "demand");
+		return invoke_from(d, in, out, start);
+	}
+	*pp = NULL;
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
 	struct run r;
-	run_init(&r, d, in, out, now_mono_ns());
+	run_init(&r, d, in, out, start);
 	strlcpy_(out->container_id, p->id, sizeof out->container_id);
 	strlcpy_(out->container_name, p->name, sizeof out->container_name);
 	r.id = out->container_id;

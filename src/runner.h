@@ -12,7 +12,8 @@
  *      (runner_set_stream_group), relay.local=invoke for relay function
  *      invoke (runner_set_local) and relay.standby on a standby
  *      container, Memory and
- *      MemorySwap 128 MiB, NanoCpus 1e9, PidsLimit 128, CapDrop ALL,
+ *      MemorySwap 128 MiB, NanoCpus 1e9 (a standby container's
+ *      RUNNER_PARKED_NANO_CPUS until dispatch), PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
  *      no-new-privileges, OpenStdin/StdinOnce/Attach*, Tty false. Secret
  *      values exist only in that request: the JSON text and the strings it
@@ -88,6 +89,15 @@
 #define RUNNER_NANO_CPUS 1000000000LL	/* 1 CPU */
 #define RUNNER_PIDS_LIMIT 128
 #define RUNNER_TMPFS_OPTIONS "rw,noexec,nosuid,size=64m"
+/* The parking CPU bound: a container started ahead of its event (standby,
+ * runner_park) is created with this NanoCpus instead of RUNNER_NANO_CPUS,
+ * 5 ms of CPU time every 100 ms whatever its module does at import, and
+ * gets RUNNER_NANO_CPUS (POST /containers/{id}/update, docker_update_cpus)
+ * before its event is written. A module that loops at import costs 0.05
+ * CPU per parked container, STANDBY_MAX times that in all; one that only
+ * imports is ready that much later (what is left of its import runs at
+ * full speed once dispatched). */
+#define RUNNER_PARKED_NANO_CPUS 50000000LL /* 0.05 CPU */
 
 /* Longest forwarded line piece and longest label value, in bytes. */
 #define RUNNER_LINE_MAX (16 * 1024)
@@ -120,7 +130,9 @@
  *   connect   the worker thread's first Docker   DOCKER_OPEN_TIMEOUT_MS      docker_open (GET /version),
  *             connection (executor.c)                                        called by the executor
  *   setup     secrets, create, attach, wait      RUNNER_SETUP_TIMEOUT_MS     runner: one deadline from
- *             registration                                                   entry, shared by these calls
+ *             registration (a standby dispatch:                              entry, shared by these calls
+ *             the CPU lift, and when it fails
+ *             the on-demand setup)
  *   handler   start, stdin, output, exit status  the rule's timeout          runner: one deadline from
  *                                                (runner_timeout_ns)         just before start
  *   teardown  forced removal by id or by name,   RUNNER_TEARDOWN_TIMEOUT_MS  runner: one deadline from
@@ -232,19 +244,26 @@ void invocation_result_free(struct invocation_result *r);
  * what the module prints at import waits in the socket and is forwarded
  * with the invocation's lines.
  *
- * runner_dispatch() is runner_invoke()'s handler phase in that container:
- * the rule's timeout counts from here (not from the container's start), the
- * event is written and stdin half-closed, output forwarded, the exit status
- * read and classified exactly as on demand; p is consumed. Its
- * invocation_result.seconds counts from dispatch.
+ * A parked container runs under the parking CPU bound
+ * (RUNNER_PARKED_NANO_CPUS). runner_dispatch() first lifts it to
+ * RUNNER_NANO_CPUS, within the setup bound; then it is runner_invoke()'s
+ * handler phase in that container: the rule's timeout counts from here (not
+ * from the container's start), the event is written and stdin half-closed,
+ * output forwarded, the exit status read and classified exactly as on
+ * demand; *pp is consumed (set to NULL). When the lift fails (logged as a
+ * WARN) no event is written: the invocation runs on demand, its setup
+ * deadline counted from the dispatch, and *pp is left for the caller to
+ * discard (standby_discard). Its invocation_result.seconds counts from
+ * dispatch.
  */
 struct runner_parked;
 
 /* 0 with *out, or -1 with *err (malloc'd, naming function and handler). */
 int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
 		char **err);
-/* d: the calling thread's handle (removal on timeout or cancellation). */
-int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+/* d: the calling thread's handle (the lift; removal on timeout or
+ * cancellation). */
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
 		    struct invocation_result *out);
 /* Without blocking: 1 when p's container has exited (its wait answered),
  * 2 when its attach connection broke, 0 while it waits for its event. */

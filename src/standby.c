@@ -280,6 +280,20 @@ struct runner_parked *standby_take(struct standby *sb, const struct fn_version *
 	return got;
 }
 
+void standby_discard(struct standby *sb, const struct fn_version *fv, const char *handler,
+		     struct runner_parked *p)
+{
+	struct entry *e = xcalloc(1, sizeof *e);
+	e->p = p;
+	e->function = xstrdup(fv->fn->name);
+	e->handler = xstrdup(handler);
+	e->image = xstrdup(fv->image);
+	pthread_mutex_lock(&sb->lock);
+	sb->dead = graveyard_push(sb->dead, e, METRIC_STANDBY_LOST);
+	poke_locked(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
 int standby_count(struct standby *sb, const char *function, const char *handler)
 {
 	if (!sb)

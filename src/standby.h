@@ -111,6 +111,13 @@ void standby_end(struct standby *sb, const struct fn_version *fv, const char *ha
 struct runner_parked *standby_take(struct standby *sb, const struct fn_version *fv,
 				   const char *handler);
 
+/* A container standby_take gave out for (fv, handler) that runner_dispatch
+ * did not dispatch (its CPU bound could not be lifted): removed by the
+ * pool thread as "lost", that version of the handler backing off like an
+ * early exit. sb is the pool it came from. */
+void standby_discard(struct standby *sb, const struct fn_version *fv, const char *handler,
+		     struct runner_parked *p);
+
 /* Parked containers of (function, handler) right now. */
 int standby_count(struct standby *sb, const char *function, const char *handler);
 

@@ -406,6 +406,71 @@ def handler(event):
 	sb_metric_ge standby_dispatches_total 1 || fail "no dispatch to standby under load"
 }
 
+# sb_cpu_rate ID: the CPUs container ID used over about one second (the
+# Engine API's stats: its CPU time now and one sample before, divided by
+# the time between them), e.g. "0.048".
+sb_cpu_rate() {
+	curl -s --max-time 10 --unix-socket /var/run/docker.sock \
+		"http://docker/containers/$1/stats?stream=false" | jq -r '
+		def t: (.[0:19] + "Z" | fromdateiso8601) + ("0." + (.[20:] | rtrimstr("Z")) | tonumber);
+		((.cpu_stats.cpu_usage.total_usage - .precpu_stats.cpu_usage.total_usage) / 1e9) /
+			((.read | t) - (.preread | t)) | . * 1000 | round / 1000'
+}
+
+test_a_module_busy_at_import_is_held_to_the_parked_cpu_bound_and_dispatch_lifts_it() {
+	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
+	# The module starts a thread that spins until the handler runs; the
+	# handler then spins itself for 0.5 s and says how much CPU it got.
+	sb_fn sb-spin 'import os, threading, time
+stop = False
+def spin():
+    while not stop:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+def quota():
+    try:
+        return open("/sys/fs/cgroup/cpu.max").read().strip()
+    except OSError:
+        d = "/sys/fs/cgroup/cpu/"
+        return open(d + "cpu.cfs_quota_us").read().strip() + " " + open(d + "cpu.cfs_period_us").read().strip()
+def handler(event):
+    global stop
+    stop = True
+    time.sleep(0.05)
+    t0, c0 = time.monotonic(), time.process_time()
+    while time.monotonic() - t0 < 0.5:
+        pass
+    print("SB-SPEED %.2f" % ((time.process_time() - c0) / (time.monotonic() - t0)))
+    print("SB-QUOTA " + quota())'
+	sb_env sb-spin-host
+	sb_start "$TMP/relay.log"
+	local warm id parked rate i speed
+	warm=$(sb_xadd sb-spin)
+	sb_wait_done "$TMP/relay.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-spin || fail "no standby container"
+	parked=$(sb_parked sb-spin)
+	# Parked, no event in flight: its spinning thread gets at most the
+	# parked bound (0.05 CPU; a margin for the sampling).
+	[ "$(sb_metric in_flight_invocations)" = 0 ] || fail "in_flight_invocations: $(sb_metric in_flight_invocations)"
+	for i in 1 2 3; do
+		rate=$(sb_cpu_rate "$parked")
+		echo "parked container's CPU over one second: $rate"
+		awk -v r="$rate" 'BEGIN { exit !(r != "" && r <= 0.07) }' ||
+			fail "a parked container used $rate CPUs (bound 0.05)"
+	done
+	[ "$(sb_parked sb-spin)" = "$parked" ] || fail "the parked container changed"
+	# Dispatched: the handler runs with the quota of a fresh container
+	# (NanoCpus 1e9: 100000 us every 100000 us) and gets a CPU's worth.
+	id=$(sb_xadd sb-spin)
+	sb_wait_done "$TMP/relay.log" "$id"
+	[ "$(sb_line "$TMP/relay.log" "$id" "SB-QUOTA ")" = "SB-QUOTA 100000 100000" ] ||
+		fail "the handler ran with $(sb_line "$TMP/relay.log" "$id" "SB-QUOTA ")"
+	speed=$(sb_line "$TMP/relay.log" "$id" "SB-SPEED ")
+	echo "dispatched handler's CPU share while spinning: ${speed#SB-SPEED }"
+	awk -v s="${speed#SB-SPEED }" 'BEGIN { exit !(s >= 0.3) }' || fail "the handler ran slowly: $speed"
+	sb_metric_ge standby_dispatches_total 1 || fail "not dispatched to standby"
+}
+
 test_sigterm_with_a_chatty_parked_container_exits_at_once_and_leaves_nothing() {
 	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
 	# 20 MiB at import: a parked container blocks writing it (nothing reads
