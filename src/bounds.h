@@ -115,7 +115,8 @@
 	X("cron expression", "bytes", CRON_EXPR_MAX, 1024, "1 KiB")                                \
 	X("Docker reply", "JSON body", DOCKER_BODY_MAX, 8 * MIB, "8 MiB")                          \
 	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")   \
-	X("standby container", "CPU while parked", RUNNER_PARKED_NANO_CPUS, 50000000, "0.05 CPU")  \
+	X("standby container", "CPU while parked, from 1 s after its start",                       \
+	  RUNNER_PARKED_NANO_CPUS, 50000000, "0.05 CPU")                                           \
 	X("standby container", "removing all at shutdown", STANDBY_STOP_TIMEOUT_MS, 10000, "10 s")
 
 #endif

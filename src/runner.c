@@ -661,9 +661,9 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_t *host_config = json_pack(
 		"{s:b, s:I, s:I, s:I, s:I, s:[s], s:b, s:{s:s}, s:[s]}", "AutoRemove", 1, "Memory",
 		(json_int_t)RUNNER_MEMORY_BYTES, "MemorySwap", (json_int_t)RUNNER_MEMORY_BYTES,
-		"NanoCpus", (json_int_t)(in->standby ? RUNNER_PARKED_NANO_CPUS : RUNNER_NANO_CPUS),
-		"PidsLimit", (json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1,
-		"Tmpfs", "/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
+		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
+		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
+		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
 	/* json_pack "o" consumes env, labels and host_config, even on failure. */
 	json_t *body =
 		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
@@ -1153,6 +1153,7 @@ struct runner_parked {
 	char *image; /* held (image_hold) until dispatched or discarded */
 	char *function, *handler;
 	struct docker_conn *attach, *waitc;
+	bool bounded; /* runs at RUNNER_PARKED_NANO_CPUS (runner_parked_bound) */
 };
 
 static void parked_free(struct runner_parked *p)
@@ -1211,7 +1212,8 @@ int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct in
 	 * or wait of its own), and before the event: the handler never runs
 	 * under the parked bound. */
 	int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
-	if (docker_update_cpus(d, p->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
+	if (p->bounded &&
+	    docker_update_cpus(d, p->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
 		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
 				   p->id, "error", docker_errmsg(d)),
 			 "cannot lift the CPU bound of a standby container; the invocation runs on "
@@ -1236,6 +1238,16 @@ int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct in
 	run_free(&r);
 	parked_free(p);
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+int runner_parked_bound(struct docker *d, struct runner_parked *p, long timeout_ms)
+{
+	if (p->bounded)
+		return 0;
+	if (docker_update_cpus(d, p->id, RUNNER_PARKED_NANO_CPUS, timeout_ms) < 0)
+		return -1;
+	p->bounded = true;
+	return 0;
 }
 
 int runner_parked_gone(const struct runner_parked *p)
