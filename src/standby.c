@@ -546,7 +546,9 @@ static void bound_due(struct standby *sb)
 	pthread_mutex_lock(&sb->lock);
 	for (struct entry **link = &sb->entries; *link;) {
 		struct entry *e = *link;
-		if (e->bounded || now - e->parked_at < STANDBY_IMPORT_NS) {
+		/* One that exited or lost its attach is plan_discards' to remove. */
+		if (e->bounded || now - e->parked_at < STANDBY_IMPORT_NS ||
+		    runner_parked_gone(e->p) != 0) {
 			link = &e->next;
 			continue;
 		}
@@ -585,7 +587,8 @@ static void bound_due(struct standby *sb)
 	int64_t next = 0;
 	pthread_mutex_lock(&sb->lock);
 	for (struct entry *e = sb->entries; e; e = e->next)
-		if (!e->bounded && (!next || e->parked_at + STANDBY_IMPORT_NS < next))
+		if (!e->bounded && runner_parked_gone(e->p) == 0 &&
+		    (!next || e->parked_at + STANDBY_IMPORT_NS < next))
 			next = e->parked_at + STANDBY_IMPORT_NS;
 	pthread_mutex_unlock(&sb->lock);
 	sb->next_bound = next;
