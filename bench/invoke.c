@@ -353,8 +353,8 @@ static double standby_once(struct docker *d, const struct rt_bench *b, struct ru
 	struct invocation in = invocation_for(b);
 	struct invocation_result r;
 	int64_t t0 = now_mono_ns();
-	if (runner_dispatch(d, p, &in, &r) < 0)
-		die("standby run", r.error ? r.error : "failed");
+	if (runner_dispatch(d, &p, &in, &r) < 0 || p)
+		die("standby run", p ? "not dispatched" : r.error ? r.error : "failed");
 	double s = since(t0);
 	invocation_result_free(&r);
 	return s;

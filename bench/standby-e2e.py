@@ -2,7 +2,7 @@
 """bench/standby-e2e: standby containers end to end, through `relay start`.
 
     bench/standby-e2e.py [--relay $BUILD/relay] [--events 50] [--burst 300]
-                         [--no-node] [--log-level DEBUG] [--keep-logs DIR]
+                         [--gap 1] [--no-node] [--log-level DEBUG] [--keep-logs DIR]
 
 Starts a private redis-server on a free port and, one after the other, two
 relays on it (each in its own UTS namespace, so its consumer name and its
@@ -13,8 +13,10 @@ trivial Python handler (and a trivial Node one) that prints one line.
 
 For each relay, after two unmeasured warm-up events per handler:
 
-  (a) latency: --events events to the Python handler 1 s apart (and as many
-      to the Node handler, each 0.5 s after a Python one); for each, the time
+  (a) latency: --events events to the Python handler --gap s apart (and as
+      many to the Node handler, each half a gap after a Python one; a gap
+      over 2 s finds every standby container under its parked CPU bound,
+      which dispatch lifts first); for each, the time
       from just before its XADD is written to the moment the forwarded line
       `relay: function "F" handler "ok.handler": e2e N` is read from relay's
       output (stdout and stderr are both pipes read by their own threads,
@@ -342,14 +344,14 @@ def bench_relay(run, redis, fdir, mode, env_extra, args):
             relay.line_time(fn, f"w{i}")
         time.sleep(1)
 
-    # (a) latency, events 1 s apart.
+    # (a) latency, events --gap s apart.
     c0 = relay.counters()
     lat = {fn: [] for fn in fns}
     t0 = time.monotonic() + 1
     sent = []
     for i in range(args.events):
         for j, fn in enumerate(fns):
-            at = t0 + i + 0.5 * j
+            at = t0 + (i + 0.5 * j) * args.gap
             while True:
                 d = at - time.monotonic()
                 if d <= 0:
@@ -404,6 +406,8 @@ def main():
     ap.add_argument("--relay", default=os.path.join(build, "relay"))
     ap.add_argument("--events", type=int, default=50)
     ap.add_argument("--burst", type=int, default=300)
+    ap.add_argument("--gap", type=float, default=1.0,
+                    help="seconds between two events of one handler in (a)")
     ap.add_argument("--no-node", dest="node", action="store_false")
     ap.add_argument("--log-level", help="LOG_LEVEL for both relays (default: unset)")
     ap.add_argument("--keep-logs", metavar="DIR",
@@ -458,7 +462,7 @@ def main():
     print(f"bench/standby-e2e: relay start ({args.relay}), one run of {wall:.0f} s; "
           f"standby = STANDBY_MAX unset (default), off = STANDBY_MAX=0")
     print(f"  (a) XADD -> forwarded handler line, {args.events} events per handler "
-          f"1 s apart, ms")
+          f"{args.gap:g} s apart, ms")
     hdr = "".join(f"   {label + ' p50':>11} {'p95':>7} {'max':>7} {'>100ms':>6}"
                   for _, label in fns)
     print(f"  {'':8}{hdr}")

@@ -40,6 +40,9 @@
  *   cron expression       cron.h                    cron.c
  *   invocation time       runner.h (time bounds     runner.c, invocation.c
  *                         table, running marker)
+ *   standby container     runner.h (parking CPU     runner.c, standby.c
+ *   (parked, its module   bound), standby.h
+ *   imported)             (removal at shutdown)
  *
  * What a breach does is part of each bound: a configuration error exits at
  * once; a template or function over a bound is logged and skipped (the
@@ -63,6 +66,7 @@
 #include "runner.h"
 #include "secret.h"
 #include "sshkey.h"
+#include "standby.h"
 #include "template.h"
 #include "tz.h"
 #include "webhook.h"
@@ -122,6 +126,9 @@
 	X("secret", "value", SECRET_VALUE_MAX, MIB, "1 MiB")                                       \
 	X("cron expression", "bytes", CRON_EXPR_MAX, 1024, "1 KiB")                                \
 	X("Docker reply", "JSON body", DOCKER_BODY_MAX, 8 * MIB, "8 MiB")                          \
-	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")
+	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")   \
+	X("standby container", "CPU while parked, from 1 s after its start",                       \
+	  RUNNER_PARKED_NANO_CPUS, 50000000, "0.05 CPU")                                           \
+	X("standby container", "removing all at shutdown", STANDBY_STOP_TIMEOUT_MS, 10000, "10 s")
 
 #endif

@@ -815,6 +815,33 @@ int docker_request_stream(struct docker *d, const char *method, const char *path
 	return rc;
 }
 
+int docker_update_cpus(struct docker *d, const char *id, int64_t nano_cpus, long timeout_ms)
+{
+	if (!id || !*id || strlen(id) > 128 || strcspn(id, "/?#%") != strlen(id)) {
+		set_err(d, "updating a container: invalid container id");
+		return -1;
+	}
+	if (timeout_ms <= 0)
+		timeout_ms = 1; /* 0 would mean "no timeout" to docker_request */
+	char body[64];
+	snprintf_(body, sizeof body, "{\"NanoCpus\":%" PRId64 "}", nano_cpus);
+	char *path = xasprintf("/containers/%s/update", id);
+	struct docker_response r;
+	int rc = docker_request(d, "POST", path, body, strlen(body), NULL, timeout_ms, &r);
+	if (rc == 0 && r.status != 200) {
+		/* d->err holds the daemon's message for >= 400. */
+		if (r.status < 400)
+			set_err(d,
+				"Docker daemon at %s answered POST /containers/%.12s/update with "
+				"HTTP %ld",
+				d->endpoint, id, r.status);
+		rc = -1;
+	}
+	docker_response_free(&r);
+	free(path);
+	return rc;
+}
+
 int docker_ping(struct docker *d)
 {
 	int rc = -1;

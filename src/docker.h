@@ -154,6 +154,17 @@ const char *docker_conn_errmsg(const struct docker_conn *c);
  * anything at all is waiting to be read; 0 otherwise. */
 int docker_conn_hung_up(const struct docker_conn *c, bool data_too);
 
+/* Addition: POST /containers/{id}/update {"NanoCpus": nano_cpus}: the
+ * container's CPU quota, in billionths of a CPU (as NanoCpus at create:
+ * nano_cpus * 100 ms / 1e9 of CPU time every 100 ms), changed in place,
+ * running or not; the daemon has written its cgroup when it answers. The
+ * container must have been created with NanoCpus (the daemon refuses a
+ * switch from CpuQuota). Within timeout_ms (at least 1 ms; never "no
+ * timeout"). 0 on HTTP 200, else -1 with the message in docker_errmsg()
+ * (the daemon's own for an error answer; docker_no_answer() and
+ * docker_request_denied() as for docker_request). */
+int docker_update_cpus(struct docker *d, const char *id, int64_t nano_cpus, long timeout_ms);
+
 /* ---- Exposed for tests (pure parsing, no I/O) ------------------------- */
 
 /* Default daemon address when DOCKER_HOST is unset or empty. */

@@ -85,9 +85,11 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	memset(&out, 0, sizeof out);
 	standby_begin(e->standby, fv, req->handler);
 	struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
-	if (parked)
-		runner_dispatch(d, parked, &in, &out);
-	else
+	if (parked) {
+		runner_dispatch(d, &parked, &in, &out);
+		if (parked) /* not dispatched: it ran on demand */
+			standby_discard(e->standby, fv, req->handler, parked);
+	} else
 		runner_invoke(d, &in, &out);
 	standby_end(e->standby, fv, req->handler);
 	res->exit_code = out.exit_code;

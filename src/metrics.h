@@ -125,7 +125,7 @@ enum metric_standby_reason {
 	METRIC_STANDBY_EXCESS,	 /* "excess": more than the target or STANDBY_MAX */
 	METRIC_STANDBY_EXITED,	 /* "exited": the container exited before dispatch (import
 				    error, OOM) */
-	METRIC_STANDBY_LOST,	 /* "lost": its attach or wait connection broke */
+	METRIC_STANDBY_LOST,	 /* "lost": attach or wait broke, or its CPU quota not set */
 	METRIC_STANDBY_SHUTDOWN, /* "shutdown": Relay is stopping */
 	METRIC_STANDBY_AGE,	 /* "age": parked for STANDBY_MAX_AGE_NS, replaced */
 	METRIC_STANDBY_REASON_COUNT

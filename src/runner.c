@@ -1117,9 +1117,10 @@ static void run_classify(struct run *r, enum run_end end)
 				 r->status));
 }
 
-int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+/* runner_invoke with its setup deadline counted from start. */
+static int invoke_from(struct docker *d, const struct invocation *in, struct invocation_result *out,
+		       int64_t start)
 {
-	int64_t start = now_mono_ns(); /* the setup deadline counts from here */
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
 	if (!in->function || !in->handler || !in->image)
@@ -1139,6 +1140,11 @@ int runner_invoke(struct docker *d, const struct invocation *in, struct invocati
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
 }
 
+int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+{
+	return invoke_from(d, in, out, now_mono_ns()); /* the setup deadline counts from here */
+}
+
 /* ---- standby containers ------------------------------------------------ */
 
 struct runner_parked {
@@ -1147,6 +1153,7 @@ struct runner_parked {
 	char *image; /* held (image_hold) until dispatched or discarded */
 	char *function, *handler;
 	struct docker_conn *attach, *waitc;
+	bool bounded; /* runs at RUNNER_PARKED_NANO_CPUS (runner_parked_bound) */
 };
 
 static void parked_free(struct runner_parked *p)
@@ -1196,13 +1203,28 @@ int runner_park(struct docker *d, const struct invocation *in, struct runner_par
 	return rc;
 }
 
-int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
 		    struct invocation_result *out)
 {
+	struct runner_parked *p = *pp;
+	int64_t start = now_mono_ns();
+	/* The lift is this invocation's setup phase (it has no create, attach
+	 * or wait of its own), and before the event: the handler never runs
+	 * under the parked bound. */
+	int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
+	if (p->bounded &&
+	    docker_update_cpus(d, p->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
+		log_warn(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
+				   p->id, "error", docker_errmsg(d)),
+			 "cannot lift the CPU bound of a standby container; the invocation runs on "
+			 "demand");
+		return invoke_from(d, in, out, start);
+	}
+	*pp = NULL;
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
 	struct run r;
-	run_init(&r, d, in, out, now_mono_ns());
+	run_init(&r, d, in, out, start);
 	strlcpy_(out->container_id, p->id, sizeof out->container_id);
 	strlcpy_(out->container_name, p->name, sizeof out->container_name);
 	r.id = out->container_id;
@@ -1218,6 +1240,16 @@ int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invo
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
 }
 
+int runner_parked_bound(struct docker *d, struct runner_parked *p, long timeout_ms)
+{
+	if (p->bounded)
+		return 0;
+	if (docker_update_cpus(d, p->id, RUNNER_PARKED_NANO_CPUS, timeout_ms) < 0)
+		return -1;
+	p->bounded = true;
+	return 0;
+}
+
 int runner_parked_gone(const struct runner_parked *p)
 {
 	if (docker_conn_hung_up(p->waitc, true))
@@ -1231,6 +1263,13 @@ void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeo
 		return;
 	struct invocation in = {
 		.function = p->function, .handler = p->handler, .teardown_timeout_ms = timeout_ms};
+	/* Streams first, as in run_classify: what the module printed at
+	 * import waits unread in the attach connection, and a daemon blocked
+	 * copying more of it to us does not finish the forced removal until
+	 * the deadline (20 MB at import: 10 s, the whole shutdown bound). */
+	docker_conn_free(p->attach);
+	docker_conn_free(p->waitc);
+	p->attach = p->waitc = NULL;
 	if (d)
 		teardown(d, &in, p->id, TEARDOWN_ID);
 	parked_free(p);

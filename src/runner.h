@@ -12,7 +12,8 @@
  *      (runner_set_stream_group), relay.local=invoke for relay function
  *      invoke (runner_set_local) and relay.standby on a standby
  *      container, Memory and
- *      MemorySwap 128 MiB, NanoCpus 1e9, PidsLimit 128, CapDrop ALL,
+ *      MemorySwap 128 MiB, NanoCpus 1e9 (a parked standby container runs
+ *      at RUNNER_PARKED_NANO_CPUS for a while), PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
  *      no-new-privileges, OpenStdin/StdinOnce/Attach*, Tty false. Secret
  *      values exist only in that request: the JSON text and the strings it
@@ -88,6 +89,16 @@
 #define RUNNER_NANO_CPUS 1000000000LL	/* 1 CPU */
 #define RUNNER_PIDS_LIMIT 128
 #define RUNNER_TMPFS_OPTIONS "rw,noexec,nosuid,size=64m"
+/* The parking CPU bound: a container started ahead of its event (standby,
+ * runner_park) is created and started like any other, at RUNNER_NANO_CPUS,
+ * so that the runtime's set-up and the module's import are not slowed (a
+ * Python interpreter started under it is ready 2 s later instead of 0.1 s);
+ * runner_parked_bound() lowers it to this, 5 ms of CPU time every 100 ms
+ * whatever the module does, and runner_dispatch() gives it RUNNER_NANO_CPUS
+ * back before its event is written (both through POST
+ * /containers/{id}/update, docker_update_cpus). The standby pool bounds
+ * each container STANDBY_IMPORT_MS after its start (standby.h). */
+#define RUNNER_PARKED_NANO_CPUS 50000000LL /* 0.05 CPU */
 
 /* Longest forwarded line piece and longest label value, in bytes. */
 #define RUNNER_LINE_MAX (16 * 1024)
@@ -120,7 +131,9 @@
  *   connect   the worker thread's first Docker   DOCKER_OPEN_TIMEOUT_MS      docker_open (GET /version),
  *             connection (executor.c)                                        called by the executor
  *   setup     secrets, create, attach, wait      RUNNER_SETUP_TIMEOUT_MS     runner: one deadline from
- *             registration                                                   entry, shared by these calls
+ *             registration (a standby dispatch:                              entry, shared by these calls
+ *             the CPU lift, and when it fails
+ *             the on-demand setup)
  *   handler   start, stdin, output, exit status  the rule's timeout          runner: one deadline from
  *                                                (runner_timeout_ns)         just before start
  *   teardown  forced removal by id or by name,   RUNNER_TEARDOWN_TIMEOUT_MS  runner: one deadline from
@@ -232,25 +245,40 @@ void invocation_result_free(struct invocation_result *r);
  * what the module prints at import waits in the socket and is forwarded
  * with the invocation's lines.
  *
- * runner_dispatch() is runner_invoke()'s handler phase in that container:
- * the rule's timeout counts from here (not from the container's start), the
- * event is written and stdin half-closed, output forwarded, the exit status
- * read and classified exactly as on demand; p is consumed. Its
- * invocation_result.seconds counts from dispatch.
+ * runner_parked_bound() puts a parked container under the parking CPU
+ * bound (RUNNER_PARKED_NANO_CPUS). runner_dispatch() first lifts a bounded
+ * one back to RUNNER_NANO_CPUS, within the setup bound; then it is
+ * runner_invoke()'s
+ * handler phase in that container: the rule's timeout counts from here (not
+ * from the container's start), the event is written and stdin half-closed,
+ * output forwarded, the exit status read and classified exactly as on
+ * demand; *pp is consumed (set to NULL). When the lift fails (logged as a
+ * WARN) no event is written: the invocation runs on demand, its setup
+ * deadline counted from the dispatch, and *pp is left for the caller to
+ * discard (standby_discard). Its invocation_result.seconds counts from
+ * dispatch.
  */
 struct runner_parked;
 
 /* 0 with *out, or -1 with *err (malloc'd, naming function and handler). */
 int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
 		char **err);
-/* d: the calling thread's handle (removal on timeout or cancellation). */
-int runner_dispatch(struct docker *d, struct runner_parked *p, const struct invocation *in,
+/* d: the calling thread's handle (the lift; removal on timeout or
+ * cancellation). */
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
 		    struct invocation_result *out);
+/* Lowers p's container to RUNNER_PARKED_NANO_CPUS within timeout_ms (no
+ * call when it is already); 0, or -1 with the message in docker_errmsg(d).
+ * Not while another thread may dispatch p. */
+int runner_parked_bound(struct docker *d, struct runner_parked *p, long timeout_ms);
 /* Without blocking: 1 when p's container has exited (its wait answered),
  * 2 when its attach connection broke, 0 while it waits for its event. */
 int runner_parked_gone(const struct runner_parked *p);
 /* Forced removal within timeout_ms (at most the teardown bound; d NULL:
- * none, the orphan sweep's job), then frees p (NULL is fine). */
+ * none, the orphan sweep's job), then frees p (NULL is fine). Its attach
+ * and wait connections are closed first: a daemon blocked copying output
+ * nobody reads (a module that printed megabytes at import) does not finish
+ * the removal until the deadline. */
 void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeout_ms);
 const char *runner_parked_id(const struct runner_parked *p);
 

@@ -6,7 +6,8 @@
  * sb->lock. The pool thread wakes every STANDBY_TICK_MS or when poked (a
  * take, an invocation's start or end), and in one pass: sorts out what
  * must go (plan_discards: stale version or secret, gone, idle, excess),
- * removes it without the lock, then starts at most one container
+ * removes it without the lock, bounds the CPU of those parked a second
+ * (bound_due), then starts at most one container
  * (pick_start, start_one) and goes round again at once while there is a
  * deficit and a spare slot.
  */
@@ -31,6 +32,7 @@ struct entry {
 	uint64_t stamp;			/* the function's secret stamps when created */
 	int64_t attach_closed_at;	/* monotonic, when its attach was first seen closed */
 	int64_t parked_at;		/* monotonic */
+	bool bounded;			/* under the parking CPU bound (bound_due) */
 	enum metric_standby_reason why; /* on the discard list */
 };
 
@@ -58,6 +60,7 @@ struct standby {
 	struct demand *demand;
 	pthread_t thread;
 	struct docker *docker; /* the pool thread's */
+	int64_t next_bound;    /* monotonic: the next bound_due, 0 none (pool thread) */
 };
 
 /* ---- secret stamps ----------------------------------------------------- */
@@ -278,6 +281,20 @@ struct runner_parked *standby_take(struct standby *sb, const struct fn_version *
 	pthread_mutex_unlock(&sb->lock);
 	metrics_inc(got ? METRIC_STANDBY_DISPATCHES : METRIC_STANDBY_MISSES);
 	return got;
+}
+
+void standby_discard(struct standby *sb, const struct fn_version *fv, const char *handler,
+		     struct runner_parked *p)
+{
+	struct entry *e = xcalloc(1, sizeof *e);
+	e->p = p;
+	e->function = xstrdup(fv->fn->name);
+	e->handler = xstrdup(handler);
+	e->image = xstrdup(fv->image);
+	pthread_mutex_lock(&sb->lock);
+	sb->dead = graveyard_push(sb->dead, e, METRIC_STANDBY_LOST);
+	poke_locked(sb);
+	pthread_mutex_unlock(&sb->lock);
 }
 
 int standby_count(struct standby *sb, const char *function, const char *handler)
@@ -516,6 +533,67 @@ static void bury(struct standby *sb, int64_t deadline)
 	}
 }
 
+/* Puts every container parked STANDBY_IMPORT_NS ago and not yet bounded
+ * under the parking CPU bound (runner_parked_bound). Each is unlinked while
+ * its call runs, so no worker takes it meanwhile, and linked again after
+ * (the gauge unchanged); one the daemon refuses to bound is discarded
+ * ("lost", which backs that version off like an early exit). Sets
+ * sb->next_bound. */
+static void bound_due(struct standby *sb)
+{
+	int64_t now = now_mono_ns();
+	struct entry *due = NULL;
+	pthread_mutex_lock(&sb->lock);
+	for (struct entry **link = &sb->entries; *link;) {
+		struct entry *e = *link;
+		/* One that exited or lost its attach is plan_discards' to remove. */
+		if (e->bounded || now - e->parked_at < STANDBY_IMPORT_NS ||
+		    runner_parked_gone(e->p) != 0) {
+			link = &e->next;
+			continue;
+		}
+		*link = e->next;
+		e->next = due;
+		due = e;
+		sb->nentries--;
+	}
+	pthread_mutex_unlock(&sb->lock);
+	while (due) {
+		struct entry *e = due;
+		due = e->next;
+		e->next = NULL;
+		int rc = runner_parked_bound(sb->docker, e->p, STANDBY_BOUND_TIMEOUT_MS);
+		if (rc == 0)
+			log_debug(LOG_ATTRS("function", e->function, "handler", e->handler,
+					    "container", runner_parked_id(e->p)),
+				  "standby container bounded to 0.05 CPU");
+		else
+			log_warn(LOG_ATTRS("function", e->function, "handler", e->handler,
+					   "container", runner_parked_id(e->p), "error",
+					   docker_errmsg(sb->docker)),
+				 "cannot bound the CPU of a standby container; removing it");
+		pthread_mutex_lock(&sb->lock);
+		if (rc == 0) {
+			e->bounded = true;
+			e->next = sb->entries;
+			sb->entries = e;
+			sb->nentries++;
+		} else {
+			metrics_standby_containers(e->function, e->handler, -1);
+			sb->dead = graveyard_push(sb->dead, e, METRIC_STANDBY_LOST);
+		}
+		pthread_mutex_unlock(&sb->lock);
+	}
+	int64_t next = 0;
+	pthread_mutex_lock(&sb->lock);
+	for (struct entry *e = sb->entries; e; e = e->next)
+		if (!e->bounded && runner_parked_gone(e->p) == 0 &&
+		    (!next || e->parked_at + STANDBY_IMPORT_NS < next))
+			next = e->parked_at + STANDBY_IMPORT_NS;
+	pthread_mutex_unlock(&sb->lock);
+	sb->next_bound = next;
+}
+
 /* One pass; returns true when it parked a container (go round at once). */
 static bool pass(struct standby *sb)
 {
@@ -524,6 +602,9 @@ static bool pass(struct standby *sb)
 	pthread_mutex_lock(&sb->lock);
 	plan_discards(sb, snap, now);
 	pthread_mutex_unlock(&sb->lock);
+	bury(sb, now_mono_ns() + RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS);
+	bound_due(sb);
+	/* A refused bound is removed now, not a tick later. */
 	bury(sb, now_mono_ns() + RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS);
 
 	bool parked = false;
@@ -574,6 +655,9 @@ static void *pool_main(void *arg)
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			int64_t end = (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec +
 				      (int64_t)STANDBY_TICK_MS * NS_PER_MS;
+			/* No later than the next container's bound is due. */
+			if (sb->next_bound && sb->next_bound < end)
+				end = sb->next_bound;
 			ts.tv_sec = end / NS_PER_SEC;
 			ts.tv_nsec = end % NS_PER_SEC;
 			pthread_cond_timedwait(&sb->cond, &sb->lock, &ts);

@@ -45,6 +45,9 @@
  * Age: a container parked for STANDBY_MAX_AGE_NS is removed ("age") and,
  * the demand still there, replaced by a fresh one.
  *
+ * CPU: parked at 1 CPU, bounded to 0.05 CPU STANDBY_IMPORT_NS after its
+ * start, lifted again at dispatch (below, at STANDBY_IMPORT_NS).
+ *
  * Shutdown: standby_stop() stops the thread, then removes every parked
  * container within STANDBY_STOP_TIMEOUT_MS ("shutdown"); whatever escapes
  * (a kill -9) loses its attach connection, so Docker closes its stdin
@@ -79,6 +82,19 @@
  * not grow old either. */
 #define STANDBY_MAX_AGE_NS (5LL * 60 * 1000000000LL)
 #define STANDBY_STOP_TIMEOUT_MS 10000L
+/* CPU. A container is parked at the 1 CPU every container gets, so that
+ * its runtime starts and its module imports at full speed, and
+ * STANDBY_IMPORT_NS after its start the pool thread puts it under the
+ * parking CPU bound, 0.05 CPU (RUNNER_PARKED_NANO_CPUS, runner.h), until a
+ * worker lifts it at dispatch. A module that loops at import costs at most
+ * 1 CPU for that second per container start, then 0.05 CPU per parked
+ * container (STANDBY_MAX times that in all), outside MAX_CONCURRENCY. One
+ * the daemon refuses to bound is removed ("lost"): none stays parked
+ * unbounded. One whose bound a worker cannot lift is handed back
+ * (standby_discard) and removed ("lost") while its event runs on demand. */
+#define STANDBY_IMPORT_NS (1LL * 1000000000LL)
+/* Bound on one such update (an update answers within tens of ms). */
+#define STANDBY_BOUND_TIMEOUT_MS 5000L
 #define STANDBY_TICK_MS 1000
 
 struct standby_config {
@@ -110,6 +126,13 @@ void standby_end(struct standby *sb, const struct fn_version *fv, const char *ha
  * too). */
 struct runner_parked *standby_take(struct standby *sb, const struct fn_version *fv,
 				   const char *handler);
+
+/* A container standby_take gave out for (fv, handler) that runner_dispatch
+ * did not dispatch (its CPU bound could not be lifted): removed by the
+ * pool thread as "lost", that version of the handler backing off like an
+ * early exit. sb is the pool it came from. */
+void standby_discard(struct standby *sb, const struct fn_version *fv, const char *handler,
+		     struct runner_parked *p);
 
 /* Parked containers of (function, handler) right now. */
 int standby_count(struct standby *sb, const char *function, const char *handler);

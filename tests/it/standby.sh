@@ -405,3 +405,124 @@ def handler(event):
 	[ "$max" -le 5 ] || fail "$max containers alive at once"
 	sb_metric_ge standby_dispatches_total 1 || fail "no dispatch to standby under load"
 }
+
+# sb_cpu_rate ID: the CPUs container ID used over about one second (the
+# Engine API's stats: its CPU time now and one sample before, divided by
+# the time between them), e.g. "0.048".
+sb_cpu_rate() {
+	curl -s --max-time 10 --unix-socket /var/run/docker.sock \
+		"http://docker/containers/$1/stats?stream=false" | jq -r '
+		def t: (.[0:19] + "Z" | fromdateiso8601) + ("0." + (.[20:] | rtrimstr("Z")) | tonumber);
+		((.cpu_stats.cpu_usage.total_usage - .precpu_stats.cpu_usage.total_usage) / 1e9) /
+			((.read | t) - (.preread | t)) | . * 1000 | round / 1000'
+}
+
+test_a_module_busy_at_import_is_held_to_the_parked_cpu_bound_and_dispatch_lifts_it() {
+	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
+	# The module starts a thread that spins until the handler runs; the
+	# handler then spins itself for 0.5 s and says how much CPU it got.
+	sb_fn sb-spin 'import os, threading, time
+stop = False
+def spin():
+    while not stop:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+def quota():
+    try:
+        return open("/sys/fs/cgroup/cpu.max").read().strip()
+    except OSError:
+        d = "/sys/fs/cgroup/cpu/"
+        return open(d + "cpu.cfs_quota_us").read().strip() + " " + open(d + "cpu.cfs_period_us").read().strip()
+def throttled():
+    for f in ("/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat"):
+        try:
+            for line in open(f):
+                k, v = line.split()
+                if k == "nr_throttled":
+                    return int(v)
+        except OSError:
+            pass
+    return -1
+def handler(event):
+    global stop
+    stop = True
+    time.sleep(0.05)
+    n0, t0, c0 = throttled(), time.monotonic(), time.process_time()
+    while time.monotonic() - t0 < 0.5:
+        pass
+    print("SB-SPEED %.2f" % ((time.process_time() - c0) / (time.monotonic() - t0)))
+    print("SB-THROTTLED %d" % (throttled() - n0))
+    print("SB-QUOTA " + quota())'
+	sb_env sb-spin-host
+	sb_start "$TMP/relay.log"
+	local warm id parked rate i speed throttled
+	warm=$(sb_xadd sb-spin)
+	sb_wait_done "$TMP/relay.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-spin || fail "no standby container"
+	parked=$(sb_parked sb-spin)
+	# Parked, bounded a second after its start, no event in flight: its
+	# spinning thread gets at most the parked bound (0.05 CPU; a margin for
+	# the sampling).
+	wait_for 10 grep -q "msg=\"standby container bounded to 0.05 CPU\".* container=$parked" "$TMP/relay.log" ||
+		fail "the parked container was not bounded: $(grep -i standby "$TMP/relay.log" | tail -n 5)"
+	[ "$(sb_metric in_flight_invocations)" = 0 ] || fail "in_flight_invocations: $(sb_metric in_flight_invocations)"
+	for i in 1 2 3; do
+		rate=$(sb_cpu_rate "$parked")
+		echo "parked container's CPU over one second: $rate"
+		awk -v r="$rate" 'BEGIN { exit !(r != "" && r <= 0.07) }' ||
+			fail "a parked container used $rate CPUs (bound 0.05)"
+	done
+	[ "$(sb_parked sb-spin)" = "$parked" ] || fail "the parked container changed"
+	# Dispatched: the handler runs with the quota of a fresh container
+	# (NanoCpus 1e9: 100000 us every 100000 us), and its half second of
+	# spinning on one thread is never throttled (under the parked bound:
+	# every 100 ms period; what share of a CPU it gets is the machine's).
+	id=$(sb_xadd sb-spin)
+	sb_wait_done "$TMP/relay.log" "$id"
+	[ "$(sb_line "$TMP/relay.log" "$id" "SB-QUOTA ")" = "SB-QUOTA 100000 100000" ] ||
+		fail "the handler ran with $(sb_line "$TMP/relay.log" "$id" "SB-QUOTA ")"
+	speed=$(sb_line "$TMP/relay.log" "$id" "SB-SPEED ")
+	throttled=$(sb_line "$TMP/relay.log" "$id" "SB-THROTTLED ")
+	echo "dispatched handler: CPU share while spinning ${speed#SB-SPEED }, throttled in ${throttled#SB-THROTTLED } periods"
+	[ "${throttled#SB-THROTTLED }" -ge 0 ] && [ "${throttled#SB-THROTTLED }" -le 1 ] ||
+		fail "the handler was throttled: $throttled"
+	sb_metric_ge standby_dispatches_total 1 || fail "not dispatched to standby"
+}
+
+test_sigterm_with_a_chatty_parked_container_exits_at_once_and_leaves_nothing() {
+	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
+	# 20 MiB at import: a parked container blocks writing it (nothing reads
+	# its output until its event comes).
+	sb_fn sb-chatty 'import sys
+line = "x" * 1023 + "\n"
+for _ in range(20 * 1024):
+    sys.stdout.write(line)
+sys.stdout.flush()
+def handler(event):
+    print("chatty")'
+	sb_env sb-chatty-host
+	export LOG_LEVEL=INFO
+	sb_start "$TMP/relay.log"
+	local warm parked t0 t1 ms
+	warm=$(sb_xadd sb-chatty)
+	sb_wait_done "$TMP/relay.log" "$warm"
+	wait_for 30 sb_parked_n 1 sb-chatty || fail "no standby container"
+	parked=$(sb_parked sb-chatty)
+	# It has printed as much as it can: the daemon's log of it stops growing.
+	logged() { docker logs "$parked" 2>/dev/null | wc -c; }
+	stuck() { local a b; a=$(logged); sleep 0.5; b=$(logged); [ "$a" -gt 0 ] && [ "$a" -eq "$b" ]; }
+	wait_for 30 stuck || fail "the parked container did not block on its output"
+	echo "parked container blocked after $(logged) bytes of output"
+	t0=$(date +%s%N)
+	kill -TERM "$RELAY_PID"
+	reap_relay "$RELAY_PID" 0 || fail "relay start did not stop cleanly"
+	t1=$(date +%s%N)
+	ms=$(((t1 - t0) / 1000000))
+	echo "relay start exited 0, $ms ms after SIGTERM"
+	# No handler was running: stopping takes well under the 10 s that
+	# removing the parked containers may take at most.
+	[ "$ms" -le 5000 ] || fail "took $ms ms to stop"
+	! grep -q 'backstop removal' "$TMP/relay.log" || fail "$(grep 'backstop removal' "$TMP/relay.log")"
+	[ -z "$(docker ps -aq --filter "label=relay.hostname=$SB_HOST")" ] ||
+		fail "left behind: $(docker ps -a --filter "label=relay.hostname=$SB_HOST")"
+}

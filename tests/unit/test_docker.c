@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "duration.h"
 #include "t.h"
 #include "util.h"
 
@@ -419,6 +420,8 @@ struct fake {
 	/* Answer every request but GET /version as a socket proxy denying
 	 * it: haproxy's 403 page, then close. */
 	bool deny;
+	/* The last request answered, headers and body (POST /update). */
+	char last[8192];
 	pthread_t th;
 };
 
@@ -447,8 +450,14 @@ static void *fake_main(void *arg)
 				break;
 			have += (size_t)n;
 			req[have] = '\0';
-			if (!strstr(req, "\r\n\r\n"))
+			char *end = strstr(req, "\r\n\r\n");
+			if (!end)
 				continue;
+			const char *cl = strcasestr(req, "\r\nContent-Length:");
+			if (cl && cl < end &&
+			    (size_t)(end + 4 - req) + strtoul(cl + 17, NULL, 10) > have)
+				continue;
+			strlcpy_(f->last, req, sizeof f->last);
 			if (strstr(req, "/hold")) {
 				atomic_fetch_add(&f->held, 1);
 			} else if (f->deny && strncmp(req, "GET /version ", 13) != 0) {
@@ -459,6 +468,14 @@ static void *fake_main(void *arg)
 				write_all(c, no, strlen(no));
 				free(no);
 				break;
+			} else if (strstr(req, "/containers/missing/")) {
+				static const char gone[] =
+					"HTTP/1.1 404 Not Found\r\nContent-Type: "
+					"application/json\r\n"
+					"Content-Length: 40\r\n\r\n"
+					"{\"message\":\"No such container: missing\"}";
+				if (write_all(c, gone, sizeof gone - 1) < 0)
+					break;
 			} else if (write_all(c, ok, strlen(ok)) < 0) {
 				break;
 			}
@@ -611,8 +628,46 @@ TEST(refusals_name_the_request)
 	unsetenv("DOCKER_HOST");
 }
 
+/* The parking CPU bound's one call: POST /containers/{id}/update with
+ * NanoCpus alone; the daemon's refusal is its message; an id that would
+ * change the path is refused before anything is sent; a timeout of 0 is
+ * still a bound. */
+TEST(update_cpus)
+{
+	struct fake f = {0};
+	struct docker *d = NULL;
+	char *host = open_on_fake(&f, &d);
+	REQUIRE(host != NULL);
+	CHECK_INT(docker_update_cpus(d, "abc123", 1000000000, 5000), 0);
+	CHECK(strncmp(f.last, "POST /v1.41/containers/abc123/update HTTP/1.1\r\n", 47) == 0);
+	const char *body = strstr(f.last, "\r\n\r\n");
+	REQUIRE(body != NULL);
+	CHECK_STR(body + 4, "{\"NanoCpus\":1000000000}");
+	CHECK(strcasestr(f.last, "\r\nContent-Type: application/json\r\n") != NULL);
+
+	CHECK_INT(docker_update_cpus(d, "missing", 50000000, 5000), -1);
+	CHECK_STR(docker_errmsg(d), "No such container: missing");
+	CHECK(!docker_no_answer(d));
+
+	f.last[0] = '\0';
+	CHECK_INT(docker_update_cpus(d, "a/../b", 1, 5000), -1);
+	CHECK(strstr(docker_errmsg(d), "invalid container id") != NULL);
+	CHECK_INT(docker_update_cpus(d, "", 1, 5000), -1);
+	CHECK_STR(f.last, "");
+
+	int64_t t0 = now_mono_ns();
+	CHECK_INT(docker_update_cpus(d, "hold", 1, 0), -1);
+	CHECK(docker_no_answer(d));
+	CHECK(now_mono_ns() - t0 < 2 * NS_PER_SEC);
+	docker_close(d);
+	fake_stop(&f);
+	free(host);
+	unsetenv("DOCKER_HOST");
+}
+
 T_MAIN(T_CASE(host_good), T_CASE(host_bad), T_CASE(host_bad_without_errp), T_CASE(version_valid),
        T_CASE(version_cmp), T_CASE(negotiate_picks_lower), T_CASE(negotiate_errors),
        T_CASE(error_message), T_CASE(error_message_bounded), T_CASE(proxy_allowance),
        T_CASE(forbidden_message), T_CASE(open_unreachable), T_CASE(open_tls_missing_certs),
-       T_CASE(request_unsent_only_before_connecting), T_CASE(refusals_name_the_request))
+       T_CASE(request_unsent_only_before_connecting), T_CASE(refusals_name_the_request),
+       T_CASE(update_cpus))
