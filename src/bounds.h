@@ -37,6 +37,8 @@
  *   cron expression       cron.h                    cron.c
  *   invocation time       runner.h (time bounds     runner.c, invocation.c
  *                         table, running marker)
+ *   DLQ entry, its id     cmd/dlq_view.h            cmd/dlq.c (scan_lua,
+ *                                                   replay_lua), dlq_view.c
  *
  * What a breach does is part of each bound: a configuration error exits at
  * once; a template or function over a bound is logged and skipped (the
@@ -48,6 +50,7 @@
 #ifndef RELAY_BOUNDS_H
 #define RELAY_BOUNDS_H
 
+#include "cmd/dlq_view.h"
 #include "consumer.h"
 #include "cron.h"
 #include "docker.h"
@@ -110,6 +113,10 @@
 	X("secret", "value", SECRET_VALUE_MAX, MIB, "1 MiB")                                       \
 	X("cron expression", "bytes", CRON_EXPR_MAX, 1024, "1 KiB")                                \
 	X("Docker reply", "JSON body", DOCKER_BODY_MAX, 8 * MIB, "8 MiB")                          \
-	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")
+	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")   \
+	X("DLQ entry id", "digits of each part of MS-SEQ", DLQ_ID_DIGITS_MAX, 20, "20")            \
+	X("DLQ entry", "bytes of a field `dlq ls` shows", DLQ_FIELD_MAX, 16 * KIB, "16 KiB")       \
+	X("dlq replay/rm --all", "entries per run", DLQ_ALL_MAX, 100000, "100,000")                \
+	X("dlq replay", "replayed ids waiting to be counted", DLQ_REPLAYS_MAX, 1000000, "1,000,000")
 
 #endif
