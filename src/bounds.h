@@ -43,6 +43,8 @@
  *   standby container     runner.h (parking CPU     runner.c, standby.c
  *   (parked, its module   bound), standby.h
  *   imported)             (removal at shutdown)
+ *   DLQ entry, its id     cmd/dlq_view.h            cmd/dlq.c (scan_lua,
+ *                                                   replay_lua), dlq_view.c
  *
  * What a breach does is part of each bound: a configuration error exits at
  * once; a template or function over a bound is logged and skipped (the
@@ -54,6 +56,7 @@
 #ifndef RELAY_BOUNDS_H
 #define RELAY_BOUNDS_H
 
+#include "cmd/dlq_view.h"
 #include "consumer.h"
 #include "cron.h"
 #include "docker.h"
@@ -129,6 +132,10 @@
 	X("container output", "line (longer ones are cut)", RUNNER_LINE_MAX, 16 * KIB, "16 KiB")   \
 	X("standby container", "CPU while parked, from 1 s after its start",                       \
 	  RUNNER_PARKED_NANO_CPUS, 50000000, "0.05 CPU")                                           \
-	X("standby container", "removing all at shutdown", STANDBY_STOP_TIMEOUT_MS, 10000, "10 s")
+	X("standby container", "removing all at shutdown", STANDBY_STOP_TIMEOUT_MS, 10000, "10 s") \
+	X("DLQ entry id", "digits of each part of MS-SEQ", DLQ_ID_DIGITS_MAX, 20, "20")            \
+	X("DLQ entry", "bytes of a field `dlq ls` shows", DLQ_FIELD_MAX, 16 * KIB, "16 KiB")       \
+	X("dlq replay/rm --all", "entries per run", DLQ_ALL_MAX, 100000, "100,000")                \
+	X("dlq replay", "replayed ids waiting to be counted", DLQ_REPLAYS_MAX, 1000000, "1,000,000")
 
 #endif

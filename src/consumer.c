@@ -571,8 +571,20 @@ static void idlist_clear(struct idlist *l)
  * consumer.h) is not taken: its id joins *over, for the recover script
  * to dead-letter.
  */
-static void take_batch(struct consumer *c, const redisReply *entries, bool recovered,
-		       struct idlist *fast, struct idlist *over)
+/* Whether message id is one relay dlq replay published: its script records
+ * each in relay:<stream>:replays, taken off here, so a producer's own
+ * relay_replay_of is not counted (nor a redelivery twice). */
+static bool replayed_by_relay(const struct consumer *c, struct redis *r, const char *id)
+{
+	redisReply *rep = redis_command(r, "HDEL relay:%s:replays %s", c->stream, id);
+	bool yes = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+	if (rep)
+		freeReplyObject(rep);
+	return yes;
+}
+
+static void take_batch(struct consumer *c, struct redis *r, const redisReply *entries,
+		       bool recovered, struct idlist *fast, struct idlist *over)
 {
 	size_t n = entries->elements, k = 0;
 	struct msg **ms = xcalloc(n + 1, sizeof *ms);
@@ -620,7 +632,8 @@ static void take_batch(struct consumer *c, const redisReply *entries, bool recov
 		size_t rlen;
 		if (!scheduled)
 			metrics_inc(METRIC_EVENTS_RECEIVED);
-		if (!scheduled && msg_field(m, "relay_replay_of", &rlen))
+		if (!scheduled && msg_field(m, "relay_replay_of", &rlen) &&
+		    replayed_by_relay(c, r, m->id))
 			metrics_inc(METRIC_DLQ_REPLAYED);
 	}
 	free(ids);
@@ -817,7 +830,7 @@ static void recover(struct consumer *c, struct redis *r, const char *id, int n, 
 			freeReplyObject(rep);
 		return;
 	}
-	take_batch(c, rep->element[0]->element[1], true, fast, NULL);
+	take_batch(c, r, rep->element[0]->element[1], true, fast, NULL);
 	report_too_large(c, rep->element[1], true);
 	drop_gone(c, r, rep->element[2]);
 	freeReplyObject(rep);
@@ -939,7 +952,7 @@ static void reader_take(struct reader *rd, redisReply *rep, int n)
 	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
 	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
 	    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
-		take_batch(c, rep->element[0]->element[1], false, &rd->fast, &rd->over);
+		take_batch(c, rd->r, rep->element[0]->element[1], false, &rd->fast, &rd->over);
 	else if (rep->type != REDIS_REPLY_NIL)
 		log_warn(NULL, "unexpected reply to XREADGROUP");
 	freeReplyObject(rep);

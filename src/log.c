@@ -89,90 +89,20 @@ void log_set_fd(int fd)
 	atomic_store(&log_fd_, fd);
 }
 
-/* An approximation of Go's unicode.IsPrint for runes above ASCII: the
- * control, format and separator code points that matter in logs are not
- * printable; letters, marks, symbols and punctuation are. */
-static bool rune_printable(uint32_t r)
-{
-	if (r < 0x20 || r == 0x7F)
-		return false;
-	if (r < 0x7F)
-		return true;
-	if (r <= 0x9F || r == 0xA0 || r == 0xAD)
-		return false;
-	if ((r >= 0x2000 && r <= 0x200F) || (r >= 0x2028 && r <= 0x202F) ||
-	    (r >= 0x205F && r <= 0x206F) || r == 0x3000 || r == 0x1680)
-		return false;
-	if (r == 0xFEFF || (r >= 0xFFF9 && r <= 0xFFFB) || (r & 0xFFFE) == 0xFFFE)
-		return false;
-	if ((r >= 0xE000 && r <= 0xF8FF) || r >= 0xF0000)
-		return false; /* private use */
-	return true;
-}
-
+/* slog quotes a value that is empty or holds a space, '=', '"', or
+ * anything strconv.Quote escapes (a backslash alone is left as is). */
 static bool needs_quoting(const char *v)
 {
-	if (*v == '\0')
-		return true;
-	const unsigned char *s = (const unsigned char *)v;
 	size_t n = strlen(v);
-	for (size_t i = 0; i < n;) {
-		uint32_t r;
-		size_t len = utf8_decode(s + i, n - i, &r);
-		if (len == 0)
-			return true;
-		if (r == ' ' || r == '=' || r == '"' || !rune_printable(r))
-			return true;
-		i += len;
-	}
-	return false;
+	return n == 0 || strpbrk(v, " =\"") != NULL ||
+	       text_escape_needed(v, n, TEXT_GO | TEXT_KEEP_BACKSLASH);
 }
 
-/* strconv.Quote */
+/* strconv.Quote, through the one escaping routine. */
 static void append_quoted(struct buf *b, const char *v)
 {
-	static const char hex[] = "0123456789abcdef";
-	const unsigned char *s = (const unsigned char *)v;
-	size_t n = strlen(v);
 	buf_append(b, "\"", 1);
-	for (size_t i = 0; i < n;) {
-		uint32_t r;
-		size_t len = utf8_decode(s + i, n - i, &r);
-		char esc[12];
-		if (len == 0) {
-			esc[0] = '\\', esc[1] = 'x', esc[2] = hex[s[i] >> 4],
-			esc[3] = hex[s[i] & 15];
-			buf_append(b, esc, 4);
-			i++;
-			continue;
-		}
-		if (r == '"' || r == '\\') {
-			esc[0] = '\\', esc[1] = (char)r;
-			buf_append(b, esc, 2);
-		} else if (rune_printable(r)) {
-			buf_append(b, s + i, len);
-		} else {
-			const char *named = NULL;
-			switch (r) {
-			case '\a': named = "\\a"; break;
-			case '\b': named = "\\b"; break;
-			case '\f': named = "\\f"; break;
-			case '\n': named = "\\n"; break;
-			case '\r': named = "\\r"; break;
-			case '\t': named = "\\t"; break;
-			case '\v': named = "\\v"; break;
-			}
-			if (named)
-				buf_append(b, named, 2);
-			else if (r < ' ' || r == 0x7F)
-				buf_appendf(b, "\\x%02x", r);
-			else if (r < 0x10000)
-				buf_appendf(b, "\\u%04x", r);
-			else
-				buf_appendf(b, "\\U%08x", r);
-		}
-		i += len;
-	}
+	text_escape(b, v, strlen(v), 0, TEXT_GO | TEXT_QUOTE);
 	buf_append(b, "\"", 1);
 }
 
@@ -253,14 +183,13 @@ void log_record(enum log_level level, const char *const *attrs, const char *fmt,
 	buf_free(&b);
 }
 
+/* F or N of a say line: quoted, escaped ('"' and '\\' too), cut. */
 static void say_value(struct buf *b, const char *s)
 {
-	char v[LOG_SAY_VALUE_MAX + 1];
-	printable_copy(s, v, sizeof v, LOG_SAY_VALUE_MAX);
-	for (char *p = v; *p; p++)
-		if (*p == '"' || *p == '\\')
-			*p = '?';
-	buf_appendf(b, "\"%s\"", v);
+	s = s ? s : "";
+	buf_append(b, "\"", 1);
+	text_escape(b, s, strlen(s), LOG_SAY_VALUE_MAX, TEXT_QUOTE);
+	buf_append(b, "\"", 1);
 }
 
 void log_say_head(struct buf *b, const char *function, const char *kind, const char *name)
@@ -276,17 +205,13 @@ void log_say(const char *function, const char *kind, const char *name, const cha
 	struct buf b;
 	buf_init(&b, 16 * LOG_LINE_MAX);
 	log_say_head(&b, function, kind, name);
-	size_t head = b.len;
 	va_list ap;
 	va_start(ap, fmt);
 	char *tail = xvasprintf(fmt, ap);
 	va_end(ap);
 	size_t tl = strlen(tail);
-	buf_append(&b, tail, tl < LOG_LINE_MAX ? tl : LOG_LINE_MAX);
+	text_escape(&b, tail, tl < LOG_LINE_MAX ? tl : LOG_LINE_MAX, 0, TEXT_VERBATIM);
 	free(tail);
-	for (size_t i = head; i < b.len; i++)
-		if ((unsigned char)b.data[i] < 0x20 || b.data[i] == 0x7f)
-			b.data[i] = '?';
 	/* Cut at the cap, the line still ends in exactly one newline. */
 	if (b.len > LOG_LINE_MAX - 1)
 		b.len = LOG_LINE_MAX - 1;

@@ -6,7 +6,7 @@
  * Attributes are NULL-terminated key/value string arrays; LOG_ATTRS() builds
  * one in place. Values are quoted exactly as Go's strconv.Quote would when
  * they are empty or contain a space, '=', '"', or a non-printable byte or
- * rune. The level is checked before anything is formatted. Each record is
+ * rune (escaped by util.h's text_escape, TEXT_GO). The level is checked before anything is formatted. Each record is
  * written whole under one lock (a single write(2) is atomic on a pipe only
  * up to PIPE_BUF bytes, and forwarded lines reach 16 KiB), so lines from
  * different threads never interleave. Safe to call from any thread.
@@ -68,10 +68,11 @@ void log_append_value(struct buf *b, const char *value);
  *
  * log_say() writes `relay: function "F" <kind> "N"` followed by the tail
  * formatted from fmt and a newline, written whole, whatever LOG_LEVEL
- * says. F and N are cut to LOG_SAY_VALUE_MAX bytes of printable UTF-8 with
- * '"' and '\\' shown as '?' (log_say_head, shared with the forwarding
- * prefix); control characters in the tail become '?', so one call is
- * always exactly one line.
+ * says. F and N go through text_escape with '"' and '\\' escaped too, cut
+ * to LOG_SAY_VALUE_MAX columns (log_say_head, shared with the forwarding
+ * prefix); the tail goes through text_escape keeping tabs and backslashes
+ * (normal text unchanged), so one call is always exactly one line and no
+ * control character reaches the terminal.
  */
 #define LOG_SAY_VALUE_MAX 128
 void log_say(const char *function, const char *kind, const char *name, const char *fmt, ...)
@@ -80,7 +81,8 @@ void log_say(const char *function, const char *kind, const char *name, const cha
 void log_say_head(struct buf *b, const char *function, const char *kind, const char *name);
 
 /* Writes an already formatted line as is, whole (as above), regardless of
- * the level (used to forward handler output). */
+ * the level (used to forward handler output, escaped by the caller with
+ * text_escape, TEXT_VERBATIM). */
 void log_raw(const char *line, size_t len);
 
 #endif

@@ -693,7 +693,7 @@ static void forward_line(void *ctx, int stream, const char *line, size_t len)
 {
 	struct forward *f = ctx;
 	f->out.len = f->prefix_len;
-	buf_append(&f->out, line, len);
+	text_escape(&f->out, line, len, 0, TEXT_VERBATIM);
 	buf_append(&f->out, "\n", 1);
 	log_raw(f->out.data, f->out.len);
 	if (stream == 2 && len) {
@@ -777,7 +777,7 @@ static void run_init(struct run *r, struct docker *d, const struct invocation *i
 	r->timeout = runner_timeout_ns(in->timeout_ns);
 	r->status = -1;
 	r->chunk = xmalloc(READ_CHUNK);
-	buf_init(&r->fw.out, RUNNER_LINE_MAX + 4096);
+	buf_init(&r->fw.out, 4 * RUNNER_LINE_MAX + 4096); /* escaped: 4 bytes a byte at most */
 	char *prefix = runner_format_prefix(in);
 	buf_append(&r->fw.out, prefix, strlen(prefix));
 	r->fw.prefix_len = r->fw.out.len;

@@ -212,6 +212,157 @@ size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune)
 	return len;
 }
 
+/* Whether r is shown as it is (flags: TEXT_GO takes Go's printable set). */
+static bool rune_shown(uint32_t r, unsigned flags)
+{
+	if (r < 0x20 || r == 0x7F || (r >= 0x80 && r <= 0x9F))
+		return false;
+	if (r == 0x061C || r == 0x200E || r == 0x200F || (r >= 0x202A && r <= 0x202E) ||
+	    (r >= 0x2066 && r <= 0x2069) || r == 0x2028 || r == 0x2029)
+		return false;
+	if (!(flags & TEXT_GO))
+		return true;
+	/* An approximation of Go's unicode.IsPrint: the spaces, format
+	 * characters, private use and non-characters that matter in logs. */
+	if (r == 0xA0 || r == 0xAD || (r >= 0x2000 && r <= 0x200F) ||
+	    (r >= 0x2028 && r <= 0x202F) || (r >= 0x205F && r <= 0x206F) || r == 0x3000 ||
+	    r == 0x1680)
+		return false;
+	if (r == 0xFEFF || (r >= 0xFFF9 && r <= 0xFFFB) || (r & 0xFFFE) == 0xFFFE)
+		return false;
+	if ((r >= 0xE000 && r <= 0xF8FF) || r >= 0xF0000)
+		return false;
+	return true;
+}
+
+/* The unit at p (n >= 1 bytes left) as text_escape writes it: into out
+ * (its length returned), *k the bytes of p it stands for, *cols its
+ * columns. */
+static size_t escape_unit(const unsigned char *p, size_t n, unsigned flags, char out[12], size_t *k,
+			  size_t *cols)
+{
+	static const char hex[] = "0123456789abcdef";
+	uint32_t r;
+	size_t u = utf8_decode(p, n, &r);
+	*cols = 1;
+	if (u == 0) { /* not UTF-8: the byte */
+		*k = 1;
+		out[0] = '\\', out[1] = 'x', out[2] = hex[p[0] >> 4], out[3] = hex[p[0] & 15];
+		return *cols = 4;
+	}
+	*k = u;
+	if ((r == '\\' && !(flags & TEXT_KEEP_BACKSLASH)) || (r == '"' && (flags & TEXT_QUOTE))) {
+		out[0] = '\\', out[1] = (char)r;
+		return *cols = 2;
+	}
+	if ((r == '\t' && (flags & TEXT_KEEP_TAB)) || rune_shown(r, flags)) {
+		memcpy(out, p, u);
+		return u;
+	}
+	const char *named = r == '\n' ? "\\n" : r == '\r' ? "\\r" : r == '\t' ? "\\t" : NULL;
+	if (!named && (flags & TEXT_GO))
+		named = r == '\a'   ? "\\a"
+			: r == '\b' ? "\\b"
+			: r == '\f' ? "\\f"
+			: r == '\v' ? "\\v"
+				    : NULL;
+	if (named) {
+		memcpy(out, named, 2);
+		return *cols = 2;
+	}
+	if (r < 0x80)
+		snprintf_(out, 12, "\\x%02x", (unsigned)r);
+	else if (r < 0x10000)
+		snprintf_(out, 12, "\\u%04x", (unsigned)r);
+	else
+		snprintf_(out, 12, "\\U%08x", (unsigned)r);
+	return *cols = strlen(out);
+}
+
+void text_escape(struct buf *b, const char *s, size_t n, size_t max_cols, unsigned flags)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t budget = SIZE_MAX;
+	if (max_cols > 0) {
+		size_t total = 0;
+		for (size_t i = 0; i < n && total <= max_cols;) {
+			char u[12];
+			size_t k, cols;
+			escape_unit(p + i, n - i, flags, u, &k, &cols);
+			total += cols;
+			i += k;
+		}
+		if (total > max_cols)
+			budget = max_cols > 3 ? max_cols - 3 : 0;
+	}
+	size_t used = 0, i = 0;
+	while (i < n) {
+		char u[12];
+		size_t k, cols, len = escape_unit(p + i, n - i, flags, u, &k, &cols);
+		if (used + cols > budget || buf_append(b, u, len) < 0)
+			break;
+		used += cols;
+		i += k;
+	}
+	if (budget != SIZE_MAX)
+		buf_append(b, "...", 3);
+	else if (b->data == NULL)
+		buf_append(b, "", 0);
+}
+
+char *text_escaped(const char *s, size_t n, size_t max_cols, unsigned flags)
+{
+	struct buf b;
+	buf_init(&b, n * 10 + 8); /* every unit escaped, then "..." */
+	text_escape(&b, s, n, max_cols, flags);
+	return b.data ? buf_steal(&b) : xstrdup("");
+}
+
+bool text_escape_needed(const char *s, size_t n, unsigned flags)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	for (size_t i = 0; i < n;) {
+		char u[12];
+		size_t k, cols, len = escape_unit(p + i, n - i, flags, u, &k, &cols);
+		if (len != k || memcmp(u, p + i, k) != 0)
+			return true;
+		i += k;
+	}
+	return false;
+}
+
+size_t text_cols(const char *escaped)
+{
+	size_t n = 0;
+	for (; *escaped; escaped++)
+		if (((unsigned char)*escaped & 0xc0) != 0x80)
+			n++;
+	return n;
+}
+
+void text_escape_json(struct buf *b, const char *json, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)json;
+	size_t from = 0, i = 0;
+	while (i < n) {
+		uint32_t r;
+		size_t u = utf8_decode(p + i, n - i, &r);
+		if (u == 0)
+			r = 0xFFFD, u = 1; /* not from an encoder: the replacement character */
+		else if ((r < 0x80 && r != 0x7F) || rune_shown(r, 0)) {
+			/* ASCII as the encoder wrote it: whitespace between
+			 * tokens, controls inside strings escaped already */
+			i += u;
+			continue;
+		}
+		buf_append(b, p + from, i - from);
+		buf_appendf(b, "\\u%04X", (unsigned)r); /* as jansson writes them */
+		i += u;
+		from = i;
+	}
+	buf_append(b, p + from, i - from);
+}
+
 char *printable_copy(const char *s, char *out, size_t outsz, size_t max)
 {
 	if (max > outsz - 1)
@@ -222,7 +373,7 @@ char *printable_copy(const char *s, char *out, size_t outsz, size_t max)
 	for (size_t i = 0; i < n;) {
 		uint32_t rune;
 		size_t k = utf8_decode(p + i, n - i, &rune);
-		if (k == 0 || (k == 1 && (p[i] < 0x20 || p[i] == 0x7f))) {
+		if (k == 0 || !rune_shown(rune, 0)) {
 			if (o + 1 > max)
 				break;
 			out[o++] = '?';

@@ -76,9 +76,59 @@ int parse_int64(const char *s, int64_t *out);
  * invalid, as in Go). */
 size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *rune);
 
+/* ---- text for terminals and logs ---- */
+
+/*
+ * text_escape is the one routine through which every byte of outside text
+ * (event fields, handler output, error reasons, names read from Redis or a
+ * repository) reaches a terminal or a log line; the others below wrap it.
+ * Valid UTF-8 of printable code points is kept as it is, so normal text
+ * passes unchanged. Escaped:
+ *   - backslash as \\ (TEXT_KEEP_BACKSLASH keeps it) and, with TEXT_QUOTE,
+ *     '"' as \";
+ *   - newline, carriage return and tab as \n \r \t (TEXT_KEEP_TAB keeps tab),
+ *     every other C0 control (ESC among them) and DEL as \xNN;
+ *   - each byte that is not valid UTF-8 as \xNN;
+ *   - the C1 controls U+0080..U+009F (CSI U+009B among them), the bidi
+ *     controls U+061C, U+200E, U+200F, U+202A..U+202E and U+2066..U+2069,
+ *     and the separators U+2028, U+2029 as \uNNNN;
+ *   - with TEXT_GO, as Go's strconv.Quote does (the log's values): \a \b
+ *     \f \v by name, and also the code points Go's unicode.IsPrint does not
+ *     take (spaces other than ' ', format characters, private use,
+ *     non-characters) as \uNNNN or \UNNNNNNNN.
+ * An escape names the code point or byte it replaces, so an escaped text
+ * says exactly what was there. max_cols > 0 cuts the result to at most
+ * max_cols columns (a code point kept is one column, an escape as many as
+ * its characters), ending in "..." when something was left out; the
+ * result is also cut where the next unit would not fit in b's cap. Never
+ * inside an escape or a UTF-8 sequence. Appends to b.
+ */
+#define TEXT_KEEP_BACKSLASH 1u
+#define TEXT_KEEP_TAB 2u
+#define TEXT_QUOTE 4u
+#define TEXT_GO 8u
+/* Handler output and other free text that is shown verbatim when normal. */
+#define TEXT_VERBATIM (TEXT_KEEP_BACKSLASH | TEXT_KEEP_TAB)
+void text_escape(struct buf *b, const char *s, size_t n, size_t max_cols, unsigned flags);
+/* text_escape of s (n bytes) as a malloc'd string. */
+char *text_escaped(const char *s, size_t n, size_t max_cols, unsigned flags);
+/* Whether text_escape would change s (n bytes). */
+bool text_escape_needed(const char *s, size_t n, unsigned flags);
+/* Columns of an escaped text: its code points. */
+size_t text_cols(const char *escaped);
+/*
+ * Appends JSON text (n bytes, as a JSON encoder wrote it: valid UTF-8,
+ * C0 controls already escaped) to b with every code point text_escape
+ * would escape as \uNNNN (DEL, C1, bidi, separators): still valid JSON
+ * meaning the same, safe on a terminal.
+ */
+void text_escape_json(struct buf *b, const char *json, size_t n);
+
 /* Copies s (NULL reads as "") into out (outsz >= 4) bounded to
- * min(outsz-1, max) bytes: valid UTF-8 is kept whole, control characters
- * and invalid bytes become '?'. Returns out. */
+ * min(outsz-1, max) bytes, for a fixed-size field (a container label, a
+ * short name in a message): valid UTF-8 is kept whole, and what
+ * text_escape would escape (controls, C1, bidi, invalid bytes) becomes '?'
+ * (backslash and quotes are kept). Returns out. */
 char *printable_copy(const char *s, char *out, size_t outsz, size_t max);
 
 /* The value of one hexadecimal digit (either case), or -1. */

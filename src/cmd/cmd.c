@@ -119,9 +119,28 @@ int cmd_fail(const char *fmt, ...)
 	va_start(ap, fmt);
 	char *msg = xvasprintf(fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "relay: %s\n", msg);
+	struct buf b;
+	buf_init(&b, 4 * strlen(msg) + 16);
+	text_escape(&b, msg, strlen(msg), 0, TEXT_VERBATIM);
+	fprintf(stderr, "relay: %s\n", b.data);
+	buf_free(&b);
 	free(msg);
 	return 1;
+}
+
+void cmd_print_line(FILE *f, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	struct buf b;
+	buf_init(&b, 4 * strlen(msg) + 16);
+	text_escape(&b, msg, strlen(msg), 0, TEXT_VERBATIM);
+	buf_append(&b, "\n", 1);
+	fwrite(b.data, 1, b.len, f);
+	buf_free(&b);
+	free(msg);
 }
 
 /* The index in c's spec of the option named (or aliased) name[0..len), -1
@@ -264,10 +283,18 @@ int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct r
 int cmd_print_json(const struct cmd *self, json_t *doc)
 {
 	int rc = 0;
-	if (!doc || json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0 ||
-	    fputc('\n', stdout) == EOF || fflush(stdout) != 0)
-		rc = cmd_fail("%s: write: output error", self->words);
+	char *text = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(doc);
+	struct buf b;
+	size_t n = text ? strlen(text) : 0;
+	buf_init(&b, 6 * n + 16);
+	if (text)
+		text_escape_json(&b, text, n);
+	free(text);
+	if (!b.data || fwrite(b.data, 1, b.len, stdout) != b.len || fputc('\n', stdout) == EOF ||
+	    fflush(stdout) != 0)
+		rc = cmd_fail("%s: write: output error", self->words);
+	buf_free(&b);
 	return rc;
 }
 

@@ -95,8 +95,14 @@ void cmd_usage(const struct cmd *c, FILE *f);
 const char *cmd_opt(const struct cmd_args *a, const char *name);
 bool cmd_flag(const struct cmd_args *a, const char *name);
 
-/* Prints "relay: <msg>" to stderr; returns 1. */
+/* Prints "relay: <msg>" to stderr, msg through text_escape (TEXT_VERBATIM:
+ * one line, no control character; it may quote anything from outside);
+ * returns 1. */
 int cmd_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints one line to f: the text formatted from fmt through text_escape
+ * (TEXT_VERBATIM: normal text unchanged, tabs kept, no control character
+ * or newline), then a newline. For lines that quote outside text. */
+void cmd_print_line(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * For commands that touch CMD_REDIS: one connection to REDIS_URI, one
@@ -108,8 +114,9 @@ struct redis;
 int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct redis **out);
 
 /* --json output: doc (consumed) as one JSON document on stdout, indented
- * by 2, keys in insertion order, then a newline. 0, or 1 after an output
- * error (printed). */
+ * by 2, keys in insertion order, then a newline; through text_escape_json,
+ * so strings holding DEL, C1 or bidi controls print them \u-escaped. 0, or
+ * 1 after an output error (printed). */
 struct json_t;
 int cmd_print_json(const struct cmd *self, struct json_t *doc);
 

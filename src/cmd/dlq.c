@@ -7,11 +7,25 @@
  * Redis is unreachable), never touch Docker or the state database; show
  * also reads the functions directory.
  *
- * Reads are bounded: entries are read newest first DLQ_PAGE at a time
- * (each at most an event of EVENT_MAX_BYTES plus a few short fields, far
- * below REDIS_REPLY_MAX), ls stops after --limit matches and at the first
- * entry older than --since, and replay and rm --all hold the ids of at most
- * DLQ_ALL_MAX entries (the newest; exit 1 says more are left).
+ * Reads are bounded: ls, replay --all and rm --all scan the DLQ newest
+ * first with scan_lua, which filters inside Redis and answers at most
+ * DLQ_PAGE matching entries a call, each with only the fields ls shows
+ * (never the event), every value cut to DLQ_FIELD_MAX bytes, or with its
+ * id alone; one call looks at most DLQ_LOOK_MAX entries (Redis is not held
+ * long on a large DLQ). ls stops after --limit matches and at the first
+ * entry older than --since, and holds one page at a time: its table is
+ * scanned twice (the column widths, then the rows printed as read, over
+ * the same ids), --json prints each entry as it is read. replay and rm
+ * --all hold the ids of at most DLQ_ALL_MAX entries (the newest; exit 1
+ * says more are left); replay takes them oldest first (stream order).
+ * show and replay read one entry whole (an event, bounded by
+ * REDIS_REPLY_MAX).
+ *
+ * Only complete stream ids (MS-SEQ) are taken: Redis reads "MS" alone as
+ * a range of that whole millisecond in XRANGE and as MS-0 in XDEL.
+ *
+ * Every text from the DLQ is printed through text_escape (util.h), JSON
+ * through text_escape_json.
  *
  * replay runs replay_lua once per entry: it reads the entry, refuses when
  * it is gone or was replayed DLQ_REPLAY_MAX times (unless --force), XADDs
@@ -39,13 +53,13 @@
 #include "rfc3339.h"
 #include "util.h"
 
-#define DLQ_PAGE 16	       /* entries per read */
+#define DLQ_PAGE 16	/* matching entries a scan_lua call answers */
+#define DLQ_LOOK_MAX 32 /* entries a scan_lua call looks at */
+#define DLQ_STR_(x) #x
+#define DLQ_STR(x) DLQ_STR_(x)
 #define DLQ_LS_DEFAULT 50      /* ls without --limit */
 #define DLQ_REPLAY_MAX 10      /* replays of one event before --force is needed */
 #define DLQ_OUT_MAX (1u << 26) /* bytes of one rendered table */
-/* Entries one replay or rm --all takes at most (newest first): the ids are
- * held in memory; a larger DLQ takes more than one run. */
-#define DLQ_ALL_MAX 100000
 
 /* The options and state a dlq command works with. */
 struct dlq_ctx {
@@ -63,7 +77,8 @@ static void entries_free(struct dlq_entry **v, size_t n)
 	free(v);
 }
 
-/* An entry of an XRANGE reply ({id, {field, value, ...}}), or NULL. */
+/* An entry of an XRANGE or scan_lua reply ({id, {field, value, ...}}),
+ * or NULL. */
 static struct dlq_entry *entry_from_reply(const redisReply *e)
 {
 	if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
@@ -88,60 +103,149 @@ static int redis_fail(struct dlq_ctx *c, const redisReply *rep)
 }
 
 /*
- * The entries matching c->filter, newest first, at most limit (0: all).
- * Returns 0 with *out (*n entries), or -1 after printing the error. With
- * ids_only, each entry keeps its id alone (replay and rm --all: no event
- * bodies held while a large DLQ is scanned).
+ * KEYS[1] the DLQ. ARGV[1] where to start, newest first: "+", an id, or
+ * "(" and an id (after it); ARGV[2] the oldest id to look at ("-": all);
+ * ARGV[3] matching entries to answer at most; ARGV[4] --since in ms ("0":
+ * none): the scan ends at the first entry older; ARGV[5] "1" with
+ * --reason ARGV[6] (kept when its reason contains it, bytes, case
+ * matters); ARGV[7] "1" with --function ARGV[8] (kept when its function
+ * equals it: an entry written before Relay recorded the function has none
+ * and never matches); ARGV[9] "1": ids alone, else the fields ls shows
+ * (the last of each, in a fixed order), each cut to ARGV[10] bytes plus
+ * one (the reader marks the cut). Answers {next, {{id, fields}...}}:
+ * next is where the next call starts, "" when the scan is over.
  */
-static int scan(struct dlq_ctx *c, size_t limit, bool ids_only, struct dlq_entry ***out, size_t *n)
+static const char scan_lua[] =
+	"local from, want, since = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+	"local cut = tonumber(ARGV[10]) + 1\n"
+	"local SHOWN = {'original_stream', 'original_id', 'attempts', 'function', 'handler',\n"
+	"  'reason', 'relay_replays'}\n"
+	"local out, looked, over = {}, 0, false\n"
+	"while not over and #out < want and looked < " DLQ_STR(
+		DLQ_LOOK_MAX) " do\n"
+			      "  local page = redis.call('XREVRANGE', KEYS[1], from, ARGV[2], "
+			      "'COUNT', 16)\n"
+			      "  if #page < 16 then over = true end\n"
+			      "  for _, e in ipairs(page) do\n"
+			      "    if #out >= want then over = false break end\n"
+			      "    looked = looked + 1\n"
+			      "    from = '(' .. e[1]\n"
+			      "    if since > 0 and tonumber(string.match(e[1], '^%d+')) < since "
+			      "then\n"
+			      "      over = true break\n"
+			      "    end\n"
+			      "    local m, f = {}, e[2]\n"
+			      "    for i = 1, #f - 1, 2 do m[f[i]] = f[i + 1] end\n"
+			      "    if (ARGV[5] ~= '1' or (m.reason and string.find(m.reason, "
+			      "ARGV[6], 1, true))) and\n"
+			      "       (ARGV[7] ~= '1' or m['function'] == ARGV[8]) then\n"
+			      "      local keep = {}\n"
+			      "      if ARGV[9] ~= '1' then\n"
+			      "        for _, k in ipairs(SHOWN) do\n"
+			      "          if m[k] then keep[#keep + 1] = k; keep[#keep + 1] = "
+			      "string.sub(m[k], 1, cut) end\n"
+			      "        end\n"
+			      "      end\n"
+			      "      out[#out + 1] = {e[1], keep}\n"
+			      "    end\n"
+			      "  end\n"
+			      "end\n"
+			      "return {over and '' or from, out}\n";
+
+static struct redis_script scan_script;
+
+/* A scan in progress: newest first from `from`, down to `lowest`. */
+struct dlq_scan {
+	char from[64];	 /* "+", an id, or "(" and an id */
+	char lowest[64]; /* "-" or an id */
+	bool ids_only, over;
+};
+
+/* Cuts a value longer than DLQ_FIELD_MAX (scan_lua answers one byte more)
+ * at a UTF-8 boundary and marks it with "...". */
+static void cut_fields(struct dlq_entry *e)
 {
-	struct dlq_entry **v = NULL;
-	size_t k = 0, cap = 0;
-	char end[64] = "+";
-	bool done = false;
-	while (!done) {
+	for (size_t i = 0; i < e->nf; i++) {
+		if (e->vlen[i] <= DLQ_FIELD_MAX)
+			continue;
+		size_t n = DLQ_FIELD_MAX;
+		while (n > 0 && ((unsigned char)e->val[i][n] & 0xc0) == 0x80)
+			n--;
+		e->val[i] = xrealloc(e->val[i], n + 4);
+		memcpy(e->val[i] + n, "...", 4);
+		e->vlen[i] = n + 3;
+	}
+}
+
+/*
+ * The next page of s: at most want entries matching c->filter (newest
+ * first) into *out (*n of them; the caller frees them). 0, or -1 after
+ * printing the error. *n is 0 and s->over true at the end.
+ */
+static int scan_page(struct dlq_ctx *c, struct dlq_scan *s, size_t want, struct dlq_entry ***out,
+		     size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	while (!s->over && *n == 0) {
+		char count[24], since[24], cut[24];
+		snprintf_(count, sizeof count, "%zu", want < DLQ_PAGE ? want : DLQ_PAGE);
+		snprintf_(since, sizeof since, "%lld", (long long)c->filter.since_ms);
+		snprintf_(cut, sizeof cut, "%d", DLQ_FIELD_MAX);
+		const char *argv[] = {"1",
+				      c->key,
+				      s->from,
+				      s->lowest,
+				      count,
+				      since,
+				      c->filter.reason ? "1" : "0",
+				      c->filter.reason ? c->filter.reason : "",
+				      c->filter.function ? "1" : "0",
+				      c->filter.function ? c->filter.function : "",
+				      s->ids_only ? "1" : "0",
+				      cut};
+		size_t lens[ARRAY_LEN(argv)];
+		for (size_t i = 0; i < ARRAY_LEN(argv); i++)
+			lens[i] = strlen(argv[i]);
 		redisReply *rep =
-			redis_command(c->r, "XREVRANGE %s %s - COUNT %d", c->key, end, DLQ_PAGE);
-		if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+			redis_script_run(c->r, &scan_script, (int)ARRAY_LEN(argv), argv, lens);
+		if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+		    rep->element[0]->type != REDIS_REPLY_STRING ||
+		    rep->element[0]->len >= sizeof s->from ||
+		    rep->element[1]->type != REDIS_REPLY_ARRAY) {
 			redis_fail(c, rep);
 			if (rep)
 				freeReplyObject(rep);
-			entries_free(v, k);
 			return -1;
 		}
-		done = rep->elements < DLQ_PAGE;
-		for (size_t i = 0; i < rep->elements && !(limit && k >= limit); i++) {
-			struct dlq_entry *e = entry_from_reply(rep->element[i]);
+		const redisReply *v = rep->element[1];
+		if (rep->element[0]->len == 0)
+			s->over = true;
+		else
+			snprintf_(s->from, sizeof s->from, "%s", rep->element[0]->str);
+		*out = xcalloc(v->elements + 1, sizeof **out);
+		for (size_t i = 0; i < v->elements; i++) {
+			struct dlq_entry *e = entry_from_reply(v->element[i]);
 			if (!e)
 				continue;
-			snprintf_(end, sizeof end, "(%s", e->id);
-			if (c->filter.since_ms > 0 && e->ms < c->filter.since_ms) {
-				dlq_entry_free(e);
-				done = true;
-				break;
-			}
-			if (!dlq_filter_match(&c->filter, e)) {
-				dlq_entry_free(e);
-				continue;
-			}
-			if (ids_only) {
-				struct dlq_entry *id = dlq_entry_new(e->id, strlen(e->id));
-				dlq_entry_free(e);
-				e = id;
-			}
-			if (k == cap) {
-				cap = cap ? 2 * cap : DLQ_PAGE;
-				v = xrealloc(v, cap * sizeof *v);
-			}
-			v[k++] = e;
+			cut_fields(e);
+			(*out)[(*n)++] = e;
 		}
-		if (limit && k >= limit)
-			done = true;
 		freeReplyObject(rep);
+		if (*n == 0) {
+			free(*out);
+			*out = NULL;
+		}
 	}
-	*out = v;
-	*n = k;
 	return 0;
+}
+
+/* Starts s at from (NULL: the newest entry) down to lowest (NULL: all). */
+static void scan_start(struct dlq_scan *s, const char *from, const char *lowest, bool ids_only)
+{
+	*s = (struct dlq_scan){.ids_only = ids_only};
+	snprintf_(s->from, sizeof s->from, "%s", from ? from : "+");
+	snprintf_(s->lowest, sizeof s->lowest, "%s", lowest ? lowest : "-");
 }
 
 /* One entry by id: 1 with *out, 0 when there is none, -1 after an error. */
@@ -172,11 +276,12 @@ static int ctx_open(struct dlq_ctx *c, const struct cmd *self, const struct cmd_
 		int64_t d;
 		if (since) {
 			if (duration_parse(since, &d) < 0 || d <= 0) {
+				char *shown = text_escaped(since, strlen(since), 0, 0);
 				fprintf(stderr,
 					"relay %s: --since %s is not a positive duration (e.g. "
-					"90m, "
-					"24h)\n",
-					self->words, since);
+					"90m, 24h)\n",
+					self->words, shown);
+				free(shown);
 				return 2;
 			}
 			c->filter.since_ms = (now_wall_ns() - d) / NS_PER_MS;
@@ -188,9 +293,12 @@ static int ctx_open(struct dlq_ctx *c, const struct cmd *self, const struct cmd_
 	}
 	for (int i = 0; i < args->npos; i++)
 		if (!dlq_id_valid(args->pos[i])) {
+			char *shown = text_escaped(args->pos[i], strlen(args->pos[i]), 64, 0);
 			fprintf(stderr,
-				"relay %s: '%s' is not a stream id (like 1764629249000-0)\n",
-				self->words, args->pos[i]);
+				"relay %s: '%s' is not a complete stream id (MS-SEQ, like "
+				"1764629249000-0)\n",
+				self->words, shown);
+			free(shown);
 			return 2;
 		}
 	if (cmd_redis_connect(self, cfg, &c->r) < 0)
@@ -205,16 +313,40 @@ static void ctx_close(struct dlq_ctx *c)
 	free(c->key);
 }
 
-/* A JSON string of v (n bytes): itself when valid UTF-8, else escaped. */
+/* A JSON string of v (n bytes): itself when valid UTF-8 (printed with
+ * text_escape_json), else escaped. */
 static json_t *jstr(const char *v, size_t n)
 {
 	json_t *j = json_stringn(v, n);
 	if (j)
 		return j;
-	char *e = dlq_escape(v, n, 0);
+	char *e = text_escaped(v, n, 0, 0);
 	j = json_string(e);
 	free(e);
 	return j;
+}
+
+/* doc as cmd_print_json prints it (indent 2, escaped by
+ * text_escape_json), each line after the first indented by `indent`
+ * more spaces, appended to b; steals doc. */
+static void json_append(struct buf *b, json_t *doc, size_t indent)
+{
+	char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+	json_decref(doc);
+	if (!text)
+		abort(); /* jansson fails on out-of-memory only */
+	struct buf esc;
+	size_t n = strlen(text);
+	buf_init(&esc, 6 * n + 16);
+	text_escape_json(&esc, text, n);
+	free(text);
+	for (size_t i = 0; i < esc.len; i++) {
+		buf_append(b, &esc.data[i], 1);
+		if (esc.data[i] == '\n')
+			for (size_t k = 0; k < indent; k++)
+				buf_append(b, " ", 1);
+	}
+	buf_free(&esc);
 }
 
 /* A field as JSON: its string, null when missing. */
@@ -277,53 +409,128 @@ static int write_out(const struct cmd *self, const char *p, size_t n)
 	return 0;
 }
 
+/* ls --json: the array printed as its entries are read. */
+static int ls_json(struct dlq_ctx *c, size_t limit)
+{
+	int64_t now_ms = now_wall_ns() / NS_PER_MS;
+	struct dlq_scan s;
+	scan_start(&s, NULL, NULL, false);
+	size_t shown = 0;
+	int rc = 0;
+	while (rc == 0 && shown < limit) {
+		struct dlq_entry **v;
+		size_t n;
+		if (scan_page(c, &s, limit - shown, &v, &n) < 0)
+			return 1;
+		if (n == 0)
+			break;
+		struct buf b;
+		buf_init(&b, DLQ_OUT_MAX);
+		for (size_t i = 0; i < n; i++, shown++) {
+			buf_append(&b, shown ? ",\n  " : "[\n  ", 4);
+			json_append(&b, entry_json(v[i], now_ms), 2);
+		}
+		entries_free(v, n);
+		rc = write_out(c->self, b.data, b.len);
+		buf_free(&b);
+	}
+	if (rc == 0)
+		rc = write_out(c->self, shown ? "\n]\n" : "[]\n", shown ? 3 : 3);
+	return rc;
+}
+
+/*
+ * ls's table in two scans over the same entries: the first takes the
+ * column widths and the ids it went from and to, the second prints the
+ * rows as it reads them (an entry removed meanwhile is left out; one
+ * added is not in that range).
+ */
+static int ls_table(struct dlq_ctx *c, size_t limit, size_t width)
+{
+	int64_t now_s = now_wall_ns() / NS_PER_SEC;
+	struct dlq_ls_widths w;
+	dlq_ls_widths_init(&w);
+	char first[64] = "", last[64] = "";
+	struct dlq_scan s;
+	scan_start(&s, NULL, NULL, false);
+	size_t seen = 0;
+	while (seen < limit) {
+		struct dlq_entry **v;
+		size_t n;
+		if (scan_page(c, &s, limit - seen, &v, &n) < 0)
+			return 1;
+		if (n == 0)
+			break;
+		for (size_t i = 0; i < n; i++)
+			dlq_ls_widths_add(&w, v[i], now_s);
+		if (!seen)
+			snprintf_(first, sizeof first, "%s", v[0]->id);
+		snprintf_(last, sizeof last, "%s", v[n - 1]->id);
+		seen += n;
+		entries_free(v, n);
+	}
+	struct buf b;
+	buf_init(&b, DLQ_OUT_MAX);
+	dlq_render_ls_head(&b, &w);
+	int rc = write_out(c->self, b.data, b.len);
+	buf_free(&b);
+	if (!seen || rc)
+		return rc;
+	scan_start(&s, first, last, false);
+	size_t printed = 0;
+	while (rc == 0 && printed < seen) {
+		struct dlq_entry **v;
+		size_t n;
+		if (scan_page(c, &s, seen - printed, &v, &n) < 0)
+			return 1;
+		if (n == 0)
+			break;
+		buf_init(&b, DLQ_OUT_MAX);
+		dlq_render_ls_rows(&b, &w, v, n, now_s, width);
+		printed += n;
+		entries_free(v, n);
+		rc = write_out(c->self, b.data, b.len);
+		buf_free(&b);
+	}
+	return rc;
+}
+
 static int ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
 	int64_t limit = DLQ_LS_DEFAULT;
 	const char *lim = cmd_opt(args, "--limit");
 	if (lim && (parse_int64(lim, &limit) < 0 || limit < 1 || limit > 100000)) {
-		fprintf(stderr, "relay dlq ls: --limit %s is not a number from 1 to 100000\n", lim);
+		char *shown = text_escaped(lim, strlen(lim), 64, 0);
+		fprintf(stderr, "relay dlq ls: --limit %s is not a number from 1 to 100000\n",
+			shown);
+		free(shown);
 		return 2;
 	}
 	struct dlq_ctx c;
 	int rc = ctx_open(&c, self, args, cfg, true);
 	if (rc)
 		return rc;
-	struct dlq_entry **v = NULL;
-	size_t n = 0;
-	if (scan(&c, (size_t)limit, false, &v, &n) < 0) {
-		ctx_close(&c);
-		return 1;
-	}
-	int64_t now_ms = now_wall_ns() / NS_PER_MS;
-	if (cmd_flag(args, "--json")) {
-		json_t *arr = json_array();
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(arr, entry_json(v[i], now_ms));
-		rc = cmd_print_json(self, arr);
-	} else {
-		struct buf b;
-		buf_init(&b, DLQ_OUT_MAX);
-		dlq_render_ls(&b, v, n, now_ms / 1000, cmd_flag(args, "--wide") ? 0 : term_width());
-		rc = write_out(self, b.data ? b.data : "", b.len);
-		buf_free(&b);
-	}
-	entries_free(v, n);
+	redis_script_init(&scan_script, scan_lua);
+	if (cmd_flag(args, "--json"))
+		rc = ls_json(&c, (size_t)limit);
+	else
+		rc = ls_table(&c, (size_t)limit, cmd_flag(args, "--wide") ? 0 : term_width());
 	ctx_close(&c);
 	return rc;
 }
 
-/* The event pretty-printed (jansson, indent 2), or NULL when it is not
- * JSON jansson reads. */
+/* The event pretty-printed (jansson, indent 2, text_escape_json), or NULL
+ * when it is not JSON jansson reads. */
 static char *pretty_json(const char *v, size_t n)
 {
 	json_error_t jerr;
 	json_t *j = json_loadb(v, n, JSON_DECODE_ANY, &jerr);
 	if (!j)
 		return NULL;
-	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-	json_decref(j);
-	return s;
+	struct buf b;
+	buf_init(&b, DLQ_OUT_MAX);
+	json_append(&b, j, 0);
+	return buf_steal(&b);
 }
 
 static int show_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
@@ -384,9 +591,12 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
 		buf_init(&b, DLQ_OUT_MAX);
 		char ts[RFC3339_STR_MAX];
 		size_t w = strlen("Dead-lettered");
-		for (size_t i = 0; i < e->nf; i++)
-			if (strlen(e->name[i]) > w)
-				w = strlen(e->name[i]);
+		char **names = xcalloc(e->nf + 1, sizeof *names);
+		for (size_t i = 0; i < e->nf; i++) {
+			names[i] = text_escaped(e->name[i], strlen(e->name[i]), 0, 0);
+			if (text_cols(names[i]) > w)
+				w = text_cols(names[i]);
+		}
 		buf_appendf(&b, "%-*s  %s\n", (int)w + 1, "ID:", e->id);
 		char age[STATE_AGE_MAX];
 		state_format_age(e->ms / 1000, now_ms / 1000, age);
@@ -398,32 +608,42 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
 		for (size_t i = 0; i < e->nf; i++) {
 			if (strcmp(e->name[i], "event") == 0)
 				continue;
-			char *name = dlq_escape(e->name[i], strlen(e->name[i]), 0);
-			char *val = e->vlen[i] ? dlq_escape(e->val[i], e->vlen[i], 0)
+			char *val = e->vlen[i] ? text_escaped(e->val[i], e->vlen[i], 0, 0)
 					       : xstrdup("(empty)");
-			buf_appendf(&b, "%s:%*s  %s\n", name, (int)(w - strlen(e->name[i])), "",
-				    val);
-			free(name);
+			buf_appendf(&b, "%s:%*s  %s\n", names[i], (int)(w - text_cols(names[i])),
+				    "", val);
 			free(val);
 		}
+		for (size_t i = 0; i < e->nf; i++)
+			free(names[i]);
+		free(names);
 		if (!ev_text || elen == 0) {
 			buf_appendf(&b, "\nEvent: (none)\n");
 		} else if (pretty) {
 			buf_appendf(&b, "\nEvent:\n%s\n", pretty);
 		} else {
-			char *esc = dlq_escape(ev_text, elen, 0);
+			char *esc = text_escaped(ev_text, elen, 0, 0);
 			buf_appendf(&b, "\nEvent (not JSON, escaped):\n%s\n", esc);
 			free(esc);
 		}
 		buf_appendf(&b, "\nMatches now:\n");
-		if (!matched)
-			buf_appendf(&b, "  (not evaluated: %s)\n",
-				    scan_err ? scan_err
-					     : "no decodable event; a replay would be refused");
-		else if (nm == 0)
+		if (!matched) {
+			const char *why_not =
+				scan_err ? scan_err
+					 : "no decodable event; a replay would be refused";
+			buf_appendf(&b, "  (not evaluated: ");
+			text_escape(&b, why_not, strlen(why_not), 0, TEXT_VERBATIM);
+			buf_appendf(&b, ")\n");
+		} else if (nm == 0) {
 			buf_appendf(&b, "  (none: a replay would run no handler)\n");
-		for (size_t i = 0; i < nm; i++)
-			buf_appendf(&b, "  %s\t%s\n", m[i].function, m[i].handler);
+		}
+		for (size_t i = 0; i < nm; i++) {
+			buf_append(&b, "  ", 2);
+			text_escape(&b, m[i].function, strlen(m[i].function), 0, 0);
+			buf_append(&b, "\t", 1);
+			text_escape(&b, m[i].handler, strlen(m[i].handler), 0, 0);
+			buf_append(&b, "\n", 1);
+		}
 		rc = write_out(self, b.data ? b.data : "", b.len);
 		buf_free(&b);
 	}
@@ -438,7 +658,10 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
 }
 
 /*
- * KEYS[1] the DLQ, KEYS[2] the stream to replay to; ARGV[1] the entry id,
+ * KEYS[1] the DLQ, KEYS[2] the stream to replay to, KEYS[3] its replays
+ * hash (relay:<stream>:replays: the ids replays published, which relay
+ * start takes off as it reads them to count dlq_replayed_total; at most
+ * ARGV[5] ids, past that a replay goes uncounted); ARGV[1] the entry id,
  * ARGV[2] DLQ_REPLAY_MAX, ARGV[3] "1" to replay past it (--force), ARGV[4]
  * "1" for a dry run (check, write nothing). Answers {"gone"},
  * {"malformed", reason}, {"limit", n}, {"dry", n + 1} or {"ok", new id,
@@ -461,13 +684,23 @@ static const char replay_lua[] =
 	"if ARGV[4] == '1' then return {'dry', next} end\n"
 	"local id = redis.call('XADD', KEYS[2], '*', 'event', m.event,\n"
 	"  'relay_replay_of', ARGV[1], 'relay_replays', next)\n"
+	"if redis.call('HLEN', KEYS[3]) < tonumber(ARGV[5]) then\n"
+	"  redis.call('HSET', KEYS[3], id, ARGV[1])\n"
+	"end\n"
 	"redis.call('XDEL', KEYS[1], ARGV[1])\n"
 	"return {'ok', id, next}\n";
 
 static struct redis_script replay_script;
 
+static void ids_free(char **ids, size_t n)
+{
+	for (size_t i = 0; ids && i < n; i++)
+		free(ids[i]);
+	free(ids);
+}
+
 /* The ids a replay or rm works on: the arguments, or with --all the
- * entries matching the filters (newest first). NULL after an error
+ * entries matching the filters (the newest DLQ_ALL_MAX, oldest first). NULL after an error
  * (printed) with *rc set. */
 static char **targets(struct dlq_ctx *c, const struct cmd_args *args, size_t *n, int *rc)
 {
@@ -479,30 +712,50 @@ static char **targets(struct dlq_ctx *c, const struct cmd_args *args, size_t *n,
 			ids[(*n)++] = xstrdup(args->pos[i]);
 		return ids;
 	}
-	struct dlq_entry **v = NULL;
-	size_t k = 0;
-	if (scan(c, DLQ_ALL_MAX + 1, true, &v, &k) < 0) {
-		*rc = 1;
-		return NULL;
+	redis_script_init(&scan_script, scan_lua);
+	struct dlq_scan s;
+	scan_start(&s, NULL, NULL, true);
+	size_t k = 0, cap = 0;
+	for (;;) {
+		struct dlq_entry **v;
+		size_t got;
+		if (scan_page(c, &s, DLQ_ALL_MAX + 1 - k, &v, &got) < 0) {
+			ids_free(ids, k);
+			*rc = 1;
+			return NULL;
+		}
+		if (got == 0)
+			break;
+		if (k + got > cap) {
+			cap = cap ? 2 * cap : 64;
+			while (cap < k + got)
+				cap *= 2;
+			ids = xrealloc(ids, (cap + 1) * sizeof *ids);
+		}
+		for (size_t i = 0; i < got; i++) {
+			ids[k++] = v[i]->id;
+			v[i]->id = NULL;
+		}
+		entries_free(v, got);
+		if (k > DLQ_ALL_MAX)
+			break;
 	}
 	if (k > DLQ_ALL_MAX) {
-		dlq_entry_free(v[--k]);
+		free(ids[--k]);
 		*rc = cmd_fail("%s: more than %d entries match; taking the newest %d (run it again "
 			       "for the rest)",
 			       args->cmd->words, DLQ_ALL_MAX, DLQ_ALL_MAX);
 	}
-	ids = xcalloc(k + 1, sizeof *ids);
-	for (size_t i = 0; i < k; i++)
-		ids[(*n)++] = xstrdup(v[i]->id);
-	entries_free(v, k);
+	/* Newest first as scanned; taken in stream order. */
+	for (size_t i = 0; i < k / 2; i++) {
+		char *t = ids[i];
+		ids[i] = ids[k - 1 - i];
+		ids[k - 1 - i] = t;
+	}
+	*n = k;
+	if (!ids)
+		ids = xcalloc(1, sizeof *ids);
 	return ids;
-}
-
-static void ids_free(char **ids, size_t n)
-{
-	for (size_t i = 0; ids && i < n; i++)
-		free(ids[i]);
-	free(ids);
 }
 
 /* The arguments: IDs, or --all with optional filters; never both. 0 or 2. */
@@ -538,10 +791,8 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 	char *why = NULL;
 	if (!ev_text || elen == 0 || event_parse_json(ev_text, elen, &ev, &why) != EVENT_OK) {
 		const char *reason = dlq_entry_get(e, "reason", NULL);
-		char *r = dlq_escape(reason ? reason : (why ? why : "no event"),
-				     strlen(reason ? reason : (why ? why : "no event")), 0);
-		int rc = cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id, r);
-		free(r);
+		int rc = cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id,
+				  reason ? reason : (why ? why : "no event"));
 		free(why);
 		dlq_entry_free(e);
 		return rc;
@@ -553,7 +804,16 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 
 	char max[16];
 	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);
-	const char *argv[] = {"2", c->key, stream, id, max, force ? "1" : "0", dry ? "1" : "0"};
+	char *replays = xasprintf("relay:%s:replays", stream);
+	const char *argv[] = {"3",
+			      c->key,
+			      stream,
+			      replays,
+			      id,
+			      max,
+			      force ? "1" : "0",
+			      dry ? "1" : "0",
+			      DLQ_STR(DLQ_REPLAYS_MAX)};
 	size_t lens[ARRAY_LEN(argv)];
 	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
 		lens[i] = strlen(argv[i]);
@@ -576,16 +836,21 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 			 "anyway)",
 			 id, a1);
 	} else if (strcmp(what, "dry") == 0) {
-		printf("%s would be replayed to %s (replay %s)\n", id, stream, a1);
+		char *shown = text_escaped(stream, strlen(stream), 0, 0);
+		printf("%s would be replayed to %s (replay %s)\n", id, shown, a1);
+		free(shown);
 		rc = 0;
 	} else if (strcmp(what, "ok") == 0) {
-		printf("%s replayed as %s on %s (replay %s)\n", id, a1, stream, a2);
+		char *shown = text_escaped(stream, strlen(stream), 0, 0);
+		printf("%s replayed as %s on %s (replay %s)\n", id, a1, shown, a2);
+		free(shown);
 		rc = 0;
 	} else {
 		redis_fail(c, NULL);
 	}
 	if (rep)
 		freeReplyObject(rep);
+	free(replays);
 	free(stream);
 	return rc;
 }

@@ -161,13 +161,14 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 	const char **left = leftover_fields(st, &nleft);
 	size_t w = 0, nm = st->matched ? st->nmatches : 0;
 	for (size_t i = 0; i < nm; i++) {
-		size_t l = strlen(st->matches[i].function) + 1 + strlen(st->matches[i].handler);
+		size_t l = render_cols(st->matches[i].function) + 1 +
+			   render_cols(st->matches[i].handler);
 		if (l > w)
 			w = l;
 	}
 	for (size_t i = 0; i < nleft; i++)
-		if (strlen(left[i]) > w)
-			w = strlen(left[i]);
+		if (render_cols(left[i]) > w)
+			w = render_cols(left[i]);
 	buf_appendf(b, "\nInvocations:\n");
 	if (!nm && !nleft)
 		buf_appendf(b, "  (none)\n");
@@ -217,10 +218,7 @@ void event_status_render(struct buf *b, const struct event_status *st)
 			     {"Dead-lettered at:", "timestamp"}};
 		for (size_t i = 0; i < ARRAY_LEN(shown); i++) {
 			const char *v = shown[i].name ? dlq_field(st, shown[i].name) : st->dlq_id;
-			char *safe = xmalloc(4100);
-			render_field(b, shown[i].label,
-				     printable_copy(v ? v : "-", safe, 4100, 4096));
-			free(safe);
+			render_field_cut(b, shown[i].label, v ? v : "-", 4096);
 		}
 	}
 	const char *ev = event_text(st);
@@ -240,26 +238,28 @@ void event_status_render(struct buf *b, const struct event_status *st)
 		buf_appendf(b, "\nMatches now:\n");
 		if (!st->nmatches)
 			buf_appendf(b, "  (none)\n");
-		for (size_t i = 0; i < st->nmatches; i++)
-			buf_appendf(b, "  %s/%s\n", st->matches[i].function,
-				    st->matches[i].handler);
+		for (size_t i = 0; i < st->nmatches; i++) {
+			char *name =
+				xasprintf("%s/%s", st->matches[i].function, st->matches[i].handler);
+			buf_append(b, "  ", 2);
+			render_pad(b, name, 0);
+			buf_append(b, "\n", 1);
+			free(name);
+		}
 	}
 }
 
-static json_t *str_or_null(const char *s)
-{
-	return s ? json_string(s) : json_null();
-}
-
-/* A DLQ field's text as JSON: a string when valid UTF-8, else escaped. */
-static json_t *dlq_json_string(const char *v)
+/* A text from Redis or a template as JSON: a string when valid UTF-8
+ * (cmd_print_json escapes what a terminal must not see), else escaped
+ * (text_escape); null for NULL. */
+static json_t *str_or_null(const char *v)
 {
 	if (!v)
 		return json_null();
 	json_t *j = json_string(v);
 	if (j)
 		return j;
-	char *safe = str_for_message(v, 1 << 20);
+	char *safe = text_escaped(v, strlen(v), 0, 0);
 	j = json_string(safe);
 	free(safe);
 	return j;
@@ -272,8 +272,8 @@ static json_t *invocation_json(const char *fn, const char *handler, const char *
 	const char *name = marker_name(raw, &m);
 	char t[RFC3339_STR_MAX];
 	json_t *o = json_object();
-	json_object_set_new(o, "function", json_string(fn));
-	json_object_set_new(o, "handler", json_string(handler));
+	json_object_set_new(o, "function", str_or_null(fn));
+	json_object_set_new(o, "handler", str_or_null(handler));
 	json_object_set_new(o, "marker", json_string(name));
 	json_object_set_new(o, "until",
 			    m.kind == MARK_RUNNING || m.kind == MARK_NEXT_ATTEMPT
@@ -309,15 +309,15 @@ json_t *event_status_json(const struct event_status *st)
 	if (st->state == EVST_DEAD_LETTERED) {
 		d = json_object();
 		json_object_set_new(d, "id", json_string(st->dlq_id));
-		json_object_set_new(d, "reason", dlq_json_string(dlq_field(st, "reason")));
+		json_object_set_new(d, "reason", str_or_null(dlq_field(st, "reason")));
 		const char *a = dlq_field(st, "attempts");
 		int64_t n;
 		json_object_set_new(d, "attempts",
 				    a && parse_int64(a, &n) == 0 ? json_integer(n) : json_null());
-		json_object_set_new(d, "timestamp", dlq_json_string(dlq_field(st, "timestamp")));
+		json_object_set_new(d, "timestamp", str_or_null(dlq_field(st, "timestamp")));
 		const char *fn = dlq_field(st, "function"), *h = dlq_field(st, "handler");
-		json_object_set_new(d, "function", fn && *fn ? dlq_json_string(fn) : json_null());
-		json_object_set_new(d, "handler", h && *h ? dlq_json_string(h) : json_null());
+		json_object_set_new(d, "function", fn && *fn ? str_or_null(fn) : json_null());
+		json_object_set_new(d, "handler", h && *h ? str_or_null(h) : json_null());
 	}
 	json_object_set_new(o, "dead_letter", d);
 	json_t *inv = json_array();
@@ -350,8 +350,8 @@ json_t *event_status_json(const struct event_status *st)
 		mn = json_array();
 		for (size_t i = 0; i < st->nmatches; i++) {
 			json_t *m = json_object();
-			json_object_set_new(m, "function", json_string(st->matches[i].function));
-			json_object_set_new(m, "handler", json_string(st->matches[i].handler));
+			json_object_set_new(m, "function", str_or_null(st->matches[i].function));
+			json_object_set_new(m, "handler", str_or_null(st->matches[i].handler));
 			json_array_append_new(mn, m);
 		}
 	}
@@ -604,11 +604,12 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 {
 	uint64_t ms, seq;
 	if (!parse_stream_id(args->pos[0], &ms, &seq)) {
+		char *shown = text_escaped(args->pos[0], strlen(args->pos[0]), 64, 0);
 		fprintf(stderr,
 			"relay %s: '%s' is not a stream message id (<milliseconds>-<sequence>, "
-			"e.g. "
-			"1764621000000-0)\n",
-			self->words, args->pos[0]);
+			"e.g. 1764621000000-0)\n",
+			self->words, shown);
+		free(shown);
 		return 2;
 	}
 	struct redis *r;

@@ -40,13 +40,13 @@ static int validate_exec(const struct cmd *self, const struct cmd_args *args,
 			continue;
 		seen++;
 		for (size_t k = 0; k < e->warnings.n; k++)
-			printf("%s: warning: %s\n", e->name, e->warnings.v[k]);
+			cmd_print_line(stdout, "%s: warning: %s", e->name, e->warnings.v[k]);
 		if (e->status == FUNCTION_OK) {
-			printf("%s: ok\n", e->name);
+			cmd_print_line(stdout, "%s: ok", e->name);
 		} else {
 			bad++;
 			for (size_t k = 0; k < e->errors.n; k++)
-				printf("%s: %s\n", e->name, e->errors.v[k]);
+				cmd_print_line(stdout, "%s: %s", e->name, e->errors.v[k]);
 		}
 	}
 	function_scan_free(&scan);
@@ -73,13 +73,14 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 	char *text = NULL, *why = NULL;
 	size_t len = 0;
 	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
-		fprintf(stderr, "relay function match: %s\n", why);
+		cmd_print_line(stderr, "relay function match: %s", why);
 		free(why);
 		return 2;
 	}
 	struct event *ev = NULL;
 	if (event_parse_json(text, len, &ev, &why) != EVENT_OK) {
-		fprintf(stderr, "relay function match: invalid event: %s\n", why ? why : "invalid");
+		cmd_print_line(stderr, "relay function match: invalid event: %s",
+			       why ? why : "invalid");
 		free(why);
 		free(text);
 		return 2;
@@ -98,7 +99,7 @@ static int match_exec(const struct cmd *self, const struct cmd_args *args, const
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++)
-		printf("%s\t%s\n", m[i].function, m[i].handler);
+		cmd_print_line(stdout, "%s\t%s", m[i].function, m[i].handler);
 	cmd_match_free(m, n);
 	return 0;
 }

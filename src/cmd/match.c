@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd/cmd.h"
 #include "event.h"
 #include "function.h"
 #include "pattern.h"
@@ -25,8 +26,8 @@ int cmd_match_event(const char *words, const char *dir, const struct event *ev, 
 	for (size_t i = 0; i < scan.n; i++) {
 		struct function_entry *e = &scan.v[i];
 		if (e->status == FUNCTION_INVALID)
-			fprintf(stderr, "relay %s: skipping invalid function %s: %s\n", words,
-				e->name, e->errors.n ? e->errors.v[0] : "invalid");
+			cmd_print_line(stderr, "relay %s: skipping invalid function %s: %s", words,
+				       e->name, e->errors.n ? e->errors.v[0] : "invalid");
 		if (e->fn)
 			total += e->fn->tpl->nrules;
 	}

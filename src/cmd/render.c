@@ -40,10 +40,19 @@ static const size_t ls_min_width[] = {22, 13, 10, 11};
 
 void render_pad(struct buf *b, const char *s, size_t width)
 {
-	size_t n = strlen(s);
-	buf_append(b, s, n);
-	for (; n < width; n++)
+	size_t from = b->len;
+	s = s ? s : "";
+	text_escape(b, s, strlen(s), 0, 0);
+	for (size_t n = text_cols(b->data + from); n < width; n++)
 		buf_append(b, " ", 1);
+}
+
+size_t render_cols(const char *s)
+{
+	char *e = text_escaped(s ? s : "", s ? strlen(s) : 0, 0, 0);
+	size_t n = text_cols(e);
+	free(e);
+	return n;
 }
 
 /* "<age>" of an RFC3339 text; the text itself when it does not parse. */
@@ -52,10 +61,8 @@ static const char *age_of(const char *ts, int64_t now, char out[STATE_AGE_MAX])
 	int64_t t;
 	if (!ts || !*ts)
 		return "-";
-	if (state_parse_time(ts, &t) < 0) {
-		snprintf_(out, STATE_AGE_MAX, "%s", ts);
-		return out;
-	}
+	if (state_parse_time(ts, &t) < 0)
+		return printable_copy(ts, out, STATE_AGE_MAX, STATE_AGE_MAX - 1);
 	return state_format_age(t, now, out);
 }
 
@@ -70,8 +77,8 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 		snprintf_(count[i], sizeof count[i], "%zu", fs[i].nhandlers);
 		const char *cells[4] = {fs[i].name, fs[i].runtime, fs[i].status, count[i]};
 		for (size_t c = 0; c < 4; c++)
-			if (strlen(cells[c]) + 3 > width[c])
-				width[c] = strlen(cells[c]) + 3;
+			if (render_cols(cells[c]) + 3 > width[c])
+				width[c] = render_cols(cells[c]) + 3;
 	}
 	for (size_t c = 0; c < 4; c++)
 		if (width[c] < ls_min_width[c])
@@ -93,8 +100,15 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 
 void render_field(struct buf *b, const char *label, const char *value)
 {
+	render_field_cut(b, label, value, 0);
+}
+
+void render_field_cut(struct buf *b, const char *label, const char *value, size_t max_cols)
+{
 	render_pad(b, label, 19);
-	buf_appendf(b, "%s\n", value);
+	value = value ? value : "";
+	text_escape(b, value, strlen(value), max_cols, 0);
+	buf_append(b, "\n", 1);
 }
 
 /* A stored Go duration normalised through duration_format; raw when invalid. */
@@ -110,19 +124,19 @@ static const char *timeout_text(const char *stored, char out[DURATION_STR_MAX], 
 	return duration_format(*ns, out);
 }
 
-/* Appends s quoted as Go's %q would for printable ASCII text. */
+/* Appends s quoted as Go's %q would for printable text. */
 static void append_quoted(struct buf *b, const char *s)
 {
 	buf_append(b, "\"", 1);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			buf_appendf(b, "\\%c", *p);
-		else if (*p < 0x20 || *p == 0x7f)
-			buf_appendf(b, "\\x%02x", *p);
-		else
-			buf_append(b, p, 1);
-	}
+	text_escape(b, s, strlen(s), 0, TEXT_QUOTE);
 	buf_append(b, "\"", 1);
+}
+
+/* s escaped (text_escape) after a fixed text. */
+static void append_escaped(struct buf *b, const char *before, const char *s)
+{
+	buf_appendf(b, "%s", before);
+	text_escape(b, s, strlen(s), 0, 0);
 }
 
 /* inspect's "Events:" section: one line a handler, timeouts aligned. */
@@ -132,15 +146,16 @@ static void render_events(struct buf *b, const struct state_function_info *f)
 		return;
 	size_t w = 0;
 	for (size_t i = 0; i < f->nhandlers; i++)
-		if (strlen(f->handlers[i].handler) > w)
-			w = strlen(f->handlers[i].handler);
+		if (render_cols(f->handlers[i].handler) > w)
+			w = render_cols(f->handlers[i].handler);
 	buf_appendf(b, "\nEvents:\n");
 	for (size_t i = 0; i < f->nhandlers; i++) {
 		char d[DURATION_STR_MAX];
 		int64_t ns;
 		buf_append(b, "  ", 2);
 		render_pad(b, f->handlers[i].handler, w + 3);
-		buf_appendf(b, "timeout=%s\n", timeout_text(f->handlers[i].timeout, d, &ns));
+		append_escaped(b, "timeout=", timeout_text(f->handlers[i].timeout, d, &ns));
+		buf_append(b, "\n", 1);
 	}
 }
 
@@ -153,8 +168,8 @@ static void render_schedules(struct buf *b, const struct state_function_info *f,
 		return;
 	size_t w = 38; /* the spec's example: cron= at column 41 */
 	for (size_t i = 0; i < f->nschedules; i++)
-		if (strlen(f->schedules[i].handler) + 3 > w)
-			w = strlen(f->schedules[i].handler) + 3;
+		if (render_cols(f->schedules[i].handler) + 3 > w)
+			w = render_cols(f->schedules[i].handler) + 3;
 	buf_appendf(b, "\nSchedules:\n");
 	for (size_t i = 0; i < f->nschedules; i++) {
 		const struct state_schedule_info *sc = &f->schedules[i];
@@ -163,15 +178,17 @@ static void render_schedules(struct buf *b, const struct state_function_info *f,
 		buf_append(b, "cron=", 5);
 		append_quoted(b, sc->cron);
 		char *desc = describe ? describe(sc->cron) : NULL;
-		if (desc && *desc)
-			buf_appendf(b, " (%s)", desc);
+		if (desc && *desc) {
+			append_escaped(b, " (", desc);
+			buf_append(b, ")", 1);
+		}
 		free(desc);
-		buf_appendf(b, " timezone=%s", sc->timezone);
+		append_escaped(b, " timezone=", sc->timezone);
 		char d[DURATION_STR_MAX];
 		int64_t ns;
 		const char *t = timeout_text(sc->timeout, d, &ns);
 		if (ns != TEMPLATE_DEFAULT_TIMEOUT_NS)
-			buf_appendf(b, " timeout=%s", t);
+			append_escaped(b, " timeout=", t);
 		buf_append(b, "\n", 1);
 	}
 }
@@ -185,8 +202,8 @@ static void render_standby(struct buf *b, const struct state_function_info *f)
 		return;
 	size_t w = 0;
 	for (size_t i = 0; i < f->nstandby; i++)
-		if (strlen(f->standby[i].handler) > w)
-			w = strlen(f->standby[i].handler);
+		if (render_cols(f->standby[i].handler) > w)
+			w = render_cols(f->standby[i].handler);
 	buf_appendf(b, "\nStandby:\n");
 	for (size_t i = 0; i < f->nstandby; i++) {
 		buf_append(b, "  ", 2);
@@ -242,13 +259,19 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 		    (long long)f->stats.dlq_entries);
 	if (f->nenv) {
 		buf_appendf(b, "\nEnvironment:\n");
-		for (size_t i = 0; i < f->nenv; i++)
-			buf_appendf(b, "  %s=%s\n", f->env[i].name, f->env[i].value);
+		for (size_t i = 0; i < f->nenv; i++) {
+			append_escaped(b, "  ", f->env[i].name);
+			append_escaped(b, "=", f->env[i].value);
+			buf_append(b, "\n", 1);
+		}
 	}
 	if (f->nsecrets) {
 		buf_appendf(b, "\nSecrets:\n");
-		for (size_t i = 0; i < f->nsecrets; i++)
-			buf_appendf(b, "  %s=%s\n", f->secrets[i].name, f->secrets[i].value);
+		for (size_t i = 0; i < f->nsecrets; i++) {
+			append_escaped(b, "  ", f->secrets[i].name);
+			append_escaped(b, "=", f->secrets[i].value);
+			buf_append(b, "\n", 1);
+		}
 	}
 }
 

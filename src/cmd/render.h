@@ -43,11 +43,16 @@ typedef char *(*state_cron_describe_fn)(const char *expr);
  * function (standby on, Relay running); Stats always; Environment and
  * Secrets only when defined, sorted by name.
  */
-/* s, then spaces up to width bytes (the tables' columns). */
+/* Every text these views print goes through text_escape (util.h): names,
+ * statuses, errors, values read from the database, Redis or a template. */
+/* s escaped, then spaces up to width columns (the tables' columns). */
 void render_pad(struct buf *b, const char *s, size_t width);
-/* "<label padded to 19><value>\n": the label column of inspect, stats and
- * event status. */
+/* The columns s takes once escaped (what render_pad counts). */
+size_t render_cols(const char *s);
+/* "<label padded to 19><value escaped>\n": the label column of inspect,
+ * stats and event status; _cut cuts value to max_cols (text_escape). */
 void render_field(struct buf *b, const char *label, const char *value);
+void render_field_cut(struct buf *b, const char *label, const char *value, size_t max_cols);
 
 void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
 void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,

@@ -319,9 +319,9 @@ test_replay_all_with_filters_replays_only_the_matching_ones() {
 		reason 'dq-x/h.handler exhausted: timed out' attempts 5 function dq-x handler h.handler)
 	run "$RELAY" dlq replay --all --function dq-x --dry-run
 	assert_status 0
-	assert_out_eq "$now would be replayed to events (replay 1)
+	assert_out_eq "1700000000000-1 would be replayed to events (replay 1)
 1700000000000-3 would be replayed to events (replay 1)
-1700000000000-1 would be replayed to events (replay 1)"
+$now would be replayed to events (replay 1)"
 	dq_len_is relay:events:dlq 5 && [ "$(dq_len events)" = 0 ] || fail "--dry-run wrote"
 	run "$RELAY" dlq replay --all --since 1h
 	assert_status 0
@@ -351,7 +351,7 @@ test_replay_all_with_filters_replays_only_the_matching_ones() {
 	assert_err_contains "relay dlq rm: give entry IDs, or --all"
 	run "$RELAY" dlq show 12ab
 	assert_status 2
-	assert_err_contains "relay dlq show: '12ab' is not a stream id"
+	assert_err_contains "relay dlq show: '12ab' is not a complete stream id"
 	run "$RELAY" dlq ls --since yesterday
 	assert_status 2
 	run "$RELAY" dlq show 1-1
@@ -440,4 +440,135 @@ test_all_takes_at_most_100000_entries_per_run() {
 	assert_status 0
 	assert_out_eq "deleted 1 entry"
 	dq_len_is relay:events:dlq 0 || fail "not empty"
+}
+
+# An id without its sequence names a whole millisecond to Redis: refused
+# (exit 2, one line), nothing published or deleted.
+test_an_id_without_a_sequence_is_refused() {
+	dq_redis events
+	dq_add 1700000000000-0 0
+	dq_add 1700000000000-1 1
+	dq_add 1700000000000-2 2
+	local words
+	for words in "replay" "replay --force" "rm --yes" "show" "show --json"; do
+		# shellcheck disable=SC2086
+		run "$RELAY" dlq $words 1700000000000
+		assert_status 2
+		assert_out_empty
+		assert_err_lines 1
+		[ "$(cat "$TMP/err")" = "relay dlq ${words%% *}: '1700000000000' is not a complete stream id (MS-SEQ, like 1764629249000-0)" ] ||
+			fail "dlq $words: $(cat "$TMP/err")"
+	done
+	for words in "1700000000000-" "-0" "1700000000000-0-0" "+" "-" "1700000000000-0 1700000000000"; do
+		# shellcheck disable=SC2086
+		run "$RELAY" dlq replay $words
+		assert_status 2
+		assert_out_empty
+	done
+	[ "$(dq_ids relay:events:dlq)" = "1700000000000-0 1700000000000-1 1700000000000-2" ] ||
+		fail "DLQ: $(dq_ids relay:events:dlq)"
+	dq_len_is events 0 || fail "published: $(dq_cli XRANGE events - +)"
+}
+
+# --all replays in stream order (oldest first), as the events came.
+test_replay_all_goes_in_stream_order() {
+	dq_redis events
+	dq_add 1700000000000-1 1
+	dq_add 1700000000000-2 2
+	dq_add 1700000000001-0 3
+	run "$RELAY" dlq replay --all
+	assert_status 0
+	[ "$(awk '{ print $1 }' "$TMP/out" | paste -sd' ')" = "1700000000000-1 1700000000000-2 1700000000001-0" ] ||
+		fail "order: $(cat "$TMP/out")"
+	[ "$(dq_cli XRANGE events - + | awk 'p { print; p = 0 } $0 == "event" { p = 1 }' | paste -sd' ')" = '{"n":1} {"n":2} {"n":3}' ] ||
+		fail "published: $(dq_cli XRANGE events - +)"
+}
+
+# dlq_replayed_total counts the messages relay dlq replay published, not a
+# producer's message that carries relay_replay_of itself.
+test_a_forged_replay_field_is_not_counted() {
+	dq_redis events
+	export METRICS_ADDR=127.0.0.1:$(free_port)
+	dq_cli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
+	start_relay_as "$TMP/relay.log" dq-forged-host
+	dq_cli XADD events '*' event '{"n":1}' relay_replay_of 1700000000000-1 relay_replays 1 >/dev/null
+	dq_cli XADD events '*' event '{"n":2}' relay_replay_of 1700000000000-2 >/dev/null
+	wait_for 20 dq_metric_is events_received_total 2 || fail "events_received_total $(dq_metric events_received_total)"
+	dq_add 1700000000000-3 3
+	run "$RELAY" dlq replay 1700000000000-3
+	assert_status 0
+	wait_for 20 dq_metric_is events_received_total 3 || fail "events_received_total $(dq_metric events_received_total)"
+	[ "$(dq_metric dlq_replayed_total)" = 1 ] || fail "dlq_replayed_total $(dq_metric dlq_replayed_total), want 1"
+	stop_relay_pid "$RELAY_PID"
+}
+
+# dq_peak_kib CMD...: runs CMD (stdout to $TMP/out) and prints its peak
+# resident set in KiB.
+dq_peak_kib() {
+	/usr/bin/time -f %M -o "$TMP/time" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || fail "$*: $(cat "$TMP/err")"
+	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from: $*"
+	tail -n 1 "$TMP/time"
+}
+
+# ls reads only what its columns need: 120 entries of 1 MiB events listed
+# whole (--limit 400, table, --wide and --json) stay under 64 MiB resident
+# (holding them took about 1.8 MiB per entry under the sanitizers).
+test_ls_does_not_hold_event_bodies() {
+	dq_redis events
+	dq_cli EVAL "local big = string.rep('x', 1048576)
+		for i = 1, 120 do redis.call('XADD', KEYS[1], '1700000000000-' .. i, 'original_stream', 'events',
+			'original_id', '1-' .. i, 'event', big, 'reason', 'r' .. i, 'attempts', '1', 'function', 'dq-x') end" \
+		1 relay:events:dlq >/dev/null
+	dq_len_is relay:events:dlq 120 || fail "DLQ has $(dq_len relay:events:dlq) entries"
+	local args kib
+	for args in "" "--wide" "--json"; do
+		# shellcheck disable=SC2086
+		kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400 $args)
+		[ "$kib" -lt 65536 ] || fail "dlq ls --limit 400 $args: peak RSS $kib KiB"
+	done
+	[ "$(jq length "$TMP/out")" = 120 ] && [ "$(jq -r '.[0].reason' "$TMP/out")" = r120 ] ||
+		fail "--json: $(head -c 300 "$TMP/out")"
+	kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400)
+	[ "$(wc -l <"$TMP/out")" = 121 ] && [ "$(sed -n 2p "$TMP/out" | awk '{ print $1, $3, $NF }')" = "1700000000000-120 1-120 r120" ] ||
+		fail "table: $(head -n 3 "$TMP/out")"
+}
+
+# dq_raw_controls FILE: whether FILE holds a raw ESC, C0 (but tab and
+# newline), DEL, C1 (U+0080..U+009F) or bidi control (U+202A..U+202E,
+# U+2066..U+2069).
+dq_raw_controls() {
+	LC_ALL=C grep -qaP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]' "$1"
+}
+
+# Text from the DLQ reaches the terminal escaped (ls --wide, show, and the
+# event's pretty-printed JSON); --json stays valid JSON holding the same
+# text with those characters \u-escaped.
+test_ls_and_show_escape_controls() {
+	dq_redis events
+	local reason=$'boom \e]0;pwn\a \xc2\x9b2J \xe2\x80\xaeevil\x7f' fn=$'dq-\xc2\x9b31m' out
+	# The event's strings hold CSI (U+009B), RLO (U+202E) and ESC, JSON-escaped.
+	dq_cli XADD relay:events:dlq 1700000000000-1 original_stream events original_id $'1-1\e[2J' \
+		event '{"msg":"a\u009b2J b\u202e c\u001b[31m d\u2067 e\u007f"}' reason "$reason" attempts 1 \
+		function "$fn" handler h.handler >/dev/null
+	for out in "ls --wide" "ls" "show 1700000000000-1"; do
+		# shellcheck disable=SC2086
+		run "$RELAY" dlq $out
+		assert_status 0
+		dq_raw_controls "$TMP/out" && fail "dlq $out: raw control characters: $(od -c "$TMP/out" | head -n 30)"
+	done
+	run "$RELAY" dlq ls --wide
+	assert_out_contains 'dq-\u009b31m  boom \x1b]0;pwn\x07 \u009b2J \u202eevil\x7f'
+	assert_out_contains '1-1\x1b[2J'
+	run "$RELAY" dlq show 1700000000000-1
+	assert_out_contains '"msg": "a\u009B2J b\u202E c\u001B[31m d\u2067 e\u007F"'
+	assert_out_contains 'boom \x1b]0;pwn\x07 \u009b2J \u202eevil\x7f'
+	for out in "ls --json" "show --json 1700000000000-1"; do
+		# shellcheck disable=SC2086
+		run "$RELAY" dlq $out
+		assert_status 0
+		dq_raw_controls "$TMP/out" && fail "dlq $out: raw control characters: $(od -c "$TMP/out" | head -n 30)"
+		jq -e --arg r "$reason" --arg f "$fn" '(if type == "array" then .[0] else . end) | .reason == $r and .function == $f' \
+			"$TMP/out" >/dev/null || fail "dlq $out: $(cat "$TMP/out")"
+	done
+	jq -e '.event.msg == "a\u009b2J b\u202e c\u001b[31m d\u2067 e\u007f"' "$TMP/out" >/dev/null || fail "show --json event: $(cat "$TMP/out")"
 }

@@ -236,3 +236,43 @@ test_event_status_arguments_and_settings() {
 	assert_status 0
 	assert_out_contains "Connects to Redis (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like relay"
 }
+
+# es_raw_controls FILE: whether FILE holds a raw ESC, C0 (but newline),
+# DEL, C1 (U+0080..U+009F) or bidi control (U+202A..U+202E, U+2066..U+2069).
+es_raw_controls() {
+	LC_ALL=C grep -qaP '[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]' "$1"
+}
+
+# Names and reasons from Redis reach the terminal escaped: a consumer name,
+# an invocation hash field and a DLQ reason with ESC, C1 (CSI U+009B) and
+# bidi controls; --json keeps them, \u-escaped, in valid JSON.
+test_event_status_escapes_names_and_reasons() {
+	start_redis
+	wait_redis_plain
+	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=es REDIS_GROUP=es-group
+	local consumer=$'w\e[31m\xc2\x9b2J\xe2\x80\xaeevil' reason=$'boom \e]0;pwn\a \xc2\x9b2J \xe2\x81\xa6x' p d
+	rcli XGROUP CREATE es es-group 0 MKSTREAM >/dev/null
+	p=$(xadd '{"kind":"x"}')
+	d=$(xadd '{"kind":"y"}')
+	rcli XREADGROUP GROUP es-group "$consumer" COUNT 2 STREAMS es '>' >/dev/null
+	rcli XACK es es-group "$d" >/dev/null
+	rcli HSET "relay:invocation:es:es-group:$p" $'fn\e[2J/h\xc2\x85' ok >/dev/null
+	rcli XADD relay:es:dlq '*' original_stream es original_id "$d" event '{"kind":"y"}' reason "$reason" \
+		attempts 1 timestamp 2026-01-01T00:00:00Z function fn handler h >/dev/null
+	es_status "$p"
+	assert_status 0
+	es_raw_controls "$TMP/out" && fail "raw control characters: $(od -c "$TMP/out" | head -n 20)"
+	assert_out_contains 'Consumer:          w\x1b[31m\u009b2J\u202eevil'
+	assert_out_contains '  fn\x1b[2J/h\u0085'
+	es_status --json "$p"
+	assert_status 0
+	es_raw_controls "$TMP/out" && fail "--json: raw control characters: $(od -c "$TMP/out" | head -n 20)"
+	[ "$(jq -r .pending.consumer "$TMP/out")" = "$consumer" ] || fail "--json consumer: $(cat "$TMP/out")"
+	es_status "$d"
+	assert_status 0
+	es_raw_controls "$TMP/out" && fail "dead-lettered: raw control characters: $(od -c "$TMP/out" | head -n 20)"
+	assert_out_contains 'Reason:            boom \x1b]0;pwn\x07 \u009b2J \u2066x'
+	es_status --json "$d"
+	es_raw_controls "$TMP/out" && fail "--json: raw control characters: $(od -c "$TMP/out" | head -n 20)"
+	[ "$(jq -r .dead_letter.reason "$TMP/out")" = "$reason" ] || fail "--json reason: $(cat "$TMP/out")"
+}

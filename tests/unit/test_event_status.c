@@ -102,7 +102,7 @@ TEST(dead_lettered_shows_the_entry_safely)
 		     "Group:             g\n"
 		     "State:             dead-lettered\n"
 		     "DLQ entry:         2-0\n"
-		     "Reason:            bad?line\n"
+		     "Reason:            bad\\nline\n"
 		     "Attempts:          0\n"
 		     "Dead-lettered at:  2026-12-01T22:00:00Z\n"
 		     "Event:             malformed (not_object)\n");

@@ -80,6 +80,16 @@ static const struct {
 	{"unicode \xf0\x9f\x98\x80", "\"unicode \xf0\x9f\x98\x80\""},
 	{"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},
 	{"c1\xc2\x85", "\"c1\\u0085\""},
+	{"csi\xc2\x9b"
+	 "2J",
+	 "\"csi\\u009b2J\""},
+	{"esc\x1b[31m", "\"esc\\x1b[31m\""},
+	{"rlo\xe2\x80\xae"
+	 "x",
+	 "\"rlo\\u202ex\""},
+	{"lri\xe2\x81\xa6"
+	 "x",
+	 "\"lri\\u2066x\""},
 	{"brace{}[]", "brace{}[]"},
 };
 
@@ -230,15 +240,22 @@ static void emit_say(void)
 		"1700000000000-0");
 	log_say("f\"x", "handler", "h\\\n.y", " execution failed for event \"%s\": %s", "1-0",
 		"exit 1:\nTraceback\t(most recent call last)");
+	log_say("f\xc2\x9b"
+		"2J",
+		"rule", "r\xe2\x80\xae.h\x1b[0m", " matched event \"%s\"",
+		"caf\xc3\xa9 \xe2\x81\xa6\x7f\xff");
 }
 
 /* The Try-it lines: exact text, whatever the level, one line each. */
 TEST(say_lines)
 {
-	const char *want = "relay: function \"user-events-python\" rule "
-			   "\"events.created.handler\" matched event \"1700000000000-0\"\n"
-			   "relay: function \"f?x\" handler \"h??.y\" execution failed for event "
-			   "\"1-0\": exit 1:?Traceback?(most recent call last)\n";
+	const char *want =
+		"relay: function \"user-events-python\" rule "
+		"\"events.created.handler\" matched event \"1700000000000-0\"\n"
+		"relay: function \"f\\\"x\" handler \"h\\\\\\n.y\" execution failed for "
+		"event \"1-0\": exit 1:\\nTraceback\t(most recent call last)\n"
+		"relay: function \"f\\u009b2J\" rule \"r\\u202e.h\\x1b[0m\" matched event "
+		"\"caf\xc3\xa9 \\u2066\\x7f\\xff\"\n";
 	CHECK_STR(capture(LOG_ERROR, emit_say), want);
 	CHECK_STR(capture(LOG_DEBUG, emit_say), want);
 }

@@ -46,7 +46,7 @@ TEST(prefix_format)
 	free(p);
 	in.handler = "ha\"nd\\ler\n.x";
 	p = runner_format_prefix(&in);
-	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"ha?nd?ler?.x\": ");
+	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"ha\\\"nd\\\\ler\\n.x\": ");
 	free(p);
 }
 

@@ -227,6 +227,11 @@ TEST(printable_copies)
 	CHECK_STR(printable_copy("caf\xc3\xa9 \xe2\x82\xac", out, sizeof out, 100),
 		  "caf\xc3\xa9 \xe2\x82\xac");
 	CHECK_STR(printable_copy("bad\xff\xc0\xaf", out, sizeof out, 100), "bad???");
+	/* C1 (CSI U+009B) and bidi controls are not printable either */
+	CHECK_STR(printable_copy("c1\xc2\x9b"
+				 "2J \xe2\x80\xae \xe2\x81\xa6",
+				 out, sizeof out, 100),
+		  "c1?2J ? ?");
 	/* the bound: max bytes, and never past outsz - 1 */
 	CHECK_STR(printable_copy("abcdef", out, sizeof out, 3), "abc");
 	CHECK_STR(printable_copy("abcdef", out, 4, 100), "abc");
@@ -235,6 +240,100 @@ TEST(printable_copies)
 	CHECK_STR(printable_copy("a\xe2\x82\xac", out, sizeof out, 3), "a");
 	CHECK_STR(printable_copy("a\xe2\x82\xac", out, sizeof out, 4), "a\xe2\x82\xac");
 	CHECK_STR(printable_copy("\n\n\n\n", out, sizeof out, 2), "??");
+}
+
+/* The one escaping routine: each row an input (n bytes), max_cols, flags
+ * and what reaches the terminal. */
+TEST(text_escape_covers_every_control)
+{
+	static const struct {
+		const char *in;
+		size_t n, max; /* n 0: strlen */
+		unsigned flags;
+		const char *want;
+	} cases[] = {
+		/* normal text, UTF-8 included, passes unchanged */
+		{"plain", 0, 0, 0, "plain"},
+		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe3\x80\x80", 0, 0,
+		 TEXT_VERBATIM,
+		 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad\xe3\x80\x80"},
+		{"nbsp\xc2\xa0x", 0, 0, 0, "nbsp\xc2\xa0x"},
+		{"C:\\dir\tx \"q\"", 0, 0, TEXT_VERBATIM, "C:\\dir\tx \"q\""},
+		/* ESC and the other C0 controls, DEL */
+		{"\x1b[31mred\x1b]0;t\x07", 0, 0, 0, "\\x1b[31mred\\x1b]0;t\\x07"},
+		{"a\nb\tc\rd\\e", 0, 0, 0, "a\\nb\\tc\\rd\\\\e"},
+		{"nul\0x\x01\x1f\x7f", 8, 0, 0, "nul\\x00x\\x01\\x1f\\x7f"},
+		{"a\nb\x1b", 0, 0, TEXT_VERBATIM, "a\\nb\\x1b"},
+		/* C1 controls as UTF-8: U+0080, U+0085, CSI U+009B, U+009F */
+		{"\xc2\x80\xc2\x85\xc2\x9b"
+		 "2J\xc2\x9f",
+		 0, 0, TEXT_VERBATIM, "\\u0080\\u0085\\u009b2J\\u009f"},
+		/* bidi controls U+202A..U+202E, U+2066..U+2069, and marks */
+		{"\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad\xe2\x80\xae", 0, 0,
+		 TEXT_VERBATIM, "\\u202a\\u202b\\u202c\\u202d\\u202e"},
+		{"\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9", 0, 0, TEXT_VERBATIM,
+		 "\\u2066\\u2067\\u2068\\u2069"},
+		{"\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c\xe2\x80\xa8", 0, 0, 0,
+		 "\\u200e\\u200f\\u061c\\u2028"},
+		/* invalid UTF-8: each byte; a C1 byte alone is invalid too */
+		{"bad\xff\xc3\x28\x9b\xed\xa0\x80\xc0\xaf", 0, 0, TEXT_VERBATIM,
+		 "bad\\xff\\xc3(\\x9b\\xed\\xa0\\x80\\xc0\\xaf"},
+		/* quotes with TEXT_QUOTE; Go's extra set with TEXT_GO */
+		{"say \"hi\"", 0, 0, TEXT_QUOTE, "say \\\"hi\\\""},
+		{"\a\xc2\xa0\xef\xbb\xbf", 0, 0, TEXT_GO, "\\a\\u00a0\\ufeff"},
+		{"\xf3\xb0\x80\x80", 0, 0, TEXT_GO, "\\U000f0000"},
+		/* cutting: columns, "..." when cut, never half an escape or rune */
+		{"0123456789", 0, 10, 0, "0123456789"},
+		{"0123456789a", 0, 10, 0, "0123456..."},
+		{"abcde\x01xyz", 0, 10, 0, "abcde..."},
+		{"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 0, 4, 0, "\xc3\xa9..."},
+		{"abcdef", 0, 2, 0, "..."},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		size_t n = cases[i].n ? cases[i].n : strlen(cases[i].in);
+		char *got = text_escaped(cases[i].in, n, cases[i].max, cases[i].flags);
+		if (strcmp(got, cases[i].want) != 0)
+			T_FAIL_("case %zu: got \"%s\", want \"%s\"", i, got, cases[i].want);
+		if (cases[i].max == 0 && text_escape_needed(cases[i].in, n, cases[i].flags) !=
+						 (strcmp(got, cases[i].in) != 0))
+			T_FAIL_("case %zu: text_escape_needed", i);
+		free(got);
+	}
+	/* every C1 control, each bidi control: never raw */
+	for (unsigned r = 0x80; r <= 0x9f; r++) {
+		char in[2] = {(char)(0xc0 | (r >> 6)), (char)(0x80 | (r & 0x3f))}, want[8];
+		snprintf(want, sizeof want, "\\u%04x", r);
+		char *got = text_escaped(in, 2, 0, TEXT_VERBATIM);
+		CHECK_STR(got, want);
+		free(got);
+	}
+	/* the cap of b cuts between units */
+	struct buf b;
+	buf_init(&b, 5);
+	text_escape(&b, "ab\x1b", 3, 0, 0);
+	CHECK_STR(b.data, "ab");
+	buf_free(&b);
+}
+
+/* JSON as an encoder wrote it: DEL, C1 and bidi \u-escaped, the rest kept. */
+TEST(text_escape_json_keeps_json_valid)
+{
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{"{\n  \"a\": \"x\\u001B[31m\"\n}", "{\n  \"a\": \"x\\u001B[31m\"\n}"},
+		{"\"caf\xc3\xa9 \xe2\x82\xac\"", "\"caf\xc3\xa9 \xe2\x82\xac\""},
+		{"\"\xc2\x9b"
+		 "2J \xe2\x80\xae \xe2\x81\xa9 \x7f\"",
+		 "\"\\u009B2J \\u202E \\u2069 \\u007F\""},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		struct buf b;
+		buf_init(&b, 1024);
+		text_escape_json(&b, cases[i].in, strlen(cases[i].in));
+		CHECK_STR(b.data, cases[i].want);
+		buf_free(&b);
+	}
 }
 
 TEST(small_string_helpers)
@@ -665,6 +764,7 @@ TEST(thread_start_blocks_signals_and_names)
 
 T_MAIN(T_CASE(allocation_wrappers), T_CASE(bounded_copies), T_CASE(buffer_cap),
        T_CASE(strict_integers), T_CASE(utf8_sequences), T_CASE(printable_copies),
+       T_CASE(text_escape_covers_every_control), T_CASE(text_escape_json_keeps_json_valid),
        T_CASE(small_string_helpers), T_CASE(strings_for_messages), T_CASE(write_all_and_sys_error),
        T_CASE(atomic_file_write), T_CASE(clocks_and_interruptible_sleep), T_CASE(random_below),
        T_CASE(hex_encode_and_digit), T_CASE(mkdir_p_makes_each_missing_directory),
