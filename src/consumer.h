@@ -86,7 +86,6 @@ struct slots;
 /* Fixed defaults (spec: not configurable through the environment). */
 #define CONSUMER_RECLAIM_INTERVAL_NS (60LL * 1000000000LL)
 #define CONSUMER_MIN_PENDING_IDLE_NS (60LL * 1000000000LL)
-#define CONSUMER_SLOT_WAIT_NS (10LL * 1000000000LL)
 #define CONSUMER_BLOCK_MS 2000
 #define CONSUMER_SAMPLE_INTERVAL_NS (15LL * 1000000000LL)
 
@@ -173,7 +172,6 @@ struct consumer_config {
 	/* Zero fields fall back to the fixed defaults. */
 	int64_t reclaim_interval_ns;
 	int64_t min_pending_idle_ns;
-	int64_t slot_wait_ns;
 	int64_t backoff_ns[4];
 	int block_ms;
 	int64_t sample_interval_ns; /* backlog gauges (XPENDING) */
