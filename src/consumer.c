@@ -26,6 +26,10 @@
  *   first (per function, and across functions for the global slots).
  *   At shutdown deferred plans are dropped: their messages stay pending,
  *   no attempt charged.
+ * - A fresh message (struct msg) reads no state: a first-attempt success
+ *   costs the claim and the outcome write (HSET+EXPIRE pipelined), two round
+ *   trips, plus its share of the batched XACK+DEL. The ok marker is always
+ *   written before the XACK is queued.
  * - Bookkeeping errors fail open: an unreadable state is treated as absent,
  *   a failed claim write still runs the invocation.
  * - What a message runs is resolved first (resolve_work): a scheduled

@@ -11,7 +11,11 @@
  *             (MAX_BUFFERED_EVENTS) has room;
  *   workers   MAX_CONCURRENCY of them: decode, match, run each matching
  *             invocation in order under the invocation-state protocol,
- *             then ACK / leave pending / dead-letter;
+ *             then ACK / leave pending / dead-letter. A worker never waits
+ *             for a concurrency slot: a message whose invocation gets none
+ *             is parked locally (still held, counted in the buffer, nothing
+ *             charged) and resumed by whichever worker finds a slot for it
+ *             first after a release, before new messages (consumer.c);
  *   acker     batches XACKs (and the DEL of invocation-state keys) into one
  *             round trip; a message's buffer slot is released once its ACK
  *             is confirmed, it is dead-lettered, or it is left pending;
