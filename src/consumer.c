@@ -1437,10 +1437,10 @@ struct plan {
 	char *key;			   /* invocation-state key */
 	char last_error[600];		   /* the last failed invocation's error */
 	/* Progress, so that a parked plan resumes where it stopped: */
-	size_t cur;	   /* the target running (plan_run) */
-	bool said;	   /* its "matched" line is printed */
-	int attempt;	   /* its attempt number, when parked */
-	bool slotted;	   /* resumed holding its slot: goes on at the claim */
+	size_t cur;	    /* the target running (plan_run) */
+	bool said;	    /* its "matched" line is printed */
+	int attempt;	    /* its attempt number, when parked */
+	bool slotted;	    /* resumed holding its slot: goes on at the claim */
 	struct plan *dnext; /* on the deferred list */
 };
 

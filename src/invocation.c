@@ -257,8 +257,8 @@ int invocation_try_start(struct redis *r, const char *key, const char *field, co
 	char ttl[24], tolerance[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
 	snprintf_(tolerance, sizeof tolerance, "%ld", RUNNER_CLOCK_SKEW_MS * 1000L);
-	const char *argv[] = {"2",  key,   stream, field,  expected ? expected : "",
-			      next, ttl,   group,  msg_id, tolerance};
+	const char *argv[] = {"2",  key, stream, field,	 expected ? expected : "",
+			      next, ttl, group,	 msg_id, tolerance};
 	redisReply *rep = redis_script_run(r, &cas_sha, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep)
 		return -1;

@@ -1616,7 +1616,6 @@ TEST(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event)
 	free(first), free(many), free(last), free(ev), free(bad);
 }
 
-
 /* ---- slots without waiting, fewer round trips ---------------------------- */
 
 static bool all_done_of(struct redis *r, const char *stream, const char *last)

@@ -381,7 +381,8 @@ TEST(release_callback_runs_after_every_release)
 
 T_MAIN(T_CASE(try_acquire_is_both_or_neither),
        T_CASE(spare_slot_refused_while_a_parked_invocation_needs_a_global_one),
-       T_CASE(release_callback_runs_after_every_release), T_CASE(spare_slots_yield_to_waiters), T_CASE(spare_slot_refused_while_someone_waits),
-       T_CASE(global_and_function_limits_intersect), T_CASE(function_limit_first_wins),
-       T_CASE(limits_below_one_are_one), T_CASE(wait_is_bounded), T_CASE(release_wakes_a_waiter),
-       T_CASE(stop_ends_the_wait), T_CASE(limits_hold_under_contention), T_CASE(many_functions))
+       T_CASE(release_callback_runs_after_every_release), T_CASE(spare_slots_yield_to_waiters),
+       T_CASE(spare_slot_refused_while_someone_waits), T_CASE(global_and_function_limits_intersect),
+       T_CASE(function_limit_first_wins), T_CASE(limits_below_one_are_one), T_CASE(wait_is_bounded),
+       T_CASE(release_wakes_a_waiter), T_CASE(stop_ends_the_wait),
+       T_CASE(limits_hold_under_contention), T_CASE(many_functions))
