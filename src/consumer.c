@@ -1700,8 +1700,11 @@ enum claim {
 static enum claim claim_invocation(struct consumer *c, struct redis *r, const struct plan *p,
 				   const struct target *t, const char *next)
 {
-	int rc = invocation_try_start(r, p->key, t->field, t->raw, next, c->stream, c->group,
-				      p->m->id);
+	/* A plan resumed from the deferred list comes here on another
+	 * worker's connection, maybe never connected yet. */
+	int rc = ensure_conn(c, r) < 0 ? -1
+				       : invocation_try_start(r, p->key, t->field, t->raw, next,
+							      c->stream, c->group, p->m->id);
 	return rc < 0	 ? CLAIM_UNRECORDED
 	       : rc == 0 ? CLAIM_LOST
 	       : rc == 2 ? CLAIM_ACKED
