@@ -881,7 +881,8 @@ int docker_check_runtime(struct docker *d, const char *name, char **errp)
 			names[n++] = k;
 	}
 	qsort(names, n, sizeof names[0], cmp_str);
-	struct buf b = {0};
+	struct buf b;
+	buf_init(&b, 4096);
 	for (size_t i = 0; i < n; i++) {
 		if (i)
 			buf_append(&b, ", ", 2);
