@@ -116,6 +116,15 @@ void runner_set_stream_group(const char *stream, const char *group)
 	scope_group = group ? xstrdup(group) : NULL;
 }
 
+/* Set once before any container exists (runner.h); read-only after. */
+static char *oci_runtime;
+
+void runner_set_oci_runtime(const char *name)
+{
+	free(oci_runtime);
+	oci_runtime = name && *name ? xstrdup(name) : NULL;
+}
+
 /* Set once before any container exists: relay function invoke's. */
 static bool local_runs;
 
@@ -664,6 +673,8 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
 		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
 		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
+	if (host_config && oci_runtime) /* RELAY_OCI_RUNTIME; unset: the daemon's default */
+		json_object_set_new(host_config, "Runtime", json_string(oci_runtime));
 	/* json_pack "o" consumes env, labels and host_config, even on failure. */
 	json_t *body =
 		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",

@@ -15,7 +15,8 @@
  *      MemorySwap 128 MiB, NanoCpus 1e9 (a parked standby container runs
  *      at RUNNER_PARKED_NANO_CPUS for a while), PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
- *      no-new-privileges, OpenStdin/StdinOnce/Attach*, Tty false. Secret
+ *      no-new-privileges, Runtime when RELAY_OCI_RUNTIME is set
+ *      (runner_set_oci_runtime), OpenStdin/StdinOnce/Attach*, Tty false. Secret
  *      values exist only in that request: the JSON text and the strings it
  *      was made of are zeroed and freed right after the call;
  *   3. attach (stdin, stdout, stderr) and register a wait for the next exit,
@@ -323,6 +324,12 @@ const char *runner_instance_id(void);
  * leaves containers labelled with others alone. Called once by relay start
  * before any container exists; not thread-safe. */
 void runner_set_stream_group(const char *stream, const char *group);
+/* RELAY_OCI_RUNTIME: every container from here on gets HostConfig.Runtime
+ * = name (validated by config.c; relay start also checks it against the
+ * daemon's GET /info). NULL or "": none sent, the daemon's default runtime.
+ * Call before any container exists. */
+void runner_set_oci_runtime(const char *name);
+
 /* relay function invoke: every container gets the label relay.local=invoke,
  * which the orphan sweep of a relay start on the same host leaves alone
  * (invoke removes its own, also on SIGINT/SIGTERM). Call before any. */

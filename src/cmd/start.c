@@ -157,6 +157,15 @@ static int check_dependencies(struct relay *rt)
 		free(addr);
 		return -1;
 	}
+	if (cfg->oci_runtime) {
+		if (docker_check_runtime(rt->d, cfg->oci_runtime, &err) < 0) {
+			log_error(NULL, "invalid configuration: %s", err);
+			free(err);
+			free(addr);
+			return -1;
+		}
+		runner_set_oci_runtime(cfg->oci_runtime);
+	}
 	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(rt->d),
 		  docker_api_version(rt->d));
 	log_info(LOG_ATTRS("redis", addr, "docker", info), "dependencies reachable");
