@@ -277,7 +277,7 @@ static void reuse_and_exception(const char *fn, const char *img, const char *lab
 	REQUIRE(w);
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
-	take_log();
+	free(take_log());
 	struct invocation_result r;
 	for (int i = 1; i <= 2; i++) {
 		char payload[64];
@@ -429,7 +429,7 @@ TEST(python_output_attribution)
 {
 	struct runner_warm *w = start(fn_py, img_py, "h.odd");
 	REQUIRE(w);
-	take_log();
+	free(take_log());
 	struct invocation in = inv(fn_py, img_py, "h.odd", "{}");
 	struct invocation_result r;
 	for (int i = 0; i < 2; i++) {
@@ -459,7 +459,7 @@ TEST(node_output_attribution)
 {
 	struct runner_warm *w = start(fn_node, img_node, "h.odd");
 	REQUIRE(w);
-	take_log();
+	free(take_log());
 	struct invocation in = inv(fn_node, img_node, "h.odd", "{}");
 	struct invocation_result r;
 	for (int i = 0; i < 2; i++) {
@@ -478,7 +478,7 @@ static void reads_stdin(const char *fn, const char *img, const char *want)
 {
 	struct runner_warm *w = start(fn, img, "h.stdin");
 	REQUIRE(w);
-	take_log();
+	free(take_log());
 	struct invocation in = inv(fn, img, "h.stdin", "{\"id\":\"s\"}");
 	struct invocation_result r;
 	for (int i = 0; i < 2; i++) {
@@ -580,7 +580,7 @@ TEST(idle_output_is_forwarded)
 {
 	struct runner_warm *w = start(fn_py, img_py, "h.later");
 	REQUIRE(w);
-	take_log();
+	free(take_log());
 	struct invocation in = inv(fn_py, img_py, "h.later", "{}");
 	struct invocation_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
