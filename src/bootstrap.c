@@ -45,6 +45,15 @@
  *               handler, and how this build read every dotted Node module
  *               before, so functions written that way keep working.
  *
+ * With RELAY_WARM=1 in the environment (a warm container, runner.h), each
+ * bootstrap instead serves many events after the one import: requests
+ * "RELAY1 <token> <len>\n<event>" on a private copy of stdin (the handler
+ * gets /dev/null, Node an empty process.stdin), and after each handler two
+ * end frames, one on stderr and one on stdout with the result and the very
+ * line fresh mode prints on failure (docs/warm-protocol.md, warm_frame.h).
+ * sys.exit / process.exit still end the process with their status. End of
+ * file on stdin ends it at once. Without RELAY_WARM nothing changes.
+ *
  * The text below is the source verbatim, one C string per line, so a diff
  * of this file reads like a diff of the scripts.
  */
