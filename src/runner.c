@@ -1399,3 +1399,66 @@ out:
 	free(path);
 	return rc;
 }
+
+/* ---- Warm containers (stubs until the real thing lands) ---- */
+
+struct runner_warm {
+	char id[72];
+};
+
+int runner_warm_start(struct docker *d, const struct invocation *in, struct runner_warm **out,
+		      char **err)
+{
+	(void)d;
+	*out = NULL;
+	if (err)
+		*err = xasprintf("function \"%s\" handler \"%s\": warm containers are not "
+				 "implemented yet", in->function, in->handler);
+	return -1;
+}
+
+int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct invocation *in,
+		       struct invocation_result *out)
+{
+	(void)d;
+	(void)w;
+	memset(out, 0, sizeof *out);
+	out->outcome = RUNNER_ERROR;
+	out->exit_code = -1;
+	out->not_run = true;
+	out->error = xasprintf("function \"%s\" handler \"%s\": warm containers are not "
+			       "implemented yet", in->function, in->handler);
+	return -1;
+}
+
+bool runner_warm_alive(const struct runner_warm *w)
+{
+	(void)w;
+	return false;
+}
+
+int runner_warm_gone(struct runner_warm *w)
+{
+	(void)w;
+	return 1;
+}
+
+int runner_warm_bound(struct docker *d, struct runner_warm *w, long timeout_ms)
+{
+	(void)d;
+	(void)w;
+	(void)timeout_ms;
+	return -1;
+}
+
+void runner_warm_discard(struct docker *d, struct runner_warm *w, long timeout_ms)
+{
+	(void)d;
+	(void)timeout_ms;
+	free(w);
+}
+
+const char *runner_warm_id(const struct runner_warm *w)
+{
+	return w ? w->id : "";
+}
