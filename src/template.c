@@ -1042,14 +1042,15 @@ static void top_warm(struct top *top, const struct ynode *n, bool present)
 		int64_t d = 0;
 		if (vt != Y_STR) {
 			err(top->c, "warm.idle",
-			    "must be a Go duration string such as 60s or 5m, not %s", type_name(vt));
+			    "must be a Go duration string such as 60s or 5m, not %s",
+			    type_name(vt));
 			ok = false;
 		} else {
 			char *s = xstrndup(y.text, y.len);
 			char *q = shown(&y);
 			if (duration_parse(s, &d) < 0 || strlen(s) != y.len) {
-				err(top->c, "warm.idle", "%s is not a Go duration (such as 60s or 5m)",
-				    q);
+				err(top->c, "warm.idle",
+				    "%s is not a Go duration (such as 60s or 5m)", q);
 				ok = false;
 			} else if (d < TEMPLATE_MIN_WARM_IDLE_NS) {
 				err(top->c, "warm.idle", "%s is below the minimum of 1s", q);

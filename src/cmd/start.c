@@ -68,6 +68,7 @@
 #include "state.h"
 #include "statsflush.h"
 #include "util.h"
+#include "warm.h"
 #include "webhook.h"
 
 static atomic_int cancel_flag;
@@ -128,6 +129,7 @@ struct relay {
 	struct retention *retention;
 	struct slots *slots;	 /* shared by the consumer and the standby pool */
 	struct standby *standby; /* NULL: STANDBY_MAX=0 */
+	struct warm *warm;	 /* warm containers of functions with warm: */
 	struct executor exec;	 /* the consumer's invoke context */
 	struct consumer *consumer;
 	struct scheduler *scheduler;
@@ -311,8 +313,12 @@ static int start_threads(struct relay *rt)
 		rt->standby = standby_start(&sbc);
 		statsflush_set_standby(rt->flush, statsflush_standby_count, rt->standby);
 	}
-	rt->exec = (struct executor){
-		.provider = rt->secrets, .standby = rt->standby, .cancel = &cancel_flag};
+	struct warm_config wc = {.registry = rt->reg, .provider = rt->secrets};
+	rt->warm = warm_start(&wc);
+	rt->exec = (struct executor){.provider = rt->secrets,
+				     .standby = rt->standby,
+				     .warm = rt->warm,
+				     .cancel = &cancel_flag};
 	struct consumer_config ccfg = {
 		.uri = &rt->uri,
 		.stream = cfg->redis_stream,
@@ -386,6 +392,9 @@ static void runtime_stop(struct relay *rt)
 	 * final stats flush no longer counts them: standby_stop frees the pool). */
 	statsflush_set_standby(rt->flush, NULL, NULL);
 	standby_stop(rt->standby);
+	/* Nor a warm one: remove them all ("shutdown"). */
+	warm_stop(rt->warm);
+	rt->warm = NULL;
 	/* No container of this process is left: the name is free. */
 	liveness_release(rt->live);
 	rt->live = NULL;

@@ -78,16 +78,21 @@ static const struct {
 	{HDR "warm: {idle: [1s]}\n" RULE, "warm.idle: must be a Go duration string"},
 	{HDR "warm: {max_uses: 0}\n" RULE, "warm.max_uses: 0 is not positive"},
 	{HDR "warm: {max_uses: -3}\n" RULE, "warm.max_uses: -3 is not positive"},
-	{HDR "warm: {max_uses: 100001}\n" RULE, "warm.max_uses: 100001 exceeds the maximum of 100000"},
+	{HDR "warm: {max_uses: 100001}\n" RULE,
+	 "warm.max_uses: 100001 exceeds the maximum of 100000"},
 	{HDR "warm: {max_uses: 2.5}\n" RULE,
 	 "warm.max_uses: must be an integer from 1 to 100000, not \"2.5\""},
 	{HDR "warm: {max_uses: \"5\"}\n" RULE,
 	 "warm.max_uses: must be an integer from 1 to 100000, not \"5\" (a string)"},
-	{HDR "warm: {max_uses: true}\n" RULE, "warm.max_uses: must be an integer from 1 to 100000, not \"true\" (a boolean)"},
-	{HDR "warm: {idel: 5s}\n" RULE, "warm: unknown key \"idel\" (warm takes idle and max_uses)"},
-	{HDR "warm: true\n" RULE, "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a boolean"},
+	{HDR "warm: {max_uses: true}\n" RULE,
+	 "warm.max_uses: must be an integer from 1 to 100000, not \"true\" (a boolean)"},
+	{HDR "warm: {idel: 5s}\n" RULE,
+	 "warm: unknown key \"idel\" (warm takes idle and max_uses)"},
+	{HDR "warm: true\n" RULE,
+	 "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a boolean"},
 	{HDR "warm:\n" RULE, "warm: must be a map of idle and max_uses"},
-	{HDR "warm: [idle]\n" RULE, "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a list"},
+	{HDR "warm: [idle]\n" RULE,
+	 "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a list"},
 	{HDR "warm: 60s\n" RULE, "warm: must be a map of idle and max_uses"},
 
 	/* events and schedules presence */
@@ -882,7 +887,8 @@ TEST(warm_values)
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		struct strlist errors = {0}, warnings = {0};
 		struct template *t = NULL;
-		int rc = template_parse(cases[i].yaml, strlen(cases[i].yaml), &t, &errors, &warnings);
+		int rc = template_parse(cases[i].yaml, strlen(cases[i].yaml), &t, &errors,
+					&warnings);
 		REQUIRE(rc == 0 && t);
 		CHECK(t->warm == cases[i].warm);
 		CHECK(t->warm_idle_ns == cases[i].idle_ns);
@@ -915,4 +921,5 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(alias_amplified_text_is_bounded), T_CASE(allocation_failure_is_an_error),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
-       T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(warm_values), T_CASE(size_bound))
+       T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(warm_values),
+       T_CASE(size_bound))
