@@ -413,6 +413,9 @@ struct runner_demux {
 	size_t line_len[2];
 	runner_line_fn fn;
 	void *ctx;
+	/* While fn runs: whether the piece ends without a newline (cut at
+	 * RUNNER_LINE_MAX, or flushed). */
+	bool cut;
 };
 void runner_demux_init(struct runner_demux *m, runner_line_fn fn, void *ctx);
 void runner_demux_feed(struct runner_demux *m, const void *p, size_t n);
