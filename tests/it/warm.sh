@@ -174,7 +174,7 @@ test_exception_fails_only_its_event_and_the_container_stays() {
 		[ "$(wm_host "$TMP/relay.log" e2)" = "$(wm_host "$TMP/relay.log" e3)" ] ||
 		fail "not one container: $(grep WM-HOST "$TMP/relay.log")"
 	# The exception's event went to the dead-letter stream (retries: 0).
-	wait_for 10 sh -c "redis-cli -p $REDIS_PORT XLEN events:dlq | grep -qx 1" || fail "DLQ: $(redis-cli -p "$REDIS_PORT" XLEN events:dlq)"
+	wait_for 10 sh -c "redis-cli -p $REDIS_PORT XLEN relay:events:dlq | grep -qx 1" || fail "DLQ: $(redis-cli -p "$REDIS_PORT" XLEN relay:events:dlq)"
 }
 
 test_exit_fails_its_event_and_the_container_is_replaced() {
