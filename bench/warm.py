@@ -126,7 +126,7 @@ def main():
     ap.add_argument("--keep-logs")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="relay-bench-warm-")
-    redis_proc = relay = None
+    redis_proc = relay = log = None
     try:
         port = free_port()
         redis_proc = subprocess.Popen(
@@ -214,13 +214,17 @@ def main():
                  f"{n} events to {fn}")
             dt = time.monotonic() - t0
             # Acknowledged too (the group has nothing pending).
-            wait_ack(time.monotonic() + 60)
+            wait_ack(time.monotonic() + 120, f"after {n} events to {fn}")
             return n / dt, (cpu_s(relay.pid) - c0) / n, dt
 
-        def wait_ack(deadline):
-            while r.cmd("XPENDING", "events", "relay")[0] != 0:
+        def wait_ack(deadline, what):
+            while True:
+                p = r.cmd("XPENDING", "events", "relay")
+                if p[0] == 0:
+                    return
                 if time.monotonic() > deadline:
-                    raise RuntimeError("events left pending")
+                    raise RuntimeError(f"{what}: {p[0]} events left pending "
+                                       f"({p[1]}..{p[2]}); log {log.name}")
                 time.sleep(0.02)
 
         warm_fns = [PY] + ([NODE] if args.node else [])
@@ -228,10 +232,10 @@ def main():
             for i in range(16):
                 xadd(fn, f"w{i}")
             wait(lambda: all((fn, f"w{i}") in seen for i in range(16)), 300, f"warm-up {fn}")
-        wait_ack(time.monotonic() + 60)
+        wait_ack(time.monotonic() + 120, "after the warm-up")
         xadd(FRESH, "w0")
         wait(lambda: (FRESH, "w0") in seen, 120, "fresh warm-up")
-        wait_ack(time.monotonic() + 60)
+        wait_ack(time.monotonic() + 120, "after the fresh warm-up")
 
         res = {}
         for fn in warm_fns:
@@ -250,7 +254,7 @@ def main():
             lat = [(seen[(fn, m)] - ts) * 1000 for m, ts in sent]
             retired1 = sum(metric(mport, f'warm_retired_total{{reason="{x}"}}') or 0
                            for x in ("exited", "timeout", "error", "max_uses", "idle", "excess"))
-            wait_ack(time.monotonic() + 60)
+            wait_ack(time.monotonic() + 120, f"after the latency events to {fn}")
             eps, cpu, dt = burst(fn, args.events, "b")
             res[fn] = (lat, eps, cpu, dt, gauge0, retired1 - retired0)
         feps, fcpu, fdt = burst(FRESH, args.fresh, "f")
@@ -302,6 +306,8 @@ def main():
         mine = [i for i in imgs if re.match(rf"relay-fn-wb-(py|node|fresh)-{PID}:", i)]
         if mine:
             subprocess.run(["docker", "rmi", "-f", *mine], capture_output=True)
+        if log:
+            log.flush()
         if args.keep_logs:
             os.makedirs(args.keep_logs, exist_ok=True)
             shutil.copy(os.path.join(tmp, "relay.log"), args.keep_logs)

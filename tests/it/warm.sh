@@ -473,3 +473,31 @@ test_invalid_warm_values_fail_validate() {
 	assert_status 0
 	assert_out_eq "wm-bad: ok"
 }
+
+test_function_inspect_shows_warm_containers() {
+	wm_trap
+	wm_fn wm-insp "$WM_PY" 'warm: {}
+concurrency: 2
+'
+	wm_env wm-insp-host
+	wm_start "$TMP/relay.log"
+	local a b
+	a=$(wm_xadd wm-insp ',"tag":"n1","sleep":"2"')
+	b=$(wm_xadd wm-insp ',"tag":"n2","sleep":"2"')
+	wm_wait_done "$TMP/relay.log" "$a"
+	wm_wait_done "$TMP/relay.log" "$b"
+	wm_warm_n 2 wm-insp || fail "want 2 warm containers: $(wm_warm wm-insp)"
+	run "$RELAY" function inspect wm-insp
+	assert_status 0
+	grep -qxF 'Warm:' "$TMP/out" && grep -qxF '  h.handler   2' "$TMP/out" || fail "inspect: $(cat "$TMP/out")"
+	run "$RELAY" function inspect wm-insp --json
+	assert_status 0
+	jq -e '.warm == [{"handler": "h.handler", "containers": 2}]' "$TMP/out" >/dev/null || fail "--json: $(cat "$TMP/out")"
+	stop_relay_pid "$RELAY_PID"
+	# None left: no Warm section, the output is as without warm.
+	run "$RELAY" function inspect wm-insp
+	assert_status 0
+	assert_out_lacks 'Warm:'
+	run "$RELAY" function inspect wm-insp --json
+	jq -e 'has("warm") | not' "$TMP/out" >/dev/null || fail "--json after stop: $(cat "$TMP/out")"
+}
