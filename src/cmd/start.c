@@ -247,6 +247,16 @@ static void functions_readable(void *ctx, bool readable)
 	pthread_mutex_unlock(&hold_lock);
 }
 
+/* A new registry snapshot: warm containers of an old version go now, not
+ * at the reaper's next tick. rt->warm is set and cleared under hold_lock. */
+static void functions_published(void *ctx)
+{
+	struct relay *rt = ctx;
+	pthread_mutex_lock(&hold_lock);
+	warm_poke(rt->warm);
+	pthread_mutex_unlock(&hold_lock);
+}
+
 static void load_functions(struct relay *rt)
 {
 	rt->reg = registry_new();
@@ -255,6 +265,7 @@ static void load_functions(struct relay *rt)
 		.registry = rt->reg,
 		.state = rt->state,
 		.on_readable = functions_readable,
+		.on_published = functions_published,
 		.ctx = rt,
 	};
 	rt->rec = reconciler_new(&rcfg);
@@ -314,7 +325,10 @@ static int start_threads(struct relay *rt)
 		statsflush_set_standby(rt->flush, statsflush_standby_count, rt->standby);
 	}
 	struct warm_config wc = {.registry = rt->reg, .provider = rt->secrets};
-	rt->warm = warm_start(&wc);
+	struct warm *warm = warm_start(&wc);
+	pthread_mutex_lock(&hold_lock);
+	rt->warm = warm;
+	pthread_mutex_unlock(&hold_lock);
 	rt->exec = (struct executor){.provider = rt->secrets,
 				     .standby = rt->standby,
 				     .warm = rt->warm,
@@ -393,8 +407,11 @@ static void runtime_stop(struct relay *rt)
 	statsflush_set_standby(rt->flush, NULL, NULL);
 	standby_stop(rt->standby);
 	/* Nor a warm one: remove them all ("shutdown"). */
-	warm_stop(rt->warm);
+	pthread_mutex_lock(&hold_lock);
+	struct warm *warm = rt->warm;
 	rt->warm = NULL;
+	pthread_mutex_unlock(&hold_lock);
+	warm_stop(warm);
 	/* No container of this process is left: the name is free. */
 	liveness_release(rt->live);
 	rt->live = NULL;
