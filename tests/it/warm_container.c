@@ -198,6 +198,16 @@ static const char py_files[][2][1024] = {
 		 "    sys.stderr.write('err partial')\n"
 		 "    sys.stdout.flush()\n"
 		 "    os.write(1, b'raw-fd-partial')\n"
+		 "def hog(event):\n"
+		 "    blocks = []\n"
+		 "    while True:\n"
+		 "        blocks.append(bytearray(16 * 1024 * 1024))\n"
+		 "def later(event):\n"
+		 "    import threading\n"
+		 "    def talk():\n"
+		 "        time.sleep(0.2)\n"
+		 "        print('printed while idle', flush=True)\n"
+		 "    threading.Thread(target=talk, daemon=True).start()\n"
 		 "def stdin(event):\n"
 		 "    data = sys.stdin.read()\n"
 		 "    print('stdin got %d bytes' % len(data))\n"},
@@ -492,6 +502,144 @@ TEST(node_stdin_is_empty)
 	reads_stdin(fn_node, img_node, "stdin got 0 bytes");
 }
 
+/* The same handler behaviour gives the same result fresh and warm. */
+static void same_as_fresh(const char *fn, const char *img, const char *handler,
+			  const char *payload)
+{
+	struct invocation in = inv(fn, img, handler, payload);
+	struct invocation_result fresh, warm;
+	runner_invoke(D, &in, &fresh);
+	struct runner_warm *w = start(fn, img, handler);
+	REQUIRE(w);
+	runner_warm_invoke(D, w, &in, &warm);
+	CHECK_INT(warm.outcome, fresh.outcome);
+	CHECK_INT(warm.exit_code, fresh.exit_code);
+	CHECK_STR(warm.error ? warm.error : "", fresh.error ? fresh.error : "");
+	invocation_result_free(&fresh);
+	invocation_result_free(&warm);
+	runner_warm_discard(D, w, 0);
+	free(take_log());
+}
+
+TEST(results_same_as_fresh)
+{
+	same_as_fresh(fn_py, img_py, "h.ok", "{\"id\":\"f1\"}");
+	same_as_fresh(fn_py, img_py, "h.ok", "{\"id\":\"f2\",\"boom\":1}");
+	same_as_fresh(fn_py, img_py, "h.ok", "not json");
+	same_as_fresh(fn_py, img_py, "h.exit3", "{}");
+	same_as_fresh(fn_node, img_node, "h.ok", "{\"id\":\"f3\",\"boom\":1}");
+	same_as_fresh(fn_node, img_node, "h.ok", "not json");
+	same_as_fresh(fn_node, img_node, "h.weird", "{}");
+	same_as_fresh(fn_node, img_node, "h.exit3", "{}");
+}
+
+TEST(python_oom_ends_the_container)
+{
+	struct runner_warm *w = start(fn_py, img_py, "h.hog");
+	REQUIRE(w);
+	char id[72];
+	strlcpy_(id, runner_warm_id(w), sizeof id);
+	struct invocation in = inv(fn_py, img_py, "h.hog", "{}");
+	struct invocation_result r;
+	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
+	CHECK_INT(r.outcome, RUNNER_FAILURE);
+	CHECK_INT(r.exit_code, 137);
+	CHECK(r.error && strstr(r.error, "exit status 137: killed: out of memory") != NULL);
+	invocation_result_free(&r);
+	CHECK(!runner_warm_alive(w));
+	CHECK(container_gone(id));
+	runner_warm_discard(D, w, 0);
+	free(take_log());
+}
+
+static bool yes_cancel(void *ctx)
+{
+	return true;
+}
+
+TEST(cancel_removes_the_container)
+{
+	struct runner_warm *w = start(fn_py, img_py, "h.slow");
+	REQUIRE(w);
+	char id[72];
+	strlcpy_(id, runner_warm_id(w), sizeof id);
+	struct invocation in = inv(fn_py, img_py, "h.slow", "{}");
+	in.cancelled = yes_cancel;
+	struct invocation_result r;
+	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
+	CHECK_INT(r.outcome, RUNNER_CANCELLED);
+	invocation_result_free(&r);
+	CHECK(!runner_warm_alive(w));
+	CHECK(container_gone(id));
+	runner_warm_discard(D, w, 0);
+}
+
+/* Output a handler's thread prints while the container is idle is
+ * forwarded by runner_warm_gone with the function/handler prefix. */
+TEST(idle_output_is_forwarded)
+{
+	struct runner_warm *w = start(fn_py, img_py, "h.later");
+	REQUIRE(w);
+	take_log();
+	struct invocation in = inv(fn_py, img_py, "h.later", "{}");
+	struct invocation_result r;
+	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
+	invocation_result_free(&r);
+	char *want = line_of(fn_py, "h.later", "printed while idle");
+	bool seen = false;
+	struct buf all;
+	buf_init(&all, 1u << 20);
+	for (int i = 0; i < 300 && !seen; i++) {
+		CHECK_INT(runner_warm_gone(w), 0);
+		char *log = take_log();
+		buf_appendf(&all, "%s", log);
+		free(log);
+		seen = all.data && strstr(all.data, want);
+		if (!seen)
+			usleep(50 * 1000);
+	}
+	CHECK(seen);
+	free(want);
+	buf_free(&all);
+	/* Still serves the next invocation. */
+	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
+	invocation_result_free(&r);
+	runner_warm_discard(D, w, 0);
+	free(take_log());
+}
+
+/* Bounded while idle, lifted by the next invocation. */
+static long long nano_cpus(const char *id)
+{
+	struct docker_response r;
+	char *path = xasprintf("/containers/%s/json", id);
+	long long v = -1;
+	if (docker_request(D, "GET", path, NULL, 0, NULL, 10000, &r) == 0 && r.status == 200) {
+		json_t *o = json_loadb(r.body, r.len, 0, NULL);
+		v = json_integer_value(
+			json_object_get(json_object_get(o, "HostConfig"), "NanoCpus"));
+		json_decref(o);
+	}
+	docker_response_free(&r);
+	free(path);
+	return v;
+}
+
+TEST(bound_while_idle_lifted_for_the_invocation)
+{
+	struct runner_warm *w = start(fn_py, img_py, "h.ok");
+	REQUIRE(w);
+	CHECK(runner_warm_bound(D, w, 10000) == 0);
+	CHECK_INT(nano_cpus(runner_warm_id(w)), RUNNER_PARKED_NANO_CPUS);
+	struct invocation in = inv(fn_py, img_py, "h.ok", "{\"id\":\"b\"}");
+	struct invocation_result r;
+	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
+	invocation_result_free(&r);
+	CHECK_INT(nano_cpus(runner_warm_id(w)), RUNNER_NANO_CPUS);
+	runner_warm_discard(D, w, 0);
+	free(take_log());
+}
+
 TEST(labels_and_env)
 {
 	struct runner_warm *w = start(fn_py, img_py, "h.ok");
@@ -542,4 +690,7 @@ T_MAIN(T_FIXTURE(setup), T_CASE(python_reuse_and_exception), T_CASE(node_reuse_a
        T_CASE(node_exit_ends_the_container), T_CASE(python_timeout_removes_the_container),
        T_CASE(node_timeout_removes_the_container), T_CASE(python_output_attribution),
        T_CASE(node_output_attribution), T_CASE(python_stdin_is_empty),
-       T_CASE(node_stdin_is_empty), T_CASE(labels_and_env), T_FIXTURE(cleanup))
+       T_CASE(node_stdin_is_empty), T_CASE(results_same_as_fresh),
+       T_CASE(python_oom_ends_the_container), T_CASE(cancel_removes_the_container),
+       T_CASE(idle_output_is_forwarded), T_CASE(bound_while_idle_lifted_for_the_invocation),
+       T_CASE(labels_and_env), T_FIXTURE(cleanup))
