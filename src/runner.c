@@ -1451,10 +1451,7 @@ int runner_warm_start(struct docker *d, const struct invocation *in, struct runn
 		w->fw.prefix_len = w->fw.out.len;
 		free(prefix);
 		runner_demux_init(&w->demux, warm_line, w);
-		log_debug(LOG_ATTRS("function", in->function, "handler", in->handler, "container",
-				    w->id),
-			  "warm container started");
-		*out = w;
+		*out = w; /* the pool logs the start, with its image and time */
 		rc = 0;
 	} else {
 		*err = res.error ? res.error : xstrdup("cannot start a warm container");
