@@ -48,7 +48,6 @@ struct demand {
 	char *retry_image;    /* ... of this image */
 	int starting;	      /* containers the pool thread is parking now */
 	int64_t gap_ns;	      /* EWMA of the time between two arrivals; 0: none yet */
-	int64_t last_gap_ns;  /* the latest such time */
 	int64_t start_ns;     /* EWMA of a start's duration (runner_park); 0: none yet */
 };
 
@@ -147,10 +146,7 @@ static int demand_target(const struct standby *sb, struct demand *d, int64_t now
 	if (d->running == 0 && now - d->last_use >= sb->cfg.idle_ns)
 		return 0;
 	int t = d->peak > d->prev_peak ? d->peak : d->prev_peak;
-	/* The shorter of the average and the latest gap: a stream that speeds
-	 * up is followed at once, not a few events later. */
-	int64_t gap = d->last_gap_ns && d->last_gap_ns < d->gap_ns ? d->last_gap_ns : d->gap_ns;
-	int r = standby_rate_target(gap, now - d->last_use, d->start_ns);
+	int r = standby_rate_target(d->gap_ns, now - d->last_use, d->start_ns);
 	if (r > t)
 		t = r;
 	return t < 1 ? 1 : t;
@@ -198,10 +194,8 @@ void standby_begin(struct standby *sb, const struct fn_version *fv, const char *
 	if (d->running > d->peak)
 		d->peak = d->running;
 	/* Arrival gaps over the idle time say nothing about a stream. */
-	if (d->last_use && now - d->last_use < sb->cfg.idle_ns) {
-		d->last_gap_ns = now - d->last_use;
-		d->gap_ns = ewma(d->gap_ns, d->last_gap_ns);
-	}
+	if (d->last_use && now - d->last_use < sb->cfg.idle_ns)
+		d->gap_ns = ewma(d->gap_ns, now - d->last_use);
 	d->last_use = now;
 	poke_locked(sb);
 	pthread_mutex_unlock(&sb->lock);

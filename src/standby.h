@@ -21,9 +21,8 @@
  *
  *     max(peak, ceil((start + STANDBY_IMPORT_ALLOW_NS) / gap))
  *
- * (standby_rate_target; gap is the shorter of that EWMA and the latest
- * gap, so a stream that speeds up is followed at once, and at least the
- * time since the last arrival, so a stream that stopped stops counting), so a handler that ran 3 at once
+ * (standby_rate_target; gap at least the time since the last arrival, so
+ * a stream that stopped stops counting), so a handler that ran 3 at once
  * lately keeps 3 ready, and one whose events come faster than a
  * container starts keeps as many as arrive during a start: under a steady
  * stream the next event finds one ready while the used one is replaced.
