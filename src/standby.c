@@ -7,10 +7,9 @@
  * take, an invocation's start or end), and in one pass: sorts out what
  * must go (plan_discards: stale version or secret, gone, idle, excess),
  * removes it without the lock, bounds the CPU of those parked a second
- * (bound_due), then starts up to STANDBY_PARALLEL_STARTS containers at
- * once (pick_start for each, each admitted by its own spare slot;
- * start_one on a thread and a connection of its own per start) and goes
- * round again at once while there is a deficit and a spare slot.
+ * (bound_due), then starts at most one container
+ * (pick_start, start_one) and goes round again at once while there is a
+ * deficit and a spare slot.
  */
 #include "standby.h"
 
@@ -46,10 +45,7 @@ struct demand {
 	int64_t last_use;     /* monotonic: the last standby_begin */
 	int64_t retry_after;  /* monotonic: no start before (an early exit) */
 	char *retry_image;    /* ... of this image */
-	int starting;	      /* containers the pool thread is parking now */
-	int64_t gap_ns;	      /* EWMA of the time between two arrivals; 0: none yet */
-	int64_t last_gap_ns;  /* the latest such time */
-	int64_t start_ns;     /* EWMA of a start's duration (runner_park); 0: none yet */
+	int starting;	      /* 1 while the pool thread parks one */
 };
 
 struct standby {
@@ -64,9 +60,6 @@ struct standby {
 	struct demand *demand;
 	pthread_t thread;
 	struct docker *docker; /* the pool thread's */
-	/* One connection per parallel start (opened on first use, dropped
-	 * after a failed start), used only by the pool thread's start threads. */
-	struct docker *start_docker[STANDBY_PARALLEL_STARTS];
 	int64_t next_bound;    /* monotonic: the next bound_due, 0 none (pool thread) */
 };
 
@@ -124,43 +117,14 @@ static void demand_roll(struct demand *d, int64_t now)
 	}
 }
 
-int standby_rate_target(int64_t gap_ns, int64_t since_last_ns, int64_t start_ns)
-{
-	if (gap_ns <= 0 || start_ns <= 0)
-		return 0;
-	/* A stream that stopped slows down: the gap is at least the time since
-	 * the last arrival. */
-	int64_t gap = gap_ns > since_last_ns ? gap_ns : since_last_ns;
-	if (gap <= 0)
-		return 0;
-	int64_t lead = start_ns + STANDBY_IMPORT_ALLOW_NS;
-	int64_t t = (lead + gap - 1) / gap; /* ceil(rate * lead) */
-	return t > STANDBY_RATE_TARGET_MAX ? STANDBY_RATE_TARGET_MAX : (int)t;
-}
-
-/* How many d should have parked: the larger of its recent peak and the
- * arrivals expected while one container starts (standby_rate_target), 0
- * when idle. */
+/* How many d should have parked: its recent peak, 0 when idle. */
 static int demand_target(const struct standby *sb, struct demand *d, int64_t now)
 {
 	demand_roll(d, now);
 	if (d->running == 0 && now - d->last_use >= sb->cfg.idle_ns)
 		return 0;
 	int t = d->peak > d->prev_peak ? d->peak : d->prev_peak;
-	/* The shorter of the average and the latest gap: a stream that speeds
-	 * up is followed at once, not a few events later. */
-	int64_t gap = d->last_gap_ns && d->last_gap_ns < d->gap_ns ? d->last_gap_ns : d->gap_ns;
-	int r = standby_rate_target(gap, now - d->last_use, d->start_ns);
-	if (r > t)
-		t = r;
 	return t < 1 ? 1 : t;
-}
-
-/* ewma(old, sample): weight 1/4 for the new sample; the first is taken as
- * it is. */
-static int64_t ewma(int64_t old, int64_t sample)
-{
-	return old <= 0 ? sample : old + (sample - old) / 4;
 }
 
 /* No start for d at image before STANDBY_RETRY_NS from now (an early
@@ -197,11 +161,6 @@ void standby_begin(struct standby *sb, const struct fn_version *fv, const char *
 	d->running++;
 	if (d->running > d->peak)
 		d->peak = d->running;
-	/* Arrival gaps over the idle time say nothing about a stream. */
-	if (d->last_use && now - d->last_use < sb->cfg.idle_ns) {
-		d->last_gap_ns = now - d->last_use;
-		d->gap_ns = ewma(d->gap_ns, d->last_gap_ns);
-	}
 	d->last_use = now;
 	poke_locked(sb);
 	pthread_mutex_unlock(&sb->lock);
@@ -487,10 +446,7 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
  * after an early exit, and the pool below STANDBY_MAX. */
 static struct demand *pick_start(struct standby *sb, const struct snapshot *snap, int64_t now)
 {
-	int starting = 0;
-	for (struct demand *d = sb->demand; d; d = d->next)
-		starting += d->starting;
-	if (sb->nentries + starting >= sb->cfg.max)
+	if (sb->nentries >= sb->cfg.max)
 		return NULL;
 	int *quota;
 	size_t n;
@@ -498,12 +454,12 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 	struct demand *pick = NULL;
 	for (size_t i = 0; i < n && !pick; i++) {
 		const struct fn_version *fv = snapshot_find(snap, v[i]->function);
-		if (!fv || !fv->image)
+		if (!fv || !fv->image || v[i]->starting)
 			continue;
 		if (now < v[i]->retry_after && v[i]->retry_image &&
 		    strcmp(v[i]->retry_image, fv->image) == 0)
 			continue;
-		if (parked_for(sb, v[i], fv->image) + v[i]->starting < quota[i])
+		if (parked_for(sb, v[i], fv->image) < quota[i])
 			pick = v[i];
 	}
 	free(quota);
@@ -511,10 +467,8 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 	return pick;
 }
 
-/* Parks one container for d (at the snapshot's version) through docker;
- * 0 when parked. */
-static int start_one(struct standby *sb, struct docker *docker, const struct snapshot *snap,
-		     struct demand *d)
+/* Parks one container for d (at the snapshot's version); 0 when parked. */
+static int start_one(struct standby *sb, const struct snapshot *snap, struct demand *d)
 {
 	const struct fn_version *fv = snapshot_find(snap, d->function);
 	const struct template *t = fv->fn->tpl;
@@ -536,7 +490,7 @@ static int start_one(struct standby *sb, struct docker *docker, const struct sna
 	struct runner_parked *p = NULL;
 	char *err = NULL;
 	int64_t t0 = now_mono_ns();
-	if (runner_park(docker, &in, &p, &err) < 0) {
+	if (runner_park(sb->docker, &in, &p, &err) < 0) {
 		log_debug(LOG_ATTRS("function", in.function, "handler", in.handler, "error", err),
 			  "standby container not started");
 		free(err);
@@ -555,7 +509,6 @@ static int start_one(struct standby *sb, struct docker *docker, const struct sna
 	e->stamp = stamp;
 	e->parked_at = now_mono_ns();
 	pthread_mutex_lock(&sb->lock);
-	d->start_ns = ewma(d->start_ns, e->parked_at - t0);
 	e->next = sb->entries;
 	sb->entries = e;
 	sb->nentries++;
@@ -641,40 +594,6 @@ static void bound_due(struct standby *sb)
 	sb->next_bound = next;
 }
 
-/* One start of a pass, on its own thread (but the first, on the pool
- * thread) with its own connection, sb->start_docker[slot]. */
-struct start_job {
-	struct standby *sb;
-	const struct snapshot *snap;
-	struct demand *d; /* d->starting counts this job: never freed meanwhile */
-	int slot;
-	int rc;
-	pthread_t thread;
-};
-
-static void *start_job_main(void *arg)
-{
-	struct start_job *j = arg;
-	struct docker **dk = &j->sb->start_docker[j->slot];
-	j->rc = -1;
-	if (!*dk) {
-		char *err = NULL;
-		if (docker_open(dk, &err) < 0) {
-			log_debug(LOG_ATTRS("error", err ? err : ""),
-				  "standby: cannot reach the Docker daemon");
-			free(err);
-			*dk = NULL;
-			return NULL;
-		}
-	}
-	j->rc = start_one(j->sb, *dk, j->snap, j->d);
-	if (j->rc < 0) { /* a fresh connection next time */
-		docker_close(*dk);
-		*dk = NULL;
-	}
-	return NULL;
-}
-
 /* One pass; returns true when it parked a container (go round at once). */
 static bool pass(struct standby *sb)
 {
@@ -688,50 +607,24 @@ static bool pass(struct standby *sb)
 	/* A refused bound is removed now, not a tick later. */
 	bury(sb, now_mono_ns() + RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS);
 
-	/* Up to STANDBY_PARALLEL_STARTS starts, each admitted by its own spare
-	 * slot, run at once on their own threads and connections. */
-	struct start_job jobs[STANDBY_PARALLEL_STARTS];
-	int njobs = 0;
-	while (njobs < STANDBY_PARALLEL_STARTS && !atomic_load(&sb->stop)) {
-		pthread_mutex_lock(&sb->lock);
-		struct demand *d = pick_start(sb, snap, now);
-		if (d)
-			d->starting++;
-		pthread_mutex_unlock(&sb->lock);
-		if (!d)
-			break;
-		if (slots_try_acquire_spare(sb->cfg.slots) < 0) {
-			pthread_mutex_lock(&sb->lock);
-			d->starting--;
-			pthread_mutex_unlock(&sb->lock);
-			break;
-		}
-		jobs[njobs] = (struct start_job){.sb = sb, .snap = snap, .d = d, .slot = njobs};
-		njobs++;
-	}
-	if (njobs > 1) {
-		char n[16];
-		snprintf_(n, sizeof n, "%d", njobs);
-		log_debug(LOG_ATTRS("count", n), "starting standby containers in parallel");
-	}
-	bool threaded[STANDBY_PARALLEL_STARTS] = {false};
-	for (int i = 1; i < njobs; i++)
-		threaded[i] = thread_start(&jobs[i].thread, "standby-start", start_job_main,
-					   &jobs[i]) == 0;
-	for (int i = 0; i < njobs; i++)
-		if (!threaded[i]) /* the first, or one without a thread: here */
-			start_job_main(&jobs[i]);
-	for (int i = 1; i < njobs; i++)
-		if (threaded[i])
-			pthread_join(jobs[i].thread, NULL);
 	bool parked = false;
-	for (int i = 0; i < njobs; i++) {
+	pthread_mutex_lock(&sb->lock);
+	struct demand *d = atomic_load(&sb->stop) ? NULL : pick_start(sb, snap, now);
+	if (d)
+		d->starting = 1;
+	pthread_mutex_unlock(&sb->lock);
+	if (d && slots_try_acquire_spare(sb->cfg.slots) == 0) {
+		int rc = start_one(sb, snap, d);
 		slots_release_spare(sb->cfg.slots);
 		pthread_mutex_lock(&sb->lock);
-		if (jobs[i].rc < 0)
-			demand_back_off(jobs[i].d, snapshot_find(snap, jobs[i].d->function)->image);
-		parked |= jobs[i].rc == 0;
-		jobs[i].d->starting--;
+		if (rc < 0)
+			demand_back_off(d, snapshot_find(snap, d->function)->image);
+		parked = rc == 0;
+		d->starting = 0;
+		pthread_mutex_unlock(&sb->lock);
+	} else if (d) {
+		pthread_mutex_lock(&sb->lock);
+		d->starting = 0;
 		pthread_mutex_unlock(&sb->lock);
 	}
 	registry_release(sb->cfg.registry, snap);
@@ -813,8 +706,6 @@ void standby_stop(struct standby *sb)
 		demand_free(d);
 	}
 	docker_close(sb->docker);
-	for (int i = 0; i < STANDBY_PARALLEL_STARTS; i++)
-		docker_close(sb->start_docker[i]);
 	pthread_cond_destroy(&sb->cond);
 	pthread_mutex_destroy(&sb->lock);
 	free(sb);

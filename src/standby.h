@@ -14,33 +14,18 @@
  * Sizing. Demand is counted per (function, handler) by the workers
  * (standby_begin / standby_end around every invocation, standby or not):
  * the number running now, its peak over the current and the previous
- * STANDBY_PEAK_WINDOW_NS window, the time of the last invocation, an EWMA
- * of the gap between two arrivals (weight 1/4; gaps longer than idle_ns
- * are not counted) and an EWMA of how long a start of its container takes
- * (runner_park, measured per handler). The target of a handler is
- *
- *     max(peak, ceil((start + STANDBY_IMPORT_ALLOW_NS) / gap))
- *
- * (standby_rate_target; gap is the shorter of that EWMA and the latest
- * gap, so a stream that speeds up is followed at once, and at least the
- * time since the last arrival, so a stream that stopped stops counting), so a handler that ran 3 at once
- * lately keeps 3 ready, and one whose events come faster than a
- * container starts keeps as many as arrive during a start: under a steady
- * stream the next event finds one ready while the used one is replaced.
- * 0 once it has had no invocation for idle_ns. The sum over
+ * STANDBY_PEAK_WINDOW_NS window, and the time of the last invocation. The
+ * target of a handler is that peak (so a handler that ran 3 at once lately
+ * keeps 3 ready), 0 once it has had no invocation for idle_ns. The sum over
  * every handler never exceeds max (STANDBY_MAX); when targets add up to
  * more, the most recently used handlers come first. Containers above a
  * target are removed ("excess", or "idle" when the target fell to 0).
  *
- * Admission. The pool thread starts up to STANDBY_PARALLEL_STARTS
- * containers at once (each on a thread and Docker connection of its own),
- * each only after taking a spare global concurrency slot
- * (slots_try_acquire_spare: free, and no invocation waiting for one:
- * slots.h),
- * held while it starts and given back once it is parked: a replacement
- * never takes a slot an invocation is waiting for, and a parked container
- * holds none. So parallel starts are bounded by the same admission as
- * on-demand invocations, and by the handlers' deficits.
+ * Admission. The pool thread starts one container at a time, each only
+ * after taking a spare global concurrency slot (slots_try_acquire_spare:
+ * free, and no invocation waiting for one: slots.h), held while it starts and
+ * given back once it is parked: a replacement never takes a slot an
+ * invocation is waiting for, and a parked container holds none.
  *
  * Never stale. A parked container is removed ("version") once the
  * registry's current version of its function has another image (an edit, a
@@ -111,14 +96,6 @@
 /* Bound on one such update (an update answers within tens of ms). */
 #define STANDBY_BOUND_TIMEOUT_MS 5000L
 #define STANDBY_TICK_MS 1000
-/* Starts the pool thread runs at once, at most (each also needs a spare
- * slot and a deficit). */
-#define STANDBY_PARALLEL_STARTS 4
-/* What a start's measured time (create, attach, start) is given for the
- * bootstrap's import, in standby_rate_target. */
-#define STANDBY_IMPORT_ALLOW_NS (250LL * 1000000LL)
-/* The arrival-rate part of a target never asks for more than this. */
-#define STANDBY_RATE_TARGET_MAX 16
 
 struct standby_config {
 	int max;	 /* STANDBY_MAX: at most this many parked at once; > 0 */
@@ -159,12 +136,6 @@ void standby_discard(struct standby *sb, const struct fn_version *fv, const char
 
 /* Parked containers of (function, handler) right now. */
 int standby_count(struct standby *sb, const char *function, const char *handler);
-
-/* The arrival-rate part of a handler's target (pure, exposed for tests):
- * ceil((start_ns + STANDBY_IMPORT_ALLOW_NS) / max(gap_ns, since_last_ns)),
- * at most STANDBY_RATE_TARGET_MAX; 0 when gap_ns or start_ns is unknown
- * (<= 0). */
-int standby_rate_target(int64_t gap_ns, int64_t since_last_ns, int64_t start_ns);
 
 /* Wakes the pool thread (a version or a secret may have changed). */
 void standby_poke(struct standby *sb);

@@ -526,31 +526,3 @@ def handler(event):
 	[ -z "$(docker ps -aq --filter "label=relay.hostname=$SB_HOST")" ] ||
 		fail "left behind: $(docker ps -a --filter "label=relay.hostname=$SB_HOST")"
 }
-
-# Parallel refill (issue 33): after a burst of 4 concurrent events the pool
-# starts their replacements several at once (its DEBUG line says how many),
-# each admitted by a spare slot, and 4 are parked again, waiting on their
-# events.
-test_a_burst_is_refilled_by_parallel_starts() {
-	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
-	sb_fn sb-par 'import time
-def handler(event):
-    print("par", event["n"], flush=True)
-    time.sleep(float(event["hold"]))'
-	sb_env sb-par-host
-	export MAX_CONCURRENCY=8 STANDBY_MAX=4
-	sb_start "$TMP/relay.log"
-	local i ids=()
-	for i in 1 2 3 4; do ids+=("$(sb_xadd sb-par ",\"n\":$i,\"hold\":\"3\"")"); done
-	for i in "${ids[@]}"; do sb_wait_done "$TMP/relay.log" "$i"; done
-	wait_for 90 sb_parked_n 4 sb-par || fail "parked: $(sb_parked sb-par | wc -l), want 4: $(grep standby "$TMP/relay.log" | tail -n 10)"
-	grep -qE 'msg="starting standby containers in parallel" count=[234]' "$TMP/relay.log" ||
-		fail "no parallel start: $(grep -E 'standby container' "$TMP/relay.log" | tail -n 10)"
-	# Parked means waiting for an event: the next 4 run in them, at once.
-	ids=()
-	for i in 5 6 7 8; do ids+=("$(sb_xadd sb-par ",\"n\":$i,\"hold\":\"0\"")"); done
-	for i in "${ids[@]}"; do sb_wait_done "$TMP/relay.log" "$i"; done
-	sb_metric_ge standby_dispatches_total 4 || fail "standby dispatches: $(sb_metric standby_dispatches_total)"
-	stop_relay_pid "$RELAY_PID"
-	unset MAX_CONCURRENCY STANDBY_MAX
-}
