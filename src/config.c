@@ -18,6 +18,7 @@ enum kind {
 	K_NONNEG_INT, /* 0 to max */
 	K_PATH,
 	K_YESNO, /* yes or no, into an int: CONFIG_YES or CONFIG_NO (0: unset) */
+	K_RUNTIME, /* an OCI runtime name: config_valid_runtime_name */
 };
 
 /* A macro's value as a string literal, for texts made from a constant. */
@@ -85,6 +86,10 @@ static const struct var vars[] = {
 	 STANDBY_MAX_LIMIT},
 	{"STANDBY_IDLE", K_DURATION, 0, "a positive Go duration such as 30s, 10m or 1h", NULL,
 	 OFF(standby_idle_ns), 0, DEFAULT_STANDBY_IDLE, NULL, 0},
+	{"RELAY_OCI_RUNTIME", K_RUNTIME, 0,
+	 "a runtime name the Docker daemon knows, such as runc, crun or runsc (at most "
+	 STR(OCI_RUNTIME_NAME_MAX) " bytes of A-Z a-z 0-9 . _ -)",
+	 "unset or empty: the daemon's default runtime", OFF(oci_runtime), 0, NULL, NULL, 0},
 	{"RELAY_FUNCTIONS_DIR", K_PATH, 0, "a directory path", NULL, OFF(functions_dir), 0,
 	 DEFAULT_FUNCTIONS_DIR, NULL, 0},
 	{"RELAY_DATA_DIR", K_PATH, 0, "a directory path", NULL, OFF(data_dir), 0, DEFAULT_DATA_DIR,
@@ -96,6 +101,20 @@ int config_valid_listen_addr(const char *s)
 	char host[HTTP_LISTEN_HOST_MAX];
 	unsigned port;
 	return http_parse_listen_addr(s, host, sizeof host, &port);
+}
+
+int config_valid_runtime_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > OCI_RUNTIME_NAME_MAX)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+		      ch == '.' || ch == '_' || ch == '-'))
+			return -1;
+	}
+	return 0;
 }
 
 static void add_err(char ***errs, int *nerrs, char *msg)
@@ -242,6 +261,13 @@ static char *set_value(const struct var *v, const char *raw, void *field)
 		*(int64_t *)field = n;
 		return NULL;
 	}
+	case K_RUNTIME:
+		if (strlen(raw) > OCI_RUNTIME_NAME_MAX)
+			return xstrdup("longer than " STR(OCI_RUNTIME_NAME_MAX) " bytes");
+		if (config_valid_runtime_name(raw) < 0)
+			return xstrdup("a byte outside A-Z a-z 0-9 . _ -");
+		*(char **)field = xstrdup(raw);
+		return NULL;
 	case K_YESNO:
 		if (strcmp(raw, "yes") != 0 && strcmp(raw, "no") != 0)
 			return xstrdup("neither yes nor no");
@@ -328,6 +354,7 @@ void config_free(struct config *c)
 	free(c->redis_group);
 	free(c->metrics_addr);
 	free(c->webhook_addr);
+	free(c->oci_runtime);
 	free(c->functions_dir);
 	free(c->data_dir);
 	memset(c, 0, sizeof *c);

@@ -28,6 +28,9 @@
  * text is made from it). */
 #define STANDBY_MAX_LIMIT 1000
 
+/* The longest RELAY_OCI_RUNTIME accepted (a plain number, as above). */
+#define OCI_RUNTIME_NAME_MAX 64
+
 /* A yes/no setting's value; 0 is unset. */
 enum { CONFIG_YES = 1, CONFIG_NO = 2 };
 
@@ -50,6 +53,10 @@ struct config {
 	int64_t max_buffered_events;
 	int64_t standby_max;	 /* 0 to STANDBY_MAX_LIMIT; 0: no standby containers */
 	int64_t standby_idle_ns; /* > 0: a handler idle this long keeps none */
+	/* RELAY_OCI_RUNTIME: HostConfig.Runtime of every execution container;
+	 * NULL: none sent, the daemon's default runtime. relay start checks it
+	 * against the daemon's GET /info "Runtimes" before anything runs. */
+	char *oci_runtime;
 	char *functions_dir;
 	char *data_dir;
 };
@@ -88,6 +95,10 @@ int config_redis_uri(const struct config *c, struct redis_uri *u, char **why);
  * "[::1]:9090", "localhost:9090". Returns 0 or -1. The rule is
  * http_parse_listen_addr's (http.h), the one the servers start with. */
 int config_valid_listen_addr(const char *s);
+
+/* A RELAY_OCI_RUNTIME value: 1 to OCI_RUNTIME_NAME_MAX bytes of
+ * [A-Za-z0-9._-]. Returns 0 or -1. */
+int config_valid_runtime_name(const char *s);
 
 /* Loads the configuration for a command; on failure logs every error at
  * ERROR level (regardless of LOG_LEVEL) and returns -1. Also sets the

@@ -11,9 +11,25 @@
  *   succeed stops the rest (abort on first failure). Each is gated by its
  *   invocation-state marker and claimed with a compare-and-set before it
  *   runs, so a redelivery elsewhere skips live or backing-off work.
- * - Slot waits are bounded (slot_wait_ns, well below min_pending_idle): a
- *   message that cannot get a slot is left pending with nothing charged and
- *   comes back through the reclaim loop.
+ * - No worker waits for a concurrency slot. A plan (one message's work)
+ *   whose next invocation gets no slot (slots_try_acquire: MAX_CONCURRENCY
+ *   or the function's concurrency) is parked on the deferred list, still
+ *   held (it keeps its buffer slot, so deferred plans count against
+ *   MAX_BUFFERED_EVENTS: the reader's room), matched, its state loaded and
+ *   nothing charged; the worker goes on with other messages. Every slot
+ *   release wakes a worker (slots_on_release), and a worker looks at the
+ *   deferred list before it takes a new message: the oldest plan whose
+ *   function can take a slot now resumes at the claim, whose
+ *   compare-and-set against the marker as last seen protects against a
+ *   reclaim elsewhere meanwhile. While the list is not empty a new plan
+ *   parks too at its slot step, so the oldest runnable plan always goes
+ *   first (per function, and across functions for the global slots).
+ *   At shutdown deferred plans are dropped: their messages stay pending,
+ *   no attempt charged.
+ * - A fresh message (struct msg) reads no state: a first-attempt success
+ *   costs the claim and the outcome write (HSET+EXPIRE pipelined), two round
+ *   trips, plus its share of the batched XACK+DEL. The ok marker is always
+ *   written before the XACK is queued.
  * - Bookkeeping errors fail open: an unreadable state is treated as absent,
  *   a failed claim write still runs the invocation.
  * - What a message runs is resolved first (resolve_work): a scheduled
@@ -54,8 +70,17 @@ struct msg {
 	size_t *lens;
 	size_t nfields;
 	struct event *ev; /* decoded by the reader, or NULL: the worker decodes */
+	/* First delivered by a plain XREADGROUP ">" (not recovered, not
+	 * reclaimed): it can have no invocation state, so plan_load skips the
+	 * HGETALL and every claim compares against "absent". A state key left
+	 * by an earlier life of the group (a recreated group delivering an id
+	 * again) only makes that claim lose its compare-and-set: the message
+	 * stays pending and the reclaim, which loads the state, settles it. */
+	bool fresh;
 	struct msg *next;
 };
+
+struct plan;
 
 struct ack {
 	char *id;
@@ -75,6 +100,9 @@ struct consumer {
 	int buffered;
 	char **held; /* ids held locally, for reclaim dedup */
 	size_t nheld, capheld;
+	/* Plans parked for a concurrency slot, oldest first (see above). */
+	struct plan *dhead, *dtail;
+	int ndeferred;
 
 	pthread_mutex_t ack_lock;
 	pthread_cond_t ack_cond;
@@ -645,6 +673,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		if (!m)
 			continue;
 		if (!skip[i]) {
+			m->fresh = !recovered;
 			enqueue_locked(c, m);
 			continue;
 		}
@@ -1407,6 +1436,12 @@ struct plan {
 	const char *event_id, *event_name; /* may be NULL */
 	char *key;			   /* invocation-state key */
 	char last_error[600];		   /* the last failed invocation's error */
+	/* Progress, so that a parked plan resumes where it stopped: */
+	size_t cur;	    /* the target running (plan_run) */
+	bool said;	    /* its "matched" line is printed */
+	int attempt;	    /* its attempt number, when parked */
+	bool slotted;	    /* resumed holding its slot: goes on at the claim */
+	struct plan *dnext; /* on the deferred list */
 };
 
 /* function_events_total: once per message and matched function, counted
@@ -1590,19 +1625,27 @@ static bool plan_resolve(struct consumer *c, struct plan *p)
 }
 
 /* Load: the message's invocation state, one marker per target. Fails
- * open: an unreadable state is treated as empty. */
+ * open: an unreadable state is treated as empty. A fresh message (struct
+ * msg) has none: no round trip. */
 static void plan_load(struct consumer *c, struct redis *r, struct plan *p)
 {
-	p->key = invocation_key(c->stream, c->group, p->m->id);
-	struct invocation_state st;
-	if (ensure_conn(c, r) < 0 || invocation_state_load(r, p->key, &st) < 0) {
+	if (!p->key)
+		p->key = invocation_key(c->stream, c->group, p->m->id);
+	struct invocation_state st = {0};
+	bool up = ensure_conn(c, r) == 0;
+	if (up && p->m->fresh) {
+		/* nothing to read */
+	} else if (!up || invocation_state_load(r, p->key, &st) < 0) {
 		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
 			 "cannot read invocation state; treating it as empty");
 		memset(&st, 0, sizeof st);
 	}
 	for (size_t i = 0; i < p->n; i++) {
 		struct target *t = &p->t[i];
-		t->field = xasprintf("%s/%s", t->fv->fn->name, t->handler);
+		if (!t->field)
+			t->field = xasprintf("%s/%s", t->fv->fn->name, t->handler);
+		free(t->raw);
+		t->raw = NULL;
 		t->loaded = invocation_state_get(&st, t->field);
 		t->state = t->loaded.kind == MARK_OK	      ? INV_OK
 			   : t->loaded.kind == MARK_EXHAUSTED ? INV_EXHAUSTED
@@ -1638,7 +1681,8 @@ enum target_outcome {
 	TARGET_FAILED,		  /* ran and failed: retried later, or exhausted */
 	TARGET_EXHAUSTED_BEFORE,  /* exhausted on an earlier delivery: terminal */
 	TARGET_NOT_ELIGIBLE,	  /* running elsewhere or backing off */
-	TARGET_NO_SLOT,		  /* no concurrency slot within the bounded wait */
+	TARGET_DEFERRED,	  /* no slot free: the plan is parked (deferred list) */
+	TARGET_RELOADED,	  /* a fresh message's claim lost: state loaded, look again */
 	TARGET_ACKED_MEANWHILE,	  /* the message is no longer pending */
 	TARGET_CLAIMED_ELSEWHERE, /* another worker changed the marker first */
 	TARGET_CANCELLED,	  /* interrupted by shutdown: not an attempt */
@@ -1656,8 +1700,11 @@ enum claim {
 static enum claim claim_invocation(struct consumer *c, struct redis *r, const struct plan *p,
 				   const struct target *t, const char *next)
 {
-	int rc = invocation_try_start(r, p->key, t->field, t->raw, next, c->stream, c->group,
-				      p->m->id);
+	/* A plan resumed from the deferred list comes here on another
+	 * worker's connection, maybe never connected yet. */
+	int rc = ensure_conn(c, r) < 0 ? -1
+				       : invocation_try_start(r, p->key, t->field, t->raw, next,
+							      c->stream, c->group, p->m->id);
 	return rc < 0	 ? CLAIM_UNRECORDED
 	       : rc == 0 ? CLAIM_LOST
 	       : rc == 2 ? CLAIM_ACKED
@@ -1672,10 +1719,13 @@ static enum claim claim_invocation(struct consumer *c, struct redis *r, const st
  * unrunnable: the message is routed to the DLQ. TARGET_GO_ON with
  * *attempt set when it may run.
  */
-static enum target_outcome target_ready(const struct plan *p, const struct target *t, int *attempt)
+static enum target_outcome target_ready(struct plan *p, const struct target *t, int *attempt)
 {
 	const char *fname = t->fv->fn->name, *handler = t->handler, *id = p->m->id;
-	log_say(fname, p->scheduled ? "schedule" : "rule", handler, " matched event \"%s\"", id);
+	if (!p->said)
+		log_say(fname, p->scheduled ? "schedule" : "rule", handler, " matched event \"%s\"",
+			id);
+	p->said = true;
 	if (t->state == INV_OK) {
 		log_say(fname, "handler", handler, " already succeeded for event \"%s\"; skipping",
 			id);
@@ -1711,25 +1761,73 @@ static enum target_outcome target_ready(const struct plan *p, const struct targe
 	return TARGET_GO_ON;
 }
 
-/* A concurrency slot of the target's function, waiting at most
- * slot_wait_ns. */
-static enum target_outcome target_slot(struct consumer *c, const struct plan *p,
-				       const struct target *t)
+/*
+ * A concurrency slot of the target's function, without waiting: taken
+ * (TARGET_GO_ON), or the plan is parked on the deferred list
+ * (TARGET_DEFERRED: from then on another worker may resume it at any
+ * moment, so the caller touches p no more). While older plans are parked
+ * this one parks behind them, so the oldest runnable goes first
+ * (deferred_take_locked).
+ */
+static enum target_outcome target_slot(struct consumer *c, struct plan *p, const struct target *t,
+				       int attempt)
 {
 	const char *fname = t->fv->fn->name;
-	bool waited = false;
-	int rc = slots_acquire(c->slots, fname, (int)t->fv->fn->tpl->concurrency,
-			       c->cfg.slot_wait_ns, &c->stop, &waited);
-	if (waited)
-		metrics_inc(METRIC_CONCURRENCY_WAITS);
-	if (rc < 0) {
-		log_info(
-			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
-			"no concurrency slot within the bounded wait; leaving the message "
-			"pending");
-		return TARGET_NO_SLOT;
+	int limit = (int)t->fv->fn->tpl->concurrency;
+	pthread_mutex_lock(&c->lock);
+	if (!c->dhead && slots_try_acquire(c->slots, fname, limit) == 0) {
+		pthread_mutex_unlock(&c->lock);
+		return TARGET_GO_ON;
 	}
-	return TARGET_GO_ON;
+	metrics_inc(METRIC_CONCURRENCY_WAITS);
+	log_debug(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
+		  "no concurrency slot free; the invocation waits locally for one");
+	p->attempt = attempt;
+	p->dnext = NULL;
+	if (c->dtail)
+		c->dtail->dnext = p;
+	else
+		c->dhead = p;
+	c->dtail = p;
+	c->ndeferred++;
+	slots_defer(c->slots, fname, limit, 1);
+	pthread_mutex_unlock(&c->lock);
+	return TARGET_DEFERRED;
+}
+
+/* The oldest parked plan whose function can take a slot now, unlinked,
+ * holding that slot (slotted); NULL when none can. Lock held. */
+static struct plan *deferred_take_locked(struct consumer *c)
+{
+	struct plan *prev = NULL;
+	for (struct plan *p = c->dhead; p; prev = p, p = p->dnext) {
+		const struct fn_version *fv = p->t[p->cur].fv;
+		int limit = (int)fv->fn->tpl->concurrency;
+		if (slots_try_acquire(c->slots, fv->fn->name, limit) < 0)
+			continue;
+		if (prev)
+			prev->dnext = p->dnext;
+		else
+			c->dhead = p->dnext;
+		if (c->dtail == p)
+			c->dtail = prev;
+		p->dnext = NULL;
+		c->ndeferred--;
+		slots_defer(c->slots, fv->fn->name, limit, -1);
+		p->slotted = true;
+		return p;
+	}
+	return NULL;
+}
+
+/* slots_on_release: a slot is free, a parked plan may take it. */
+static void slot_released(void *arg)
+{
+	struct consumer *c = arg;
+	pthread_mutex_lock(&c->lock);
+	if (c->dhead)
+		pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /*
@@ -1737,6 +1835,8 @@ static enum target_outcome target_slot(struct consumer *c, const struct plan *p,
  * as last seen); a lost claim gives the slot back. *prev: the marker it
  * replaced (NULL: absent), to put back if shutdown cancels the run.
  */
+static void plan_load(struct consumer *c, struct redis *r, struct plan *p);
+
 static enum target_outcome target_claim(struct consumer *c, struct redis *r, struct plan *p,
 					const struct target *t, int attempt, char **prev)
 {
@@ -1749,6 +1849,14 @@ static enum target_outcome target_claim(struct consumer *c, struct redis *r, str
 	char next[64];
 	marker_format(&running, next, sizeof next);
 	enum claim cl = claim_invocation(c, r, p, t, next);
+	if (cl == CLAIM_LOST && p->m->fresh) {
+		/* A state key from an earlier life of the group: load it now
+		 * (no longer fresh) and look at the target again. */
+		slots_release(c->slots, fname);
+		p->m->fresh = false;
+		plan_load(c, r, p);
+		return TARGET_RELOADED;
+	}
 	if (cl == CLAIM_ACKED || cl == CLAIM_LOST) {
 		slots_release(c->slots, fname);
 		log_debug(
@@ -1895,11 +2003,22 @@ static enum target_outcome run_target_once(struct consumer *c, struct redis *r, 
 {
 	int attempt = 1;
 	char *prev = NULL;
-	enum target_outcome o = target_ready(p, t, &attempt);
-	if (o == TARGET_GO_ON)
-		o = target_slot(c, p, t);
-	if (o == TARGET_GO_ON)
-		o = target_claim(c, r, p, t, attempt, &prev);
+	/* Resumed from the deferred list: ready, holding its slot. */
+	bool resumed = p->slotted;
+	p->slotted = false;
+	if (resumed)
+		attempt = p->attempt;
+	enum target_outcome o;
+	do {
+		o = resumed ? TARGET_GO_ON : target_ready(p, t, &attempt);
+		if (o == TARGET_GO_ON && !resumed)
+			o = target_slot(c, p, t, attempt);
+		if (o == TARGET_DEFERRED)
+			return o; /* p is the deferred list's now */
+		resumed = false;
+		if (o == TARGET_GO_ON)
+			o = target_claim(c, r, p, t, attempt, &prev);
+	} while (o == TARGET_RELOADED);
 	if (o != TARGET_GO_ON)
 		return o;
 	if (attempt > 1)
@@ -1923,6 +2042,7 @@ static enum target_outcome run_target(struct consumer *c, struct redis *r, struc
 		enum target_outcome o = run_target_once(c, r, p, t);
 		if (o != TARGET_UNAVAILABLE)
 			return o;
+		p->said = false; /* its run again says "matched" again */
 		if (!c->cfg.ready)
 			return TARGET_CANCELLED;
 		consumer_hold(c, CONSUMER_HOLD_DOCKER, true);
@@ -1931,13 +2051,24 @@ static enum target_outcome run_target(struct consumer *c, struct redis *r, struc
 	}
 }
 
-static void plan_run(struct consumer *c, struct redis *r, struct plan *p)
+/* From p->cur on. True when the plan was parked (the deferred list owns
+ * it now: the caller touches it no more). */
+static bool plan_run(struct consumer *c, struct redis *r, struct plan *p)
 {
-	for (size_t i = 0; i < p->n && !atomic_load(&c->stop); i++) {
-		enum target_outcome o = run_target(c, r, p, &p->t[i]);
+	while (p->cur < p->n && !atomic_load(&c->stop)) {
+		enum target_outcome o = run_target(c, r, p, &p->t[p->cur]);
+		if (o == TARGET_DEFERRED)
+			return true;
 		if (o != TARGET_DONE_BEFORE && o != TARGET_SUCCEEDED)
 			break;
+		p->cur++;
+		p->said = false;
 	}
+	if (p->slotted) { /* resumed at stop: never claimed */
+		slots_release(c->slots, p->t[p->cur].fv->fn->name);
+		p->slotted = false;
+	}
+	return false;
 }
 
 /* An exhausted target (first, the first not complete) routes the message
@@ -1989,6 +2120,7 @@ static void plan_settle(struct consumer *c, struct redis *r, struct plan *p)
 	}
 }
 
+/* Frees the plan and its message. */
 static void plan_free(struct consumer *c, struct plan *p)
 {
 	for (size_t i = 0; i < p->n; i++) {
@@ -2001,17 +2133,31 @@ static void plan_free(struct consumer *c, struct plan *p)
 	if (p->snap)
 		registry_release(c->cfg.registry, p->snap);
 	event_free(p->ev);
+	msg_free(p->m);
+	free(p);
 }
 
+/* A message taken from the buffer (owned from here on). */
 static void process(struct consumer *c, struct redis *r, struct msg *m)
 {
-	struct plan p = {.m = m};
-	if (plan_decode(c, r, &p) && plan_resolve(c, &p)) {
-		plan_load(c, r, &p);
-		plan_run(c, r, &p);
-		plan_settle(c, r, &p);
+	struct plan *p = xcalloc(1, sizeof *p);
+	p->m = m;
+	if (plan_decode(c, r, p) && plan_resolve(c, p)) {
+		plan_load(c, r, p);
+		if (plan_run(c, r, p))
+			return;
+		plan_settle(c, r, p);
 	}
-	plan_free(c, &p);
+	plan_free(c, p);
+}
+
+/* A plan taken from the deferred list, holding its slot. */
+static void resume(struct consumer *c, struct redis *r, struct plan *p)
+{
+	if (plan_run(c, r, p))
+		return;
+	plan_settle(c, r, p);
+	plan_free(c, p);
 }
 
 static void *worker_main(void *arg)
@@ -2019,20 +2165,30 @@ static void *worker_main(void *arg)
 	struct consumer *c = arg;
 	struct redis *r = conn_new(c, 10000);
 	for (;;) {
+		/* A parked plan that can take a slot now goes before new
+		 * messages. */
+		struct plan *p = NULL;
+		struct msg *m = NULL;
 		pthread_mutex_lock(&c->lock);
-		while (!c->head && !atomic_load(&c->stop))
+		while (!atomic_load(&c->stop)) {
+			if (c->dhead && (p = deferred_take_locked(c)))
+				break;
+			if (c->head) {
+				m = c->head;
+				c->head = m->next;
+				if (!c->head)
+					c->tail = NULL;
+				break;
+			}
 			timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
-		if (atomic_load(&c->stop)) {
-			pthread_mutex_unlock(&c->lock);
-			break;
 		}
-		struct msg *m = c->head;
-		c->head = m->next;
-		if (!c->head)
-			c->tail = NULL;
 		pthread_mutex_unlock(&c->lock);
-		process(c, r, m);
-		msg_free(m);
+		if (p)
+			resume(c, r, p);
+		else if (m)
+			process(c, r, m);
+		else
+			break;
 	}
 	redis_free(r);
 	return NULL;
@@ -2073,8 +2229,6 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		c->cfg.reclaim_interval_ns = CONSUMER_RECLAIM_INTERVAL_NS;
 	if (c->cfg.min_pending_idle_ns <= 0)
 		c->cfg.min_pending_idle_ns = CONSUMER_MIN_PENDING_IDLE_NS;
-	if (c->cfg.slot_wait_ns <= 0)
-		c->cfg.slot_wait_ns = CONSUMER_SLOT_WAIT_NS;
 	if (c->cfg.block_ms <= 0)
 		c->cfg.block_ms = CONSUMER_BLOCK_MS;
 	if (c->cfg.sample_interval_ns <= 0)
@@ -2089,6 +2243,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	cond_init_monotonic(&c->space);
 	cond_init_monotonic(&c->ack_cond);
 	c->slots = c->cfg.slots ? c->cfg.slots : slots_new(c->cfg.max_concurrency);
+	slots_on_release(c->slots, slot_released, c);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
 	consumer_hold(c, c->cfg.hold, true);
@@ -2129,6 +2284,20 @@ void consumer_stop(struct consumer *c)
 	pthread_cond_broadcast(&c->ack_cond);
 	pthread_mutex_unlock(&c->ack_lock);
 	pthread_join(c->acker, NULL);
+	slots_on_release(c->slots, NULL, NULL);
+	/* Parked for a slot, never claimed: they stay pending, nothing
+	 * charged. */
+	while (c->dhead) {
+		struct plan *p = c->dhead;
+		c->dhead = p->dnext;
+		const struct fn_version *fv = p->t[p->cur].fv;
+		slots_defer(c->slots, fv->fn->name, (int)fv->fn->tpl->concurrency, -1);
+		log_debug(LOG_ATTRS("message_id", p->m->id),
+			  "shutdown: an invocation waiting for a slot is left pending");
+		plan_free(c, p);
+	}
+	c->dtail = NULL;
+	c->ndeferred = 0;
 	/* Buffered but never started: they stay pending in Redis. */
 	while (c->head) {
 		struct msg *m = c->head;

@@ -11,7 +11,11 @@
  *             (MAX_BUFFERED_EVENTS) has room;
  *   workers   MAX_CONCURRENCY of them: decode, match, run each matching
  *             invocation in order under the invocation-state protocol,
- *             then ACK / leave pending / dead-letter;
+ *             then ACK / leave pending / dead-letter. A worker never waits
+ *             for a concurrency slot: a message whose invocation gets none
+ *             is parked locally (still held, counted in the buffer, nothing
+ *             charged) and resumed by whichever worker finds a slot for it
+ *             first after a release, before new messages (consumer.c);
  *   acker     batches XACKs (and the DEL of invocation-state keys) into one
  *             round trip; a message's buffer slot is released once its ACK
  *             is confirmed, it is dead-lettered, or it is left pending;
@@ -86,7 +90,6 @@ struct slots;
 /* Fixed defaults (spec: not configurable through the environment). */
 #define CONSUMER_RECLAIM_INTERVAL_NS (60LL * 1000000000LL)
 #define CONSUMER_MIN_PENDING_IDLE_NS (60LL * 1000000000LL)
-#define CONSUMER_SLOT_WAIT_NS (10LL * 1000000000LL)
 #define CONSUMER_BLOCK_MS 2000
 #define CONSUMER_SAMPLE_INTERVAL_NS (15LL * 1000000000LL)
 
@@ -173,7 +176,6 @@ struct consumer_config {
 	/* Zero fields fall back to the fixed defaults. */
 	int64_t reclaim_interval_ns;
 	int64_t min_pending_idle_ns;
-	int64_t slot_wait_ns;
 	int64_t backoff_ns[4];
 	int block_ms;
 	int64_t sample_interval_ns; /* backlog gauges (XPENDING) */

@@ -842,6 +842,62 @@ int docker_update_cpus(struct docker *d, const char *id, int64_t nano_cpus, long
 	return rc;
 }
 
+/* qsort over char *. */
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int docker_check_runtime(struct docker *d, const char *name, char **errp)
+{
+	*errp = NULL;
+	struct docker_response r;
+	if (docker_request(d, "GET", "/info", NULL, 0, NULL, 30000, &r) < 0 || r.status != 200) {
+		*errp = xasprintf("cannot read the Docker daemon's runtimes (GET /info): %s",
+				  docker_errmsg(d));
+		docker_response_free(&r);
+		return -1;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb(r.body, r.len, 0, &jerr);
+	docker_response_free(&r);
+	json_t *rts = json_object_get(root, "Runtimes");
+	if (!json_is_object(rts)) {
+		json_decref(root);
+		*errp = xstrdup("the Docker daemon's GET /info has no Runtimes object");
+		return -1;
+	}
+	if (json_object_get(rts, name)) {
+		json_decref(root);
+		return 0;
+	}
+	/* The daemon's names, sorted, escaped (outside text), at most 32. */
+	size_t n = 0;
+	const char *k;
+	json_t *v;
+	const char *names[32];
+	json_object_foreach(rts, k, v) {
+		if (n < ARRAY_LEN(names))
+			names[n++] = k;
+	}
+	qsort(names, n, sizeof names[0], cmp_str);
+	struct buf b;
+	buf_init(&b, 4096);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_append(&b, ", ", 2);
+		text_escape(&b, names[i], strlen(names[i]), 64, 0);
+	}
+	if (json_object_size(rts) > n)
+		buf_append(&b, ", ...", 5);
+	char *list = buf_steal(&b);
+	*errp = xasprintf("RELAY_OCI_RUNTIME \"%s\" is not a runtime of the Docker daemon (it has: %s)",
+			  name, list);
+	free(list);
+	json_decref(root);
+	return -1;
+}
+
 int docker_ping(struct docker *d)
 {
 	int rc = -1;

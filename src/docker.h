@@ -70,6 +70,13 @@ bool docker_request_denied(const struct docker *d);
 /* GET /_ping; 0 when the daemon answers "OK". */
 int docker_ping(struct docker *d);
 
+/* Whether name (a RELAY_OCI_RUNTIME value, [A-Za-z0-9._-]) is one of the
+ * runtimes the daemon reports in GET /info "Runtimes". 0, or -1 with *errp
+ * (malloc'd): the request failed, or name is unknown: "RELAY_OCI_RUNTIME
+ * \"x\" is not a runtime of the Docker daemon (it has: a, b)", the daemon's
+ * names sorted and escaped. */
+int docker_check_runtime(struct docker *d, const char *name, char **errp);
+
 struct docker_response {
 	long status; /* HTTP status */
 	char *body;  /* NUL-terminated, malloc'd; may be "" */

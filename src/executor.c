@@ -9,6 +9,7 @@
 #include "runner.h"
 #include "standby.h"
 #include "util.h"
+#include "warm.h"
 
 static pthread_key_t docker_key;
 static pthread_once_t docker_once = PTHREAD_ONCE_INIT;
@@ -83,15 +84,19 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	};
 	struct invocation_result out;
 	memset(&out, 0, sizeof out);
-	standby_begin(e->standby, fv, req->handler);
-	struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
-	if (parked) {
-		runner_dispatch(d, &parked, &in, &out);
-		if (parked) /* not dispatched: it ran on demand */
-			standby_discard(e->standby, fv, req->handler, parked);
-	} else
-		runner_invoke(d, &in, &out);
-	standby_end(e->standby, fv, req->handler);
+	if (t->warm && e->warm) {
+		warm_invoke(e->warm, d, fv, req->handler, &in, &out);
+	} else {
+		standby_begin(e->standby, fv, req->handler);
+		struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
+		if (parked) {
+			runner_dispatch(d, &parked, &in, &out);
+			if (parked) /* not dispatched: it ran on demand */
+				standby_discard(e->standby, fv, req->handler, parked);
+		} else
+			runner_invoke(d, &in, &out);
+		standby_end(e->standby, fv, req->handler);
+	}
 	res->exit_code = out.exit_code;
 	if (out.error)
 		snprintf_(res->error, sizeof res->error, "%s", out.error);

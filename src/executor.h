@@ -13,6 +13,10 @@
  * of its function version and handler (standby_take) and runs there
  * (runner_dispatch), else on demand (runner_invoke); either way it counts
  * as demand (standby_begin/standby_end), which sizes the pool.
+ *
+ * A function whose template has warm: runs in the warm pool instead
+ * (warm_invoke, warm.h): standby is not used for it. With no warm pool
+ * (NULL) it runs as any other function.
  */
 #ifndef RELAY_EXECUTOR_H
 #define RELAY_EXECUTOR_H
@@ -23,11 +27,14 @@
 #include "secret.h"
 
 struct standby;
+struct warm;
 
 struct executor {
 	const struct secret_provider *provider;
 	/* The standby pool (standby.h); NULL: every invocation on demand. */
 	struct standby *standby;
+	/* The warm pool (warm.h); NULL: warm: is ignored. */
+	struct warm *warm;
 	const atomic_int *cancel; /* set on a second signal: running containers are stopped */
 };
 

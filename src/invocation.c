@@ -1,6 +1,7 @@
 #include "invocation.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,17 +244,22 @@ static const char cas_script[] =
 	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
 	"return 1\n";
 
+/* Both scripts go by SHA (EVALSHA, EVAL once on NOSCRIPT: redis.h). */
+static struct redis_script cas_sha, dlq_sha;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+static void scripts_init(void);
+
 int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
 			 const char *next, const char *stream, const char *group,
 			 const char *msg_id)
 {
+	pthread_once(&scripts_once, scripts_init);
 	char ttl[24], tolerance[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
 	snprintf_(tolerance, sizeof tolerance, "%ld", RUNNER_CLOCK_SKEW_MS * 1000L);
-	const char *argv[] = {
-		"EVAL", cas_script, "2",   key,	   stream,   field, expected ? expected : "",
-		next,	ttl,	    group, msg_id, tolerance};
-	redisReply *rep = redis_command_argv(r, 12, argv, NULL);
+	const char *argv[] = {"2",  key, stream, field,	 expected ? expected : "",
+			      next, ttl, group,	 msg_id, tolerance};
+	redisReply *rep = redis_script_run(r, &cas_sha, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep)
 		return -1;
 	int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
@@ -301,26 +307,34 @@ static const char dlq_script[] =
 	"redis.call('DEL', KEYS[3])\n"
 	"return 1\n";
 
+static void scripts_init(void)
+{
+	redis_script_init(&cas_sha, cas_script);
+	redis_script_init(&dlq_sha, dlq_script);
+}
+
 int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
 			   const char *msg_id, const char *const *entry, const size_t *lens,
 			   size_t nentry, bool *written, char **err)
 {
 	char *key = invocation_key(stream, group, msg_id);
-	size_t argc = 8 + nentry;
+	pthread_once(&scripts_once, scripts_init);
+	enum { HEAD = 6 };
+	size_t argc = HEAD + nentry;
 	const char **argv = xcalloc(argc, sizeof *argv);
 	size_t *alens = xcalloc(argc, sizeof *alens);
-	const char *head[] = {"EVAL", dlq_script, "3", stream, dlq, key, group, msg_id};
-	for (size_t i = 0; i < 8; i++) {
+	const char *head[HEAD] = {"3", stream, dlq, key, group, msg_id};
+	for (size_t i = 0; i < HEAD; i++) {
 		argv[i] = head[i];
 		alens[i] = strlen(head[i]);
 	}
 	for (size_t i = 0; i < nentry; i++) {
-		argv[8 + i] = entry[i];
-		alens[8 + i] = lens[i];
+		argv[HEAD + i] = entry[i];
+		alens[HEAD + i] = lens[i];
 	}
 	int rc = -1;
 	*written = false;
-	redisReply *rep = redis_command_argv(r, (int)argc, argv, alens);
+	redisReply *rep = redis_script_run(r, &dlq_sha, (int)argc, argv, alens);
 	if (!rep) {
 		*err = xstrdup(redis_errmsg(r));
 	} else if (rep->type == REDIS_REPLY_INTEGER) {

@@ -11,7 +11,8 @@
  *   (absent / unparseable)              eligible
  *
  * Every write refreshes a 7-day TTL. TryStart is a compare-and-set in one
- * Lua script so two workers can never both claim an invocation.
+ * Lua script so two workers can never both claim an invocation. The
+ * scripts go by SHA (redis_script_run: EVALSHA, EVAL once on NOSCRIPT).
  * Bookkeeping failures fail open: the caller treats an unreadable state as
  * absent and runs the invocation (at-least-once is never given up).
  */

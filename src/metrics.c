@@ -75,6 +75,7 @@ struct fn_series {
 	_Atomic uint64_t dlq;
 	_Atomic uint64_t build_failures;
 	struct histogram_build build;
+	_Atomic int64_t warm; /* warm_containers */
 };
 
 struct metrics_handler {
@@ -91,6 +92,7 @@ struct metrics_handler {
 static struct padded_atomic counters[METRIC_COUNTER_COUNT];
 static struct padded_atomic gauges[METRIC_GAUGE_COUNT]; /* double bits; 0 bits == 0.0 */
 static struct padded_atomic standby_discarded[METRIC_STANDBY_REASON_COUNT];
+static struct padded_atomic warm_retired[METRIC_WARM_REASON_COUNT];
 static _Atomic bool enabled = true;
 
 static struct fn_series *_Atomic fn_table[TABLE_SIZE];
@@ -112,6 +114,19 @@ static const char *const standby_reason_names[METRIC_STANDBY_REASON_COUNT] = {
 	[METRIC_STANDBY_EXITED] = "exited",	[METRIC_STANDBY_LOST] = "lost",
 	[METRIC_STANDBY_SHUTDOWN] = "shutdown", [METRIC_STANDBY_AGE] = "age",
 };
+
+static const char *const warm_reason_names[METRIC_WARM_REASON_COUNT] = {
+	[METRIC_WARM_VERSION] = "version",   [METRIC_WARM_SECRET] = "secret",
+	[METRIC_WARM_IDLE] = "idle",	     [METRIC_WARM_MAX_USES] = "max_uses",
+	[METRIC_WARM_EXCESS] = "excess",     [METRIC_WARM_EXITED] = "exited",
+	[METRIC_WARM_TIMEOUT] = "timeout",   [METRIC_WARM_ERROR] = "error",
+	[METRIC_WARM_SHUTDOWN] = "shutdown",
+};
+
+const char *metrics_warm_reason_name(enum metric_warm_reason r)
+{
+	return (unsigned)r < METRIC_WARM_REASON_COUNT ? warm_reason_names[r] : "unknown";
+}
 
 const char *metrics_standby_reason_name(enum metric_standby_reason r)
 {
@@ -215,6 +230,8 @@ void metrics_reset_for_tests(void)
 		atomic_store(&gauges[i].v, dbits(0));
 	for (size_t i = 0; i < METRIC_STANDBY_REASON_COUNT; i++)
 		atomic_store(&standby_discarded[i].v, 0);
+	for (size_t i = 0; i < METRIC_WARM_REASON_COUNT; i++)
+		atomic_store(&warm_retired[i].v, 0);
 	atomic_store(&enabled, true);
 }
 
@@ -475,6 +492,32 @@ int64_t metrics_standby_containers_value(const char *function, const char *handl
 	return s ? atomic_load_explicit(&s->standby, memory_order_relaxed) : 0;
 }
 
+void metrics_warm_containers(const char *function, int64_t delta)
+{
+	if (!is_enabled())
+		return;
+	struct fn_series *f = fn_get(function);
+	if (f)
+		atomic_fetch_add_explicit(&f->warm, delta, memory_order_relaxed);
+}
+
+void metrics_warm_retired(enum metric_warm_reason r)
+{
+	if (is_enabled() && (unsigned)r < METRIC_WARM_REASON_COUNT)
+		bump(&warm_retired[r].v);
+}
+
+uint64_t metrics_warm_retired_value(enum metric_warm_reason r)
+{
+	return (unsigned)r < METRIC_WARM_REASON_COUNT ? load(&warm_retired[r].v) : 0;
+}
+
+int64_t metrics_warm_containers_value(const char *function)
+{
+	struct fn_series *f = function ? fn_find(function, hash_labels(function, NULL)) : NULL;
+	return f ? atomic_load_explicit(&f->warm, memory_order_relaxed) : 0;
+}
+
 /* ---- collecting series for reads -------------------------------------- */
 
 static int cmp_fn(const void *a, const void *b)
@@ -705,6 +748,8 @@ static const struct {
 	[METRIC_STANDBY_MISSES] =
 		{"standby_misses_total",
 		 "Invocations that found no standby container ready while standby was enabled."},
+	[METRIC_WARM_INVOCATIONS] = {"warm_invocations_total",
+				     "Invocations run in a warm container."},
 };
 
 static const struct {
@@ -827,6 +872,21 @@ int metrics_render(struct buf *b)
 		snprintf_(extra, sizeof extra, "reason=\"%s\"", standby_reason_names[r]);
 		sample_u64(out, "standby_discarded_total", NULL, NULL, extra,
 			   load(&standby_discarded[r].v));
+	}
+
+	family_header(out, "warm_containers", "gauge",
+		      "Warm containers running, idle or serving an invocation.");
+	for (size_t i = 0; i < nfn; i++) {
+		series_name(out, "warm_containers", fns[i]->function, NULL, NULL);
+		putf(out, " %lld\n",
+		     (long long)atomic_load_explicit(&fns[i]->warm, memory_order_relaxed));
+	}
+	render_counter(out, METRIC_WARM_INVOCATIONS);
+	family_header(out, "warm_retired_total", "counter", "Warm containers removed, by reason.");
+	for (int r = 0; r < METRIC_WARM_REASON_COUNT; r++) {
+		char extra[32];
+		snprintf_(extra, sizeof extra, "reason=\"%s\"", warm_reason_names[r]);
+		sample_u64(out, "warm_retired_total", NULL, NULL, extra, load(&warm_retired[r].v));
 	}
 
 	free(fns);

@@ -36,6 +36,9 @@
  *   counter   standby_dispatches_total              invocations given to a standby container
  *   counter   standby_misses_total                  invocations that found none ready
  *   counter   standby_discarded_total{reason}       standby containers removed unused
+ *   gauge     warm_containers{function}             warm containers running (idle or busy)
+ *   counter   warm_invocations_total                invocations run in a warm container
+ *   counter   warm_retired_total{reason}            warm containers removed, by reason
  *
  * Labels are only function, handler, outcome and reason; outcome is one of
  * "success", "failure", "timeout" (enum metric_outcome), reason one of
@@ -92,6 +95,7 @@ enum metric_counter {
 	METRIC_SCHEDULE_PUBLISH_FAILURE, /* schedule_publish_failures_total */
 	METRIC_STANDBY_DISPATCHES,	 /* standby_dispatches_total */
 	METRIC_STANDBY_MISSES,		 /* standby_misses_total (only while standby is on) */
+	METRIC_WARM_INVOCATIONS,	 /* warm_invocations_total */
 	METRIC_DLQ_REPLAYED,		 /* dlq_replayed_total */
 	METRIC_COUNTER_COUNT
 };
@@ -134,6 +138,22 @@ enum metric_standby_reason {
 /* Returns the label value of a reason ("version", ...), or "unknown" for a
  * value outside the enum; a static string, for log lines too. */
 const char *metrics_standby_reason_name(enum metric_standby_reason r);
+
+/* The reason label of warm_retired_total: why a warm container was removed
+ * (warm.h). Every reason is always rendered, zeros included. */
+enum metric_warm_reason {
+	METRIC_WARM_VERSION,  /* "version": its function's version changed or it was removed */
+	METRIC_WARM_SECRET,   /* "secret": a secret it references changed */
+	METRIC_WARM_IDLE,     /* "idle": no invocation for the template's warm.idle */
+	METRIC_WARM_MAX_USES, /* "max_uses": served warm.max_uses invocations */
+	METRIC_WARM_EXCESS,   /* "excess": more idle than the function's concurrency */
+	METRIC_WARM_EXITED,   /* "exited": its process exited (sys.exit, crash, OOM) */
+	METRIC_WARM_TIMEOUT,  /* "timeout": an invocation timed out (container killed) */
+	METRIC_WARM_ERROR, /* "error": attach broke, protocol error, cancelled, CPU bound refused */
+	METRIC_WARM_SHUTDOWN, /* "shutdown": Relay is stopping */
+	METRIC_WARM_REASON_COUNT
+};
+const char *metrics_warm_reason_name(enum metric_warm_reason r);
 
 /* ---- switches --------------------------------------------------------- */
 
@@ -208,6 +228,16 @@ void metrics_standby_containers(const char *function, const char *handler, int64
 /* standby_discarded_total{reason} += 1; a reason outside the enum is
  * ignored. */
 void metrics_standby_discarded(enum metric_standby_reason r);
+
+/* warm_containers{function} += delta (+1 when a warm container is started,
+ * -1 when it is retired); creates the function's series like the other
+ * per-function families. */
+void metrics_warm_containers(const char *function, int64_t delta);
+/* warm_retired_total{reason} += 1; a reason outside the enum is ignored. */
+void metrics_warm_retired(enum metric_warm_reason r);
+uint64_t metrics_warm_retired_value(enum metric_warm_reason r);
+/* 0 when the series does not exist (never creates it). */
+int64_t metrics_warm_containers_value(const char *function);
 
 /* ---- reads ----------------------------------------------------------- */
 

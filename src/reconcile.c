@@ -450,6 +450,8 @@ static size_t publish(struct reconciler *rc)
 		if (rc->tracks[i]->active)
 			fvs[n++] = rc->tracks[i]->active;
 	registry_publish(rc->cfg.registry, fvs, n);
+	if (rc->cfg.on_published)
+		rc->cfg.on_published(rc->cfg.ctx);
 	return n;
 }
 

@@ -100,6 +100,11 @@ struct reconcile_config {
 	 * becomes unreadable (missing, or cannot be listed) or readable again
 	 * (a full pass has looked at, and prepared, every function in it). */
 	void (*on_readable)(void *ctx, bool readable);
+	/* Called (when set) after each publish of the registry, from whichever
+	 * thread published (the loader, then the reconciler thread): pools of
+	 * containers made for a version (warm.h) are poked to retire stale
+	 * ones at once. */
+	void (*on_published)(void *ctx);
 	void *ctx;
 	/* Zero fields fall back to the defaults above (tests may shorten them). */
 	int64_t debounce_ns;

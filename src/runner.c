@@ -42,6 +42,7 @@
 #include "image.h"
 #include "log.h"
 #include "util.h"
+#include "warm_frame.h"
 
 #define WAIT_BODY_MAX (64u * 1024)
 /* Bytes of the last stderr line kept for the failure message. */
@@ -116,6 +117,15 @@ void runner_set_stream_group(const char *stream, const char *group)
 	scope_group = group ? xstrdup(group) : NULL;
 }
 
+/* Set once before any container exists (runner.h); read-only after. */
+static char *oci_runtime;
+
+void runner_set_oci_runtime(const char *name)
+{
+	free(oci_runtime);
+	oci_runtime = name && *name ? xstrdup(name) : NULL;
+}
+
 /* Set once before any container exists: relay function invoke's. */
 static bool local_runs;
 
@@ -181,6 +191,7 @@ char *runner_container_name(const struct invocation *in, char *out)
 	out[o++] = '-';
 	name_part(out, &o,
 		  in->standby			      ? "standby"
+		  : in->warm			      ? "warm"
 		  : in->message_id && *in->message_id ? in->message_id
 						      : "none",
 		  24);
@@ -247,6 +258,7 @@ static void emit_full(struct runner_demux *m, int s)
 	}
 	if (cut == 0)
 		cut = n;
+	m->cut = true;
 	m->fn(m->ctx, s + 1, l, cut);
 	memmove(l, l + cut, n - cut);
 	m->line_len[s] = n - cut;
@@ -270,6 +282,7 @@ static void demux_bytes(struct runner_demux *m, int s, const char *p, size_t n)
 		p += take;
 		n -= take;
 		if (nl && p == nl) {
+			m->cut = false;
 			m->fn(m->ctx, s + 1, m->line[s], m->line_len[s]);
 			m->line_len[s] = 0;
 			p++;
@@ -310,6 +323,7 @@ void runner_demux_flush(struct runner_demux *m)
 {
 	for (int s = 0; s < 2; s++) {
 		if (m->line_len[s]) {
+			m->cut = true;
 			m->fn(m->ctx, s + 1, m->line[s], m->line_len[s]);
 			m->line_len[s] = 0;
 		}
@@ -625,6 +639,8 @@ static json_t *container_env(const struct invocation *in, char **err)
 			goto fail;
 	/* Last, so nothing can shadow it (templates may not set it anyway). */
 	env_add(env, "RELAY_HANDLER", in->handler, strlen(in->handler));
+	if (in->warm)
+		env_add(env, "RELAY_WARM", "1", 1); /* the bootstrap's warm loop */
 	return env;
 fail:
 	scrub_strings(env);
@@ -655,6 +671,8 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 	json_object_set_new(labels, "relay.image", label_str(in->image));
 	if (in->standby)
 		json_object_set_new(labels, "relay.standby", json_string("true"));
+	if (in->warm)
+		json_object_set_new(labels, "relay.warm", json_string("true"));
 	if (local_runs)
 		json_object_set_new(labels, "relay.local", json_string("invoke"));
 
@@ -664,6 +682,8 @@ static json_t *create_body(const struct invocation *in, const char *host, char *
 		"NanoCpus", (json_int_t)RUNNER_NANO_CPUS, "PidsLimit",
 		(json_int_t)RUNNER_PIDS_LIMIT, "CapDrop", "ALL", "ReadonlyRootfs", 1, "Tmpfs",
 		"/tmp", RUNNER_TMPFS_OPTIONS, "SecurityOpt", "no-new-privileges");
+	if (host_config && oci_runtime) /* RELAY_OCI_RUNTIME; unset: the daemon's default */
+		json_object_set_new(host_config, "Runtime", json_string(oci_runtime));
 	/* json_pack "o" consumes env, labels and host_config, even on failure. */
 	json_t *body =
 		json_pack("{s:s, s:s, s:o, s:o, s:b, s:b, s:b, s:b, s:b, s:b, s:o}", "Image",
@@ -1280,6 +1300,393 @@ const char *runner_parked_id(const struct runner_parked *p)
 	return p->id;
 }
 
+/* ---- warm containers (docs/warm-protocol.md) ---------------------------- */
+
+/* Bytes of idle output runner_warm_gone reads (and forwards) per call. */
+#define WARM_IDLE_READ_MAX (4 * READ_CHUNK)
+
+struct runner_warm {
+	char id[72];
+	char name[RUNNER_NAME_MAX + 1];
+	char *image; /* held (image_hold) until discarded */
+	char *function, *handler;
+	struct docker_conn *attach, *waitc;
+	bool bounded; /* runs at RUNNER_PARKED_NANO_CPUS */
+	bool dead;
+	/* One demultiplexer for the container's life: a frame header or a
+	 * line may straddle two invocations' reads. */
+	struct runner_demux demux;
+	struct forward fw; /* prefix: function and handler, as runner_invoke's */
+	char *chunk;	   /* READ_CHUNK */
+	/* The invocation in progress (active), its token and what was seen. */
+	bool active, seen_end, seen_result, bad;
+	char token[WARM_TOKEN_LEN + 1];
+	int status;
+	char error[WARM_ERROR_MAX + 1];
+	/* Per stream: the start of a frame cut off by RUNNER_LINE_MAX, to be
+	 * completed by the next piece; and a scratch line to join them. */
+	char carry[2][WARM_FRAME_MAX];
+	size_t carry_len[2];
+	char *joined; /* WARM_FRAME_MAX + RUNNER_LINE_MAX */
+	struct warm_frame frame;
+};
+
+static void warm_forward(struct runner_warm *w, int stream, const char *p, size_t n)
+{
+	forward_line(&w->fw, stream, p, n);
+}
+
+/* The demultiplexer's line callback: frames of the active invocation's
+ * token end its streams; everything else is output, forwarded exactly as
+ * runner_invoke forwards it (while idle too: the prefix names only the
+ * function and handler). */
+static void warm_line(void *ctx, int stream, const char *line, size_t len)
+{
+	struct runner_warm *w = ctx;
+	int s = stream - 1;
+	if (!w->active) {
+		warm_forward(w, stream, line, len);
+		return;
+	}
+	const char *p = line;
+	size_t n = len;
+	if (w->carry_len[s]) {
+		memcpy(w->joined, w->carry[s], w->carry_len[s]);
+		memcpy(w->joined + w->carry_len[s], line, len);
+		p = w->joined;
+		n = w->carry_len[s] + len;
+		w->carry_len[s] = 0;
+	}
+	if (w->demux.cut) {
+		/* Too long a line (or the end of the stream): a frame may
+		 * have started in it and go on in the next piece. */
+		size_t t = warm_frame_tail(p, n, w->token);
+		if (t < n && n - t < WARM_FRAME_MAX) {
+			memmove(w->carry[s], p + t, n - t);
+			w->carry_len[s] = n - t;
+			n = t;
+			if (n == 0)
+				return;
+		}
+		warm_forward(w, stream, p, n);
+		return;
+	}
+	struct warm_frame *f = &w->frame;
+	warm_frame_parse(p, n, w->token, f);
+	if (f->kind == WARM_PLAIN) {
+		warm_forward(w, stream, p, n);
+		return;
+	}
+	if (f->text_len)
+		warm_forward(w, stream, p, f->text_len);
+	if (f->kind == WARM_END && stream == 2 && !w->seen_end) {
+		w->seen_end = true;
+	} else if (f->kind == WARM_RESULT && stream == 1 && !w->seen_result) {
+		w->seen_result = true;
+		w->status = f->status;
+		memcpy(w->error, f->error, f->error_len + 1);
+	} else {
+		w->bad = true;
+	}
+	if (w->seen_end && w->seen_result)
+		w->active = false; /* what follows is the next invocation's, or idle */
+}
+
+/* Forwards what a frame's start held back when the stream ends there. */
+static void warm_flush(struct runner_warm *w)
+{
+	runner_demux_flush(&w->demux);
+	for (int s = 0; s < 2; s++) {
+		if (w->carry_len[s])
+			warm_forward(w, s + 1, w->carry[s], w->carry_len[s]);
+		w->carry_len[s] = 0;
+	}
+}
+
+static void warm_free(struct runner_warm *w)
+{
+	docker_conn_free(w->attach);
+	docker_conn_free(w->waitc);
+	runner_demux_free(&w->demux);
+	buf_free(&w->fw.out);
+	image_release(w->image);
+	free(w->image);
+	free(w->function);
+	free(w->handler);
+	free(w->chunk);
+	free(w->joined);
+	free(w);
+}
+
+int runner_warm_start(struct docker *d, const struct invocation *in, struct runner_warm **out,
+		      char **err)
+{
+	*out = NULL;
+	struct invocation_result res;
+	memset(&res, 0, sizeof res);
+	if (!in->function || !in->handler || !in->image || !in->warm) {
+		*err = xstrdup("warm container without a function, handler or image");
+		return -1;
+	}
+	struct run r;
+	run_init(&r, d, in, &res, now_mono_ns());
+	int rc = -1;
+	if (run_create(&r) == 0 && run_open_streams(&r) == 0 &&
+	    run_start(&r, r.setup_deadline) == 0) {
+		struct runner_warm *w = xcalloc(1, sizeof *w);
+		strlcpy_(w->id, res.container_id, sizeof w->id);
+		strlcpy_(w->name, res.container_name, sizeof w->name);
+		w->image = xstrdup(in->image);
+		image_hold(w->image);
+		w->function = xstrdup(in->function);
+		w->handler = xstrdup(in->handler);
+		w->attach = r.attach;
+		w->waitc = r.waitc;
+		r.attach = r.waitc = NULL;
+		w->chunk = xmalloc(READ_CHUNK);
+		w->joined = xmalloc(WARM_FRAME_MAX + RUNNER_LINE_MAX);
+		buf_init(&w->fw.out, 4 * (WARM_FRAME_MAX + RUNNER_LINE_MAX) + 4096);
+		char *prefix = runner_format_prefix(in);
+		buf_append(&w->fw.out, prefix, strlen(prefix));
+		w->fw.prefix_len = w->fw.out.len;
+		free(prefix);
+		runner_demux_init(&w->demux, warm_line, w);
+		*out = w; /* the pool logs the start, with its image and time */
+		rc = 0;
+	} else {
+		*err = res.error ? res.error : xstrdup("cannot start a warm container");
+		res.error = NULL;
+	}
+	run_free(&r);
+	invocation_result_free(&res);
+	return rc;
+}
+
+/* One read of w's attach stream into the demultiplexer, at most slice ms;
+ * false once the stream ended (the process exited). */
+static bool warm_read(struct runner_warm *w, int slice)
+{
+	long n = docker_conn_read(w->attach, w->chunk, READ_CHUNK, slice);
+	if (n > 0) {
+		runner_demux_feed(&w->demux, w->chunk, (size_t)n);
+		return true;
+	}
+	if (n == DOCKER_CONN_TIMEOUT)
+		return true;
+	if (n == -1)
+		log_debug(LOG_ATTRS("function", w->function, "handler", w->handler, "error",
+				    docker_conn_errmsg(w->attach)),
+			  "reading the warm container's output failed");
+	w->active = false;
+	warm_flush(w);
+	return false;
+}
+
+/* The error of an invocation that ended w without an exit status: w's
+ * streams are closed and its container removed. */
+static int warm_kill(struct run *r, struct runner_warm *w)
+{
+	docker_conn_free(w->attach);
+	docker_conn_free(w->waitc);
+	w->attach = w->waitc = NULL;
+	w->dead = true;
+	teardown(r->d, r->in, w->id, TEARDOWN_ID);
+	return -1;
+}
+
+int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct invocation *in,
+		       struct invocation_result *out)
+{
+	int64_t start = now_mono_ns();
+	memset(out, 0, sizeof *out);
+	out->exit_code = -1;
+	strlcpy_(out->container_id, w->id, sizeof out->container_id);
+	strlcpy_(out->container_name, w->name, sizeof out->container_name);
+	struct run r;
+	memset(&r, 0, sizeof r);
+	r.d = d;
+	r.in = in;
+	r.out = out;
+	r.host = in->hostname ? in->hostname : runner_hostname();
+	r.start = start;
+	r.start_wall = now_wall_ns();
+	r.timeout = runner_timeout_ns(in->timeout_ns);
+	r.deadline = start + r.timeout; /* the rule's timeout counts from the call */
+	r.status = -1;
+	r.chunk = w->chunk;
+	r.id = out->container_id;
+	buf_init(&r.waitbuf, WAIT_BODY_MAX);
+	if (w->dead || !w->attach) {
+		out->not_run = true;
+		run_fail(&r, "warm container %.12s is gone", w->id);
+		goto done;
+	}
+	if (w->bounded) {
+		int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
+		if (docker_update_cpus(d, w->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
+			out->not_run = true;
+			run_fail(&r, "cannot lift the CPU bound of warm container %.12s: %s", w->id,
+				 docker_errmsg(d));
+			warm_kill(&r, w);
+			goto done;
+		}
+		w->bounded = false;
+	}
+	/* Output printed while idle and not yet read is forwarded first, with
+	 * the same prefix. The new token starts the invocation. */
+	warm_token_new(w->token);
+	w->active = true;
+	w->seen_end = w->seen_result = w->bad = false;
+	w->status = 0;
+	w->error[0] = '\0';
+	w->fw.last_err[0] = '\0';
+	char hdr[WARM_HEADER_MAX];
+	size_t hl = warm_request_header(hdr, w->token, in->payload_len);
+	if (docker_conn_write_timeout(w->attach, hdr, hl, remaining_ms(r.deadline)) < 0 ||
+	    (in->payload_len && docker_conn_write_timeout(w->attach, in->payload, in->payload_len,
+							  remaining_ms(r.deadline)) < 0)) {
+		/* The bootstrap calls the handler only with the whole request. */
+		out->not_run = true;
+		run_fail(&r, "writing the event to warm container %.12s: %s", w->id,
+			 docker_conn_errmsg(w->attach));
+		w->active = false;
+		warm_kill(&r, w);
+		goto done;
+	}
+	enum run_end end = RUN_EXITED;
+	bool open = true;
+	for (;;) {
+		if (is_cancelled(in)) {
+			end = RUN_CANCELLED;
+			break;
+		}
+		int left = remaining_ms(r.deadline);
+		if (left == 0) {
+			end = RUN_TIMED_OUT;
+			break;
+		}
+		int slice = left < RUNNER_POLL_MS ? left : RUNNER_POLL_MS;
+		if (open) {
+			open = warm_read(w, slice);
+			if (w->bad)
+				break;
+			if (w->seen_end && w->seen_result)
+				break;
+			continue;
+		}
+		r.waitc = w->waitc;
+		int rw = pump_wait(&r, slice);
+		r.waitc = NULL;
+		if (rw == 0)
+			continue;
+		end = rw > 0 ? RUN_EXITED : RUN_WAIT_FAILED;
+		break;
+	}
+	if (w->bad) {
+		run_fail(&r, "warm container %.12s broke the protocol (a malformed or misplaced "
+			     "end-of-invocation frame)",
+			 w->id);
+		w->active = false;
+		warm_kill(&r, w);
+	} else if (w->seen_end && w->seen_result) {
+		if (w->status == 0)
+			finish(out, RUNNER_SUCCESS, 0, NULL);
+		else if (w->error[0])
+			finish(out, RUNNER_FAILURE, 1,
+			       xasprintf("function \"%s\" handler \"%s\" failed: exit status 1: %s",
+					 in->function, in->handler, w->error));
+		else
+			finish(out, RUNNER_FAILURE, 1,
+			       xasprintf("function \"%s\" handler \"%s\" failed: exit status 1",
+					 in->function, in->handler));
+	} else {
+		/* Exited, timed out, cancelled, or the wait failed: classified as
+		 * a fresh container's; w is dead either way. */
+		w->active = false;
+		w->dead = true;
+		memcpy(r.fw.last_err, w->fw.last_err, sizeof r.fw.last_err);
+		r.attach = w->attach;
+		r.waitc = w->waitc;
+		w->attach = w->waitc = NULL;
+		run_classify(&r, end);
+		docker_conn_free(r.attach);
+		docker_conn_free(r.waitc);
+	}
+done:
+	buf_free(&r.waitbuf);
+	free(r.err);
+	free(r.wait_err);
+	out->seconds = (double)(now_mono_ns() - start) / 1e9;
+	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
+}
+
+bool runner_warm_alive(const struct runner_warm *w)
+{
+	return w && !w->dead && w->attach && w->waitc;
+}
+
+int runner_warm_gone(struct runner_warm *w)
+{
+	if (!runner_warm_alive(w))
+		return 1;
+	if (docker_conn_hung_up(w->waitc, true)) {
+		w->dead = true;
+		return 1;
+	}
+	/* Output printed while idle (a thread or child the handler left
+	 * behind): forwarded with the function and handler prefix, at most
+	 * WARM_IDLE_READ_MAX bytes a call; the rest waits in the socket. */
+	for (size_t got = 0; got < WARM_IDLE_READ_MAX;) {
+		if (docker_conn_hung_up(w->attach, false)) {
+			w->dead = true;
+			return 2;
+		}
+		if (!docker_conn_hung_up(w->attach, true))
+			break;
+		long n = docker_conn_read(w->attach, w->chunk, READ_CHUNK, 0);
+		if (n == DOCKER_CONN_TIMEOUT)
+			break;
+		if (n <= 0) {
+			warm_flush(w);
+			w->dead = true;
+			return 2;
+		}
+		runner_demux_feed(&w->demux, w->chunk, (size_t)n);
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+int runner_warm_bound(struct docker *d, struct runner_warm *w, long timeout_ms)
+{
+	if (w->bounded)
+		return 0;
+	if (docker_update_cpus(d, w->id, RUNNER_PARKED_NANO_CPUS, timeout_ms) < 0)
+		return -1;
+	w->bounded = true;
+	return 0;
+}
+
+void runner_warm_discard(struct docker *d, struct runner_warm *w, long timeout_ms)
+{
+	if (!w)
+		return;
+	struct invocation in = {
+		.function = w->function, .handler = w->handler, .teardown_timeout_ms = timeout_ms};
+	/* Streams first, as in runner_parked_discard. */
+	docker_conn_free(w->attach);
+	docker_conn_free(w->waitc);
+	w->attach = w->waitc = NULL;
+	if (d)
+		teardown(d, &in, w->id, TEARDOWN_ID);
+	warm_free(w);
+}
+
+const char *runner_warm_id(const struct runner_warm *w)
+{
+	return w ? w->id : "";
+}
+
 /* ---- orphan sweep ----------------------------------------------------- */
 
 static char *url_encode(const char *s)
@@ -1399,3 +1806,4 @@ out:
 	free(path);
 	return rc;
 }
+

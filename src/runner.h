@@ -15,7 +15,8 @@
  *      MemorySwap 128 MiB, NanoCpus 1e9 (a parked standby container runs
  *      at RUNNER_PARKED_NANO_CPUS for a while), PidsLimit 128, CapDrop ALL,
  *      ReadonlyRootfs, Tmpfs /tmp "rw,noexec,nosuid,size=64m", SecurityOpt
- *      no-new-privileges, OpenStdin/StdinOnce/Attach*, Tty false. Secret
+ *      no-new-privileges, Runtime when RELAY_OCI_RUNTIME is set
+ *      (runner_set_oci_runtime), OpenStdin/StdinOnce/Attach*, Tty false. Secret
  *      values exist only in that request: the JSON text and the strings it
  *      was made of are zeroed and freed right after the call;
  *   3. attach (stdin, stdout, stderr) and register a wait for the next exit,
@@ -209,6 +210,9 @@ struct invocation {
 	/* Prepared ahead of its event (runner_park): labelled
 	 * relay.standby=true, named relay-<f>-<h>-standby-<random>. */
 	bool standby;
+	/* A warm container (runner_warm_start): Env RELAY_WARM=1, labelled
+	 * relay.warm=true, named relay-<f>-<h>-warm-<random>. */
+	bool warm;
 };
 
 struct invocation_result {
@@ -283,6 +287,57 @@ void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeo
 const char *runner_parked_id(const struct runner_parked *p);
 
 /*
+ * Warm containers (warm.h; docs/warm-protocol.md)
+ * -----------------------------------------------
+ * One container serving many invocations of one function version and
+ * handler, one at a time, through the bootstrap's warm loop.
+ */
+struct runner_warm;
+
+/* Creates, attaches, waits and starts a container like runner_park, with
+ * in->warm set: Env gets RELAY_WARM=1 (the bootstrap's warm loop), the label
+ * relay.warm=true, name relay-<f>-<h>-warm-<random>; no message/event ids.
+ * Within the setup bound. 0 with *out, or -1 with *err (malloc'd, naming
+ * function and handler; never a secret value). */
+int runner_warm_start(struct docker *d, const struct invocation *in,
+		      struct runner_warm **out, char **err);
+
+/* One invocation in w (in: the same function/handler/image; its payload,
+ * ids, timeout, cancelled callback). Forwards the handler's stdout/stderr
+ * lines with in's prefix exactly as runner_invoke does, until the
+ * bootstrap's end-of-invocation frames have been seen on both streams.
+ * Fills *out as runner_invoke would for the same handler behaviour:
+ *  - returned normally: RUNNER_SUCCESS, exit_code 0;
+ *  - raised / rejected: RUNNER_FAILURE, exit_code 1, error
+ *    "function \"f\" handler \"h\" failed: exit status 1: <the line the
+ *    fresh bootstrap would print on stderr>" (identical to fresh mode);
+ *  - the process exited (sys.exit, os._exit, process.exit, crash, OOM):
+ *    classified exactly as a fresh container's exit status (0 success,
+ *    137 + oom event "killed: out of memory", else "exit status N: <last
+ *    stderr line>"); w is dead afterwards;
+ *  - timeout: the container is removed, RUNNER_TIMEOUT, w dead;
+ *  - cancelled: removed, RUNNER_CANCELLED, w dead;
+ *  - the attach connection broke / protocol violation: RUNNER_ERROR
+ *    (not_run only if the request was never written), w dead.
+ * The rule's timeout counts from the call. Returns 0 on RUNNER_SUCCESS. */
+int runner_warm_invoke(struct docker *d, struct runner_warm *w,
+		       const struct invocation *in, struct invocation_result *out);
+
+/* Whether w can serve another invocation (false once dead as above). */
+bool runner_warm_alive(const struct runner_warm *w);
+/* Without blocking, while idle: 1 exited, 2 attach connection broke, 0 ok.
+ * May read and forward-or-drop output printed while idle (see
+ * docs/warm-protocol.md). */
+int runner_warm_gone(struct runner_warm *w);
+/* Idle CPU bound: lower to RUNNER_PARKED_NANO_CPUS / lift back to
+ * RUNNER_NANO_CPUS (docker_update_cpus); no call when already there.
+ * runner_warm_invoke lifts a bounded container itself before writing. */
+int runner_warm_bound(struct docker *d, struct runner_warm *w, long timeout_ms);
+/* Forced removal within timeout_ms (d NULL: none), then frees w (NULL ok). */
+void runner_warm_discard(struct docker *d, struct runner_warm *w, long timeout_ms);
+const char *runner_warm_id(const struct runner_warm *w);
+
+/*
  * Startup orphan sweep: removes (DELETE ?force=1) every container, running
  * or not, labelled relay.function whose relay.hostname label equals
  * hostname (NULL: runner_hostname()) and whose relay.instance label is not
@@ -323,6 +378,12 @@ const char *runner_instance_id(void);
  * leaves containers labelled with others alone. Called once by relay start
  * before any container exists; not thread-safe. */
 void runner_set_stream_group(const char *stream, const char *group);
+/* RELAY_OCI_RUNTIME: every container from here on gets HostConfig.Runtime
+ * = name (validated by config.c; relay start also checks it against the
+ * daemon's GET /info). NULL or "": none sent, the daemon's default runtime.
+ * Call before any container exists. */
+void runner_set_oci_runtime(const char *name);
+
 /* relay function invoke: every container gets the label relay.local=invoke,
  * which the orphan sweep of a relay start on the same host leaves alone
  * (invoke removes its own, also on SIGINT/SIGTERM). Call before any. */
@@ -359,6 +420,9 @@ struct runner_demux {
 	size_t line_len[2];
 	runner_line_fn fn;
 	void *ctx;
+	/* While fn runs: whether the piece ends without a newline (cut at
+	 * RUNNER_LINE_MAX, or flushed). */
+	bool cut;
 };
 void runner_demux_init(struct runner_demux *m, runner_line_fn fn, void *ctx);
 void runner_demux_feed(struct runner_demux *m, const void *p, size_t n);

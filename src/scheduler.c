@@ -89,6 +89,15 @@ static const char verify_script[] = "local v = redis.pcall('GET', KEYS[1])\n"
 				    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 				    "return 1\n";
 
+/* Both go by SHA (EVALSHA, EVAL once on NOSCRIPT: redis.h). */
+static struct redis_script publish_sha, verify_sha;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+static void scripts_init(void)
+{
+	redis_script_init(&publish_sha, publish_script);
+	redis_script_init(&verify_sha, verify_script);
+}
+
 static int64_t floor_div(int64_t a, int64_t b)
 {
 	int64_t q = a / b;
@@ -150,9 +159,10 @@ enum schedule_publish_result schedule_publish(struct redis *r, const char *strea
 	char *entry = schedule_entry(function, handler, at_s);
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
-	const char *argv[] = {"EVAL", publish_script, "2", key, stream, occ, ttl, entry};
+	const char *argv[] = {"2", key, stream, occ, ttl, entry};
 	enum schedule_publish_result res = SCHEDULE_PUBLISH_FAILED;
-	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
+	pthread_once(&scripts_once, scripts_init);
+	redisReply *rep = redis_script_run(r, &publish_sha, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep) {
 		*err = xstrdup(redis_errmsg(r));
 	} else if (rep->type == REDIS_REPLY_STRING) {
@@ -246,8 +256,9 @@ enum schedule_verdict schedule_verify(struct redis *r, const char *stream,
 	char *key = schedule_dedup_key(stream, route->occurrence_id);
 	char ttl[24];
 	snprintf_(ttl, sizeof ttl, "%lld", (long long)SCHEDULE_DEDUP_TTL_MS);
-	const char *argv[] = {"EVAL", verify_script, "1", key, route->occurrence_id, ttl};
-	redisReply *rep = redis_command_argv(r, (int)ARRAY_LEN(argv), argv, NULL);
+	const char *argv[] = {"1", key, route->occurrence_id, ttl};
+	pthread_once(&scripts_once, scripts_init);
+	redisReply *rep = redis_script_run(r, &verify_sha, (int)ARRAY_LEN(argv), argv, NULL);
 	enum schedule_verdict rc = SCHEDULE_VERIFY_FAILED;
 	if (!rep) {
 		*why = xstrdup(redis_errmsg(r));

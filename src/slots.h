@@ -1,8 +1,10 @@
 /*
  * Concurrency slots: a global limit (MAX_CONCURRENCY) intersected with a
  * per-function limit (the template's concurrency). A slot pair is acquired
- * both-or-neither under one mutex and condition variable, with a bounded
- * wait. Per-function limits are created first-wins by name and never
+ * both-or-neither under one mutex: without waiting (slots_try_acquire, what
+ * the consumer uses: a worker that gets no slot parks the invocation and
+ * comes back to it when a release calls slots_on_release's callback), or
+ * with a bounded wait (slots_acquire). Per-function limits are created first-wins by name and never
  * resized while running (the spec: a changed concurrency needs a restart).
  * Thread-safe.
  */
@@ -28,9 +30,27 @@ int slots_acquire(struct slots *s, const char *function, int function_limit, int
 		  const atomic_int *stop, bool *waited);
 void slots_release(struct slots *s, const char *function);
 
+/* Both-or-neither without waiting: 0 when taken, -1 when either limit is
+ * reached. */
+int slots_try_acquire(struct slots *s, const char *function, int function_limit);
+/*
+ * The consumer's parked invocations of function (delta +1 when one is
+ * parked, -1 when it takes its slot or is dropped). Those whose function
+ * has room wait on the global limit alone: they count as waiting for
+ * slots_try_acquire_spare.
+ */
+void slots_defer(struct slots *s, const char *function, int function_limit, int delta);
+/* fn(ctx) is called after every slots_release and slots_release_spare,
+ * outside the slot lock, so it may take a lock under which the caller
+ * calls slots_try_acquire (one callback; NULL clears it; once this
+ * returns the previous one is neither running nor called again). */
+void slots_on_release(struct slots *s, void (*fn)(void *ctx), void *ctx);
+
 /*
  * Lower-priority admission (standby container starts): one global slot,
- * only when one is free and no slots_acquire is waiting, never blocking.
+ * only when one is free and nobody waits for one (no slots_acquire
+ * blocked, no parked invocation whose function has room: slots_defer),
+ * never blocking.
  * Returns 0 when taken (give it back with slots_release_spare), -1 when
  * not.
  */

@@ -23,7 +23,7 @@
  *
  * Admission. The pool thread starts one container at a time, each only
  * after taking a spare global concurrency slot (slots_try_acquire_spare:
- * free, and nobody waiting in slots_acquire), held while it starts and
+ * free, and no invocation waiting for one: slots.h), held while it starts and
  * given back once it is parked: a replacement never takes a slot an
  * invocation is waiting for, and a parked container holds none.
  *

@@ -1002,6 +1002,98 @@ static void top_concurrency(struct top *top, const struct ynode *n, bool present
 	}
 }
 
+/* warm: a mapping of idle (a duration, 1s..1h) and max_uses (an integer,
+ * 1..100000); {} takes both defaults. An unknown key inside it is an error
+ * (a misspelt bound would silently keep a container for an hour). */
+static void top_warm(struct top *top, const struct ynode *n, bool present)
+{
+	struct template *t = top->t;
+	t->warm = false;
+	t->warm_idle_ns = TEMPLATE_DEFAULT_WARM_IDLE_NS;
+	t->warm_max_uses = TEMPLATE_DEFAULT_WARM_MAX_USES;
+	if (!present)
+		return;
+	enum ytype ty = node_type(n, NULL);
+	if (ty != Y_MAP) {
+		err(top->c, "warm",
+		    "must be a map of idle and max_uses (warm: {} for the defaults), not %s",
+		    type_name(ty));
+		return;
+	}
+	bool ok = true;
+	for (uint32_t i = 0; i < n->n; i++) {
+		struct yscalar k;
+		enum ytype kt = node_type(n->u.kids[2 * i], &k);
+		if (kt != Y_STR) {
+			err(top->c, "warm", "keys must be strings (idle, max_uses)");
+			ok = false;
+		} else if (!text_eq(k.text, k.len, "idle") && !text_eq(k.text, k.len, "max_uses")) {
+			char *q = shown(&k);
+			err(top->c, "warm", "unknown key %s (warm takes idle and max_uses)", q);
+			free(q);
+			ok = false;
+		}
+	}
+	bool here;
+	const struct ynode *v = map_get(n, "idle", &here);
+	if (here) {
+		struct yscalar y;
+		enum ytype vt = node_type(v, &y);
+		int64_t d = 0;
+		if (vt != Y_STR) {
+			err(top->c, "warm.idle",
+			    "must be a Go duration string such as 60s or 5m, not %s",
+			    type_name(vt));
+			ok = false;
+		} else {
+			char *s = xstrndup(y.text, y.len);
+			char *q = shown(&y);
+			if (duration_parse(s, &d) < 0 || strlen(s) != y.len) {
+				err(top->c, "warm.idle",
+				    "%s is not a Go duration (such as 60s or 5m)", q);
+				ok = false;
+			} else if (d < TEMPLATE_MIN_WARM_IDLE_NS) {
+				err(top->c, "warm.idle", "%s is below the minimum of 1s", q);
+				ok = false;
+			} else if (d > TEMPLATE_MAX_WARM_IDLE_NS) {
+				err(top->c, "warm.idle", "%s exceeds the maximum of 1h", q);
+				ok = false;
+			} else {
+				t->warm_idle_ns = d;
+			}
+			free(q);
+			free(s);
+		}
+	}
+	v = map_get(n, "max_uses", &here);
+	if (here) {
+		struct yscalar y;
+		enum ytype vt = node_type(v, &y);
+		if (vt != Y_INT) {
+			char *q = vt == Y_SEQ || vt == Y_MAP ? xstrdup(type_name(vt)) : shown(&y);
+			err(top->c, "warm.max_uses", "must be an integer from 1 to %d, not %s%s",
+			    TEMPLATE_MAX_WARM_MAX_USES, q,
+			    vt == Y_STR	   ? " (a string)"
+			    : vt == Y_BOOL ? " (a boolean)"
+					   : "");
+			free(q);
+			ok = false;
+		} else if (y.i < 1) {
+			err(top->c, "warm.max_uses",
+			    "%" PRId64 " is not positive; must be an integer from 1 to %d", y.i,
+			    TEMPLATE_MAX_WARM_MAX_USES);
+			ok = false;
+		} else if (y.i > TEMPLATE_MAX_WARM_MAX_USES) {
+			err(top->c, "warm.max_uses", "%" PRId64 " exceeds the maximum of %d", y.i,
+			    TEMPLATE_MAX_WARM_MAX_USES);
+			ok = false;
+		} else {
+			t->warm_max_uses = y.i;
+		}
+	}
+	t->warm = ok;
+}
+
 /* events or schedules: a list, parsed by parse; null is none. */
 static void top_list(struct top *top, const struct ynode *n, const char *key, const char *what,
 		     void (*parse)(struct ctx *, const struct ynode *, struct template *))
@@ -1087,6 +1179,7 @@ static const struct top_key {
 	{"events", top_events},	  {"schedules", top_schedules},
 	{NULL, check_handlers},	  {"env", top_env},
 	{"secrets", top_secrets}, {NULL, check_vars},
+	{"warm", top_warm},
 };
 
 static bool top_key_known(const struct yscalar *key, const void *unused)

@@ -74,6 +74,12 @@
 #define TEMPLATE_MAX_HANDLER 255
 #define TEMPLATE_DEFAULT_RETRIES 4
 #define TEMPLATE_MAX_RETRIES 1000
+/* warm: (docs/template.md, "Warm containers"). */
+#define TEMPLATE_DEFAULT_WARM_IDLE_NS (60LL * 1000000000LL)
+#define TEMPLATE_MIN_WARM_IDLE_NS (1LL * 1000000000LL)
+#define TEMPLATE_MAX_WARM_IDLE_NS (3600LL * 1000000000LL)
+#define TEMPLATE_DEFAULT_WARM_MAX_USES 1000
+#define TEMPLATE_MAX_WARM_MAX_USES 100000
 
 /* A growable list of malloc'd strings (errors, warnings). */
 struct strlist {
@@ -124,6 +130,13 @@ struct template
 	size_t nenv;
 	struct env_var *secrets;
 	size_t nsecrets;
+	/* warm: present (a mapping, possibly {}): the function's invocations
+	 * run in warm containers (warm.h), each retired after warm_idle_ns
+	 * without an invocation or after warm_max_uses of them. Absent: false,
+	 * one fresh container per invocation as always. */
+	bool warm;
+	int64_t warm_idle_ns;
+	int64_t warm_max_uses;
 };
 
 /*

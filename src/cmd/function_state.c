@@ -1,16 +1,38 @@
 /* relay function ls, relay function inspect: see function_state.h. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
 #include "cmd/render.h"
 #include "cron.h"
+#include "docker.h"
 #include "state.h"
 #include "util.h"
 
 #define OUTPUT_MAX (64u << 20)
+
+/* Percent-encodes s for a query string (the filter's JSON). */
+static char *query_encode(const char *s)
+{
+	struct buf b;
+	buf_init(&b, 16 * 1024);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~')
+			buf_append(&b, p, 1);
+		else
+			buf_appendf(&b, "%%%02X", *p);
+	}
+	return buf_steal(&b);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 /* The cron description inspect shows in parentheses; NULL (the raw
  * expression alone) when the expression does not parse or is too irregular
@@ -66,6 +88,95 @@ out:
 	return rc;
 }
 
+/* Warm containers running for function, per handler (the relay.handler
+ * label), from the Docker daemon (relay.warm=true, relay.function=name):
+ * a JSON array of {"handler", "containers"} sorted by handler, or NULL when
+ * there is none or the daemon cannot be asked within 2 s (display only). */
+static json_t *warm_containers(const char *function)
+{
+	struct docker *d = NULL;
+	char *err = NULL;
+	if (docker_open(&d, &err) < 0) {
+		free(err);
+		return NULL;
+	}
+	json_t *f =
+		json_pack("{s:[s, s+]}", "label", "relay.warm=true", "relay.function=", function);
+	char *filters = f ? json_dumps(f, JSON_COMPACT) : NULL;
+	json_decref(f);
+	char *enc = filters ? query_encode(filters) : NULL;
+	char *path = enc ? xasprintf("/containers/json?filters=%s", enc) : NULL;
+	struct docker_response r = {0};
+	json_t *out = NULL, *counts = json_object();
+	if (path && docker_request(d, "GET", path, NULL, 0, NULL, 2000, &r) == 0 &&
+	    r.status == 200) {
+		json_t *list = json_loadb(r.body, r.len, 0, NULL);
+		size_t i;
+		json_t *c;
+		json_array_foreach(list, i, c)
+		{
+			json_t *labels = json_object_get(c, "Labels");
+			const char *fn =
+				json_string_value(json_object_get(labels, "relay.function"));
+			const char *h = json_string_value(json_object_get(labels, "relay.handler"));
+			const char *w = json_string_value(json_object_get(labels, "relay.warm"));
+			/* The filter is the daemon's; the rule is ours. */
+			if (!fn || !h || !w || strcmp(fn, function) != 0 || strcmp(w, "true") != 0)
+				continue;
+			json_object_set_new(
+				counts, h,
+				json_integer(json_integer_value(json_object_get(counts, h)) + 1));
+		}
+		json_decref(list);
+	}
+	if (json_object_size(counts)) {
+		out = json_array();
+		const char *k;
+		json_t *v;
+		/* jansson keeps insertion order; sort by handler for a stable view. */
+		size_t n = json_object_size(counts), i = 0;
+		const char **keys = xcalloc(n, sizeof *keys);
+		json_object_foreach(counts, k, v) keys[i++] = k;
+		qsort(keys, n, sizeof *keys, cmp_str);
+		for (i = 0; i < n; i++)
+			json_array_append_new(
+				out,
+				json_pack("{s:s, s:I}", "handler", keys[i], "containers",
+					  json_integer_value(json_object_get(counts, keys[i]))));
+		free(keys);
+	}
+	json_decref(counts);
+	docker_response_free(&r);
+	free(path);
+	free(enc);
+	free(filters);
+	docker_close(d);
+	return out;
+}
+
+/* inspect's "Warm:" section, aligned as Standby; nothing when warm is NULL. */
+static void render_warm(struct buf *b, const json_t *warm)
+{
+	if (!warm)
+		return;
+	size_t w = 0, i;
+	json_t *row;
+	json_array_foreach(warm, i, row)
+	{
+		size_t c = render_cols(json_string_value(json_object_get(row, "handler")));
+		if (c > w)
+			w = c;
+	}
+	buf_appendf(b, "\nWarm:\n");
+	json_array_foreach(warm, i, row)
+	{
+		buf_append(b, "  ", 2);
+		render_pad(b, json_string_value(json_object_get(row, "handler")), w + 3);
+		buf_appendf(b, "%lld\n",
+			    (long long)json_integer_value(json_object_get(row, "containers")));
+	}
+}
+
 int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 			  const struct config *cfg)
 {
@@ -85,11 +196,18 @@ int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 		cmd_fail("%s: no function named \"%s\"", self->words, name);
 		goto out;
 	}
+	json_t *warm = warm_containers(name);
 	if (cmd_flag(args, "--json")) {
-		rc = cmd_print_json(self, state_json_inspect(f, describe_cron));
+		json_t *o = state_json_inspect(f, describe_cron);
+		if (warm && json_is_object(o))
+			json_object_set(o, "warm", warm);
+		json_decref(warm);
+		rc = cmd_print_json(self, o);
 		goto out;
 	}
 	state_render_inspect(&b, f, (int64_t)time(NULL), describe_cron);
+	render_warm(&b, warm);
+	json_decref(warm);
 	rc = emit(self, &b);
 out:
 	state_function_info_free(f);

@@ -51,6 +51,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/match.h"
+#include "config.h"
 #include "docker.h"
 #include "duration.h"
 #include "event.h"
@@ -464,6 +465,22 @@ static int invoke_exec(const struct cmd *self, const struct cmd_args *args,
 	if (docker_open(&d, &why) < 0) {
 		cmd_fail(WORDS ": cannot reach the Docker daemon: %s", why);
 		goto out;
+	}
+	/* RELAY_OCI_RUNTIME as relay start reads it (only the directories are
+	 * loaded for this command, config_load_dirs). */
+	const char *rt_name = getenv("RELAY_OCI_RUNTIME");
+	if (rt_name && *rt_name) {
+		if (config_valid_runtime_name(rt_name) < 0) {
+			cmd_fail(WORDS ": RELAY_OCI_RUNTIME is invalid: at most %d bytes of "
+				      "A-Z a-z 0-9 . _ -",
+				 OCI_RUNTIME_NAME_MAX);
+			goto out;
+		}
+		if (docker_check_runtime(d, rt_name, &why) < 0) {
+			cmd_fail(WORDS ": %s", why);
+			goto out;
+		}
+		runner_set_oci_runtime(rt_name);
 	}
 	if (prepare_image(d, cfg->functions_dir, fn, &res) != 0)
 		goto out;

@@ -68,6 +68,7 @@
 #include "state.h"
 #include "statsflush.h"
 #include "util.h"
+#include "warm.h"
 #include "webhook.h"
 
 static atomic_int cancel_flag;
@@ -128,6 +129,7 @@ struct relay {
 	struct retention *retention;
 	struct slots *slots;	 /* shared by the consumer and the standby pool */
 	struct standby *standby; /* NULL: STANDBY_MAX=0 */
+	struct warm *warm;	 /* warm containers of functions with warm: */
 	struct executor exec;	 /* the consumer's invoke context */
 	struct consumer *consumer;
 	struct scheduler *scheduler;
@@ -156,6 +158,15 @@ static int check_dependencies(struct relay *rt)
 		free(err);
 		free(addr);
 		return -1;
+	}
+	if (cfg->oci_runtime) {
+		if (docker_check_runtime(rt->d, cfg->oci_runtime, &err) < 0) {
+			log_error(NULL, "invalid configuration: %s", err);
+			free(err);
+			free(addr);
+			return -1;
+		}
+		runner_set_oci_runtime(cfg->oci_runtime);
 	}
 	snprintf_(info, sizeof info, "%s, API %s", docker_endpoint(rt->d),
 		  docker_api_version(rt->d));
@@ -245,6 +256,16 @@ static void functions_readable(void *ctx, bool readable)
 	pthread_mutex_unlock(&hold_lock);
 }
 
+/* A new registry snapshot: warm containers of an old version go now, not
+ * at the reaper's next tick. rt->warm is set and cleared under hold_lock. */
+static void functions_published(void *ctx)
+{
+	struct relay *rt = ctx;
+	pthread_mutex_lock(&hold_lock);
+	warm_poke(rt->warm);
+	pthread_mutex_unlock(&hold_lock);
+}
+
 static void load_functions(struct relay *rt)
 {
 	rt->reg = registry_new();
@@ -253,6 +274,7 @@ static void load_functions(struct relay *rt)
 		.registry = rt->reg,
 		.state = rt->state,
 		.on_readable = functions_readable,
+		.on_published = functions_published,
 		.ctx = rt,
 	};
 	rt->rec = reconciler_new(&rcfg);
@@ -311,8 +333,15 @@ static int start_threads(struct relay *rt)
 		rt->standby = standby_start(&sbc);
 		statsflush_set_standby(rt->flush, statsflush_standby_count, rt->standby);
 	}
-	rt->exec = (struct executor){
-		.provider = rt->secrets, .standby = rt->standby, .cancel = &cancel_flag};
+	struct warm_config wc = {.registry = rt->reg, .provider = rt->secrets};
+	struct warm *warm = warm_start(&wc);
+	pthread_mutex_lock(&hold_lock);
+	rt->warm = warm;
+	pthread_mutex_unlock(&hold_lock);
+	rt->exec = (struct executor){.provider = rt->secrets,
+				     .standby = rt->standby,
+				     .warm = rt->warm,
+				     .cancel = &cancel_flag};
 	struct consumer_config ccfg = {
 		.uri = &rt->uri,
 		.stream = cfg->redis_stream,
@@ -386,6 +415,12 @@ static void runtime_stop(struct relay *rt)
 	 * final stats flush no longer counts them: standby_stop frees the pool). */
 	statsflush_set_standby(rt->flush, NULL, NULL);
 	standby_stop(rt->standby);
+	/* Nor a warm one: remove them all ("shutdown"). */
+	pthread_mutex_lock(&hold_lock);
+	struct warm *warm = rt->warm;
+	rt->warm = NULL;
+	pthread_mutex_unlock(&hold_lock);
+	warm_stop(warm);
 	/* No container of this process is left: the name is free. */
 	liveness_release(rt->live);
 	rt->live = NULL;

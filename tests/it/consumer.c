@@ -7,7 +7,9 @@
  * Docker-backed paths are covered by the engine and black-box tests.
  *
  * Handlers: ok.* succeed, fail.* fail, slow.* sleep 150 ms then succeed,
- * flaky.* fail until attempt 3. Each call's start and end (wall clock) are
+ * flaky.* fail until attempt 3, nap.* sleep 400 ms then succeed, mark.*
+ * record their invocation marker as Redis holds it while they run, flush.*
+ * run SCRIPT FLUSH (flush.fail.* then fail). Each call's start and end (wall clock) are
  * recorded, so timing checks are bounded by observed instants.
  *
  * "Acknowledged" is always the group's state (it_group_done): last-delivered-id
@@ -35,9 +37,10 @@ struct calls {
 	int64_t started[4096], ended[4096]; /* wall clock, ns */
 	int n;
 	atomic_int running, max_running;
-	atomic_int fn_running[8], fn_max[8];
+	atomic_int fn_running[16], fn_max[16];
 };
 static struct calls calls = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static char *mark_seen; /* what the last mark.* handler saw (calls.lock) */
 
 static void calls_reset(void)
 {
@@ -47,7 +50,7 @@ static void calls_reset(void)
 	calls.n = 0;
 	pthread_mutex_unlock(&calls.lock);
 	atomic_store(&calls.max_running, 0);
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 16; i++)
 		atomic_store(&calls.fn_max[i], 0);
 }
 
@@ -76,7 +79,7 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 	}
 	pthread_mutex_unlock(&calls.lock);
 	int idx = req->fv->fn->name[0] - 'a';
-	if (idx < 0 || idx >= 8)
+	if (idx < 0 || idx >= 16)
 		idx = 0;
 	int now = atomic_fetch_add(&calls.running, 1) + 1;
 	int fnow = atomic_fetch_add(&calls.fn_running[idx], 1) + 1;
@@ -97,6 +100,33 @@ static void invoke(void *ctx, const struct invoke_request *req, struct invoke_re
 			  req->handler);
 	} else if (strncmp(req->handler, "slow.", 5) == 0) {
 		usleep(150000);
+	} else if (strncmp(req->handler, "nap.", 4) == 0) {
+		usleep(400000);
+	} else if (strncmp(req->handler, "mark.", 5) == 0) {
+		struct redis *mr = it_conn(&R);
+		char *key = invocation_key(req->fv->fn->name[0] == 'm' ? "s-mark" : "?", "g",
+					   req->message_id);
+		char *field = xasprintf("%s/%s", req->fv->fn->name, req->handler);
+		redisReply *rep = mr ? redis_command(mr, "HGET %s %s", key, field) : NULL;
+		pthread_mutex_lock(&calls.lock);
+		free(mark_seen);
+		mark_seen = rep && rep->type == REDIS_REPLY_STRING ? xstrdup(rep->str) : NULL;
+		pthread_mutex_unlock(&calls.lock);
+		if (rep)
+			freeReplyObject(rep);
+		redis_free(mr);
+		free(key), free(field);
+	} else if (strncmp(req->handler, "flush.", 6) == 0) {
+		struct redis *fr = it_conn(&R);
+		redisReply *rep = fr ? redis_command(fr, "SCRIPT FLUSH") : NULL;
+		if (rep)
+			freeReplyObject(rep);
+		redis_free(fr);
+		if (strncmp(req->handler, "flush.fail", 10) == 0) {
+			res->outcome = INVOKE_FAILED;
+			res->exit_code = 1;
+			snprintf_(res->error, sizeof res->error, "flushed and failed");
+		}
 	} else if (strncmp(req->handler, "flaky.", 6) == 0) {
 		if (req->attempt < 3) {
 			res->outcome = INVOKE_FAILED;
@@ -175,7 +205,6 @@ static struct consumer_config base_cfg(struct registry *reg, const char *stream,
 		.max_concurrency = conc,
 		.reclaim_interval_ns = 200 * NS_PER_MS,
 		.min_pending_idle_ns = 300 * NS_PER_MS,
-		.slot_wait_ns = 2 * NS_PER_SEC,
 		.backoff_ns = {first_backoff_ns, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
 		.block_ms = 100,
 		.sample_interval_ns = 100 * NS_PER_MS,
@@ -1587,6 +1616,320 @@ TEST(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event)
 	free(first), free(many), free(last), free(ev), free(bad);
 }
 
+/* ---- slots without waiting, fewer round trips ---------------------------- */
+
+static bool all_done_of(struct redis *r, const char *stream, const char *last)
+{
+	return it_group_done(r, stream, "g", last) && it_pending(r, stream) == 0;
+}
+
+/* The n calls of prefix, each once: their earliest start and latest end. */
+static int calls_span(const char *prefix, int64_t *first, int64_t *last)
+{
+	int k = 0;
+	*first = INT64_MAX, *last = 0;
+	pthread_mutex_lock(&calls.lock);
+	for (int i = 0; i < calls.n; i++)
+		if (strncmp(calls.names[i], prefix, strlen(prefix)) == 0) {
+			k++;
+			if (calls.started[i] < *first)
+				*first = calls.started[i];
+			if (calls.ended[i] > *last)
+				*last = calls.ended[i];
+		}
+	pthread_mutex_unlock(&calls.lock);
+	return k;
+}
+
+/*
+ * 16 events of a 400 ms handler at concurrency 2 with 8 workers: no worker
+ * blocks on the two slots, the plans wait locally and resume as slots free
+ * (the reclaim is off: it cannot be what finishes them), within 1.4x the
+ * ideal 8 rounds plus 2 s, never more than 2 at once, each once at attempt
+ * 1; an event of another function XADDed behind them runs at once.
+ */
+TEST(a_burst_for_one_function_waits_locally_and_leaves_other_functions_alone)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-hot", "g") == 0);
+	struct consumer_config cfg = base_cfg(reg, "s-hot", 32, 8, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	cfg.min_pending_idle_ns = 3600 * NS_PER_SEC;
+	uint64_t waits0 = metrics_counter_value(METRIC_CONCURRENCY_WAITS);
+	struct consumer *c = start_cfg(&cfg);
+	char *ids[16];
+	int64_t t0 = now_wall_ns();
+	for (int i = 0; i < 16; i++)
+		ids[i] = xadd(r, "s-hot", "{\"kind\":\"hot\"}");
+	int64_t other_added = now_wall_ns();
+	char *other = xadd(r, "s-hot", "{\"kind\":\"other\"}");
+	struct count_arg ca = {"k-other/ok.k#1@", 1};
+	CHECK(wait_until(10000, count_is, &ca));
+	struct count_arg all = {"j-hot/nap.j#", 16};
+	CHECK(wait_until(30000, count_is, &all));
+	struct done_arg da = {r, "s-hot", other};
+	CHECK(wait_until(10000, done_is, &da));
+	int64_t first, last;
+	CHECK_INT(calls_span("j-hot/", &first, &last), 16);
+	double secs = (double)(last - t0) / 1e9;
+	printf("  16 x 0.4 s at concurrency 2: %.2f s (ideal 3.2 s, bound 1.4x + 2 s = 6.48 s)\n",
+	       secs);
+	CHECK(secs <= 1.4 * 3.2 + 2.0);
+	for (int i = 0; i < 16; i++) {
+		char *once = xasprintf("j-hot/nap.j#1@%s", ids[i]);
+		CHECK_INT(calls_count(once), 1);
+		free(once);
+	}
+	CHECK_INT(atomic_load(&calls.fn_max['j' - 'a']), 2);
+	/* the other function's event did not queue behind the burst */
+	int64_t os, oe;
+	REQUIRE(call_times("k-other/", &os, &oe));
+	printf("  another function's event: ran %.3f s after its XADD\n",
+	       (double)(os - other_added) / 1e9);
+	CHECK(os - other_added < 1200 * NS_PER_MS);
+	CHECK(first < os);
+	/* 14 had to wait, each counted once (the others may have too) */
+	CHECK(metrics_counter_value(METRIC_CONCURRENCY_WAITS) - waits0 >= 14);
+	CHECK(metrics_counter_value(METRIC_CONCURRENCY_WAITS) - waits0 <= 17);
+	CHECK(all_done_of(r, "s-hot", other));
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	for (int i = 0; i < 16; i++)
+		free(ids[i]);
+	free(other);
+}
+
+/* Shutdown with plans waiting for a slot: they stay pending, nothing
+ * charged (no invocation state), and run at attempt 1 once restarted. */
+TEST(shutdown_leaves_waiting_plans_pending_uncharged)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-hotstop", "g") == 0);
+	struct consumer_config cfg = base_cfg(reg, "s-hotstop", 32, 8, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	cfg.min_pending_idle_ns = 3600 * NS_PER_SEC;
+	struct consumer *c = start_cfg(&cfg);
+	char *ids[8];
+	for (int i = 0; i < 8; i++)
+		ids[i] = xadd(r, "s-hotstop", "{\"kind\":\"hot\"}");
+	struct count_arg two = {"j-hot/", 2};
+	REQUIRE(wait_until(10000, count_is, &two));
+	consumer_stop(c); /* the two running finish; six wait for a slot */
+	consumer_free(c);
+	int ran = calls_count("j-hot/");
+	CHECK(ran >= 2 && ran < 8);
+	CHECK_INT(it_pending(r, "s-hotstop"), 8 - ran);
+	int uncharged = 0;
+	for (int i = 0; i < 8; i++) {
+		char *k = invocation_key("s-hotstop", "g", ids[i]);
+		redisReply *rep = redis_command(r, "EXISTS %s", k);
+		uncharged += rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0;
+		if (rep)
+			freeReplyObject(rep);
+		free(k);
+	}
+	CHECK_INT(uncharged, 8); /* the done ones' state went with the ACK */
+	cfg.consumer = "worker-2";
+	cfg.min_pending_idle_ns = 1;
+	cfg.reclaim_interval_ns = 200 * NS_PER_MS;
+	c = start_cfg(&cfg);
+	struct done_arg da = {r, "s-hotstop", ids[7]};
+	CHECK(wait_until(20000, done_is, &da));
+	CHECK_INT(calls_count("j-hot/nap.j#1@"), 8);
+	CHECK_INT(calls_count("j-hot/"), 8);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	for (int i = 0; i < 8; i++)
+		free(ids[i]);
+}
+
+/*
+ * A first-attempt success of a fresh message: no HGETALL, the claim once by
+ * SHA (EVALSHA, no EVAL), then the outcome's HSET+EXPIRE (pipelined: one
+ * round trip; the script's own HSET and EXPIRE count too), then the
+ * batched XACK+DEL. The running marker is in Redis while the handler runs.
+ */
+TEST(a_fresh_first_attempt_success_is_one_claim_and_one_record)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-mark", "g") == 0);
+	struct consumer_config cfg = base_cfg(reg, "s-mark", 16, 4, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	struct consumer *c = start_cfg(&cfg);
+	/* warm: the script cached, the worker's connection up */
+	char *w = xadd(r, "s-mark", "{\"kind\":\"mark\"}");
+	struct done_arg dw = {r, "s-mark", w};
+	REQUIRE(wait_until(10000, done_is, &dw));
+	redisReply *rep = redis_command(r, "CONFIG RESETSTAT");
+	freeReplyObject(rep);
+	char *id = xadd(r, "s-mark", "{\"kind\":\"mark\"}");
+	struct done_arg da = {r, "s-mark", id};
+	REQUIRE(wait_until(10000, done_is, &da));
+	long long hgetall = cmd_calls(r, "hgetall"), evalsha = cmd_calls(r, "evalsha"),
+		  eval = cmd_calls(r, "eval"), hset = cmd_calls(r, "hset"),
+		  expire = cmd_calls(r, "expire"), xack = cmd_calls(r, "xack"),
+		  del = cmd_calls(r, "del");
+	printf("  fresh first-attempt success: hgetall=%lld evalsha=%lld eval=%lld hset=%lld "
+	       "expire=%lld xack=%lld del=%lld\n",
+	       hgetall, evalsha, eval, hset, expire, xack, del);
+	CHECK_INT(hgetall, 0);
+	CHECK_INT(evalsha, 1);
+	CHECK_INT(eval, 0);
+	CHECK_INT(hset, 2);   /* the claim script's, the outcome's */
+	CHECK_INT(expire, 2); /* the same */
+	CHECK_INT(xack, 1);
+	CHECK_INT(del, 1);
+	pthread_mutex_lock(&calls.lock);
+	char *seen = mark_seen ? xstrdup(mark_seen) : NULL;
+	pthread_mutex_unlock(&calls.lock);
+	/* mid-run, a crash would leave this: the running marker of attempt 1 */
+	CHECK(seen && strncmp(seen, "running:", 8) == 0);
+	CHECK(seen && strlen(seen) > 2 && strcmp(seen + strlen(seen) - 2, "#1") == 0);
+	CHECK_INT(calls_count("m-mark/mark.m#1@"), 2);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(seen), free(id), free(w);
+}
+
+/* A state key left from an earlier life of the group on a fresh message:
+ * the fast path's claim loses, the state is loaded at once (not by the
+ * reclaim, off here), the handler recorded ok is skipped, the message is
+ * acknowledged. */
+TEST(a_stale_state_key_on_a_fresh_message_is_loaded_and_never_reruns)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-stale", "g") == 0);
+	char *k = invocation_key("s-stale", "g", "5-1");
+	redisReply *rep = redis_command(r, "HSET %s m-mark/mark.m ok", k);
+	freeReplyObject(rep);
+	struct consumer_config cfg = base_cfg(reg, "s-stale", 16, 4, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	cfg.min_pending_idle_ns = 3600 * NS_PER_SEC;
+	rep = redis_command(r, "CONFIG RESETSTAT");
+	freeReplyObject(rep);
+	struct consumer *c = start_cfg(&cfg);
+	rep = redis_command(r, "XADD s-stale 5-1 event {\"kind\":\"mark\"}");
+	freeReplyObject(rep);
+	struct done_arg da = {r, "s-stale", "5-1"};
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(calls_count("m-mark/"), 0);
+	CHECK_INT(cmd_calls(r, "hgetall"), 1);
+	CHECK_INT(it_xlen(r, "relay:s-stale:dlq"), 0);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(k);
+}
+
+/* SCRIPT FLUSH while a handler runs: the next claim, its outcome and a
+ * dead-lettering all go through (EVALSHA answered NOSCRIPT, EVAL once). */
+TEST(scripts_flushed_mid_run_are_reloaded)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-flush", "g") == 0);
+	struct consumer_config cfg = base_cfg(reg, "s-flush", 16, 1, 300 * NS_PER_MS);
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	struct consumer *c = start_cfg(&cfg);
+	char *a = xadd(r, "s-flush", "{\"kind\":\"flush\"}");
+	struct done_arg da = {r, "s-flush", a};
+	REQUIRE(wait_until(10000, done_is, &da));
+	/* flushed again: the DLQ script after it */
+	char *b = xadd(r, "s-flush", "{\"kind\":\"flushfail\"}");
+	struct done_arg db = {r, "s-flush", b};
+	CHECK(wait_until(10000, done_is, &db));
+	CHECK_INT(it_xlen(r, "relay:s-flush:dlq"), 1);
+	redisReply *rep = redis_command(r, "CONFIG RESETSTAT");
+	freeReplyObject(rep);
+	rep = redis_command(r, "SCRIPT FLUSH");
+	freeReplyObject(rep);
+	char *d = xadd(r, "s-flush", "{\"kind\":\"mark\"}");
+	struct done_arg dd = {r, "s-flush", d};
+	CHECK(wait_until(10000, done_is, &dd));
+	CHECK_INT(cmd_calls(r, "eval"), 1); /* the claim, reloaded once */
+	CHECK_INT(calls_count("n-flush/flush.n#1@"), 1);
+	CHECK_INT(calls_count("n-flush/flush.fail#1@"), 1);
+	CHECK_INT(calls_count("n-flush/"), 2);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(a), free(b), free(d);
+}
+
+/*
+ * The crash window of the fast path: the handler succeeded, its ok marker
+ * is written, the XACK never happens (a Redis user that may not XACK or
+ * DEL stands for a crash right there). Another consumer reclaims the
+ * message, finds ok and acknowledges it: the handler never runs again.
+ */
+TEST(success_before_the_ack_never_reruns_the_handler)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-noack", "g") == 0);
+	redisReply *rep = redis_command(r, "ACL SETUSER noack on >pw ~* &* +@all -xack -del");
+	REQUIRE(rep && rep->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	struct redis_uri uri;
+	char *why = NULL;
+	char *u = xasprintf("redis://noack:pw@127.0.0.1:%d", R.port);
+	REQUIRE(redis_uri_parse(u, &uri, &why) == 0);
+	struct consumer_config cfg = base_cfg(reg, "s-noack", 16, 2, 300 * NS_PER_MS);
+	cfg.uri = &uri;
+	cfg.reclaim_interval_ns = 3600 * NS_PER_SEC;
+	cfg.min_pending_idle_ns = 3600 * NS_PER_SEC;
+	struct consumer *c = start_cfg(&cfg);
+	char *id = xadd(r, "s-noack", "{\"kind\":\"mark\"}");
+	struct count_arg ca = {"m-mark/mark.m#1@", 1};
+	REQUIRE(wait_until(10000, count_is, &ca));
+	char *k = invocation_key("s-noack", "g", id);
+	for (int i = 0; i < 250; i++) {
+		char *v = hget(r, k, "m-mark/mark.m");
+		bool ok = v && strcmp(v, "ok") == 0;
+		free(v);
+		if (ok)
+			break;
+		usleep(20000);
+	}
+	char *v = hget(r, k, "m-mark/mark.m");
+	CHECK(v && strcmp(v, "ok") == 0);
+	free(v);
+	consumer_stop(c);
+	consumer_free(c);
+	CHECK_INT(it_pending(r, "s-noack"), 1);
+	struct consumer_config cfg2 = base_cfg(reg, "s-noack", 16, 2, 300 * NS_PER_MS);
+	cfg2.consumer = "worker-2";
+	cfg2.min_pending_idle_ns = 1;
+	c = start_cfg(&cfg2);
+	struct done_arg da = {r, "s-noack", id};
+	CHECK(wait_until(10000, done_is, &da));
+	CHECK_INT(calls_count("m-mark/"), 1);
+	consumer_stop(c);
+	consumer_free(c);
+	redis_uri_free(&uri);
+	registry_free(reg);
+	redis_free(r);
+	free(u), free(k), free(id);
+}
+
 int main(int argc, char **argv)
 {
 	log_set_level(LOG_WARN);
@@ -1616,6 +1959,15 @@ int main(int argc, char **argv)
 			    "{kind: [flaky]}\n");
 	write_fn("h-wideb", "runtime: node24\nconcurrency: 8\nevents:\n  - handler: slow.w\n    "
 			    "pattern: {kind: [wideb]}\n");
+	write_fn("j-hot", "runtime: python3.14\nconcurrency: 2\nevents:\n  - handler: nap.j\n    "
+			  "pattern: {kind: [hot]}\n");
+	write_fn("k-other", "runtime: python3.14\nevents:\n  - handler: ok.k\n    "
+			    "pattern: {kind: [other]}\n");
+	write_fn("m-mark", "runtime: python3.14\nevents:\n  - handler: mark.m\n    "
+			   "pattern: {kind: [mark]}\n");
+	write_fn("n-flush", "runtime: python3.14\nevents:\n  - handler: flush.n\n    "
+			    "pattern: {kind: [flush]}\n  - handler: flush.fail\n    "
+			    "pattern: {kind: [flushfail]}\n    retries: 0\n");
 	static const struct t_case cases[] = {
 		T_CASE(ack_only_after_all_matches_succeed),
 		T_CASE(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq),
@@ -1639,9 +1991,16 @@ int main(int argc, char **argv)
 		T_CASE(a_legal_entry_with_a_large_foreign_field_is_recovered_and_runs),
 		T_CASE(an_entry_of_many_small_fields_is_recovered_and_runs_its_last_event),
 		T_CASE(outcome_lines_name_the_message_whatever_the_level),
+		T_CASE(a_burst_for_one_function_waits_locally_and_leaves_other_functions_alone),
+		T_CASE(shutdown_leaves_waiting_plans_pending_uncharged),
+		T_CASE(a_fresh_first_attempt_success_is_one_claim_and_one_record),
+		T_CASE(a_stale_state_key_on_a_fresh_message_is_loaded_and_never_reruns),
+		T_CASE(scripts_flushed_mid_run_are_reloaded),
+		T_CASE(success_before_the_ack_never_reruns_the_handler),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
+	free(mark_seen);
 	it_redis_cleanup(&R);
 	char *cmd = xasprintf("rm -rf '%s'", fdir);
 	if (system(cmd) != 0)

@@ -534,7 +534,6 @@ static struct consumer *consumer(struct registry *reg, const char *stream)
 		.max_concurrency = 2,
 		.reclaim_interval_ns = 200 * NS_PER_MS,
 		.min_pending_idle_ns = 300 * NS_PER_MS,
-		.slot_wait_ns = 2 * NS_PER_SEC,
 		.backoff_ns = {300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS, 300 * NS_PER_MS},
 		.block_ms = 100,
 		.registry = reg,

@@ -19,6 +19,7 @@ static const char *const all_vars[] = {
 	"RELAY_DATA_DIR",
 	"STANDBY_MAX",
 	"STANDBY_IDLE",
+	"RELAY_OCI_RUNTIME",
 	"REDIS_SENTINEL_USERNAME",
 	"REDIS_SENTINEL_PASSWORD",
 	"REDIS_SENTINEL_TLS",
@@ -51,6 +52,7 @@ TEST(defaults)
 	CHECK_INT(c.max_buffered_events, 16);
 	CHECK_INT(c.standby_max, 8); /* MAX_CONCURRENCY's */
 	CHECK_INT(c.standby_idle_ns, 10 * NS_PER_MIN);
+	CHECK(c.oci_runtime == NULL); /* the daemon's default runtime */
 	CHECK_STR(c.functions_dir, "/functions");
 	CHECK_STR(c.data_dir, "/var/lib/relay");
 	config_free(&c);
@@ -244,6 +246,64 @@ TEST(standby_bad_values)
 			CHECK_STR(errs[0], standby_bad[i].want);
 		config_errors_free(errs, n);
 	}
+}
+
+/* RELAY_OCI_RUNTIME: 1..64 bytes of [A-Za-z0-9._-]; empty is unset. */
+#define RT_ACCEPTED                                                                         \
+	"accepted: a runtime name the Docker daemon knows, such as runc, crun or runsc (at " \
+	"most 64 bytes of A-Z a-z 0-9 . _ -) (unset or empty: the daemon's default runtime)"
+static const struct {
+	const char *value;
+	const char *want; /* NULL: accepted, and kept as it is */
+} runtime_rows[] = {
+	{"crun", NULL},
+	{"io.containerd.runc.v2", NULL},
+	{"my_runtime-2", NULL},
+	{"a234567890123456789012345678901234567890123456789012345678901234", NULL}, /* 64 */
+	{"a2345678901234567890123456789012345678901234567890123456789012345",
+	 "RELAY_OCI_RUNTIME 'a2345678901234567890123456789012345678901234567890123456789012345' "
+	 "is invalid (longer than 64 bytes); " RT_ACCEPTED},
+	{"run c", "RELAY_OCI_RUNTIME 'run c' is invalid (a byte outside A-Z a-z 0-9 . _ -); " RT_ACCEPTED},
+	{"../runc", "RELAY_OCI_RUNTIME '../runc' is invalid (a byte outside A-Z a-z 0-9 . _ -); " RT_ACCEPTED},
+	{"runc\n", "RELAY_OCI_RUNTIME 'runc?' is invalid (a byte outside A-Z a-z 0-9 . _ -); " RT_ACCEPTED},
+	{"r\"x", "RELAY_OCI_RUNTIME 'r\"x' is invalid (a byte outside A-Z a-z 0-9 . _ -); " RT_ACCEPTED},
+};
+#undef RT_ACCEPTED
+
+TEST(oci_runtime_values)
+{
+	for (size_t i = 0; i < ARRAY_LEN(runtime_rows); i++) {
+		base_env();
+		setenv("RELAY_OCI_RUNTIME", runtime_rows[i].value, 1);
+		struct config c;
+		char **errs = NULL;
+		int n = 0;
+		int rc = config_load(&c, CONFIG_NEED_ALL, &errs, &n);
+		if (!runtime_rows[i].want) {
+			CHECK_INT(rc, 0);
+			if (rc == 0) {
+				CHECK_STR(c.oci_runtime, runtime_rows[i].value);
+				config_free(&c);
+			}
+			config_errors_free(errs, n);
+			continue;
+		}
+		CHECK_INT(rc, -1);
+		CHECK_INT(n, 1);
+		if (n >= 1)
+			CHECK_STR(errs[0], runtime_rows[i].want);
+		config_errors_free(errs, n);
+	}
+	base_env();
+	setenv("RELAY_OCI_RUNTIME", "", 1);
+	struct config c;
+	char **errs;
+	int n;
+	REQUIRE(config_load(&c, CONFIG_NEED_ALL, &errs, &n) == 0);
+	CHECK(c.oci_runtime == NULL);
+	config_free(&c);
+	CHECK_INT(config_valid_runtime_name(""), -1);
+	CHECK_INT(config_valid_runtime_name("runsc"), 0);
 }
 
 TEST(bad_values)
@@ -495,7 +555,7 @@ TEST(sentinel_tls)
 }
 
 T_MAIN(T_CASE(defaults), T_CASE(all_set), T_CASE(empty_optional_values_disable),
-       T_CASE(standby_max_follows_max_concurrency), T_CASE(standby_bad_values), T_CASE(bad_values),
+       T_CASE(standby_max_follows_max_concurrency), T_CASE(standby_bad_values), T_CASE(oci_runtime_values), T_CASE(bad_values),
        T_CASE(password_never_shown), T_CASE(every_error_reported), T_CASE(health_needs_only_uri),
        T_CASE(listen_addresses), T_CASE(uri_parse), T_CASE(uri_reject), T_CASE(uri_redact),
        T_CASE(sentinel_tls))

@@ -778,10 +778,73 @@ TEST(exact_rendering)
 		"standby_discarded_total{reason=\"lost\"} 0",
 		"standby_discarded_total{reason=\"shutdown\"} 0",
 		"standby_discarded_total{reason=\"age\"} 0",
+		"# HELP warm_containers Warm containers running, idle or serving an invocation.",
+		"# TYPE warm_containers gauge",
+		"warm_containers{function=\"fn\"} 0",
+		"# HELP warm_invocations_total Invocations run in a warm container.",
+		"# TYPE warm_invocations_total counter",
+		"warm_invocations_total 0",
+		"# HELP warm_retired_total Warm containers removed, by reason.",
+		"# TYPE warm_retired_total counter",
+		"warm_retired_total{reason=\"version\"} 0",
+		"warm_retired_total{reason=\"secret\"} 0",
+		"warm_retired_total{reason=\"idle\"} 0",
+		"warm_retired_total{reason=\"max_uses\"} 0",
+		"warm_retired_total{reason=\"excess\"} 0",
+		"warm_retired_total{reason=\"exited\"} 0",
+		"warm_retired_total{reason=\"timeout\"} 0",
+		"warm_retired_total{reason=\"error\"} 0",
+		"warm_retired_total{reason=\"shutdown\"} 0",
 	};
 	char *text = render();
 	REQUIRE(text);
 	check_lines(text, want, ARRAY_LEN(want));
+	free(text);
+}
+
+/* The warm families: the per-function gauge moves both ways, the counter
+ * counts, every reason is rendered in enum order. */
+TEST(warm_families)
+{
+	metrics_reset_for_tests();
+	metrics_warm_containers("w", 1);
+	metrics_warm_containers("w", 1);
+	metrics_warm_containers("w", -1);
+	metrics_inc(METRIC_WARM_INVOCATIONS);
+	metrics_inc(METRIC_WARM_INVOCATIONS);
+	metrics_inc(METRIC_WARM_INVOCATIONS);
+	metrics_warm_retired(METRIC_WARM_MAX_USES);
+	metrics_warm_retired(METRIC_WARM_SHUTDOWN);
+	metrics_warm_retired(METRIC_WARM_SHUTDOWN);
+	metrics_warm_retired(METRIC_WARM_REASON_COUNT); /* ignored */
+	CHECK_INT(metrics_warm_containers_value("w"), 1);
+	CHECK_INT(metrics_warm_containers_value("none"), 0);
+	CHECK_INT(metrics_warm_retired_value(METRIC_WARM_SHUTDOWN), 2);
+	CHECK_STR(metrics_warm_reason_name(METRIC_WARM_MAX_USES), "max_uses");
+	static const char *const want[] = {
+		"# HELP warm_containers Warm containers running, idle or serving an invocation.",
+		"# TYPE warm_containers gauge",
+		"warm_containers{function=\"w\"} 1",
+		"# HELP warm_invocations_total Invocations run in a warm container.",
+		"# TYPE warm_invocations_total counter",
+		"warm_invocations_total 3",
+		"# HELP warm_retired_total Warm containers removed, by reason.",
+		"# TYPE warm_retired_total counter",
+		"warm_retired_total{reason=\"version\"} 0",
+		"warm_retired_total{reason=\"secret\"} 0",
+		"warm_retired_total{reason=\"idle\"} 0",
+		"warm_retired_total{reason=\"max_uses\"} 1",
+		"warm_retired_total{reason=\"excess\"} 0",
+		"warm_retired_total{reason=\"exited\"} 0",
+		"warm_retired_total{reason=\"timeout\"} 0",
+		"warm_retired_total{reason=\"error\"} 0",
+		"warm_retired_total{reason=\"shutdown\"} 2",
+	};
+	char *text = render();
+	REQUIRE(text);
+	char *block = strstr(text, "# HELP warm_containers ");
+	REQUIRE(block);
+	check_lines(block, want, ARRAY_LEN(want));
 	free(text);
 }
 
@@ -849,6 +912,24 @@ TEST(standby_families)
 		"standby_discarded_total{reason=\"lost\"} 0",
 		"standby_discarded_total{reason=\"shutdown\"} 1",
 		"standby_discarded_total{reason=\"age\"} 0",
+		"# HELP warm_containers Warm containers running, idle or serving an invocation.",
+		"# TYPE warm_containers gauge",
+		"warm_containers{function=\"a\"} 0",
+		"warm_containers{function=\"b\"} 0",
+		"# HELP warm_invocations_total Invocations run in a warm container.",
+		"# TYPE warm_invocations_total counter",
+		"warm_invocations_total 0",
+		"# HELP warm_retired_total Warm containers removed, by reason.",
+		"# TYPE warm_retired_total counter",
+		"warm_retired_total{reason=\"version\"} 0",
+		"warm_retired_total{reason=\"secret\"} 0",
+		"warm_retired_total{reason=\"idle\"} 0",
+		"warm_retired_total{reason=\"max_uses\"} 0",
+		"warm_retired_total{reason=\"excess\"} 0",
+		"warm_retired_total{reason=\"exited\"} 0",
+		"warm_retired_total{reason=\"timeout\"} 0",
+		"warm_retired_total{reason=\"error\"} 0",
+		"warm_retired_total{reason=\"shutdown\"} 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -902,7 +983,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 28);
+	CHECK_INT(nfam, 31);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
@@ -1145,6 +1226,6 @@ TEST(snapshot_values)
 T_MAIN(T_CASE(checker_rejects_malformed_text), T_CASE(counters_and_gauges),
        T_CASE(float_formatting), T_CASE(histogram_buckets),
        T_CASE(invocation_updates_every_related_series), T_CASE(label_values_are_escaped),
-       T_CASE(exact_rendering), T_CASE(standby_families), T_CASE(exposition_is_well_formed),
-       T_CASE(concurrent_updates_are_exact), T_CASE(series_are_bounded),
-       T_CASE(disabled_updates_are_no_ops), T_CASE(snapshot_values))
+       T_CASE(exact_rendering), T_CASE(standby_families), T_CASE(warm_families),
+       T_CASE(exposition_is_well_formed), T_CASE(concurrent_updates_are_exact),
+       T_CASE(series_are_bounded), T_CASE(disabled_updates_are_no_ops), T_CASE(snapshot_values))

@@ -305,7 +305,84 @@ TEST(spare_slot_refused_while_someone_waits)
 	slots_free(s);
 }
 
-T_MAIN(T_CASE(spare_slots_yield_to_waiters), T_CASE(spare_slot_refused_while_someone_waits),
-       T_CASE(global_and_function_limits_intersect), T_CASE(function_limit_first_wins),
-       T_CASE(limits_below_one_are_one), T_CASE(wait_is_bounded), T_CASE(release_wakes_a_waiter),
-       T_CASE(stop_ends_the_wait), T_CASE(limits_hold_under_contention), T_CASE(many_functions))
+/* Without waiting: both or neither, whichever limit is reached. */
+TEST(try_acquire_is_both_or_neither)
+{
+	struct slots *s = slots_new(3);
+	CHECK_INT(slots_try_acquire(s, "a", 2), 0);
+	CHECK_INT(slots_try_acquire(s, "a", 2), 0);
+	CHECK_INT(slots_try_acquire(s, "a", 2), -1); /* its function's limit */
+	CHECK_INT(slots_in_use(s), 2);
+	CHECK_INT(slots_function_in_use(s, "a"), 2);
+	CHECK_INT(slots_try_acquire(s, "b", 5), 0);
+	CHECK_INT(slots_try_acquire(s, "c", 5), -1); /* the global limit */
+	CHECK_INT(slots_in_use(s), 3);
+	CHECK_INT(slots_function_in_use(s, "c"), 0); /* neither taken */
+	slots_release(s, "a");
+	CHECK_INT(slots_try_acquire(s, "c", 5), 0);
+	slots_release(s, "a");
+	slots_release(s, "b");
+	slots_release(s, "c");
+	CHECK_INT(slots_in_use(s), 0);
+	slots_free(s);
+}
+
+/* Parked demand (slots_defer): a parked invocation whose function has room
+ * waits on the global limit, so no spare slot is handed out; one blocked
+ * on its own function's limit leaves the spare to the standby pool. */
+TEST(spare_slot_refused_while_a_parked_invocation_needs_a_global_one)
+{
+	struct slots *s = slots_new(2);
+	CHECK_INT(slots_try_acquire(s, "f", 1), 0);
+	slots_defer(s, "f", 1, 1); /* waits on f's own limit */
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	slots_release_spare(s);
+	slots_defer(s, "g", 4, 1); /* g has room: it waits for a global slot */
+	CHECK_INT(slots_try_acquire_spare(s), -1);
+	slots_defer(s, "g", 4, -1);
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	slots_release_spare(s);
+	/* f's own slot freed: its parked one now waits on the global limit */
+	slots_release(s, "f");
+	CHECK_INT(slots_try_acquire_spare(s), -1);
+	slots_defer(s, "f", 1, -1);
+	slots_defer(s, "f", 1, -1); /* never below zero */
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	slots_release_spare(s);
+	slots_free(s);
+}
+
+static atomic_int released;
+static void count_release(void *ctx)
+{
+	(void)ctx;
+	atomic_fetch_add(&released, 1);
+}
+
+/* slots_on_release: called after every release, spare or not; cleared
+ * with NULL. */
+TEST(release_callback_runs_after_every_release)
+{
+	struct slots *s = slots_new(2);
+	atomic_store(&released, 0);
+	slots_on_release(s, count_release, NULL);
+	CHECK_INT(slots_try_acquire(s, "a", 1), 0);
+	CHECK_INT(slots_try_acquire_spare(s), 0);
+	slots_release(s, "a");
+	CHECK_INT(atomic_load(&released), 1);
+	slots_release_spare(s);
+	CHECK_INT(atomic_load(&released), 2);
+	slots_on_release(s, NULL, NULL);
+	CHECK_INT(slots_try_acquire(s, "a", 1), 0);
+	slots_release(s, "a");
+	CHECK_INT(atomic_load(&released), 2);
+	slots_free(s);
+}
+
+T_MAIN(T_CASE(try_acquire_is_both_or_neither),
+       T_CASE(spare_slot_refused_while_a_parked_invocation_needs_a_global_one),
+       T_CASE(release_callback_runs_after_every_release), T_CASE(spare_slots_yield_to_waiters),
+       T_CASE(spare_slot_refused_while_someone_waits), T_CASE(global_and_function_limits_intersect),
+       T_CASE(function_limit_first_wins), T_CASE(limits_below_one_are_one), T_CASE(wait_is_bounded),
+       T_CASE(release_wakes_a_waiter), T_CASE(stop_ends_the_wait),
+       T_CASE(limits_hold_under_contention), T_CASE(many_functions))

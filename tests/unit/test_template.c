@@ -62,6 +62,39 @@ static const struct {
 	{HDR "concurrency: 2.0\n" RULE, "concurrency: must be a positive integer"},
 	{HDR "concurrency: 1e2\n" RULE, "concurrency: must be a positive integer"},
 
+	/* warm */
+	{HDR "warm: {}\n" RULE, NULL},
+	{HDR "warm:\n  idle: 1s\n  max_uses: 1\n" RULE, NULL},
+	{HDR "warm:\n  idle: 1h\n  max_uses: 100000\n" RULE, NULL},
+	{HDR "warm: {idle: 90s}\n" RULE, NULL},
+	{HDR "warm: {max_uses: 2}\n" RULE, NULL},
+	{HDR "warm: {idle: 999ms}\n" RULE, "warm.idle: \"999ms\" is below the minimum of 1s"},
+	{HDR "warm: {idle: 0s}\n" RULE, "warm.idle: \"0s\" is below the minimum of 1s"},
+	{HDR "warm: {idle: -5s}\n" RULE, "warm.idle: \"-5s\" is below the minimum of 1s"},
+	{HDR "warm: {idle: 1h0m1s}\n" RULE, "warm.idle: \"1h0m1s\" exceeds the maximum of 1h"},
+	{HDR "warm: {idle: 60}\n" RULE,
+	 "warm.idle: must be a Go duration string such as 60s or 5m, not an integer"},
+	{HDR "warm: {idle: soon}\n" RULE, "warm.idle: \"soon\" is not a Go duration"},
+	{HDR "warm: {idle: [1s]}\n" RULE, "warm.idle: must be a Go duration string"},
+	{HDR "warm: {max_uses: 0}\n" RULE, "warm.max_uses: 0 is not positive"},
+	{HDR "warm: {max_uses: -3}\n" RULE, "warm.max_uses: -3 is not positive"},
+	{HDR "warm: {max_uses: 100001}\n" RULE,
+	 "warm.max_uses: 100001 exceeds the maximum of 100000"},
+	{HDR "warm: {max_uses: 2.5}\n" RULE,
+	 "warm.max_uses: must be an integer from 1 to 100000, not \"2.5\""},
+	{HDR "warm: {max_uses: \"5\"}\n" RULE,
+	 "warm.max_uses: must be an integer from 1 to 100000, not \"5\" (a string)"},
+	{HDR "warm: {max_uses: true}\n" RULE,
+	 "warm.max_uses: must be an integer from 1 to 100000, not \"true\" (a boolean)"},
+	{HDR "warm: {idel: 5s}\n" RULE,
+	 "warm: unknown key \"idel\" (warm takes idle and max_uses)"},
+	{HDR "warm: true\n" RULE,
+	 "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a boolean"},
+	{HDR "warm:\n" RULE, "warm: must be a map of idle and max_uses"},
+	{HDR "warm: [idle]\n" RULE,
+	 "warm: must be a map of idle and max_uses (warm: {} for the defaults), not a list"},
+	{HDR "warm: 60s\n" RULE, "warm: must be a map of idle and max_uses"},
+
 	/* events and schedules presence */
 	{HDR, "events: a function needs at least one event rule or schedule"},
 	{HDR "events: []\n", "events: a function needs at least one event rule or schedule"},
@@ -838,6 +871,35 @@ TEST(python_modules_importable)
 	}
 }
 
+TEST(warm_values)
+{
+	struct {
+		const char *yaml;
+		bool warm;
+		int64_t idle_ns, max_uses;
+	} cases[] = {
+		{HDR RULE, false, TEMPLATE_DEFAULT_WARM_IDLE_NS, TEMPLATE_DEFAULT_WARM_MAX_USES},
+		{HDR "warm: {}\n" RULE, true, 60000000000LL, 1000},
+		{HDR "warm:\n  idle: 1s\n  max_uses: 2\n" RULE, true, 1000000000LL, 2},
+		{HDR "warm:\n  idle: 1h\n" RULE, true, 3600000000000LL, 1000},
+		{HDR "warm:\n  max_uses: 100000\n" RULE, true, 60000000000LL, 100000},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(cases[i].yaml, strlen(cases[i].yaml), &t, &errors,
+					&warnings);
+		REQUIRE(rc == 0 && t);
+		CHECK(t->warm == cases[i].warm);
+		CHECK(t->warm_idle_ns == cases[i].idle_ns);
+		CHECK(t->warm_max_uses == cases[i].max_uses);
+		CHECK(warnings.n == 0);
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+	}
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -859,4 +921,5 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(alias_amplified_text_is_bounded), T_CASE(allocation_failure_is_an_error),
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
-       T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(size_bound))
+       T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(warm_values),
+       T_CASE(size_bound))
