@@ -37,7 +37,8 @@
 /* The fields a path may start with: template.yaml's top-level keys, the
  * whole file, and "template" for a problem with the top-level map. */
 static const char *const roots[] = {"template.yaml", "template",  "runtime", "concurrency",
-				    "events",	     "schedules", "env",     "secrets"};
+				    "events",	     "schedules", "env",     "secrets",
+				    "warm"};
 
 /* Length of a quoted key "..." at s, or 0; "..." follows the closing quote
  * when the key was cut. Pattern paths escape '"' and '\\' (escapes true);
