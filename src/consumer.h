@@ -1,6 +1,6 @@
 /*
- * The stream consumer (relay-spec "Concurrency and backpressure",
- * "Acknowledgment semantics", "Recovery and retries").
+ * The stream consumer (README "Execution": concurrency
+ * and backpressure, acknowledgment, recovery and retries).
  *
  * Threads, each with its own Redis connection, started with thread_start
  * (every signal blocked) under these names (workers: worker-1 .. worker-N),

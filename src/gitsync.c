@@ -1,5 +1,5 @@
 /*
- * Git sync (see gitsync.h and relay-spec "Git").
+ * Git sync (see gitsync.h and README "relay git").
  *
  * One sync, under an exclusive flock on git/.lock:
  *

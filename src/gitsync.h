@@ -1,5 +1,5 @@
 /*
- * Git sync (relay-spec "Git"): the persisted source, and one sync that
+ * Git sync (README "relay git"): the persisted source, and one sync that
  * materializes the configured repository, ref and path into the functions
  * directory.
  *
@@ -51,8 +51,8 @@ char *git_repo_identity(const char *url);
 int git_path_check(const char *path, char **err);
 
 /*
- * The configured ref, and what it may resolve to (relay-spec "Git": a
- * branch, tag or commit). Resolution never guesses between kinds, so that
+ * The configured ref, and what it may resolve to (a branch, tag or
+ * commit). Resolution never guesses between kinds, so that
  * whoever can push a branch cannot shadow a pinned tag or commit:
  *
  *   40 hex digits      always that commit, never a branch or tag so named;

@@ -8,7 +8,7 @@
  *
  * Why the user is created by appending to /etc/passwd and /etc/group:
  * useradd (Debian) and adduser (Alpine/BusyBox) differ, and the base images
- * are fixed by tag, not by distribution (c-port.md decision 9).
+ * are fixed by tag, not by distribution.
  */
 #include "image.h"
 

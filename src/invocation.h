@@ -1,6 +1,6 @@
 /*
- * Per-message invocation state in Redis (relay-spec "Recovery and
- * retries"): a hash relay:invocation:<stream>:<group>:<msgID> (stream and
+ * Per-message invocation state in Redis (README "Execution":
+ * recovery and retries): a hash relay:invocation:<stream>:<group>:<msgID> (stream and
  * group percent-encoded) with one field per "<function>/<handler>" whose
  * value is a marker:
  *

@@ -1,7 +1,7 @@
 /*
  * Liveness record: one live Relay process per consumer name.
  *
- * The consumer name is the hostname (c-port.md, decision 3), and the
+ * The consumer name is the hostname (README "Running"), and the
  * startup orphan sweep removes every execution container of this hostname
  * (runner.h). A second `relay start` under the same hostname (a second
  * terminal, an overlapping restart under a supervisor, two units on one

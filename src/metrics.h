@@ -3,7 +3,7 @@
  * for operational statistics. GET /metrics renders it (metrics_render), the
  * 5-second SQLite flush copies its absolute values (metrics_snapshot).
  *
- * Families (names, labels and types as relay-spec.md "Observability" lists
+ * Families (names, labels and types as docs/operations.md lists
  * them; rendered in this order):
  *
  *   counter   events_received_total                 messages read from the stream

@@ -2,8 +2,8 @@
  * Event patterns: compiled once when a template loads, matched against every
  * event.
  *
- * A pattern is a map of field conditions (relay-spec "Patterns", c-port.md
- * decisions 5, 6 and 9). Each field's condition is one of:
+ * A pattern is a map of field conditions (docs/template.md "Patterns").
+ * Each field's condition is one of:
  *   - a list of scalars: implicit equality, `status: [COMPLETED, FAILED]`;
  *   - a map whose keys are all operators (equals, prefix, suffix, exists,
  *     gt, gte, lt, lte);

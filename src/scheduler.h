@@ -1,5 +1,5 @@
 /*
- * The cron scheduler of `relay start` (relay-spec "Schedules"): one thread
+ * The cron scheduler of `relay start` (README "Schedules"): one thread
  * per worker evaluates every served function's schedules locally and, when
  * an occurrence is due, publishes it into the event stream at most once
  * cluster-wide. It never runs a handler: the published entry is an ordinary
@@ -59,9 +59,8 @@
  * "forged schedule occurrence" and runs nothing. What this cannot tell: a
  * producer that copies a genuine entry (the key then exists) gets that
  * occurrence run once more, which at-least-once handlers must tolerate
- * anyway (the original's wire format has no per-entry proof; the build
- * before issue 15 stored the entry id in the key, see README "Differences
- * from the original"). Against a producer that can also write
+ * anyway (the original's wire format has no per-entry proof; README
+ * "Differences from the original"). Against a producer that can also write
  * relay:schedule:* keys nothing in Redis can tell the difference: the
  * deployment that makes this airtight gives producers an ACL limited to
  * XADD on the stream (docs/redis-acl.md).

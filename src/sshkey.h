@@ -1,6 +1,6 @@
 /*
- * The SSH deploy key and Relay's own known_hosts (relay-spec "Git": Auth and
- * host verification; libraries.md: SSH key generation).
+ * The SSH deploy key and Relay's own known_hosts (README "relay git":
+ * authentication and host verification).
  *
  * Key: <ssh_dir>/id_ed25519, an ed25519 private key in OpenSSH's
  * "openssh-key-v1" format (unencrypted, base64 wrapped at 70 columns,

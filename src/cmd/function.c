@@ -2,7 +2,7 @@
  * relay function ls|inspect|validate|match.
  *
  * validate and match read only the functions directory and their
- * arguments (c-port.md decision 8): no Redis, Docker or state database.
+ * arguments, so an author can run them anywhere: no Redis, Docker or state database.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -267,7 +267,7 @@ test_send_refuses_what_the_consumer_would_dead_letter() {
 	[ "$(xlen)" = 2 ] || fail "XLEN $(xlen), want 2"
 }
 
-# Only regular files are read (issue 32): a FIFO nobody writes to, one held
+# Only regular files are read: a FIFO nobody writes to, one held
 # open by a writer that never writes, a directory and a device are refused
 # at once with one clear line, by event send and by function match (the
 # same reader), and nothing is sent. Each run is bounded by timeout: an
@@ -376,9 +376,8 @@ sent: $id"
 	stop_relay_pid "$RELAY_PID"
 }
 
-# A template.yaml that is a FIFO (found on the way, issue 32): validate
-# reported the tree error and then waited forever opening it; now the read
-# is refused too and validate exits 1 at once.
+# A template.yaml that is a FIFO: validate reports the tree error and
+# refuses the read too, exiting 1 at once (never waiting on the open).
 test_validate_does_not_wait_on_a_fifo_template() {
 	mkdir -p "$RELAY_FUNCTIONS_DIR/f"
 	mkfifo "$RELAY_FUNCTIONS_DIR/f/template.yaml"
