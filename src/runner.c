@@ -1494,41 +1494,48 @@ static int warm_kill(struct run *r, struct runner_warm *w)
 	return -1;
 }
 
-int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct invocation *in,
-		       struct invocation_result *out)
+/* The run of one warm invocation: the rule's timeout counts from start. */
+static void warm_run_init(struct run *r, struct docker *d, struct runner_warm *w,
+			  const struct invocation *in, struct invocation_result *out, int64_t start)
 {
-	int64_t start = now_mono_ns();
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
 	strlcpy_(out->container_id, w->id, sizeof out->container_id);
 	strlcpy_(out->container_name, w->name, sizeof out->container_name);
-	struct run r;
-	memset(&r, 0, sizeof r);
-	r.d = d;
-	r.in = in;
-	r.out = out;
-	r.host = in->hostname ? in->hostname : runner_hostname();
-	r.start = start;
-	r.start_wall = now_wall_ns();
-	r.timeout = runner_timeout_ns(in->timeout_ns);
-	r.deadline = start + r.timeout; /* the rule's timeout counts from the call */
-	r.status = -1;
-	r.chunk = w->chunk;
-	r.id = out->container_id;
-	buf_init(&r.waitbuf, WAIT_BODY_MAX);
+	memset(r, 0, sizeof *r);
+	r->d = d;
+	r->in = in;
+	r->out = out;
+	r->host = in->hostname ? in->hostname : runner_hostname();
+	r->start = start;
+	r->start_wall = now_wall_ns();
+	r->timeout = runner_timeout_ns(in->timeout_ns);
+	r->deadline = start + r->timeout;
+	r->status = -1;
+	r->chunk = w->chunk;
+	r->id = out->container_id;
+	buf_init(&r->waitbuf, WAIT_BODY_MAX);
+}
+
+/* Lifts a bounded w's CPU and writes the request (header and event), with
+ * a new token; 0, or -1 with the failure recorded (not_run: the handler
+ * was never called). */
+static int warm_send(struct run *r, struct runner_warm *w)
+{
+	const struct invocation *in = r->in;
+	struct invocation_result *out = r->out;
 	if (w->dead || !w->attach) {
 		out->not_run = true;
-		run_fail(&r, "warm container %.12s is gone", w->id);
-		goto done;
+		return run_fail(r, "warm container %.12s is gone", w->id);
 	}
 	if (w->bounded) {
-		int64_t setup_deadline = start + (int64_t)setup_ms(in) * NS_PER_MS;
-		if (docker_update_cpus(d, w->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) < 0) {
+		int64_t setup_deadline = r->start + (int64_t)setup_ms(in) * NS_PER_MS;
+		if (docker_update_cpus(r->d, w->id, RUNNER_NANO_CPUS, call_ms(setup_deadline)) <
+		    0) {
 			out->not_run = true;
-			run_fail(&r, "cannot lift the CPU bound of warm container %.12s: %s", w->id,
-				 docker_errmsg(d));
-			warm_kill(&r, w);
-			goto done;
+			run_fail(r, "cannot lift the CPU bound of warm container %.12s: %s", w->id,
+				 docker_errmsg(r->d));
+			return warm_kill(r, w);
 		}
 		w->bounded = false;
 	}
@@ -1542,77 +1549,90 @@ int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct inv
 	w->fw.last_err[0] = '\0';
 	char hdr[WARM_HEADER_MAX];
 	size_t hl = warm_request_header(hdr, w->token, in->payload_len);
-	if (docker_conn_write_timeout(w->attach, hdr, hl, remaining_ms(r.deadline)) < 0 ||
+	if (docker_conn_write_timeout(w->attach, hdr, hl, remaining_ms(r->deadline)) < 0 ||
 	    (in->payload_len && docker_conn_write_timeout(w->attach, in->payload, in->payload_len,
-							  remaining_ms(r.deadline)) < 0)) {
+							  remaining_ms(r->deadline)) < 0)) {
 		/* The bootstrap calls the handler only with the whole request. */
 		out->not_run = true;
-		run_fail(&r, "writing the event to warm container %.12s: %s", w->id,
+		run_fail(r, "writing the event to warm container %.12s: %s", w->id,
 			 docker_conn_errmsg(w->attach));
 		w->active = false;
-		warm_kill(&r, w);
-		goto done;
+		return warm_kill(r, w);
 	}
-	enum run_end end = RUN_EXITED;
+	return 0;
+}
+
+/* Reads w's output until both end frames, a protocol error (w->bad), the
+ * process's exit status, the deadline or a cancellation. */
+static enum run_end warm_pump(struct run *r, struct runner_warm *w)
+{
 	bool open = true;
 	for (;;) {
-		if (is_cancelled(in)) {
-			end = RUN_CANCELLED;
-			break;
-		}
-		int left = remaining_ms(r.deadline);
-		if (left == 0) {
-			end = RUN_TIMED_OUT;
-			break;
-		}
+		if (is_cancelled(r->in))
+			return RUN_CANCELLED;
+		int left = remaining_ms(r->deadline);
+		if (left == 0)
+			return RUN_TIMED_OUT;
 		int slice = left < RUNNER_POLL_MS ? left : RUNNER_POLL_MS;
 		if (open) {
 			open = warm_read(w, slice);
-			if (w->bad)
-				break;
-			if (w->seen_end && w->seen_result)
-				break;
+			if (w->bad || (w->seen_end && w->seen_result))
+				return RUN_EXITED; /* warm_conclude looks at w first */
 			continue;
 		}
-		r.waitc = w->waitc;
-		int rw = pump_wait(&r, slice);
-		r.waitc = NULL;
-		if (rw == 0)
-			continue;
-		end = rw > 0 ? RUN_EXITED : RUN_WAIT_FAILED;
-		break;
+		r->waitc = w->waitc;
+		int rw = pump_wait(r, slice);
+		r->waitc = NULL;
+		if (rw != 0)
+			return rw > 0 ? RUN_EXITED : RUN_WAIT_FAILED;
 	}
+}
+
+/* The outcome: the bootstrap's result, a protocol error, or (exited, timed
+ * out, cancelled, the wait failed) a fresh container's classification; w
+ * is dead in every case but the first. */
+static void warm_conclude(struct run *r, struct runner_warm *w, enum run_end end)
+{
+	const struct invocation *in = r->in;
 	if (w->bad) {
-		run_fail(&r, "warm container %.12s broke the protocol (a malformed or misplaced "
-			     "end-of-invocation frame)",
+		run_fail(r,
+			 "warm container %.12s broke the protocol (a malformed or misplaced "
+			 "end-of-invocation frame)",
 			 w->id);
 		w->active = false;
-		warm_kill(&r, w);
+		warm_kill(r, w);
 	} else if (w->seen_end && w->seen_result) {
 		if (w->status == 0)
-			finish(out, RUNNER_SUCCESS, 0, NULL);
+			finish(r->out, RUNNER_SUCCESS, 0, NULL);
 		else if (w->error[0])
-			finish(out, RUNNER_FAILURE, 1,
+			finish(r->out, RUNNER_FAILURE, 1,
 			       xasprintf("function \"%s\" handler \"%s\" failed: exit status 1: %s",
 					 in->function, in->handler, w->error));
 		else
-			finish(out, RUNNER_FAILURE, 1,
+			finish(r->out, RUNNER_FAILURE, 1,
 			       xasprintf("function \"%s\" handler \"%s\" failed: exit status 1",
 					 in->function, in->handler));
 	} else {
-		/* Exited, timed out, cancelled, or the wait failed: classified as
-		 * a fresh container's; w is dead either way. */
 		w->active = false;
 		w->dead = true;
-		memcpy(r.fw.last_err, w->fw.last_err, sizeof r.fw.last_err);
-		r.attach = w->attach;
-		r.waitc = w->waitc;
+		memcpy(r->fw.last_err, w->fw.last_err, sizeof r->fw.last_err);
+		r->attach = w->attach;
+		r->waitc = w->waitc;
 		w->attach = w->waitc = NULL;
-		run_classify(&r, end);
-		docker_conn_free(r.attach);
-		docker_conn_free(r.waitc);
+		run_classify(r, end);
+		docker_conn_free(r->attach);
+		docker_conn_free(r->waitc);
 	}
-done:
+}
+
+int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct invocation *in,
+		       struct invocation_result *out)
+{
+	int64_t start = now_mono_ns();
+	struct run r;
+	warm_run_init(&r, d, w, in, out, start);
+	if (warm_send(&r, w) == 0)
+		warm_conclude(&r, w, warm_pump(&r, w));
 	buf_free(&r.waitbuf);
 	free(r.err);
 	free(r.wait_err);
@@ -1806,4 +1826,3 @@ out:
 	free(path);
 	return rc;
 }
-
