@@ -314,6 +314,18 @@ static bool done_is(void *a)
 	return it_group_done(p->r, p->stream, "g", p->id) && it_pending(p->r, p->stream) == 0;
 }
 
+/* The group has read the stream up to id (its last-delivered-id). */
+struct read_arg {
+	struct redis *r;
+	const char *stream;
+	const char *id;
+};
+static bool read_up_to(void *a)
+{
+	struct read_arg *p = a;
+	return strcmp(it_group_info(p->r, p->stream, "g").last_id, p->id) == 0;
+}
+
 /* How many times the group delivered id (XPENDING's delivery counter; each
  * reclaim adds one); -1 when id is not pending. */
 static long long deliveries(struct redis *r, const char *stream, const char *id)
@@ -1720,6 +1732,10 @@ TEST(shutdown_leaves_waiting_plans_pending_uncharged)
 		ids[i] = xadd(r, "s-hotstop", "{\"kind\":\"hot\"}");
 	struct count_arg two = {"j-hot/", 2};
 	REQUIRE(wait_until(10000, count_is, &two));
+	/* all eight read (a loaded machine reads them in several batches), so
+	 * the ones not running are waiting plans, not unread entries */
+	struct read_arg all_read = {r, "s-hotstop", ids[7]};
+	REQUIRE(wait_until(10000, read_up_to, &all_read));
 	consumer_stop(c); /* the two running finish; six wait for a slot */
 	consumer_free(c);
 	int ran = calls_count("j-hot/");
