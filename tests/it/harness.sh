@@ -65,12 +65,53 @@ test_run_fails_on_a_sanitizer_report_of_a_cli_command() {
 	! grep -q reached "$TMP/nested.out" || fail "the test went on after the report"
 }
 
+# run_expect is the one way a test runs a CLI command: the exact status,
+# a report in either output, and a sanitizer's abort (134) whatever was
+# printed, each fail the test at once.
+test_run_expect_checks_the_exact_status_and_sanitizer_aborts() {
+	# An ASan report on stderr and the abort that follows it.
+	printf '#!/bin/sh\necho "==3==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x2" >&2\nkill -ABRT $$\n' >"$TMP/fake"
+	chmod +x "$TMP/fake"
+	nested 'run_expect 1 "$RELAY" start; echo reached'
+	[ "$STATUS" -ne 0 ] || fail "an ASan abort passed run_expect: $(cat "$TMP/nested.out")"
+	! grep -q reached "$TMP/nested.out" || fail "the test went on after the abort"
+	grep -q 'sanitizer report in err' "$TMP/nested.out" || fail "the report was not shown: $(cat "$TMP/nested.out")"
+	# The abort alone (the report went to a log the test does not read):
+	# a check accepting any non-zero status would take it for a failure.
+	printf '#!/bin/sh\nkill -ABRT $$\n' >"$TMP/fake"
+	nested 'run_expect 1 "$RELAY" start; echo reached'
+	[ "$STATUS" -ne 0 ] || fail "exit status 134 passed as a failure: $(cat "$TMP/nested.out")"
+	grep -q 'exit status 134' "$TMP/nested.out" || fail "no reason given: $(cat "$TMP/nested.out")"
+	nested 'run "$RELAY" start; echo reached'
+	[ "$STATUS" -ne 0 ] && ! grep -q reached "$TMP/nested.out" || fail "run let exit status 134 through"
+	# Another status than the one expected, and from stdin.
+	printf '#!/bin/sh\ncat >/dev/null\nexit 2\n' >"$TMP/fake"
+	echo input >"$TMP/in"
+	nested "run_expect_from '$TMP/in' 1 \"\$RELAY\" secret set x; echo reached"
+	[ "$STATUS" -ne 0 ] || fail "exit status 2 passed as 1"
+	grep -q 'exit status 2, want 1' "$TMP/nested.out" || fail "no reason given: $(cat "$TMP/nested.out")"
+	# And the right status with clean output passes: not always red.
+	nested "run_expect_from '$TMP/in' 2 \"\$RELAY\" secret set x; echo reached"
+	[ "$STATUS" -eq 0 ] && grep -q reached "$TMP/nested.out" || fail "a clean run failed: $(cat "$TMP/nested.out")"
+	# A failure inside a polled command (wait_for hides its output) still
+	# says why.
+	nested 'wait_for 5 run_expect 1 "$RELAY" x'
+	[ "$STATUS" -ne 0 ] && grep -q 'exit status 2, want 1' "$TMP/nested.out" ||
+		fail "a failure inside wait_for was silent: $(cat "$TMP/nested.out")"
+}
+
 test_skips_are_counted_as_skips() {
 	nested 'skip_part "no frobnicator here"; true'
 	[ "$STATUS" -eq 77 ] || fail "a partial skip exited $STATUS, want 77"
 	grep -qx 'SKIP: no frobnicator here' "$TMP/nested.out" || fail "no SKIP line"
 	nested 'skip_part "no frobnicator here"; fail "broken"'
 	[ "$STATUS" -eq 1 ] || fail "a failure after a partial skip exited $STATUS, want 1"
+	# Under CI=true nothing may be skipped: a skip is a failure.
+	CI=true nested 'skip "no frobnicator here"'
+	[ "$STATUS" -eq 1 ] && grep -q 'would skip under CI=true' "$TMP/nested.out" ||
+		fail "a skip under CI=true exited $STATUS: $(cat "$TMP/nested.out")"
+	CI=true nested 'skip_part "no frobnicator here"; true'
+	[ "$STATUS" -eq 1 ] || fail "a partial skip under CI=true exited $STATUS, want 1"
 }
 
 # runner_tree: a scratch copy of the runner and the scenario library, with

@@ -13,6 +13,10 @@ it_setup() {
 	# Relays this test started and has not yet reaped: pid -> log file.
 	declare -gA RELAY_LOGS=()
 	SKIPPED_PARTS=0
+	# The test's own output, for fail: wait_for sends a polled command's
+	# output to /dev/null, and an assertion failing inside it must still say
+	# why.
+	exec {IT_OUT}>&1
 	trap it_cleanup EXIT
 	# Tests decide their own environment: nothing leaks in from the caller.
 	unset REDIS_URI REDIS_SENTINEL_USERNAME REDIS_SENTINEL_PASSWORD REDIS_STREAM REDIS_GROUP REDIS_STREAM_RETENTION METRICS_ADDR GIT_WEBHOOK_ADDR \
@@ -53,17 +57,26 @@ it_cleanup() {
 track() { PIDS+=("$1"); }
 
 # skip REASON: this test cannot run here; tests/run counts it as skipped
-# (exit status 77 with a "SKIP: " line), never as passed.
+# (exit status 77 with a "SKIP: " line), never as passed. Under CI=true
+# nothing may be skipped (the test command installs and starts everything a
+# test needs): a skip there is a failure.
 skip() {
+	no_skip_in_ci "$*"
 	echo "SKIP: $*"
 	exit 77
 }
 
 # skip_part REASON: a part of this test cannot run here; the rest goes on,
-# and the test is counted as skipped unless it fails.
+# and the test is counted as skipped unless it fails (a failure under
+# CI=true, as skip).
 skip_part() {
+	no_skip_in_ci "$*"
 	echo "SKIP: $*"
 	SKIPPED_PARTS=$((SKIPPED_PARTS + 1))
+}
+
+no_skip_in_ci() {
+	[ "${CI:-}" != true ] || fail "would skip under CI=true, where nothing may be skipped: $1"
 }
 
 # What AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer print
@@ -86,16 +99,18 @@ sanitizer_clean() {
 }
 
 fail() {
-	echo "assertion failed: $*"
-	# Keep the logs of the last failure for a closer look.
-	rm -rf /tmp/relay-it-last-failure && mkdir -p /tmp/relay-it-last-failure &&
-		find "$TMP" -maxdepth 1 -name '*.log' -exec cp {} /tmp/relay-it-last-failure/ \; 2>/dev/null
-	for f in out err; do
-		if [ -s "$TMP/$f" ]; then
-			echo "--- std$f:"
-			head -c 4000 "$TMP/$f"
-		fi
-	done
+	{
+		echo "assertion failed: $*"
+		# Keep the logs of the last failure for a closer look.
+		rm -rf /tmp/relay-it-last-failure && mkdir -p /tmp/relay-it-last-failure &&
+			find "$TMP" -maxdepth 1 -name '*.log' -exec cp {} /tmp/relay-it-last-failure/ \; 2>/dev/null
+		for f in out err; do
+			if [ -s "$TMP/$f" ]; then
+				echo "--- std$f:"
+				head -c 4000 "$TMP/$f"
+			fi
+		done
+	} >&"${IT_OUT:-1}"
 	exit 1
 }
 
@@ -150,12 +165,45 @@ acked_through() {
 		[ "$(redis-cli -p "$1" XPENDING "$2" "$3" | head -n1)" = 0 ]
 }
 
-# run cmd...: runs with stdout/stderr captured in $TMP/out, $TMP/err; STATUS.
-# A sanitizer report in either fails the test at once.
-run() {
-	"$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+# The one way a test runs a command whose status or output it checks (a
+# relay CLI command above all):
+#
+#   run_expect STATUS cmd...          stdin /dev/null
+#   run_expect_from FILE STATUS cmd...  stdin from FILE
+#
+# stdout and stderr are captured in $TMP/out and $TMP/err (the previous
+# command's are replaced, after they were read for reports); the test fails
+# at once unless the exit status is exactly STATUS and neither output has a
+# sanitizer report. A report that did not change the status fails it too,
+# and so does exit status 134: tests/run makes every sanitizer abort
+# (abort_on_error), so 134 is a sanitizer's finding even when the report
+# went elsewhere. STATUS (the variable) is the exit status.
+run_expect() {
+	local want=$1
+	shift
+	run_from /dev/null "$@"
+	[ "$STATUS" -eq "$want" ] || fail "exit status $STATUS, want $want: $*"
+}
+
+run_expect_from() {
+	local in=$1 want=$2
+	shift 2
+	run_from "$in" "$@"
+	[ "$STATUS" -eq "$want" ] || fail "exit status $STATUS, want $want: $*"
+}
+
+# run cmd... / run_from FILE cmd...: the same checks but for the status,
+# which the test then checks with assert_status (or reads from STATUS in a
+# loop that waits for a given one).
+run() { run_from /dev/null "$@"; }
+
+run_from() {
+	local in=$1
+	shift
+	"$@" >"$TMP/out" 2>"$TMP/err" <"$in"
 	STATUS=$?
 	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from: $*"
+	[ "$STATUS" -ne 134 ] || fail "exit status 134 (SIGABRT: a sanitizer's abort_on_error) from: $*"
 }
 
 assert_status() { [ "$STATUS" -eq "$1" ] || fail "exit status $STATUS, want $1"; }
