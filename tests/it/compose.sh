@@ -93,8 +93,10 @@ test_image_as_documented() {
 	compose_setup
 	dc build relay >"$TMP/build.log" 2>&1 || fail "build: $(tail -n 30 "$TMP/build.log")"
 	local version
-	version=$(docker run --rm "$RELAY_IMAGE" relay --version)
-	[ "$version" = "$("$RELAY" --version)" ] || fail "image's relay --version: $version"
+	run_expect 0 docker run --rm "$RELAY_IMAGE" relay --version
+	version=$(cat "$TMP/out")
+	run_expect 0 "$RELAY" --version
+	[ "$version" = "$(cat "$TMP/out")" ] || fail "image's relay --version: $version"
 	[ "$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.version"}}' "$RELAY_IMAGE")" = "${version#relay }" ] ||
 		fail "label org.opencontainers.image.version is not ${version#relay }"
 	[ -n "$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.source"}}' "$RELAY_IMAGE")" ] ||
@@ -107,7 +109,7 @@ test_image_as_documented() {
 		fail "/var/lib/relay is not a volume"
 	# Only what the binary needs: no compiler, no Docker CLI, no library
 	# missing, not root.
-	run docker run --rm --entrypoint bash "$RELAY_IMAGE" -c \
+	run_expect 0 docker run --rm --entrypoint bash "$RELAY_IMAGE" -c \
 		'command -v relay; id -u; for c in cc gcc make docker; do command -v $c; done; ldd /usr/local/bin/relay | grep "not found"; test -d /functions && echo functions'
 	assert_out_eq "/usr/local/bin/relay
 10000
@@ -123,7 +125,7 @@ test_compose_dev_topology() {
 		fail "no /metrics on host port $RELAY_METRICS_PORT"
 	grep -qx 'events_processed_total 1' "$TMP/metrics" || fail "metrics: $(grep events_ "$TMP/metrics")"
 	# The CLI inside the container sees the mounted functions.
-	run dc exec -T relay relay function ls
+	run_expect 0 dc exec -T relay relay function ls
 	assert_out_contains "user-events-python"
 	assert_out_contains "welcome-email-node"
 	# The proxy answers Relay's calls and refuses what Relay never needs.
@@ -136,10 +138,18 @@ test_compose_dev_topology() {
 	[ "$(docker inspect -f '{{range .Mounts}}{{if eq .Destination "/var/run/docker.sock"}}{{.RW}}{{end}}{{end}}' "$(dc ps -q socket-proxy)")" = false ] ||
 		fail "socket-proxy's docker.sock is not read-only"
 	[ -z "$(docker port "$(dc ps -q socket-proxy)")" ] || fail "socket-proxy publishes $(docker port "$(dc ps -q socket-proxy)")"
-	# Redis away: unhealthy; back: healthy, and nothing lost (AOF).
+	# Redis away: unhealthy; back: healthy, and nothing lost (AOF). Killed
+	# (SIGKILL), not stopped: a stopped redis writes an RDB snapshot on its
+	# way down, which would keep the stream without the AOF. No snapshot was
+	# ever written before (rdb_saves 0), so only the AOF, fsynced every
+	# second (appendfsync everysec; every entry is older than that), can.
 	local before
 	before=$(redis_cli XLEN events | tr -d '\r')
-	dc stop redis >/dev/null 2>&1
+	[ "$before" -ge 1 ] || fail "nothing in the stream to keep: XLEN $before"
+	[ "$(redis_cli CONFIG GET appendonly | tr -d '\r' | tail -n 1)" = yes ] || fail "redis runs without the AOF"
+	redis_cli INFO persistence | tr -d '\r' | grep -qx 'rdb_saves:0' ||
+		fail "an RDB snapshot could hold the stream: $(redis_cli INFO persistence | grep rdb_)"
+	dc kill -s SIGKILL redis >/dev/null 2>&1 || fail "cannot kill redis"
 	wait_for 90 health_is unhealthy || fail "relay still $(docker inspect -f '{{.State.Health.Status}}' "$(relay_cid)") with redis stopped"
 	dc start redis >/dev/null 2>&1
 	wait_for 60 health_is healthy || fail "relay not healthy again after redis came back"

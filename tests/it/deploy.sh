@@ -155,8 +155,7 @@ section() { awk -v s="$1" '/^[A-Z]/ { on = ($0 == s); next } on' "$TMP/wide"; }
 test_man_page_lists_every_command_as_its_usage_says() {
 	need man col
 	render_wide
-	run "$RELAY" --help
-	assert_status 0
+	run_expect 0 "$RELAY" --help
 	# Entries are indented 2, the summary after two spaces or more (or on
 	# the next line, indented more, after a long synopsis); a command's words
 	# are the synopsis's leading lowercase words.
@@ -167,7 +166,8 @@ test_man_page_lists_every_command_as_its_usage_says() {
 	local words usage want=()
 	while IFS= read -r words; do
 		# shellcheck disable=SC2086
-		usage=$("$RELAY" $words --help | head -n1)
+		run_expect 0 "$RELAY" $words --help
+		usage=$(head -n1 "$TMP/out")
 		[[ "$usage" == "usage: relay $words"* ]] || fail "relay $words --help: $usage"
 		want+=("$(sed 's/^usage: //; s/[<>]//g' <<<"$usage")")
 	done <"$TMP/commands"
@@ -233,8 +233,7 @@ test_prometheus_rules_check_and_unit_tests_pass() {
 	local rules=$ROOT/deploy/prometheus/relay-rules.yml tests=$ROOT/deploy/prometheus/relay-rules.test.yml a n
 	n=$(grep -cE '^ *- alert: ' "$rules")
 	[ "$n" -ge 6 ] || fail "only $n alerts in $rules"
-	run promtool check rules "$rules"
-	assert_status 0
+	run_expect 0 promtool check rules "$rules"
 	assert_out_contains "SUCCESS: $n rules found"
 	# Every alert has a case where it fires and one where it does not.
 	for a in $(grep -oE '^ *- alert: [A-Za-z]+' "$rules" | awk '{print $3}'); do
@@ -245,7 +244,6 @@ test_prometheus_rules_check_and_unit_tests_pass() {
 			on && /exp_alerts: \[\]/ { found = 1 } END { exit !found }' "$tests" ||
 			fail "alert $a has no case where it must not fire in relay-rules.test.yml"
 	done
-	run promtool test rules "$tests"
-	[ "$STATUS" -eq 0 ] || fail "promtool test rules exited $STATUS"
+	run_expect 0 promtool test rules "$tests"
 	assert_out_contains "SUCCESS"
 }

@@ -19,8 +19,7 @@ events:
 
 test_validate_examples() {
 	export DOCKER_HOST=unix:///nonexistent
-	run "$RELAY" function validate "$ROOT/examples/functions"
-	assert_status 0
+	run_expect 0 "$RELAY" function validate "$ROOT/examples/functions"
 	assert_out_eq "user-events-python: ok
 welcome-email-node: ok"
 	assert_err_empty
@@ -29,8 +28,7 @@ welcome-email-node: ok"
 
 test_validate_defaults_to_functions_dir() {
 	fixture "$RELAY_FUNCTIONS_DIR" good "$GOOD_PY"
-	run "$RELAY" function validate
-	assert_status 0
+	run_expect 0 "$RELAY" function validate
 	assert_out_eq "good: ok"
 }
 
@@ -52,8 +50,7 @@ events:
     retires: 3
 '
 	mkdir -p "$d/d-no-template"
-	run "$RELAY" function validate "$d"
-	assert_status 1
+	run_expect 1 "$RELAY" function validate "$d"
 	assert_out_eq "Bad Name: invalid function name: must start with a lowercase letter or a digit (the name must match [a-z0-9][a-z0-9._-]*, at most 63 characters, no trailing dot)
 a-good: ok
 b-bad: runtime: unsupported runtime \"ruby\" (supported: python3.14, node24)
@@ -64,7 +61,7 @@ b-bad: events[0].pattern.a.gt: invalid temporal operand \"now-5m\" (use now() or
 c-typo: warning: events[0].\"retires\": unknown key, ignored
 c-typo: ok"
 	fixture "$d" "bad name" "$GOOD_PY"
-	run "$RELAY" function validate "$d"
+	run_expect 1 "$RELAY" function validate "$d"
 	assert_out_contains "bad name: invalid function name: only lowercase letters, digits, '.', '_' and '-' are allowed"
 }
 
@@ -72,22 +69,19 @@ test_validate_symlink_outside() {
 	local d=$TMP/fx
 	fixture "$d" leaky "$GOOD_PY"
 	ln -s /etc/shadow "$d/leaky/secrets.txt"
-	run "$RELAY" function validate "$d"
-	assert_status 1
+	run_expect 1 "$RELAY" function validate "$d"
 	assert_out_eq "leaky: secrets.txt: symlink points outside the function directory"
 }
 
 test_validate_missing_dir() {
-	run "$RELAY" function validate "$TMP/nope"
-	assert_status 1
+	run_expect 1 "$RELAY" function validate "$TMP/nope"
 	assert_err_contains "relay: function validate: cannot read functions directory $TMP/nope"
 }
 
 EVENT='{"event_id":"evt_123","event_name":"INSERT","table_name":"users","new_image":{"id":"user_123","name":"John Doe","email":"john@example.com"}}'
 
 test_match_examples_in_order() {
-	run "$RELAY" function match --dir "$ROOT/examples/functions" "$EVENT"
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$ROOT/examples/functions" "$EVENT"
 	assert_out_eq "$(printf 'user-events-python\tevents.created.handler\nwelcome-email-node\thandler.handler')"
 	assert_err_empty
 }
@@ -105,17 +99,15 @@ events:
     pattern: {table_name: [orders]}
 '
 	printf '%s' "$EVENT" >"$TMP/event.json"
-	run "$RELAY" function match --dir "$d" "@$TMP/event.json"
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$d" "@$TMP/event.json"
 	assert_out_eq "$(printf 'a\tx.first\na\tx.second\nb\tevents.created.handler\nb\tevents.any.handler')"
-	"$RELAY" function match --dir "$d" - <"$TMP/event.json" >"$TMP/out2"
-	cmp -s "$TMP/out" "$TMP/out2" || fail "stdin gave a different answer"
-	run "$RELAY" function match --dir "$d" '{"table_name":"orders","event_name":"X"}'
-	assert_status 0
+	cp "$TMP/out" "$TMP/out-arg"
+	run_expect_from "$TMP/event.json" 0 "$RELAY" function match --dir "$d" -
+	cmp -s "$TMP/out-arg" "$TMP/out" || fail "stdin gave a different answer"
+	run_expect 0 "$RELAY" function match --dir "$d" '{"table_name":"orders","event_name":"X"}'
 	assert_out_eq "$(printf 'a\tx.never\nb\tevents.any.handler')"
 	rm -rf "$d/b"
-	run "$RELAY" function match --dir "$d" '{"nothing":1}'
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$d" '{"nothing":1}'
 	assert_out_empty
 }
 
@@ -127,27 +119,22 @@ events:
     pattern: {created_at: {gt: "now()-5m"}}
 '
 	local ev='{"created_at":"2026-09-13T22:45:00+02:00"}'
-	run "$RELAY" function match --dir "$d" --now 2026-09-13T20:47:41Z "$ev"
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$d" --now 2026-09-13T20:47:41Z "$ev"
 	assert_out_eq "$(printf 't\tm.recent')"
-	run "$RELAY" function match --dir "$d" --now=2026-09-13T20:51:00Z "$ev"
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$d" --now=2026-09-13T20:51:00Z "$ev"
 	assert_out_empty
-	run "$RELAY" function match --dir "$d" --now yesterday "$ev"
-	assert_status 2
+	run_expect 2 "$RELAY" function match --dir "$d" --now yesterday "$ev"
 	assert_err_contains "--now yesterday is not an RFC 3339 time"
 }
 
 test_match_invalid_events_exit_2() {
 	local bad
 	for bad in '[1,2]' '"str"' '42' 'null' '{"a":' 'not json' ''; do
-		run "$RELAY" function match --dir "$ROOT/examples/functions" "$bad"
-		assert_status 2
+		run_expect 2 "$RELAY" function match --dir "$ROOT/examples/functions" "$bad"
 		assert_out_empty
 		assert_err_contains "relay function match: "
 	done
-	run "$RELAY" function match --dir "$ROOT/examples/functions" "@$TMP/missing.json"
-	assert_status 2
+	run_expect 2 "$RELAY" function match --dir "$ROOT/examples/functions" "@$TMP/missing.json"
 	assert_err_contains "cannot open $TMP/missing.json"
 }
 
@@ -157,17 +144,14 @@ test_match_skips_invalid_functions_with_a_warning() {
 	fixture "$d" bad 'runtime: ruby
 events: []
 '
-	run "$RELAY" function match --dir "$d" "$EVENT"
-	assert_status 0
+	run_expect 0 "$RELAY" function match --dir "$d" "$EVENT"
 	assert_out_eq "$(printf 'good\tevents.created.handler\ngood\tevents.any.handler')"
 	assert_err_contains "relay function match: skipping invalid function bad: runtime: unsupported runtime"
 }
 
 test_match_usage() {
-	run "$RELAY" function match
-	assert_status 2
+	run_expect 2 "$RELAY" function match
 	assert_err_contains "usage: relay function match"
-	run "$RELAY" function match --dir
-	assert_status 2
+	run_expect 2 "$RELAY" function match --dir
 	assert_err_contains "option '--dir' needs a value"
 }

@@ -1,5 +1,4 @@
-# `relay function inspect` shows each handler's standby count (issue 17,
-# item 4) through relay start, a private redis-server and the real Docker
+# `relay function inspect` shows each handler's standby count through relay start, a private redis-server and the real Docker
 # daemon: while Relay runs, the stats flush writes one row per handler and
 # inspect shows them in a Standby section after Schedules; after a graceful
 # stop (the pool is gone) and with STANDBY_MAX=0 the section is absent, so
@@ -49,11 +48,21 @@ sbi_parked_n() {
 		--filter "label=relay.function=$2" | wc -l)" -eq "$1" ]
 }
 
-# sbi_section FN: the Standby section of inspect (empty when absent).
-sbi_section() {
-	"$RELAY" function inspect "$1" | awk '/^Standby:$/ { on = 1 } on && /^$/ { exit } on'
+# sbi_inspect FN: relay function inspect FN, which must exit 0 without a
+# sanitizer report; the output is in $TMP/out.
+sbi_inspect() { run_expect 0 "$RELAY" function inspect "$1"; }
+
+# sbi_section: the Standby section of the last inspect (empty when absent).
+sbi_section() { awk '/^Standby:$/ { on = 1 } on && /^$/ { exit } on' "$TMP/out"; }
+sbi_section_is() { # FN WANT
+	sbi_inspect "$1"
+	[ "$(sbi_section)" = "$2" ]
 }
-sbi_section_is() { [ "$(sbi_section "$1")" = "$2" ]; }
+# sbi_processed FN N: inspect FN shows N events processed.
+sbi_processed() {
+	sbi_inspect "$1"
+	grep -qx "  Events processed:    $2" "$TMP/out"
+}
 
 test_inspect_shows_the_standby_count_while_running() {
 	trap 'sbi_cleanup_images; it_cleanup' EXIT
@@ -67,18 +76,18 @@ test_inspect_shows_the_standby_count_while_running() {
   h.other     0
   h.nightly   0'
 	wait_for 20 sbi_section_is sbi-warm "$want" ||
-		fail "inspect's Standby section: $(sbi_section sbi-warm)"
+		fail "inspect's Standby section: $(sbi_section)"
 	# After Schedules, before Stats; the Events lines are unchanged.
-	"$RELAY" function inspect sbi-warm >"$TMP/inspect" || fail "inspect failed"
+	cp "$TMP/out" "$TMP/inspect"
 	awk '/^(Events|Schedules|Standby|Stats):$/ { printf "%s ", $0 }' "$TMP/inspect" >"$TMP/order"
 	[ "$(cat "$TMP/order")" = "Events: Schedules: Standby: Stats: " ] ||
 		fail "sections in this order: $(cat "$TMP/order")"
 	grep -qx '  h.handler   timeout=6s' "$TMP/inspect" || fail "Events lines changed: $(cat "$TMP/inspect")"
 
 	term_relay "$RELAY_PID" || fail "relay did not stop cleanly"
-	"$RELAY" function inspect sbi-warm >"$TMP/inspect" || fail "inspect failed after the stop"
-	! grep -q '^Standby:' "$TMP/inspect" || fail "Standby section after a graceful stop: $(cat "$TMP/inspect")"
-	grep -qx '  Events processed:    1' "$TMP/inspect" || fail "final flush missing: $(cat "$TMP/inspect")"
+	sbi_inspect sbi-warm
+	! grep -q '^Standby:' "$TMP/out" || fail "Standby section after a graceful stop: $(cat "$TMP/out")"
+	grep -qx '  Events processed:    1' "$TMP/out" || fail "final flush missing: $(cat "$TMP/out")"
 }
 
 test_no_standby_section_with_standby_max_zero() {
@@ -89,9 +98,7 @@ test_no_standby_section_with_standby_max_zero() {
 	start_relay_as "$TMP/relay.log" "$SBI_HOST"
 	sbi_event sbi-off 1
 	# Once a flush has the event, it would have the standby rows too.
-	wait_for 20 sh -c "'$RELAY' function inspect sbi-off | grep -qx '  Events processed:    1'" ||
-		fail "no flush with the event: $("$RELAY" function inspect sbi-off)"
-	"$RELAY" function inspect sbi-off >"$TMP/inspect" || fail "inspect failed"
-	! grep -q '^Standby:' "$TMP/inspect" || fail "Standby section with STANDBY_MAX=0: $(cat "$TMP/inspect")"
+	wait_for 20 sbi_processed sbi-off 1 || fail "no flush with the event: $(cat "$TMP/out")"
+	! grep -q '^Standby:' "$TMP/out" || fail "Standby section with STANDBY_MAX=0: $(cat "$TMP/out")"
 	term_relay "$RELAY_PID" || fail "relay did not stop cleanly"
 }

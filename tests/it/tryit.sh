@@ -76,16 +76,18 @@ test_output_forwarded_at_log_level_error() {
 	printf 'def handler(event):\n    raise ValueError("boom " + event["event_id"])\n' >"$RELAY_FUNCTIONS_DIR/ti-fail/main.py"
 	printf 'runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {event_name: [FAIL]}\n    retries: 0\n' \
 		>"$RELAY_FUNCTIONS_DIR/ti-fail/template.yaml"
-	ti_ready() { docker images -q relay-fn-ti-fail | grep -q .; }
-	wait_for 120 ti_ready || fail "ti-fail not prepared"
+	# Serving once the state database says ready: the reconciler publishes
+	# the new version to the workers before it records it ready. One event,
+	# sent once: it must match.
+	ti_ready() {
+		run "$RELAY" function inspect ti-fail
+		[ "$STATUS" -eq 0 ] && grep -qE '^Status: +ready$' "$TMP/out"
+	}
+	wait_for 120 ti_ready || fail "ti-fail not ready: $(cat "$TMP/out" "$TMP/err")"
 	local id
-	# The reload may still be publishing: retry the event until it matched.
 	id=$(redis-cli -p "$REDIS_PORT" XADD events '*' event '{"event_id":"evt_f","event_name":"FAIL"}')
 	failed() { grep -qF "relay: function \"ti-fail\" handler \"main.handler\" execution failed for event \"$id\": " "$TMP/relay.log"; }
-	if ! wait_for 60 failed; then
-		id=$(redis-cli -p "$REDIS_PORT" XADD events '*' event '{"event_id":"evt_f","event_name":"FAIL"}')
-		wait_for 60 failed || fail "no failure line: $(tail -n 20 "$TMP/relay.log")"
-	fi
+	wait_for 60 failed || fail "no failure line: $(tail -n 20 "$TMP/relay.log")"
 	grep -qF "relay: function \"ti-fail\" rule \"main.handler\" matched event \"$id\"" "$TMP/relay.log" ||
 		fail "no matched line for $id"
 	grep -qE '^relay: function "ti-fail" handler "main.handler": .*ValueError: boom evt_f' "$TMP/relay.log" ||
