@@ -78,6 +78,8 @@ events:
 	lost=$(sort -u "$TMP/unmatched" "$TMP/ok" "$TMP/dlq" | comm -23 "$TMP/ids" - | wc -l)
 	echo "2000 events: unmatched $(wc -l <"$TMP/unmatched"), handled $(wc -l <"$TMP/ok"), dead-lettered $(wc -l <"$TMP/dlq"); unaccounted $lost; pending $(ha_pending)"
 	[ "$lost" -eq 0 ] || fail "$lost event(s) neither acknowledged, handled nor dead-lettered"
+	# No fault: no message processed twice (sort -u above would hide it).
+	ha_check_duplicates none none "${logs[@]}"
 	cmp -s "$TMP/ok" "$TMP/want-ok" || fail "handled: $(wc -l <"$TMP/ok"), want the $(wc -l <"$TMP/want-ok") matching events that do not fail"
 	cmp -s "$TMP/dlq" "$TMP/want-dlq" || fail "DLQ relay:$HA_STREAM:dlq holds $(wc -l <"$TMP/dlq") entries, want exactly the $(wc -l <"$TMP/want-dlq") failing events once each"
 	[ "$(ha_pending)" = 0 ] || fail "XPENDING $(ha_pending)"
@@ -145,6 +147,8 @@ failover_under_load() {
 		kill -KILL "$redis_pid" || fail "cannot kill $old ($redis_pid)"
 	fi
 	wait_for 30 master_is "$new" || fail "$new did not become the master within 30 s"
+	local t1
+	t1=$(date +%s.%N)
 	echo "$kind failover: master $old -> $new after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 	if [ "$kind" = crash ]; then
 		# the new master has no replica left: WAIT 1 confirms nothing from
@@ -166,6 +170,10 @@ failover_under_load() {
 	[ "$kind" = crash ] && secs=180
 	wait_for "$secs" ha_all_acked || fail "not everything acknowledged $secs s after the failover: last entry $(ha_last_id), last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"
 	ha_check_confirmed "$TMP/confirmed.txt" "$TMP/$prefix"-*.log
+	# Processed twice only what the failover undid: first processed from the
+	# failover's start (a crash loses the writes the replica had not yet
+	# received, milliseconds' worth before the kill) to the promotion.
+	ha_check_duplicates "$t0" "$t1" "$TMP/$prefix"-*.log
 	# both workers follow the new master: each reads there (its consumer
 	# interacted within the last 5 s) and processed events added after the
 	# failover
@@ -206,7 +214,7 @@ test_cluster_live_resharding_of_the_stream_slot_loses_nothing() {
 	ha_start_workers 2 ha-rs
 	ha_producer "$TMP/confirmed.txt" ha-rs
 	wait_for 30 lines_at_least 200 "$TMP/confirmed.txt" || fail "the producer confirmed $(wc -l <"$TMP/confirmed.txt") XADDs in 30 s"
-	local src dst slot sid did p k before
+	local src dst slot sid did p k before t0 t1
 	src=$(ha_master)
 	for p in "${HA_NODES[@]}"; do
 		[ "$p" != "$src" ] && [ "$(redis-cli -p "$p" ROLE | head -n1)" = master ] && dst=$p && break
@@ -216,6 +224,7 @@ test_cluster_live_resharding_of_the_stream_slot_loses_nothing() {
 	sid=$(node_id "$src")
 	did=$(node_id "$dst")
 	before=$(wc -l <"$TMP/confirmed.txt")
+	t0=$(date +%s.%N)
 	redis-cli -p "$dst" CLUSTER SETSLOT "$slot" IMPORTING "$sid" | grep -qx OK || fail "IMPORTING"
 	redis-cli -p "$src" CLUSTER SETSLOT "$slot" MIGRATING "$did" | grep -qx OK || fail "MIGRATING"
 	redis-cli -p "$src" CLUSTER GETKEYSINSLOT "$slot" 1000 >"$TMP/slot-keys"
@@ -242,10 +251,14 @@ test_cluster_live_resharding_of_the_stream_slot_loses_nothing() {
 		[ "$(redis-cli -p "$p" ROLE | head -n1)" = master ] && redis-cli -p "$p" CLUSTER SETSLOT "$slot" NODE "$did" >/dev/null
 	done
 	wait_for 20 master_is "$dst" || fail "the slot did not move to $dst"
+	t1=$(date +%s.%N)
 	wait_for 30 lines_at_least $((before + 200)) "$TMP/confirmed.txt" || fail "nothing confirmed after the move"
 	ha_stop_producer ha-rs
 	wait_for 60 ha_all_acked || fail "not everything acknowledged 60 s after the move: last entry $(ha_last_id), last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"
 	ha_check_confirmed "$TMP/confirmed.txt" "$TMP"/ha-rs-*.log
+	# Processed twice only what the move could undo: first processed while
+	# the slot was moving.
+	ha_check_duplicates "$t0" "$t1" "$TMP"/ha-rs-*.log
 	wait_for 10 ha_consumers_recent 5000 ha-rs-1 ha-rs-2 ||
 		fail "a worker does not read from the new owner: $(hcli XINFO CONSUMERS "$HA_STREAM" "$HA_GROUP" | paste -sd' ')"
 	[ "$(redis-cli -p "$src" CLUSTER COUNTKEYSINSLOT "$slot")" = 0 ] || fail "keys of slot $slot written on the old owner"

@@ -149,6 +149,44 @@ ha_processed() {
 		grep -oE 'message_id=[0-9]+-[0-9]+' | sed 's/message_id=//' | sort -u
 }
 
+# ha_processings LOG...: one "TIME MESSAGE_ID" line per processing the
+# relays logged (the DEBUG lines ha_processed reads; TIME is the line's
+# time=, UTC to the second), in time order; unlike ha_processed, a message
+# processed twice is there twice.
+ha_processings() {
+	cat "$@" | grep -E 'msg="(no rule matched; acknowledging|handler executed|handler failed; attempts exhausted[^"]*)"' |
+		sed -nE 's/^time=([^ ]+) .*message_id=([0-9]+-[0-9]+).*/\1 \2/p' | sort
+}
+
+# ha_check_duplicates FROM TO LOG...: what at-least-once allows, and no
+# more. A fault may undo a processing's acknowledgement or the delivery
+# itself (writes the old master took and never passed on), so the message
+# is processed again; it can only be one processed while the fault was
+# going on. So: each message processed at most twice, and every message
+# processed twice first processed between FROM and TO (epoch seconds; a
+# second of slack each side for the log's resolution). FROM=TO=none: no
+# fault, no message processed twice.
+ha_check_duplicates() {
+	local from=$1 to=$2 n lo hi bad
+	shift 2
+	ha_processings "$@" >"$TMP/processings"
+	awk '{print $2}' "$TMP/processings" | sort | uniq -c | awk '$1 > 1 {print $2}' >"$TMP/dups"
+	n=$(wc -l <"$TMP/dups")
+	echo "processed more than once: $n"
+	if [ "$from" = none ]; then
+		[ "$n" -eq 0 ] || fail "$n message(s) processed more than once without a fault: $(head -n 5 "$TMP/dups" | paste -sd' ')"
+		return
+	fi
+	bad=$(awk '{print $2}' "$TMP/processings" | sort | uniq -c | awk '$1 > 2' | wc -l)
+	[ "$bad" -eq 0 ] || fail "$bad message(s) processed more than twice across one fault"
+	lo=$(date -u -d "@$((${from%.*} - 1))" +%Y-%m-%dT%H:%M:%SZ)
+	hi=$(date -u -d "@$((${to%.*} + 1))" +%Y-%m-%dT%H:%M:%SZ)
+	# the first processing of each duplicated message, outside [lo, hi]
+	bad=$(awk 'NR == FNR { d[$1] = 1; next } ($2 in d) && !seen[$2]++ { print }' "$TMP/dups" "$TMP/processings" |
+		awk -v lo="$lo" -v hi="$hi" '$1 < lo || $1 > hi' | head -n 5)
+	[ -z "$bad" ] || fail "processed twice, though first processed outside the fault ($lo .. $hi): $(paste -sd' ' <<<"$bad")"
+}
+
 # ha_check_confirmed FILE LOG...: every confirmed XADD of FILE is in the
 # stream on the master now (Redis kept it) and was processed by a relay;
 # prints the figures, fails with the first missing ids.
