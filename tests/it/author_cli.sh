@@ -164,8 +164,8 @@ send_setup() {
 	start_redis
 	wait_redis_plain
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	"$RELAY" function new a-js --runtime node24 >/dev/null || fail "function new a-js"
-	"$RELAY" function new b-py --runtime python3.14 >/dev/null || fail "function new b-py"
+	run_expect 0 "$RELAY" function new a-js --runtime node24
+	run_expect 0 "$RELAY" function new b-py --runtime python3.14
 }
 
 MATCHES='match: a-js/handler.handler
@@ -196,9 +196,8 @@ sent: $id"
 	[ "$(rcli XRANGE events "$id" "$id" | sed -n 3p)" = '{"event_name":"hello","name":"file"}' ] ||
 		fail "@file entry: $(rcli XRANGE events "$id" "$id")"
 	[ "$(rcli XRANGE events "$id" "$id" | sed -n 3p | wc -c)" = "$(($(wc -c <"$TMP/ev.json")))" ] || fail "@file: not the file's bytes"
-	printf '%s' '{"event_name":"hello","name":"stdin"}' | "$RELAY" event send - >"$TMP/out" 2>"$TMP/err"
-	STATUS=$?
-	assert_status 0
+	printf '%s' '{"event_name":"hello","name":"stdin"}' >"$TMP/stdin.json"
+	run_expect_from "$TMP/stdin.json" 0 "$RELAY" event send -
 	assert_err_empty
 	id=$(sed -n 's/^sent: //p' "$TMP/out")
 	assert_out_eq "$MATCHES
@@ -251,9 +250,7 @@ test_send_refuses_what_the_consumer_would_dead_letter() {
 	# no more than the maximum is read).
 	head -c 17000000 /dev/zero | tr '\0' ' ' >"$TMP/huge.json"
 	refused "@$TMP/huge.json" 'relay: event send: malformed event (too_large): event is 17000000 bytes, more than the maximum of 1048576'
-	"$RELAY" event send - <"$TMP/big.json" >"$TMP/out" 2>"$TMP/err"
-	STATUS=$?
-	assert_status 1
+	run_expect_from "$TMP/big.json" 1 "$RELAY" event send -
 	assert_out_empty
 	[ "$(cat "$TMP/err")" = 'relay: event send: malformed event (too_large): event is more than the maximum of 1048576 bytes' ] ||
 		fail "stdin too large: $(cat "$TMP/err")"

@@ -38,10 +38,8 @@ df_handled() { [ "$(grep -c "relay: function \"df-a\" handler \"h.handler\" exec
 # $TMP/out and $TMP/err, exit status in STATUS (run's conventions).
 df_secret_set() {
 	printf '%s' "$2" >"$TMP/value"
-	"$RELAY" secret set "$1" <"$TMP/value" >"$TMP/out" 2>"$TMP/err"
-	STATUS=$?
+	run_from "$TMP/value" "$RELAY" secret set "$1"
 	rm -f "$TMP/value"
-	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from secret set"
 }
 df_count() { grep -cF -- "$1" "$TMP/relay.log"; }
 

@@ -402,7 +402,7 @@ push_payload() { # ref > file
 
 test_webhook_signed_push_syncs_and_everything_else_is_refused() {
 	setup_source --webhook-secret gh-hook
-	printf 's3cret-value' | "$RELAY" secret set gh-hook
+	relay_secret_set gh-hook s3cret-value
 	start_relay_webhook
 	wait_relay_log 90 "Webhook http server listening on $HOOK"
 	wait_relay_log 90 'msg="worker started"'
@@ -427,7 +427,7 @@ test_webhook_signed_push_syncs_and_everything_else_is_refused() {
 	wait_relay_log 120 'function=gt-hello'
 	relay_log_has ".relay-sync-" && fail "a staging directory was seen as a function"
 	# Rotation applies without a restart.
-	printf 'rotated' | "$RELAY" secret set gh-hook
+	relay_secret_set gh-hook rotated
 	[ "$(post push "$TMP/push.json" "$(sign s3cret-value "$TMP/push.json")")" = 401 ] || fail "old secret still accepted"
 	# A new delivery (the same one again would be a replay).
 	sed 's/"after":"abc"/"after":"abd"/' "$TMP/push.json" >"$TMP/push2.json"
@@ -482,7 +482,7 @@ test_webhook_off_without_source_and_fatal_on_taken_port() {
 test_valgrind_webhook_sync() {
 	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
 	setup_source --webhook-secret gh-hook
-	printf 's3cret-value' | "$RELAY" secret set gh-hook
+	relay_secret_set gh-hook s3cret-value
 	start_relay_webhook valgrind --leak-check=full --errors-for-leak-kinds=definite,possible \
 		--error-exitcode=99 --suppressions="$ROOT/tests/it/libgit2.valgrind.supp" "$RELAY_PLAIN"
 	wait_relay_log 120 'msg="worker started"'

@@ -123,8 +123,7 @@ test_invoke_runs_handlers_like_the_consumer() {
 	[ "$(grep -v ' level=INFO ' "$TMP/err")" = "relay: function invoke: function \"$f\" handler \"h.env\": secret \"iv-token\" (for TOKEN) not found" ] ||
 		fail "stderr: $(cat "$TMP/err")"
 	no_containers "$f"
-	printf 'abcdefg' >"$TMP/secret"
-	run_expect_from "$TMP/secret" 0 "$RELAY" secret set iv-token
+	relay_secret_set iv-token abcdefg
 	run_expect 0 "$RELAY" function invoke "$f" --handler h.env --event '{}'
 	assert_err_contains "$(iv_prefix "$f" h.env)token length 7 mode local"
 

@@ -206,6 +206,14 @@ run_from() {
 	[ "$STATUS" -ne 134 ] || fail "exit status 134 (SIGABRT: a sanitizer's abort_on_error) from: $*"
 }
 
+# relay_secret_set NAME VALUE: relay secret set NAME, VALUE (printf %s: those
+# bytes) on stdin, through run_expect_from: exit 0 and clean output.
+relay_secret_set() {
+	printf '%s' "$2" >"$TMP/secret-value"
+	run_expect_from "$TMP/secret-value" 0 "$RELAY" secret set "$1"
+	rm -f "$TMP/secret-value"
+}
+
 assert_status() { [ "$STATUS" -eq "$1" ] || fail "exit status $STATUS, want $1"; }
 assert_out_contains() { grep -qF -- "$1" "$TMP/out" || fail "stdout lacks: $1"; }
 assert_err_contains() { grep -qF -- "$1" "$TMP/err" || fail "stderr lacks: $1"; }

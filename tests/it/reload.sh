@@ -132,8 +132,7 @@ EOF
 		>"$RELAY_FUNCTIONS_DIR/rl-mix-badtpl/template.yaml"
 	mkdir -p "$RELAY_FUNCTIONS_DIR/rl-mix-notpl"
 	echo 'print(1)' >"$RELAY_FUNCTIONS_DIR/rl-mix-notpl/main.py"
-	printf 'postgres://x' >"$TMP/secret"
-	run_expect_from "$TMP/secret" 0 "$RELAY" secret set db-url
+	relay_secret_set db-url 'postgres://x'
 
 	start_relay
 	wait_log 1 'msg="Loaded 1 function(s)"'

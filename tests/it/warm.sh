@@ -281,7 +281,7 @@ concurrency: 2
 
 test_secret_rotation_retires_the_container() {
 	wm_trap
-	printf 'first' | "$RELAY" secret set wm-token || fail "secret set"
+	relay_secret_set wm-token first
 	wm_fn wm-sec 'import os, socket
 def handler(event):
     print("WM-HOST " + socket.gethostname() + " " + event["tag"])
@@ -296,7 +296,7 @@ secrets:
 	wm_wait_done "$TMP/relay.log" "$a"
 	old=$(wm_warm wm-sec)
 	[ -n "$old" ] || fail "no warm container"
-	printf 'second' | "$RELAY" secret set wm-token || fail "secret set"
+	relay_secret_set wm-token second
 	b=$(wm_xadd wm-sec ',"tag":"s2"')
 	wm_wait_done "$TMP/relay.log" "$b"
 	awk -v m="matched event \"$b\"" 'index($0, m) { on = 1 } on && /: token=/ { print; exit }' "$TMP/relay.log" |
