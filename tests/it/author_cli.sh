@@ -343,7 +343,7 @@ test_send_redis_unreachable_exits_1() {
 # ---- the loop end to end -------------------------------------------------
 
 test_new_function_runs_under_relay_start_via_event_send() {
-	docker info >/dev/null 2>&1 || skip "no Docker daemon"
+	docker info >/dev/null 2>&1 || fail "no Docker daemon (the test command starts one: scripts/ensure-docker)"
 	start_redis
 	wait_redis_plain
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
