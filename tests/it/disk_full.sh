@@ -55,7 +55,8 @@ test_full_data_dir_warns_once_keeps_consuming_and_recovers() {
 	printf 'def handler(event):\n    print("handled", event["n"])\n' >"$RELAY_FUNCTIONS_DIR/df-a/h.py"
 	printf 'runtime: python3.14\nevents:\n  - handler: h.handler\n    pattern: {kind: [df]}\n' \
 		>"$RELAY_FUNCTIONS_DIR/df-a/template.yaml"
-	printf 'old-value-1' | "$RELAY" secret set df-key >/dev/null 2>&1 || df_fail "secret set on an empty disk"
+	df_secret_set df-key old-value-1
+	[ "$STATUS" -eq 0 ] || df_fail "secret set on an empty disk: exit status $STATUS"
 
 	start_relay_as "$TMP/relay.log" df-worker
 	wait_for 60 grep -qF 'msg="function prepared" function=df-a' "$TMP/relay.log" || df_fail "df-a not prepared"

@@ -504,9 +504,10 @@ test_a_forged_replay_field_is_not_counted() {
 
 # dq_peak_kib CMD...: runs CMD (stdout to $TMP/out) and prints its peak
 # resident set in KiB.
+# (In a command substitution: its caller adds || fail, as fail here ends
+# only the subshell.)
 dq_peak_kib() {
-	/usr/bin/time -f %M -o "$TMP/time" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || fail "$*: $(cat "$TMP/err")"
-	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from: $*"
+	run_expect 0 /usr/bin/time -f %M -o "$TMP/time" "$@"
 	tail -n 1 "$TMP/time"
 }
 
@@ -523,12 +524,12 @@ test_ls_does_not_hold_event_bodies() {
 	local args kib
 	for args in "" "--wide" "--json"; do
 		# shellcheck disable=SC2086
-		kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400 $args)
+		kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400 $args) || fail "dlq ls --limit 400 $args"
 		[ "$kib" -lt 65536 ] || fail "dlq ls --limit 400 $args: peak RSS $kib KiB"
 	done
 	[ "$(jq length "$TMP/out")" = 120 ] && [ "$(jq -r '.[0].reason' "$TMP/out")" = r120 ] ||
 		fail "--json: $(head -c 300 "$TMP/out")"
-	kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400)
+	kib=$(dq_peak_kib "$RELAY" dlq ls --limit 400) || fail "dlq ls --limit 400"
 	[ "$(wc -l <"$TMP/out")" = 121 ] && [ "$(sed -n 2p "$TMP/out" | awk '{ print $1, $3, $NF }')" = "1700000000000-120 1-120 r120" ] ||
 		fail "table: $(head -n 3 "$TMP/out")"
 }

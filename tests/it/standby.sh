@@ -136,7 +136,7 @@ sb_line() {
 # sb_has LOG ID: the handler of message ID printed its SB-HOST line.
 sb_has() { [ -n "$(sb_line "$1" "$2" "SB-HOST ")" ]; }
 
-test_warm_invocation_runs_in_a_container_made_before_the_event_and_sees_the_same() {
+test_standby_invocation_runs_in_a_container_made_before_the_event_and_sees_what_on_demand_sees() {
 	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
 	local ev=',"hold":3,"k":"v","n":[1,2]'
 	sb_fn sb-same "$SB_PY_INFO"
