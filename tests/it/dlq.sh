@@ -375,6 +375,7 @@ test_rm_asks_on_a_terminal_and_refuses_without_one() {
 	printf 'n\n' | script -qec "'$RELAY' dlq rm --all" /dev/null >"$TMP/pty.out" 2>&1
 	st=$?
 	[ "$st" = 1 ] || fail "answer n: exit status $st"
+	sanitizer_clean "$TMP/pty.out" || fail "sanitizer report"
 	grep -qF 'Delete 3 entries? [y/N] ' "$TMP/pty.out" || fail "no prompt: $(cat "$TMP/pty.out")"
 	grep -qF 'relay: dlq rm: nothing deleted' "$TMP/pty.out" || fail "answer n: $(cat "$TMP/pty.out")"
 	dq_len_is relay:events:dlq 3 || fail "deleted after n"

@@ -4,13 +4,9 @@
 
 SECRETS_DIR() { echo "$RELAY_DATA_DIR/secrets"; }
 
-# run_with INPUT_FILE cmd...: like run, with stdin from INPUT_FILE.
-run_with() {
-	local input=$1
-	shift
-	"$@" <"$input" >"$TMP/out" 2>"$TMP/err"
-	STATUS=$?
-}
+# run_with INPUT_FILE cmd...: like run, with stdin from INPUT_FILE
+# (lib.sh's run_from: a sanitizer report or abort fails the test).
+run_with() { run_from "$@"; }
 
 # set_value NAME VALUE: stores VALUE (printf %s, so exactly those bytes).
 set_value() {
@@ -36,6 +32,8 @@ on_pty() {
 		printf "$keys"
 		sleep 0.5
 	} | timeout 30 script -qefc "$command" /dev/null >"$transcript" 2>&1
+	sanitizer_clean "$transcript" || fail "sanitizer report on the terminal: $command"
+	! grep -q 'exit=134' "$transcript" || fail "exit status 134 (a sanitizer's abort) on the terminal: $command"
 }
 
 test_set_ls_rm_round_trip() {
