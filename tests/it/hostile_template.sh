@@ -49,9 +49,7 @@ ht_good() {
 # ht_peak_kib CMD...: runs CMD (stdout, stderr, STATUS as `run` does) and
 # sets PEAK_KIB to its peak resident set size (VmHWM) in KiB.
 ht_peak_kib() {
-	/usr/bin/time -f '%M' -o "$TMP/rss" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
-	STATUS=$?
-	sanitizer_clean "$TMP/out" "$TMP/err" || fail "sanitizer report from: $*"
+	run /usr/bin/time -f '%M' -o "$TMP/rss" "$@"
 	PEAK_KIB=$(tail -n 1 "$TMP/rss")
 }
 
