@@ -232,3 +232,18 @@ $bad"
 	[ -z "$bad" ] || fail "a relay killed without kill9_relay_pid:
 $bad"
 }
+
+# Checks that cannot fail by their construction stay out of the suite: a
+# Docker label filter with "!=" (the daemon has no such operator: it
+# matches nothing, so a "nothing left" check passes whatever is left), and
+# an exit status accepted as "neither 0 nor 124" (a sanitizer's abort, 134,
+# passes as the expected failure; run_expect STATUS names the one wanted).
+test_no_check_that_cannot_fail_by_construction() {
+	local bad
+	bad=$(grep -rnE -- '(--filter[ =]|filters=)[^|]*label=[^ |]*!=' "$ROOT/tests" "$ROOT/bench" 2>/dev/null || true)
+	[ -z "$bad" ] || fail "a Docker label filter with != (matches nothing):
+$bad"
+	bad=$(grep -nE '(STATUS|st|rc)"? -ne 124' "$ROOT"/tests/it/*.sh | grep -v 'tests/it/harness.sh:' || true)
+	[ -z "$bad" ] || fail "an exit status checked as 'not 124' instead of exactly:
+$bad"
+}
