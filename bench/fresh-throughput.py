@@ -4,7 +4,7 @@
     bench/fresh-throughput.py [--relay $BUILD/relay] [--events 40] [--rounds 1]
                               [--runtimes runc,crun]
 
-Issue 33's bar: fresh-mode throughput (one container per invocation,
+The bar: fresh-mode throughput (one container per invocation,
 STANDBY_MAX=0) stays >= 0.9x the `docker run -P8` figure of the same run.
 In one run, interleaved, for each runtime (each round):
 
