@@ -1,8 +1,8 @@
 /*
  * bench/consume: Relay's consume-and-ACK rate for events that match no rule,
- * against a minimal XREADGROUP + XACK loop on the same Redis in the same run
- * (issue 5), Relay's RSS while it does so, and the cost of the hot-path
- * metric updates, metrics on vs off (issue 7).
+ * against a minimal XREADGROUP + XACK loop on the same Redis in the same run,
+ * Relay's RSS while it does so, and the cost of the hot-path
+ * metric updates, metrics on vs off.
  *
  *   build/bench/consume [RELAY_BINARY [ROUNDS]]   (default build/relay, 3 rounds;
  *                                                  at most 15)
@@ -39,14 +39,14 @@
  * every other round) over the rounds and medians reported: this is a
  * 2-core machine also running redis-server.
  *
- *   build/bench/consume RELAY ROUNDS cluster      (issue 20)
+ *   build/bench/consume RELAY ROUNDS cluster
  *
  * adds, to each round, the minimal loop and `relay start` against the
  * master of a 3-master, 3-replica Redis Cluster (tests/it/redis-ha cluster,
  * run from the repository root; stopped at exit), REDIS_URI its seed list
  * and the stream {la2}:cluster:<round>, whose hash tag is in slot 0 (so a
  * connection routed for no key lands on the same master). The ratio relay
- * start on the cluster / relay start standalone is the figure of issue 20
+ * start on the cluster / relay start standalone is the cluster figure
  * (goal >= 0.9); the cluster master also feeds its replica, which the
  * standalone server does not: the minimal loop on each shows what the
  * server side costs by itself, and `relay start` against a standalone

@@ -1,6 +1,6 @@
 /*
  * bench/decode: decode time of a worst-case 1 MiB event against a benign
- * one of the same size (issue 13, defect 1: hash flooding).
+ * one of the same size (hash flooding).
  *
  * Every event is one object of 65,536 members with 9-byte keys and value 0,
  * padded with one long string member to 1 MiB. The key sets:
@@ -15,7 +15,7 @@
  *   object to the sorted fallback.
  * Each figure is the fastest of at least 5 decodes and 1 s of decoding, on
  * one core (the fastest, not the median: other work on a shared machine only
- * ever adds time). Target (issue 13): the worst case within 3x the benign one.
+ * ever adds time). Target: the worst case within 3x the benign one.
  */
 #include <inttypes.h>
 #include <stdio.h>

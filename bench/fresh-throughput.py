@@ -4,11 +4,11 @@
     bench/fresh-throughput.py [--relay $BUILD/relay] [--events 40] [--rounds 1]
                               [--runtimes runc,crun]
 
-Issue 33's bar: fresh-mode throughput (one container per invocation,
+The bar: fresh-mode throughput (one container per invocation,
 STANDBY_MAX=0) stays >= 0.9x the `docker run -P8` figure of the same run.
 In one run, interleaved, for each runtime (each round):
 
-  (1) relay: `relay start` with MAX_CONCURRENCY=8, STANDBY_MAX=0 and
+  (1) relay: `relay start` with MAX_CONCURRENCY=8, `concurrency: 8`, STANDBY_MAX=0 and
       RELAY_OCI_RUNTIME=<runtime> (runc: unset, the daemon's default) on a
       private redis-server; after one unmeasured warm-up event, --events
       trivial Python events XADDed in one pipeline, timed from just before
@@ -139,6 +139,10 @@ def main():
         load0 = os.getloadavg()
         redis = run.start_redis()
         fdir = run.write_functions(False)
+        # Like for like: 8 at a time on both sides (the template's default
+        # concurrency of 2 would hold relay to 2 containers against -P8).
+        with open(os.path.join(fdir, sbe2e.PY_FN, "template.yaml"), "a") as f:
+            f.write("concurrency: 8\n")
         for r in range(args.rounds):
             for rt in rts:
                 rs = relay_phase(run, redis, fdir, rt, f"{rt}-{r}", args.events)

@@ -49,7 +49,7 @@
  * orphan sweep `relay start` runs, before exit.
  *
  * Exit status 0 when every goal holds: standby p50 <= 0.20 x docker run p50
- * (issue 17) and on demand p50 <= 1.10 x bare API p50, for both runtimes.
+ * and on demand p50 <= 1.10 x bare API p50, for both runtimes.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/many-functions.sh: many functions (issue 19, scenario 9), measured
+# bench/many-functions.sh: many functions, measured
 # black-box on two relay binaries side by side, with a private redis-server
 # and the real Docker daemon.
 #

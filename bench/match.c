@@ -9,10 +9,10 @@
  * nested field. Each iteration decodes the event text (event_parse_json),
  * runs pattern_set_match and frees the event, as the consumer does.
  *
- * Targets (issue 3): >= 200,000 events/s at 300 rules, and the 3000-rule
+ * Targets: >= 200,000 events/s at 300 rules, and the 3000-rule
  * figure at least half the 30-rule figure.
  *
- * Last, the shape of bench/many-functions.sh (issue 19): 200 functions x 5
+ * Last, the shape of bench/many-functions.sh: 200 functions x 5
  * rules, rule r pinning table_name to table_<r % 100>, so the same event
  * matches 10 of the 1000 rules.
  */

@@ -1,5 +1,5 @@
 /*
- * bench/reload: the two latencies of `relay start` that issue 6 targets,
+ * bench/reload: the two latencies of `relay start` with targets,
  * measured black-box on the relay binary with a private redis-server and
  * the real Docker daemon.
  *

@@ -27,7 +27,7 @@ For each relay, after two unmeasured warm-up events per handler:
       handler line checked.
 
 Prints p50/p95/max latencies and how many took over 100 ms, events/s, the
-ratios standby/off (goals from issue 17: latency p50 <= 0.25x, throughput >=
+ratios standby/off (goals: latency p50 <= 0.25x, throughput >=
 0.95x), the standby hits and misses of each phase (standby_dispatches_total
 and standby_misses_total read from METRICS_ADDR before and after it), the
 standby_* metrics each relay exposed at the end, the load average before and after, and what was left

@@ -11,7 +11,7 @@
  * 4 GiB of address space, so the program also runs against older code that
  * does not bound these inputs.
  *
- * Targets (issue 13): every case under 1 s and under 128 MiB of peak RSS.
+ * Targets: every case under 1 s and under 128 MiB of peak RSS.
  *
  * `validate -w DIR` writes each case to DIR/NAME.yaml instead (seeds for
  * fuzz_template at -max_len=1048576, or files for `relay function

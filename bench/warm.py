@@ -24,7 +24,7 @@ function (so that their containers exist), it measures:
   idle cost   `docker stats --no-stream` of the warm containers 5 s after the
               last event (memory and CPU%, under the 0.05 CPU idle bound).
 
-Prints every figure and the ratio warm/fresh events/s (goal from issue 33:
+Prints every figure and the ratio warm/fresh events/s (goal:
 >= 50x; XADD->output p50 <= 10 ms). Exit status 0 when the goals hold, 1
 when one is missed, 2 on error. Cleans up (relay SIGTERM, containers of its
 relay.hostname, redis, its images, the temporary directory) also on error.

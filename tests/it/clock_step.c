@@ -1,5 +1,5 @@
 /*
- * A step of the wall clock (issue 19, scenario 6), against a private
+ * A step of the wall clock, against a private
  * redis-server. Why these are in-process tests with an injected "clock"
  * rather than a black-box run under a shifted clock: docs/operations.md,
  * "Clock steps".

@@ -1011,7 +1011,7 @@ TEST(dead_letter_only_while_pending)
 	free(err);
 }
 
-/* ---- hostile entries (issue 13) ------------------------------------------ */
+/* ---- hostile entries ------------------------------------------ */
 
 /* The reader's decode hook holds the reader inside a decode until opened. */
 struct gate {

@@ -1,4 +1,4 @@
-# No event waits for the reclaim because a slot was busy (issue 33), through
+# No event waits for the reclaim because a slot was busy, through
 # relay start, a private redis-server and the real Docker daemon, with the
 # default 8 workers (and, in the second test, the default standby pool): a burst for one function at `concurrency: 2` runs two
 # at a time back to back (the other workers park its events locally, the

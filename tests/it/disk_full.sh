@@ -1,4 +1,4 @@
-# A full disk under the data directory (issue 19, scenario 4): RELAY_DATA_DIR
+# A full disk under the data directory: RELAY_DATA_DIR
 # is a small tmpfs, filled with a file while `relay start` runs against a
 # private redis-server and the real Docker daemon. The state database write
 # fails with one WARN per kind of failure, not one per flush; consumption

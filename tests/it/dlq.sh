@@ -1,4 +1,4 @@
-# relay dlq ls|show|replay|rm (issue 18) against a private redis-server:
+# relay dlq ls|show|replay|rm against a private redis-server:
 #
 #   - end to end with relay start and the real Docker daemon: a handler
 #     with retries: 0 and malformed events of each kind are dead-lettered

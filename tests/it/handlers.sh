@@ -1,4 +1,4 @@
-# What validation accepts, the bootstraps run (issue 15, item 3): every
+# What validation accepts, the bootstraps run: every
 # shape of handler the rule accepts (two non-empty sides around the last
 # dot, no whitespace) is validated by `relay function validate` and then
 # run by `relay start` in a real container, once per runtime, against a

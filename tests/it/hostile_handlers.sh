@@ -1,4 +1,4 @@
-# Hostile handlers (issue 19, scenario 3) against `relay start`, a private
+# Hostile handlers against `relay start`, a private
 # redis-server and the real Docker daemon: a handler that allocates past the
 # 128 MiB limit, a fork bomb, one that closes its stdout and hangs, one that
 # writes to the read-only root filesystem, one that leaves a background

@@ -1,4 +1,4 @@
-# Slow HTTP clients against relay start's two listeners (issue 32): 64
+# Slow HTTP clients against relay start's two listeners: 64
 # clients per listener, from 8 loopback addresses (127.0.0.2-9, so that
 # the per-address cap of 16 turns none of them away), each sending a
 # request one byte a second and never ending its headers. While they are

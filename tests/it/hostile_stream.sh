@@ -1,4 +1,4 @@
-# Hostile stream entries against `relay start` (issue 13, defects 6 and 7),
+# Hostile stream entries against `relay start`,
 # with a real redis-server and the real Docker daemon: producers with the
 # ACL of docs/redis-acl.md (XADD on the stream, nothing else) and Relay with
 # the Relay user of the same page; an occurrence forged by such a producer

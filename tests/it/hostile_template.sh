@@ -1,4 +1,4 @@
-# A hostile template.yaml (issue 32, item 1) against `relay function
+# A hostile template.yaml against `relay function
 # validate` and `relay start`, a private redis-server and the real Docker
 # daemon: one 600 KB block scalar under an anchor, aliased 1,000 times in a
 # pattern. The file is within the 1 MiB and node bounds, but stands for
@@ -112,7 +112,7 @@ test_start_skips_alias_bomb_and_serves_the_good_function() {
 	stop_relay_pid "$RELAY_PID"
 }
 
-# Handler names (issue 32, item 9): a control or formatting character is
+# Handler names: a control or formatting character is
 # refused by validation, so it never reaches a log line or a container's
 # RELAY_HANDLER; every other function still validates.
 test_validate_refuses_control_characters_in_handler_names() {

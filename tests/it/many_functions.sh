@@ -1,4 +1,4 @@
-# Startup with several new functions (issue 19, scenario 9): their images
+# Startup with several new functions: their images
 # are prepared concurrently (at most min(cores at least 2, 4) at once) by
 # preparer threads that are gone before Relay consumes; every good function
 # is prepared and served, each handler runs once for its event, and one

@@ -1,4 +1,4 @@
-# RELAY_OCI_RUNTIME (issue 33): every execution container gets
+# RELAY_OCI_RUNTIME: every execution container gets
 # HostConfig.Runtime = the value, and a runtime the Docker daemon does not
 # list in GET /info is a startup error naming the ones it has. Real
 # redis-server and Docker daemon; scripts/ensure-docker registers crun.

@@ -264,7 +264,7 @@ static void rig_down(struct rig *r)
 /* ---- tests ------------------------------------------------------------ */
 
 /*
- * Issue 12 item 3: an unchanged failing version is not looked at again by
+ * An unchanged failing version is not looked at again by
  * the periodic pass, however many passes run; a change to it is.
  */
 TEST(test_failing_version_not_retried_by_passes)

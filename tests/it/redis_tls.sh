@@ -1,4 +1,4 @@
-# Whom rediss:// trusts (issue 32): a configured CA file replaces the
+# Whom rediss:// trusts: a configured CA file replaces the
 # system's CAs, the server's name is checked on every connection, and
 # rediss-sentinel:// speaks TLS to the sentinels too. Real redis-server
 # processes (Debian's 7.0, tls-port) with certificates made here.

@@ -671,7 +671,7 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	free(err);
 }
 
-/* ---- cases: forged occurrences (issue 13, defect 7) --------------------- */
+/* ---- cases: forged occurrences --------------------- */
 
 /* XADD stream * <field value>... as r (NULL-terminated pairs); the id or NULL. */
 static char *xadd_fields(struct redis *r, const char *stream, const char *const *kv)

@@ -1,4 +1,4 @@
-# relay start and signals an operator sends besides SIGTERM (issue 32): a
+# relay start and signals an operator sends besides SIGTERM: a
 # terminal hang-up (SIGHUP) is logged and ignored; the worker keeps
 # consuming and handles events sent after it, and SIGTERM still stops it
 # cleanly with exit 0.

@@ -1,4 +1,4 @@
-# Relay behind a Docker socket proxy (issue 14): the stand-in
+# Relay behind a Docker socket proxy: the stand-in
 # tecnativa/docker-socket-proxy (scripts/standin/socket-proxy, Debian's
 # haproxy) runs on the host on a free loopback port in front of the real
 # daemon, with the allow-list each test gives it. Its own rules are checked

@@ -1,4 +1,4 @@
-# Warm containers (issue 33 part B) through relay start, a private
+# Warm containers through relay start, a private
 # redis-server and the real Docker daemon: a function with warm: serves many
 # events in one container; an exception fails only its event; an exit, a
 # timeout or OOM fails its event and the container is replaced; output is

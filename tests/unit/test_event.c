@@ -331,7 +331,7 @@ TEST(large_object_lookup)
 	buf_free(&b);
 }
 
-/* ---- hash flooding (issue 13) ---- */
+/* ---- hash flooding ---- */
 
 static uint64_t openssl_siphash13(const unsigned char key[16], const unsigned char *d, size_t n)
 {

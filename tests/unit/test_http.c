@@ -389,7 +389,7 @@ TEST(response_helpers)
 	t_release_logs();
 }
 
-/* Slowloris (issue 32): the headers' deadline runs from the accept however
+/* Slowloris: the headers' deadline runs from the accept however
  * the client trickles, on every server with the defaults; a 17th
  * connection from one address is closed at once while the others and
  * other addresses are served; a kept-alive connection gets the deadline

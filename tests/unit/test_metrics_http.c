@@ -215,7 +215,7 @@ TEST(stalled_clients_do_not_block)
 	metrics_reset_for_tests();
 }
 
-/* Slowloris on the metrics listener (issue 32): 64 clients from 8
+/* Slowloris on the metrics listener: 64 clients from 8
  * addresses trickling their headers; a scrape from 127.0.0.1 answers
  * within 3 s while they are attached, and each is cut at the headers'
  * deadline. Before: at most 32 connections, each kept while it sent a byte

@@ -216,7 +216,7 @@ TEST(decide)
 		{"push", json, "{\"ref\":7}", REPO, "main", WEBHOOK_BAD,
 		 "push payload without ref"},
 		{"ping", json, "garbage", REPO, "main", WEBHOOK_IGNORE, "ping"},
-		/* exactly the configured ref (issue 8): explicit refs only
+		/* exactly the configured ref: explicit refs only
 		 * themselves, a commit id never (a branch named like it is not
 		 * it), a bare name as a branch or a tag */
 		{"push", json, main_ssh, REPO, "refs/heads/main", WEBHOOK_SYNC, "push"},
@@ -953,7 +953,7 @@ TEST(trickling_body_cut_off)
 	free(head);
 }
 
-/* Slowloris on the webhook listener (issue 32): 64 clients from 8
+/* Slowloris on the webhook listener: 64 clients from 8
  * addresses trickling their headers; a request from 127.0.0.1 is answered
  * within 3 s while they are attached (405: GET), and each is cut at the
  * headers' deadline. Before: the 64 held every slot as long as they kept
