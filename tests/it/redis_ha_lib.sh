@@ -1,4 +1,4 @@
-# Shared helpers of the highly available Redis scenarios (issue 20):
+# Shared helpers of the highly available Redis scenarios:
 # tests/it/redis_ha_cluster.sh and tests/it/redis_ha_sentinel.sh source this
 # file after tests/it/lib.sh. It declares no test_* function (tests/run
 # sources it as a scenario file and finds nothing to run).
