@@ -33,7 +33,9 @@ test_cluster_two_workers_account_for_2000_events() {
 	export MAX_BUFFERED_EVENTS=64
 	# One event in 40 matches (50, each a container run); a third of those
 	# fail with retries 0 and are dead-lettered; the rest match nothing and
-	# are acknowledged.
+	# are acknowledged. The 30 s timeout: on a loaded 2-core machine a
+	# container printing one line took up to 5 s, against the default 6 s,
+	# and a timeout is dead-lettered like a failure.
 	hafn ha-pick pick.py 'def handler(event):
     n = int(event["event_id"][1:])
     if n % 3 == 0:
@@ -45,6 +47,7 @@ events:
   - handler: pick.handler
     pattern: {kind: [pick]}
     retries: 0
+    timeout: 30s
 '
 	hcli XGROUP CREATE "$HA_STREAM" "$HA_GROUP" 0 MKSTREAM >/dev/null || fail "XGROUP CREATE"
 	ha_start_workers 2 ha-acc
