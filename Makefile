@@ -58,14 +58,23 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/librelay.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/librelay.a $(LDFLAGS) $(LDLIBS)
 
 # libFuzzer targets compile Relay's own sources with clang (Debian's
-# libraries are not instrumented). Each tests/fuzz/fuzz_X.c is one target.
+# libraries are not instrumented): once, into build-fuzz/librelay.a
+# (-fsanitize=fuzzer-no-link: coverage instrumentation without libFuzzer's
+# main), and each tests/fuzz/fuzz_X.c is one target linked against it.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_OBJ := $(LIB_SRC:%.c=build-fuzz/%.o)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+               -Isrc $(PKG_CFLAGS) -MMD -MP
 fuzz: $(FUZZ_BIN)
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard src/*.h src/cmd/*.h tests/fuzz/*.h)
+build-fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+build-fuzz/librelay.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+build-fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) build-fuzz/librelay.a
 	@mkdir -p build-fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc $(PKG_CFLAGS) \
-	    -o $@ $< $(LIB_SRC) $(PKG_LIBS) -lpthread -lm
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< build-fuzz/librelay.a $(PKG_LIBS) -lpthread -lm
 
 clean:
 	rm -rf build build-san build-fuzz
@@ -88,3 +97,4 @@ install: $(BUILD)/relay deploy/relay.service docs/relay.1
 	install -m 0644 docs/relay.1 $(DESTDIR)$(MAN1DIR)/relay.1
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(UNIT_BIN:=.d) $(ITC_BIN:=.d) $(BENCH_BIN:=.d)
+-include $(FUZZ_OBJ:.o=.d) $(FUZZ_BIN:=.d)

@@ -31,8 +31,11 @@ test_cluster_two_workers_account_for_2000_events() {
 	ha_up cluster
 	ha_env
 	export MAX_BUFFERED_EVENTS=64
-	# A tenth of the events match; a third of those fail with retries 0
-	# and are dead-lettered; the rest match nothing and are acknowledged.
+	# One event in 40 matches (50, each a container run); a third of those
+	# fail with retries 0 and are dead-lettered; the rest match nothing and
+	# are acknowledged. The 30 s timeout: on a loaded 2-core machine a
+	# container printing one line took up to 5 s, against the default 6 s,
+	# and a timeout is dead-lettered like a failure.
 	hafn ha-pick pick.py 'def handler(event):
     n = int(event["event_id"][1:])
     if n % 3 == 0:
@@ -44,12 +47,13 @@ events:
   - handler: pick.handler
     pattern: {kind: [pick]}
     retries: 0
+    timeout: 30s
 '
 	hcli XGROUP CREATE "$HA_STREAM" "$HA_GROUP" 0 MKSTREAM >/dev/null || fail "XGROUP CREATE"
 	ha_start_workers 2 ha-acc
 	local i
 	for i in $(seq 1 2000); do
-		if [ $((i % 10)) -eq 0 ]; then
+		if [ $((i % 40)) -eq 0 ]; then
 			echo "XADD $HA_STREAM * event '{\"kind\":\"pick\",\"event_id\":\"p$i\"}'"
 		else
 			echo "XADD $HA_STREAM * event '{\"kind\":\"none\",\"event_id\":\"n$i\"}'"
@@ -60,7 +64,7 @@ events:
 	# message ids of the matching events, and of those that fail
 	hcli XRANGE "$HA_STREAM" - + | awk '/^[0-9]+-[0-9]+$/ { id = $0 }
 		match($0, /"event_id":"p[0-9]+"/) { n = substr($0, RSTART + 13, RLENGTH - 14); print id, n }' >"$TMP/picks"
-	[ "$(wc -l <"$TMP/picks")" -eq 200 ] || fail "$(wc -l <"$TMP/picks") matching events in the stream"
+	[ "$(wc -l <"$TMP/picks")" -eq 50 ] || fail "$(wc -l <"$TMP/picks") matching events in the stream"
 	awk '$2 % 3 == 0 { print $1 }' "$TMP/picks" | sort >"$TMP/want-dlq"
 	awk '$2 % 3 != 0 { print $1 }' "$TMP/picks" | sort >"$TMP/want-ok"
 	wait_for 240 ha_all_acked || fail "not everything acknowledged in 240 s: last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"

@@ -219,11 +219,11 @@ def handler(event):
 	sb_wait_done "$TMP/relay.log" "$warm"
 	wait_for 30 sb_parked_n 1 sb-slow || fail "no standby container"
 	parked=$(sb_parked sb-slow)
-	# Idle for 30 s (ten times the timeout), then 1.5 s of work against a
+	# Idle for 8 s (over twice the timeout), then 1.5 s of work against a
 	# 3 s timeout: counted from the container's start it would have passed
-	# long ago. (0.8 s against 1 s left too little for the exit status to
-	# come back on a loaded machine.)
-	sleep 30
+	# 5 s before the work began. (0.8 s against 1 s left too little for the
+	# exit status to come back on a loaded machine.)
+	sleep 8
 	[ "$(sb_parked sb-slow)" = "$parked" ] || fail "the parked container changed while idle"
 	id=$(sb_xadd sb-slow ',"sleep":1.5')
 	sb_wait_done "$TMP/relay.log" "$id"
