@@ -3,8 +3,8 @@
  * public calls only, the way the executor drives it (standby_begin, take,
  * runner_dispatch, standby_end): what is asserted is what an operator sees,
  * the containers labelled relay.standby=true and relay.hostname=<this
- * run's host> (the daemon's container list, its event log of create and
- * destroy, docker inspect), standby_count and the counter
+ * run's host> (the daemon's container list, its event stream of create
+ * and destroy, docker inspect), standby_count and the counter
  * standby_discarded_total{reason}.
  *
  *  - sizing: the target is the recent peak of concurrent invocations, the
@@ -34,6 +34,7 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,88 +177,170 @@ static bool container_has(const char *id, const char *image, const char *entry)
 	return ok && has;
 }
 
-/* The daemon's event log of this host's containers from since_ns (wall)
- * to now, create and destroy only, in order. */
+/* The daemon's event stream of this host's containers, create and destroy,
+ * recorded live by a thread of its own from setup on (GET /events without
+ * since: a query of past events reads the daemon's ring of its last 256
+ * events, which other tests' containers overrun within a minute). */
 struct ev {
 	char fn[64];
 	bool create;
 	char id[72];
 };
 
-static int events(int64_t since_ns, struct ev **out)
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ev *evs;
+static int nev, capev;
+static atomic_int ev_stop, ev_done;
+static pthread_t ev_thread;
+static bool ev_running;
+static struct buf ev_part;
+
+static int on_events(const char *data, size_t len, void *ctx)
 {
+	buf_append(&ev_part, data, len);
+	char *nl;
+	while (ev_part.data && (nl = memchr(ev_part.data, '\n', ev_part.len))) {
+		size_t n = (size_t)(nl - ev_part.data);
+		json_t *e = json_loadb(ev_part.data, n, 0, NULL);
+		if (e) {
+			json_t *actor = json_object_get(e, "Actor");
+			const char *fn = json_string_value(
+				json_object_get(json_object_get(actor, "Attributes"), "relay.function"));
+			const char *act = json_string_value(json_object_get(e, "Action"));
+			pthread_mutex_lock(&ev_lock);
+			if (nev == capev) {
+				capev = capev ? 2 * capev : 64;
+				evs = xrealloc(evs, (size_t)capev * sizeof *evs);
+			}
+			struct ev *x = &evs[nev++];
+			memset(x, 0, sizeof *x);
+			strlcpy_(x->fn, fn ? fn : "", sizeof x->fn);
+			strlcpy_(x->id, json_string_value(json_object_get(actor, "ID")) ?: "",
+				 sizeof x->id);
+			x->create = act && strcmp(act, "create") == 0;
+			pthread_mutex_unlock(&ev_lock);
+			json_decref(e);
+		}
+		memmove(ev_part.data, nl + 1, ev_part.len - n - 1);
+		ev_part.len -= n + 1;
+		ev_part.data[ev_part.len] = '\0';
+	}
+	return atomic_load(&ev_stop);
+}
+
+static void *ev_main(void *arg)
+{
+	struct docker *d = NULL;
+	char *e = NULL;
+	if (docker_open(&d, &e) < 0) {
+		printf("  events: %s\n", e);
+		free(e);
+		atomic_store(&ev_done, 1);
+		return NULL;
+	}
 	char *hl = xasprintf("relay.hostname=%s", host);
 	json_t *f = json_pack("{s:[s], s:[s, s], s:[s]}", "type", "container", "event", "create",
 			      "destroy", "label", hl);
 	free(hl);
 	char *fs = json_dumps(f, JSON_COMPACT);
 	char *enc = url_enc(fs);
-	int64_t until = now_wall_ns();
-	char *path = xasprintf("/events?since=%lld.%09lld&until=%lld.%09lld&filters=%s",
-			       (long long)(since_ns / NS_PER_SEC), (long long)(since_ns % NS_PER_SEC),
-			       (long long)(until / NS_PER_SEC), (long long)(until % NS_PER_SEC),
-			       enc);
-	struct docker_response r;
-	int n = -1;
-	*out = NULL;
-	if (docker_request(D, "GET", path, NULL, 0, NULL, 30000, &r) == 0 && r.status == 200) {
-		n = 0;
-		size_t cap_ = 16;
-		*out = xcalloc(cap_, sizeof **out);
-		const char *p = r.body;
-		while (p && *p) {
-			const char *nl = strchr(p, '\n');
-			size_t len = nl ? (size_t)(nl - p) : strlen(p);
-			json_t *e = json_loadb(p, len, 0, NULL);
-			if (e) {
-				json_t *actor = json_object_get(e, "Actor");
-				const char *fn = json_string_value(json_object_get(
-					json_object_get(actor, "Attributes"), "relay.function"));
-				const char *act = json_string_value(json_object_get(e, "Action"));
-				if ((size_t)n == cap_) {
-					cap_ *= 2;
-					*out = xrealloc(*out, cap_ * sizeof **out);
-				}
-				struct ev *x = &(*out)[n++];
-				memset(x, 0, sizeof *x);
-				strlcpy_(x->fn, fn ? fn : "", sizeof x->fn);
-				strlcpy_(x->id,
-					 json_string_value(json_object_get(actor, "ID")) ?: "",
-					 sizeof x->id);
-				x->create = act && strcmp(act, "create") == 0;
-				json_decref(e);
-			}
-			p = nl ? nl + 1 : NULL;
-		}
-	}
-	docker_response_free(&r);
+	char *path = xasprintf("/events?filters=%s", enc);
+	long status = 0;
+	docker_request_stream(d, "GET", path, NULL, 0, NULL, 0, on_events, NULL, &status);
 	free(path);
 	free(enc);
 	free(fs);
 	json_decref(f);
+	docker_close(d);
+	atomic_store(&ev_done, 1);
+	return NULL;
+}
+
+static bool ev_seen(const char *id, bool create)
+{
+	pthread_mutex_lock(&ev_lock);
+	bool seen = false;
+	for (int i = nev - 1; i >= 0 && !seen; i--)
+		seen = evs[i].create == create && strcmp(evs[i].id, id) == 0;
+	pthread_mutex_unlock(&ev_lock);
+	return seen;
+}
+
+/* A barrier in the stream: a container of this host (function "sync",
+ * never started) created and removed; once its destroy is recorded, so is
+ * every earlier event. Returns how many events came before it. */
+static bool ev_barrier(char *id, size_t idsz)
+{
+	static int seq;
+	char *body = xasprintf("{\"Image\":\"%s\",\"Labels\":{\"relay.hostname\":\"%s\","
+			       "\"relay.function\":\"sync\"}}",
+			       img_a, host);
+	char *path = xasprintf("/containers/create?name=%s-sync-%d", host, ++seq);
+	struct docker_response r;
+	id[0] = '\0';
+	if (docker_request(D, "POST", path, body, strlen(body), NULL, 30000, &r) == 0 &&
+	    r.status == 201) {
+		json_t *o = json_loadb(r.body, r.len, 0, NULL);
+		strlcpy_(id, json_string_value(json_object_get(o, "Id")) ?: "", idsz);
+		json_decref(o);
+	}
+	docker_response_free(&r);
+	free(path);
+	free(body);
+	if (!id[0]) {
+		T_FAIL_("cannot create the event barrier container");
+		return false;
+	}
+	path = xasprintf("/containers/%s?force=1", id);
+	bool ok = docker_request(D, "DELETE", path, NULL, 0, NULL, 30000, &r) == 0 &&
+		  r.status == 204;
+	if (!ok)
+		T_FAIL_("cannot remove the event barrier container %.12s", id);
+	docker_response_free(&r);
+	free(path);
+	return ok;
+}
+
+static int ev_sync(void)
+{
+	char id[72];
+	if (!ev_barrier(id, sizeof id))
+		return -1;
+	/* The daemon sends an event as it happens: seconds at most even on a
+	 * loaded machine. */
+	if (!WAIT_UNTIL(30, ev_seen(id, false))) {
+		T_FAIL_("the event stream did not deliver the barrier within 30 s");
+		return -1;
+	}
+	pthread_mutex_lock(&ev_lock);
+	int n = nev;
+	pthread_mutex_unlock(&ev_lock);
 	return n;
 }
 
-/* From the event log since since_ns: creates of fn's containers (every
- * function when NULL), and the most that were alive at once. */
-static void created(int64_t since_ns, const char *fn, int *creates, int *most)
+/* Once every event so far is recorded: from event number mark (ev_sync's
+ * count) on, the creates of fn's containers (every function when NULL; the
+ * barriers left out), and the most that were alive at once. */
+static void created(int mark, const char *fn, int *creates, int *most)
 {
-	struct ev *v;
-	int n = events(since_ns, &v);
+	int end = ev_sync();
 	int alive = 0;
 	*creates = 0;
 	*most = 0;
-	for (int i = 0; i < n; i++) {
-		if (fn && strcmp(v[i].fn, fn) != 0)
+	if (mark < 0 || end < 0) {
+		*creates = *most = -1;
+		return;
+	}
+	pthread_mutex_lock(&ev_lock);
+	for (int i = mark; i < end; i++) {
+		if (strcmp(evs[i].fn, "sync") == 0 || (fn && strcmp(evs[i].fn, fn) != 0))
 			continue;
-		alive += v[i].create ? 1 : -1;
-		*creates += v[i].create;
+		alive += evs[i].create ? 1 : -1;
+		*creates += evs[i].create;
 		if (alive > *most)
 			*most = alive;
 	}
-	if (n < 0)
-		*creates = *most = -1;
-	free(v);
+	pthread_mutex_unlock(&ev_lock);
 }
 
 /* ---- functions, registry, pool ---------------------------------------- */
@@ -455,6 +538,11 @@ TEST(setup)
 	REQUIRE(build(fn_b, img_b, sizeof img_b));
 	REQUIRE(build(fn_bad, img_bad, sizeof img_bad));
 	REQUIRE(build(fn_sec, img_sec, sizeof img_sec));
+	buf_init(&ev_part, 1u << 20);
+	pthread_create(&ev_thread, NULL, ev_main, NULL);
+	ev_running = true;
+	/* The stream is live once a barrier comes through. */
+	REQUIRE(ev_sync() >= 0);
 	ready = true;
 	atexit(cleanup);
 }
@@ -473,7 +561,7 @@ TEST(setup)
 TEST(target_is_the_recent_peak_and_each_container_serves_one_event)
 {
 	NEED_SETUP();
-	int64_t t0 = now_wall_ns();
+	int t0 = ev_sync();
 	struct pool p;
 	pool_start(&p, 8, 600LL * NS_PER_SEC);
 	struct fn_version *fv = load_fv(fn_a, img_a);
@@ -512,13 +600,17 @@ TEST(target_is_the_recent_peak_and_each_container_serves_one_event)
 		/* ... which is removed, never parked again, and the pool is back at
 		 * three. */
 		CHECK(WAIT_UNTIL(WAIT_S, gone(took)));
-		CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_a) == 3));
+		/* The daemon runs a container a moment before the pool lists it. */
+		CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_a) == 3 && standby_count(p.sb, fn_a, H) == 3));
 	}
-	/* One create per event served plus the three ready now. */
-	created(t0, fn_a, &creates, &most);
-	CHECK_INT(creates, 3 + 4);
 	CHECK_INT(standby_count(p.sb, fn_a, H), 3);
 	pool_stop(&p);
+	/* Once stopped, the pool's whole history is in the event stream: one
+	 * create per event served plus the three that were ready, never more
+	 * alive than those three and the one serving. */
+	created(t0, fn_a, &creates, &most);
+	CHECK_INT(creates, 3 + 4);
+	CHECK(most <= 3 + 1);
 }
 
 /* STANDBY_MAX 3, A's peak 2, then B's peak 2: B (used last) keeps its 2,
@@ -526,7 +618,7 @@ TEST(target_is_the_recent_peak_and_each_container_serves_one_event)
 TEST(standby_max_caps_the_sum_most_recently_used_first)
 {
 	NEED_SETUP();
-	int64_t t0 = now_wall_ns();
+	int t0 = ev_sync();
 	uint64_t excess = metrics_standby_discarded_value(METRIC_STANDBY_EXCESS);
 	struct pool p;
 	pool_start(&p, 3, 600LL * NS_PER_SEC);
@@ -536,15 +628,19 @@ TEST(standby_max_caps_the_sum_most_recently_used_first)
 	demand(&p, fvs[0], 2);
 	CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_a) == 2));
 	demand(&p, fvs[1], 2);
-	CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_b) == 2 && parked_n(fn_a) == 1));
+	CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_b) == 2 && parked_n(fn_a) == 1 &&
+					 standby_count(p.sb, fn_b, H) == 2 &&
+					 standby_count(p.sb, fn_a, H) == 1));
 	CHECK_INT(standby_count(p.sb, fn_a, H), 1);
 	CHECK_INT(standby_count(p.sb, fn_b, H), 2);
 	CHECK_INT(metrics_standby_discarded_value(METRIC_STANDBY_EXCESS) - excess, 1);
+	pool_stop(&p);
+	/* The whole history, once stopped: A's two and B's two, never more
+	 * than three alive at once. */
 	int creates, most;
 	created(t0, NULL, &creates, &most);
 	CHECK_INT(creates, 4);
 	CHECK_INT(most, 3);
-	pool_stop(&p);
 }
 
 /* STANDBY_IDLE 3 s: removed once its handler had no invocation for 3 s,
@@ -666,7 +762,7 @@ TEST(secret_rotation_replaces_the_parked_container)
 TEST(import_error_exits_and_that_version_backs_off)
 {
 	NEED_SETUP();
-	int64_t t0 = now_wall_ns();
+	int t0 = ev_sync();
 	uint64_t before = metrics_standby_discarded_value(METRIC_STANDBY_EXITED);
 	struct pool p;
 	pool_start(&p, 4, 600LL * NS_PER_SEC);
@@ -683,11 +779,11 @@ TEST(import_error_exits_and_that_version_backs_off)
 	demand(&p, fvs[1], 2);
 	demand(&p, fvs[0], 1);
 	CHECK(WAIT_UNTIL(WAIT_S, parked_n(fn_b) == 2));
+	CHECK_INT(parked_n(fn_bad), 0);
+	pool_stop(&p);
 	int creates, most;
 	created(t0, fn_bad, &creates, &most);
 	CHECK_INT(creates, 1);
-	CHECK_INT(parked_n(fn_bad), 0);
-	pool_stop(&p);
 }
 
 TEST(cleanup)
@@ -696,6 +792,17 @@ TEST(cleanup)
 		return;
 	cleaned = true;
 	char *e = NULL;
+	if (ev_running) {
+		/* An event, so that the stream's callback returns and sees the
+		 * stop (the barrier needs img_a: before the images go). */
+		atomic_store(&ev_stop, 1);
+		char id[72];
+		if (ev_barrier(id, sizeof id) && WAIT_UNTIL(30, atomic_load(&ev_done)))
+			pthread_join(ev_thread, NULL);
+		else
+			pthread_detach(ev_thread);
+		ev_running = false;
+	}
 	const char *mine[] = {fn_a, fn_b, fn_bad, fn_sec};
 	for (size_t i = 0; i < ARRAY_LEN(mine); i++)
 		if (image_gc(D, mine[i], NULL, 0, NULL, &e) < 0) {
@@ -705,6 +812,7 @@ TEST(cleanup)
 		}
 	/* Every container of this run's host is gone. */
 	CHECK_INT(parked_n(NULL), 0);
+
 	secret_provider_free(SP);
 	docker_close(D);
 	log_set_fd(2);
