@@ -1,4 +1,4 @@
-# Scenarios issue 15 (item 5) found missing, each through the real relay
+# Scenarios no other file covers, each through the real relay
 # binary against a private redis-server and the real Docker daemon:
 #
 #   - the 30 s periodic rescan finds a change inotify never reported (the

@@ -1,4 +1,4 @@
-# Relay behind Redis Sentinel (issue 20): a master, one replica and three
+# Relay behind Redis Sentinel: a master, one replica and three
 # sentinels on loopback (tests/it/redis-ha), REDIS_URI
 # redis-sentinel://.../relaymaster. SENTINEL FAILOVER under load: both
 # workers follow the new master within the sentinel's failover time and

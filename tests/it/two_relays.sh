@@ -1,4 +1,4 @@
-# Two Relay processes on one host (issue 19, scenario 7) against a private
+# Two Relay processes on one host against a private
 # redis-server and the real Docker daemon. The consumer name is the hostname;
 # each test gives its relays a hostname of its own (start_relay_as), so the
 # sweeps here never meet another test's containers.
