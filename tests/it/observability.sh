@@ -11,6 +11,8 @@ ob_fn() { # name body template
 
 ob_start() { # log
 	relay_bg "$1" "$RELAY" start
+	# 60 s: the start builds each function's image from the stand-in base
+	# (about a second each), on 2 cores shared with the other tests.
 	wait_for 60 grep -q 'msg="worker started"' "$1" || fail "relay did not start: $(tail -n 20 "$1")"
 }
 
@@ -54,7 +56,11 @@ events:
 	for i in 1 2 3; do redis-cli -p "$REDIS_PORT" XADD events '*' event "{\"kind\":\"ok\",\"n\":$i}" >/dev/null; done
 	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"fail"}' >/dev/null
 	id=$(redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"nothing"}')
-	# attempt 1 fails; after the 1m backoff and reclaim, attempt 2 fails → DLQ
+	# attempt 1 fails; after the 1m backoff and reclaim, attempt 2 fails → DLQ.
+	# The reclaim takes the message once it has been idle
+	# CONSUMER_MIN_PENDING_IDLE_NS (60 s), at a tick every
+	# CONSUMER_RECLAIM_INTERVAL_NS (60 s): up to 120 s, plus two container
+	# runs; 200 s leaves the rest for a loaded machine.
 	wait_for 200 dlq_has 1 || fail "no DLQ entry: $(tail -n 5 "$TMP/relay.log")"
 	wait_for 10 acked_through "$REDIS_PORT" events relay "$id" || fail "not everything was acknowledged"
 	# The counters settle once the last message is settled: poll, then
@@ -127,6 +133,8 @@ test_metrics_port_taken_at_startup_is_retried() {
 	wait_for 10 acked_through "$REDIS_PORT" events relay "$id" || fail "not consuming while the port is taken"
 	kill "$blocker"
 	wait "$blocker" 2>/dev/null
+	# The bind is retried every HTTP_DEFAULT_RETRY_INTERVAL_MS (2 s): 20 s
+	# is ten tries.
 	wait_for 20 metrics_up || fail "never bound after the port freed"
 	grep -q "Metrics http server listening on 127.0.0.1:$port" "$TMP/relay.log" || fail "no listening line"
 	ob_stop

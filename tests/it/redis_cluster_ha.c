@@ -5,8 +5,9 @@
  * loopback: routing to the slot's master from a seed that is not it, ASK
  * during a slot migration, MOVED after the slot moved and after a manual
  * failover, a pipeline whose first command is redirected (replies in
- * order, nothing run twice), sentinel resolution and re-resolution after
- * SENTINEL FAILOVER. The nodes are driven with plain hiredis connections
+ * order, nothing run twice), XADD and XACK resent after ASK and MOVED
+ * taking effect once (the stream's entries, XPENDING), sentinel
+ * resolution and re-resolution after SENTINEL FAILOVER. The nodes are driven with plain hiredis connections
  * (redisConnect), never through the module under test.
  */
 #include <hiredis/hiredis.h>
@@ -438,6 +439,175 @@ TEST(ask_during_a_migration_then_moved_after_it)
 	free(did);
 }
 
+/* How many entries of stream key (on the node at port) have field n = v. */
+static int entries_with(int port, const char *key, const char *v)
+{
+	redisReply *rep = on(port, "XRANGE %s - +", key);
+	int n = -1;
+	if (rep && rep->type == REDIS_REPLY_ARRAY) {
+		n = 0;
+		for (size_t i = 0; i < rep->elements; i++) {
+			const redisReply *kv = rep->element[i]->element[1];
+			for (size_t j = 0; j + 1 < kv->elements; j += 2)
+				n += strcmp(kv->element[j]->str, "n") == 0 &&
+				     strcmp(kv->element[j + 1]->str, v) == 0;
+		}
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* The ids group g of key has pending (on the node at port), ","-joined. */
+static char *pending_ids(int port, const char *key)
+{
+	redisReply *rep = on(port, "XPENDING %s g - + 100", key);
+	struct buf b;
+	buf_init(&b, 4096);
+	buf_appendf(&b, "%s", "");
+	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++)
+		buf_appendf(&b, "%s%s", i ? "," : "", rep->element[i]->element[0]->str);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY)
+		buf_appendf(&b, "(no reply)");
+	if (rep)
+		freeReplyObject(rep);
+	return buf_steal(&b);
+}
+
+/* The next reply of r is an XADD's: a new entry id. */
+static void check_added(struct redis *r, redisReply *rep, const char *what)
+{
+	if (!rep || rep->type != REDIS_REPLY_STRING || !strchr(rep->str, '-')) {
+		char s[200];
+		T_FAIL_("%s: got %s (%s), want an entry id", what, show(rep, s, sizeof s),
+			rep ? "reply" : redis_errmsg(r));
+	}
+	if (rep)
+		freeReplyObject(rep);
+}
+
+/* XADD and XACK, the consumer's writes, resent after ASK (a migration
+ * under way) and after MOVED (the slot moved): each takes effect exactly
+ * once. An XADD run twice would add a second entry (its id is '*'); an
+ * XACK run twice would answer 0 the second time, and one sent to the wrong
+ * node would leave its entry pending. The stream's entries and its group's
+ * pending list are read from the node that owns the slot at the end. */
+TEST(xadd_and_xack_resent_after_ask_and_moved_take_effect_once)
+{
+	REQUIRE(cluster_up);
+	const char *key = "{xr}:s";
+	unsigned slot = slot_of(key);
+	int src = owner_of(N[0].port, slot);
+	int dst = other_master(src, slot);
+	REQUIRE(src && dst);
+	char *sid = node_id(src), *did = node_id(dst);
+	REQUIRE(sid && did);
+	/* Five entries read by the group and so pending: 1-1 .. 1-5. */
+	redisReply *rep = on(src, "XGROUP CREATE %s g 0 MKSTREAM", key);
+	CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+	if (rep)
+		freeReplyObject(rep);
+	for (int i = 1; i <= 5; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "1-%d", i);
+		rep = on(src, "XADD %s %s f p", key, id);
+		CHECK(rep && rep->type == REDIS_REPLY_STRING);
+		if (rep)
+			freeReplyObject(rep);
+	}
+	rep = on(src, "XREADGROUP GROUP g c COUNT 10 STREAMS %s >", key);
+	CHECK(rep && rep->type == REDIS_REPLY_ARRAY);
+	if (rep)
+		freeReplyObject(rep);
+	char *pend = pending_ids(src, key);
+	CHECK_STR(pend, "1-1,1-2,1-3,1-4,1-5");
+	free(pend);
+
+	char *seeds = xasprintf("redis://127.0.0.1:%d", dst);
+	struct redis *r = cluster_client(seeds, key);
+	/* A second client, left on the source until MOVED sends it on. */
+	struct redis *r2 = cluster_client(seeds, key);
+	free(seeds);
+	REQUIRE(r && r2);
+	CHECK_INT(port_of_addr(r), src);
+	CHECK_INT(port_of_addr(r2), src);
+	check_added(r, redis_command(r, "XADD %s * n 0", key), "XADD n 0 (no redirect)");
+
+	/* Migration under way, the stream already on dst: the source answers
+	 * ASK for it. */
+	char slotstr[16], dport[16];
+	snprintf(slotstr, sizeof slotstr, "%u", slot);
+	snprintf(dport, sizeof dport, "%d", dst);
+	CHECK(on_ok(dst, "CLUSTER SETSLOT %s IMPORTING %s", slotstr, sid));
+	CHECK(on_ok(src, "CLUSTER SETSLOT %s MIGRATING %s", slotstr, did));
+	CHECK(on_ok(src, "MIGRATE 127.0.0.1 %s {xr}:s 0 5000", dport, NULL));
+	/* The premise: the source no longer serves the key. */
+	rep = on(src, "XLEN %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "ASK ", 4) == 0);
+	if (rep)
+		freeReplyObject(rep);
+	t_capture_logs();
+	check_added(r, redis_command(r, "XADD %s * n 1", key), "XADD n 1 (ASK)");
+	check_cmd(r, "XACK {xr}:s g %s", "1-1", "(int) 1");
+	/* A pipeline, both redirected: each once, replies in order. */
+	CHECK_INT(redis_append(r, "XADD %s * n 2", key), 0);
+	CHECK_INT(redis_append(r, "XACK {xr}:s g %s", "1-2"), 0);
+	check_added(r, redis_get_reply(r, -1), "XADD n 2 (ASK, pipelined)");
+	check_next(r, "XACK 1-2 (ASK, pipelined)", "(int) 1");
+	CHECK_INT(port_of_addr(r), src); /* ASK does not move the connection */
+	char *logs = t_captured_logs();
+	t_release_logs();
+	CHECK(t_count(logs, "reason=\"ASK ") >= 1);
+	if (t_failed_)
+		printf("%s", logs);
+	free(logs);
+
+	/* The slot is dst's: MOVED. */
+	CHECK(on_ok(dst, "CLUSTER SETSLOT %s NODE %s", slotstr, did));
+	CHECK(on_ok(src, "CLUSTER SETSLOT %s NODE %s", slotstr, did));
+	for (int i = 0; i < NODES; i++)
+		if (N[i].port != src && N[i].port != dst &&
+		    info_has(N[i].port, "replication", "role:master"))
+			CHECK(on_ok(N[i].port, "CLUSTER SETSLOT %s NODE %s", slotstr, did));
+	REQUIRE(settled(slot, dst));
+	t_capture_logs();
+	CHECK_INT(redis_append(r, "XADD %s * n 3", key), 0);
+	CHECK_INT(redis_append(r, "XACK {xr}:s g %s", "1-3"), 0);
+	check_added(r, redis_get_reply(r, -1), "XADD n 3 (MOVED, pipelined)");
+	check_next(r, "XACK 1-3 (MOVED, pipelined)", "(int) 1");
+	check_cmd(r2, "XACK {xr}:s g %s", "1-4", "(int) 1");
+	check_added(r2, redis_command(r2, "XADD %s * n 4", key), "XADD n 4 (after MOVED)");
+	CHECK_INT(port_of_addr(r), dst);
+	CHECK_INT(port_of_addr(r2), dst);
+	logs = t_captured_logs();
+	t_release_logs();
+	/* The premise: both clients were sent on by MOVED. */
+	CHECK_INT(t_count(logs, "reason=\"MOVED "), 2);
+	if (t_failed_)
+		printf("%s", logs);
+	free(logs);
+
+	/* Each XADD once, the five set-up entries kept; only 1-5 pending. */
+	for (int i = 0; i <= 4; i++) {
+		char v[16];
+		snprintf(v, sizeof v, "%d", i);
+		int n = entries_with(dst, key, v);
+		if (n != 1)
+			T_FAIL_("entries with n = %s on the slot's owner: %d, want 1", v, n);
+	}
+	rep = on(dst, "XLEN %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 5 + 5);
+	if (rep)
+		freeReplyObject(rep);
+	pend = pending_ids(dst, key);
+	CHECK_STR(pend, "1-5");
+	free(pend);
+	redis_free(r);
+	redis_free(r2);
+	free(sid);
+	free(did);
+}
+
 /* The replica of the master at port, or 0. */
 static int replica_of(int port)
 {
@@ -820,6 +990,7 @@ int main(int argc, char **argv)
 		T_CASE(routes_to_the_slot_master_from_a_seed_that_is_not_it),
 		T_CASE(ask_during_a_migration_then_moved_after_it),
 		T_CASE(moved_after_a_manual_failover_pipeline_runs_once),
+		T_CASE(xadd_and_xack_resent_after_ask_and_moved_take_effect_once),
 		T_CASE(sentinel_resolves_and_follows_a_failover),
 		T_CASE(sentinel_without_the_master_is_a_clear_error),
 	};
