@@ -519,7 +519,7 @@ TEST(redelivery_skips_ok_and_respects_markers)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	it_ensure_group(r, "s4", "g");
+	REQUIRE(it_ensure_group(r, "s4", "g") == 0);
 	char *ev = xasprintf(EV, "good");
 	char *id1 = xadd(r, "s4", ev), *id2 = xadd(r, "s4", ev), *id3 = xadd(r, "s4", ev);
 	char *k1 = invocation_key("s4", "g", id1), *k2 = invocation_key("s4", "g", id2),
@@ -626,7 +626,7 @@ TEST(outcome_lines_name_the_message_whatever_the_level)
 	log_set_level(LOG_ERROR);
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	it_ensure_group(r, "s-lines", "g");
+	REQUIRE(it_ensure_group(r, "s-lines", "g") == 0);
 	char *good = xasprintf(EV, "good"), *once = xasprintf(EV, "once");
 	char *id1 = xadd(r, "s-lines", good), *id2 = xadd(r, "s-lines", good),
 	     *id3 = xadd(r, "s-lines", good), *id4 = xadd(r, "s-lines", once);
@@ -811,7 +811,7 @@ TEST(backpressure_bounds_buffer_and_per_function_concurrency)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	it_ensure_group(r, "s7", "g");
+	REQUIRE(it_ensure_group(r, "s7", "g") == 0);
 	char *last = NULL;
 	for (int i = 0; i < 200; i++) {
 		free(last);
@@ -901,7 +901,7 @@ TEST(backlog_gauges_sampled_from_xpending)
 	calls_reset();
 	struct registry *reg = load_registry();
 	struct redis *r = it_conn(&R);
-	it_ensure_group(r, "s8", "g");
+	REQUIRE(it_ensure_group(r, "s8", "g") == 0);
 	/* An entry 30 s old whose invocation is "running" elsewhere: it stays
 	 * pending, and the sampler must report it. */
 	long long old_ms = (long long)(now_wall_ns() / NS_PER_MS) - 30000;

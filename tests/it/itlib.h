@@ -116,15 +116,19 @@ static struct redis *it_conn(struct itredis *it)
 {
 	struct redis *r = redis_new(&it->uri, NULL);
 	if (redis_connect(r) < 0) {
+		fprintf(stderr, "cannot connect to the test's redis-server\n");
 		redis_free(r);
 		return NULL;
 	}
 	return r;
 }
 
-/* consumer_ensure_group: 0, or -1 with its error on stderr. */
+/* consumer_ensure_group: 0, or -1 with its error on stderr (also when r
+ * is NULL: it_conn could not connect). */
 static inline int it_ensure_group(struct redis *r, const char *stream, const char *group)
 {
+	if (!r)
+		return -1;
 	char *err = NULL;
 	int rc = consumer_ensure_group(r, stream, group, &err);
 	if (rc < 0)

@@ -651,7 +651,7 @@ TEST(a_pending_occurrence_of_a_removed_schedule_is_acked_as_obsolete)
 	struct redis *r = clean_conn();
 	REQUIRE(r);
 	char *err = NULL;
-	it_ensure_group(r, "obs", "g");
+	REQUIRE(it_ensure_group(r, "obs", "g") == 0);
 	CHECK_INT(schedule_publish(r, "obs", "rb", "ok.tick", 1774746000, NULL, 0, &err),
 		  SCHEDULE_PUBLISHED);
 	/* Delivered to a worker that then died: pending, owned by "ghost". */
@@ -728,7 +728,7 @@ TEST(forged_occurrences_are_dead_lettered_and_run_nothing)
 	REQUIRE(r);
 	char gid[64] = "";
 	char *err = NULL;
-	it_ensure_group(r, "fg", "g");
+	REQUIRE(it_ensure_group(r, "fg", "g") == 0);
 	const int64_t at = 1774746000;
 	char *occ = schedule_occurrence_id("ra", "ok.tick", at);
 	char *env = schedule_payload(at);
@@ -802,7 +802,7 @@ TEST(delivering_a_genuine_occurrence_renews_its_dedup_key)
 	REQUIRE(r);
 	char gid[64] = "";
 	char *err = NULL;
-	it_ensure_group(r, "rn", "g");
+	REQUIRE(it_ensure_group(r, "rn", "g") == 0);
 	const int64_t at = 1774746000;
 	char *key =
 		xasprintf(SCHEDULE_KEY_PREFIX "%s", "schedule:ra:fail.tick:2026-03-29T01:00:00Z");
