@@ -1149,9 +1149,12 @@ static int invoke_from(struct docker *d, const struct invocation *in, struct inv
 	struct run r;
 	run_init(&r, d, in, out, start);
 	if (run_create(&r) == 0 && run_open_streams(&r) == 0) {
-		/* The handler phase: one deadline from just before start. */
-		r.deadline = now_mono_ns() + r.timeout;
-		if (run_start(&r, r.deadline) == 0) {
+		/* The start is setup's; the handler phase is the rule's timeout
+		 * from the daemon's answer, when the process runs (a loaded
+		 * daemon took 5.5 s to answer: on a 6 s default that left the
+		 * handler half a second). */
+		if (run_start(&r, r.setup_deadline) == 0) {
+			r.deadline = now_mono_ns() + r.timeout;
 			run_feed(&r);
 			run_classify(&r, run_pump(&r));
 		}

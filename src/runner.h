@@ -32,10 +32,11 @@
  *
  * Time. Every Engine API call of an invocation belongs to one of three
  * phases, each with one deadline that all of its calls share (see "Time
- * bounds" below): setup (secrets, create, attach, wait) ends at most
+ * bounds" below): setup (secrets, create, attach, wait, start) ends at most
  * RUNNER_SETUP_TIMEOUT_MS after runner_invoke was entered; the handler phase
- * (start, stdin, output, exit status) is the rule's timeout from just before
- * start; teardown (forced removal, retried) ends at most
+ * (stdin, output, exit status) is the rule's timeout from the daemon's
+ * answer to the start, when the handler's process runs (so a slow daemon
+ * does not eat into the handler's time); teardown (forced removal, retried) ends at most
  * RUNNER_TEARDOWN_TIMEOUT_MS after it began. When the handler deadline
  * passes the container is removed and the outcome is RUNNER_TIMEOUT. The
  * caller's cancellation callback is polled every RUNNER_POLL_MS; when it
@@ -132,11 +133,12 @@
  *   connect   the worker thread's first Docker   DOCKER_OPEN_TIMEOUT_MS      docker_open (GET /version),
  *             connection (executor.c)                                        called by the executor
  *   setup     secrets, create, attach, wait      RUNNER_SETUP_TIMEOUT_MS     runner: one deadline from
- *             registration (a standby dispatch:                              entry, shared by these calls
- *             the CPU lift, and when it fails
- *             the on-demand setup)
- *   handler   start, stdin, output, exit status  the rule's timeout          runner: one deadline from
- *                                                (runner_timeout_ns)         just before start
+ *             registration, start (a standby                                 entry, shared by these calls
+ *             dispatch: the CPU lift, and when
+ *             it fails the on-demand setup)
+ *   handler   stdin, output, exit status         the rule's timeout          runner: one deadline from
+ *             (a standby dispatch: from the      (runner_timeout_ns)         the start's answer
+ *             dispatch)
  *   teardown  forced removal by id or by name,   RUNNER_TEARDOWN_TIMEOUT_MS  runner: one deadline from
  *             retried                                                        its start, shared by tries
  *             (or, after an exit 137, the                                    (RUNNER_OOM_QUERY_MS, less
