@@ -258,10 +258,17 @@ EOF
 # two saves' events is bounded by the clock read before the earlier write
 # and after the later one; a machine too slow to keep that bound under
 # 750 ms cannot test the guarantee (the part is skipped, the rest checked).
+# The daemon looks at a function once no change has come for 750 ms, and
+# at the latest 10 s after a burst began. Each save is timed from the clock
+# read before the previous save to the one after this save: an upper bound
+# on the quiet the daemon could have seen between them. A gap under 750 ms
+# cannot end a burst, so the rebuilds are at most 1 + the gaps of 750 ms or
+# more + one per 10 s of span (1 on a machine that keeps up: asserted
+# exactly, whatever the load, with no skip).
 test_burst_of_saves_is_one_rebuild() {
 	pyfn rl-burst v0
 	start_relay
-	local f=$RELAY_FUNCTIONS_DIR/rl-burst/main.py i b a prev=0 first=0 gap maxgap=0 span k m
+	local f=$RELAY_FUNCTIONS_DIR/rl-burst/main.py i b a prev=0 first=0 gap maxgap=0 long=0 span k m
 	for i in $(seq 1 20); do
 		b=$(date +%s%N)
 		printf 'def handler(event):\n    print("save%s " + event["n"])\n' "$i" >"$f"
@@ -271,38 +278,33 @@ test_burst_of_saves_is_one_rebuild() {
 		else
 			gap=$(((a - prev) / 1000000))
 			[ "$gap" -le "$maxgap" ] || maxgap=$gap
+			[ "$gap" -lt 750 ] || long=$((long + 1))
 		fi
 		prev=$b
 		sleep 0.02
 	done
 	span=$(((a - first) / 1000000))
+	local allowed=$((1 + long + span / 10000))
 	wait_log 30 'msg="function updated" function=rl-burst'
-	if [ "$maxgap" -lt 750 ] && [ "$span" -lt 10000 ]; then
-		# One look, after the last save: the update serves save20.
-		ev rl-burst 1
-		handled rl-burst 1 save20
-	else
-		skip_part "saves up to $maxgap ms apart over $span ms: not one burst on this machine"
-		# Each pause may have cost a rebuild; the last one serves save20.
-		k=0
-		while :; do
-			k=$((k + 1))
-			[ "$k" -le 40 ] || fail_log "save20 never served"
-			ev rl-burst "$k"
-			m=$(marker_of rl-burst "$k")
-			[ "$m" != save20 ] || break
-			sleep 0.5
-		done
-	fi
-	# save20 serves, so no later look can find a change: the counts are final.
-	local rebuilds
+	# Every rebuild but the last ends with an update that does not serve
+	# save20; the last one serves it, and no later look finds a change.
+	k=0
+	while :; do
+		k=$((k + 1))
+		[ "$k" -le 40 ] || fail_log "save20 never served"
+		ev rl-burst "$k"
+		m=$(marker_of rl-burst "$k")
+		[ "$m" != save20 ] || break
+		[ "$allowed" -gt 1 ] || fail_log "one burst ($span ms, gaps up to $maxgap ms) served $m, not save20"
+		sleep 0.5
+	done
+	local rebuilds updates
 	rebuilds=$(count_log 'function=rl-burst' 'msg="function changed; preparing the new version"')
-	if [ "$maxgap" -lt 750 ] && [ "$span" -lt 10000 ]; then
-		[ "$rebuilds" -eq 1 ] || fail_log "the burst ($span ms, gaps < $maxgap ms) caused $rebuilds rebuilds"
-		[ "$(count_log 'function=rl-burst' 'msg="function updated"')" -eq 1 ] || fail_log "more than one update"
-	else
-		[ "$rebuilds" -ge 1 ] && [ "$rebuilds" -le 20 ] || fail_log "$rebuilds rebuilds for 20 saves"
-	fi
+	updates=$(count_log 'function=rl-burst' 'msg="function updated"')
+	echo "  saves over $span ms, gaps up to $maxgap ms, $long of 750 ms or more: $rebuilds rebuilds, at most $allowed allowed"
+	[ "$rebuilds" -ge 1 ] && [ "$rebuilds" -le "$allowed" ] ||
+		fail_log "the burst ($span ms, $long gaps of 750 ms or more) caused $rebuilds rebuilds, more than $allowed"
+	[ "$updates" -eq "$rebuilds" ] || fail_log "$rebuilds rebuilds but $updates updates"
 	stop_relay
 	remove_images 'rl-burst'
 }

@@ -498,15 +498,18 @@ static bool log_has(const char *needle)
 
 /* ---- setup ---------------------------------------------------------------- */
 
-static bool ready, cleaned;
+static bool tried, ready, cleaned;
 static void cleanup(void);
 
 /* The fixture, also run by a case started alone (build-san/it/standby_pool
  * CASE), whose clean-up then runs at exit. */
 TEST(setup)
 {
-	if (ready)
+	/* Once: a setup that failed part way must not start a second reader
+	 * of the event stream when each case asks for it. */
+	if (tried)
 		return;
+	tried = true;
 	char *e = NULL;
 	signal(SIGPIPE, SIG_IGN);
 	int pid = (int)getpid();
@@ -541,8 +544,18 @@ TEST(setup)
 	buf_init(&ev_part, 1u << 20);
 	pthread_create(&ev_thread, NULL, ev_main, NULL);
 	ev_running = true;
-	/* The stream is live once a barrier comes through. */
-	REQUIRE(ev_sync() >= 0);
+	/* The stream is live once a barrier comes through. The daemon sends
+	 * only what happens after it took the request, so a barrier made
+	 * before then is never seen: make one a second until one is. */
+	bool live = false;
+	for (int i = 0; i < 30 && !live && !atomic_load(&ev_done); i++) {
+		char id[72];
+		REQUIRE(ev_barrier(id, sizeof id));
+		live = WAIT_UNTIL(1, ev_seen(id, false));
+	}
+	if (!live)
+		T_FAIL_("the event stream delivered none of the barriers within 30 s");
+	REQUIRE(live);
 	ready = true;
 	atexit(cleanup);
 }
