@@ -7,9 +7,10 @@
  * take, an invocation's start or end), and in one pass: sorts out what
  * must go (plan_discards: stale version or secret, gone, idle, excess),
  * removes it without the lock, bounds the CPU of those parked a second
- * (bound_due), then starts at most one container
- * (pick_start, start_one) and goes round again at once while there is a
- * deficit and a spare slot.
+ * (bound_due), then hands up to STANDBY_STARTERS starts to the starter
+ * threads (pick_start; each start holds a spare slot), which park the
+ * containers (start_one) on Docker connections of their own and poke the
+ * pool thread when done.
  */
 #include "standby.h"
 
@@ -43,9 +44,18 @@ struct demand {
 	int peak, prev_peak;  /* of the current and the previous window */
 	int64_t window_start; /* monotonic */
 	int64_t last_use;     /* monotonic: the last standby_begin */
+	int64_t arrivals[STANDBY_RATE_SAMPLES]; /* monotonic, ring of the latest begins */
+	unsigned narrivals;	/* begins recorded, ever (the ring's next slot, mod) */
+	int64_t start_ns;     /* smoothed time a start of this handler takes; 0 unknown */
 	int64_t retry_after;  /* monotonic: no start before (an early exit) */
 	char *retry_image;    /* ... of this image */
-	int starting;	      /* 1 while the pool thread parks one */
+	int starting;	      /* starts in flight (queued or in a starter) */
+};
+
+/* A start handed to a starter thread: the record it is for (kept alive by
+ * its starting count) and the spare slot it holds. */
+struct start_job {
+	struct demand *d;
 };
 
 struct standby {
@@ -61,6 +71,13 @@ struct standby {
 	pthread_t thread;
 	struct docker *docker; /* the pool thread's */
 	int64_t next_bound;    /* monotonic: the next bound_due, 0 none (pool thread) */
+	/* The starters: jobs queued (at most STANDBY_STARTERS) and in flight. */
+	pthread_t starters[STANDBY_STARTERS];
+	int nstarters;
+	pthread_cond_t jobs_cond;
+	struct start_job jobs[STANDBY_STARTERS];
+	int njobs;
+	int inflight; /* queued + being started */
 };
 
 /* ---- secret stamps ----------------------------------------------------- */
@@ -117,13 +134,47 @@ static void demand_roll(struct demand *d, int64_t now)
 	}
 }
 
-/* How many d should have parked: its recent peak, 0 when idle. */
+/* How many containers a steady stream of d's events uses up while one
+ * start takes: its arrival rate over the recorded begins of the last
+ * STANDBY_RATE_SPAN_NS (at least 3 of them, at least a second apart from
+ * first to last: begins at one moment are concurrency, which the peak
+ * counts) times the smoothed start time, rounded up; 0 without such a
+ * stream. */
+int standby_rate_need(const int64_t *arrivals, unsigned narrivals, int64_t start_ns, int64_t now)
+{
+	unsigned n = narrivals < STANDBY_RATE_SAMPLES ? narrivals : STANDBY_RATE_SAMPLES;
+	int64_t first = 0, last = 0;
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++) {
+		int64_t t = arrivals[(narrivals - 1 - i) % STANDBY_RATE_SAMPLES];
+		if (now - t > STANDBY_RATE_SPAN_NS)
+			break;
+		if (!k)
+			last = t;
+		first = t;
+		k++;
+	}
+	int64_t span = last - first;
+	if (k < 3 || span < NS_PER_SEC)
+		return 0;
+	if (start_ns <= 0)
+		start_ns = NS_PER_SEC;
+	/* (k - 1) intervals in span: need = ceil((k - 1) * start_ns / span). */
+	int64_t need = ((int64_t)(k - 1) * start_ns + span - 1) / span;
+	return need > STANDBY_RATE_SAMPLES ? STANDBY_RATE_SAMPLES : (int)need;
+}
+
+/* How many d should have parked: the larger of its recent peak and what a
+ * steady stream of its events uses up during one start; 0 when idle. */
 static int demand_target(const struct standby *sb, struct demand *d, int64_t now)
 {
 	demand_roll(d, now);
 	if (d->running == 0 && now - d->last_use >= sb->cfg.idle_ns)
 		return 0;
 	int t = d->peak > d->prev_peak ? d->peak : d->prev_peak;
+	int r = standby_rate_need(d->arrivals, d->narrivals, d->start_ns, now);
+	if (r > t)
+		t = r;
 	return t < 1 ? 1 : t;
 }
 
@@ -162,6 +213,7 @@ void standby_begin(struct standby *sb, const struct fn_version *fv, const char *
 	if (d->running > d->peak)
 		d->peak = d->running;
 	d->last_use = now;
+	d->arrivals[d->narrivals++ % STANDBY_RATE_SAMPLES] = now;
 	poke_locked(sb);
 	pthread_mutex_unlock(&sb->lock);
 }
@@ -442,11 +494,12 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 }
 
 /* The demand record that should get one more container now, under the
- * lock, or NULL: below its share at the current image, not backing off
- * after an early exit, and the pool below STANDBY_MAX. */
+ * lock, or NULL: below its share at the current image counting its starts
+ * in flight, not backing off after an early exit, and the pool with its
+ * starts in flight below STANDBY_MAX. */
 static struct demand *pick_start(struct standby *sb, const struct snapshot *snap, int64_t now)
 {
-	if (sb->nentries >= sb->cfg.max)
+	if (sb->nentries + sb->inflight >= sb->cfg.max)
 		return NULL;
 	int *quota;
 	size_t n;
@@ -454,12 +507,12 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 	struct demand *pick = NULL;
 	for (size_t i = 0; i < n && !pick; i++) {
 		const struct fn_version *fv = snapshot_find(snap, v[i]->function);
-		if (!fv || !fv->image || v[i]->starting)
+		if (!fv || !fv->image)
 			continue;
 		if (now < v[i]->retry_after && v[i]->retry_image &&
 		    strcmp(v[i]->retry_image, fv->image) == 0)
 			continue;
-		if (parked_for(sb, v[i], fv->image) < quota[i])
+		if (parked_for(sb, v[i], fv->image) + v[i]->starting < quota[i])
 			pick = v[i];
 	}
 	free(quota);
@@ -467,10 +520,15 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 	return pick;
 }
 
-/* Parks one container for d (at the snapshot's version); 0 when parked. */
-static int start_one(struct standby *sb, const struct snapshot *snap, struct demand *d)
+/* Parks one container for d (at the snapshot's version) through docker;
+ * 0 when parked. d's names are read without the lock: they never change,
+ * and d lives while its starting count is above 0. */
+static int start_one(struct standby *sb, struct docker *docker, const struct snapshot *snap,
+		     struct demand *d)
 {
 	const struct fn_version *fv = snapshot_find(snap, d->function);
+	if (!fv || !fv->image)
+		return -1;
 	const struct template *t = fv->fn->tpl;
 	uint64_t stamp;
 	if (fv_stamp(sb, fv, &stamp) < 0)
@@ -490,14 +548,15 @@ static int start_one(struct standby *sb, const struct snapshot *snap, struct dem
 	struct runner_parked *p = NULL;
 	char *err = NULL;
 	int64_t t0 = now_mono_ns();
-	if (runner_park(sb->docker, &in, &p, &err) < 0) {
+	if (runner_park(docker, &in, &p, &err) < 0) {
 		log_debug(LOG_ATTRS("function", in.function, "handler", in.handler, "error", err),
 			  "standby container not started");
 		free(err);
 		return -1;
 	}
+	int64_t took = now_mono_ns() - t0;
 	char ms[24];
-	snprintf_(ms, sizeof ms, "%lld", (long long)((now_mono_ns() - t0) / NS_PER_MS));
+	snprintf_(ms, sizeof ms, "%lld", (long long)(took / NS_PER_MS));
 	log_debug(LOG_ATTRS("function", in.function, "handler", in.handler, "container",
 			    runner_parked_id(p), "image", fv->image, "start_ms", ms),
 		  "standby container started");
@@ -513,6 +572,7 @@ static int start_one(struct standby *sb, const struct snapshot *snap, struct dem
 	sb->entries = e;
 	sb->nentries++;
 	metrics_standby_containers(e->function, e->handler, 1);
+	d->start_ns = d->start_ns ? (3 * d->start_ns + took) / 4 : took;
 	pthread_mutex_unlock(&sb->lock);
 	return 0;
 }
@@ -594,8 +654,8 @@ static void bound_due(struct standby *sb)
 	sb->next_bound = next;
 }
 
-/* One pass; returns true when it parked a container (go round at once). */
-static bool pass(struct standby *sb)
+/* One pass: discards, CPU bounds, then starts handed to the starters. */
+static void pass(struct standby *sb)
 {
 	struct snapshot *snap = registry_acquire(sb->cfg.registry);
 	int64_t now = now_mono_ns();
@@ -607,28 +667,68 @@ static bool pass(struct standby *sb)
 	/* A refused bound is removed now, not a tick later. */
 	bury(sb, now_mono_ns() + RUNNER_TEARDOWN_TIMEOUT_MS * NS_PER_MS);
 
-	bool parked = false;
+	/* Up to STANDBY_STARTERS starts at once, each holding a spare slot. */
 	pthread_mutex_lock(&sb->lock);
-	struct demand *d = atomic_load(&sb->stop) ? NULL : pick_start(sb, snap, now);
-	if (d)
-		d->starting = 1;
+	while (!atomic_load(&sb->stop) && sb->inflight < sb->nstarters) {
+		struct demand *d = pick_start(sb, snap, now);
+		if (!d || slots_try_acquire_spare(sb->cfg.slots) != 0)
+			break;
+		d->starting++;
+		sb->inflight++;
+		sb->jobs[sb->njobs++] = (struct start_job){d};
+		pthread_cond_signal(&sb->jobs_cond);
+	}
 	pthread_mutex_unlock(&sb->lock);
-	if (d && slots_try_acquire_spare(sb->cfg.slots) == 0) {
-		int rc = start_one(sb, snap, d);
+	registry_release(sb->cfg.registry, snap);
+}
+
+/* A starter: takes a queued start, parks the container on a Docker
+ * connection of its own (opened at its first job, again after a failure),
+ * gives the slot back and pokes the pool thread. */
+static void *starter_main(void *arg)
+{
+	struct standby *sb = arg;
+	struct docker *docker = NULL;
+	pthread_mutex_lock(&sb->lock);
+	for (;;) {
+		while (!sb->njobs && !atomic_load(&sb->stop))
+			pthread_cond_wait(&sb->jobs_cond, &sb->lock);
+		if (!sb->njobs)
+			break;
+		struct start_job job = sb->jobs[--sb->njobs];
+		bool stopping = atomic_load(&sb->stop);
+		pthread_mutex_unlock(&sb->lock);
+		int rc = -1;
+		char *err = NULL;
+		if (!stopping && !docker && docker_open(&docker, &err) < 0) {
+			log_debug(LOG_ATTRS("error", err ? err : ""),
+				  "standby: cannot reach the Docker daemon");
+			docker = NULL;
+		}
+		free(err);
+		struct snapshot *snap = registry_acquire(sb->cfg.registry);
+		const struct fn_version *fv = snapshot_find(snap, job.d->function);
+		if (!stopping && docker)
+			rc = start_one(sb, docker, snap, job.d);
 		slots_release_spare(sb->cfg.slots);
 		pthread_mutex_lock(&sb->lock);
-		if (rc < 0)
-			demand_back_off(d, snapshot_find(snap, d->function)->image);
-		parked = rc == 0;
-		d->starting = 0;
+		if (rc < 0 && !stopping)
+			demand_back_off(job.d, fv ? fv->image : NULL);
+		job.d->starting--;
+		sb->inflight--;
+		poke_locked(sb);
 		pthread_mutex_unlock(&sb->lock);
-	} else if (d) {
+		registry_release(sb->cfg.registry, snap);
+		if (rc < 0 && docker && !stopping) {
+			/* A failed start may have left the connection unusable. */
+			docker_close(docker);
+			docker = NULL;
+		}
 		pthread_mutex_lock(&sb->lock);
-		d->starting = 0;
-		pthread_mutex_unlock(&sb->lock);
 	}
-	registry_release(sb->cfg.registry, snap);
-	return parked;
+	pthread_mutex_unlock(&sb->lock);
+	docker_close(docker);
+	return NULL;
 }
 
 static void *pool_main(void *arg)
@@ -636,7 +736,6 @@ static void *pool_main(void *arg)
 	struct standby *sb = arg;
 	int64_t next_open = 0;
 	while (!atomic_load(&sb->stop)) {
-		bool again = false;
 		if (!sb->docker && now_mono_ns() >= next_open) {
 			char *err = NULL;
 			if (docker_open(&sb->docker, &err) < 0) {
@@ -648,9 +747,9 @@ static void *pool_main(void *arg)
 			}
 		}
 		if (sb->docker)
-			again = pass(sb);
+			pass(sb);
 		pthread_mutex_lock(&sb->lock);
-		if (!again && !sb->poked && !atomic_load(&sb->stop)) {
+		if (!sb->poked && !atomic_load(&sb->stop)) {
 			struct timespec ts;
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			int64_t end = (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec +
@@ -674,6 +773,10 @@ struct standby *standby_start(const struct standby_config *cfg)
 	sb->cfg = *cfg;
 	pthread_mutex_init(&sb->lock, NULL);
 	cond_init_monotonic(&sb->cond);
+	pthread_cond_init(&sb->jobs_cond, NULL);
+	for (int i = 0; i < STANDBY_STARTERS; i++)
+		if (thread_start(&sb->starters[sb->nstarters], "standby-start", starter_main, sb) == 0)
+			sb->nstarters++;
 	thread_start(&sb->thread, "standby", pool_main, sb);
 	return sb;
 }
@@ -685,6 +788,13 @@ void standby_stop(struct standby *sb)
 	atomic_store(&sb->stop, 1);
 	standby_poke(sb);
 	pthread_join(sb->thread, NULL);
+	/* A start in flight ends within its own bounds (runner_park's);
+	 * queued ones are dropped, their slots given back. */
+	pthread_mutex_lock(&sb->lock);
+	pthread_cond_broadcast(&sb->jobs_cond);
+	pthread_mutex_unlock(&sb->lock);
+	for (int i = 0; i < sb->nstarters; i++)
+		pthread_join(sb->starters[i], NULL);
 	/* Everything parked goes, within one bound. */
 	int64_t deadline = now_mono_ns() + STANDBY_STOP_TIMEOUT_MS * NS_PER_MS;
 	pthread_mutex_lock(&sb->lock);
@@ -706,6 +816,7 @@ void standby_stop(struct standby *sb)
 		demand_free(d);
 	}
 	docker_close(sb->docker);
+	pthread_cond_destroy(&sb->jobs_cond);
 	pthread_cond_destroy(&sb->cond);
 	pthread_mutex_destroy(&sb->lock);
 	free(sb);

@@ -16,16 +16,23 @@
  * the number running now, its peak over the current and the previous
  * STANDBY_PEAK_WINDOW_NS window, and the time of the last invocation. The
  * target of a handler is that peak (so a handler that ran 3 at once lately
- * keeps 3 ready), 0 once it has had no invocation for idle_ns. The sum over
+ * keeps 3 ready), or, when larger, what a steady stream of its events uses
+ * up while one container starts (standby_rate_need: its arrival rate over
+ * the last STANDBY_RATE_SPAN_NS times the handler's smoothed start time,
+ * so events 0.5 s apart with 1 s starts keep 2 ready), 0 once it has had
+ * no invocation for idle_ns. The sum over
  * every handler never exceeds max (STANDBY_MAX); when targets add up to
  * more, the most recently used handlers come first. Containers above a
  * target are removed ("excess", or "idle" when the target fell to 0).
  *
- * Admission. The pool thread starts one container at a time, each only
- * after taking a spare global concurrency slot (slots_try_acquire_spare:
- * free, and no invocation waiting for one: slots.h), held while it starts and
- * given back once it is parked: a replacement never takes a slot an
- * invocation is waiting for, and a parked container holds none.
+ * Admission. Up to STANDBY_STARTERS containers start at once, each on a
+ * starter thread with a Docker connection of its own, and each only after
+ * the pool thread took a spare global concurrency slot for it
+ * (slots_try_acquire_spare: free, and no invocation waiting for one:
+ * slots.h), held while it starts and given back once it is parked: a
+ * replacement never takes a slot an invocation is waiting for, a parked
+ * container holds none, and refills run in parallel only while slots are
+ * spare.
  *
  * Never stale. A parked container is removed ("version") once the
  * registry's current version of its function has another image (an edit, a
@@ -62,7 +69,7 @@
  *
  * Thread-safety: one mutex guards the pool and the demand table; it is
  * never held across an Engine API call. standby_take/begin/end are called
- * by any worker; the pool thread owns its own Docker connection.
+ * by any worker; the pool thread and each starter own a Docker connection.
  */
 #ifndef RELAY_STANDBY_H
 #define RELAY_STANDBY_H
@@ -96,6 +103,13 @@
 /* Bound on one such update (an update answers within tens of ms). */
 #define STANDBY_BOUND_TIMEOUT_MS 5000L
 #define STANDBY_TICK_MS 1000
+/* Starts in flight at most (each also holds a spare slot). */
+#define STANDBY_STARTERS 2
+/* The arrival rate is taken over the latest STANDBY_RATE_SAMPLES begins of
+ * a handler within STANDBY_RATE_SPAN_NS; the rate's share of a target is
+ * at most STANDBY_RATE_SAMPLES. */
+#define STANDBY_RATE_SAMPLES 16
+#define STANDBY_RATE_SPAN_NS (10LL * 1000000000LL)
 
 struct standby_config {
 	int max;	 /* STANDBY_MAX: at most this many parked at once; > 0 */
@@ -136,6 +150,13 @@ void standby_discard(struct standby *sb, const struct fn_version *fv, const char
 
 /* Parked containers of (function, handler) right now. */
 int standby_count(struct standby *sb, const char *function, const char *handler);
+
+/* What a steady stream uses up during one start: the rate of the begins
+ * in arrivals (a ring of STANDBY_RATE_SAMPLES; narrivals recorded ever)
+ * within STANDBY_RATE_SPAN_NS of now, at least 3 spanning at least a
+ * second, times start_ns (1 s when 0), rounded up; 0 without such a
+ * stream. Pure; exposed for its unit test. */
+int standby_rate_need(const int64_t *arrivals, unsigned narrivals, int64_t start_ns, int64_t now);
 
 /* Wakes the pool thread (a version or a secret may have changed). */
 void standby_poke(struct standby *sb);

@@ -7,7 +7,8 @@
  * and destroy, docker inspect), standby_count and the counter
  * standby_discarded_total{reason}.
  *
- *  - sizing: the target is the recent peak of concurrent invocations, the
+ *  - sizing: the target is the recent peak of concurrent invocations, or
+ *    what a steady stream uses up during one start when that is more, the
  *    sum is capped at STANDBY_MAX with the most recently used handler
  *    first, and what exceeds a share is removed ("excess");
  *  - a container serves exactly one event: a taken one is dispatched,
@@ -26,8 +27,8 @@
  * label carry this process id; the images are removed at the end.
  *
  * Bounds: a container start is bounded by RUNNER_SETUP_TIMEOUT_MS (30 s)
- * and the stand-in's starts take about a second, serially in one pool
- * thread, on 2 cores shared with the other test lanes. WAIT_S (120 s)
+ * and the stand-in's starts take about a second, at most STANDBY_STARTERS
+ * at once, on 2 cores shared with the other test lanes. WAIT_S (120 s)
  * covers a few such starts with that margin; a bound that only waits
  * for something to happen never makes a passing run slower.
  */
@@ -681,6 +682,36 @@ TEST(idle_expiry_removes_it_no_earlier_than_standby_idle)
 	pool_stop(&p);
 }
 
+/* One invocation at a time, 200 ms apart: a peak of 1, but more than one
+ * container used up during each start (a start takes far more than
+ * 200 ms here), so the pool keeps at least 2 ready while the stream lasts.
+ * Once it stops, its begins age out of the rate's 10 s and the surplus
+ * goes ("excess"), back to the peak's 1. */
+TEST(a_steady_stream_keeps_more_ready_than_its_peak)
+{
+	NEED_SETUP();
+	uint64_t excess = metrics_standby_discarded_value(METRIC_STANDBY_EXCESS);
+	struct pool p;
+	pool_start(&p, 8, 600LL * NS_PER_SEC);
+	struct fn_version *fv = load_fv(fn_b, img_b);
+	REQUIRE(fv);
+	publish(p.reg, &fv, 1);
+	bool two = false;
+	int64_t end = now_mono_ns() + WAIT_S * NS_PER_SEC;
+	while (!two && now_mono_ns() < end) {
+		demand(&p, fv, 1);
+		usleep(200 * 1000);
+		two = standby_count(p.sb, fn_b, H) >= 2;
+	}
+	CHECK(two);
+	int64_t stopped = now_mono_ns();
+	CHECK(WAIT_UNTIL(WAIT_S, standby_count(p.sb, fn_b, H) == 1 && parked_n(fn_b) == 1));
+	/* Not before the stream's begins left the rate's span. */
+	CHECK(now_mono_ns() - stopped >= STANDBY_RATE_SPAN_NS - 2 * NS_PER_SEC);
+	CHECK(metrics_standby_discarded_value(METRIC_STANDBY_EXCESS) - excess >= 1);
+	pool_stop(&p);
+}
+
 /* template.yaml edited (a new env entry: a new image): the parked
  * container of the old image is removed ("version") and one of the new
  * image parked; a take for the new version never gets the old one, while
@@ -836,6 +867,7 @@ TEST(cleanup)
 T_MAIN(T_FIXTURE(setup), T_CASE(target_is_the_recent_peak_and_each_container_serves_one_event),
        T_CASE(standby_max_caps_the_sum_most_recently_used_first),
        T_CASE(idle_expiry_removes_it_no_earlier_than_standby_idle),
+       T_CASE(a_steady_stream_keeps_more_ready_than_its_peak),
        T_CASE(template_change_replaces_the_parked_container),
        T_CASE(secret_rotation_replaces_the_parked_container),
        T_CASE(import_error_exits_and_that_version_backs_off), T_FIXTURE(cleanup))
