@@ -20,7 +20,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-par
 LDFLAGS += $(OPT)
 LDLIBS  += $(PKG_LIBS) -lpthread -lm
 
-LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c src/cmd/*.c))
+LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)

@@ -73,13 +73,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "consumer.h"
-#include "duration.h"
-#include "log.h"
-#include "metrics.h"
-#include "redis.h"
-#include "registry.h"
-#include "util.h"
+#include "engine/consumer.h"
+#include "base/duration.h"
+#include "base/log.h"
+#include "engine/metrics.h"
+#include "io/redis.h"
+#include "engine/registry.h"
+#include "base/util.h"
 
 #define N_EVENTS 100000
 #define RSS_EARLY_AT 10000

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cron.h"
-#include "util.h"
+#include "model/cron.h"
+#include "base/util.h"
 
 #define CALLS 200000
 #define TARGET 100000.0

@@ -23,9 +23,9 @@
 #include <string.h>
 
 #include "../tests/unit/tflood.h"
-#include "event.h"
-#include "siphash.h"
-#include "util.h"
+#include "io/event.h"
+#include "base/siphash.h"
+#include "base/util.h"
 
 #define NKEYS 65536
 #define KEYLEN 9

@@ -64,12 +64,12 @@
 
 #include <jansson.h>
 
-#include "docker.h"
-#include "image.h"
-#include "log.h"
-#include "runner.h"
-#include "runtime.h"
-#include "util.h"
+#include "io/docker.h"
+#include "engine/image.h"
+#include "base/log.h"
+#include "engine/runner.h"
+#include "model/runtime.h"
+#include "base/util.h"
 
 #define STANDBY_IDLE_MS 1000
 #define STANDBY_SETTLE_MS 2000

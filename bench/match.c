@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "event.h"
-#include "pattern.h"
-#include "util.h"
+#include "io/event.h"
+#include "model/pattern.h"
+#include "base/util.h"
 
 static const char event_text[] =
 	"{\"event_name\":\"INSERT\",\"table_name\":\"table_1\",\"event_id\":\"7d1c0f6e-9a8b-4c3d-"

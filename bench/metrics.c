@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "metrics.h"
-#include "util.h"
+#include "engine/metrics.h"
+#include "base/util.h"
 
 enum op { OP_INC, OP_GAUGE, OP_INVOCATION, OP_OBSERVE, OP_PER_EVENT, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"inc", "gauge_add", "invocation", "observe",

@@ -33,10 +33,10 @@
 
 #include <hiredis/hiredis.h>
 
-#include "docker.h"
-#include "image.h"
-#include "log.h"
-#include "util.h"
+#include "io/docker.h"
+#include "engine/image.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define NFUNCTIONS 50
 

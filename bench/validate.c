@@ -25,9 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pattern.h"
-#include "template.h"
-#include "util.h"
+#include "model/pattern.h"
+#include "model/template.h"
+#include "base/util.h"
 
 #define LIMIT_S 30
 #define LIMIT_AS (4ULL << 30)

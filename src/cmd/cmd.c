@@ -7,9 +7,9 @@
 #include <jansson.h>
 
 #include "cmd/health.h"
-#include "invocation.h"
-#include "redis.h"
-#include "util.h"
+#include "engine/invocation.h"
+#include "io/redis.h"
+#include "base/util.h"
 
 #define RELAY_VERSION "0.1.0"
 

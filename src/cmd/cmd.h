@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "model/config.h"
 
 /*
  * What a command touches: flags, each true of the command. --help shows

@@ -47,11 +47,11 @@
 #include "cmd/dlq_view.h"
 #include "cmd/match.h"
 #include "cmd/render.h"
-#include "duration.h"
-#include "event.h"
-#include "redis.h"
-#include "rfc3339.h"
-#include "util.h"
+#include "base/duration.h"
+#include "io/event.h"
+#include "io/redis.h"
+#include "base/rfc3339.h"
+#include "base/util.h"
 
 #define DLQ_PAGE 16	/* matching entries a scan_lua call answers */
 #define DLQ_LOOK_MAX 32 /* entries a scan_lua call looks at */

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* The bounds of relay dlq (README "Limits"; docs/dlq.md): the digits of
  * each part of an entry id (MS-SEQ, both parts required), the bytes of a

@@ -17,11 +17,11 @@
 #include "cmd/cmd.h"
 #include "cmd/event_status.h"
 #include "cmd/render.h"
-#include "event.h"
-#include "invocation.h"
-#include "redis.h"
-#include "rfc3339.h"
-#include "util.h"
+#include "io/event.h"
+#include "engine/invocation.h"
+#include "io/redis.h"
+#include "base/rfc3339.h"
+#include "base/util.h"
 
 #define DLQ_PAGE 100
 #define DLQ_SCAN_MAX 100000

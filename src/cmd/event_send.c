@@ -33,10 +33,10 @@
 
 #include "cmd/cmd.h"
 #include "cmd/match.h"
-#include "event.h"
-#include "redis.h"
-#include "scheduler.h"
-#include "util.h"
+#include "io/event.h"
+#include "io/redis.h"
+#include "engine/scheduler.h"
+#include "base/util.h"
 
 static int send_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {

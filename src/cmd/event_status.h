@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "cmd/match.h"
-#include "util.h"
+#include "base/util.h"
 
 enum event_state {
 	EVST_NOT_FOUND,

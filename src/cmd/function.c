@@ -14,11 +14,11 @@
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
 #include "cmd/match.h"
-#include "event.h"
-#include "function.h"
-#include "pattern.h"
-#include "rfc3339.h"
-#include "util.h"
+#include "io/event.h"
+#include "model/function.h"
+#include "model/pattern.h"
+#include "base/rfc3339.h"
+#include "base/util.h"
 
 /* DIR, else the functions directory (RELAY_FUNCTIONS_DIR, else /functions). */
 static int validate_exec(const struct cmd *self, const struct cmd_args *args,

@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
-#include "function.h"
-#include "runtime.h"
-#include "util.h"
+#include "model/function.h"
+#include "model/runtime.h"
+#include "base/util.h"
 
 /* The event the scaffold's rule matches and its comments and the printed
  * next step show. */

@@ -7,10 +7,10 @@
 #include "cmd/cmd.h"
 #include "cmd/function_state.h"
 #include "cmd/render.h"
-#include "cron.h"
-#include "docker.h"
-#include "state.h"
-#include "util.h"
+#include "model/cron.h"
+#include "io/docker.h"
+#include "engine/state.h"
+#include "base/util.h"
 
 #define OUTPUT_MAX (64u << 20)
 

@@ -15,13 +15,13 @@
 #include <jansson.h>
 
 #include "cmd/cmd.h"
-#include "config.h"
-#include "duration.h"
-#include "gitsync.h"
-#include "rfc3339.h"
-#include "secret.h"
-#include "sshkey.h"
-#include "util.h"
+#include "model/config.h"
+#include "base/duration.h"
+#include "git/gitsync.h"
+#include "base/rfc3339.h"
+#include "model/secret.h"
+#include "git/sshkey.h"
+#include "base/util.h"
 
 /* <data dir>/ssh: the deploy key and known_hosts (sshkey.h). */
 static char *ssh_dir(const struct config *cfg)

@@ -11,11 +11,11 @@
 
 #include "cmd/cmd.h"
 #include "cmd/health.h"
-#include "config.h"
-#include "docker.h"
-#include "invocation.h"
-#include "redis.h"
-#include "util.h"
+#include "model/config.h"
+#include "io/docker.h"
+#include "engine/invocation.h"
+#include "io/redis.h"
+#include "base/util.h"
 
 int health_stream_slot_check(const struct redis *r, const char *stream, char **why)
 {

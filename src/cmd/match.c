@@ -9,10 +9,10 @@
 #include <unistd.h>
 
 #include "cmd/cmd.h"
-#include "event.h"
-#include "function.h"
-#include "pattern.h"
-#include "util.h"
+#include "io/event.h"
+#include "model/function.h"
+#include "model/pattern.h"
+#include "base/util.h"
 
 int cmd_match_event(const char *words, const char *dir, const struct event *ev, int64_t now,
 		    struct cmd_match **out, size_t *nout, char **err)

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "duration.h"
-#include "rfc3339.h"
-#include "template.h"
+#include "base/duration.h"
+#include "base/rfc3339.h"
+#include "model/template.h"
 
 char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
 {

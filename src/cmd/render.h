@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "state.h"
-#include "util.h"
+#include "engine/state.h"
+#include "base/util.h"
 
 /*
  * The age of `then` at `now`, as the CLI shows it: "0s ago" .. "59s ago",

@@ -18,11 +18,11 @@
 #include <string.h>
 
 #include "cmd/cmd.h"
-#include "cron.h"
-#include "duration.h"
-#include "rfc3339.h"
-#include "tz.h"
-#include "util.h"
+#include "model/cron.h"
+#include "base/duration.h"
+#include "base/rfc3339.h"
+#include "base/tz.h"
+#include "base/util.h"
 
 #define NEXT_DEFAULT 5
 #define NEXT_MAX 1000

@@ -26,8 +26,8 @@
 #include <jansson.h>
 
 #include "cmd/cmd.h"
-#include "secret.h"
-#include "util.h"
+#include "model/secret.h"
+#include "base/util.h"
 
 static int ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {

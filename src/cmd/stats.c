@@ -11,8 +11,8 @@
 
 #include "cmd/cmd.h"
 #include "cmd/render.h"
-#include "state.h"
-#include "util.h"
+#include "engine/state.h"
+#include "base/util.h"
 
 static int stats_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {

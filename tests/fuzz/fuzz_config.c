@@ -20,11 +20,11 @@
 #include <string.h>
 
 #include "check.h"
-#include "config.h"
-#include "duration.h"
-#include "log.h"
-#include "redis.h"
-#include "util.h"
+#include "model/config.h"
+#include "base/duration.h"
+#include "base/log.h"
+#include "io/redis.h"
+#include "base/util.h"
 
 static void check_duration(const uint8_t *data, size_t size)
 {

@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "check.h"
-#include "cron.h"
-#include "util.h"
+#include "model/cron.h"
+#include "base/util.h"
 
 /* ---- the reference -------------------------------------------------- */
 

@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "runner.h"
-#include "util.h"
+#include "engine/runner.h"
+#include "base/util.h"
 
 /* What came out: per stream, each line as a 4-byte length and its bytes. */
 struct out {

@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "gitsync.h"
-#include "util.h"
-#include "webhook.h"
+#include "git/gitsync.h"
+#include "base/util.h"
+#include "git/webhook.h"
 
 /* HMAC-SHA256(key, body), independently of Relay. */
 static void reference_hmac(const uint8_t *key, size_t keylen, const uint8_t *body, size_t len,

@@ -27,9 +27,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "log.h"
-#include "sshkey.h"
-#include "util.h"
+#include "base/log.h"
+#include "git/sshkey.h"
+#include "base/util.h"
 
 #define MAX_LINES_MSG "more than 16384 lines"
 

@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "event.h"
-#include "pattern.h"
-#include "util.h"
+#include "io/event.h"
+#include "model/pattern.h"
+#include "base/util.h"
 
 static const char *const pattern_texts[] = {
 	"{}",

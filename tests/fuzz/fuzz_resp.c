@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: the reply guard (redis_guard_init / redis_guard_feed,
- * src/redis.h), the RESP2 scanner that bounds the elements at one array
+ * src/io/redis.h), the RESP2 scanner that bounds the elements at one array
  * depth of every reply before hiredis buffers them, fed arbitrary bytes.
  *
  * The first 4 bytes choose the guard: depth = byte 0 % 5, max = 1 + (bytes
@@ -60,7 +60,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "redis.h"
+#include "io/redis.h"
 
 /* ---- one scanner fed byte by byte --------------------------------------- */
 

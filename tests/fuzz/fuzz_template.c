@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "pattern.h"
-#include "template.h"
+#include "model/pattern.h"
+#include "model/template.h"
 
 #define TWICE_MAX (64 * 1024)
 #define LINE_MAX_BYTES (16 * 1024)

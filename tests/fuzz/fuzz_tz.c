@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "tz.h"
-#include "util.h"
+#include "base/tz.h"
+#include "base/util.h"
 
 /* RFC 8536 3.2: UT offsets lie in -89999..93599 seconds. */
 #define OFF_MIN (-89999)

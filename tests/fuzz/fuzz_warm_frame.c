@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "util.h"
-#include "warm_frame.h"
+#include "base/util.h"
+#include "io/warm_frame.h"
 
 static const char TOK[] = "0123456789abcdef0123456789abcdef";
 

@@ -17,16 +17,16 @@
 #include <fcntl.h>
 #include <inttypes.h>
 
-#include "duration.h"
-#include "function.h"
-#include "invocation.h"
+#include "base/duration.h"
+#include "model/function.h"
+#include "engine/invocation.h"
 #include "itlib.h"
-#include "log.h"
-#include "metrics.h"
-#include "registry.h"
-#include "rfc3339.h"
-#include "runner.h"
-#include "scheduler.h"
+#include "base/log.h"
+#include "engine/metrics.h"
+#include "engine/registry.h"
+#include "base/rfc3339.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -19,13 +19,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "consumer.h"
-#include "duration.h"
-#include "function.h"
-#include "invocation.h"
+#include "engine/consumer.h"
+#include "base/duration.h"
+#include "model/function.h"
+#include "engine/invocation.h"
 #include "itlib.h"
-#include "log.h"
-#include "metrics.h"
+#include "base/log.h"
+#include "engine/metrics.h"
 #include "t.h"
 
 static struct itredis R;

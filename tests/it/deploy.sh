@@ -187,14 +187,14 @@ test_man_page_lists_every_command_as_its_usage_says() {
 # with a default: the DEFAULT_* constant an entry names, as config.h
 # defines it (quotes dropped; DEFAULT_LOG_LEVEL's LOG_INFO is INFO, the
 # name config.c's messages show).
-config_vars() { sed -nE 's/^[[:space:]]*\{"([A-Z][A-Z0-9_]*)", K_.*/\1/p' "$ROOT/src/config.c"; }
+config_vars() { sed -nE 's/^[[:space:]]*\{"([A-Z][A-Z0-9_]*)", K_.*/\1/p' "$ROOT/src/model/config.c"; }
 config_defaults() {
 	awk 'FNR == NR { if ($1 == "#define" && $2 ~ /^DEFAULT_/) { v = $3; gsub(/"/, "", v); sub(/^LOG_/, "", v); def[$2] = v }; next }
 		/^static const struct var vars\[\] = \{/ { on = 1; next }
 		on && /^\};/ { on = 0 }
 		on && /^\t\{"[A-Z]/ { match($0, /"[A-Z][A-Z0-9_]*"/); n = substr($0, RSTART + 1, RLENGTH - 2) }
 		on && n && match($0, /DEFAULT_[A-Z0-9_]+/) { c = substr($0, RSTART, RLENGTH); if (c in def) print n, def[c]; n = "" }' \
-		"$ROOT/src/config.h" "$ROOT/src/config.c"
+		"$ROOT/src/model/config.h" "$ROOT/src/model/config.c"
 }
 
 # Every variable Relay reads (config.c's table and every getenv in src/) is
@@ -221,7 +221,7 @@ test_man_page_documents_every_variable_and_default() {
 	done < <(config_vars)
 	# config.c's own defaults: "(default X)" or "; default X)" in the
 	# accepted text.
-	[ "$(config_defaults | wc -l)" -ge 5 ] || fail "could not read the defaults from src/config.c"
+	[ "$(config_defaults | wc -l)" -ge 5 ] || fail "could not read the defaults from src/model/config.c"
 	while IFS=' ' read -r name def; do
 		body=$(section ENVIRONMENT | awk -v n="$name" '/^       [^ ]/ { on = ($1 == n) } on' | tr -s ' \n' '  ')
 		grep -qF "Default: $def" <<<"$body" || fail "$name: config.c says default $def, the page: $body"

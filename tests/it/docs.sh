@@ -1,6 +1,6 @@
 # The user documentation in docs/ keeps up with the code: every environment
 # variable src/ reads is in docs/configuration.md, every pattern operator of
-# src/pattern.c's table is in docs/template.md, and every relative link in
+# src/model/pattern.c's table is in docs/template.md, and every relative link in
 # docs/*.md reaches an existing file (and heading, for a #anchor into
 # Markdown). Text checks only: no binary, Redis or Docker. Each check takes
 # the tree it reads, so the test_*_catches_* cases run it on a copy broken
@@ -16,7 +16,7 @@ docs_env_vars() {
 	local tree=$1 other
 	other=$(grep -rnE --include='*.[ch]' '(^|[^A-Za-z0-9_]|secure_)getenv[[:space:]]*\(' "$tree/src" |
 		grep -vE 'getenv[[:space:]]*\("[A-Za-z_][A-Za-z0-9_]*"\)' |
-		grep -vE '^[^:]*/src/config\.c:[0-9]+:.*getenv\(v->name\)')
+		grep -vE '^[^:]*/src/model/config\.c:[0-9]+:.*getenv\(v->name\)')
 	if [ -n "$other" ]; then
 		echo "getenv with a name this check cannot read (name the variable literally, or add it to config.c's table):"
 		echo "${other//"$tree"\//}"
@@ -27,7 +27,7 @@ docs_env_vars() {
 			sed -E 's/.*"([^"]*)".*/\1/'
 		awk '/^static const struct var vars\[\] = \{/ { on = 1; next }
 		     on && /^\};/ { on = 0 }
-		     on' "$tree/src/config.c" |
+		     on' "$tree/src/model/config.c" |
 			grep -oE '^[[:space:]]*\{"[A-Za-z_][A-Za-z0-9_]*"' | grep -oE '[A-Za-z_][A-Za-z0-9_]*'
 	} | sort -u
 }
@@ -51,7 +51,7 @@ check_env_documented() {
 docs_operators() {
 	awk '/operators\[\] = \{/ { on = 1 }
 	     on { print }
-	     on && /\};/ { on = 0 }' "$1/src/pattern.c" | grep -oE '"[^"]+"' | tr -d '"'
+	     on && /\};/ { on = 0 }' "$1/src/model/pattern.c" | grep -oE '"[^"]+"' | tr -d '"'
 }
 
 # check_operators_documented TREE: each operator appears as `op` in
@@ -59,7 +59,7 @@ docs_operators() {
 check_operators_documented() {
 	local tree=$1 ops op bad=0
 	ops=$(docs_operators "$tree")
-	[ -n "$ops" ] || { echo "no operators[] table found in src/pattern.c"; return 1; }
+	[ -n "$ops" ] || { echo "no operators[] table found in src/model/pattern.c"; return 1; }
 	for op in $ops; do
 		if ! grep -qF -- "\`$op\`" "$tree/docs/template.md"; then
 			echo "docs/template.md does not document the pattern operator \`$op\`"
@@ -170,15 +170,15 @@ test_relative_links_in_docs_resolve() {
 test_env_check_catches_an_undocumented_variable() {
 	docs_tree
 	# A new literal getenv in any file.
-	sed -i 's/getenv("DOCKER_API_VERSION")/getenv("RELAY_NEW_KNOB")/' "$TMP/tree/src/docker.c"
+	sed -i 's/getenv("DOCKER_API_VERSION")/getenv("RELAY_NEW_KNOB")/' "$TMP/tree/src/io/docker.c"
 	run check_env_documented "$TMP/tree"
 	assert_status 1
 	assert_out_contains 'does not document `RELAY_NEW_KNOB`'
 	# A new entry in config.c's table.
 	docs_tree
 	sed -i 's/^\t{"REDIS_GROUP", K_STRING,/\t{"RELAY_OTHER_KNOB", K_STRING, 0, "x", OFF(redis_group), 0, NULL},\n&/' \
-		"$TMP/tree/src/config.c"
-	grep -q RELAY_OTHER_KNOB "$TMP/tree/src/config.c" || fail "the table edit did not apply"
+		"$TMP/tree/src/model/config.c"
+	grep -q RELAY_OTHER_KNOB "$TMP/tree/src/model/config.c" || fail "the table edit did not apply"
 	run check_env_documented "$TMP/tree"
 	assert_status 1
 	assert_out_contains 'does not document `RELAY_OTHER_KNOB`'
@@ -190,16 +190,16 @@ test_env_check_catches_an_undocumented_variable() {
 	assert_out_contains 'does not document `METRICS_ADDR`'
 	# A computed name it cannot read.
 	docs_tree
-	printf 'const char *f(const char *n) { return getenv(n); }\n' >>"$TMP/tree/src/util.c"
+	printf 'const char *f(const char *n) { return getenv(n); }\n' >>"$TMP/tree/src/base/util.c"
 	run check_env_documented "$TMP/tree"
 	assert_status 1
-	assert_out_contains "src/util.c"
+	assert_out_contains "src/base/util.c"
 }
 
 test_operator_check_catches_an_undocumented_operator() {
 	docs_tree
-	sed -i 's/"gt",/"between", "gt",/' "$TMP/tree/src/pattern.c"
-	grep -q '"between"' "$TMP/tree/src/pattern.c" || fail "the table edit did not apply"
+	sed -i 's/"gt",/"between", "gt",/' "$TMP/tree/src/model/pattern.c"
+	grep -q '"between"' "$TMP/tree/src/model/pattern.c" || fail "the table edit did not apply"
 	run check_operators_documented "$TMP/tree"
 	assert_status 1
 	assert_out_contains 'does not document the pattern operator `between`'

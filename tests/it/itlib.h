@@ -21,9 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "consumer.h"
-#include "redis.h"
-#include "util.h"
+#include "engine/consumer.h"
+#include "io/redis.h"
+#include "base/util.h"
 
 struct itredis {
 	pid_t pid;

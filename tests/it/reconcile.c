@@ -26,14 +26,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "docker.h"
-#include "image.h"
-#include "log.h"
-#include "reconcile.h"
-#include "registry.h"
+#include "io/docker.h"
+#include "engine/image.h"
+#include "base/log.h"
+#include "engine/reconcile.h"
+#include "engine/registry.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 #define SEC (1000LL * 1000000LL)
 #define HOUR (3600LL * SEC)

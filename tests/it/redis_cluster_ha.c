@@ -14,9 +14,9 @@
 #include <inttypes.h>
 #include <time.h>
 
-#include "duration.h"
+#include "base/duration.h"
 #include "itlib.h"
-#include "log.h"
+#include "base/log.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -19,14 +19,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "consumer.h"
-#include "duration.h"
-#include "function.h"
+#include "engine/consumer.h"
+#include "base/duration.h"
+#include "model/function.h"
 #include "itlib.h"
-#include "log.h"
-#include "metrics.h"
-#include "rfc3339.h"
-#include "scheduler.h"
+#include "base/log.h"
+#include "engine/metrics.h"
+#include "base/rfc3339.h"
+#include "engine/scheduler.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -43,21 +43,21 @@
 
 #include <jansson.h>
 
-#include "docker.h"
-#include "duration.h"
-#include "function.h"
-#include "image.h"
-#include "log.h"
-#include "metrics.h"
-#include "registry.h"
-#include "runner.h"
-#include "runtime.h"
-#include "secret.h"
-#include "slots.h"
-#include "standby.h"
+#include "io/docker.h"
+#include "base/duration.h"
+#include "model/function.h"
+#include "engine/image.h"
+#include "base/log.h"
+#include "engine/metrics.h"
+#include "engine/registry.h"
+#include "engine/runner.h"
+#include "model/runtime.h"
+#include "model/secret.h"
+#include "engine/slots.h"
+#include "engine/standby.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 #define WAIT_S 120
 

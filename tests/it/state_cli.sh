@@ -3,7 +3,7 @@
 # The commands read only the database file: no REDIS_* variables are set,
 # DOCKER_HOST points nowhere and the functions directory does not exist.
 
-# The schema of src/state.c (tests/unit/test_state.c checks its columns).
+# The schema of src/engine/state.c (tests/unit/test_state.c checks its columns).
 STATE_SCHEMA="
 PRAGMA journal_mode = WAL;
 CREATE TABLE functions (name TEXT PRIMARY KEY NOT NULL, runtime TEXT NOT NULL,

@@ -15,7 +15,7 @@
 #   containers.
 # Function names start with "tw-"; each test removes the images it made.
 
-TW_TTL=15 # LIVENESS_TTL_MS / 1000 (src/liveness.h)
+TW_TTL=15 # LIVENESS_TTL_MS / 1000 (src/engine/liveness.h)
 
 tw_fn() { # name, handler body
 	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"

@@ -19,14 +19,14 @@
 
 #include <jansson.h>
 
-#include "docker.h"
-#include "image.h"
-#include "log.h"
-#include "runner.h"
-#include "runtime.h"
+#include "io/docker.h"
+#include "engine/image.h"
+#include "base/log.h"
+#include "engine/runner.h"
+#include "model/runtime.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 static struct docker *D;
 static char root[256];

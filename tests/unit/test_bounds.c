@@ -9,7 +9,7 @@
 
 #include "bounds.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 struct row {
 	const char *input, *bound, *constant, *text;

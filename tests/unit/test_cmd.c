@@ -5,7 +5,7 @@
 
 #include "cmd/cmd.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 static const struct cmd *find(const char *words)
 {

@@ -1,8 +1,8 @@
 #include <stdlib.h>
 
-#include "config.h"
-#include "duration.h"
-#include "redis.h"
+#include "model/config.h"
+#include "base/duration.h"
+#include "io/redis.h"
 #include "t.h"
 
 static const char *const all_vars[] = {

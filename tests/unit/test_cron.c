@@ -1,16 +1,16 @@
 /*
- * Unit tests for src/cron.c: the parser's accept/reject table, next
+ * Unit tests for src/model/cron.c: the parser's accept/reject table, next
  * occurrences (month ends, leap years, day-of-month/day-of-week OR, seconds,
  * descriptors, DST gaps and overlaps in both directions) and descriptions.
  * Expected instants were worked out by hand and checked with
  * `TZ=Zone date -d @N` / `zdump -v Zone`, never with this code.
  */
-#include "cron.h"
+#include "model/cron.h"
 
 #include <stdlib.h>
 
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 /* "2024-03-31T01:00:00Z" -> Unix seconds. */
 static int64_t ts(const char *s)

@@ -5,7 +5,7 @@
 
 #include "cmd/dlq_view.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 /* An entry from "name=value" pairs (value up to the next NULL). */
 static struct dlq_entry *entry(const char *id, const char *const *kv)

@@ -1,10 +1,10 @@
-/* Unit tests for the pure parts of src/docker.c: DOCKER_HOST parsing,
+/* Unit tests for the pure parts of src/io/docker.c: DOCKER_HOST parsing,
  * API version checks and negotiation, daemon error messages, the message
  * for a refusal (HTTP 403) and the proxy variable it names, the failure
  * message of docker_open() for an unreachable daemon, and (against a fake
  * daemon on a unix socket) which failed requests may have reached it and
  * what a refusal of each kind of request reports. */
-#include "docker.h"
+#include "io/docker.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -14,9 +14,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "duration.h"
+#include "base/duration.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- DOCKER_HOST ------------------------------------------------------ */
 

@@ -1,4 +1,4 @@
-#include "duration.h"
+#include "base/duration.h"
 #include "t.h"
 
 static const struct {

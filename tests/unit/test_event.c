@@ -5,11 +5,11 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#include "event.h"
-#include "siphash.h"
+#include "io/event.h"
+#include "base/siphash.h"
 #include "t.h"
 #include "tflood.h"
-#include "util.h"
+#include "base/util.h"
 
 static int decode_text(const char *s, size_t n)
 {

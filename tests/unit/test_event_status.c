@@ -5,9 +5,9 @@
 
 #include "cmd/event_status.h"
 #include "cmd/render.h"
-#include "event.h"
+#include "io/event.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 TEST(marker_texts)
 {

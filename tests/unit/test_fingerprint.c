@@ -6,11 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fingerprint.h"
-#include "function.h"
+#include "model/fingerprint.h"
+#include "model/function.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 static const unsigned char zero_recipe[32];
 

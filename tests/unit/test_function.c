@@ -1,8 +1,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "function.h"
-#include "log.h"
+#include "model/function.h"
+#include "base/log.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -18,11 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gitsync.h"
-#include "sshkey.h"
+#include "git/gitsync.h"
+#include "git/sshkey.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Runs a shell command built from fmt; returns its exit status. */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

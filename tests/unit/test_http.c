@@ -7,9 +7,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "http.h"
-#include "log.h"
-#include "metrics.h"
+#include "io/http.h"
+#include "base/log.h"
+#include "engine/metrics.h"
 #include "t.h"
 #include "tfiles.h"
 #include "thttp.h"

@@ -3,10 +3,10 @@
 #include <archive.h>
 #include <archive_entry.h>
 
-#include "image.h"
-#include "runtime.h"
+#include "engine/image.h"
+#include "model/runtime.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 static const struct runtime *py(void)
 {

@@ -5,12 +5,12 @@
  * letter, restore) is tested in tests/it/consumer.c. */
 #include <limits.h>
 
-#include "docker.h"
-#include "duration.h"
-#include "invocation.h"
-#include "runner.h"
+#include "io/docker.h"
+#include "base/duration.h"
+#include "engine/invocation.h"
+#include "engine/runner.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 static struct marker parse(const char *s)
 {

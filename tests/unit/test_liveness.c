@@ -1,8 +1,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "liveness.h"
-#include "runner.h"
+#include "engine/liveness.h"
+#include "engine/runner.h"
 #include "t.h"
 
 #define INST "0123456789abcdef0123456789abcdef"

@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "t.h"
 
 static struct tm fixed_tm(void)

@@ -4,8 +4,8 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "metrics.h"
+#include "base/log.h"
+#include "engine/metrics.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -6,8 +6,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "metrics.h"
+#include "base/log.h"
+#include "engine/metrics.h"
 #include "t.h"
 #include "tfiles.h"
 #include "thttp.h"

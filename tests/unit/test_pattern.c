@@ -7,12 +7,12 @@
 #include <math.h>
 #include <stdbool.h>
 
-#include "event.h"
-#include "pattern.h"
-#include "rfc3339.h"
+#include "io/event.h"
+#include "model/pattern.h"
+#include "base/rfc3339.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 #define NOW "2026-09-13T12:00:00Z"
 

@@ -13,15 +13,15 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "docker.h"
-#include "http.h"
-#include "log.h"
-#include "reconcile.h"
-#include "registry.h"
-#include "state.h"
+#include "io/docker.h"
+#include "io/http.h"
+#include "base/log.h"
+#include "engine/reconcile.h"
+#include "engine/registry.h"
+#include "engine/state.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- a fake daemon ----------------------------------------------------- */
 

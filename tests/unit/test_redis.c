@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "redis.h"
+#include "base/log.h"
+#include "io/redis.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -12,10 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "io/redis.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 static struct redis_uri parse_ok(const char *s)
 {

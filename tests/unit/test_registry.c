@@ -7,10 +7,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "event.h"
-#include "registry.h"
+#include "io/event.h"
+#include "engine/registry.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 /* A version of function name with nrules rules, rule i matching
  * {"fn": [name], "n": [i]}; image may be NULL. */

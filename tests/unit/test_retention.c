@@ -8,12 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "duration.h"
-#include "log.h"
-#include "retention.h"
+#include "base/duration.h"
+#include "base/log.h"
+#include "engine/retention.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 TEST(interval_is_a_24th_clamped_to_a_minute_and_an_hour)
 {

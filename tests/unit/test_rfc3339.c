@@ -1,7 +1,7 @@
 /* RFC 3339 as Go's time.Parse(time.RFC3339, s) accepts it. */
-#include "rfc3339.h"
+#include "base/rfc3339.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 struct row {
 	const char *s;

@@ -2,11 +2,11 @@
  * stream demultiplexing and line splitting, wait answers, container names
  * and the time bounds as enforced. That the running marker outlives them is
  * tested with the marker, in test_invocation.c. */
-#include "docker.h"
-#include "duration.h"
-#include "runner.h"
+#include "io/docker.h"
+#include "base/duration.h"
+#include "engine/runner.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 TEST(label_values_are_bounded)
 {

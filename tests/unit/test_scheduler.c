@@ -1,13 +1,13 @@
 /* The scheduler's pure pieces: occurrence ids, payloads, and how the
  * consumer recognises and resolves a scheduled entry. */
-#include "scheduler.h"
+#include "engine/scheduler.h"
 
-#include "event.h"
-#include "function.h"
-#include "invocation.h"
+#include "io/event.h"
+#include "model/function.h"
+#include "engine/invocation.h"
 #include "t.h"
-#include "template.h"
-#include "util.h"
+#include "model/template.h"
+#include "base/util.h"
 
 TEST(occurrence_ids_payloads_and_entries_are_utc_whole_seconds)
 {

@@ -4,10 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "secret.h"
+#include "model/secret.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 TEST(name_rule_table)
 {

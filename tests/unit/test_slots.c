@@ -5,9 +5,9 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "slots.h"
+#include "engine/slots.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MS (1000000LL)
 

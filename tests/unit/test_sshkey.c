@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sshkey.h"
+#include "git/sshkey.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 /* First line of a shell command's standard output. */
 static char *run(const char *cmd)

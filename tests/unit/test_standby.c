@@ -3,10 +3,10 @@
  * one moment and old or sparse begins count for nothing, and the ring is
  * read the right way round once it wrapped. The pool itself runs against
  * the real daemon in tests/it/standby_pool.c. */
-#include "standby.h"
-#include "duration.h"
+#include "engine/standby.h"
+#include "base/duration.h"
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MS (1000000LL)
 

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "cmd/render.h"
-#include "duration.h"
-#include "state.h"
+#include "base/duration.h"
+#include "engine/state.h"
 #include "t.h"
 #include "tfiles.h"
 

@@ -10,14 +10,14 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "metrics.h"
-#include "registry.h"
-#include "state.h"
-#include "statsflush.h"
+#include "base/log.h"
+#include "engine/metrics.h"
+#include "engine/registry.h"
+#include "engine/state.h"
+#include "engine/statsflush.h"
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MS (1000000LL)
 

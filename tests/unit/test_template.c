@@ -1,7 +1,7 @@
 #include <math.h>
 
 #include "t.h"
-#include "template.h"
+#include "model/template.h"
 
 #define HDR "runtime: python3.14\n"
 #define RULE "events:\n  - handler: m.f\n    pattern: {a: [1]}\n"

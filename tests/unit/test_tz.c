@@ -1,8 +1,8 @@
 /*
- * Unit tests for src/tz.c. Expected offsets were taken independently from
+ * Unit tests for src/base/tz.c. Expected offsets were taken independently from
  * `zdump -v Zone` and `TZ=Zone date -d @N` (glibc), not from this code.
  */
-#include "tz.h"
+#include "base/tz.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "t.h"
-#include "util.h"
+#include "base/util.h"
 
 /* "2024-03-31T01:00:00Z" or a local "2024-03-31T02:30:00" -> seconds. */
 static int64_t ts(const char *s)

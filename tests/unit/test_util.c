@@ -14,7 +14,7 @@
 
 #include "t.h"
 #include "tfiles.h"
-#include "util.h"
+#include "base/util.h"
 
 TEST(allocation_wrappers)
 {

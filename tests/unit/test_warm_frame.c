@@ -1,8 +1,8 @@
 /* The warm protocol's frames (warm_frame.h): what each forwarded line is
  * for an invocation's token, the bounds, and the request header. */
 #include "t.h"
-#include "util.h"
-#include "warm_frame.h"
+#include "base/util.h"
+#include "io/warm_frame.h"
 
 static const char TOK[] = "0123456789abcdef0123456789abcdef";
 static const char OTHER[] = "ffffffffffffffffffffffffffffffff";

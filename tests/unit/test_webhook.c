@@ -10,13 +10,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "gitsync.h"
-#include "log.h"
-#include "secret.h"
+#include "git/gitsync.h"
+#include "base/log.h"
+#include "model/secret.h"
 #include "t.h"
 #include "tfiles.h"
 #include "thttp.h"
-#include "webhook.h"
+#include "git/webhook.h"
 
 #define REPO "git@github.com:acme/functions.git"
 #define HEX40 "0123456789abcdef0123456789abcdef01234567"

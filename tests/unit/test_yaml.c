@@ -3,8 +3,8 @@
 #include <math.h>
 
 #include "t.h"
-#include "util.h"
-#include "yaml.h"
+#include "base/util.h"
+#include "io/yaml.h"
 
 static const struct ylimits roomy = {1000000, 64, 65536, 1 << 30};
 

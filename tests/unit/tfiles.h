@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 /* A fresh directory under /tmp (malloc'd); exits when none can be made. */
 static inline char *t_tmpdir(void)

@@ -22,7 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 struct reply {
 	long status;

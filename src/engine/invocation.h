@@ -1,0 +1,134 @@
+/*
+ * Per-message invocation state in Redis (README "Execution":
+ * recovery and retries): a hash relay:invocation:<stream>:<group>:<msgID> (stream and
+ * group percent-encoded) with one field per "<function>/<handler>" whose
+ * value is a marker:
+ *
+ *   ok                                  completed on an earlier delivery
+ *   running:<unix-nano deadline>#<n>    attempt n is (or was) executing
+ *   next_attempt_at:<unix-nano>#<n>     attempt n failed, waiting out backoff
+ *   exhausted:<n>                       terminal after n attempts
+ *   (absent / unparseable)              eligible
+ *
+ * Every write refreshes a 7-day TTL. TryStart is a compare-and-set in one
+ * Lua script so two workers can never both claim an invocation. The
+ * scripts go by SHA (redis_script_run: EVALSHA, EVAL once on NOSCRIPT).
+ * Bookkeeping failures fail open: the caller treats an unreadable state as
+ * absent and runs the invocation (at-least-once is never given up).
+ */
+#ifndef RELAY_INVOCATION_H
+#define RELAY_INVOCATION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/redis.h"
+
+#define INVOCATION_TTL_SECONDS (7 * 24 * 3600)
+
+enum marker_kind {
+	MARK_ABSENT,
+	MARK_OK,
+	MARK_RUNNING,
+	MARK_NEXT_ATTEMPT,
+	MARK_EXHAUSTED,
+};
+
+struct marker {
+	enum marker_kind kind;
+	int64_t deadline_ns; /* running / next_attempt_at */
+	int attempts;	     /* attempts made so far (0 when absent) */
+};
+
+/* Parses a marker value; anything malformed is MARK_ABSENT. */
+struct marker marker_parse(const char *s, size_t len);
+/* Formats m into out (at least 64 bytes). */
+void marker_format(const struct marker *m, char *out, size_t outlen);
+
+/*
+ * The deadline of the running marker written when an invocation is claimed
+ * at claim_wall_ns (now_wall_ns(), taken just before TryStart) for a rule
+ * whose timeout is timeout_ns (<= 0: the default). It is the claim instant
+ * plus every phase bound of the path that follows, so the marker outlives
+ * the container on any path; the bounds and where each is enforced are
+ * listed in one place, "Time bounds" in runner.h. The only place the
+ * running deadline is computed.
+ */
+int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns);
+
+/* Whether an invocation with marker m may run at now_ns. */
+bool marker_eligible(const struct marker *m, int64_t now_ns);
+
+/* The fixed backoff after attempt n (1-based): 1m, 2m, 5m, then 10m.
+ * backoff[4] overrides them when non-zero (tests). */
+int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4]);
+
+/* relay:invocation:<pct_key(stream)>:<pct(group)>:<id> (malloc'd). */
+char *invocation_key(const char *stream, const char *group, const char *msg_id);
+/* Percent-encodes everything but [A-Za-z0-9._~-] (malloc'd). */
+char *pct_encode(const char *s);
+
+/*
+ * Key names on Redis Cluster. Every key Relay uses must live in the
+ * stream's hash slot, so a key that names the stream must keep its hash tag:
+ * once keys_set_cluster(true) (relay start and the CLI, after their first
+ * connection found a cluster: redis_mode), pct_key() leaves '{' and '}'
+ * as they are (the encoded name still has no ':' and stays unambiguous, and
+ * its first "{...}" is the stream's tag), and schedule keys gain the tag
+ * (scheduler.h). Otherwise every key is named as on a single server.
+ * Set once, before any key is built; read by every thread.
+ */
+void keys_set_cluster(bool on);
+bool keys_cluster(void);
+/* pct_encode, or with keys_cluster() the same but '{' and '}' kept. */
+char *pct_key(const char *s);
+
+/*
+ * Reads all markers of a message: on success returns 0 and fills *fields /
+ * *values (parallel arrays of malloc'd strings, *n entries; free with
+ * invocation_state_free). -1 on a Redis error.
+ */
+struct invocation_state {
+	char **fields;
+	char **values;
+	size_t n;
+};
+int invocation_state_load(struct redis *r, const char *key, struct invocation_state *out);
+void invocation_state_free(struct invocation_state *st);
+/* The marker for field (absent when not present). */
+struct marker invocation_state_get(const struct invocation_state *st, const char *field);
+
+/*
+ * TryStart: writes `next` into field only if the message msg_id is still
+ * pending in group of stream and the field's current value is `expected`
+ * (NULL = absent), and the current marker is due by Redis's own clock
+ * (TIME): a running or next_attempt_at marker whose deadline is more than
+ * RUNNER_CLOCK_SKEW_MS (runner.h) ahead of it is refused whatever this
+ * worker's clock says, so a worker whose clock jumped forward never finds
+ * every running marker expired at once. Returns 1 when written, 0 when
+ * someone else changed it (or it is not due), 2 when the message is no
+ * longer pending (acknowledged meanwhile), -1 on a Redis error.
+ */
+int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
+			 const char *next, const char *stream, const char *group,
+			 const char *msg_id);
+/*
+ * Dead-letters message msg_id in one script, only while it is still pending
+ * in group of stream: XADD dlq * <entry>, then XACK, then DEL of its
+ * invocation hash. A copy fetched by a reclaim just before another delivery
+ * finished can therefore never write a second entry. entry holds nentry
+ * field/value strings with their lengths (binary-safe). Returns 0 with
+ * *written true when written and acknowledged, false when the message was
+ * no longer pending (nothing written); -1 with *err (malloc'd) on an error
+ * (nothing acknowledged).
+ */
+int invocation_dead_letter(struct redis *r, const char *stream, const char *group, const char *dlq,
+			   const char *msg_id, const char *const *entry, const size_t *lens,
+			   size_t nentry, bool *written, char **err);
+/* Writes prev back into field, or deletes the field when prev is NULL. */
+int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
+/* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */
+int invocation_set(struct redis *r, const char *key, const char *field, const char *value);
+
+#endif

@@ -1,0 +1,1186 @@
+/*
+ * Pattern compilation, matching and the pattern-set index.
+ *
+ * Compilation turns the jansson tree handed over by the template parser into
+ * a small immutable tree: a node is a list of field conditions (AND); a
+ * condition is either a nested node or a set of operator operands (OR).
+ * Validation walks the whole tree and keeps going after an error, so one
+ * template load reports every problem (OpenSMTPD style); a pattern with any
+ * error is discarded.
+ *
+ * The set index: matching 3000 rules one by one costs 3000 walks per event.
+ * Most rules pin at least one field to a few values (`table_name: [users]`),
+ * so a set picks, for each rule, its most selective required-equality field
+ * (the one whose values are shared by the fewest rules) and files the rule
+ * under (field path, canonical value). For an event it looks up the event's
+ * own value at each indexed path, evaluates only those rules plus the rules
+ * with no such field, and returns them in id order. Canonical values make
+ * the index agree with type-preserving numeric equality: an integral real
+ * within int64 range is filed as that integer, so 5 and 5.0 meet.
+ */
+#include "model/pattern.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/duration.h"
+#include "base/rfc3339.h"
+
+enum scalar_kind { SC_NULL, SC_FALSE, SC_TRUE, SC_INT, SC_REAL, SC_STRING };
+
+struct scalar {
+	enum scalar_kind kind;
+	int64_t i;
+	double d;
+	char *s;
+	size_t len;
+};
+
+enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE };
+
+struct cmp {
+	enum cmp_op op;
+	bool temporal;
+	struct scalar num; /* SC_INT or SC_REAL unless temporal */
+	int64_t offset_ns; /* temporal: now() + offset */
+};
+
+struct node;
+
+struct cond {
+	char *key;
+	size_t klen;
+	struct node *nested; /* nested fields; NULL for an operator condition */
+	int exists;	     /* -1 absent, 0 false, 1 true */
+	struct scalar *eq;
+	size_t neq;
+	struct scalar *pre; /* SC_STRING */
+	size_t npre;
+	struct scalar *suf;
+	size_t nsuf;
+	struct cmp *cmp;
+	size_t ncmp;
+};
+
+struct node {
+	struct cond *conds;
+	size_t n;
+};
+
+struct pattern {
+	struct node root;
+};
+
+/* ------------------------------------------------------------------ */
+/* messages                                                            */
+
+struct compiler {
+	struct buf *errors;
+	int nerr;
+};
+
+/* Where a value is: a chain up to the pattern's own path, made into text
+ * only for a message, so a deep path costs nothing per value compiled. */
+struct at {
+	const struct at *up; /* NULL: key is the whole path */
+	const char *key;     /* a field or operator name; NULL: list element */
+	size_t klen;
+	size_t index;
+};
+
+/* The chain as text, built once from the root (O(path length)). */
+static char *at_path(const struct at *a)
+{
+	const struct at *chain[2 * PATTERN_MAX_DEPTH + 4];
+	size_t n = 0;
+	for (; a && n < ARRAY_LEN(chain); a = a->up)
+		chain[n++] = a;
+	struct buf b;
+	buf_init(&b, 1 << 20); /* paths: at most ~90 bytes per level */
+	while (n--) {
+		const struct at *x = chain[n];
+		if (!x->up) {
+			buf_append(&b, x->key, strlen(x->key));
+		} else if (!x->key) {
+			buf_appendf(&b, "[%zu]", x->index);
+		} else {
+			char *seg = pattern_path_key("", x->key, x->klen);
+			buf_append(&b, seg, strlen(seg));
+			free(seg);
+		}
+	}
+	return buf_steal(&b);
+}
+
+__attribute__((format(printf, 3, 4))) static void report(struct compiler *c, const struct at *at,
+							 const char *fmt, ...)
+{
+	/* Past PATTERN_MAX_MESSAGES errors are counted, not formatted: 30,000
+	 * bad operands at the bottom of a deep path took seconds to describe. */
+	if (c->nerr++ >= PATTERN_MAX_MESSAGES || !c->errors)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = xvasprintf(fmt, ap);
+	va_end(ap);
+	char *path = at_path(at);
+	buf_appendf(c->errors, "%s: %s\n", path, msg);
+	free(path);
+	free(msg);
+}
+
+#define QUOTE_MAX 80
+
+/* s as a Go-style double-quoted literal, at most QUOTE_MAX bytes of it
+ * (cut at a character boundary, "..." appended). malloc'd. */
+static char *quote(const char *s, size_t n)
+{
+	struct buf b;
+	buf_init(&b, 8 * QUOTE_MAX);
+	bool cut = false;
+	if (n > QUOTE_MAX) {
+		n = QUOTE_MAX;
+		while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+			n--;
+		cut = true;
+	}
+	buf_append(&b, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch == '"' || ch == '\\') {
+			char e[2] = {'\\', (char)ch};
+			buf_append(&b, e, 2);
+		} else if (ch == '\n') {
+			buf_append(&b, "\\n", 2);
+		} else if (ch == '\t') {
+			buf_append(&b, "\\t", 2);
+		} else if (ch == '\r') {
+			buf_append(&b, "\\r", 2);
+		} else if (ch < 0x20 || ch == 0x7f) {
+			buf_appendf(&b, "\\x%02x", ch);
+		} else {
+			buf_append(&b, &s[i], 1);
+		}
+	}
+	buf_append(&b, "\"", 1);
+	if (cut)
+		buf_append(&b, "...", 3);
+	return buf_steal(&b);
+}
+
+/* "string \"x\"", "integer 5", "boolean true", "map"...: malloc'd. */
+static char *describe(const json_t *j)
+{
+	switch (json_typeof(j)) {
+	case JSON_STRING: {
+		char *q = quote(json_string_value(j), json_string_length(j));
+		char *r = xasprintf("string %s", q);
+		free(q);
+		return r;
+	}
+	case JSON_INTEGER: return xasprintf("integer %lld", (long long)json_integer_value(j));
+	case JSON_REAL: return xasprintf("number %.17g", json_real_value(j));
+	case JSON_TRUE: return xstrdup("boolean true");
+	case JSON_FALSE: return xstrdup("boolean false");
+	case JSON_NULL: return xstrdup("null");
+	case JSON_ARRAY: return xstrdup("list");
+	case JSON_OBJECT: return xstrdup("map");
+	}
+	return xstrdup("unknown value");
+}
+
+char *pattern_path_key(const char *path, const char *key, size_t klen)
+{
+	/* A long key is quoted, hence cut: a path stays short. */
+	bool plain = klen > 0 && klen <= QUOTE_MAX;
+	for (size_t i = 0; i < klen && plain; i++) {
+		unsigned char ch = (unsigned char)key[i];
+		plain = ch >= 0x80 || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			(ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+	}
+	if (plain)
+		return xasprintf("%s.%.*s", path, (int)klen, key);
+	char *q = quote(key, klen);
+	char *r = xasprintf("%s[%s]", path, q);
+	free(q);
+	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* compilation                                                         */
+
+static const char *const operators[] = {"equals", "prefix", "suffix", "exists",
+					"gt",	  "gte",    "lt",     "lte"};
+
+static int operator_index(const char *key, size_t klen)
+{
+	for (size_t i = 0; i < ARRAY_LEN(operators); i++)
+		if (strlen(operators[i]) == klen && memcmp(operators[i], key, klen) == 0)
+			return (int)i;
+	return -1;
+}
+
+static bool is_scalar(const json_t *j)
+{
+	return json_is_string(j) || json_is_number(j) || json_is_boolean(j) || json_is_null(j);
+}
+
+static void scalar_from_json(const json_t *j, struct scalar *s)
+{
+	memset(s, 0, sizeof *s);
+	switch (json_typeof(j)) {
+	case JSON_STRING:
+		s->kind = SC_STRING;
+		s->len = json_string_length(j);
+		s->s = xstrndup(json_string_value(j), s->len);
+		break;
+	case JSON_INTEGER:
+		s->kind = SC_INT;
+		s->i = (int64_t)json_integer_value(j);
+		break;
+	case JSON_REAL:
+		s->kind = SC_REAL;
+		s->d = json_real_value(j);
+		break;
+	case JSON_TRUE: s->kind = SC_TRUE; break;
+	case JSON_FALSE: s->kind = SC_FALSE; break;
+	default: s->kind = SC_NULL; break;
+	}
+}
+
+/* "now()", "now()+D" or "now()-D" with D an unsigned Go duration. */
+static int parse_temporal(const char *s, size_t n, int64_t *offset)
+{
+	if (n < 5 || memcmp(s, "now()", 5) != 0)
+		return -1;
+	if (n == 5) {
+		*offset = 0;
+		return 0;
+	}
+	char sign = s[5];
+	if ((sign != '+' && sign != '-') || n == 6 || s[6] == '+' || s[6] == '-')
+		return -1;
+	if (memchr(s, '\0', n))
+		return -1;
+	int64_t d;
+	if (duration_parse_n(s + 6, n - 6, &d) < 0)
+		return -1;
+	*offset = sign == '-' ? -d : d;
+	return 0;
+}
+
+/* The operands of one operator: a non-empty list, or (allow_single) one
+ * value. Calls each() for every element with its place; reserve() first
+ * learns how many there may be, so arrays grow once, not per element. */
+typedef void (*operand_fn)(struct compiler *c, const json_t *v, const struct at *at, void *arg);
+
+static void each_operand(struct compiler *c, const json_t *v, const struct at *at,
+			 bool allow_single, void (*reserve)(void *arg, size_t n), operand_fn fn,
+			 void *arg)
+{
+	if (json_is_array(v)) {
+		size_t n = json_array_size(v);
+		if (n == 0) {
+			report(c, at, "empty list matches nothing");
+			return;
+		}
+		reserve(arg, n);
+		for (size_t i = 0; i < n; i++) {
+			struct at item = {.up = at, .index = i};
+			fn(c, json_array_get(v, i), &item, arg);
+		}
+		return;
+	}
+	if (!allow_single) {
+		char *d = describe(v);
+		report(c, at, "must be a list, got %s", d);
+		free(d);
+		return;
+	}
+	reserve(arg, 1);
+	fn(c, v, at, arg);
+}
+
+struct scalars {
+	struct scalar *v;
+	size_t n;
+	bool strings_only;
+};
+
+static void reserve_scalars(void *arg, size_t more)
+{
+	struct scalars *ss = arg;
+	ss->v = xrealloc(ss->v, (ss->n + more) * sizeof *ss->v);
+}
+
+static void add_scalar(struct compiler *c, const json_t *v, const struct at *at, void *arg)
+{
+	struct scalars *ss = arg;
+	if (ss->strings_only ? !json_is_string(v) : !is_scalar(v)) {
+		char *d = describe(v);
+		report(c, at, "%s, got %s",
+		       ss->strings_only
+			       ? "must be a string"
+			       : "values must be scalars (string, number, boolean or null)",
+		       d);
+		free(d);
+		return;
+	}
+	scalar_from_json(v, &ss->v[ss->n++]);
+}
+
+struct cmps {
+	struct cmp *v;
+	size_t n;
+	enum cmp_op op;
+};
+
+static void reserve_cmps(void *arg, size_t more)
+{
+	struct cmps *cs = arg;
+	cs->v = xrealloc(cs->v, (cs->n + more) * sizeof *cs->v);
+}
+
+static void add_cmp(struct compiler *c, const json_t *v, const struct at *at, void *arg)
+{
+	struct cmps *cs = arg;
+	struct cmp cm = {.op = cs->op};
+	if (json_is_number(v)) {
+		scalar_from_json(v, &cm.num);
+	} else if (json_is_string(v)) {
+		if (parse_temporal(json_string_value(v), json_string_length(v), &cm.offset_ns) <
+		    0) {
+			char *q = quote(json_string_value(v), json_string_length(v));
+			report(c, at,
+			       "invalid temporal operand %s (use now() or now()±<Go duration>)", q);
+			free(q);
+			return;
+		}
+		cm.temporal = true;
+	} else {
+		char *d = describe(v);
+		report(c, at, "must be a number or a now() expression, got %s", d);
+		free(d);
+		return;
+	}
+	cs->v[cs->n++] = cm;
+}
+
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+			 struct node *out);
+
+static void compile_ops(struct compiler *c, const json_t *obj, const struct at *at, struct cond *cd)
+{
+	const char *key;
+	size_t klen;
+	const json_t *v;
+	json_object_keylen_foreach((json_t *)obj, key, klen, v)
+	{
+		int op = operator_index(key, klen);
+		struct at p = {.up = at, .key = key, .klen = klen};
+		switch (op) {
+		case 0: { /* equals */
+			struct scalars ss = {.v = cd->eq, .n = cd->neq};
+			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
+			cd->eq = ss.v;
+			cd->neq = ss.n;
+			break;
+		}
+		case 1:
+		case 2: { /* prefix, suffix */
+			struct scalars ss = {.v = op == 1 ? cd->pre : cd->suf,
+					     .n = op == 1 ? cd->npre : cd->nsuf,
+					     .strings_only = true};
+			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
+			if (op == 1) {
+				cd->pre = ss.v;
+				cd->npre = ss.n;
+			} else {
+				cd->suf = ss.v;
+				cd->nsuf = ss.n;
+			}
+			break;
+		}
+		case 3: /* exists */
+			if (json_is_boolean(v)) {
+				cd->exists = json_is_true(v);
+			} else {
+				char *d = describe(v);
+				report(c, &p, "must be true or false, got %s", d);
+				free(d);
+			}
+			break;
+		default: { /* gt gte lt lte */
+			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - 4)};
+			each_operand(c, v, &p, true, reserve_cmps, add_cmp, &cs);
+			cd->cmp = cs.v;
+			cd->ncmp = cs.n;
+			break;
+		}
+		}
+	}
+}
+
+/* Names of up to three keys of obj that are (want_ops) or are not operators. */
+static char *key_names(const json_t *obj, bool want_ops)
+{
+	struct buf b;
+	buf_init(&b, 4096);
+	const char *key;
+	size_t klen;
+	const json_t *v;
+	int shown = 0, total = 0;
+	json_object_keylen_foreach((json_t *)obj, key, klen, v)
+	{
+		if ((operator_index(key, klen) >= 0) != want_ops)
+			continue;
+		if (total++ >= 3)
+			continue;
+		char *q = quote(key, klen);
+		buf_appendf(&b, "%s%s", shown++ ? ", " : "", q);
+		free(q);
+	}
+	if (total > 3)
+		buf_appendf(&b, ", ...");
+	return buf_steal(&b);
+}
+
+static void compile_cond(struct compiler *c, const json_t *v, const struct at *at, int depth,
+			 struct cond *cd)
+{
+	cd->exists = -1;
+	if (json_is_array(v)) {
+		struct scalars ss = {0};
+		each_operand(c, v, at, false, reserve_scalars, add_scalar, &ss);
+		cd->eq = ss.v;
+		cd->neq = ss.n;
+		return;
+	}
+	if (!json_is_object(v)) {
+		char *d = describe(v);
+		report(c, at,
+		       "condition must be a list of values, an operator map or a nested field map, "
+		       "got %s",
+		       d);
+		free(d);
+		return;
+	}
+	if (json_object_size(v) == 0) {
+		report(c, at, "empty map (use exists: true to test presence)");
+		return;
+	}
+	size_t nops = 0;
+	const char *key;
+	size_t klen;
+	const json_t *sub;
+	json_object_keylen_foreach((json_t *)v, key, klen, sub)
+	{
+		if (operator_index(key, klen) >= 0)
+			nops++;
+	}
+	if (nops && nops != json_object_size(v)) {
+		char *ops = key_names(v, true), *fields = key_names(v, false);
+		report(c, at, "map mixes operator keys (%s) with field keys (%s)", ops, fields);
+		free(ops);
+		free(fields);
+		return;
+	}
+	if (nops) {
+		compile_ops(c, v, at, cd);
+		return;
+	}
+	if (depth >= PATTERN_MAX_DEPTH) {
+		report(c, at, "pattern nested deeper than %d levels", PATTERN_MAX_DEPTH);
+		return;
+	}
+	cd->nested = xcalloc(1, sizeof *cd->nested);
+	compile_node(c, v, at, depth + 1, cd->nested);
+}
+
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+			 struct node *out)
+{
+	size_t n = json_object_size(obj);
+	out->conds = xcalloc(n ? n : 1, sizeof *out->conds);
+	out->n = 0;
+	void *it = json_object_iter((json_t *)obj);
+	for (; it; it = json_object_iter_next((json_t *)obj, it)) {
+		const char *key = json_object_iter_key(it);
+		size_t klen = json_object_iter_key_len(it);
+		struct at p = {.up = at, .key = key, .klen = klen};
+		if (klen == 0) {
+			report(c, &p, "empty field name");
+		} else if (depth == 1 && operator_index(key, klen) >= 0) {
+			report(c, &p, "operator outside a field (write field: {%.*s: ...})",
+			       (int)klen, key);
+		} else {
+			struct cond *cd = &out->conds[out->n++];
+			cd->key = xstrndup(key, klen);
+			cd->klen = klen;
+			compile_cond(c, json_object_iter_value(it), &p, depth, cd);
+		}
+	}
+}
+
+static void free_scalars(struct scalar *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(s[i].s);
+	free(s);
+}
+
+static void free_node(struct node *nd)
+{
+	for (size_t i = 0; i < nd->n; i++) {
+		struct cond *cd = &nd->conds[i];
+		free(cd->key);
+		if (cd->nested) {
+			free_node(cd->nested);
+			free(cd->nested);
+		}
+		free_scalars(cd->eq, cd->neq);
+		free_scalars(cd->pre, cd->npre);
+		free_scalars(cd->suf, cd->nsuf);
+		free(cd->cmp);
+	}
+	free(nd->conds);
+}
+
+void pattern_free(struct pattern *p)
+{
+	if (!p)
+		return;
+	free_node(&p->root);
+	free(p);
+}
+
+int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors)
+{
+	struct compiler c = {.errors = errors};
+	struct pattern *p = NULL;
+
+	*out = NULL;
+	if (!path)
+		path = "pattern";
+	struct at root = {.key = path};
+	if (!node) {
+		report(&c, &root, "pattern is required");
+	} else if (!json_is_object(node)) {
+		char *d = describe(node);
+		report(&c, &root, "pattern must be a map of field conditions, got %s", d);
+		free(d);
+	} else {
+		p = xcalloc(1, sizeof *p);
+		compile_node(&c, node, &root, 1, &p->root);
+	}
+	if (c.nerr > PATTERN_MAX_MESSAGES && errors)
+		buf_appendf(errors, "%s: %d more errors not shown\n", path,
+			    c.nerr - PATTERN_MAX_MESSAGES);
+	if (c.nerr) {
+		pattern_free(p);
+		return -c.nerr;
+	}
+	*out = p;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* matching                                                            */
+
+/* Exact comparison of an int64 with a finite double: -1, 0 or 1. */
+static int cmp_int_double(int64_t i, double d)
+{
+	if (d >= 9223372036854775808.0)
+		return -1;
+	if (d < -9223372036854775808.0)
+		return 1;
+	int64_t t = (int64_t)d; /* truncation; exact for |d| < 2^63 */
+	if (i != t)
+		return i < t ? -1 : 1;
+	double frac = d - (double)t;
+	return frac > 0 ? -1 : frac < 0 ? 1 : 0;
+}
+
+/* Numeric comparison of an event number with a numeric operand; 2 when the
+ * value is not a number. */
+static int num_cmp(const struct event_value *v, const struct scalar *s)
+{
+	if (v->type == EVENT_INT) {
+		if (s->kind == SC_INT)
+			return v->u.i < s->i ? -1 : v->u.i > s->i;
+		return cmp_int_double(v->u.i, s->d);
+	}
+	if (v->type == EVENT_REAL) {
+		if (s->kind == SC_INT)
+			return -cmp_int_double(s->i, v->u.d);
+		return v->u.d < s->d ? -1 : v->u.d > s->d;
+	}
+	return 2;
+}
+
+static bool scalar_eq(const struct event_value *v, const struct scalar *s)
+{
+	switch (s->kind) {
+	case SC_NULL: return v->type == EVENT_NULL;
+	case SC_TRUE: return v->type == EVENT_TRUE;
+	case SC_FALSE: return v->type == EVENT_FALSE;
+	case SC_STRING:
+		return v->type == EVENT_STRING && v->n == s->len &&
+		       memcmp(v->u.str, s->s, s->len) == 0;
+	case SC_INT:
+	case SC_REAL: return num_cmp(v, s) == 0;
+	}
+	return false;
+}
+
+static bool op_holds(enum cmp_op op, int c)
+{
+	switch (op) {
+	case CMP_GT: return c > 0;
+	case CMP_GTE: return c >= 0;
+	case CMP_LT: return c < 0;
+	case CMP_LTE: return c <= 0;
+	}
+	return false;
+}
+
+static void split_ns(int64_t ns, int64_t *sec, int64_t *nsec)
+{
+	*sec = ns / 1000000000;
+	*nsec = ns % 1000000000;
+	if (*nsec < 0) {
+		*nsec += 1000000000;
+		(*sec)--;
+	}
+}
+
+static bool ops_match(const struct cond *cd, const struct event_value *v, int64_t now)
+{
+	if (cd->exists == 1 && v)
+		return true;
+	if (cd->exists == 0 && !v)
+		return true;
+	if (!v)
+		return false;
+	for (size_t i = 0; i < cd->neq; i++)
+		if (scalar_eq(v, &cd->eq[i]))
+			return true;
+	if (v->type == EVENT_STRING) {
+		for (size_t i = 0; i < cd->npre; i++)
+			if (v->n >= cd->pre[i].len &&
+			    memcmp(v->u.str, cd->pre[i].s, cd->pre[i].len) == 0)
+				return true;
+		for (size_t i = 0; i < cd->nsuf; i++)
+			if (v->n >= cd->suf[i].len && memcmp(v->u.str + v->n - cd->suf[i].len,
+							     cd->suf[i].s, cd->suf[i].len) == 0)
+				return true;
+	}
+	int parsed = 0; /* 0 not yet, 1 ok, -1 not a timestamp */
+	int64_t vs = 0;
+	int32_t vn = 0;
+	for (size_t i = 0; i < cd->ncmp; i++) {
+		const struct cmp *cm = &cd->cmp[i];
+		if (!cm->temporal) {
+			int c = num_cmp(v, &cm->num);
+			if (c != 2 && op_holds(cm->op, c))
+				return true;
+			continue;
+		}
+		if (!parsed)
+			parsed = v->type == EVENT_STRING &&
+						 rfc3339_parse(v->u.str, v->n, &vs, &vn) == 0
+					 ? 1
+					 : -1;
+		if (parsed < 0)
+			continue;
+		int64_t ns, nn, os, on;
+		split_ns(now, &ns, &nn);
+		split_ns(cm->offset_ns, &os, &on);
+		int64_t cs = ns + os, cn = nn + on;
+		if (cn >= 1000000000) {
+			cn -= 1000000000;
+			cs++;
+		}
+		int c = vs != cs ? (vs < cs ? -1 : 1) : (vn != cn ? (vn < cn ? -1 : 1) : 0);
+		if (op_holds(cm->op, c))
+			return true;
+	}
+	return false;
+}
+
+static bool node_match(const struct node *nd, const struct event_value *obj, int64_t now)
+{
+	for (size_t i = 0; i < nd->n; i++) {
+		const struct cond *cd = &nd->conds[i];
+		const struct event_value *v = event_get(obj, cd->key, cd->klen);
+		bool ok;
+		if (cd->nested)
+			ok = node_match(cd->nested, v && v->type == EVENT_OBJECT ? v : NULL, now);
+		else
+			ok = ops_match(cd, v, now);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+bool pattern_match(const struct pattern *p, const struct event *ev, int64_t now_unix_ns)
+{
+	if (!p || !ev)
+		return false;
+	return node_match(&p->root, event_root(ev), now_unix_ns);
+}
+
+bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t now_unix_ns)
+{
+	struct event *ev;
+	if (event_from_json(event, &ev) != EVENT_OK)
+		return false;
+	bool ok = pattern_match(p, ev, now_unix_ns);
+	event_free(ev);
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* pattern sets                                                        */
+
+/* A value as the index sees it: numbers that are equal compare equal. */
+struct ckey {
+	enum scalar_kind kind; /* SC_REAL only for non-integral or huge reals */
+	int64_t i;
+	double d;
+	const char *s;
+	size_t len;
+};
+
+static bool canon_real(double d, struct ckey *k)
+{
+	if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == trunc(d)) {
+		k->kind = SC_INT;
+		k->i = (int64_t)d;
+	} else {
+		k->kind = SC_REAL;
+		k->d = d;
+	}
+	return true;
+}
+
+static bool canon_event(const struct event_value *v, struct ckey *k)
+{
+	memset(k, 0, sizeof *k);
+	switch (v->type) {
+	case EVENT_NULL: k->kind = SC_NULL; return true;
+	case EVENT_TRUE: k->kind = SC_TRUE; return true;
+	case EVENT_FALSE: k->kind = SC_FALSE; return true;
+	case EVENT_INT:
+		k->kind = SC_INT;
+		k->i = v->u.i;
+		return true;
+	case EVENT_REAL: return canon_real(v->u.d, k);
+	case EVENT_STRING:
+		k->kind = SC_STRING;
+		k->s = v->u.str;
+		k->len = v->n;
+		return true;
+	default: return false; /* arrays and objects equal no scalar */
+	}
+}
+
+static void canon_scalar(const struct scalar *s, struct ckey *k)
+{
+	memset(k, 0, sizeof *k);
+	k->kind = s->kind;
+	if (s->kind == SC_INT)
+		k->i = s->i;
+	else if (s->kind == SC_REAL)
+		canon_real(s->d, k);
+	else if (s->kind == SC_STRING) {
+		k->s = s->s;
+		k->len = s->len;
+	}
+}
+
+/* Total order on index values: kind, then value (NaN, which no template
+ * operand can hold, after every other real). */
+static int ckey_cmp(const struct ckey *a, const struct ckey *b)
+{
+	if (a->kind != b->kind)
+		return a->kind < b->kind ? -1 : 1;
+	switch (a->kind) {
+	case SC_INT: return (a->i > b->i) - (a->i < b->i);
+	case SC_REAL:
+		if (isnan(a->d) || isnan(b->d))
+			return isnan(a->d) - isnan(b->d);
+		return (a->d > b->d) - (a->d < b->d);
+	case SC_STRING: {
+		int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+		return c ? c : (a->len > b->len) - (a->len < b->len);
+	}
+	default: return 0;
+	}
+}
+
+struct segment {
+	const char *key;
+	size_t klen;
+};
+
+static int segs_cmp(const struct segment *a, size_t na, const struct segment *b, size_t nb)
+{
+	for (size_t i = 0; i < na && i < nb; i++) {
+		size_t n = a[i].klen < b[i].klen ? a[i].klen : b[i].klen;
+		int c = memcmp(a[i].key, b[i].key, n);
+		if (c || a[i].klen != b[i].klen)
+			return c ? c : (a[i].klen > b[i].klen) - (a[i].klen < b[i].klen);
+	}
+	return (na > nb) - (na < nb);
+}
+
+/* One (path, value) the index knows, in a sorted array: a lookup is a
+ * binary search (no hash, so no input can make it slow). */
+struct entry {
+	uint32_t path;
+	struct ckey key;    /* strings borrowed from the patterns */
+	uint32_t count;	    /* rule values that could be filed here (selectivity) */
+	uint32_t first, n;  /* the filed rules: set->ids[first..first+n), ascending */
+	uint32_t last_rule; /* while building: the rule filed last, +1 */
+};
+
+struct ipath {
+	struct segment *segs; /* borrowed from the set's segment pool */
+	size_t nseg;
+	uint32_t lo, hi; /* its entries: entries[lo..hi) */
+	bool probed;	 /* some rule is filed under this path */
+};
+
+struct pattern_set {
+	const struct pattern *const *patterns;
+	size_t n;
+	struct segment *pool; /* every indexed path's segments */
+	struct entry *entries;
+	size_t nentries;
+	uint32_t *ids;
+	struct ipath *paths;
+	size_t npaths;
+	uint32_t *probe; /* ids of the probed paths */
+	size_t nprobe;
+	uint32_t *unindexed;
+	size_t nunindexed;
+	uint64_t work; /* comparisons and allocations made building it */
+};
+
+/* A required-equality field of one rule. */
+struct req {
+	uint32_t rule;
+	uint32_t path;
+	size_t seg; /* first segment in the pool */
+	size_t nseg;
+	const struct cond *cd;
+};
+
+struct builder {
+	struct pattern_set *set;
+	struct segment *pool;
+	size_t npool, cappool;
+	struct req *reqs;
+	size_t nreqs, capreqs;
+};
+
+/* Grows *v (of *cap elements of size sz) to hold need: doubling, so n
+ * appends cost O(n) copies and O(log n) allocations. */
+static void grow(struct pattern_set *set, void **v, size_t *cap, size_t need, size_t sz)
+{
+	if (need <= *cap)
+		return;
+	size_t c = *cap ? *cap : 16;
+	while (c < need)
+		c *= 2;
+	*v = xrealloc(*v, c * sz);
+	*cap = c;
+	set->work++;
+}
+
+static void collect_reqs(struct builder *b, uint32_t rule, const struct node *nd,
+			 struct segment *stack, size_t depth)
+{
+	for (size_t i = 0; i < nd->n; i++) {
+		const struct cond *cd = &nd->conds[i];
+		stack[depth].key = cd->key;
+		stack[depth].klen = cd->klen;
+		if (cd->nested) {
+			collect_reqs(b, rule, cd->nested, stack, depth + 1);
+		} else if (cd->exists < 0 && cd->npre == 0 && cd->nsuf == 0 && cd->ncmp == 0 &&
+			   cd->neq > 0) {
+			grow(b->set, (void **)&b->reqs, &b->capreqs, b->nreqs + 1, sizeof *b->reqs);
+			grow(b->set, (void **)&b->pool, &b->cappool, b->npool + depth + 1,
+			     sizeof *b->pool);
+			struct req *r = &b->reqs[b->nreqs++];
+			r->rule = rule;
+			r->seg = b->npool;
+			r->nseg = depth + 1;
+			r->cd = cd;
+			memcpy(b->pool + b->npool, stack, r->nseg * sizeof *stack);
+			b->npool += r->nseg;
+		}
+	}
+}
+
+struct sort_ctx {
+	const struct segment *pool;
+	const struct req *reqs;
+	uint64_t *work;
+};
+
+static int req_path_cmp(const void *x, const void *y, void *arg)
+{
+	struct sort_ctx *sc = arg;
+	const struct req *a = &sc->reqs[*(const uint32_t *)x], *b = &sc->reqs[*(const uint32_t *)y];
+	(*sc->work)++;
+	return segs_cmp(sc->pool + a->seg, a->nseg, sc->pool + b->seg, b->nseg);
+}
+
+/* Gives every req the id of its path; equal paths share one. */
+static void intern_paths(struct builder *b)
+{
+	struct pattern_set *set = b->set;
+	uint32_t *order = xmalloc((b->nreqs ? b->nreqs : 1) * sizeof *order);
+	for (size_t i = 0; i < b->nreqs; i++)
+		order[i] = (uint32_t)i;
+	struct sort_ctx sc = {b->pool, b->reqs, &set->work};
+	qsort_r(order, b->nreqs, sizeof *order, req_path_cmp, &sc);
+	set->paths = xcalloc(b->nreqs ? b->nreqs : 1, sizeof *set->paths);
+	for (size_t i = 0; i < b->nreqs; i++) {
+		struct req *r = &b->reqs[order[i]];
+		if (i == 0 || req_path_cmp(&order[i - 1], &order[i], &sc) != 0) {
+			struct ipath *p = &set->paths[set->npaths++];
+			p->segs = b->pool + r->seg;
+			p->nseg = r->nseg;
+		}
+		r->path = (uint32_t)(set->npaths - 1);
+	}
+	free(order);
+	set->work += 3;
+}
+
+static int entry_cmp(const void *x, const void *y, void *arg)
+{
+	const struct entry *a = x, *b = y;
+	(*(uint64_t *)arg)++;
+	if (a->path != b->path)
+		return a->path < b->path ? -1 : 1;
+	return ckey_cmp(&a->key, &b->key);
+}
+
+/* Every (path, value) of every req, sorted and merged, counting the rule
+ * values that name each; each path gets its range of entries. */
+static void build_entries(struct builder *b)
+{
+	struct pattern_set *set = b->set;
+	size_t total = 0;
+	for (size_t r = 0; r < b->nreqs; r++)
+		total += b->reqs[r].cd->neq;
+	struct entry *all = xcalloc(total ? total : 1, sizeof *all);
+	size_t k = 0;
+	for (size_t r = 0; r < b->nreqs; r++)
+		for (size_t v = 0; v < b->reqs[r].cd->neq; v++, k++) {
+			all[k].path = b->reqs[r].path;
+			canon_scalar(&b->reqs[r].cd->eq[v], &all[k].key);
+		}
+	qsort_r(all, total, sizeof *all, entry_cmp, &set->work);
+	size_t m = 0;
+	for (size_t i = 0; i < total; i++) {
+		if (m == 0 || entry_cmp(&all[m - 1], &all[i], &set->work) != 0)
+			all[m++] = all[i];
+		all[m - 1].count++;
+	}
+	set->entries = all;
+	set->nentries = m;
+	for (size_t i = 0; i < m; i++) {
+		struct ipath *p = &set->paths[all[i].path];
+		if (p->lo == p->hi)
+			p->lo = (uint32_t)i;
+		p->hi = (uint32_t)i + 1;
+	}
+	set->work += 1;
+}
+
+/* The entry (path, k), or NULL; O(log entries). */
+static struct entry *entry_find(const struct pattern_set *set, uint32_t path, const struct ckey *k,
+				uint64_t *work)
+{
+	const struct ipath *p = &set->paths[path];
+	size_t lo = p->lo, hi = p->hi;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = ckey_cmp(&set->entries[mid].key, k);
+		if (work)
+			(*work)++;
+		if (c == 0)
+			return &set->entries[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static struct entry *req_entry(struct pattern_set *set, const struct req *r, size_t v)
+{
+	struct ckey k;
+	canon_scalar(&r->cd->eq[v], &k);
+	return entry_find(set, r->path, &k, &set->work);
+}
+
+/* Files each rule under its most selective required-equality field (the
+ * first of the cheapest, in pattern order), or lists it as unindexed. */
+static void file_rules(struct builder *b, const size_t *first_req)
+{
+	struct pattern_set *set = b->set;
+	const struct req **best = xcalloc(set->n ? set->n : 1, sizeof *best);
+	for (size_t i = 0; i < set->n; i++) {
+		uint64_t best_cost = UINT64_MAX;
+		for (size_t r = first_req[i]; r < first_req[i + 1]; r++) {
+			uint64_t cost = 0;
+			for (size_t v = 0; v < b->reqs[r].cd->neq; v++)
+				cost += req_entry(set, &b->reqs[r], v)->count;
+			if (cost < best_cost) {
+				best_cost = cost;
+				best[i] = &b->reqs[r];
+			}
+		}
+	}
+	/* Two passes: count each entry's rules, then place them, so the ids
+	 * are one array. [1, 1.0] files a rule once. */
+	size_t nids = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t e = 0; e < set->nentries; e++)
+			set->entries[e].last_rule = 0;
+		for (size_t i = 0; i < set->n; i++) {
+			if (!best[i]) {
+				if (pass == 0)
+					set->unindexed[set->nunindexed++] = (uint32_t)i;
+				continue;
+			}
+			set->paths[best[i]->path].probed = true;
+			for (size_t v = 0; v < best[i]->cd->neq; v++) {
+				struct entry *e = req_entry(set, best[i], v);
+				if (e->last_rule == i + 1)
+					continue;
+				e->last_rule = (uint32_t)i + 1;
+				if (pass == 0)
+					e->n++;
+				else
+					set->ids[e->first + e->n++] = (uint32_t)i;
+			}
+		}
+		if (pass == 0) {
+			for (size_t e = 0; e < set->nentries; e++) {
+				set->entries[e].first = (uint32_t)nids;
+				nids += set->entries[e].n;
+				set->entries[e].n = 0;
+			}
+			set->ids = xmalloc((nids ? nids : 1) * sizeof *set->ids);
+		}
+	}
+	free(best);
+	set->work += 2;
+}
+
+struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_t n)
+{
+	struct pattern_set *set = xcalloc(1, sizeof *set);
+	struct builder b = {.set = set};
+	struct segment stack[PATTERN_MAX_DEPTH + 1];
+	size_t *first_req = xmalloc((n + 1) * sizeof *first_req);
+
+	set->patterns = patterns;
+	set->n = n;
+	set->unindexed = xmalloc((n ? n : 1) * sizeof *set->unindexed);
+	for (size_t i = 0; i < n; i++) {
+		first_req[i] = b.nreqs;
+		collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
+	}
+	first_req[n] = b.nreqs;
+	intern_paths(&b);
+	build_entries(&b);
+	file_rules(&b, first_req);
+	set->pool = b.pool;
+	set->probe = xmalloc((set->npaths ? set->npaths : 1) * sizeof *set->probe);
+	for (size_t i = 0; i < set->npaths; i++)
+		if (set->paths[i].probed)
+			set->probe[set->nprobe++] = (uint32_t)i;
+	free(b.reqs);
+	free(first_req);
+	set->work += 5;
+	return set;
+}
+
+void pattern_set_free(struct pattern_set *set)
+{
+	if (!set)
+		return;
+	free(set->entries);
+	free(set->ids);
+	free(set->paths);
+	free(set->pool);
+	free(set->probe);
+	free(set->unindexed);
+	free(set);
+}
+
+size_t pattern_set_size(const struct pattern_set *set)
+{
+	return set->n;
+}
+
+size_t pattern_set_unindexed(const struct pattern_set *set)
+{
+	return set->nunindexed;
+}
+
+uint64_t pattern_set_build_work(const struct pattern_set *set)
+{
+	return set->work;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, int64_t now_unix_ns,
+			 uint32_t *ids)
+{
+	if (!ev)
+		return 0;
+	const struct event_value *root = event_root(ev);
+	size_t k = set->nunindexed;
+	int sources = k > 0;
+	if (k)
+		memcpy(ids, set->unindexed, k * sizeof *ids);
+	for (size_t p = 0; p < set->nprobe; p++) {
+		const struct ipath *ip = &set->paths[set->probe[p]];
+		const struct event_value *v = root;
+		for (size_t s = 0; s < ip->nseg && v; s++)
+			v = event_get(v, ip->segs[s].key, ip->segs[s].klen);
+		struct ckey key;
+		if (!v || !canon_event(v, &key))
+			continue;
+		const struct entry *e = entry_find(set, set->probe[p], &key, NULL);
+		if (!e || !e->n)
+			continue;
+		memcpy(ids + k, set->ids + e->first, e->n * sizeof *ids);
+		k += e->n;
+		sources++;
+	}
+	if (sources > 1)
+		qsort(ids, k, sizeof *ids, cmp_u32);
+	size_t m = 0;
+	for (size_t i = 0; i < k; i++)
+		if (pattern_match(set->patterns[ids[i]], ev, now_unix_ns))
+			ids[m++] = ids[i];
+	return m;
+}
