@@ -6,7 +6,6 @@
 
 #include <jansson.h>
 
-#include "cmd/health.h"
 #include "engine/invocation.h"
 #include "io/redis.h"
 #include "base/util.h"
@@ -270,7 +269,7 @@ int cmd_redis_connect(const struct cmd *self, const struct config *cfg, struct r
 	}
 	if (redis_mode(r) == REDIS_MODE_CLUSTER)
 		keys_set_cluster(true); /* before any key is named (invocation.h) */
-	if (cfg->redis_stream && health_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
+	if (cfg->redis_stream && keys_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
 		cmd_fail("%s: %s", self->words, why);
 		free(why);
 		redis_free(r);

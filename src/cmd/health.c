@@ -17,19 +17,6 @@
 #include "io/redis.h"
 #include "base/util.h"
 
-int health_stream_slot_check(const struct redis *r, const char *stream, char **why)
-{
-	size_t off, len;
-	if (redis_mode(r) != REDIS_MODE_CLUSTER ||
-	    redis_hash_tag(stream, strlen(stream), &off, &len))
-		return 0;
-	*why = xasprintf("REDIS_STREAM '%.200s' has no hash tag: on Redis Cluster every key Relay "
-			 "uses must live in the stream's hash slot, so the stream's name needs a "
-			 "non-empty part in braces, e.g. REDIS_STREAM={events} or orders{relay}",
-			 stream);
-	return -1;
-}
-
 int health_check_redis(const struct config *cfg, char **where, char **err)
 {
 	struct redis_uri uri;
@@ -49,7 +36,7 @@ int health_check_redis(const struct config *cfg, char **where, char **err)
 	}
 	if (redis_mode(r) == REDIS_MODE_CLUSTER)
 		keys_set_cluster(true); /* before any key is named (invocation.h) */
-	if (cfg->redis_stream && health_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
+	if (cfg->redis_stream && keys_stream_slot_check(r, cfg->redis_stream, &why) < 0) {
 		*err = xasprintf("redis: %s", why);
 		free(why);
 		rc = -2;

@@ -12,12 +12,8 @@ struct redis;
  * 127.0.0.1:6380"; -1 with *err (malloc'd): "redis: invalid REDIS_URI:
  * ...", the connection's error, or "redis <addr>: PING failed: ..."; -2
  * with *err when the server is a cluster and REDIS_STREAM (when set) has
- * no hash tag (health_stream_slot_check). */
+ * no hash tag (keys_stream_slot_check, invocation.h). */
 int health_check_redis(const struct config *cfg, char **where, char **err);
-/* In Redis Cluster every key Relay uses lives in the stream's hash slot, so
- * the stream needs a hash tag: 0 when r (connected) is not a cluster or
- * stream has one, else -1 with *why (malloc'd) saying so with an example. */
-int health_stream_slot_check(const struct redis *r, const char *stream, char **why);
 /* 0 when the Docker daemon answers GET /_ping, with *info "<endpoint>, API
  * <version>" (malloc'd); -1 with *err "docker: ..." (malloc'd). */
 int health_check_docker(char **info, char **err);

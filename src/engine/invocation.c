@@ -121,6 +121,19 @@ void keys_set_cluster(bool on)
 	atomic_store(&cluster_keys, on);
 }
 
+int keys_stream_slot_check(const struct redis *r, const char *stream, char **why)
+{
+	size_t off, len;
+	if (redis_mode(r) != REDIS_MODE_CLUSTER ||
+	    redis_hash_tag(stream, strlen(stream), &off, &len))
+		return 0;
+	*why = xasprintf("REDIS_STREAM '%.200s' has no hash tag: on Redis Cluster every key Relay "
+			 "uses must live in the stream's hash slot, so the stream's name needs a "
+			 "non-empty part in braces, e.g. REDIS_STREAM={events} or orders{relay}",
+			 stream);
+	return -1;
+}
+
 bool keys_cluster(void)
 {
 	return atomic_load(&cluster_keys);

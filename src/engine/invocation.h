@@ -81,6 +81,10 @@ char *pct_encode(const char *s);
  */
 void keys_set_cluster(bool on);
 bool keys_cluster(void);
+/* Hence on Redis Cluster the stream needs a hash tag: 0 when r (connected)
+ * is not a cluster or stream has one, else -1 with *why (malloc'd) saying
+ * so with an example. */
+int keys_stream_slot_check(const struct redis *r, const char *stream, char **why);
 /* pct_encode, or with keys_cluster() the same but '{' and '}' kept. */
 char *pct_key(const char *s);
 
