@@ -62,8 +62,8 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 	const char *secret = cmd_opt(args, "--webhook-secret"), *repository = args->pos[0];
 	char *err = NULL;
 	int status = 0;
-	struct git_source src = {0}, old = {0};
-	if (git_url_parse(repository, NULL, NULL, NULL, NULL, &err) < 0) {
+	struct gitsync_source src = {0}, old = {0};
+	if (gitsync_url_parse(repository, NULL, NULL, NULL, NULL, &err) < 0) {
 		status = cmd_fail("git set: %s", err);
 		goto out;
 	}
@@ -71,7 +71,7 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 		status = cmd_fail("git set: --ref: %s", err);
 		goto out;
 	}
-	if (path && git_path_check(path, &err) < 0) {
+	if (path && gitsync_path_check(path, &err) < 0) {
 		status = cmd_fail("git set: --path: %s", err);
 		goto out;
 	}
@@ -86,7 +86,7 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 	/* The sync history belongs to the checkout: kept while the repository
 	 * stays the same. A corrupt old file is simply replaced. */
 	char *olderr = NULL;
-	if (git_source_load(cfg->data_dir, &old, &olderr) == 0 &&
+	if (gitsync_source_load(cfg->data_dir, &old, &olderr) == 0 &&
 	    strcmp(old.repository, src.repository) == 0) {
 		src.last_sync = old.last_sync ? xstrdup(old.last_sync) : NULL;
 		src.last_commit = old.last_commit ? xstrdup(old.last_commit) : NULL;
@@ -95,7 +95,7 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 			src.last_ref = xstrdup(old.last_ref);
 	}
 	free(olderr);
-	if (git_source_save(cfg->data_dir, &src, &err) < 0) {
+	if (gitsync_source_save(cfg->data_dir, &src, &err) < 0) {
 		status = cmd_fail("git set: %s", err);
 		goto out;
 	}
@@ -127,8 +127,8 @@ static int set_exec(const struct cmd *self, const struct cmd_args *args, const s
 		secret_provider_free(p);
 	}
 out:
-	git_source_free(&src);
-	git_source_free(&old);
+	gitsync_source_free(&src);
+	gitsync_source_free(&old);
 	free(err);
 	return status;
 }
@@ -144,11 +144,11 @@ static void print_notice(void *arg, const char *msg)
  * else /functions). */
 static int sync_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL;
 	int status = 0;
 	const char *fdir = cfg->functions_dir;
-	int rc = git_sync(cfg->data_dir, fdir, print_notice, NULL, &res, &err);
+	int rc = gitsync_run(cfg->data_dir, fdir, print_notice, NULL, &res, &err);
 	if (rc == -ENOENT)
 		status = cmd_fail("git sync: no git source configured: run `relay git set "
 				  "<repository>` first");
@@ -162,7 +162,7 @@ static int sync_exec(const struct cmd *self, const struct cmd_args *args, const 
 }
 
 /* git status --json: the same facts as the text (docs/json.md). */
-static json_t *status_json(const struct git_source *src, const char *keypath, int krc,
+static json_t *status_json(const struct gitsync_source *src, const char *keypath, int krc,
 			   const char *fp, const char *kerr, const char *checkout, const char *head)
 {
 	json_t *o = json_object();
@@ -208,9 +208,9 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 		       const struct config *cfg)
 {
 	bool as_json = cmd_flag(args, "--json");
-	struct git_source src = {0};
+	struct gitsync_source src = {0};
 	char *err = NULL;
-	int rc = git_source_load(cfg->data_dir, &src, &err);
+	int rc = gitsync_source_load(cfg->data_dir, &src, &err);
 	if (rc == -ENOENT) {
 		free(err);
 		if (as_json) {
@@ -227,7 +227,7 @@ static int status_exec(const struct cmd *self, const struct cmd_args *args,
 		return status;
 	}
 	char *dir = ssh_dir(cfg), *keypath = sshkey_path(dir), *line = NULL, *fp = NULL;
-	char *kerr = NULL, *head = git_sync_checkout_head(cfg->data_dir);
+	char *kerr = NULL, *head = gitsync_checkout_head(cfg->data_dir);
 	char *checkout = xasprintf("%s/git/checkout", cfg->data_dir);
 	int krc = sshkey_public(dir, &line, &fp, &kerr);
 	struct stat st;
@@ -265,7 +265,7 @@ out:
 	free(kerr);
 	free(head);
 	free(checkout);
-	git_source_free(&src);
+	gitsync_source_free(&src);
 	return status;
 }
 
@@ -274,7 +274,7 @@ static int remove_exec(const struct cmd *self, const struct cmd_args *args,
 {
 	char *err = NULL;
 	int status = 0;
-	int rc = git_source_remove(cfg->data_dir, &err);
+	int rc = gitsync_source_remove(cfg->data_dir, &err);
 	if (rc == -ENOENT)
 		printf("No git source configured.\n");
 	else if (rc < 0)

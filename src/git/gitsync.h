@@ -6,6 +6,11 @@
  * Layout under the data directory: git/ (0700), git/source.json (0600,
  * written atomically), git/checkout (the managed clone), git/.lock (flock,
  * so two syncs - CLI and webhook, or two CLIs - never interleave).
+ *
+ * Every name here starts with gitsync_: git_* is libgit2's namespace (it
+ * exports a git_checkout_head, for one, which would clash at compile and
+ * link time). The implementation: src/git/gitsync*.c (gitsync_internal.h
+ * says what lives where).
  */
 #ifndef RELAY_GITSYNC_H
 #define RELAY_GITSYNC_H
@@ -16,7 +21,7 @@
 #include <stdint.h>
 
 /* The persisted source (git/source.json). */
-struct git_source {
+struct gitsync_source {
 	char *repository;     /* SSH URL as given */
 	char *ref;	      /* branch, tag or commit; default "main" */
 	char *path;	      /* monorepo subdirectory; NULL = repository root */
@@ -38,17 +43,18 @@ struct git_source {
  * URLs are accepted. Outputs may be NULL; user defaults to "git" when
  * absent, port to 22. Returns 0 or -1 with *err.
  */
-int git_url_parse(const char *url, char **user, char **host, int *port, char **path, char **err);
+int gitsync_url_parse(const char *url, char **user, char **host, int *port, char **path,
+		      char **err);
 
 /* "host/path" with the host lowercased, leading '/' and a trailing ".git"
  * or '/' removed: the identity used to compare the configured repository
  * with a webhook payload's ssh_url / clone_url / git_url (these forms also
  * accepted here: https://host/path, git://host/path). NULL when unparseable. */
-char *git_repo_identity(const char *url);
+char *gitsync_repo_identity(const char *url);
 
 /* Checks a --path value: relative, no "..", no empty or "." segments
  * except a lone ".", at most 1024 bytes. Returns 0 or -1 with *err. */
-int git_path_check(const char *path, char **err);
+int gitsync_path_check(const char *path, char **err);
 
 /*
  * The configured ref, and what it may resolve to (a branch, tag or
@@ -115,7 +121,7 @@ void gitsync_set_timeouts(int connect_ms, int stall_ms);
 void gitsync_set_fetch_timeout(int fetch_ms);
 
 /*
- * Shutdown (relay start, on its first signal): with on, every git_sync
+ * Shutdown (relay start, on its first signal): with on, every gitsync_run
  * running in this process fails promptly with "interrupted: Relay is
  * shutting down" (its connection is cut; the functions directory is not
  * replaced) and every later one fails at once, until called with false.
@@ -129,23 +135,22 @@ void gitsync_cancel_all(bool on);
  * problem), also when the file or git/ is a symbolic link, not owned by
  * the effective uid or has group or other permission bits (the file is
  * then never read). */
-int git_source_load(const char *data_dir, struct git_source *out, char **err);
+int gitsync_source_load(const char *data_dir, struct gitsync_source *out, char **err);
 /* Validates src (URL, ref, path, secret name, last_* formats) and writes it
  * atomically with mode 0600 (git/ and missing parents created 0700). */
-int git_source_save(const char *data_dir, const struct git_source *src, char **err);
+int gitsync_source_save(const char *data_dir, const struct gitsync_source *src, char **err);
 /* Deletes the checkout, then source.json (under the sync lock; symbolic
  * links in the checkout are removed, never followed). 0 removed; -ENOENT
  * nothing configured (*err not set); -1 with *err: corrupt config or I/O
  * error (nothing deleted when corrupt). The SSH key and the functions directory are not touched. */
-int git_source_remove(const char *data_dir, char **err);
-void git_source_free(struct git_source *s);
+int gitsync_source_remove(const char *data_dir, char **err);
+void gitsync_source_free(struct gitsync_source *s);
 
 /* HEAD commit of the checkout (40 hex, malloc'd) or NULL when there is no
- * checkout. Not "git_checkout_head": libgit2 exports a function of that
- * name, and ours would clash with it at compile and link time. */
-char *git_sync_checkout_head(const char *data_dir);
+ * checkout. */
+char *gitsync_checkout_head(const char *data_dir);
 
-struct git_sync_result {
+struct gitsync_result {
 	char commit[41];
 	size_t functions; /* function directories now in the functions dir */
 	size_t removed;	  /* other directories removed from the functions dir
@@ -183,8 +188,8 @@ struct git_sync_result {
  * Thread-safe; any
  * number of processes may call it on the same data directory.
  */
-int git_sync(const char *data_dir, const char *functions_dir,
-	     void (*notice)(void *arg, const char *msg), void *notice_arg,
-	     struct git_sync_result *res, char **err);
+int gitsync_run(const char *data_dir, const char *functions_dir,
+		void (*notice)(void *arg, const char *msg), void *notice_arg,
+		struct gitsync_result *res, char **err);
 
 #endif

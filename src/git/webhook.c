@@ -273,7 +273,7 @@ static bool same_identity(const char *want, const char *url)
 {
 	if (!url)
 		return false;
-	char *id = git_repo_identity(url);
+	char *id = gitsync_repo_identity(url);
 	bool same = id && strcmp(id, want) == 0;
 	free(id);
 	return same;
@@ -282,7 +282,7 @@ static bool same_identity(const char *want, const char *url)
 static bool same_repository(const char *repository, json_t *repo)
 {
 	static const char *const fields[] = {"ssh_url", "clone_url", "git_url", "url"};
-	char *want = repository ? git_repo_identity(repository) : NULL;
+	char *want = repository ? gitsync_repo_identity(repository) : NULL;
 	bool same = false;
 	if (!want || !json_is_object(repo))
 		goto out;
@@ -350,8 +350,8 @@ enum webhook_verdict webhook_decide(const char *event, const char *content_type,
 
 /* ---- server ------------------------------------------------------------ */
 
-struct git_target;
-static void git_target_free(struct git_target *t);
+struct webhook_target;
+static void webhook_target_free(struct webhook_target *t);
 
 struct webhook {
 	char *repository, *ref, *secret_name, *data_dir; /* copies */
@@ -361,7 +361,7 @@ struct webhook {
 	struct replay_set *replays;
 	pthread_mutex_t mu; /* guards nreplays */
 	unsigned long nreplays;
-	struct git_target *target; /* webhook_start_git's sync argument, or NULL */
+	struct webhook_target *target; /* webhook_start_git's sync argument, or NULL */
 };
 
 static void log_delivery(enum log_level level, const char *event, const char *delivery,
@@ -517,7 +517,7 @@ void webhook_stop(struct webhook *w)
 	/* The server first: once it returns no handler can trigger any more. */
 	http_server_stop(w->server);
 	coalescer_free(w->coalescer);
-	git_target_free(w->target); /* after the coalescer: no sync uses it now */
+	webhook_target_free(w->target); /* after the coalescer: no sync uses it now */
 	replay_set_free(w->replays);
 	pthread_mutex_destroy(&w->mu);
 	free(w->repository);
@@ -542,11 +542,11 @@ void webhook_stats(struct webhook *w, struct webhook_stats *out)
 /* ---- relay start: the webhook over the git source ---------------------- */
 
 /* What a webhook-triggered sync works on; owned by the webhook. */
-struct git_target {
+struct webhook_target {
 	char *data_dir, *functions_dir;
 };
 
-static void git_target_free(struct git_target *t)
+static void webhook_target_free(struct webhook_target *t)
 {
 	if (!t)
 		return;
@@ -563,13 +563,13 @@ static void log_notice(void *arg, const char *msg)
 
 /* One webhook-triggered sync, on the coalescer's thread. The reconciler
  * picks the result up from the functions directory like any other edit. */
-static void git_target_sync(void *arg)
+static void webhook_target_sync(void *arg)
 {
-	const struct git_target *t = arg;
-	struct git_sync_result res;
+	const struct webhook_target *t = arg;
+	struct gitsync_result res;
 	char *err = NULL;
 	log_info(NULL, "git sync started (webhook)");
-	int rc = git_sync(t->data_dir, t->functions_dir, log_notice, NULL, &res, &err);
+	int rc = gitsync_run(t->data_dir, t->functions_dir, log_notice, NULL, &res, &err);
 	if (rc == 0) {
 		char nf[24], nr[24];
 		snprintf_(nf, sizeof nf, "%zu", res.functions);
@@ -591,9 +591,9 @@ int webhook_start_git(const char *listen_addr, const char *data_dir, const char 
 		log_info(NULL, "webhook server disabled: GIT_WEBHOOK_ADDR is not set");
 		return 0;
 	}
-	struct git_source src = {0};
+	struct gitsync_source src = {0};
 	char *err = NULL;
-	int rc = git_source_load(data_dir, &src, &err);
+	int rc = gitsync_source_load(data_dir, &src, &err);
 	if (rc == -ENOENT) {
 		log_info(LOG_ATTRS("addr", listen_addr),
 			 "webhook server disabled: no git source configured (relay git set)");
@@ -603,7 +603,7 @@ int webhook_start_git(const char *listen_addr, const char *data_dir, const char 
 			 "webhook server disabled: the git source is unreadable");
 		rc = 0;
 	} else {
-		struct git_target *t = xcalloc(1, sizeof *t);
+		struct webhook_target *t = xcalloc(1, sizeof *t);
 		t->data_dir = xstrdup(data_dir);
 		t->functions_dir = xstrdup(functions_dir);
 		struct webhook_config wcfg = {
@@ -613,14 +613,14 @@ int webhook_start_git(const char *listen_addr, const char *data_dir, const char 
 			.data_dir = data_dir,
 			.secret_name = src.webhook_secret,
 			.secrets = secrets,
-			.sync = git_target_sync,
+			.sync = webhook_target_sync,
 			.sync_arg = t,
 		};
 		free(err);
 		err = NULL;
 		rc = webhook_start(&wcfg, out, &err);
 		if (rc < 0) {
-			git_target_free(t);
+			webhook_target_free(t);
 			log_error(LOG_ATTRS("addr", listen_addr, "error", err),
 				  "cannot start the webhook server");
 		} else {
@@ -628,6 +628,6 @@ int webhook_start_git(const char *listen_addr, const char *data_dir, const char 
 		}
 	}
 	free(err);
-	git_source_free(&src);
+	gitsync_source_free(&src);
 	return rc;
 }

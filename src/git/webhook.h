@@ -91,7 +91,7 @@ void webhook_stop(struct webhook *w);
  * relay start's webhook, opt-in twice over: listen_addr (GIT_WEBHOOK_ADDR)
  * set and a git source configured under data_dir (read once here: a source
  * or webhook secret set later needs a restart). Each sync it schedules runs
- * git_sync(data_dir, functions_dir) on the scheduler's thread and logs its
+ * gitsync_run(data_dir, functions_dir) on the scheduler's thread and logs its
  * outcome; the reconciler picks the result up from the functions directory
  * like any other edit. Returns -1 only for a bind failure (logged: fatal at
  * startup); otherwise 0, with *out NULL when disabled (the reason logged).

@@ -178,9 +178,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *s = xstrndup((const char *)data, size);
 	char *err = NULL, *user = NULL, *host = NULL, *path = NULL;
 	int port = 0;
-	if (git_url_parse(s, &user, &host, &port, &path, &err) == 0) {
+	if (gitsync_url_parse(s, &user, &host, &port, &path, &err) == 0) {
 		/* Every accepted SSH URL has an identity and a sane port. */
-		char *id = git_repo_identity(s);
+		char *id = gitsync_repo_identity(s);
 		if (!id || port < 1 || port > 65535 || !*host || !*path)
 			abort();
 		free(id);
@@ -190,9 +190,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		free(err);
 	}
-	free(git_repo_identity(s));
+	free(gitsync_repo_identity(s));
 	err = NULL;
-	if (git_path_check(s, &err) < 0)
+	if (gitsync_path_check(s, &err) < 0)
 		free(err);
 
 	const char *why = NULL;

@@ -120,7 +120,7 @@ TEST(url_table)
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *user = NULL, *host = NULL, *path = NULL, *err = NULL;
 		int port = -1;
-		int rc = git_url_parse(cases[i].url, &user, &host, &port, &path, &err);
+		int rc = gitsync_url_parse(cases[i].url, &user, &host, &port, &path, &err);
 		if (cases[i].host) {
 			if (rc != 0)
 				T_FAIL_("%s: rejected: %s", cases[i].url, err);
@@ -145,16 +145,17 @@ TEST(url_table)
 	/* Length bound, and outputs may be NULL. */
 	char *long_url = xasprintf("git@host:%01100d", 7);
 	char *err = NULL;
-	CHECK_INT(git_url_parse(long_url, NULL, NULL, NULL, NULL, &err), -1);
+	CHECK_INT(gitsync_url_parse(long_url, NULL, NULL, NULL, NULL, &err), -1);
 	CHECK(t_contains(err, "1024"));
 	free(err);
 	err = NULL;
 	long_url[1024] = '\0';
-	CHECK_INT(git_url_parse(long_url, NULL, NULL, NULL, NULL, &err), 0);
+	CHECK_INT(gitsync_url_parse(long_url, NULL, NULL, NULL, NULL, &err), 0);
 	free(long_url);
 	/* The HTTPS message the spec asks for. */
-	CHECK_INT(git_url_parse("https://github.com/acme/repo.git", NULL, NULL, NULL, NULL, &err),
-		  -1);
+	CHECK_INT(
+		gitsync_url_parse("https://github.com/acme/repo.git", NULL, NULL, NULL, NULL, &err),
+		-1);
 	CHECK_STR(err, "repository 'https://github.com/acme/repo.git' is not an SSH URL: use "
 		       "git@host:org/repo.git or ssh://git@host/org/repo.git (HTTPS is not "
 		       "supported)");
@@ -184,7 +185,7 @@ TEST(identity_table)
 		{"git@host:repo .git", NULL},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char *id = git_repo_identity(cases[i].url);
+		char *id = gitsync_repo_identity(cases[i].url);
 		if (cases[i].want)
 			CHECK_STR(id, cases[i].want);
 		else if (id)
@@ -211,7 +212,7 @@ TEST(path_table)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *err = NULL;
-		int rc = git_path_check(cases[i].path, &err);
+		int rc = gitsync_path_check(cases[i].path, &err);
 		if (cases[i].ok && rc != 0)
 			T_FAIL_("'%s': rejected: %s", cases[i].path, err);
 		if (!cases[i].ok && (rc != -1 || !t_contains(err, "invalid path")))
@@ -222,10 +223,10 @@ TEST(path_table)
 	memset(big, 'a', 1025);
 	big[1025] = '\0';
 	char *err = NULL;
-	CHECK_INT(git_path_check(big, &err), -1);
+	CHECK_INT(gitsync_path_check(big, &err), -1);
 	free(err);
 	big[1024] = '\0';
-	CHECK_INT(git_path_check(big, &err), 0);
+	CHECK_INT(gitsync_path_check(big, &err), 0);
 	free(big);
 }
 
@@ -234,9 +235,9 @@ TEST(source_roundtrip)
 	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
-	struct git_source s = {0}, got = {0};
+	struct gitsync_source s = {0}, got = {0};
 	char *err = NULL;
-	CHECK_INT(git_source_load(data, &got, &err), -ENOENT);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -ENOENT);
 
 	s.repository = "git@github.com:acme/repo.git";
 	s.ref = "release-1.2";
@@ -244,51 +245,52 @@ TEST(source_roundtrip)
 	s.webhook_secret = "github-webhook";
 	s.last_sync = "2026-11-30T04:05:06Z";
 	s.last_commit = "0123456789abcdef0123456789abcdef01234567";
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	CHECK_INT(t_mode_of(file), 0600);
 	char *gdir = xasprintf("%s/git", data);
 	CHECK_INT(t_mode_of(gdir), 0700);
 	free(gdir);
-	REQUIRE(git_source_load(data, &got, &err) == 0);
+	REQUIRE(gitsync_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.repository, s.repository);
 	CHECK_STR(got.ref, s.ref);
 	CHECK_STR(got.path, s.path);
 	CHECK_STR(got.webhook_secret, s.webhook_secret);
 	CHECK_STR(got.last_sync, s.last_sync);
 	CHECK_STR(got.last_commit, s.last_commit);
-	git_source_free(&got);
+	gitsync_source_free(&got);
 
 	/* Unset fields are null in the file and NULL when loaded. */
-	struct git_source m = {.repository = "ssh://git@host/r.git", .ref = "main"};
-	REQUIRE(git_source_save(data, &m, &err) == 0);
+	struct gitsync_source m = {.repository = "ssh://git@host/r.git", .ref = "main"};
+	REQUIRE(gitsync_source_save(data, &m, &err) == 0);
 	CHECK_INT(sh("grep -q '\"path\": null' '%s' && grep -q '\"last_sync\": null' '%s'", file,
 		     file),
 		  0);
-	REQUIRE(git_source_load(data, &got, &err) == 0);
+	REQUIRE(gitsync_source_load(data, &got, &err) == 0);
 	CHECK(got.path == NULL && got.webhook_secret == NULL && got.last_sync == NULL &&
 	      got.last_commit == NULL);
-	git_source_free(&got);
+	gitsync_source_free(&got);
 
 	/* An absent ref loads as "main". */
 	static const char no_ref[] = "{\"repository\": \"git@h:r.git\"}";
 	t_write_mode(file, no_ref, strlen(no_ref), 0600);
-	REQUIRE(git_source_load(data, &got, &err) == 0);
+	REQUIRE(gitsync_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.ref, "main");
-	git_source_free(&got);
+	gitsync_source_free(&got);
 
 	/* Invalid values are never saved. */
-	struct git_source bad = {.repository = "https://github.com/a/b.git", .ref = "main"};
-	CHECK_INT(git_source_save(data, &bad, &err), -1);
+	struct gitsync_source bad = {.repository = "https://github.com/a/b.git", .ref = "main"};
+	CHECK_INT(gitsync_source_save(data, &bad, &err), -1);
 	CHECK(t_contains(err, "not an SSH URL"));
 	free(err);
 	err = NULL;
-	struct git_source bad2 = {.repository = "git@h:r", .ref = "main", .webhook_secret = "Bad!"};
-	CHECK_INT(git_source_save(data, &bad2, &err), -1);
+	struct gitsync_source bad2 = {
+		.repository = "git@h:r", .ref = "main", .webhook_secret = "Bad!"};
+	CHECK_INT(gitsync_source_save(data, &bad2, &err), -1);
 	CHECK(t_contains(err, "secret name"));
 	free(err);
-	REQUIRE(git_source_load(data, &got, &err) == 0);
+	REQUIRE(gitsync_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.repository, "git@h:r.git");
-	git_source_free(&got);
+	gitsync_source_free(&got);
 	free(file);
 	free(data);
 	t_rmtree(d);
@@ -316,13 +318,13 @@ TEST(source_corrupt)
 	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
-	struct git_source s = {.repository = "git@h:r", .ref = "main"}, got;
+	struct gitsync_source s = {.repository = "git@h:r", .ref = "main"}, got;
 	char *err = NULL;
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		t_write_mode(file, cases[i].text, strlen(cases[i].text), 0600);
 		err = NULL;
-		int rc = git_source_load(data, &got, &err);
+		int rc = gitsync_source_load(data, &got, &err);
 		if (rc != -1 || !t_contains(err, file) || !t_contains(err, cases[i].want))
 			T_FAIL_("%s: rc %d, %s", cases[i].text, rc, err);
 		free(err);
@@ -334,7 +336,7 @@ TEST(source_corrupt)
 	t_write_mode(file, big, strlen(big), 0600);
 	free(big);
 	err = NULL;
-	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -1);
 	CHECK(t_contains(err, "larger than"));
 	free(err);
 	free(file);
@@ -349,23 +351,23 @@ TEST(source_permissions)
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
 	char *gdir = xasprintf("%s/git", data);
-	struct git_source s = {.repository = "git@h:r", .ref = "main"}, got;
+	struct gitsync_source s = {.repository = "git@h:r", .ref = "main"}, got;
 	char *err = NULL;
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	REQUIRE(chmod(file, 0644) == 0);
-	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -1);
 	CHECK(t_contains(err, file) && t_contains(err, "too open"));
 	free(err);
 	err = NULL;
 	REQUIRE(chmod(file, 0600) == 0);
 	REQUIRE(chown(file, 12345, 12345) == 0);
-	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -1);
 	CHECK(t_contains(err, "owned by uid 12345"));
 	free(err);
 	err = NULL;
 	REQUIRE(chown(file, geteuid(), getegid()) == 0);
 	REQUIRE(chmod(gdir, 0755) == 0);
-	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -1);
 	CHECK(t_contains(err, gdir) && t_contains(err, "too open"));
 	free(err);
 	err = NULL;
@@ -373,7 +375,7 @@ TEST(source_permissions)
 	/* A symbolic link is not followed. */
 	char *real = xasprintf("%s/elsewhere.json", d);
 	REQUIRE(rename(file, real) == 0 && symlink(real, file) == 0);
-	CHECK_INT(git_source_load(data, &got, &err), -1);
+	CHECK_INT(gitsync_source_load(data, &got, &err), -1);
 	CHECK(t_contains(err, "not a regular file"));
 	free(err);
 	free(real);
@@ -389,26 +391,26 @@ TEST(source_remove)
 	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *file = xasprintf("%s/git/source.json", data);
-	struct git_source s = {.repository = "git@h:r", .ref = "main"};
+	struct gitsync_source s = {.repository = "git@h:r", .ref = "main"};
 	char *err = NULL;
-	CHECK_INT(git_source_remove(data, &err), -ENOENT);
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	CHECK_INT(gitsync_source_remove(data, &err), -ENOENT);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	/* A checkout with a symbolic link out of it: the target survives. */
 	REQUIRE(sh("mkdir -p '%s/git/checkout/a/b' '%s/outside' && touch '%s/outside/keep' '%s/git/"
 		   "checkout/a/b/f' && ln -s '%s/outside' '%s/git/checkout/link'",
 		   data, d, d, data, d, data) == 0);
-	CHECK_INT(git_source_remove(data, &err), 0);
+	CHECK_INT(gitsync_source_remove(data, &err), 0);
 	CHECK(!exists("%s", file));
 	CHECK(!exists("%s/git/checkout", data));
 	CHECK(exists("%s/outside/keep", d));
-	CHECK_INT(git_source_remove(data, &err), -ENOENT);
+	CHECK_INT(gitsync_source_remove(data, &err), -ENOENT);
 
 	/* Corrupt: -1 and nothing deleted. */
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	REQUIRE(sh("mkdir -p '%s/git/checkout/x'", data) == 0);
 	t_write_mode(file, "{nope", 5, 0600);
 	err = NULL;
-	CHECK_INT(git_source_remove(data, &err), -1);
+	CHECK_INT(gitsync_source_remove(data, &err), -1);
 	CHECK(t_contains(err, file));
 	free(err);
 	CHECK(exists("%s", file));
@@ -424,16 +426,16 @@ TEST(sync_preconditions)
 	char *d = t_tmpdir();
 	char *data = xasprintf("%s/data", d);
 	char *fns = xasprintf("%s/functions", d);
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL;
-	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -ENOENT);
-	struct git_source s = {.repository = "git@127.0.0.1:r.git", .ref = "main"};
-	REQUIRE(git_source_save(data, &s, &err) == 0);
-	CHECK_INT(git_sync(data, fns, NULL, NULL, &res, &err), -1);
+	CHECK_INT(gitsync_run(data, fns, NULL, NULL, &res, &err), -ENOENT);
+	struct gitsync_source s = {.repository = "git@127.0.0.1:r.git", .ref = "main"};
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
+	CHECK_INT(gitsync_run(data, fns, NULL, NULL, &res, &err), -1);
 	CHECK(t_contains(err, "no deploy key") && t_contains(err, "relay git keygen"));
 	free(err);
 	CHECK(!exists("%s", fns));
-	CHECK(git_sync_checkout_head(data) == NULL);
+	CHECK(gitsync_checkout_head(data) == NULL);
 	free(fns);
 	free(data);
 	t_rmtree(d);
@@ -521,18 +523,18 @@ TEST(ref_matches_table)
 	char *data = xasprintf("%s/data", d);
 	char *err = NULL;
 	CHECK(gitsync_ref_matches(data, "v1", "refs/heads/v1")); /* nothing configured */
-	struct git_source s = {
+	struct gitsync_source s = {
 		.repository = "git@h:r.git", .ref = "v1", .last_ref = "refs/tags/v1"};
-	REQUIRE(git_source_save(data, &s, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &s, &err) == 0);
 	CHECK(gitsync_ref_matches(data, "v1", "refs/tags/v1"));
 	CHECK(!gitsync_ref_matches(data, "v1", "refs/heads/v1"));
 	/* Recorded for another ref (the webhook was started with v2): unused. */
 	CHECK(gitsync_ref_matches(data, "v2", "refs/heads/v2"));
 	CHECK(gitsync_ref_matches(data, "v2", "refs/tags/v2"));
 	/* An abbreviated id that resolved to the commit: nothing matches. */
-	struct git_source a = {
+	struct gitsync_source a = {
 		.repository = "git@h:r.git", .ref = "0123456", .last_ref = (char *)c40};
-	REQUIRE(git_source_save(data, &a, &err) == 0);
+	REQUIRE(gitsync_source_save(data, &a, &err) == 0);
 	CHECK(!gitsync_ref_matches(data, "0123456", "refs/heads/0123456"));
 	/* last_ref must be something ref can resolve to. */
 	static const struct {
@@ -546,20 +548,20 @@ TEST(ref_matches_table)
 		{"0124", c40},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(wrong); i++) {
-		struct git_source w = {.repository = "git@h:r.git",
-				       .ref = (char *)wrong[i].ref,
-				       .last_ref = (char *)wrong[i].last};
+		struct gitsync_source w = {.repository = "git@h:r.git",
+					   .ref = (char *)wrong[i].ref,
+					   .last_ref = (char *)wrong[i].last};
 		err = NULL;
-		if (git_source_save(data, &w, &err) != -1 || !t_contains(err, "last_ref"))
+		if (gitsync_source_save(data, &w, &err) != -1 || !t_contains(err, "last_ref"))
 			T_FAIL_("ref %s, last_ref %s: saved (%s)", wrong[i].ref, wrong[i].last,
 				err);
 		free(err);
 	}
-	struct git_source got = {0};
+	struct gitsync_source got = {0};
 	err = NULL;
-	REQUIRE(git_source_load(data, &got, &err) == 0);
+	REQUIRE(gitsync_source_load(data, &got, &err) == 0);
 	CHECK_STR(got.last_ref, c40);
-	git_source_free(&got);
+	gitsync_source_free(&got);
 	free(data);
 	t_rmtree(d);
 	free(d);
@@ -682,19 +684,20 @@ static void notes_clear(struct notes *ns)
 
 static int set_source(struct env *e, const char *url, const char *ref, const char *path)
 {
-	struct git_source s = {.repository = (char *)url, .ref = (char *)ref, .path = (char *)path};
+	struct gitsync_source s = {
+		.repository = (char *)url, .ref = (char *)ref, .path = (char *)path};
 	char *err = NULL;
-	int rc = git_source_save(e->data, &s, &err);
+	int rc = gitsync_source_save(e->data, &s, &err);
 	if (rc)
-		printf("  git_source_save: %s\n", err);
+		printf("  gitsync_source_save: %s\n", err);
 	free(err);
 	return rc;
 }
 
-static int sync_(struct env *e, struct git_sync_result *res, char **err)
+static int sync_(struct env *e, struct gitsync_result *res, char **err)
 {
 	*err = NULL;
-	return git_sync(e->data, e->fns, on_notice, &e->notes, res, err);
+	return gitsync_run(e->data, e->fns, on_notice, &e->notes, res, err);
 }
 
 /* Same tree (contents, symlinks, exec bits) as the repository's dir. */
@@ -711,7 +714,7 @@ static char *rev(struct env *e, const char *what)
 
 static void e2e(struct env *e)
 {
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL, *pub = NULL, *fp = NULL;
 	char *ssh = xasprintf("%s/ssh", e->data);
 	REQUIRE(sshkey_generate(ssh, false, &pub, &fp, &err) == 0);
@@ -780,12 +783,12 @@ static void e2e(struct env *e)
 	CHECK_INT(t_mode_of(p), 0644);
 	free(p);
 	CHECK_INT(sh("ls -a '%s' | grep -q relay-sync", e->fns), 1);
-	struct git_source got = {0};
-	REQUIRE(git_source_load(e->data, &got, &err) == 0);
+	struct gitsync_source got = {0};
+	REQUIRE(gitsync_source_load(e->data, &got, &err) == 0);
 	CHECK_STR(got.last_commit, c1);
 	CHECK(got.last_sync && strlen(got.last_sync) == 20 && got.last_sync[19] == 'Z');
-	git_source_free(&got);
-	char *head = git_sync_checkout_head(e->data);
+	gitsync_source_free(&got);
+	char *head = gitsync_checkout_head(e->data);
 	CHECK_STR(head, c1);
 	free(head);
 
@@ -900,9 +903,9 @@ static void e2e(struct env *e)
 	REQUIRE(sshkey_generate(ssh2, false, &pub, &fp, &err) == 0);
 	free(pub);
 	free(fp);
-	struct git_source s2 = {.repository = e->url, .ref = "main"};
-	REQUIRE(git_source_save(data2, &s2, &err) == 0);
-	CHECK_INT(git_sync(data2, e->fns, on_notice, &e->notes, &res, &err), -1);
+	struct gitsync_source s2 = {.repository = e->url, .ref = "main"};
+	REQUIRE(gitsync_source_save(data2, &s2, &err) == 0);
+	CHECK_INT(gitsync_run(data2, e->fns, on_notice, &e->notes, &res, &err), -1);
 	CHECK(t_contains(err, "SSH authentication failed") && t_contains(err, "relay git keygen"));
 	free(err);
 	CHECK_INT(e->notes.n, 2);
@@ -1018,13 +1021,13 @@ static int git_in_work(struct env *e, const char *args)
 
 static bool source_last_ref(struct env *e, const char *want)
 {
-	struct git_source got = {0};
+	struct gitsync_source got = {0};
 	char *err = NULL;
-	bool same = git_source_load(e->data, &got, &err) == 0 && got.last_ref && want &&
+	bool same = gitsync_source_load(e->data, &got, &err) == 0 && got.last_ref && want &&
 		    strcmp(got.last_ref, want) == 0;
 	if (!same)
 		printf("  last_ref %s, want %s\n", got.last_ref ? got.last_ref : "(null)", want);
-	git_source_free(&got);
+	gitsync_source_free(&got);
 	free(err);
 	return same;
 }
@@ -1036,7 +1039,7 @@ static bool source_last_ref(struct env *e, const char *want)
  */
 static void ref_pinning(struct env *e)
 {
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL;
 	REQUIRE(env_sshd(e, ""));
 	REQUIRE(sh("set -e; %s init -q --bare '%s'; mkdir -p '%s/f1'; cd '%s'; %s init -q; "
@@ -1177,7 +1180,7 @@ static char *silent_url(int port)
  */
 static void stalls(struct env *e)
 {
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL;
 	int port;
 	/* "cat": the forced command waits for input that never comes, and
@@ -1264,7 +1267,7 @@ TEST(trickling_server_is_cut)
 	gitsync_set_timeouts(0, 2000);
 	gitsync_set_fetch_timeout(4000);
 	REQUIRE(set_source(&e, e.url, "main", NULL) == 0);
-	struct git_sync_result res;
+	struct gitsync_result res;
 	char *err = NULL;
 	int64_t t0 = now_mono_ns();
 	CHECK_INT(sync_(&e, &res, &err), -1);
@@ -1296,8 +1299,8 @@ struct bg_sync {
 static void *bg_sync_main(void *p)
 {
 	struct bg_sync *b = p;
-	struct git_sync_result res;
-	b->rc = git_sync(b->e->data, b->e->fns, NULL, NULL, &res, &b->err);
+	struct gitsync_result res;
+	b->rc = gitsync_run(b->e->data, b->e->fns, NULL, NULL, &res, &b->err);
 	return NULL;
 }
 
@@ -1333,15 +1336,15 @@ TEST(cancel_interrupts_a_sync)
 	char *lock = xasprintf("%s/git/.lock", e.data);
 	int held = open(lock, O_RDWR | O_CLOEXEC);
 	REQUIRE(held >= 0 && flock(held, LOCK_EX) == 0);
-	struct git_sync_result res;
-	CHECK_INT(git_sync(e.data, e.fns, NULL, NULL, &res, &err), -1);
+	struct gitsync_result res;
+	CHECK_INT(gitsync_run(e.data, e.fns, NULL, NULL, &res, &err), -1);
 	CHECK_STR(err, "interrupted: Relay is shutting down");
 	free(err);
 	err = NULL;
 	close(held);
 	free(lock);
 	/* Until re-armed, a sync never reaches the server. */
-	CHECK_INT(git_sync(e.data, e.fns, NULL, NULL, &res, &err), -1);
+	CHECK_INT(gitsync_run(e.data, e.fns, NULL, NULL, &res, &err), -1);
 	want = xasprintf("cannot fetch %s: interrupted: Relay is shutting down", url);
 	CHECK_STR(err, want);
 	free(want);

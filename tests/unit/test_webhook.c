@@ -73,7 +73,7 @@ static char *form_encode(const char *json)
 	return buf_steal(&b);
 }
 
-/* ---- git_repo_identity (semantics the webhook relies on) -------------- */
+/* ---- gitsync_repo_identity (semantics the webhook relies on) -------------- */
 
 TEST(repo_identity_forms)
 {
@@ -95,7 +95,7 @@ TEST(repo_identity_forms)
 		{"", NULL},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char *got = git_repo_identity(cases[i].in);
+		char *got = gitsync_repo_identity(cases[i].in);
 		if (cases[i].want ? !got || strcmp(got, cases[i].want) != 0 : got != NULL)
 			T_FAIL_("\"%s\": got %s, want %s", cases[i].in, got ? got : "NULL",
 				cases[i].want ? cases[i].want : "NULL");
@@ -593,13 +593,13 @@ TEST(server_without_secret)
 TEST(server_ref_as_last_resolved)
 {
 	char *data = t_tmpdir(), *err = NULL;
-	struct git_source src = {
+	struct gitsync_source src = {
 		.repository = (char *)REPO,
 		.ref = (char *)"main",
 		.last_ref = (char *)"refs/tags/main",
 	};
-	if (git_source_save(data, &src, &err) < 0) {
-		T_FAIL_("git_source_save: %s", err);
+	if (gitsync_source_save(data, &src, &err) < 0) {
+		T_FAIL_("gitsync_source_save: %s", err);
 		free(err);
 		t_rmtree(data);
 		free(data);
