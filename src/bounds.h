@@ -30,7 +30,8 @@
  *   webhook request       webhook.h, http.h         http.c, webhook.c
  *   metrics request       http.h (64 KiB body,      metrics.c's http
  *                         10 s idle)                config, http.c
- *   git remote, checkout  gitsync.h                 gitsync.c
+ *   git remote, checkout  gitsync.h                 gitsync_fetch.c,
+ *                                                   gitsync_checkout.c
  *   known_hosts           sshkey.h                  sshkey.c
  *   TZif file             tz.h (also: at most 16    tz.c
  *                         transitions in 52 h)

@@ -209,7 +209,7 @@ int main(int argc, char **argv)
 	fo.callbacks.certificate_check = certificate_check;
 	fo.callbacks.update_tips = update_tips;
 	/* As Relay makes its remote: libgit2 1.5.1's insteadOf scan leaks
-	 * (see make_remote in src/git/gitsync.c). */
+	 * (see make_remote in src/git/gitsync_fetch.c). */
 	git_remote_create_options ro;
 	git_remote_create_options_init(&ro, GIT_REMOTE_CREATE_OPTIONS_VERSION);
 	ro.flags = GIT_REMOTE_CREATE_SKIP_INSTEADOF | GIT_REMOTE_CREATE_SKIP_DEFAULT_FETCHSPEC;

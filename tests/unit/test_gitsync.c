@@ -1391,7 +1391,7 @@ int main(int argc, char **argv)
  * (libssh2's known-hosts list for $HOME/.ssh/known_hosts, the buffer
  * holding its path, the userauth list after a rejected key), all
  * allocated below git_remote_connect_ext and never handed to the caller.
- * (A libgit2 1.5.1 PCRE2 leak is avoided in gitsync.c itself.)
+ * (A libgit2 1.5.1 PCRE2 leak is avoided in gitsync_fetch.c itself.)
  * Everything Relay owns (remotes, repositories, objects) is allocated
  * elsewhere and still checked.
  */
