@@ -533,6 +533,149 @@ static char *pretty_json(const char *v, size_t n)
 	return buf_steal(&b);
 }
 
+/* What show prints about one entry. */
+struct show {
+	struct dlq_entry *e;
+	const char *ev_text; /* the entry's event field, NULL when absent */
+	size_t elen;
+	char *pretty;	     /* ev_text pretty-printed, NULL when not JSON */
+	struct cmd_match *m; /* what it matches now */
+	size_t nm;
+	bool matched; /* false: not evaluated (no decodable event, or scan_err) */
+	char *why, *scan_err;
+	int64_t now_ms;
+};
+
+/* What the entry's event matches now: a decodable event only. */
+static void show_evaluate(const struct cmd *self, const struct config *cfg, struct show *sh)
+{
+	sh->ev_text = dlq_entry_get(sh->e, "event", &sh->elen);
+	struct event *ev = NULL;
+	if (sh->ev_text && event_parse_json(sh->ev_text, sh->elen, &ev, &sh->why) == EVENT_OK) {
+		sh->matched = cmd_match_event(self->words, cfg->functions_dir, ev, now_wall_ns(),
+					      &sh->m, &sh->nm, &sh->scan_err) == 0;
+		event_free(ev);
+	}
+	sh->now_ms = now_wall_ns() / NS_PER_MS;
+	sh->pretty = sh->ev_text ? pretty_json(sh->ev_text, sh->elen) : NULL;
+}
+
+/* show --json: the entry as ls --json has it, with its fields, its event
+ * and what it matches now. */
+static int show_json(const struct cmd *self, const struct show *sh)
+{
+	const struct dlq_entry *e = sh->e;
+	json_t *o = entry_json(e, sh->now_ms);
+	json_t *fields = json_object();
+	for (size_t i = 0; i < e->nf; i++)
+		json_object_set_new(fields, e->name[i], jstr(e->val[i], e->vlen[i]));
+	json_object_set_new(o, "fields", fields);
+	json_error_t jerr;
+	json_t *evj = sh->pretty && sh->ev_text
+			      ? json_loadb(sh->ev_text, sh->elen, JSON_DECODE_ANY, &jerr)
+			      : NULL;
+	json_object_set_new(o, "event", evj ? evj : json_null());
+	json_t *ma = json_array();
+	for (size_t i = 0; i < sh->nm; i++) {
+		json_t *x = json_object();
+		json_object_set_new(x, "function", json_string(sh->m[i].function));
+		json_object_set_new(x, "handler", json_string(sh->m[i].handler));
+		json_array_append_new(ma, x);
+	}
+	if (sh->matched)
+		json_object_set_new(o, "matches", ma);
+	else {
+		json_decref(ma);
+		json_object_set_new(o, "matches", json_null());
+	}
+	return cmd_print_json(self, o);
+}
+
+/* The ID, Dead-lettered and field lines (all but the event), the names
+ * escaped and aligned. */
+static void show_text_fields(struct buf *b, const struct show *sh)
+{
+	const struct dlq_entry *e = sh->e;
+	char ts[RFC3339_STR_MAX];
+	size_t w = strlen("Dead-lettered");
+	char **names = xcalloc(e->nf + 1, sizeof *names);
+	for (size_t i = 0; i < e->nf; i++) {
+		names[i] = text_escaped(e->name[i], strlen(e->name[i]), 0, 0);
+		if (text_cols(names[i]) > w)
+			w = text_cols(names[i]);
+	}
+	buf_appendf(b, "%-*s  %s\n", (int)w + 1, "ID:", e->id);
+	char age[STATE_AGE_MAX];
+	state_format_age(e->ms / 1000, sh->now_ms / 1000, age);
+	/* The age when it reads "... ago"; from 30 days on it is the date. */
+	bool ago = strstr(age, " ago") != NULL;
+	buf_appendf(b, "%-*s  %s%s%s%s\n", (int)w + 1,
+		    "Dead-lettered:", rfc3339_format_utc(e->ms * NS_PER_MS, ts), ago ? " (" : "",
+		    ago ? age : "", ago ? ")" : "");
+	for (size_t i = 0; i < e->nf; i++) {
+		if (strcmp(e->name[i], "event") == 0)
+			continue;
+		char *val =
+			e->vlen[i] ? text_escaped(e->val[i], e->vlen[i], 0, 0) : xstrdup("(empty)");
+		buf_appendf(b, "%s:%*s  %s\n", names[i], (int)(w - text_cols(names[i])), "", val);
+		free(val);
+	}
+	for (size_t i = 0; i < e->nf; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* The Event section: pretty JSON, the text escaped, or (none). */
+static void show_text_event(struct buf *b, const struct show *sh)
+{
+	if (!sh->ev_text || sh->elen == 0) {
+		buf_appendf(b, "\nEvent: (none)\n");
+	} else if (sh->pretty) {
+		buf_appendf(b, "\nEvent:\n%s\n", sh->pretty);
+	} else {
+		char *esc = text_escaped(sh->ev_text, sh->elen, 0, 0);
+		buf_appendf(b, "\nEvent (not JSON, escaped):\n%s\n", esc);
+		free(esc);
+	}
+}
+
+/* The Matches now section: function<TAB>handler lines, or why there are
+ * none. */
+static void show_text_matches(struct buf *b, const struct show *sh)
+{
+	buf_appendf(b, "\nMatches now:\n");
+	if (!sh->matched) {
+		const char *why_not = sh->scan_err
+					      ? sh->scan_err
+					      : "no decodable event; a replay would be refused";
+		buf_appendf(b, "  (not evaluated: ");
+		text_escape(b, why_not, strlen(why_not), 0, TEXT_VERBATIM);
+		buf_appendf(b, ")\n");
+	} else if (sh->nm == 0) {
+		buf_appendf(b, "  (none: a replay would run no handler)\n");
+	}
+	for (size_t i = 0; i < sh->nm; i++) {
+		buf_append(b, "  ", 2);
+		text_escape(b, sh->m[i].function, strlen(sh->m[i].function), 0, 0);
+		buf_append(b, "\t", 1);
+		text_escape(b, sh->m[i].handler, strlen(sh->m[i].handler), 0, 0);
+		buf_append(b, "\n", 1);
+	}
+}
+
+/* show without --json: the fields, the event, what it matches now. */
+static int show_text(const struct cmd *self, const struct show *sh)
+{
+	struct buf b;
+	buf_init(&b, DLQ_OUT_MAX);
+	show_text_fields(&b, sh);
+	show_text_event(&b, sh);
+	show_text_matches(&b, sh);
+	int rc = write_out(self, b.data ? b.data : "", b.len);
+	buf_free(&b);
+	return rc;
+}
+
 static int show_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
 	struct dlq_ctx c;
@@ -540,120 +683,20 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
 	if (rc)
 		return rc;
 	const char *id = args->pos[0];
-	struct dlq_entry *e = NULL;
-	int got = read_one(&c, id, &e);
+	struct show sh = {0};
+	int got = read_one(&c, id, &sh.e);
 	ctx_close(&c);
 	if (got <= 0)
 		return got < 0 ? 1 : cmd_fail("dlq show: %s: no such entry", id);
-
-	/* What it matches now: a decodable event only. */
-	size_t elen = 0;
-	const char *ev_text = dlq_entry_get(e, "event", &elen);
-	struct event *ev = NULL;
-	char *why = NULL, *scan_err = NULL;
-	struct cmd_match *m = NULL;
-	size_t nm = 0;
-	bool matched = false;
-	if (ev_text && event_parse_json(ev_text, elen, &ev, &why) == EVENT_OK) {
-		matched = cmd_match_event(self->words, cfg->functions_dir, ev, now_wall_ns(), &m,
-					  &nm, &scan_err) == 0;
-		event_free(ev);
-	}
-	int64_t now_ms = now_wall_ns() / NS_PER_MS;
-	char *pretty = ev_text ? pretty_json(ev_text, elen) : NULL;
-
-	if (cmd_flag(args, "--json")) {
-		json_t *o = entry_json(e, now_ms);
-		json_t *fields = json_object();
-		for (size_t i = 0; i < e->nf; i++)
-			json_object_set_new(fields, e->name[i], jstr(e->val[i], e->vlen[i]));
-		json_object_set_new(o, "fields", fields);
-		json_error_t jerr;
-		json_t *evj = pretty && ev_text ? json_loadb(ev_text, elen, JSON_DECODE_ANY, &jerr)
-						: NULL;
-		json_object_set_new(o, "event", evj ? evj : json_null());
-		json_t *ma = json_array();
-		for (size_t i = 0; i < nm; i++) {
-			json_t *x = json_object();
-			json_object_set_new(x, "function", json_string(m[i].function));
-			json_object_set_new(x, "handler", json_string(m[i].handler));
-			json_array_append_new(ma, x);
-		}
-		if (matched)
-			json_object_set_new(o, "matches", ma);
-		else {
-			json_decref(ma);
-			json_object_set_new(o, "matches", json_null());
-		}
-		rc = cmd_print_json(self, o);
-	} else {
-		struct buf b;
-		buf_init(&b, DLQ_OUT_MAX);
-		char ts[RFC3339_STR_MAX];
-		size_t w = strlen("Dead-lettered");
-		char **names = xcalloc(e->nf + 1, sizeof *names);
-		for (size_t i = 0; i < e->nf; i++) {
-			names[i] = text_escaped(e->name[i], strlen(e->name[i]), 0, 0);
-			if (text_cols(names[i]) > w)
-				w = text_cols(names[i]);
-		}
-		buf_appendf(&b, "%-*s  %s\n", (int)w + 1, "ID:", e->id);
-		char age[STATE_AGE_MAX];
-		state_format_age(e->ms / 1000, now_ms / 1000, age);
-		/* The age when it reads "... ago"; from 30 days on it is the date. */
-		bool ago = strstr(age, " ago") != NULL;
-		buf_appendf(&b, "%-*s  %s%s%s%s\n", (int)w + 1,
-			    "Dead-lettered:", rfc3339_format_utc(e->ms * NS_PER_MS, ts),
-			    ago ? " (" : "", ago ? age : "", ago ? ")" : "");
-		for (size_t i = 0; i < e->nf; i++) {
-			if (strcmp(e->name[i], "event") == 0)
-				continue;
-			char *val = e->vlen[i] ? text_escaped(e->val[i], e->vlen[i], 0, 0)
-					       : xstrdup("(empty)");
-			buf_appendf(&b, "%s:%*s  %s\n", names[i], (int)(w - text_cols(names[i])),
-				    "", val);
-			free(val);
-		}
-		for (size_t i = 0; i < e->nf; i++)
-			free(names[i]);
-		free(names);
-		if (!ev_text || elen == 0) {
-			buf_appendf(&b, "\nEvent: (none)\n");
-		} else if (pretty) {
-			buf_appendf(&b, "\nEvent:\n%s\n", pretty);
-		} else {
-			char *esc = text_escaped(ev_text, elen, 0, 0);
-			buf_appendf(&b, "\nEvent (not JSON, escaped):\n%s\n", esc);
-			free(esc);
-		}
-		buf_appendf(&b, "\nMatches now:\n");
-		if (!matched) {
-			const char *why_not =
-				scan_err ? scan_err
-					 : "no decodable event; a replay would be refused";
-			buf_appendf(&b, "  (not evaluated: ");
-			text_escape(&b, why_not, strlen(why_not), 0, TEXT_VERBATIM);
-			buf_appendf(&b, ")\n");
-		} else if (nm == 0) {
-			buf_appendf(&b, "  (none: a replay would run no handler)\n");
-		}
-		for (size_t i = 0; i < nm; i++) {
-			buf_append(&b, "  ", 2);
-			text_escape(&b, m[i].function, strlen(m[i].function), 0, 0);
-			buf_append(&b, "\t", 1);
-			text_escape(&b, m[i].handler, strlen(m[i].handler), 0, 0);
-			buf_append(&b, "\n", 1);
-		}
-		rc = write_out(self, b.data ? b.data : "", b.len);
-		buf_free(&b);
-	}
-	if (rc == 0 && scan_err)
-		rc = cmd_fail("dlq show: %s", scan_err);
-	free(pretty);
-	free(why);
-	free(scan_err);
-	cmd_match_free(m, nm);
-	dlq_entry_free(e);
+	show_evaluate(self, cfg, &sh);
+	rc = cmd_flag(args, "--json") ? show_json(self, &sh) : show_text(self, &sh);
+	if (rc == 0 && sh.scan_err)
+		rc = cmd_fail("dlq show: %s", sh.scan_err);
+	free(sh.pretty);
+	free(sh.why);
+	free(sh.scan_err);
+	cmd_match_free(sh.m, sh.nm);
+	dlq_entry_free(sh.e);
 	return rc;
 }
 

@@ -460,35 +460,50 @@ static void evaluate(const struct cmd *self, const struct config *cfg, struct ev
 	event_free(ev);
 }
 
-static int gather(const struct cmd *self, const struct config *cfg, struct redis *r,
-		  struct event_status *st, uint64_t id_ms, uint64_t id_seq)
-{
-	const char *stream = cfg->redis_stream, *group = cfg->redis_group;
+/* What gather reads with: the command, the configuration, the connection,
+ * the status it fills and EVENT_MAX_BYTES as a script argument. */
+struct gather {
+	const struct cmd *self;
+	const struct config *cfg;
+	struct redis *r;
+	struct event_status *st;
 	char max[24];
-	snprintf_(max, sizeof max, "%d", EVENT_MAX_BYTES);
+};
 
-	/* The stream's copy of the message. */
-	const char *sav[] = {st->id, max};
-	redisReply *rep = eval(r, stream_lua, stream, sav, 2);
+/* The stream's copy of the message: in_stream, and its event evaluated.
+ * 0, or 1 after one line. */
+static int gather_stream(struct gather *g)
+{
+	struct event_status *st = g->st;
+	const char *sav[] = {st->id, g->max};
+	redisReply *rep = eval(g->r, stream_lua, g->cfg->redis_stream, sav, 2);
 	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1)
-		return redis_failed(self, r, rep);
+		return redis_failed(g->self, g->r, rep);
 	st->in_stream = rep->element[0]->integer == 1;
 	if (st->in_stream) {
 		if (rep->elements < 3)
-			evaluate(self, cfg, st, NULL, 0, false, true);
+			evaluate(g->self, g->cfg, st, NULL, 0, false, true);
 		else
-			evaluate(self, cfg, st, rep->element[1]->str, rep->element[1]->len,
+			evaluate(g->self, g->cfg, st, rep->element[1]->str, rep->element[1]->len,
 				 rep->element[2]->integer > EVENT_MAX_BYTES, false);
 	}
 	freeReplyObject(rep);
+	return 0;
+}
 
-	/* Pending? (no group: nothing is) */
-	rep = redis_command(r, "XPENDING %s %s %s %s 1", stream, group, st->id, st->id);
+/* Pending? (no group: nothing is) EVST_PENDING with its consumer, idle
+ * time, deliveries and invocation hash. 0, or 1 after one line. */
+static int gather_pending(struct gather *g)
+{
+	struct event_status *st = g->st;
+	const char *stream = g->cfg->redis_stream, *group = g->cfg->redis_group;
+	redisReply *rep =
+		redis_command(g->r, "XPENDING %s %s %s %s 1", stream, group, st->id, st->id);
 	if (rep && rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "NOGROUP")) {
 		freeReplyObject(rep);
 		rep = NULL;
 	} else if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-		return redis_failed(self, r, rep);
+		return redis_failed(g->self, g->r, rep);
 	}
 	if (rep && rep->elements == 1 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
 	    rep->element[0]->elements == 4) {
@@ -500,47 +515,59 @@ static int gather(const struct cmd *self, const struct config *cfg, struct redis
 	}
 	if (rep)
 		freeReplyObject(rep);
-	if (st->state == EVST_PENDING) {
-		char *key = invocation_key(stream, group, st->id);
-		struct invocation_state inv;
-		int rc = invocation_state_load(r, key, &inv);
-		free(key);
-		if (rc < 0)
-			return redis_failed(self, r, NULL);
-		st->inv_fields = inv.fields;
-		st->inv_values = inv.values;
-		st->ninv = inv.n;
+	if (st->state != EVST_PENDING)
 		return 0;
-	}
+	char *key = invocation_key(stream, group, st->id);
+	struct invocation_state inv;
+	int rc = invocation_state_load(g->r, key, &inv);
+	free(key);
+	if (rc < 0)
+		return redis_failed(g->self, g->r, NULL);
+	st->inv_fields = inv.fields;
+	st->inv_values = inv.values;
+	st->ninv = inv.n;
+	return 0;
+}
 
-	/* Dead-lettered? Newest first, bounded. */
-	char *dlq = xasprintf("relay:%s:dlq", stream), *from = xstrdup("+"), page[16];
+/* Takes the DLQ entry dlq_lua found (rep: {id, fields, event}): the state
+ * EVST_DEAD_LETTERED, its fields, and its event evaluated when the stream
+ * no longer has one. */
+static void take_dlq_entry(struct gather *g, redisReply *rep)
+{
+	struct event_status *st = g->st;
+	redisReply **e = rep->element;
+	st->state = EVST_DEAD_LETTERED;
+	st->dlq_id = xstrndup(e[0]->str, e[0]->len);
+	size_t n = e[1]->elements / 2;
+	st->dlq_fields = xcalloc(n + 1, sizeof(char *));
+	st->dlq_values = xcalloc(n + 1, sizeof(char *));
+	for (size_t i = 0; i < n; i++) {
+		st->dlq_fields[i] = xstrndup(e[1]->element[2 * i]->str, e[1]->element[2 * i]->len);
+		st->dlq_values[i] =
+			xstrndup(e[1]->element[2 * i + 1]->str, e[1]->element[2 * i + 1]->len);
+	}
+	st->ndlq = n;
+	if (!st->in_stream && rep->elements >= 3 && e[2]->type == REDIS_REPLY_STRING)
+		evaluate(g->self, g->cfg, st, e[2]->str, e[2]->len, false, false);
+}
+
+/* Dead-lettered? The DLQ newest first, bounded. 0, or 1 after one line. */
+static int gather_dlq(struct gather *g)
+{
+	char *dlq = xasprintf("relay:%s:dlq", g->cfg->redis_stream), *from = xstrdup("+");
+	char page[16];
 	snprintf_(page, sizeof page, "%d", DLQ_PAGE);
 	for (int scanned = 0; scanned < DLQ_SCAN_MAX; scanned += DLQ_PAGE) {
-		const char *dav[] = {from, st->id, page, max};
-		rep = eval(r, dlq_lua, dlq, dav, 4);
+		const char *dav[] = {from, g->st->id, page, g->max};
+		redisReply *rep = eval(g->r, dlq_lua, dlq, dav, 4);
 		if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 2) {
 			free(dlq);
 			free(from);
-			return redis_failed(self, r, rep);
+			return redis_failed(g->self, g->r, rep);
 		}
 		redisReply **e = rep->element;
 		if (e[0]->type == REDIS_REPLY_STRING && e[0]->len) {
-			st->state = EVST_DEAD_LETTERED;
-			st->dlq_id = xstrndup(e[0]->str, e[0]->len);
-			size_t n = e[1]->elements / 2;
-			st->dlq_fields = xcalloc(n + 1, sizeof(char *));
-			st->dlq_values = xcalloc(n + 1, sizeof(char *));
-			for (size_t i = 0; i < n; i++) {
-				st->dlq_fields[i] = xstrndup(e[1]->element[2 * i]->str,
-							     e[1]->element[2 * i]->len);
-				st->dlq_values[i] = xstrndup(e[1]->element[2 * i + 1]->str,
-							     e[1]->element[2 * i + 1]->len);
-			}
-			st->ndlq = n;
-			if (!st->in_stream && rep->elements >= 3 &&
-			    e[2]->type == REDIS_REPLY_STRING)
-				evaluate(self, cfg, st, e[2]->str, e[2]->len, false, false);
+			take_dlq_entry(g, rep);
 			freeReplyObject(rep);
 			break;
 		}
@@ -553,16 +580,21 @@ static int gather(const struct cmd *self, const struct config *cfg, struct redis
 	}
 	free(dlq);
 	free(from);
-	if (st->state == EVST_DEAD_LETTERED || !st->in_stream)
-		return 0;
+	return 0;
+}
 
-	/* In the stream: read by the group yet? */
+/* In the stream: read by the group yet? EVST_ACKNOWLEDGED when the group's
+ * last-delivered-id is at or past id_ms-id_seq, else EVST_NOT_DELIVERED. 0,
+ * or 1 after one line. */
+static int gather_delivered(struct gather *g, uint64_t id_ms, uint64_t id_seq)
+{
+	struct event_status *st = g->st;
 	st->state = EVST_NOT_DELIVERED;
-	rep = redis_command(r, "XINFO GROUPS %s", stream);
+	redisReply *rep = redis_command(g->r, "XINFO GROUPS %s", g->cfg->redis_stream);
 	if (!rep || rep->type != REDIS_REPLY_ARRAY)
-		return redis_failed(self, r, rep);
-	for (size_t g = 0; g < rep->elements; g++) {
-		redisReply *gi = rep->element[g];
+		return redis_failed(g->self, g->r, rep);
+	for (size_t i = 0; i < rep->elements; i++) {
+		redisReply *gi = rep->element[i];
 		const char *name = NULL, *last = NULL;
 		for (size_t k = 0; gi->type == REDIS_REPLY_ARRAY && k + 1 < gi->elements; k += 2) {
 			redisReply *kk = gi->element[k], *vv = gi->element[k + 1];
@@ -574,13 +606,31 @@ static int gather(const struct cmd *self, const struct config *cfg, struct redis
 				last = vv->str;
 		}
 		uint64_t lms, lseq;
-		if (name && last && strcmp(name, group) == 0 &&
+		if (name && last && strcmp(name, g->cfg->redis_group) == 0 &&
 		    parse_stream_id(last, &lms, &lseq) &&
 		    (id_ms < lms || (id_ms == lms && id_seq <= lseq)))
 			st->state = EVST_ACKNOWLEDGED;
 	}
 	freeReplyObject(rep);
 	return 0;
+}
+
+/* Fills st from Redis: the stream's copy, then pending, dead-lettered, or
+ * read by the group or not. 0, or 1 after one line. */
+static int gather(const struct cmd *self, const struct config *cfg, struct redis *r,
+		  struct event_status *st, uint64_t id_ms, uint64_t id_seq)
+{
+	struct gather g = {.self = self, .cfg = cfg, .r = r, .st = st};
+	snprintf_(g.max, sizeof g.max, "%d", EVENT_MAX_BYTES);
+	int rc = gather_stream(&g);
+	if (rc == 0)
+		rc = gather_pending(&g);
+	if (rc || st->state == EVST_PENDING)
+		return rc;
+	rc = gather_dlq(&g);
+	if (rc || st->state == EVST_DEAD_LETTERED || !st->in_stream)
+		return rc;
+	return gather_delivered(&g, id_ms, id_seq);
 }
 
 static void status_free(struct event_status *st)

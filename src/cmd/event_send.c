@@ -38,74 +38,78 @@
 #include "engine/scheduler.h"
 #include "base/util.h"
 
-static int send_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+/* The line for an EVENT that cmd_read_event refused with why: one too
+ * large in the consumer's words, anything else as it is. Answers 1. */
+static int send_read_failed(const struct cmd *self, const char *arg, const char *why)
 {
-	bool dry = cmd_flag(args, "--dry-run");
-	char *text = NULL, *why = NULL, *err = NULL;
-	size_t len = 0;
-	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
-		int rc;
-		struct stat st;
-		if (strncmp(why, "event larger", 12) != 0)
-			rc = cmd_fail("%s: %s", self->words, why);
-		else if (args->pos[0][0] == '@' && stat(args->pos[0] + 1, &st) == 0 &&
-			 st.st_size > EVENT_MAX_BYTES) /* the consumer's words */
-			rc = cmd_fail(
-				"%s: malformed event (%s): event is %lld bytes, more than the "
+	struct stat st;
+	if (strncmp(why, "event larger", 12) != 0)
+		return cmd_fail("%s: %s", self->words, why);
+	if (arg[0] == '@' && stat(arg + 1, &st) == 0 &&
+	    st.st_size > EVENT_MAX_BYTES) /* the consumer's words */
+		return cmd_fail("%s: malformed event (%s): event is %lld bytes, more than the "
 				"maximum of %d",
 				self->words, event_err_name(EVENT_ERR_TOO_LARGE),
 				(long long)st.st_size, EVENT_MAX_BYTES);
-		else
-			rc = cmd_fail(
-				"%s: malformed event (%s): event is more than the maximum of %d "
-				"bytes",
-				self->words, event_err_name(EVENT_ERR_TOO_LARGE), EVENT_MAX_BYTES);
-		free(why);
-		return rc;
-	}
+	return cmd_fail("%s: malformed event (%s): event is more than the maximum of %d "
+			"bytes",
+			self->words, event_err_name(EVENT_ERR_TOO_LARGE), EVENT_MAX_BYTES);
+}
 
-	/* The entry as the consumer will read it: one field, `event`. */
+/* Decodes text as the consumer will read the entry (one field, `event`)
+ * and refuses what it would dead-letter. 0 with *ev, or 1 after one line
+ * (*why, when set, is the caller's to free). */
+static int send_check(const struct cmd *self, const char *text, size_t len, struct event **ev,
+		      char **why)
+{
 	const char *fields[2] = {"event", text};
 	size_t lens[2] = {5, len};
-	struct event *ev = NULL;
-	int derr = event_decode(fields, lens, 2, &ev, &why);
-	int rc = 1;
+	int derr = event_decode(fields, lens, 2, ev, why);
+	if (derr != EVENT_OK)
+		return cmd_fail("%s: malformed event (%s): %s", self->words, event_err_name(derr),
+				*why ? *why : "");
+	if (schedule_claimed(*ev))
+		return cmd_fail("%s: the event claims to be a scheduled occurrence (source \"%s\" "
+				"with function, handler and occurrence_id): relay would "
+				"dead-letter it as forged",
+				self->words, SCHEDULE_SOURCE);
+	return 0;
+}
+
+/* Prints the handlers ev matches in the functions directory, in execution
+ * order (stderr says when none does). 0, or 1 after one line. */
+static int send_print_matches(const struct cmd *self, const struct config *cfg,
+			      const struct event *ev)
+{
 	struct cmd_match *m = NULL;
 	size_t n = 0;
-	struct redis *r = NULL;
-	redisReply *rep = NULL;
-	if (derr != EVENT_OK) {
-		cmd_fail("%s: malformed event (%s): %s", self->words, event_err_name(derr),
-			 why ? why : "");
-		goto out;
-	}
-	if (schedule_claimed(ev)) {
-		cmd_fail("%s: the event claims to be a scheduled occurrence (source \"%s\" with "
-			 "function, handler and occurrence_id): relay would dead-letter it as "
-			 "forged",
-			 self->words, SCHEDULE_SOURCE);
-		goto out;
-	}
+	char *err = NULL;
+	int rc = 0;
 	if (cmd_match_event(self->words, cfg->functions_dir, ev, now_wall_ns(), &m, &n, &err) < 0) {
-		cmd_fail("%s: %s", self->words, err);
-		goto out;
+		rc = cmd_fail("%s: %s", self->words, err);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			printf("match: %s/%s\n", m[i].function, m[i].handler);
+		if (n == 0)
+			fprintf(stderr, "relay: %s: no handler in %s matches the event\n",
+				self->words, cfg->functions_dir);
 	}
-	for (size_t i = 0; i < n; i++)
-		printf("match: %s/%s\n", m[i].function, m[i].handler);
-	if (n == 0)
-		fprintf(stderr, "relay: %s: no handler in %s matches the event\n", self->words,
-			cfg->functions_dir);
-	if (dry) {
-		printf("not sent (--dry-run)\n");
-		rc = 0;
-		goto out;
-	}
-	fflush(stdout);
+	cmd_match_free(m, n);
+	free(err);
+	return rc;
+}
+
+/* XADDs text to REDIS_STREAM as the field `event` and prints the id. 0, or
+ * 1 after one line. */
+static int send_xadd(const struct cmd *self, const struct config *cfg, const char *text, size_t len)
+{
+	struct redis *r = NULL;
 	if (cmd_redis_connect(self, cfg, &r) < 0)
-		goto out;
+		return 1;
 	const char *argv[5] = {"XADD", cfg->redis_stream, "*", "event", text};
 	size_t argl[5] = {4, strlen(cfg->redis_stream), 1, 5, len};
-	rep = redis_command_argv(r, 5, argv, argl);
+	redisReply *rep = redis_command_argv(r, 5, argv, argl);
+	int rc = 1;
 	if (!rep)
 		cmd_fail("%s: XADD %s: %s", self->words, cfg->redis_stream, redis_errmsg(r));
 	else if (rep->type != REDIS_REPLY_STRING)
@@ -115,16 +119,36 @@ static int send_exec(const struct cmd *self, const struct cmd_args *args, const 
 		printf("sent: %s\n", rep->str);
 		rc = 0;
 	}
-out:
-	if (rc == 0 && fflush(stdout) != 0)
-		rc = cmd_fail("%s: write: output error", self->words);
 	if (rep)
 		freeReplyObject(rep);
 	redis_free(r);
-	cmd_match_free(m, n);
+	return rc;
+}
+
+static int send_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
+	bool dry = cmd_flag(args, "--dry-run");
+	char *text = NULL, *why = NULL;
+	size_t len = 0;
+	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
+		int rc = send_read_failed(self, args->pos[0], why);
+		free(why);
+		return rc;
+	}
+	struct event *ev = NULL;
+	int rc = send_check(self, text, len, &ev, &why);
+	if (rc == 0)
+		rc = send_print_matches(self, cfg, ev);
+	if (rc == 0 && dry) {
+		printf("not sent (--dry-run)\n");
+	} else if (rc == 0) {
+		fflush(stdout);
+		rc = send_xadd(self, cfg, text, len);
+	}
+	if (rc == 0 && fflush(stdout) != 0)
+		rc = cmd_fail("%s: write: output error", self->words);
 	event_free(ev);
 	free(why);
-	free(err);
 	free(text);
 	return rc;
 }

@@ -160,11 +160,28 @@ static char *shell_word(const char *s)
 	return buf_steal(&b);
 }
 
-static int new_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+/* One function new's state. Each step answers 0, -1 with err (the line
+ * new_exec prints), or 1 when it printed its line itself. */
+struct new_fn {
+	const struct cmd *self;
+	const char *name, *dir;
+	const struct scaffold *s;
+	char *target; /* dir/name */
+	char *stage;  /* the staging directory while it exists, else NULL */
+	int dfd, sfd; /* dir and stage, open; -1 when not */
+	const char *files[3];
+	char *texts[3];
+	char *err;
+};
+
+/* Checks the options and the name: *s is the runtime's scaffold, *dir
+ * where the function goes. 0, 1 (an invalid name) or 2 after one line. */
+static int new_check_args(const struct cmd *self, const struct cmd_args *args,
+			  const struct config *cfg, const struct scaffold **s, const char **dir)
 {
 	const char *name = args->pos[0], *rt_name = cmd_opt(args, "--runtime");
 	const char *dir_opt = cmd_opt(args, "--dir");
-	const char *dir = dir_opt ? dir_opt : cfg->functions_dir;
+	*dir = dir_opt ? dir_opt : cfg->functions_dir;
 	if (dir_opt && !*dir_opt) {
 		fprintf(stderr, "relay %s: --dir must not be empty\n", self->words);
 		return 2;
@@ -174,11 +191,11 @@ static int new_exec(const struct cmd *self, const struct cmd_args *args, const s
 			runtime_names());
 		return 2;
 	}
-	const struct scaffold *s = NULL;
+	*s = NULL;
 	for (size_t i = 0; i < ARRAY_LEN(scaffolds); i++)
 		if (strcmp(scaffolds[i].runtime, rt_name) == 0 && runtime_find(rt_name))
-			s = &scaffolds[i];
-	if (!s) {
+			*s = &scaffolds[i];
+	if (!*s) {
 		char *shown = str_for_message(rt_name, 64);
 		fprintf(stderr, "relay %s: unsupported runtime \"%s\" (supported: %s)\n",
 			self->words, shown, runtime_names());
@@ -193,91 +210,136 @@ static int new_exec(const struct cmd *self, const struct cmd_args *args, const s
 		free(shown);
 		return rc;
 	}
+	return 0;
+}
 
-	int rc = 1, dfd = -1, sfd = -1;
-	char *err = NULL, *stage = NULL, *texts[3] = {NULL, NULL, NULL};
-	char *target = xasprintf("%s/%s", dir, name);
-	const char *files[3] = {"template.yaml", s->handler_file, s->manifest_file};
+/* Refuses a target that exists. */
+static int new_check_target(struct new_fn *nf)
+{
 	struct stat st;
-	if (lstat(target, &st) == 0) {
-		cmd_fail("%s: %s already exists", self->words, target);
-		goto out;
+	if (lstat(nf->target, &st) == 0)
+		return cmd_fail("%s: %s already exists", nf->self->words, nf->target);
+	if (errno != ENOENT)
+		return sys_error(&nf->err, "cannot create", nf->target, errno);
+	return 0;
+}
+
+/* Makes dir when missing and the staging directory in it, both open. */
+static int new_make_stage(struct new_fn *nf)
+{
+	if (mkdir_p(nf->dir, 0755, 0, NULL, NULL, &nf->err) < 0)
+		return -1;
+	nf->dfd = open(nf->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (nf->dfd < 0)
+		return sys_error(&nf->err, "cannot open directory", nf->dir, errno);
+	nf->stage = xasprintf("%s/" FUNCTION_STAGING_PREFIX "new-%s.tmp-XXXXXX", nf->dir, nf->name);
+	if (!mkdtemp(nf->stage)) {
+		sys_error(&nf->err, "cannot create a temporary directory in", nf->dir, errno);
+		free(nf->stage);
+		nf->stage = NULL;
+		return -1;
 	}
-	if (errno != ENOENT) {
-		sys_error(&err, "cannot create", target, errno);
-		goto fail;
-	}
-	if (mkdir_p(dir, 0755, 0, NULL, NULL, &err) < 0)
-		goto fail;
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		sys_error(&err, "cannot open directory", dir, errno);
-		goto fail;
-	}
-	stage = xasprintf("%s/" FUNCTION_STAGING_PREFIX "new-%s.tmp-XXXXXX", dir, name);
-	if (!mkdtemp(stage)) {
-		sys_error(&err, "cannot create a temporary directory in", dir, errno);
-		free(stage);
-		stage = NULL;
-		goto fail;
-	}
-	sfd = open(stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (sfd < 0 || fchmod(sfd, 0755) < 0) {
-		sys_error(&err, "cannot open directory", stage, errno);
-		goto fail;
-	}
-	texts[0] = fill(template_text, name, s);
-	texts[1] = fill(s->handler_text, name, s);
-	texts[2] = fill(s->manifest_text, name, s);
+	nf->sfd = open(nf->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (nf->sfd < 0 || fchmod(nf->sfd, 0755) < 0)
+		return sys_error(&nf->err, "cannot open directory", nf->stage, errno);
+	return 0;
+}
+
+/* Writes the scaffold's files into the staging directory, synced. */
+static int new_write_files(struct new_fn *nf)
+{
+	nf->texts[0] = fill(template_text, nf->name, nf->s);
+	nf->texts[1] = fill(nf->s->handler_text, nf->name, nf->s);
+	nf->texts[2] = fill(nf->s->manifest_text, nf->name, nf->s);
 	for (size_t i = 0; i < 3; i++)
-		if (write_new(sfd, stage, files[i], texts[i], &err) < 0)
-			goto fail;
-	if (fsync(sfd) < 0) {
-		sys_error(&err, "cannot write a file in", stage, errno);
-		goto fail;
+		if (write_new(nf->sfd, nf->stage, nf->files[i], nf->texts[i], &nf->err) < 0)
+			return -1;
+	if (fsync(nf->sfd) < 0)
+		return sys_error(&nf->err, "cannot write a file in", nf->stage, errno);
+	return 0;
+}
+
+/* Renames the staging directory to the target, replacing nothing. */
+static int new_rename(struct new_fn *nf)
+{
+	if (renameat2(AT_FDCWD, nf->stage, AT_FDCWD, nf->target, RENAME_NOREPLACE) < 0) {
+		if (errno == EEXIST || errno == ENOTEMPTY)
+			return cmd_fail("%s: %s already exists", nf->self->words, nf->target);
+		return sys_error(&nf->err, "cannot create", nf->target, errno);
 	}
-	if (renameat2(AT_FDCWD, stage, AT_FDCWD, target, RENAME_NOREPLACE) < 0) {
-		if (errno == EEXIST || errno == ENOTEMPTY) {
-			cmd_fail("%s: %s already exists", self->words, target);
-			goto cleanup;
-		}
-		sys_error(&err, "cannot create", target, errno);
-		goto fail;
-	}
-	free(stage);
-	stage = NULL;
-	fsync(dfd);
+	free(nf->stage);
+	nf->stage = NULL;
+	fsync(nf->dfd);
+	return 0;
+}
+
+/* Prints the files created and the command that runs the handler once
+ * (with RELAY_FUNCTIONS_DIR when --dir is not the functions directory). */
+static int new_report(struct new_fn *nf, const char *dir_opt, const struct config *cfg)
+{
 	for (size_t i = 0; i < 3; i++)
-		printf("created %s/%s\n", target, files[i]);
+		printf("created %s/%s\n", nf->target, nf->files[i]);
 	if (dir_opt && strcmp(dir_opt, cfg->functions_dir) != 0) {
-		char *w = shell_word(dir);
+		char *w = shell_word(nf->dir);
 		printf("next: RELAY_FUNCTIONS_DIR=%s relay function invoke %s --event '%s'\n", w,
-		       name, NEW_SAMPLE_EVENT);
+		       nf->name, NEW_SAMPLE_EVENT);
 		free(w);
 	} else {
-		printf("next: relay function invoke %s --event '%s'\n", name, NEW_SAMPLE_EVENT);
+		printf("next: relay function invoke %s --event '%s'\n", nf->name, NEW_SAMPLE_EVENT);
 	}
-	rc = fflush(stdout) == 0 ? 0 : cmd_fail("%s: write: output error", self->words);
-	goto out;
-fail:
-	cmd_fail("%s: %s", self->words, err);
-cleanup:
-	if (stage) {
-		for (size_t i = 0; sfd >= 0 && i < 3; i++)
-			unlinkat(sfd, files[i], 0);
-		rmdir(stage);
+	return fflush(stdout) == 0 ? 0 : cmd_fail("%s: write: output error", nf->self->words);
+}
+
+/* After a failed step: its line when it left one in err, and the staging
+ * directory removed; then what every path releases. */
+static void new_finish(struct new_fn *nf, int rc)
+{
+	if (rc < 0)
+		cmd_fail("%s: %s", nf->self->words, nf->err);
+	if (rc && nf->stage) {
+		for (size_t i = 0; nf->sfd >= 0 && i < 3; i++)
+			unlinkat(nf->sfd, nf->files[i], 0);
+		rmdir(nf->stage);
 	}
-out:
-	if (sfd >= 0)
-		close(sfd);
-	if (dfd >= 0)
-		close(dfd);
+	if (nf->sfd >= 0)
+		close(nf->sfd);
+	if (nf->dfd >= 0)
+		close(nf->dfd);
 	for (size_t i = 0; i < 3; i++)
-		free(texts[i]);
-	free(stage);
-	free(err);
-	free(target);
-	return rc;
+		free(nf->texts[i]);
+	free(nf->stage);
+	free(nf->err);
+	free(nf->target);
+}
+
+static int new_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+{
+	const struct scaffold *s;
+	const char *dir;
+	int rc = new_check_args(self, args, cfg, &s, &dir);
+	if (rc)
+		return rc;
+	struct new_fn nf = {
+		.self = self,
+		.name = args->pos[0],
+		.dir = dir,
+		.s = s,
+		.target = xasprintf("%s/%s", dir, args->pos[0]),
+		.dfd = -1,
+		.sfd = -1,
+		.files = {"template.yaml", s->handler_file, s->manifest_file},
+	};
+	rc = new_check_target(&nf);
+	if (rc == 0)
+		rc = new_make_stage(&nf);
+	if (rc == 0)
+		rc = new_write_files(&nf);
+	if (rc == 0)
+		rc = new_rename(&nf);
+	if (rc == 0)
+		rc = new_report(&nf, cmd_opt(args, "--dir"), cfg);
+	new_finish(&nf, rc);
+	return rc < 0 ? 1 : rc;
 }
 
 const struct cmd cmd_function_new = {

@@ -375,142 +375,198 @@ static int run_step(struct docker *d, const struct function *fn, const char *ima
 	return rc;
 }
 
-static int invoke_exec(const struct cmd *self, const struct cmd_args *args,
-		       const struct config *cfg)
+/* One invoke's state: what it was asked, what it read and opened. */
+struct invoke {
+	const struct config *cfg;
+	const char *name, *handler, *event_arg;
+	int64_t timeout_ns; /* --timeout, 0 when not given */
+	char *text, *why, *sched;
+	size_t len;
+	struct event *ev;
+	struct function *fn;
+	struct step *steps;
+	size_t nsteps;
+	struct docker *d;
+	struct image_result res;
+	struct secret_provider *secrets;
+};
+
+/* Checks the options. 0, or 2 after one line on stderr. */
+static int invoke_check_args(struct invoke *iv, const struct cmd_args *args)
 {
-	(void)self;
-	const char *name = args->pos[0], *handler = cmd_opt(args, "--handler");
-	const char *event_arg = cmd_opt(args, "--event"), *timeout_arg = cmd_opt(args, "--timeout");
-	int64_t timeout_ns = 0;
-	if (timeout_arg && (duration_parse(timeout_arg, &timeout_ns) < 0 || timeout_ns <= 0)) {
+	const char *timeout_arg = cmd_opt(args, "--timeout");
+	if (timeout_arg &&
+	    (duration_parse(timeout_arg, &iv->timeout_ns) < 0 || iv->timeout_ns <= 0)) {
 		fprintf(stderr,
 			"relay " WORDS ": --timeout %s is not a positive duration (e.g. 30s)\n",
 			timeout_arg);
 		return 2;
 	}
-	if (!handler && !event_arg) {
+	if (!iv->handler && !iv->event_arg) {
 		fprintf(stderr, "relay " WORDS ": give --event, or --handler naming a handler\n");
 		return 2;
 	}
+	return 0;
+}
 
-	runner_set_local(); /* a relay start's orphan sweep leaves these alone */
-	int rc = 1;
-	char *text = NULL, *why = NULL, *sched = NULL;
-	size_t len = 0;
-	struct event *ev = NULL;
-	struct function *fn = NULL;
-	struct step *steps = NULL;
-	size_t nsteps = 0;
-	struct docker *d = NULL;
-	struct image_result res = {0};
-	struct secret_provider *secrets = NULL;
-
-	if (event_arg) {
-		if (cmd_read_event(event_arg, &text, &len, &why) < 0) {
-			fprintf(stderr, "relay " WORDS ": %s\n", why);
-			rc = 2;
-			goto out;
-		}
-		if (event_parse_json(text, len, &ev, &why) != EVENT_OK) {
-			fprintf(stderr, "relay " WORDS ": invalid event: %s\n",
-				why ? why : "invalid");
-			rc = 2;
-			goto out;
-		}
+/* Reads and decodes --event when given. 0, or 2 after one line. */
+static int invoke_read_event(struct invoke *iv)
+{
+	if (!iv->event_arg)
+		return 0;
+	if (cmd_read_event(iv->event_arg, &iv->text, &iv->len, &iv->why) < 0) {
+		fprintf(stderr, "relay " WORDS ": %s\n", iv->why);
+		return 2;
 	}
-	if (load_function(cfg->functions_dir, name, &fn) != 0)
-		goto out;
-	const struct template *t = fn->tpl;
-	steps = xcalloc(t->nrules + 1, sizeof *steps);
-	if (handler) {
-		const struct rule *r = NULL;
-		const struct schedule *s = NULL;
-		for (size_t i = 0; !r && i < t->nrules; i++)
-			if (strcmp(t->rules[i].handler, handler) == 0)
-				r = &t->rules[i];
-		for (size_t i = 0; !s && i < t->nschedules; i++)
-			if (strcmp(t->schedules[i].handler, handler) == 0)
-				s = &t->schedules[i];
-		if (!r && !s) {
-			char *all = handler_list(t);
-			cmd_fail(WORDS ": function \"%s\" has no handler \"%s\" (handlers: %s)",
-				 name, handler, all);
-			free(all);
-			goto out;
-		}
-		if (!ev && !s) {
-			fprintf(stderr,
-				"relay " WORDS ": handler \"%s\" handles events: give --event\n",
-				handler);
-			rc = 2;
-			goto out;
-		}
-		if (!ev) {
-			sched = schedule_payload(now_wall_ns() / NS_PER_SEC);
-			steps[0] = (struct step){handler, s->timeout_ns};
-		} else {
-			steps[0] = (struct step){handler, r ? r->timeout_ns : s->timeout_ns};
-		}
-		nsteps = 1;
+	if (event_parse_json(iv->text, iv->len, &iv->ev, &iv->why) != EVENT_OK) {
+		fprintf(stderr, "relay " WORDS ": invalid event: %s\n",
+			iv->why ? iv->why : "invalid");
+		return 2;
+	}
+	return 0;
+}
+
+/* The one step --handler names: its rule's or schedule's timeout, the
+ * schedule envelope as the payload when there is no event. 0, 1 or 2
+ * after one line. */
+static int invoke_plan_handler(struct invoke *iv)
+{
+	const struct template *t = iv->fn->tpl;
+	const char *handler = iv->handler;
+	const struct rule *r = NULL;
+	const struct schedule *s = NULL;
+	for (size_t i = 0; !r && i < t->nrules; i++)
+		if (strcmp(t->rules[i].handler, handler) == 0)
+			r = &t->rules[i];
+	for (size_t i = 0; !s && i < t->nschedules; i++)
+		if (strcmp(t->schedules[i].handler, handler) == 0)
+			s = &t->schedules[i];
+	if (!r && !s) {
+		char *all = handler_list(t);
+		cmd_fail(WORDS ": function \"%s\" has no handler \"%s\" (handlers: %s)", iv->name,
+			 handler, all);
+		free(all);
+		return 1;
+	}
+	if (!iv->ev && !s) {
+		fprintf(stderr, "relay " WORDS ": handler \"%s\" handles events: give --event\n",
+			handler);
+		return 2;
+	}
+	if (!iv->ev) {
+		iv->sched = schedule_payload(now_wall_ns() / NS_PER_SEC);
+		iv->steps[0] = (struct step){handler, s->timeout_ns};
 	} else {
-		nsteps = match_rules(t, ev, steps);
-		if (!nsteps) {
-			cmd_fail(WORDS ": the event matches no handler of function \"%s\"", name);
-			goto out;
-		}
+		iv->steps[0] = (struct step){handler, r ? r->timeout_ns : s->timeout_ns};
 	}
-	for (size_t i = 0; timeout_ns && i < nsteps; i++)
-		steps[i].timeout_ns = timeout_ns;
+	iv->nsteps = 1;
+	return 0;
+}
 
-	if (docker_open(&d, &why) < 0) {
-		cmd_fail(WORDS ": cannot reach the Docker daemon: %s", why);
-		goto out;
+/* The steps to run: the handler named, else the rules the event matches;
+ * --timeout replaces each one's. 0, 1 or 2 after one line. */
+static int invoke_plan(struct invoke *iv)
+{
+	iv->steps = xcalloc(iv->fn->tpl->nrules + 1, sizeof *iv->steps);
+	if (iv->handler) {
+		int rc = invoke_plan_handler(iv);
+		if (rc)
+			return rc;
+	} else {
+		iv->nsteps = match_rules(iv->fn->tpl, iv->ev, iv->steps);
+		if (!iv->nsteps)
+			return cmd_fail(WORDS ": the event matches no handler of function \"%s\"",
+					iv->name);
 	}
-	/* RELAY_OCI_RUNTIME as relay start reads it (only the directories are
-	 * loaded for this command, config_load_dirs). */
+	for (size_t i = 0; iv->timeout_ns && i < iv->nsteps; i++)
+		iv->steps[i].timeout_ns = iv->timeout_ns;
+	return 0;
+}
+
+/* Connects to the Docker daemon and takes RELAY_OCI_RUNTIME as relay start
+ * reads it (only the directories are loaded for this command,
+ * config_load_dirs). 0, or 1 after one line. */
+static int invoke_open_docker(struct invoke *iv)
+{
+	if (docker_open(&iv->d, &iv->why) < 0)
+		return cmd_fail(WORDS ": cannot reach the Docker daemon: %s", iv->why);
 	const char *rt_name = getenv("RELAY_OCI_RUNTIME");
 	if (rt_name && *rt_name) {
-		if (config_valid_runtime_name(rt_name) < 0) {
-			cmd_fail(WORDS ": RELAY_OCI_RUNTIME is invalid: at most %d bytes of "
-				      "A-Z a-z 0-9 . _ -",
-				 OCI_RUNTIME_NAME_MAX);
-			goto out;
-		}
-		if (docker_check_runtime(d, rt_name, &why) < 0) {
-			cmd_fail(WORDS ": %s", why);
-			goto out;
-		}
+		if (config_valid_runtime_name(rt_name) < 0)
+			return cmd_fail(WORDS ": RELAY_OCI_RUNTIME is invalid: at most %d bytes of "
+					      "A-Z a-z 0-9 . _ -",
+					OCI_RUNTIME_NAME_MAX);
+		if (docker_check_runtime(iv->d, rt_name, &iv->why) < 0)
+			return cmd_fail(WORDS ": %s", iv->why);
 		runner_set_oci_runtime(rt_name);
 	}
-	if (prepare_image(d, cfg->functions_dir, fn, &res) != 0)
-		goto out;
+	return 0;
+}
 
-	/* From here a signal removes the running container before exiting. */
+/* Runs the steps in order, stopping at the first that does not succeed;
+ * from here a signal removes the running container before exiting. The
+ * exit status. */
+static int invoke_run(struct invoke *iv)
+{
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	secrets = secret_file_provider_new(cfg->data_dir);
-	const char *payload = sched ? sched : text;
-	size_t plen = sched ? strlen(sched) : len;
-	rc = 0;
-	for (size_t i = 0; i < nsteps && rc == 0; i++) {
+	iv->secrets = secret_file_provider_new(iv->cfg->data_dir);
+	const char *payload = iv->sched ? iv->sched : iv->text;
+	size_t plen = iv->sched ? strlen(iv->sched) : iv->len;
+	int rc = 0;
+	for (size_t i = 0; i < iv->nsteps && rc == 0; i++) {
 		if (stop_signal) {
 			rc = 128 + stop_signal;
 			break;
 		}
-		rc = run_step(d, fn, res.ref, &steps[i], secrets, payload, plen);
+		rc = run_step(iv->d, iv->fn, iv->res.ref, &iv->steps[i], iv->secrets, payload,
+			      plen);
 	}
-out:
-	secret_provider_free(secrets);
-	image_result_free(&res);
-	docker_close(d);
-	free(steps);
-	function_free(fn);
-	event_free(ev);
-	free(sched);
-	free(text);
-	free(why);
+	return rc;
+}
+
+/* Releases what iv holds (each part may be unset). */
+static void invoke_free(struct invoke *iv)
+{
+	secret_provider_free(iv->secrets);
+	image_result_free(&iv->res);
+	docker_close(iv->d);
+	free(iv->steps);
+	function_free(iv->fn);
+	event_free(iv->ev);
+	free(iv->sched);
+	free(iv->text);
+	free(iv->why);
+}
+
+static int invoke_exec(const struct cmd *self, const struct cmd_args *args,
+		       const struct config *cfg)
+{
+	(void)self;
+	struct invoke iv = {
+		.cfg = cfg,
+		.name = args->pos[0],
+		.handler = cmd_opt(args, "--handler"),
+		.event_arg = cmd_opt(args, "--event"),
+	};
+	int rc = invoke_check_args(&iv, args);
+	if (rc)
+		return rc;
+	runner_set_local(); /* a relay start's orphan sweep leaves these alone */
+	rc = invoke_read_event(&iv);
+	if (rc == 0)
+		rc = load_function(cfg->functions_dir, iv.name, &iv.fn);
+	if (rc == 0)
+		rc = invoke_plan(&iv);
+	if (rc == 0)
+		rc = invoke_open_docker(&iv);
+	if (rc == 0)
+		rc = prepare_image(iv.d, cfg->functions_dir, iv.fn, &iv.res);
+	if (rc == 0)
+		rc = invoke_run(&iv);
+	invoke_free(&iv);
 	return rc;
 }
 
