@@ -1269,7 +1269,7 @@ static int remove_labelled(const char *fn)
 	return n;
 }
 
-/* Defect 9: the create request reaches the daemon, which creates the
+/* The create request reaches the daemon, which creates the
  * container with the secret in its Env, but its answer never reaches the
  * runner. Once the invocation has failed, no container of it is left, by
  * label or by name: nothing for docker inspect to show the secret from. */
@@ -1314,10 +1314,10 @@ TEST(create_timeout_leaves_no_container)
 	remove_labelled(fn);
 }
 
-/* Defect 10, the runner's part: a daemon that never answers one kind of
- * call, phase by phase. Every path still ends within the runner's worst
- * case (setup + timeout + teardown + local slack), the bound the running
- * marker is computed from; before, each call had its own 30 s. */
+/* A daemon that never answers one kind of call, phase by phase: every path
+ * still ends within the runner's worst case (setup + timeout + teardown +
+ * local slack), the bound the running marker is computed from, not a
+ * bound per call. */
 TEST(slow_daemon_every_phase_within_bound)
 {
 	REQUIRE(img_py[0]);
@@ -1368,10 +1368,10 @@ TEST(slow_daemon_every_phase_within_bound)
 
 /* ---- through the consumer ---------------------------------------------- */
 
-/* Defect 14 and the consumer's part of defect 10, with one real handler
- * running through the consumer and the executor: the in_flight_invocations
- * gauge reads 1 while it runs and 0 once it is done, and the running marker
- * written when it was claimed lasts at least as long as the longest path
+/* One real handler running through the consumer and the executor: the
+ * in_flight_invocations gauge reads 1 while it runs and 0 once it is done,
+ * and the running marker written when it was claimed lasts at least as
+ * long as the longest path
  * (invocation_running_deadline from the moment the event was added). */
 static double inflight_during = -1, inflight_after = -1;
 static char inflight_text_during[64], inflight_text_after[64];

@@ -1,4 +1,4 @@
-# Relay on a Redis Cluster (issue 20): a 3-master, 3-replica cluster on
+# Relay on a Redis Cluster: a 3-master, 3-replica cluster on
 # loopback (tests/it/redis-ha), the stream {events}. Two workers account for
 # 2,000 events (handled, dead-lettered or acknowledged unmatched); a stream
 # without a hash tag is refused at startup; a manual failover, a crash of

@@ -1,4 +1,4 @@
-# Standby containers (issue 17) through relay start, a private redis-server
+# Standby containers through relay start, a private redis-server
 # and the real Docker daemon: a warmed handler's event runs in a container
 # created before the event (the daemon's event log says so) that gets the
 # same stdin, env, user, limits and labels as an on-demand one; the timeout

@@ -186,12 +186,12 @@ TEST(running_deadline_defaults)
 }
 
 /*
- * Defect 10: the running marker must outlive every path of the invocation.
+ * The running marker must outlive every path of the invocation.
  * Each path below is a sequence of phases, each taking its whole bound (a
  * daemon answering every call at the last moment). It ends no later than
  * the marker deadline minus the clock skew another worker may have, for
- * every timeout a rule can have. (The deadline the consumer used to write,
- * claim + timeout, fails every path through the handler phase.)
+ * every timeout a rule can have. (A deadline of claim + timeout alone
+ * fails every path through the handler phase.)
  */
 TEST(marker_outlives_every_path)
 {
