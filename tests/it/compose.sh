@@ -1,4 +1,4 @@
-# Relay as the README's "Running in containers" section deploys it: the
+# Relay as docs/operations.md's "Running in containers" deploys it: the
 # Dockerfile's image and compose.dev.yaml (relay, redis, socket-proxy) with
 # Debian's docker-compose 1.29, against the real Docker daemon. The images
 # the file names come from scripts/standin-images deploy on machines

@@ -360,7 +360,7 @@ events:
 # line_of PATTERN FILE: the number of the first line with the fixed string.
 line_of() { grep -nF -m1 -- "$1" "$2" | cut -d: -f1; }
 
-# SIGTERM lets a running handler finish (README "Shutdown, lost groups and retention"): the message
+# SIGTERM lets a running handler finish (docs/execution.md "Shutdown, lost groups and retention"): the message
 # is acknowledged before Relay exits 0, nothing is left pending.
 test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG

@@ -1,10 +1,11 @@
 # The user documentation in docs/ keeps up with the code: every environment
 # variable src/ reads is in docs/configuration.md, every pattern operator of
 # src/model/pattern.c's table is in docs/template.md, and every relative link in
-# docs/*.md reaches an existing file (and heading, for a #anchor into
-# Markdown). Text checks only: no binary, Redis or Docker. Each check takes
-# the tree it reads, so the test_*_catches_* cases run it on a copy broken
-# on purpose and prove that it fails, naming what is wrong.
+# README.md and docs/*.md reaches an existing file (and heading, for a
+# #anchor into Markdown). Text checks only: no binary, Redis or Docker.
+# Each check takes the tree it reads, so the test_*_catches_* cases run it
+# on a copy broken on purpose and prove that it fails, naming what is
+# wrong.
 # shellcheck disable=SC2016 # the backquotes here are Markdown's, not commands
 
 # docs_env_vars TREE: the environment variables src/ reads, one per line.
@@ -107,11 +108,12 @@ md_anchors() {
 	     }' "$1"
 }
 
-# check_links TREE: every relative link of docs/*.md names an existing file,
-# and a #anchor into a Markdown file (or the file itself) names a heading.
+# check_links TREE: every relative link of README.md and docs/*.md names an
+# existing file, and a #anchor into a Markdown file (or the file itself)
+# names a heading.
 check_links() {
 	local tree=$1 md target path anchor dest bad=0 n=0
-	for md in "$tree"/docs/*.md; do
+	for md in "$tree"/README.md "$tree"/docs/*.md; do
 		while IFS= read -r target; do
 			case $target in
 			[A-Za-z]*:*) continue ;; # https:, mailto:, ...
@@ -135,14 +137,14 @@ check_links() {
 			fi
 		done < <(md_links "$md")
 	done
-	[ "$n" -gt 0 ] || { echo "no relative links found in docs/*.md"; return 1; }
+	[ "$n" -gt 0 ] || { echo "no relative links found in README.md and docs/*.md"; return 1; }
 	return $bad
 }
 
 # docs_tree: a copy of what the checks read, in $TMP/tree, to break.
 docs_tree() {
 	mkdir -p "$TMP/tree"
-	cp -r "$ROOT/src" "$ROOT/docs" "$ROOT/README.md" "$TMP/tree/"
+	cp -r "$ROOT/src" "$ROOT/docs" "$ROOT/deploy" "$ROOT/README.md" "$TMP/tree/"
 }
 
 test_every_variable_src_reads_is_documented() {
@@ -212,12 +214,15 @@ test_operator_check_catches_an_undocumented_operator() {
 
 test_link_check_catches_broken_links() {
 	docs_tree
-	printf '\nSee [the guide](guide.md) and [limits](../README.md#limitz).\n' >>"$TMP/tree/docs/operations.md"
+	printf '\nSee [the guide](guide.md) and [limits](limits.md#limitz).\n' >>"$TMP/tree/docs/operations.md"
+	printf '\nRead [the map](docs/nowhere.md) and [try it](#try-itt).\n' >>"$TMP/tree/README.md"
 	printf '\n[ref]: missing/file.txt\nBack to [top](#no-such-heading).\n' >>"$TMP/tree/docs/template.md"
 	run check_links "$TMP/tree"
 	assert_status 1
 	assert_out_contains "docs/operations.md: broken link guide.md (no such file)"
-	assert_out_contains "docs/operations.md: broken link ../README.md#limitz (no such heading)"
+	assert_out_contains "docs/operations.md: broken link limits.md#limitz (no such heading)"
+	assert_out_contains "README.md: broken link docs/nowhere.md (no such file)"
+	assert_out_contains "README.md: broken link #try-itt (no such heading)"
 	assert_out_contains "docs/template.md: broken link missing/file.txt (no such file)"
 	assert_out_contains "docs/template.md: broken link #no-such-heading (no such heading)"
 	# What a code span or block shows is not a link.

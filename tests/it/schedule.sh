@@ -1,4 +1,4 @@
-# Cron schedules end to end (README "Schedules"): `relay schedule next`
+# Cron schedules end to end (docs/schedules.md): `relay schedule next`
 # as a process, three workers in their own UTS namespaces publishing an
 # every-second schedule exactly once per occurrence (one of them killed
 # mid-run), the catch-up policy on restart, the schedule counters on

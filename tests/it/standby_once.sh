@@ -1,4 +1,4 @@
-# A standby container takes exactly one event (README "Standby
+# A standby container takes exactly one event (docs/execution.md "Standby
 # containers"; standby.h): through relay start with standby on, a private
 # redis-server and the real Docker daemon, every event runs in a container
 # of its own, whether one parked ahead of it or one made on demand, and

@@ -1,5 +1,5 @@
 /*
- * README.md's "Limits" table against the constants that enforce each bound
+ * docs/limits.md's "Limits" table against the constants that enforce each bound
  * (src/bounds.h): every row of RELAY_LIMITS is in the table, in order, with
  * the value the constant really has, and the table has no other rows.
  */
@@ -20,13 +20,13 @@ struct row {
 	{input, bound, #constant, text, (long long)(constant), (long long)(value)},
 static const struct row rows[] = {RELAY_LIMITS(ROW)};
 
-/* The lines of README.md's "## Limits" section that are table rows (start
- * with "| "), header and separator excluded. */
+/* The lines of docs/limits.md's "# Limits" section (up to the next heading)
+ * that are table rows (start with "| "), header and separator excluded. */
 static char **limits_rows(size_t *n)
 {
 	const char *root = getenv("ROOT");
 	char path[4096];
-	snprintf(path, sizeof path, "%s/README.md", root ? root : ".");
+	snprintf(path, sizeof path, "%s/docs/limits.md", root ? root : ".");
 	FILE *f = fopen(path, "r");
 	*n = 0;
 	if (!f)
@@ -36,8 +36,8 @@ static char **limits_rows(size_t *n)
 	int in = 0, seen = 0;
 	while (fgets(line, sizeof line, f)) {
 		line[strcspn(line, "\n")] = '\0';
-		if (strncmp(line, "## ", 3) == 0)
-			in = strcmp(line, "## Limits") == 0;
+		if (line[0] == '#')
+			in = strcmp(line, "# Limits") == 0;
 		if (!in || line[0] != '|')
 			continue;
 		if (seen++ < 2) /* header, separator */
@@ -58,7 +58,7 @@ TEST(constants_have_the_values_the_table_states)
 				rows[i].text, rows[i].want);
 }
 
-TEST(readme_table_lists_every_bound_in_order)
+TEST(limits_table_lists_every_bound_in_order)
 {
 	size_t n;
 	char **lines = limits_rows(&n);
@@ -69,7 +69,7 @@ TEST(readme_table_lists_every_bound_in_order)
 		snprintf(want, sizeof want, "| %s | %s | %s |", rows[i].input, rows[i].bound,
 			 rows[i].text);
 		if (i >= n) {
-			T_FAIL_("README.md's Limits table lacks row %zu: %s", i + 1, want);
+			T_FAIL_("docs/limits.md's Limits table lacks row %zu: %s", i + 1, want);
 			continue;
 		}
 		if (strncmp(lines[i], want, strlen(want)) != 0)
@@ -82,4 +82,4 @@ TEST(readme_table_lists_every_bound_in_order)
 }
 
 T_MAIN(T_CASE(constants_have_the_values_the_table_states),
-       T_CASE(readme_table_lists_every_bound_in_order))
+       T_CASE(limits_table_lists_every_bound_in_order))
