@@ -645,6 +645,72 @@ static int resend(struct redis *r, const redisReply *e, int kind, int tries, boo
 	return redis_read_one(r, deadline, false, out);
 }
 
+/* The deadline of the resends: a soft read's own, and at least the command
+ * timeout from now. */
+static int64_t resend_deadline(const struct redis *r, bool soft, int64_t deadline)
+{
+	if (!soft)
+		return deadline;
+	int64_t d = now_mono_ns() + (int64_t)r->opts.command_timeout_ms * NS_PER_MS;
+	return d > deadline ? d : deadline;
+}
+
+/* A blocking read, alone in flight, got the redirect *rep (kind; host:port
+ * the target of a MOVED, "" otherwise): it is resent on this connection,
+ * after a backoff or a routing, to go on waiting softly. 2 when resent, 1
+ * with *rep for the caller (resent too often, or a MOVED refused), -1 on a
+ * transport error. */
+static int resend_blocking(struct redis *r, redisReply **rep, int kind, const char *host,
+			   const char *port, int64_t hard)
+{
+	struct inflight f = r->fl[r->fl_head];
+	if (f.tries >= REDIS_REDIRECTS_MAX) {
+		redis_fl_pop(r);
+		return 1;
+	}
+	char *cmd = redis_memdup(r->pend.data + r->pend_off, f.len);
+	char from[sizeof r->addr];
+	snprintf_(from, sizeof from, "%s", r->addr);
+	if (host[0]) {
+		/* A MOVED: to a node the cluster has, or the caller gets
+		 * it. Reading the map again reconnects (nothing in flight
+		 * then: the command is in cmd). */
+		int allowed = redirect_allowed(r, host, port);
+		if (allowed <= 0) {
+			if (r->fl_head < r->fl_n)
+				redis_fl_pop(r);
+			free(cmd);
+			if (allowed == 0)
+				return 1;
+			freeReplyObject(*rep);
+			*rep = NULL;
+			return -1;
+		}
+	}
+	int rc = 0;
+	if (kind == RD_WAIT) {
+		wait_backoff(f.tries, hard);
+		warn_redirect(r, from, from, (*rep)->str);
+		redis_fl_pop(r);
+	} else {
+		char why[200];
+		snprintf_(why, sizeof why, "%s", (*rep)->str);
+		rc = redis_route(r, host[0] ? host : NULL, host[0] ? port : NULL);
+		if (rc == 0)
+			warn_redirect(r, from, r->addr, why);
+	}
+	if (rc == 0 && (buf_append(&r->out, cmd, f.len) < 0 ||
+			redis_fl_push(r, cmd, f.len, f.tries + 1) < 0)) {
+		redis_fail(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
+		rc = -1;
+	}
+	free(cmd);
+	freeReplyObject(*rep);
+	*rep = NULL;
+	return rc < 0 ? -1 : 2;
+}
+
+/* A command of a redirected pipeline, until it has its answer. */
 struct redo {
 	char *cmd;
 	size_t len;
@@ -653,68 +719,10 @@ struct redo {
 	redisReply *err; /* the last redirect */
 };
 
-int redis_redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadline)
+/* Copies of the n commands in flight; *rep, the first one's redirect, is
+ * taken as its err. */
+static struct redo *redo_take(struct redis *r, size_t n, redisReply **rep)
 {
-	size_t n = r->fl_n - r->fl_head;
-	int64_t hard = deadline;
-	if (soft) {
-		int64_t d = now_mono_ns() + (int64_t)r->opts.command_timeout_ms * NS_PER_MS;
-		hard = d > deadline ? d : deadline;
-	}
-	int kind = redis_redirect_kind(*rep);
-	char host[256] = "", port[8] = "";
-	unsigned slot = 0;
-	bool movable = kind == RD_WAIT || kind == RD_REROUTE;
-	if (kind == RD_MOVED && redirect_target(r, (*rep)->str, &slot, host, port))
-		movable = follows(r, slot);
-	if (n == 1 && soft && movable) {
-		/* A blocking read: resend it and go on waiting softly. */
-		struct inflight f = r->fl[r->fl_head];
-		if (f.tries >= REDIS_REDIRECTS_MAX) {
-			redis_fl_pop(r);
-			return 1;
-		}
-		char *cmd = redis_memdup(r->pend.data + r->pend_off, f.len);
-		char from[sizeof r->addr];
-		snprintf_(from, sizeof from, "%s", r->addr);
-		if (host[0]) {
-			/* A MOVED: to a node the cluster has, or the caller gets
-			 * it. Reading the map again reconnects (nothing in flight
-			 * then: the command is in cmd). */
-			int allowed = redirect_allowed(r, host, port);
-			if (allowed <= 0) {
-				if (r->fl_head < r->fl_n)
-					redis_fl_pop(r);
-				free(cmd);
-				if (allowed == 0)
-					return 1;
-				freeReplyObject(*rep);
-				*rep = NULL;
-				return -1;
-			}
-		}
-		int rc = 0;
-		if (kind == RD_WAIT) {
-			wait_backoff(f.tries, hard);
-			warn_redirect(r, from, from, (*rep)->str);
-			redis_fl_pop(r);
-		} else {
-			char why[200];
-			snprintf_(why, sizeof why, "%s", (*rep)->str);
-			rc = redis_route(r, host[0] ? host : NULL, host[0] ? port : NULL);
-			if (rc == 0)
-				warn_redirect(r, from, r->addr, why);
-		}
-		if (rc == 0 && (buf_append(&r->out, cmd, f.len) < 0 ||
-				redis_fl_push(r, cmd, f.len, f.tries + 1) < 0)) {
-			redis_fail(r, "pipeline larger than %u bytes", REDIS_OUT_MAX);
-			rc = -1;
-		}
-		free(cmd);
-		freeReplyObject(*rep);
-		*rep = NULL;
-		return rc < 0 ? -1 : 2;
-	}
 	struct redo *it = xcalloc(n, sizeof *it);
 	size_t off = r->pend_off;
 	for (size_t i = 0; i < n; i++) {
@@ -726,14 +734,17 @@ int redis_redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadlin
 	}
 	it[0].err = *rep;
 	*rep = NULL;
-	int rc = 1;
-	/* The old connection's other replies first: those that ran stay. */
+	return it;
+}
+
+/* The old connection's replies to the rest of the pipeline, it[1..n): those
+ * that ran stay. Then nothing is in flight. 0, or -1 on a transport error. */
+static int redo_read_rest(struct redis *r, struct redo *it, size_t n, int64_t hard)
+{
 	for (size_t i = 1; i < n; i++) {
 		redisReply *x = NULL;
-		if (redis_read_one(r, hard, false, &x) < 0) {
-			rc = -1;
-			goto done;
-		}
+		if (redis_read_one(r, hard, false, &x) < 0)
+			return -1;
 		if (redis_redirect_kind(x) != RD_NONE)
 			it[i].err = x;
 		else
@@ -742,51 +753,74 @@ int redis_redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadlin
 	buf_reset(&r->pend);
 	r->pend_off = 0;
 	r->fl_head = r->fl_n = 0;
-	/* Then each redirected one, in order, each answered before the next. */
-	bool rerouted = false, served = false;
-	for (size_t i = 0; i < n; i++) {
-		while (!it[i].rep) {
-			int k = redis_redirect_kind(it[i].err);
-			redisReply *x = NULL;
-			int s = 0;
-			if (it[i].tries < REDIS_REDIRECTS_MAX && now_mono_ns() < hard)
-				s = resend(r, it[i].err, k, it[i].tries, rerouted, it[i].cmd,
-					   it[i].len, hard, &x);
-			if (k == RD_REROUTE && s > 0)
-				rerouted = true;
-			if (s < 0) {
-				rc = -1;
-				goto done;
-			}
-			if (s == 0) { /* give up: the caller gets the error */
-				it[i].rep = it[i].err;
-				it[i].err = NULL;
-				break;
-			}
-			it[i].tries++;
-			if (redis_redirect_kind(x) != RD_NONE) {
-				freeReplyObject(it[i].err);
-				it[i].err = x;
-			} else {
-				it[i].rep = x;
-				served = true;
-			}
+	return 0;
+}
+
+/* Resends it until it has an answer (its last redirect once it has been
+ * resent REDIS_REDIRECTS_MAX times, or past hard, or when the redirect is
+ * refused): 0, or -1 on a transport error. *rerouted: a READONLY or
+ * UNBLOCKED of this pipeline re-routed already; *served: a resend was
+ * answered. */
+static int redo_one(struct redis *r, struct redo *it, int64_t hard, bool *rerouted, bool *served)
+{
+	while (!it->rep) {
+		int k = redis_redirect_kind(it->err);
+		redisReply *x = NULL;
+		int s = 0;
+		if (it->tries < REDIS_REDIRECTS_MAX && now_mono_ns() < hard)
+			s = resend(r, it->err, k, it->tries, *rerouted, it->cmd, it->len, hard, &x);
+		if (k == RD_REROUTE && s > 0)
+			*rerouted = true;
+		if (s < 0)
+			return -1;
+		if (s == 0) { /* give up: the caller gets the error */
+			it->rep = it->err;
+			it->err = NULL;
+			break;
+		}
+		it->tries++;
+		if (redis_redirect_kind(x) != RD_NONE) {
+			freeReplyObject(it->err);
+			it->err = x;
+		} else {
+			it->rep = x;
+			*served = true;
 		}
 	}
+	return 0;
+}
+
+/* Each redirected command of it[0..n), in order, each answered before the
+ * next: 0, or -1 on a transport error. */
+static int redo_all(struct redis *r, struct redo *it, size_t n, int64_t hard)
+{
+	bool rerouted = false, served = false;
+	for (size_t i = 0; i < n; i++)
+		if (redo_one(r, &it[i], hard, &rerouted, &served) < 0)
+			return -1;
 	if (served)
 		redis_served_again(r);
+	return 0;
+}
+
+/* The answers: the first in *rep, the others read ahead into r->ready. */
+static void redo_hand_out(struct redis *r, struct redo *it, size_t n, redisReply **rep)
+{
 	*rep = it[0].rep;
 	it[0].rep = NULL;
-	if (n > 1) {
-		r->ready = xcalloc(n - 1, sizeof *r->ready);
-		for (size_t i = 1; i < n; i++) {
-			r->ready[i - 1] = it[i].rep;
-			it[i].rep = NULL;
-		}
-		r->ready_head = 0;
-		r->ready_n = n - 1;
+	if (n == 1)
+		return;
+	r->ready = xcalloc(n - 1, sizeof *r->ready);
+	for (size_t i = 1; i < n; i++) {
+		r->ready[i - 1] = it[i].rep;
+		it[i].rep = NULL;
 	}
-done:
+	r->ready_head = 0;
+	r->ready_n = n - 1;
+}
+
+static void redo_free(struct redo *it, size_t n)
+{
 	for (size_t i = 0; i < n; i++) {
 		free(it[i].cmd);
 		if (it[i].rep)
@@ -795,6 +829,29 @@ done:
 			freeReplyObject(it[i].err);
 	}
 	free(it);
+}
+
+int redis_redirect(struct redis *r, redisReply **rep, bool soft, int64_t deadline)
+{
+	size_t n = r->fl_n - r->fl_head;
+	int64_t hard = resend_deadline(r, soft, deadline);
+	int kind = redis_redirect_kind(*rep);
+	char host[256] = "", port[8] = "";
+	unsigned slot = 0;
+	bool movable = kind == RD_WAIT || kind == RD_REROUTE;
+	if (kind == RD_MOVED && redirect_target(r, (*rep)->str, &slot, host, port))
+		movable = follows(r, slot);
+	if (n == 1 && soft && movable)
+		return resend_blocking(r, rep, kind, host, port, hard);
+	/* Otherwise (a pipeline, a read that is not soft, an ASK, a MOVED of
+	 * another slot): each command resent in its turn. */
+	struct redo *it = redo_take(r, n, rep);
+	int rc = -1;
+	if (redo_read_rest(r, it, n, hard) == 0 && redo_all(r, it, n, hard) == 0) {
+		redo_hand_out(r, it, n, rep);
+		rc = 1;
+	}
+	redo_free(it, n);
 	if (rc < 0 && r->fd >= 0)
 		redis_fail(r, "%s", "connection lost during a redirect");
 	return rc;

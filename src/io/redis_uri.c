@@ -197,105 +197,145 @@ static int parse_db(const char *s, struct redis_uri *u, char **why)
 	return 0;
 }
 
+/* A value without a scheme: "host:port" or "host" alone, never a list. */
+static int parse_bare(const char *s, struct redis_uri *u, char **why)
+{
+	if (parse_hostlist(s, strlen(s), NULL, u, why) < 0)
+		return -1;
+	if (u->nhosts > 1) {
+		*why = xstrdup("a host list needs the redis:// form, e.g. "
+			       "redis://h1:7000,h2:7001");
+		return -1;
+	}
+	return 0;
+}
+
+/* The scheme s[0..n): TLS or not, sentinel mode or not. */
+static int parse_scheme(const char *s, size_t n, struct redis_uri *u, bool *sentinel, char **why)
+{
+	*sentinel = false;
+	if (n == 5 && strncmp(s, "redis", 5) == 0) {
+		u->tls = false;
+	} else if (n == 6 && strncmp(s, "rediss", 6) == 0) {
+		u->tls = true;
+	} else if (n == 14 && strncmp(s, "redis-sentinel", 14) == 0) {
+		*sentinel = true;
+	} else if (n == 15 && strncmp(s, "rediss-sentinel", 15) == 0) {
+		u->tls = true;
+		u->sentinel_tls = true;
+		*sentinel = true;
+	} else {
+		char scheme[32];
+		snprintf_(scheme, sizeof scheme, "%.*s", (int)(n < 20 ? n : 20), s);
+		*why = xasprintf("unsupported scheme '%s'", scheme);
+		return -1;
+	}
+	return 0;
+}
+
+/* What follows the scheme, p: refuses a query, a fragment and an '@' in
+ * the path; *slash is where the path starts (NULL: none). */
+static int find_path(const char *p, const char **slash, char **why)
+{
+	if (strpbrk(p, "?#")) {
+		*why = xstrdup("query strings and fragments are not supported");
+		return -1;
+	}
+	*slash = strchr(p, '/');
+	/* Refused before anything else reads the path: redaction takes the
+	 * password to end at the last '@', so an error about the master name
+	 * or database would otherwise tell which bytes the password held. */
+	if (*slash && strchr(*slash, '@')) {
+		*why = xstrdup("'@' after the host list: a password holding '/' must be "
+			       "percent-encoded as %2F");
+		return -1;
+	}
+	return 0;
+}
+
+/* The user and password of the authority p[0..n), if any; *hp is where
+ * its host list starts. */
+static int parse_userinfo(const char *p, size_t n, struct redis_uri *u, const char **hp, char **why)
+{
+	/* The last '@' ends the userinfo: passwords may contain '@' unescaped. */
+	const char *at = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (p[i] == '@')
+			at = p + i;
+	*hp = p;
+	if (!at)
+		return 0;
+	const char *colon = memchr(p, ':', (size_t)(at - p));
+	size_t userlen = colon ? (size_t)(colon - p) : (size_t)(at - p);
+	if (userlen) {
+		u->user = pct_decode(p, userlen);
+		if (!u->user) {
+			*why = xstrdup("bad percent-encoding in user name");
+			return -1;
+		}
+	}
+	if (colon) {
+		u->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+		if (!u->password) {
+			*why = xstrdup("bad percent-encoding in password");
+			return -1;
+		}
+	}
+	*hp = at + 1;
+	return 0;
+}
+
+/* Sentinel mode's path (slash: NULL when none): "/<master-name>[/db]". */
+static int parse_sentinel_path(const char *slash, struct redis_uri *u, char **why)
+{
+	const char *name = slash ? slash + 1 : "";
+	const char *end = strchr(name, '/');
+	size_t namelen = end ? (size_t)(end - name) : strlen(name);
+	if (namelen == 0) {
+		*why = xstrdup("missing master name: the form is "
+			       "redis-sentinel://host:26379,.../<master-name>[/db]");
+		return -1;
+	}
+	for (size_t i = 0; i < namelen; i++) {
+		unsigned char c = (unsigned char)name[i];
+		if (c <= 0x20 || c >= 0x7f) {
+			*why = xstrdup("invalid character in the master name");
+			return -1;
+		}
+	}
+	u->sentinel_master = xstrndup(name, namelen);
+	if (end && end[1] && parse_db(end + 1, u, why) < 0)
+		return -1;
+	return 0;
+}
+
 int redis_uri_parse(const char *s, struct redis_uri *u, char **why)
 {
 	memset(u, 0, sizeof *u);
 	*why = NULL;
-	const char *p = s;
 	const char *sep = strstr(s, "://");
 	if (!sep) {
-		if (parse_hostlist(s, strlen(s), NULL, u, why) < 0)
+		if (parse_bare(s, u, why) < 0)
 			goto fail;
-		if (u->nhosts > 1) {
-			*why = xstrdup("a host list needs the redis:// form, e.g. "
-				       "redis://h1:7000,h2:7001");
-			goto fail;
-		}
 		return 0;
 	}
-	size_t schemelen = (size_t)(sep - s);
-	bool sentinel = false;
-	if (schemelen == 5 && strncmp(s, "redis", 5) == 0) {
-		u->tls = false;
-	} else if (schemelen == 6 && strncmp(s, "rediss", 6) == 0) {
-		u->tls = true;
-	} else if (schemelen == 14 && strncmp(s, "redis-sentinel", 14) == 0) {
-		sentinel = true;
-	} else if (schemelen == 15 && strncmp(s, "rediss-sentinel", 15) == 0) {
-		u->tls = true;
-		u->sentinel_tls = true;
-		sentinel = true;
-	} else {
-		char scheme[32];
-		snprintf_(scheme, sizeof scheme, "%.*s", (int)(schemelen < 20 ? schemelen : 20), s);
-		*why = xasprintf("unsupported scheme '%s'", scheme);
+	bool sentinel;
+	if (parse_scheme(s, (size_t)(sep - s), u, &sentinel, why) < 0)
 		goto fail;
-	}
-	p = sep + 3;
-	if (strpbrk(p, "?#")) {
-		*why = xstrdup("query strings and fragments are not supported");
+	const char *p = sep + 3, *slash, *hp;
+	if (find_path(p, &slash, why) < 0)
 		goto fail;
-	}
-	const char *slash = strchr(p, '/');
-	/* Refused before anything else reads the path: redaction takes the
-	 * password to end at the last '@', so an error about the master name
-	 * or database would otherwise tell which bytes the password held. */
-	if (slash && strchr(slash, '@')) {
-		*why = xstrdup("'@' after the host list: a password holding '/' must be "
-			       "percent-encoded as %2F");
-		goto fail;
-	}
 	size_t authlen = slash ? (size_t)(slash - p) : strlen(p);
-	/* The last '@' ends the userinfo: passwords may contain '@' unescaped. */
-	const char *at = NULL;
-	for (size_t i = 0; i < authlen; i++)
-		if (p[i] == '@')
-			at = p + i;
-	const char *hp = p;
-	if (at) {
-		const char *colon = memchr(p, ':', (size_t)(at - p));
-		size_t userlen = colon ? (size_t)(colon - p) : (size_t)(at - p);
-		if (userlen) {
-			u->user = pct_decode(p, userlen);
-			if (!u->user) {
-				*why = xstrdup("bad percent-encoding in user name");
-				goto fail;
-			}
-		}
-		if (colon) {
-			u->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
-			if (!u->password) {
-				*why = xstrdup("bad percent-encoding in password");
-				goto fail;
-			}
-		}
-		hp = at + 1;
-	}
+	if (parse_userinfo(p, authlen, u, &hp, why) < 0)
+		goto fail;
 	if (parse_hostlist(hp, authlen - (size_t)(hp - p), sentinel ? "26379" : "6379", u, why) < 0)
 		goto fail;
 	if (sentinel) {
-		const char *name = slash ? slash + 1 : "";
-		const char *end = strchr(name, '/');
-		size_t namelen = end ? (size_t)(end - name) : strlen(name);
-		if (namelen == 0) {
-			*why = xstrdup("missing master name: the form is "
-				       "redis-sentinel://host:26379,.../<master-name>[/db]");
+		if (parse_sentinel_path(slash, u, why) < 0)
 			goto fail;
-		}
-		for (size_t i = 0; i < namelen; i++) {
-			unsigned char c = (unsigned char)name[i];
-			if (c <= 0x20 || c >= 0x7f) {
-				*why = xstrdup("invalid character in the master name");
-				goto fail;
-			}
-		}
-		u->sentinel_master = xstrndup(name, namelen);
-		if (end && end[1] && parse_db(end + 1, u, why) < 0)
-			goto fail;
-		return 0;
-	}
-	if (slash && slash[1] && parse_db(slash + 1, u, why) < 0)
+	} else if (slash && slash[1] && parse_db(slash + 1, u, why) < 0) {
 		goto fail;
+	}
 	return 0;
 fail:
 	redis_uri_free(u);
