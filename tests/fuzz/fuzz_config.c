@@ -77,7 +77,7 @@ static int password_span(const char *s, size_t *off, size_t *len)
 	return 0;
 }
 
-/* Fixed text of the messages about a REDIS_URI (redis.c, config.c): a
+/* Fixed text of the messages about a REDIS_URI (redis_uri.c, config.c): a
  * "password" found in it is there by coincidence. */
 static const char *const FIXED_TEXT[] = {
 	"an IPv6 host must be written in brackets, e.g. [::1]:6379",

@@ -42,8 +42,8 @@
  *    - every string is followed by CRLF (hiredis skips those two bytes
  *      without looking at them).
  *    And where U refuses a byte that hiredis, fed the whole input, read
- *    past without an error, the refusal must be the one strictness redis.c
- *    documents beyond hiredis': a string not followed by CRLF.
+ *    past without an error, the refusal must be the one strictness
+ *    redis_guard.c documents beyond hiredis': a string not followed by CRLF.
  *
  * 4. g->first (redis.h): just before the last byte of a complete reply it
  *    is the reply's first string inside its guarded elements (in hiredis'
@@ -90,7 +90,8 @@ struct run {
 };
 
 /* The scanner's states that matter here, learnt from the scanner itself
- * (redis.c keeps the enum private): between elements, and inside a line. */
+ * (redis_guard.c keeps the enum private): between elements, and inside a
+ * line. */
 static int type_state, line_state;
 static bool learnt;
 

@@ -877,9 +877,9 @@ TEST(sentinel_resolves_and_follows_a_failover)
 	char *logs = t_captured_logs();
 	t_release_logs();
 	if (!dropped) {
-		/* The sentinels' +switch-master (redis.c "Sentinel mode") moved
-		 * the connection before the command; had it not arrived yet, the
-		 * old master's READONLY would have. */
+		/* The sentinels' +switch-master (redis_sentinel.c "Sentinel
+		 * mode") moved the connection before the command; had it not
+		 * arrived yet, the old master's READONLY would have. */
 		int followed = t_count(logs, "level=INFO msg=\"the sentinels switched the master; "
 					     "following it\"");
 		int redirected = t_count(logs, "level=WARN msg=\"redis command redirected; "

@@ -218,8 +218,8 @@ ha_start_workers() {
 	done
 }
 
-# ha_redirects LOG...: how many redirects the relays logged (redis.c: one
-# WARN per redirect episode).
+# ha_redirects LOG...: how many redirects the relays logged (redis_cluster.c:
+# one WARN per redirect episode).
 ha_redirects() { cat "$@" | grep -c 'level=WARN msg="redis command redirected; resending it"'; }
 
 # ha_keys_in_slot: every key on every master is in the stream's slot, on

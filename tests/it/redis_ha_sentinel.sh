@@ -34,11 +34,11 @@ test_sentinel_failover_under_load_loses_nothing_confirmed() {
 	# demote the old master only ~10 s after +switch-master; a client that
 	# re-resolved only on READONLY or a lost connection would read from
 	# the old one until then, and could process the probe only after the
-	# demotion. Relay subscribes to +switch-master (redis.c "Sentinel
-	# mode") and moves at once. The order is what is checked, not a time:
-	# the probe is looked for first, the old master's role after, so a
-	# probe seen processed while the old master still answers "master"
-	# was processed before the demotion.
+	# demotion. Relay subscribes to +switch-master (redis_sentinel.c
+	# "Sentinel mode") and moves at once. The order is what is checked,
+	# not a time: the probe is looked for first, the old master's role
+	# after, so a probe seen processed while the old master still answers
+	# "master" was processed before the demotion.
 	local probe order
 	probe=$(redis-cli -p "$new" XADD "$HA_STREAM" '*' event '{"kind":"ha-none","event_id":"probe"}')
 	probe_processed() { ha_processed "$TMP"/ha-sn-*.log | grep -qx "$probe"; }
