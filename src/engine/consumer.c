@@ -33,7 +33,7 @@
  * - Bookkeeping errors fail open: an unreadable state is treated as absent,
  *   a failed claim write still runs the invocation.
  * - What a message runs is resolved first (resolve_work): a scheduled
- *   occurrence (scheduler.h) is first proven genuine (else dead-lettered as
+ *   occurrence (schedule.h) is first proven genuine (else dead-lettered as
  *   forged), then runs exactly its schedule's handler and is never
  *   pattern-matched; an event runs its matching rules. From then on
  *   both take the same path (state, slots, timeout, retries, DLQ, handler
@@ -57,7 +57,7 @@
 #include "base/log.h"
 #include "engine/metrics.h"
 #include "base/rfc3339.h"
-#include "engine/scheduler.h"
+#include "engine/schedule.h"
 #include "engine/slots.h"
 #include "base/util.h"
 
@@ -1516,7 +1516,7 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 
 /*
  * A message that claims to be a scheduled occurrence runs only once proven
- * genuine (scheduler.h: schedule_envelope_check, schedule_verify). Returns
+ * genuine (schedule.h: schedule_envelope_check, schedule_verify). Returns
  * true with *route filled when it is; false when it was dealt with here:
  * dead-lettered as forged (never run), or left pending when it could not
  * be checked (Redis error: retried by a later reclaim, never run

@@ -32,7 +32,7 @@
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
  *   bytes    Relay keeps only the field it uses (`event`; a scheduled
- *            occurrence is an event too, scheduler.h), at most
+ *            occurrence is an event too, schedule.h), at most
  *            CONSUMER_ENTRY_MAX bytes per
  *            entry counted as CONSUMER_ENTRY_COST (their names and values
  *            plus a bound on their RESP framing). New messages are read
