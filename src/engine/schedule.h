@@ -1,7 +1,7 @@
 /*
  * A scheduled occurrence as it travels through the event stream: the
  * entry the scheduler publishes (scheduler.h: when) and the proof a worker
- * asks of an entry that claims to be one before it runs it (consumer.c).
+ * asks of an entry that claims to be one before it runs it (delivery.c).
  * Both sides use only this module, so the wire format lives in one place.
  * Thread-safety: every function is pure or uses only the connection
  * passed in.

@@ -4,7 +4,7 @@
  * an occurrence is due, publishes it into the event stream at most once
  * cluster-wide. It never runs a handler: the published entry is an ordinary
  * stream message that the consumer group hands to one worker, which routes
- * it to exactly that schedule's handler (consumer.c).
+ * it to exactly that schedule's handler (delivery.c).
  *
  * Evaluation. The thread reads the current registry snapshot (registry.h) on
  * every pass. While it sleeps it re-checks the snapshot pointer at least
