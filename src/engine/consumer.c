@@ -1,5 +1,7 @@
 /*
- * Stream consumer. See consumer.h for the thread layout; the design notes
+ * Stream consumer: the reader, reclaim, sampler, prober, acker and worker
+ * threads, the local buffer and the holds; what happens to one message is
+ * delivery.c's. See consumer.h for the thread layout; the design notes
  * that matter when changing this file:
  *
  * - The buffer counts messages read (or reclaimed) and not yet released.
@@ -7,39 +9,18 @@
  *   dead-lettered and ACKed, or when it is left pending. The reader and the
  *   reclaim loop only ask Redis for as many messages as there is room for,
  *   so a full buffer leaves the backlog in Redis.
- * - Per message, matching invocations run in order; the first that does not
- *   succeed stops the rest (abort on first failure). Each is gated by its
- *   invocation-state marker and claimed with a compare-and-set before it
- *   runs, so a redelivery elsewhere skips live or backing-off work.
- * - No worker waits for a concurrency slot. A plan (one message's work)
- *   whose next invocation gets no slot (slots_try_acquire: MAX_CONCURRENCY
- *   or the function's concurrency) is parked on the deferred list, still
- *   held (it keeps its buffer slot, so deferred plans count against
- *   MAX_BUFFERED_EVENTS: the reader's room), matched, its state loaded and
- *   nothing charged; the worker goes on with other messages. Every slot
- *   release wakes a worker (slots_on_release), and a worker looks at the
- *   deferred list before it takes a new message: the oldest plan whose
- *   function can take a slot now resumes at the claim, whose
- *   compare-and-set against the marker as last seen protects against a
- *   reclaim elsewhere meanwhile. While the list is not empty a new plan
- *   parks too at its slot step, so the oldest runnable plan always goes
- *   first (per function, and across functions for the global slots).
- *   At shutdown deferred plans are dropped: their messages stay pending,
- *   no attempt charged.
- * - A fresh message (struct msg) reads no state: a first-attempt success
- *   costs the claim and the outcome write (HSET+EXPIRE pipelined), two round
- *   trips, plus its share of the batched XACK+DEL. The ok marker is always
- *   written before the XACK is queued.
- * - Bookkeeping errors fail open: an unreadable state is treated as absent,
- *   a failed claim write still runs the invocation.
- * - What a message runs is resolved first (resolve_work): a scheduled
- *   occurrence (scheduler.h) is first proven genuine (else dead-lettered as
- *   forged), then runs exactly its schedule's handler and is never
- *   pattern-matched; an event runs its matching rules. From then on
- *   both take the same path (state, slots, timeout, retries, DLQ, handler
- *   metrics), except that scheduled occurrences never move the event
- *   counters, and one whose function or schedule handler is gone is
- *   acknowledged as obsolete.
+ * - How a message walks through: the reader (or the reclaim) copies it
+ *   into a struct delivery_msg and queues it; a worker takes it and hands
+ *   it to delivery_process (delivery.c: decode, resolve, state, slots,
+ *   claim, invoke through cfg.invoke, retries, DLQ), which answers what to
+ *   do with it (struct delivery_end): acknowledge it (ack_push: the acker
+ *   batches the XACK and the DEL of its invocation state), release its
+ *   buffer slot (dead-lettered, or left pending), or nothing yet (parked
+ *   for a concurrency slot). A worker looks at the parked plans
+ *   (delivery_take_locked) before it takes a new message, and every slot
+ *   release wakes one (slot_released).
+ * - A message that matches nothing is acknowledged by the reader itself,
+ *   with the XACK pipelined ahead of its next read (matches_nothing).
  */
 #include "engine/consumer.h"
 
@@ -57,30 +38,13 @@
 #include "base/log.h"
 #include "engine/metrics.h"
 #include "base/rfc3339.h"
-#include "engine/scheduler.h"
+#include "engine/delivery.h"
+#include "engine/schedule.h"
 #include "engine/slots.h"
 #include "base/util.h"
 
 /* How long the reader waits for more room before a small read. */
 #define READ_COALESCE_NS (1 * NS_PER_MS)
-
-struct msg {
-	char *id;
-	char **fields; /* alternating names and values (copies; NULL = not a string) */
-	size_t *lens;
-	size_t nfields;
-	struct event *ev; /* decoded by the reader, or NULL: the worker decodes */
-	/* First delivered by a plain XREADGROUP ">" (not recovered, not
-	 * reclaimed): it can have no invocation state, so plan_load skips the
-	 * HGETALL and every claim compares against "absent". A state key left
-	 * by an earlier life of the group (a recreated group delivering an id
-	 * again) only makes that claim lose its compare-and-set: the message
-	 * stays pending and the reclaim, which loads the state, settles it. */
-	bool fresh;
-	struct msg *next;
-};
-
-struct plan;
 
 struct ack {
 	char *id;
@@ -96,13 +60,13 @@ struct consumer {
 	pthread_mutex_t lock;
 	pthread_cond_t work;  /* a message was queued / stop */
 	pthread_cond_t space; /* buffer room / stop */
-	struct msg *head, *tail;
+	struct delivery_msg *head, *tail;
 	int buffered;
 	char **held; /* ids held locally, for reclaim dedup */
 	size_t nheld, capheld;
-	/* Plans parked for a concurrency slot, oldest first (see above). */
-	struct plan *dhead, *dtail;
-	int ndeferred;
+	/* What happens to each message a worker takes, with the plans parked
+	 * for a concurrency slot (under lock: delivery.h). */
+	struct delivery *delivery;
 
 	pthread_mutex_t ack_lock;
 	pthread_cond_t ack_cond;
@@ -126,19 +90,6 @@ struct consumer {
 };
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static void msg_free(struct msg *m)
-{
-	if (!m)
-		return;
-	for (size_t i = 0; i < m->nfields; i++)
-		free(m->fields[i]);
-	free(m->fields);
-	free(m->lens);
-	free(m->id);
-	event_free(m->ev);
-	free(m);
-}
 
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
 {
@@ -170,7 +121,7 @@ static void hold_locked(struct consumer *c, const char *id)
 }
 
 /* Queues a message for the workers (takes ownership); lock held. */
-static void enqueue_locked(struct consumer *c, struct msg *m)
+static void enqueue_locked(struct consumer *c, struct delivery_msg *m)
 {
 	hold_locked(c, m->id);
 	m->next = NULL;
@@ -232,7 +183,7 @@ static bool field_wanted(const redisReply *f)
  * (CONSUMER_ENTRY_COST, as measure() counts it). NULL for a deleted entry
  * (nil fields) or one that is not an entry.
  */
-static struct msg *msg_from_entry(const redisReply *e, size_t *cost)
+static struct delivery_msg *msg_from_entry(const redisReply *e, size_t *cost)
 {
 	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
 	    e->element[0]->type != REDIS_REPLY_STRING)
@@ -240,7 +191,7 @@ static struct msg *msg_from_entry(const redisReply *e, size_t *cost)
 	const redisReply *f = e->element[1];
 	if (f->type != REDIS_REPLY_ARRAY)
 		return NULL; /* a deleted entry (nil fields) */
-	struct msg *m = xcalloc(1, sizeof *m);
+	struct delivery_msg *m = xcalloc(1, sizeof *m);
 	m->id = xstrndup(e->element[0]->str, e->element[0]->len);
 	m->fields = xcalloc(f->elements + 1, sizeof *m->fields);
 	m->lens = xcalloc(f->elements + 1, sizeof *m->lens);
@@ -260,21 +211,6 @@ static struct msg *msg_from_entry(const redisReply *e, size_t *cost)
 	}
 	*cost = CONSUMER_ENTRY_COST(bytes, m->nfields);
 	return m;
-}
-
-/* The last field `name` of a message (borrowed, *len bytes), or NULL. */
-static const char *msg_field(const struct msg *m, const char *name, size_t *len)
-{
-	const char *v = NULL;
-	size_t n = strlen(name);
-	for (size_t i = 0; i + 1 < m->nfields; i += 2) {
-		if (m->fields[i] && m->fields[i + 1] && m->lens[i] == n &&
-		    memcmp(m->fields[i], name, n) == 0) {
-			v = m->fields[i + 1];
-			*len = m->lens[i + 1];
-		}
-	}
-	return v;
 }
 
 static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
@@ -337,9 +273,10 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
  * (RFC 3339) for DLQ entries.
  *
  * measure() keeps only the fields Relay reads, the last of each in order
- * (the one Relay uses: the last `event` wins, as in payload_of; from a
- * plain read, msg_from_entry keeps them all, at most 32 fields), and answers their bytes, names and values, and
- * what they cost in a reply (CONSUMER_ENTRY_COST). An entry costing more
+ * (the one Relay uses: the last `event` wins, as in payload_of,
+ * delivery.c; from a plain read, msg_from_entry keeps them all, at most 32
+ * fields), and answers their bytes, names and values, and what they cost
+ * in a reply (CONSUMER_ENTRY_COST). An entry costing more
  * than the limit is dead-lettered by too_large() without its body and
  * acknowledged; a failed DLQ write leaves it pending (retried by the next
  * reclaim, like any DLQ write) and is reported, not raised, so the entries
@@ -544,7 +481,7 @@ static void report_too_large(struct consumer *c, const redisReply *big, bool fre
  * consumer lock: decoding a large event takes a while.
  */
 static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uint32_t *ids,
-			    struct msg *m, bool *scheduled)
+			    struct delivery_msg *m, bool *scheduled)
 {
 	*scheduled = false;
 	if (c->cfg.test_before_decode)
@@ -615,11 +552,11 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		       bool recovered, struct idlist *fast, struct idlist *over)
 {
 	size_t n = entries->elements, k = 0;
-	struct msg **ms = xcalloc(n + 1, sizeof *ms);
+	struct delivery_msg **ms = xcalloc(n + 1, sizeof *ms);
 	bool *skip = xcalloc(n + 1, sizeof *skip);
 	for (size_t i = 0; i < n; i++) {
 		size_t cost;
-		struct msg *m = msg_from_entry(entries->element[i], &cost);
+		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
 		if (!m)
 			continue;
 		if (cost > CONSUMER_ENTRY_MAX) {
@@ -630,7 +567,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 				log_warn(LOG_ATTRS("message_id", m->id),
 					 "recovered entry over the limit left pending");
 			}
-			msg_free(m);
+			delivery_msg_free(m);
 			continue;
 		}
 		ms[k++] = m;
@@ -641,7 +578,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		pthread_mutex_lock(&c->lock);
 		for (size_t i = 0; i < k; i++)
 			if (held_locked(c, ms[i]->id)) {
-				msg_free(ms[i]);
+				delivery_msg_free(ms[i]);
 				ms[i] = NULL;
 			}
 		pthread_mutex_unlock(&c->lock);
@@ -649,7 +586,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 	struct snapshot *snap = registry_acquire(c->cfg.registry);
 	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
 	for (size_t i = 0; i < k; i++) {
-		struct msg *m = ms[i];
+		struct delivery_msg *m = ms[i];
 		if (!m)
 			continue;
 		log_debug(LOG_ATTRS("message_id", m->id),
@@ -660,7 +597,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		size_t rlen;
 		if (!scheduled)
 			metrics_inc(METRIC_EVENTS_RECEIVED);
-		if (!scheduled && msg_field(m, "relay_replay_of", &rlen) &&
+		if (!scheduled && delivery_msg_field(m, "relay_replay_of", &rlen) &&
 		    replayed_by_relay(c, r, m->id))
 			metrics_inc(METRIC_DLQ_REPLAYED);
 	}
@@ -669,7 +606,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < k; i++) {
-		struct msg *m = ms[i];
+		struct delivery_msg *m = ms[i];
 		if (!m)
 			continue;
 		if (!skip[i]) {
@@ -682,7 +619,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		hold_locked(c, m->id);
 		idlist_push(fast, m->id);
 		m->id = NULL;
-		msg_free(m);
+		delivery_msg_free(m);
 	}
 	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
 	pthread_mutex_unlock(&c->lock);
@@ -1086,10 +1023,10 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 static int take_reclaimed(struct consumer *c, const redisReply *entries)
 {
 	size_t n = entries->elements, k = 0;
-	struct msg **ms = xcalloc(n + 1, sizeof *ms);
+	struct delivery_msg **ms = xcalloc(n + 1, sizeof *ms);
 	for (size_t i = 0; i < n; i++) {
 		size_t cost;
-		struct msg *m = msg_from_entry(entries->element[i], &cost);
+		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
 		if (m)
 			ms[k++] = m;
 	}
@@ -1107,7 +1044,7 @@ static int take_reclaimed(struct consumer *c, const redisReply *entries)
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (size_t i = 0; i < k; i++)
-		msg_free(ms[i]);
+		delivery_msg_free(ms[i]);
 	free(ms);
 	return claimed;
 }
@@ -1303,521 +1240,16 @@ static void *acker_main(void *arg)
 	return NULL;
 }
 
-/* ---- processing -------------------------------------------------------- */
+/* ---- workers ----------------------------------------------------------- */
 
-/*
- * A message a worker took goes through process() in five phases, each a
- * function over one struct plan:
- *   decode   plan_decode: the event; malformed → DLQ; a scheduled
- *            occurrence must be genuine (occurrence_genuine);
- *   resolve  plan_resolve: its targets (resolve_work); an obsolete
- *            occurrence or an unmatched event is acknowledged here;
- *   load     plan_load: its invocation state, one marker per target;
- *   run      plan_run: each target in order (run_target: matched line,
- *            eligibility, slot, claim, invoke, record) until one does not
- *            succeed;
- *   settle   plan_settle: ACK / DLQ / leave pending.
- */
-
-/* The last `event` field of a message (its payload as text), or NULL. */
-static const char *payload_of(const struct msg *m, size_t *len)
+/* delivery_config.docker_wait: an invocation found the daemon unreachable;
+ * sets the Docker hold and waits until the prober lifts it. False at
+ * stop. */
+static bool docker_hold_wait(void *arg)
 {
-	const char *p = NULL;
-	for (size_t i = 0; i + 1 < m->nfields; i += 2) {
-		if (m->fields[i] && m->lens[i] == 5 && memcmp(m->fields[i], "event", 5) == 0) {
-			p = m->fields[i + 1];
-			*len = m->lens[i + 1];
-		}
-	}
-	return p;
-}
-
-/* How a DLQ write ended (invocation_dead_letter's result and *written). */
-enum dlq_result {
-	DLQ_WRITTEN,	 /* written and acknowledged */
-	DLQ_NOT_PENDING, /* the message was no longer pending: nothing written */
-	DLQ_FAILED,	 /* the write failed: it stays pending, a later reclaim retries it */
-};
-
-/*
- * Writes m's DLQ entry: the spec's fields, then `function` and `handler`
- * (the exhausted invocation; "" when none ran: a malformed or forged
- * event), then `relay_replays` and `relay_replay_of` when the message
- * carried them (a replayed message: relay dlq replay counts on them).
- */
-static enum dlq_result dead_letter(struct consumer *c, struct redis *r, const struct msg *m,
-				   const char *payload, size_t plen, const char *reason,
-				   int attempts, const char *function, const char *handler)
-{
-	char ts[RFC3339_STR_MAX], att[16];
-	char *why = NULL;
-	rfc3339_format_utc(now_wall_ns(), ts);
-	snprintf_(att, sizeof att, "%d", attempts);
-	enum { EVENT_VALUE = 9, FIXED = 20 }; /* the payload: binary-safe, its own length */
-	/* clang-format off */
-	const char *entry[FIXED + 4] = {
-		"original_stream", c->stream,
-		"original_id", m->id,
-		"group", c->group,
-		"consumer", c->name,
-		"event", payload ? payload : "",
-		"reason", reason,
-		"attempts", att,
-		"timestamp", ts,
-		"function", function ? function : "",
-		"handler", handler ? handler : "",
-	};
-	/* clang-format on */
-	size_t lens[FIXED + 4], n = FIXED;
-	for (size_t i = 0; i < FIXED; i++)
-		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
-	static const char *const carried[] = {"relay_replays", "relay_replay_of"};
-	for (size_t k = 0; k < ARRAY_LEN(carried); k++) {
-		size_t vlen = 0;
-		const char *v = msg_field(m, carried[k], &vlen);
-		if (!v)
-			continue;
-		entry[n] = carried[k];
-		lens[n++] = strlen(carried[k]);
-		entry[n] = v;
-		lens[n++] = vlen;
-	}
-	bool written = false;
-	int rc = -1;
-	if (ensure_conn(c, r) == 0)
-		rc = invocation_dead_letter(r, c->stream, c->group, c->dlq, m->id, entry, lens, n,
-					    &written, &why);
-	else
-		why = xstrdup(redis_errmsg(r));
-	if (rc == 0 && !written)
-		log_debug(LOG_ATTRS("message_id", m->id),
-			  "message acknowledged meanwhile; not dead-lettered again");
-	else if (rc < 0)
-		log_error(LOG_ATTRS("message_id", m->id, "dlq", c->dlq, "error", why),
-			  "DLQ write failed; the message stays pending and the write is retried");
-	free(why);
-	return rc < 0 ? DLQ_FAILED : written ? DLQ_WRITTEN : DLQ_NOT_PENDING;
-}
-
-/* What became of one target's invocation: as loaded, then as this
- * delivery left it. */
-enum inv_state { INV_PENDING, INV_OK, INV_EXHAUSTED };
-
-/* One invocation of a message's work list, in execution order. */
-struct target {
-	/* From resolve_work (borrowed from the plan's snapshot): */
-	const struct fn_version *fv;
-	const char *handler;
-	int64_t timeout_ns;
-	int retries;
-	/* From plan_load: */
-	char *field;	      /* "<function>/<handler>" in the invocation hash */
-	struct marker loaded; /* its marker as loaded for this delivery */
-	char *raw;	      /* the field's current value, for compare-and-set; NULL: absent */
-	enum inv_state state;
-};
-
-/*
- * One message's work, phase by phase (see above). Owns everything it points
- * to except m (the worker's) and what the targets borrow from snap, held
- * until plan_free.
- */
-struct plan {
-	struct msg *m;
-	const char *payload; /* the last `event` field, borrowed from m */
-	size_t plen;
-	struct event *ev;
-	bool scheduled;		     /* a genuine scheduled occurrence */
-	struct schedule_route route; /* when scheduled (borrows from ev) */
-	char *sched_stdin;	     /* when scheduled: the handler's payload */
-	struct snapshot *snap;
-	struct target *t;
-	size_t n;
-	const char *event_id, *event_name; /* may be NULL */
-	char *key;			   /* invocation-state key */
-	char last_error[600];		   /* the last failed invocation's error */
-	/* Progress, so that a parked plan resumes where it stopped: */
-	size_t cur;	    /* the target running (plan_run) */
-	bool said;	    /* its "matched" line is printed */
-	int attempt;	    /* its attempt number, when parked */
-	bool slotted;	    /* resumed holding its slot: goes on at the claim */
-	struct plan *dnext; /* on the deferred list */
-};
-
-/* function_events_total: once per message and matched function, counted
- * when the message is done (ACKed or dead-lettered), not per delivery.
- * Never for scheduled occurrences. */
-static void count_function_events(const struct target *t, size_t n)
-{
-	const char *last = NULL;
-	for (size_t i = 0; i < n; i++) {
-		const char *f = t[i].fv->fn->name;
-		if (!last || strcmp(last, f) != 0)
-			metrics_function_event(f);
-		last = f;
-	}
-}
-
-/* The counters of a message done with (ACKed or dead-lettered): none for a
- * scheduled occurrence. */
-static void count_done(const struct plan *p)
-{
-	if (p->scheduled)
-		return;
-	count_function_events(p->t, p->n);
-	metrics_inc(METRIC_EVENTS_PROCESSED);
-}
-
-/* A top-level string field of the event, for logs and labels. */
-static const char *event_str(const struct event *ev, const char *key)
-{
-	const struct event_value *v = event_get(event_root(ev), key, strlen(key));
-	return v && v->type == EVENT_STRING ? v->u.str : NULL;
-}
-
-/*
- * What a message runs. A scheduled occurrence (route non-NULL) runs its
- * function's schedule handler, found by name in snap, never through
- * pattern matching; *obsolete is set when the function or the handler is
- * gone. An event runs its matching rules in execution order. Returns the
- * number of targets in *out (a new array, even when empty).
- */
-static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
-			   const struct schedule_route *route, struct target **out, bool *obsolete)
-{
-	*obsolete = false;
-	if (route) {
-		*out = xcalloc(1, sizeof **out);
-		const struct fn_version *fv = snapshot_find(snap, route->function);
-		const struct schedule *sc = schedule_find(fv, route->handler);
-		if (!sc) {
-			*obsolete = true;
-			return 0;
-		}
-		(*out)[0] = (struct target){.fv = fv,
-					    .handler = sc->handler,
-					    .timeout_ns = sc->timeout_ns,
-					    .retries = sc->retries};
-		return 1;
-	}
-	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
-	size_t n = pattern_set_match(snap->set, ev, now_wall_ns(), ids);
-	*out = xcalloc(n + 1, sizeof **out);
-	for (size_t i = 0; i < n; i++) {
-		const struct rule_ref *rr = &snap->rules[ids[i]];
-		(*out)[i] = (struct target){.fv = rr->fv,
-					    .handler = rr->rule->handler,
-					    .timeout_ns = rr->rule->timeout_ns,
-					    .retries = rr->rule->retries};
-	}
-	free(ids);
-	return n;
-}
-
-/*
- * A message that claims to be a scheduled occurrence runs only once proven
- * genuine (scheduler.h: schedule_envelope_check, schedule_verify). Returns
- * true with *route filled when it is; false when it was dealt with here:
- * dead-lettered as forged (never run), or left pending when it could not
- * be checked (Redis error: retried by a later reclaim, never run
- * unverified).
- */
-static bool occurrence_genuine(struct consumer *c, struct redis *r, struct msg *m,
-			       const struct event *ev, struct schedule_route *route,
-			       const char *payload, size_t plen)
-{
-	char *why = NULL;
-	enum schedule_verdict g = schedule_envelope_check(ev, route, &why);
-	if (g == SCHEDULE_GENUINE)
-		g = ensure_conn(c, r) < 0 ? SCHEDULE_VERIFY_FAILED
-					  : schedule_verify(r, c->stream, route, &why);
-	if (g == SCHEDULE_GENUINE)
-		return true;
-	if (g == SCHEDULE_VERIFY_FAILED) {
-		log_warn(LOG_ATTRS("message_id", m->id, "error", why ? why : redis_errmsg(r)),
-			 "cannot verify a scheduled occurrence; it stays pending");
-	} else if (dead_letter(c, r, m, payload, plen, "forged schedule occurrence", 0, NULL,
-			       NULL) == DLQ_WRITTEN) {
-		log_warn(LOG_ATTRS("message_id", m->id, "reason", why),
-			 "forged schedule occurrence sent to the dead-letter stream without "
-			 "running any handler");
-		metrics_inc(METRIC_DLQ_ENTRIES);
-	}
-	free(why);
-	release(c, m->id);
-	return false;
-}
-
-/*
- * Decode: the event (the reader decoded it when it matched something
- * there). A malformed one is dead-lettered with the reason; a scheduled
- * occurrence must be genuine. False when the message was dealt with here.
- */
-static bool plan_decode(struct consumer *c, struct redis *r, struct plan *p)
-{
-	struct msg *m = p->m;
-	p->payload = payload_of(m, &p->plen);
-	p->ev = m->ev;
-	m->ev = NULL;
-	char *why = NULL;
-	int derr = p->ev ? EVENT_OK
-			 : event_decode((const char *const *)m->fields, m->lens, m->nfields, &p->ev,
-					&why);
-	if (derr != EVENT_OK) {
-		char reason[600];
-		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
-			  why ? why : "");
-		free(why);
-		if (dead_letter(c, r, m, p->payload, p->plen, reason, 0, NULL, NULL) ==
-		    DLQ_WRITTEN) {
-			log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
-				 "malformed event sent to the dead-letter stream without running "
-				 "any handler");
-			metrics_inc(METRIC_DLQ_ENTRIES);
-			metrics_inc(METRIC_EVENTS_PROCESSED);
-		}
-		release(c, m->id);
-		return false;
-	}
-	p->scheduled = schedule_claimed(p->ev);
-	if (p->scheduled && !occurrence_genuine(c, r, m, p->ev, &p->route, p->payload, p->plen))
-		return false;
-	/* A scheduled handler reads the occurrence's payload, not the entry. */
-	if (p->scheduled)
-		p->sched_stdin = schedule_payload(p->route.at_s);
-	return true;
-}
-
-/*
- * Resolve: what the message runs, from the registry snapshot held until
- * plan_free. False when there is nothing to run, acknowledged here: a
- * scheduled occurrence whose function or schedule handler is gone
- * (obsolete), or an event no rule matches.
- */
-static bool plan_resolve(struct consumer *c, struct plan *p)
-{
-	struct msg *m = p->m;
-	bool obsolete = false;
-	p->snap = registry_acquire(c->cfg.registry);
-	p->n = resolve_work(p->snap, p->ev, p->scheduled ? &p->route : NULL, &p->t, &obsolete);
-	/* A scheduled occurrence's event id is its occurrence id. */
-	p->event_id = p->scheduled ? p->route.occurrence_id : event_str(p->ev, "event_id");
-	p->event_name = p->scheduled ? NULL : event_str(p->ev, "event_name");
-	if (obsolete) {
-		/* Removed on purpose: terminal, never retried or dead-lettered.
-		 * Any state from an earlier delivery goes with the ACK. */
-		log_info(LOG_ATTRS("function", p->route.function, "handler", p->route.handler,
-				   "message_id", m->id, "occurrence_id",
-				   p->event_id ? p->event_id : ""),
-			 "scheduled occurrence obsolete: its function or schedule handler no "
-			 "longer exists; acknowledging");
-		p->key = invocation_key(c->stream, c->group, m->id);
-		ack_push(c, m->id, p->key);
-		return false;
-	}
-	if (p->n == 0) {
-		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
-		metrics_inc(METRIC_EVENTS_PROCESSED);
-		ack_push(c, m->id, NULL);
-		return false;
-	}
-	return true;
-}
-
-/* Load: the message's invocation state, one marker per target. Fails
- * open: an unreadable state is treated as empty. A fresh message (struct
- * msg) has none: no round trip. */
-static void plan_load(struct consumer *c, struct redis *r, struct plan *p)
-{
-	if (!p->key)
-		p->key = invocation_key(c->stream, c->group, p->m->id);
-	struct invocation_state st = {0};
-	bool up = ensure_conn(c, r) == 0;
-	if (up && p->m->fresh) {
-		/* nothing to read */
-	} else if (!up || invocation_state_load(r, p->key, &st) < 0) {
-		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
-			 "cannot read invocation state; treating it as empty");
-		memset(&st, 0, sizeof st);
-	}
-	for (size_t i = 0; i < p->n; i++) {
-		struct target *t = &p->t[i];
-		if (!t->field)
-			t->field = xasprintf("%s/%s", t->fv->fn->name, t->handler);
-		free(t->raw);
-		t->raw = NULL;
-		t->loaded = invocation_state_get(&st, t->field);
-		t->state = t->loaded.kind == MARK_OK	      ? INV_OK
-			   : t->loaded.kind == MARK_EXHAUSTED ? INV_EXHAUSTED
-							      : INV_PENDING;
-		for (size_t k = 0; k < st.n; k++)
-			if (strcmp(st.fields[k], t->field) == 0) {
-				free(t->raw);
-				t->raw = xstrdup(st.values[k]);
-			}
-	}
-	invocation_state_free(&st);
-}
-
-/* A field's value is now value (NULL: absent), for every target sharing
- * it (a rule repeating an earlier rule's handler). */
-static void plan_set_raw(struct plan *p, const char *field, const char *value)
-{
-	for (size_t k = 0; k < p->n; k++)
-		if (strcmp(p->t[k].field, field) == 0) {
-			free(p->t[k].raw);
-			p->t[k].raw = value ? xstrdup(value) : NULL;
-		}
-}
-
-/*
- * How running one target ended. Only TARGET_DONE_BEFORE and
- * TARGET_SUCCEEDED let the next target run (abort on first failure).
- */
-enum target_outcome {
-	TARGET_GO_ON,		  /* between run_target's steps only: the next step runs */
-	TARGET_DONE_BEFORE,	  /* succeeded on an earlier delivery: skipped */
-	TARGET_SUCCEEDED,	  /* ran and succeeded */
-	TARGET_FAILED,		  /* ran and failed: retried later, or exhausted */
-	TARGET_EXHAUSTED_BEFORE,  /* exhausted on an earlier delivery: terminal */
-	TARGET_NOT_ELIGIBLE,	  /* running elsewhere or backing off */
-	TARGET_DEFERRED,	  /* no slot free: the plan is parked (deferred list) */
-	TARGET_RELOADED,	  /* a fresh message's claim lost: state loaded, look again */
-	TARGET_ACKED_MEANWHILE,	  /* the message is no longer pending */
-	TARGET_CLAIMED_ELSEWHERE, /* another worker changed the marker first */
-	TARGET_CANCELLED,	  /* interrupted by shutdown: not an attempt */
-	TARGET_UNAVAILABLE,	  /* the daemon was unreachable: not an attempt, runs again */
-};
-
-/* The claim, invocation_try_start's 1 / 0 / 2 / -1. */
-enum claim {
-	CLAIM_TAKEN,	  /* the running marker is written */
-	CLAIM_LOST,	  /* someone else changed the marker first */
-	CLAIM_ACKED,	  /* the message was acknowledged meanwhile */
-	CLAIM_UNRECORDED, /* a Redis error: runs anyway (bookkeeping fails open) */
-};
-
-static enum claim claim_invocation(struct consumer *c, struct redis *r, const struct plan *p,
-				   const struct target *t, const char *next)
-{
-	/* A plan resumed from the deferred list comes here on another
-	 * worker's connection, maybe never connected yet. */
-	int rc = ensure_conn(c, r) < 0 ? -1
-				       : invocation_try_start(r, p->key, t->field, t->raw, next,
-							      c->stream, c->group, p->m->id);
-	return rc < 0	 ? CLAIM_UNRECORDED
-	       : rc == 0 ? CLAIM_LOST
-	       : rc == 2 ? CLAIM_ACKED
-			 : CLAIM_TAKEN;
-}
-
-/*
- * Whether a target may run in this delivery, from its state as loaded (a
- * rule repeating an earlier rule's handler in this delivery still runs:
- * no deduplication). Complete on an earlier delivery: skipped. Exhausted
- * is terminal and, invocations being sequential, leaves every later target
- * unrunnable: the message is routed to the DLQ. TARGET_GO_ON with
- * *attempt set when it may run.
- */
-static enum target_outcome target_ready(struct plan *p, const struct target *t, int *attempt)
-{
-	const char *fname = t->fv->fn->name, *handler = t->handler, *id = p->m->id;
-	if (!p->said)
-		log_say(fname, p->scheduled ? "schedule" : "rule", handler, " matched event \"%s\"",
-			id);
-	p->said = true;
-	if (t->state == INV_OK) {
-		log_say(fname, "handler", handler, " already succeeded for event \"%s\"; skipping",
-			id);
-		return TARGET_DONE_BEFORE;
-	}
-	if (t->state == INV_EXHAUSTED) {
-		log_say(fname, "handler", handler, " exhausted for event \"%s\"; skipping", id);
-		return TARGET_EXHAUSTED_BEFORE;
-	}
-	struct marker mk = t->loaded;
-	int64_t now = now_wall_ns();
-	if (!marker_eligible(&mk, now)) {
-		/* Whole seconds, rounded up: "eligible in 0s" would read as
-		 * eligible. */
-		char in[DURATION_STR_MAX];
-		int64_t left = mk.deadline_ns - now;
-		left = (left + NS_PER_SEC - 1) / NS_PER_SEC * NS_PER_SEC;
-		log_say(fname, "handler", handler,
-			" not eligible for event \"%s\" (running or waiting for retry; "
-			"eligible in %s)",
-			id, duration_format(left, in));
-		log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id,
-				    "marker", t->raw ? t->raw : ""),
-			  "invocation running elsewhere or backing off; leaving the "
-			  "message pending");
-		return TARGET_NOT_ELIGIBLE;
-	}
-	*attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
-	log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id, "event_id",
-			    p->event_id ? p->event_id : "", "event_name",
-			    p->event_name ? p->event_name : ""),
-		  p->scheduled ? "scheduled occurrence" : "rule matched");
-	return TARGET_GO_ON;
-}
-
-/*
- * A concurrency slot of the target's function, without waiting: taken
- * (TARGET_GO_ON), or the plan is parked on the deferred list
- * (TARGET_DEFERRED: from then on another worker may resume it at any
- * moment, so the caller touches p no more). While older plans are parked
- * this one parks behind them, so the oldest runnable goes first
- * (deferred_take_locked).
- */
-static enum target_outcome target_slot(struct consumer *c, struct plan *p, const struct target *t,
-				       int attempt)
-{
-	const char *fname = t->fv->fn->name;
-	int limit = (int)t->fv->fn->tpl->concurrency;
-	pthread_mutex_lock(&c->lock);
-	if (!c->dhead && slots_try_acquire(c->slots, fname, limit) == 0) {
-		pthread_mutex_unlock(&c->lock);
-		return TARGET_GO_ON;
-	}
-	metrics_inc(METRIC_CONCURRENCY_WAITS);
-	log_debug(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
-		  "no concurrency slot free; the invocation waits locally for one");
-	p->attempt = attempt;
-	p->dnext = NULL;
-	if (c->dtail)
-		c->dtail->dnext = p;
-	else
-		c->dhead = p;
-	c->dtail = p;
-	c->ndeferred++;
-	slots_defer(c->slots, fname, limit, 1);
-	pthread_mutex_unlock(&c->lock);
-	return TARGET_DEFERRED;
-}
-
-/* The oldest parked plan whose function can take a slot now, unlinked,
- * holding that slot (slotted); NULL when none can. Lock held. */
-static struct plan *deferred_take_locked(struct consumer *c)
-{
-	struct plan *prev = NULL;
-	for (struct plan *p = c->dhead; p; prev = p, p = p->dnext) {
-		const struct fn_version *fv = p->t[p->cur].fv;
-		int limit = (int)fv->fn->tpl->concurrency;
-		if (slots_try_acquire(c->slots, fv->fn->name, limit) < 0)
-			continue;
-		if (prev)
-			prev->dnext = p->dnext;
-		else
-			c->dhead = p->dnext;
-		if (c->dtail == p)
-			c->dtail = prev;
-		p->dnext = NULL;
-		c->ndeferred--;
-		slots_defer(c->slots, fv->fn->name, limit, -1);
-		p->slotted = true;
-		return p;
-	}
-	return NULL;
+	struct consumer *c = arg;
+	consumer_hold(c, CONSUMER_HOLD_DOCKER, true);
+	return docker_wait(c);
 }
 
 /* slots_on_release: a slot is free, a parked plan may take it. */
@@ -1825,339 +1257,20 @@ static void slot_released(void *arg)
 {
 	struct consumer *c = arg;
 	pthread_mutex_lock(&c->lock);
-	if (c->dhead)
+	if (delivery_parked_locked(c->delivery))
 		pthread_cond_signal(&c->work);
 	pthread_mutex_unlock(&c->lock);
 }
 
-/*
- * Claims the target with its running marker (compare-and-set on the value
- * as last seen); a lost claim gives the slot back. *prev: the marker it
- * replaced (NULL: absent), to put back if shutdown cancels the run.
- */
-static void plan_load(struct consumer *c, struct redis *r, struct plan *p);
-
-static enum target_outcome target_claim(struct consumer *c, struct redis *r, struct plan *p,
-					const struct target *t, int attempt, char **prev)
+/* Does what a delivery decided (delivery.h) and frees its strings. */
+static void settle(struct consumer *c, struct delivery_end *e)
 {
-	const char *fname = t->fv->fn->name;
-	/* The deadline counts from now (after any slot wait) and outlives
-	 * every path the invocation can take (invocation_running_deadline,
-	 * runner.h "Time bounds"), so no reclaim runs it concurrently. */
-	struct marker running = {
-		MARK_RUNNING, invocation_running_deadline(now_wall_ns(), t->timeout_ns), attempt};
-	char next[64];
-	marker_format(&running, next, sizeof next);
-	enum claim cl = claim_invocation(c, r, p, t, next);
-	if (cl == CLAIM_LOST && p->m->fresh) {
-		/* A state key from an earlier life of the group: load it now
-		 * (no longer fresh) and look at the target again. */
-		slots_release(c->slots, fname);
-		p->m->fresh = false;
-		plan_load(c, r, p);
-		return TARGET_RELOADED;
-	}
-	if (cl == CLAIM_ACKED || cl == CLAIM_LOST) {
-		slots_release(c->slots, fname);
-		log_debug(
-			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
-			cl == CLAIM_ACKED
-				? "message acknowledged meanwhile; dropping the local copy"
-				: "invocation claimed by another worker; leaving the message "
-				  "pending");
-		return cl == CLAIM_ACKED ? TARGET_ACKED_MEANWHILE : TARGET_CLAIMED_ELSEWHERE;
-	}
-	if (cl == CLAIM_UNRECORDED)
-		log_warn(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id,
-				   "error", redis_errmsg(r)),
-			 "cannot record the running marker; running anyway");
-	*prev = t->raw ? xstrdup(t->raw) : NULL;
-	plan_set_raw(p, t->field, next);
-	return TARGET_GO_ON;
-}
-
-/* A finished invocation's log attributes (attrs points into the struct). */
-struct run_attrs {
-	char att[16], dur[DURATION_STR_MAX], code[16];
-	const char *attrs[17];
-};
-
-/* Runs the handler (cfg.invoke) in the claimed slot, then gives the slot
- * back. Returns how long it took, in seconds (handler metrics). */
-static double target_invoke(struct consumer *c, const struct plan *p, const struct target *t,
-			    int attempt, struct invoke_result *out, struct run_attrs *a)
-{
-	struct invoke_request req = {
-		.fv = t->fv,
-		.handler = t->handler,
-		.timeout_ns = t->timeout_ns,
-		.payload = p->sched_stdin ? p->sched_stdin : p->payload,
-		.payload_len = p->sched_stdin ? strlen(p->sched_stdin) : p->plen,
-		.message_id = p->m->id,
-		.event_id = p->event_id,
-		.event_name = p->event_name,
-		.attempt = attempt,
-	};
-	int64_t t0 = now_mono_ns();
-	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
-	c->cfg.invoke(c->cfg.invoke_ctx, &req, out);
-	/* A cancelled or unrun one leaves the gauge up until its marker is
-	 * back (target_record). */
-	if (out->outcome != INVOKE_CANCELLED && out->outcome != INVOKE_UNAVAILABLE)
-		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
-	double secs = (double)(now_mono_ns() - t0) / 1e9;
-	slots_release(c->slots, t->fv->fn->name);
-	duration_format((now_mono_ns() - t0) / NS_PER_MS * NS_PER_MS, a->dur);
-	snprintf_(a->att, sizeof a->att, "%d", attempt);
-	snprintf_(a->code, sizeof a->code, "%d", out->exit_code);
-	const char *const attrs[] = {"function",   t->fv->fn->name,
-				     "handler",	   t->handler,
-				     "message_id", p->m->id,
-				     "event_id",   p->event_id ? p->event_id : "",
-				     "event_name", p->event_name ? p->event_name : "",
-				     "attempt",	   a->att,
-				     "duration",   a->dur,
-				     "exit_code",  a->code,
-				     NULL};
-	_Static_assert(ARRAY_LEN(attrs) == ARRAY_LEN(a->attrs), "run_attrs.attrs");
-	memcpy(a->attrs, attrs, sizeof attrs);
-	return secs;
-}
-
-/* The marker a finished (not cancelled) invocation leaves, with its
- * metrics and logs: ok, the next attempt's backoff, or exhausted. */
-static struct marker target_judge(struct consumer *c, struct plan *p, struct target *t, int attempt,
-				  const struct invoke_result *out, double secs,
-				  const char *const *attrs)
-{
-	const char *fname = t->fv->fn->name, *handler = t->handler;
-	struct marker after = {MARK_OK, 0, attempt};
-	if (out->outcome == INVOKE_OK) {
-		metrics_handler_invocation(fname, handler, METRIC_OUTCOME_SUCCESS, secs);
-		log_say(fname, "handler", handler, " executed for event \"%s\"", p->m->id);
-		log_debug(attrs, "handler executed");
-		t->state = INV_OK;
-		return after;
-	}
-	metrics_handler_invocation(fname, handler,
-				   out->outcome == INVOKE_TIMEOUT ? METRIC_OUTCOME_TIMEOUT
-								  : METRIC_OUTCOME_FAILURE,
-				   secs);
-	snprintf_(p->last_error, sizeof p->last_error, "%s", out->error);
-	log_say(fname, "handler", handler, " execution failed for event \"%s\": %s", p->m->id,
-		out->error);
-	if (attempt >= 1 + t->retries) {
-		after.kind = MARK_EXHAUSTED;
-		t->state = INV_EXHAUSTED;
-		log_debug(attrs, "handler failed; attempts exhausted: %s", out->error);
-	} else {
-		after.kind = MARK_NEXT_ATTEMPT;
-		int64_t b = invocation_backoff_ns(attempt, c->cfg.backoff_ns);
-		after.deadline_ns = now_wall_ns() + b;
-		char bs[DURATION_STR_MAX];
-		log_debug(attrs, "handler failed; retrying in %s: %s", duration_format(b, bs),
-			  out->error);
-	}
-	return after;
-}
-
-/*
- * Records what the invocation came to. Cancelled by shutdown: not an
- * attempt, the marker it replaced (prev) is put back so the next delivery
- * runs it with the same number. Otherwise its outcome marker.
- */
-static enum target_outcome target_record(struct consumer *c, struct redis *r, struct plan *p,
-					 struct target *t, int attempt, const char *prev,
-					 const struct invoke_result *out, double secs,
-					 const char *const *attrs)
-{
-	if (out->outcome == INVOKE_CANCELLED || out->outcome == INVOKE_UNAVAILABLE) {
-		if (invocation_restore(r, p->key, t->field, prev) < 0)
-			log_warn(attrs, "cannot restore the invocation marker");
-		plan_set_raw(p, t->field, prev);
-		if (out->outcome == INVOKE_CANCELLED)
-			log_info(attrs,
-				 "invocation cancelled by shutdown; the message stays pending");
-		else
-			log_info(attrs, "invocation not run: the Docker daemon is unreachable; it "
-					"runs once the daemon answers");
-		/* Only now: after a second signal, relay start exits once this
-		 * gauge is 0, so the marker must be back first. */
-		metrics_gauge_add(METRIC_IN_FLIGHT, -1);
-		return out->outcome == INVOKE_CANCELLED ? TARGET_CANCELLED : TARGET_UNAVAILABLE;
-	}
-	struct marker after = target_judge(c, p, t, attempt, out, secs, attrs);
-	char mark[64];
-	marker_format(&after, mark, sizeof mark);
-	if (invocation_set(r, p->key, t->field, mark) < 0)
-		log_warn(LOG_ATTRS("function", t->fv->fn->name, "handler", t->handler, "message_id",
-				   p->m->id, "error", redis_errmsg(r)),
-			 "cannot record the invocation outcome");
-	plan_set_raw(p, t->field, mark);
-	return out->outcome == INVOKE_OK ? TARGET_SUCCEEDED : TARGET_FAILED;
-}
-
-/* One target: matched line, eligibility, slot, claim, invoke, record. */
-static enum target_outcome run_target_once(struct consumer *c, struct redis *r, struct plan *p,
-					   struct target *t)
-{
-	int attempt = 1;
-	char *prev = NULL;
-	/* Resumed from the deferred list: ready, holding its slot. */
-	bool resumed = p->slotted;
-	p->slotted = false;
-	if (resumed)
-		attempt = p->attempt;
-	enum target_outcome o;
-	do {
-		o = resumed ? TARGET_GO_ON : target_ready(p, t, &attempt);
-		if (o == TARGET_GO_ON && !resumed)
-			o = target_slot(c, p, t, attempt);
-		if (o == TARGET_DEFERRED)
-			return o; /* p is the deferred list's now */
-		resumed = false;
-		if (o == TARGET_GO_ON)
-			o = target_claim(c, r, p, t, attempt, &prev);
-	} while (o == TARGET_RELOADED);
-	if (o != TARGET_GO_ON)
-		return o;
-	if (attempt > 1)
-		metrics_function_retry(t->fv->fn->name);
-	struct invoke_result out = {INVOKE_FAILED, -1, ""};
-	struct run_attrs a;
-	double secs = target_invoke(c, p, t, attempt, &out, &a);
-	o = target_record(c, r, p, t, attempt, prev, &out, secs, a.attrs);
-	free(prev);
-	return o;
-}
-
-/* Run: the targets in order until one does not succeed (abort on first
- * failure) or the consumer stops. */
-/* run_target_once, again after each time the daemon was unreachable, once
- * it answers (the reader's probe); at stop, cancelled. */
-static enum target_outcome run_target(struct consumer *c, struct redis *r, struct plan *p,
-				      struct target *t)
-{
-	for (;;) {
-		enum target_outcome o = run_target_once(c, r, p, t);
-		if (o != TARGET_UNAVAILABLE)
-			return o;
-		p->said = false; /* its run again says "matched" again */
-		if (!c->cfg.ready)
-			return TARGET_CANCELLED;
-		consumer_hold(c, CONSUMER_HOLD_DOCKER, true);
-		if (!docker_wait(c))
-			return TARGET_CANCELLED;
-	}
-}
-
-/* From p->cur on. True when the plan was parked (the deferred list owns
- * it now: the caller touches it no more). */
-static bool plan_run(struct consumer *c, struct redis *r, struct plan *p)
-{
-	while (p->cur < p->n && !atomic_load(&c->stop)) {
-		enum target_outcome o = run_target(c, r, p, &p->t[p->cur]);
-		if (o == TARGET_DEFERRED)
-			return true;
-		if (o != TARGET_DONE_BEFORE && o != TARGET_SUCCEEDED)
-			break;
-		p->cur++;
-		p->said = false;
-	}
-	if (p->slotted) { /* resumed at stop: never claimed */
-		slots_release(c->slots, p->t[p->cur].fv->fn->name);
-		p->slotted = false;
-	}
-	return false;
-}
-
-/* An exhausted target (first, the first not complete) routes the message
- * to the DLQ, with what its last failure said. */
-static void plan_dead_letter(struct consumer *c, struct redis *r, struct plan *p,
-			     const struct target *first)
-{
-	struct marker mk =
-		marker_parse(first->raw ? first->raw : "", first->raw ? strlen(first->raw) : 0);
-	int max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
-	struct buf reason;
-	buf_init(&reason, 4096);
-	buf_appendf(&reason, "%s exhausted after %d attempt(s)", first->field, max_attempts);
-	if (p->last_error[0])
-		buf_appendf(&reason, ": %s", p->last_error);
-	if (dead_letter(c, r, p->m, p->payload, p->plen, reason.data ? reason.data : "exhausted",
-			max_attempts, first->fv->fn->name, first->handler) == DLQ_WRITTEN) {
-		log_error(LOG_ATTRS("message_id", p->m->id, "event_id",
-				    p->event_id ? p->event_id : "", "reason",
-				    reason.data ? reason.data : ""),
-			  "message sent to the dead-letter stream");
-		for (size_t i = 0; i < p->n; i++)
-			if (p->t[i].state == INV_EXHAUSTED)
-				metrics_function_dlq(p->t[i].fv->fn->name);
-		count_done(p);
-	}
-	release(c, p->m->id);
-	buf_free(&reason);
-}
-
-/*
- * Settle: the first target (in execution order) that is not complete
- * decides: none → ACK (and DEL of the state); exhausted → DLQ (nothing
- * after it can run); otherwise the message stays pending.
- */
-static void plan_settle(struct consumer *c, struct redis *r, struct plan *p)
-{
-	const struct target *first = NULL;
-	for (size_t i = 0; i < p->n && !first; i++)
-		if (p->t[i].state != INV_OK)
-			first = &p->t[i];
-	if (!first) {
-		count_done(p);
-		ack_push(c, p->m->id, p->key);
-	} else if (first->state == INV_EXHAUSTED) {
-		plan_dead_letter(c, r, p, first);
-	} else {
-		release(c, p->m->id);
-	}
-}
-
-/* Frees the plan and its message. */
-static void plan_free(struct consumer *c, struct plan *p)
-{
-	for (size_t i = 0; i < p->n; i++) {
-		free(p->t[i].field);
-		free(p->t[i].raw);
-	}
-	free(p->t);
-	free(p->key);
-	free(p->sched_stdin);
-	if (p->snap)
-		registry_release(c->cfg.registry, p->snap);
-	event_free(p->ev);
-	msg_free(p->m);
-	free(p);
-}
-
-/* A message taken from the buffer (owned from here on). */
-static void process(struct consumer *c, struct redis *r, struct msg *m)
-{
-	struct plan *p = xcalloc(1, sizeof *p);
-	p->m = m;
-	if (plan_decode(c, r, p) && plan_resolve(c, p)) {
-		plan_load(c, r, p);
-		if (plan_run(c, r, p))
-			return;
-		plan_settle(c, r, p);
-	}
-	plan_free(c, p);
-}
-
-/* A plan taken from the deferred list, holding its slot. */
-static void resume(struct consumer *c, struct redis *r, struct plan *p)
-{
-	if (plan_run(c, r, p))
-		return;
-	plan_settle(c, r, p);
-	plan_free(c, p);
+	if (e->verdict == DELIVERY_ACK)
+		ack_push(c, e->id, e->key);
+	else if (e->verdict == DELIVERY_RELEASE)
+		release(c, e->id);
+	free(e->id);
+	free(e->key);
 }
 
 static void *worker_main(void *arg)
@@ -2167,11 +1280,11 @@ static void *worker_main(void *arg)
 	for (;;) {
 		/* A parked plan that can take a slot now goes before new
 		 * messages. */
-		struct plan *p = NULL;
-		struct msg *m = NULL;
+		struct delivery_plan *p = NULL;
+		struct delivery_msg *m = NULL;
 		pthread_mutex_lock(&c->lock);
 		while (!atomic_load(&c->stop)) {
-			if (c->dhead && (p = deferred_take_locked(c)))
+			if ((p = delivery_take_locked(c->delivery)))
 				break;
 			if (c->head) {
 				m = c->head;
@@ -2183,12 +1296,14 @@ static void *worker_main(void *arg)
 			timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
 		}
 		pthread_mutex_unlock(&c->lock);
+		struct delivery_end e;
 		if (p)
-			resume(c, r, p);
+			delivery_resume(c->delivery, r, p, &e);
 		else if (m)
-			process(c, r, m);
+			delivery_process(c->delivery, r, m, &e);
 		else
 			break;
+		settle(c, &e);
 	}
 	redis_free(r);
 	return NULL;
@@ -2243,6 +1358,22 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	cond_init_monotonic(&c->space);
 	cond_init_monotonic(&c->ack_cond);
 	c->slots = c->cfg.slots ? c->cfg.slots : slots_new(c->cfg.max_concurrency);
+	c->delivery = delivery_new(&(struct delivery_config){
+		.stream = c->stream,
+		.group = c->group,
+		.consumer = c->name,
+		.dlq = c->dlq,
+		.registry = c->cfg.registry,
+		.slots = c->slots,
+		.invoke = c->cfg.invoke,
+		.invoke_ctx = c->cfg.invoke_ctx,
+		.backoff_ns = {c->cfg.backoff_ns[0], c->cfg.backoff_ns[1], c->cfg.backoff_ns[2],
+			       c->cfg.backoff_ns[3]},
+		.stop = &c->stop,
+		.lock = &c->lock,
+		.docker_wait = c->cfg.ready ? docker_hold_wait : NULL,
+		.ctx = c,
+	});
 	slots_on_release(c->slots, slot_released, c);
 	c->nworkers = c->cfg.max_concurrency;
 	c->workers = xcalloc((size_t)c->nworkers, sizeof *c->workers);
@@ -2287,22 +1418,12 @@ void consumer_stop(struct consumer *c)
 	slots_on_release(c->slots, NULL, NULL);
 	/* Parked for a slot, never claimed: they stay pending, nothing
 	 * charged. */
-	while (c->dhead) {
-		struct plan *p = c->dhead;
-		c->dhead = p->dnext;
-		const struct fn_version *fv = p->t[p->cur].fv;
-		slots_defer(c->slots, fv->fn->name, (int)fv->fn->tpl->concurrency, -1);
-		log_debug(LOG_ATTRS("message_id", p->m->id),
-			  "shutdown: an invocation waiting for a slot is left pending");
-		plan_free(c, p);
-	}
-	c->dtail = NULL;
-	c->ndeferred = 0;
+	delivery_drop_deferred(c->delivery);
 	/* Buffered but never started: they stay pending in Redis. */
 	while (c->head) {
-		struct msg *m = c->head;
+		struct delivery_msg *m = c->head;
 		c->head = m->next;
-		msg_free(m);
+		delivery_msg_free(m);
 	}
 	c->tail = NULL;
 }
@@ -2326,6 +1447,7 @@ void consumer_free(struct consumer *c)
 	if (!c->cfg.slots)
 		slots_free(c->slots);
 	free(c->workers);
+	delivery_free(c->delivery);
 	pthread_cond_destroy(&c->work);
 	pthread_cond_destroy(&c->space);
 	pthread_cond_destroy(&c->ack_cond);

@@ -9,13 +9,15 @@
  *             reply guard: see the cost model below) for at most the free
  *             buffer slots, only while the local buffer
  *             (MAX_BUFFERED_EVENTS) has room;
- *   workers   MAX_CONCURRENCY of them: decode, match, run each matching
- *             invocation in order under the invocation-state protocol,
- *             then ACK / leave pending / dead-letter. A worker never waits
- *             for a concurrency slot: a message whose invocation gets none
- *             is parked locally (still held, counted in the buffer, nothing
- *             charged) and resumed by whichever worker finds a slot for it
- *             first after a release, before new messages (consumer.c);
+ *   workers   MAX_CONCURRENCY of them: each hands a message to the
+ *             delivery (delivery.h: decode, match, run each matching
+ *             invocation in order under the invocation-state protocol),
+ *             then ACKs / leaves pending / dead-letters as it answers. A
+ *             worker never waits for a concurrency slot: a message whose
+ *             invocation gets none is parked locally (still held, counted
+ *             in the buffer, nothing charged) and resumed by whichever
+ *             worker finds a slot for it first after a release, before new
+ *             messages (delivery.c);
  *   acker     batches XACKs (and the DEL of invocation-state keys) into one
  *             round trip; a message's buffer slot is released once its ACK
  *             is confirmed, it is dead-lettered, or it is left pending;
@@ -32,7 +34,7 @@
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
  *   bytes    Relay keeps only the field it uses (`event`; a scheduled
- *            occurrence is an event too, scheduler.h), at most
+ *            occurrence is an event too, schedule.h), at most
  *            CONSUMER_ENTRY_MAX bytes per
  *            entry counted as CONSUMER_ENTRY_COST (their names and values
  *            plus a bound on their RESP framing). New messages are read
