@@ -10,7 +10,7 @@
  * before it is done, no quadratic rescans, deadlines on every peer. The
  * detailed cost model of each input is in the header named below, next to
  * the code that enforces it; this file is the map, and RELAY_LIMITS below
- * is the list README.md's "Limits" table is checked against
+ * is the list docs/limits.md's table is checked against
  * (tests/unit/test_bounds.c): change a bound there and the test names the
  * row to update.
  *
@@ -18,7 +18,7 @@
  *   stream entry          consumer.h, event.h       consumer.c (read path,
  *                                                   reply guard), event.c
  *   Redis reply           redis.h (REDIS_REPLY_MAX) redis.c (fill_reader)
- *   schedule occurrence   scheduler.h               scheduler.c
+ *   schedule occurrence   schedule.h                schedule.c
  *                         (schedule_verify)
  *   template.yaml         template.h, yaml.h,       yaml.c, template.c,
  *                         pattern.h                 pattern.c
@@ -76,8 +76,8 @@
 #include "git/webhook.h"
 
 /*
- * X(input, bound, constant, value, as README writes the value). The rows
- * of README.md's Limits table, in order: "| input | bound | value |".
+ * X(input, bound, constant, value, as docs/limits.md writes the value). The rows
+ * of docs/limits.md's table, in order: "| input | bound | value |".
  */
 #define KIB 1024LL
 #define MIB (1024LL * 1024)

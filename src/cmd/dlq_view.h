@@ -12,7 +12,7 @@
 
 #include "base/util.h"
 
-/* The bounds of relay dlq (README "Limits"; docs/dlq.md): the digits of
+/* The bounds of relay dlq (docs/limits.md; docs/dlq.md): the digits of
  * each part of an entry id (MS-SEQ, both parts required), the bytes of a
  * field `ls` shows (longer ones cut, marked "..."), the entries one
  * `replay --all` or `rm --all` takes, and the replayed ids waiting in

@@ -100,7 +100,7 @@ static const struct scaffold scaffolds[] = {
 
 static const char template_text[] =
 	"# Function NAME: one rule, run for each event whose event_name is \"hello\".\n"
-	"# Every key and pattern operator: README \"Functions\", docs/template.md.\n"
+	"# Every key and pattern operator: docs/template.md.\n"
 	"runtime: RUNTIME\n"
 	"\n"
 	"events:\n"

@@ -1,6 +1,6 @@
 /*
  * relay git keygen|set|sync|status|remove: the git source of the functions
- * directory (README "relay git"). Everything lives under the data directory
+ * directory (docs/commands.md, "relay git"). Everything lives under the data directory
  * (RELAY_DATA_DIR, else /var/lib/relay): ssh/id_ed25519 and ssh/known_hosts
  * (sshkey.h), git/source.json and git/checkout (gitsync.h). Only `sync`
  * talks to a remote, and only when run; nothing here touches Redis or

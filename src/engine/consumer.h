@@ -1,5 +1,5 @@
 /*
- * The stream consumer (README "Execution": concurrency
+ * The stream consumer (docs/execution.md: concurrency
  * and backpressure, acknowledgment, recovery and retries).
  *
  * Threads, each with its own Redis connection, started with thread_start

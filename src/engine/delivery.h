@@ -1,6 +1,6 @@
 /*
  * What happens to one message of the stream, from the entry a worker took
- * to the decision on its acknowledgment (README "Execution":
+ * to the decision on its acknowledgment (docs/execution.md:
  * acknowledgment, recovery and retries).
  *
  * The walk of a message: the consumer (consumer.h) reads it, buffers it

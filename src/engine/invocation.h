@@ -1,5 +1,5 @@
 /*
- * Per-message invocation state in Redis (README "Execution":
+ * Per-message invocation state in Redis (docs/execution.md:
  * recovery and retries): a hash relay:invocation:<stream>:<group>:<msgID> (stream and
  * group percent-encoded) with one field per "<function>/<handler>" whose
  * value is a marker:
@@ -76,7 +76,7 @@ char *pct_encode(const char *s);
  * connection found a cluster: redis_mode), pct_key() leaves '{' and '}'
  * as they are (the encoded name still has no ':' and stays unambiguous, and
  * its first "{...}" is the stream's tag), and schedule keys gain the tag
- * (scheduler.h). Otherwise every key is named as on a single server.
+ * (schedule.h). Otherwise every key is named as on a single server.
  * Set once, before any key is built; read by every thread.
  */
 void keys_set_cluster(bool on);

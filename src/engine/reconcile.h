@@ -1,6 +1,6 @@
 /*
  * The reconciler: keeps the served function registry in step with the
- * functions directory, live (README "Hot reload").
+ * functions directory, live (docs/functions.md, "Hot reload").
  *
  * Startup (reconciler_load, on the caller's thread, before consuming):
  * every direct subdirectory is looked at once (name rule, template.yaml,

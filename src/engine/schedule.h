@@ -48,8 +48,8 @@
  * "forged schedule occurrence" and runs nothing. What this cannot tell: a
  * producer that copies a genuine entry (the key then exists) gets that
  * occurrence run once more, which at-least-once handlers must tolerate
- * anyway (the original's wire format has no per-entry proof; README
- * "Differences from the original"). Against a producer that can also write
+ * anyway (the original's wire format has no per-entry proof;
+ * docs/differences.md). Against a producer that can also write
  * relay:schedule:* keys nothing in Redis can tell the difference: the
  * deployment that makes this airtight gives producers an ACL limited to
  * XADD on the stream (docs/redis-acl.md).

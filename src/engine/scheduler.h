@@ -1,5 +1,5 @@
 /*
- * The cron scheduler of `relay start` (README "Schedules"): one thread
+ * The cron scheduler of `relay start` (docs/schedules.md): one thread
  * per worker evaluates every served function's schedules locally and, when
  * an occurrence is due, publishes it into the event stream at most once
  * cluster-wide. It never runs a handler: the published entry is an ordinary

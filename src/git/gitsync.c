@@ -1,5 +1,5 @@
 /*
- * Git sync (see gitsync.h and README "relay git"): one sync from start to
+ * Git sync (see gitsync.h and docs/commands.md, "relay git"): one sync from start to
  * end, the sync lock it holds, and the removal of the source under that
  * lock. The steps live in the other parts (gitsync_internal.h lists them).
  *

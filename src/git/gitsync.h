@@ -1,5 +1,5 @@
 /*
- * Git sync (README "relay git"): the persisted source, and one sync that
+ * Git sync (docs/commands.md, "relay git"): the persisted source, and one sync that
  * materializes the configured repository, ref and path into the functions
  * directory.
  *

@@ -1,5 +1,5 @@
 /*
- * The SSH deploy key and Relay's own known_hosts (README "relay git":
+ * The SSH deploy key and Relay's own known_hosts (docs/commands.md, "relay git":
  * authentication and host verification).
  *
  * Key: <ssh_dir>/id_ed25519, an ed25519 private key in OpenSSH's

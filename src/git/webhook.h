@@ -1,5 +1,5 @@
 /*
- * The GitHub webhook (README "relay git"): POST /github on
+ * The GitHub webhook (docs/commands.md, "relay git"): POST /github on
  * GIT_WEBHOOK_ADDR schedules a git sync through a coalescing scheduler.
  *
  * Cost model of one webhook request (anyone who can reach the port can
