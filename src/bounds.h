@@ -36,12 +36,12 @@
  *   TZif file             tz.h (also: at most 16    tz.c
  *                         transitions in 52 h)
  *   secret value          secret.h                  secret.c
- *   Docker replies and    docker.h, runner.h        docker.c, runner.c
- *   container output
+ *   Docker replies and    docker.h, runner.h        docker.c, docker_conn.c,
+ *   container output                                runner.c, runner_parked.c
  *   cron expression       cron.h                    cron.c
  *   invocation time       runner.h (time bounds     runner.c, invocation.c
  *                         table, running marker)
- *   standby container     runner.h (parking CPU     runner.c, standby.c
+ *   standby container     runner.h (parking CPU     runner_parked.c, standby.c
  *   (parked, its module   bound), standby.h
  *   imported)             (removal at shutdown)
  *   DLQ entry, its id     cmd/dlq_view.h            cmd/dlq.c (scan_lua,
