@@ -277,9 +277,13 @@ def handler(event):
 
 test_import_error_is_reported_as_without_standby() {
 	trap 'sb_rc=$?; sb_cleanup_images; (exit $sb_rc); it_cleanup' EXIT
+	# A 60 s timeout: the failure is about the import error's text; on
+	# demand under load the 6 s default was seen running out before the
+	# interpreter reached the import (CI: "timed out after 6s").
 	sb_fn sb-broken 'raise RuntimeError("broken at import")
 def handler(event):
-    print("never")'
+    print("never")' "    timeout: 60s
+"
 	sb_env sb-broken-host
 	sb_start "$TMP/relay.log"
 	local a b
