@@ -14,21 +14,6 @@
 
 #define OUTPUT_MAX (64u << 20)
 
-/* Percent-encodes s for a query string (the filter's JSON). */
-static char *query_encode(const char *s)
-{
-	struct buf b;
-	buf_init(&b, 16 * 1024);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~')
-			buf_append(&b, p, 1);
-		else
-			buf_appendf(&b, "%%%02X", *p);
-	}
-	return buf_steal(&b);
-}
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -104,7 +89,7 @@ static json_t *warm_containers(const char *function)
 		json_pack("{s:[s, s+]}", "label", "relay.warm=true", "relay.function=", function);
 	char *filters = f ? json_dumps(f, JSON_COMPACT) : NULL;
 	json_decref(f);
-	char *enc = filters ? query_encode(filters) : NULL;
+	char *enc = filters ? docker_query_encode(filters) : NULL;
 	char *path = enc ? xasprintf("/containers/json?filters=%s", enc) : NULL;
 	struct docker_response r = {0};
 	json_t *out = NULL, *counts = json_object();

@@ -19,20 +19,6 @@
 
 /* ---- orphan sweep ----------------------------------------------------- */
 
-static char *url_encode(const char *s)
-{
-	struct buf b;
-	buf_init(&b, 16 * 1024);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~')
-			buf_append(&b, p, 1);
-		else
-			buf_appendf(&b, "%%%02X", *p);
-	}
-	return buf_steal(&b);
-}
-
 /* Whether a container's labels (its relay.stream and relay.group, when it
  * has them and a scope is set) say it belongs to this stream and group. */
 static bool same_scope(json_t *labels)
@@ -72,7 +58,7 @@ static json_t *sweep_list(struct sweep *s, char **err)
 		*err = xstrdup("orphan sweep: cannot encode the filter");
 		goto out;
 	}
-	enc = url_encode(filters);
+	enc = docker_query_encode(filters);
 	path = xasprintf("/containers/json?all=1&filters=%s", enc);
 	int rq = docker_request(s->d, "GET", path, NULL, 0, NULL, runner_remaining_ms(s->deadline),
 				&r);

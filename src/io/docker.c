@@ -1060,3 +1060,17 @@ bool docker_request_denied(const struct docker *d)
 {
 	return d->denied;
 }
+
+char *docker_query_encode(const char *s)
+{
+	struct buf b;
+	buf_init(&b, 16 * 1024);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~')
+			buf_append(&b, p, 1);
+		else
+			buf_appendf(&b, "%%%02X", *p);
+	}
+	return buf_steal(&b);
+}

@@ -217,6 +217,11 @@ int docker_negotiate_version(const char *body, size_t len, const char *max, char
  */
 char *docker_error_message(long status, const char *body, size_t len);
 
+/* s percent-encoded for a query string (a list call's filters JSON):
+ * unreserved characters as they are, every other byte %XX; malloc'd, at
+ * most 16 KiB (what is past it is left out). */
+char *docker_query_encode(const char *s);
+
 /*
  * What a tecnativa/docker-socket-proxy would need to let method path
  * through (path with or without the /vX.Y prefix, query allowed): "IMAGES=1"

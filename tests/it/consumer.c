@@ -1064,8 +1064,7 @@ static bool peek_done(void *a)
 	return atomic_load(&((struct peek *)a)->done) != 0;
 }
 
-/* Defect 1 (consumer part): a slow decode (a hash-flooding event took
- * seconds) must not hold the lock the workers, the acker and the reclaim
+/* A slow decode (a hash-flooding event can take seconds) must not hold the lock the workers, the acker and the reclaim
  * loop need. The decode is held open by the hook; the lock is taken from
  * another thread meanwhile. */
 TEST(the_reader_decodes_outside_the_consumer_lock)
@@ -1199,7 +1198,7 @@ static void check_too_large_entry(struct redis *r, const char *stream, size_t i,
 		free(v[k]);
 }
 
-/* Defect 6 at the entry limit (CONSUMER_ENTRY_MAX: what Relay reads of an
+/* The entry limit (CONSUMER_ENTRY_MAX: what Relay reads of an
  * entry, names and values of `event` and the routing fields, counted with
  * their framing as CONSUMER_ENTRY_COST). One byte over: dead-lettered
  * inside Redis, without its body, and acknowledged.
@@ -1249,10 +1248,11 @@ TEST(an_entry_over_the_entry_limit_is_dead_lettered_without_reading_it)
 	free(big), free(edge), free(side), free(last), free(ev);
 }
 
-/* Defect 6 as found: one entry over the 64 MiB reply cap between two
- * events, one of which fails twice before it succeeds. Before the fix the
- * read failed on it, everything stayed pending, and every reclaim pass
- * failed on it again from 0-0: the flaky event was never retried. */
+/* One entry over the 64 MiB reply cap between two events, one of which
+ * fails twice before it succeeds: the oversized entry is dead-lettered and
+ * the read and the reclaim go past it, so the flaky event is retried (a
+ * read that failed on it would leave everything pending, and each reclaim
+ * pass from 0-0 would fail on it again). */
 TEST(an_entry_over_the_reply_cap_neither_stops_reading_nor_retries)
 {
 	calls_reset();
@@ -1379,12 +1379,12 @@ static bool idle_is(void *a)
 	return idle_pending(p->r, p->stream, p->ms) == p->want;
 }
 
-/* Defect 6, the batch: 70 legal events of about 1 MiB, 70 MiB together,
+/* The batch: 70 legal events of about 1 MiB, 70 MiB together,
  * with room for all of them in the buffer; once fresh, once left pending
  * by a dead worker (all idle). One XREADGROUP or XAUTOCLAIM for all of
- * them was a reply over the cap (the same wedge: the reclaim of the
- * pending ones failed on every pass); now each is read in parts below the
- * cap and every event runs. */
+ * them would be a reply over the cap (the reclaim of the pending ones
+ * would fail on every pass): each is read in parts below the cap and
+ * every event runs. */
 TEST(a_batch_over_the_reply_cap_is_read_in_parts)
 {
 	calls_reset();
