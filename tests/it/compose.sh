@@ -13,6 +13,9 @@ compose_setup() {
 	command -v docker-compose >/dev/null || fail "docker-compose is not installed (scripts/install-deps)"
 	"$ROOT/scripts/standin-images" deploy >"$TMP/standin.log" 2>&1 ||
 		fail "stand-in images: $(tail -n 20 "$TMP/standin.log")"
+	# scripts/test builds Relay's image in the background for the build
+	# cache; wait until it is done rather than build the same layers twice.
+	flock /run/lock/relay-image-cache.lock true
 	PROJECT=relayit$$
 	export RELAY_HOSTNAME=relay-it-$$ RELAY_IMAGE=relay:it-$$ RELAY_METRICS_PORT
 	RELAY_METRICS_PORT=$(free_port)
