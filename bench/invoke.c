@@ -282,9 +282,9 @@ static double bare_once(struct docker *d, const char *image, const char *functio
 
 /* ---- Relay's runner ----------------------------------------------------- */
 
-static struct invocation invocation_for(const struct rt_bench *b)
+static struct runner_request invocation_for(const struct rt_bench *b)
 {
-	struct invocation in = {
+	struct runner_request in = {
 		.function = b->function,
 		.handler = "ok.handler",
 		.image = b->rebuild.ref,
@@ -301,20 +301,20 @@ static struct invocation invocation_for(const struct rt_bench *b)
 
 static double ondemand_once(struct docker *d, const struct rt_bench *b)
 {
-	struct invocation in = invocation_for(b);
-	struct invocation_result r;
+	struct runner_request in = invocation_for(b);
+	struct runner_result r;
 	int64_t t0 = now_mono_ns();
 	if (runner_invoke(d, &in, &r) < 0)
 		die("on-demand run", r.error ? r.error : "failed");
 	double s = since(t0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	return s;
 }
 
 /* Parks one container; *seconds: how long runner_park took. */
 static struct runner_parked *park(struct docker *d, const struct rt_bench *b, double *seconds)
 {
-	struct invocation in = invocation_for(b);
+	struct runner_request in = invocation_for(b);
 	in.standby = true;
 	in.payload = NULL;
 	in.payload_len = 0;
@@ -350,13 +350,13 @@ static double standby_once(struct docker *d, const struct rt_bench *b, struct ru
 	sleep_ns(left);
 	if (runner_parked_gone(p) != 0)
 		die("standby", "the parked container exited before its event");
-	struct invocation in = invocation_for(b);
-	struct invocation_result r;
+	struct runner_request in = invocation_for(b);
+	struct runner_result r;
 	int64_t t0 = now_mono_ns();
 	if (runner_dispatch(d, &p, &in, &r) < 0 || p)
 		die("standby run", p ? "not dispatched" : r.error ? r.error : "failed");
 	double s = since(t0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	return s;
 }
 

@@ -2,8 +2,8 @@
 """bench/standby-e2e: standby containers end to end, through `relay start`.
 
     bench/standby-e2e.py [--relay $BUILD/relay] [--events 50] [--burst 300]
-                         [--gap 1] [--no-node] [--no-off] [--log-level DEBUG]
-                         [--keep-logs DIR]
+                         [--gap 1] [--no-node] [--no-off] [--concurrency N]
+                         [--log-level DEBUG] [--keep-logs DIR]
 
 Starts a private redis-server on a free port and, one after the other, two
 relays on it (each in its own UTS namespace, so its consumer name and its
@@ -188,7 +188,7 @@ class Run:
                     raise RuntimeError("redis-server did not start")
                 time.sleep(0.05)
 
-    def write_functions(self, node):
+    def write_functions(self, node, concurrency=None):
         fdir = os.path.join(self.tmp, "functions")
         fns = [(PY_FN, "python3.14", "ok.py",
                 "def handler(event):\n    print('e2e', event['n'])\n")]
@@ -204,7 +204,8 @@ class Run:
                 # counts from just before the container's start, which a
                 # loaded daemon was seen to take 5 s for; a timed-out
                 # event has no line to time.
-                f.write(f"runtime: {rt}\nevents:\n  - handler: ok.handler\n"
+                conc = f"concurrency: {concurrency}\n" if concurrency else ""
+                f.write(f"runtime: {rt}\n{conc}events:\n  - handler: ok.handler\n"
                         f"    pattern: {{fn: [{name}]}}\n    timeout: 60s\n")
             with open(os.path.join(d, fname), "w") as f:
                 f.write(code)
@@ -419,6 +420,8 @@ def main():
     ap.add_argument("--gap", type=float, default=1.0,
                     help="seconds between two events of one handler in (a)")
     ap.add_argument("--no-node", dest="node", action="store_false")
+    ap.add_argument("--concurrency", type=int,
+                    help="the functions' template concurrency (default: unset, the template default of 2)")
     ap.add_argument("--no-off", dest="off", action="store_false",
                     help="only the standby relay (no STANDBY_MAX=0 run, no ratios): "
                          "to compare two builds' standby figures")
@@ -445,7 +448,7 @@ def main():
     t_start = time.monotonic()
     try:
         redis = run.start_redis()
-        fdir = run.write_functions(args.node)
+        fdir = run.write_functions(args.node, args.concurrency)
         lv = {"LOG_LEVEL": args.log_level} if args.log_level else {}
         res["standby"] = bench_relay(run, redis, fdir, "standby", lv, args)
         if args.off:

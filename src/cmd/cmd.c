@@ -6,9 +6,10 @@
 
 #include <jansson.h>
 
-#include "engine/invocation.h"
-#include "io/redis.h"
 #include "base/util.h"
+#include "engine/invocation.h"
+#include "engine/keys.h"
+#include "io/redis.h"
 
 #define RELAY_VERSION "0.1.0"
 
@@ -63,19 +64,19 @@ static const struct {
 	unsigned touches;
 	const char *text;
 } touches_texts[] = {
-	{CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE | CMD_DATA_FILES |
+	{CMD_ENGINE | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE | CMD_DATA_FILES |
 		 CMD_FUNCTIONS_READ | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
-	 "Starts the runtime: Redis, Docker and the functions directory."},
+	 "Starts the engine: Redis, Docker and the functions directory."},
 	{CMD_REDIS | CMD_DOCKER,
 	 "Connects to Redis and Docker only; starts nothing and reads no functions or state."},
 	{CMD_STATE_READ,
 	 "Reads the state database only (no Redis, Docker or functions directory)."},
 	{CMD_DATA_FILES,
-	 "Reads and writes files under the data directory only; never starts the runtime."},
+	 "Reads and writes files under the data directory only; never starts the engine."},
 	{CMD_DATA_FILES | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
 	 "Fetches from the git remote over SSH, reads and writes files under the data directory\n"
 	 "and replaces function directories in the functions directory; touches no Redis,\n"
-	 "Docker or state database and never starts the runtime."},
+	 "Docker or state database and never starts the engine."},
 	{CMD_REDIS | CMD_STREAM,
 	 "Connects to Redis only (REDIS_URI, REDIS_STREAM and REDIS_GROUP, validated like\n"
 	 "relay start); touches no Docker, functions directory or state database."},
@@ -242,7 +243,7 @@ static int load_settings(const struct cmd *c, const struct cmd_args *a, struct c
 		config_load_dirs(cfg);
 		return 0;
 	}
-	if (c->touches & (CMD_RUNTIME | CMD_STREAM))
+	if (c->touches & (CMD_ENGINE | CMD_STREAM))
 		return config_load_or_log(cfg, CONFIG_NEED_ALL);
 	if (c->touches & CMD_REDIS)
 		return config_load_or_log(cfg, CONFIG_NEED_REDIS_URI);

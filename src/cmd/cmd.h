@@ -24,11 +24,11 @@
 
 /*
  * What a command touches: flags, each true of the command. --help shows
- * one sentence per combination (cmd.c); CMD_RUNTIME and CMD_REDIS decide
+ * one sentence per combination (cmd.c); CMD_ENGINE and CMD_REDIS decide
  * which settings cmd_main loads. 0: nothing but the arguments given.
  */
 enum cmd_touches {
-	CMD_RUNTIME = 1 << 0,	      /* starts the runtime: consumers, reconciler, servers */
+	CMD_ENGINE = 1 << 0,	      /* runs the engine (src/engine/): consumers, reconciler, servers */
 	CMD_REDIS = 1 << 1,	      /* connects to Redis (REDIS_URI) */
 	CMD_DOCKER = 1 << 2,	      /* connects to the Docker daemon */
 	CMD_STATE_READ = 1 << 3,      /* reads the state database */

@@ -73,7 +73,7 @@ struct dlq_ctx {
 static void entries_free(struct dlq_entry **v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		dlq_entry_free(v[i]);
+		dlq_view_entry_free(v[i]);
 	free(v);
 }
 
@@ -85,11 +85,11 @@ static struct dlq_entry *entry_from_reply(const redisReply *e)
 	    e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_ARRAY)
 		return NULL;
 	const redisReply *f = e->element[1];
-	struct dlq_entry *d = dlq_entry_new(e->element[0]->str, e->element[0]->len);
+	struct dlq_entry *d = dlq_view_entry_new(e->element[0]->str, e->element[0]->len);
 	for (size_t i = 0; i + 1 < f->elements; i += 2)
 		if (f->element[i]->type == REDIS_REPLY_STRING &&
 		    f->element[i + 1]->type == REDIS_REPLY_STRING)
-			dlq_entry_add(d, f->element[i]->str, f->element[i]->len,
+			dlq_view_entry_add(d, f->element[i]->str, f->element[i]->len,
 				      f->element[i + 1]->str, f->element[i + 1]->len);
 	return d;
 }
@@ -292,7 +292,7 @@ static int ctx_open(struct dlq_ctx *c, const struct cmd *self, const struct cmd_
 		c->filter.function = cmd_opt(args, "--function");
 	}
 	for (int i = 0; i < args->npos; i++)
-		if (!dlq_id_valid(args->pos[i])) {
+		if (!dlq_view_id_valid(args->pos[i])) {
 			char *shown = text_escaped(args->pos[i], strlen(args->pos[i]), 64, 0);
 			fprintf(stderr,
 				"relay %s: '%s' is not a complete stream id (MS-SEQ, like "
@@ -353,14 +353,14 @@ static void json_append(struct buf *b, json_t *doc, size_t indent)
 static json_t *jfield(const struct dlq_entry *e, const char *name)
 {
 	size_t n = 0;
-	const char *v = dlq_entry_get(e, name, &n);
+	const char *v = dlq_view_entry_get(e, name, &n);
 	return v ? jstr(v, n) : json_null();
 }
 
 /* A field holding a count: its integer, null when missing or not one. */
 static json_t *jcount(const struct dlq_entry *e, const char *name)
 {
-	const char *v = dlq_entry_get(e, name, NULL);
+	const char *v = dlq_view_entry_get(e, name, NULL);
 	int64_t i;
 	return v && parse_int64(v, &i) == 0 ? json_integer(i) : json_null();
 }
@@ -449,7 +449,7 @@ static int ls_table(struct dlq_ctx *c, size_t limit, size_t width)
 {
 	int64_t now_s = now_wall_ns() / NS_PER_SEC;
 	struct dlq_ls_widths w;
-	dlq_ls_widths_init(&w);
+	dlq_view_ls_widths_init(&w);
 	char first[64] = "", last[64] = "";
 	struct dlq_scan s;
 	scan_start(&s, NULL, NULL, false);
@@ -462,7 +462,7 @@ static int ls_table(struct dlq_ctx *c, size_t limit, size_t width)
 		if (n == 0)
 			break;
 		for (size_t i = 0; i < n; i++)
-			dlq_ls_widths_add(&w, v[i], now_s);
+			dlq_view_ls_widths_add(&w, v[i], now_s);
 		if (!seen)
 			snprintf_(first, sizeof first, "%s", v[0]->id);
 		snprintf_(last, sizeof last, "%s", v[n - 1]->id);
@@ -471,7 +471,7 @@ static int ls_table(struct dlq_ctx *c, size_t limit, size_t width)
 	}
 	struct buf b;
 	buf_init(&b, DLQ_OUT_MAX);
-	dlq_render_ls_head(&b, &w);
+	dlq_view_render_ls_head(&b, &w);
 	int rc = write_out(c->self, b.data, b.len);
 	buf_free(&b);
 	if (!seen || rc)
@@ -486,7 +486,7 @@ static int ls_table(struct dlq_ctx *c, size_t limit, size_t width)
 		if (n == 0)
 			break;
 		buf_init(&b, DLQ_OUT_MAX);
-		dlq_render_ls_rows(&b, &w, v, n, now_s, width);
+		dlq_view_render_ls_rows(&b, &w, v, n, now_s, width);
 		printed += n;
 		entries_free(v, n);
 		rc = write_out(c->self, b.data, b.len);
@@ -549,7 +549,7 @@ struct show {
 /* What the entry's event matches now: a decodable event only. */
 static void show_evaluate(const struct cmd *self, const struct config *cfg, struct show *sh)
 {
-	sh->ev_text = dlq_entry_get(sh->e, "event", &sh->elen);
+	sh->ev_text = dlq_view_entry_get(sh->e, "event", &sh->elen);
 	struct event *ev = NULL;
 	if (sh->ev_text && event_parse_json(sh->ev_text, sh->elen, &ev, &sh->why) == EVENT_OK) {
 		sh->matched = cmd_match_event(self->words, cfg->functions_dir, ev, now_wall_ns(),
@@ -605,8 +605,8 @@ static void show_text_fields(struct buf *b, const struct show *sh)
 			w = text_cols(names[i]);
 	}
 	buf_appendf(b, "%-*s  %s\n", (int)w + 1, "ID:", e->id);
-	char age[STATE_AGE_MAX];
-	state_format_age(e->ms / 1000, sh->now_ms / 1000, age);
+	char age[RENDER_AGE_MAX];
+	render_age(e->ms / 1000, sh->now_ms / 1000, age);
 	/* The age when it reads "... ago"; from 30 days on it is the date. */
 	bool ago = strstr(age, " ago") != NULL;
 	buf_appendf(b, "%-*s  %s%s%s%s\n", (int)w + 1,
@@ -696,7 +696,7 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
 	free(sh.why);
 	free(sh.scan_err);
 	cmd_match_free(sh.m, sh.nm);
-	dlq_entry_free(sh.e);
+	dlq_view_entry_free(sh.e);
 	return rc;
 }
 
@@ -829,21 +829,21 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 		return cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
 	/* Refused before the script when the event does not decode. */
 	size_t elen = 0;
-	const char *ev_text = dlq_entry_get(e, "event", &elen);
+	const char *ev_text = dlq_view_entry_get(e, "event", &elen);
 	struct event *ev = NULL;
 	char *why = NULL;
 	if (!ev_text || elen == 0 || event_parse_json(ev_text, elen, &ev, &why) != EVENT_OK) {
-		const char *reason = dlq_entry_get(e, "reason", NULL);
+		const char *reason = dlq_view_entry_get(e, "reason", NULL);
 		int rc = cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id,
 				  reason ? reason : (why ? why : "no event"));
 		free(why);
-		dlq_entry_free(e);
+		dlq_view_entry_free(e);
 		return rc;
 	}
 	event_free(ev);
-	const char *os = dlq_entry_get(e, "original_stream", NULL);
+	const char *os = dlq_view_entry_get(e, "original_stream", NULL);
 	char *stream = xstrdup(os && *os ? os : c->stream);
-	dlq_entry_free(e);
+	dlq_view_entry_free(e);
 
 	char max[16];
 	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);

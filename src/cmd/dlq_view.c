@@ -5,15 +5,15 @@
 
 #include "cmd/render.h"
 
-struct dlq_entry *dlq_entry_new(const char *id, size_t idlen)
+struct dlq_entry *dlq_view_entry_new(const char *id, size_t idlen)
 {
 	struct dlq_entry *e = xcalloc(1, sizeof *e);
 	e->id = xstrndup(id, idlen);
-	e->ms = dlq_id_ms(e->id);
+	e->ms = dlq_view_id_ms(e->id);
 	return e;
 }
 
-void dlq_entry_add(struct dlq_entry *e, const char *name, size_t nlen, const char *val, size_t vlen)
+void dlq_view_entry_add(struct dlq_entry *e, const char *name, size_t nlen, const char *val, size_t vlen)
 {
 	e->name = xrealloc(e->name, (e->nf + 1) * sizeof *e->name);
 	e->val = xrealloc(e->val, (e->nf + 1) * sizeof *e->val);
@@ -26,7 +26,7 @@ void dlq_entry_add(struct dlq_entry *e, const char *name, size_t nlen, const cha
 	e->nf++;
 }
 
-void dlq_entry_free(struct dlq_entry *e)
+void dlq_view_entry_free(struct dlq_entry *e)
 {
 	if (!e)
 		return;
@@ -41,7 +41,7 @@ void dlq_entry_free(struct dlq_entry *e)
 	free(e);
 }
 
-const char *dlq_entry_get(const struct dlq_entry *e, const char *name, size_t *len)
+const char *dlq_view_entry_get(const struct dlq_entry *e, const char *name, size_t *len)
 {
 	const char *v = NULL;
 	for (size_t i = 0; i < e->nf; i++)
@@ -61,7 +61,7 @@ static size_t digits(const char *s)
 	return n;
 }
 
-bool dlq_id_valid(const char *s)
+bool dlq_view_id_valid(const char *s)
 {
 	size_t a = digits(s);
 	if (a == 0 || a > DLQ_ID_DIGITS_MAX || s[a] != '-')
@@ -70,9 +70,9 @@ bool dlq_id_valid(const char *s)
 	return b > 0 && b <= DLQ_ID_DIGITS_MAX && s[a + 1 + b] == '\0';
 }
 
-int64_t dlq_id_ms(const char *id)
+int64_t dlq_view_id_ms(const char *id)
 {
-	if (!dlq_id_valid(id))
+	if (!dlq_view_id_valid(id))
 		return -1;
 	int64_t ms = 0;
 	for (size_t i = 0; id[i] >= '0' && id[i] <= '9'; i++) {
@@ -97,28 +97,28 @@ static const char *const head[DLQ_NCOL + 1] = {"ID",	   "AGE",      "ORIGINAL",
 static char *cell(const struct dlq_entry *e, const char *name, size_t max_cols)
 {
 	size_t n = 0;
-	const char *v = dlq_entry_get(e, name, &n);
+	const char *v = dlq_view_entry_get(e, name, &n);
 	return v && n ? text_escaped(v, n, max_cols, 0) : xstrdup("-");
 }
 
 /* The cells of e before REASON. */
 static void cells_of(const struct dlq_entry *e, int64_t now_s, char *out[DLQ_NCOL])
 {
-	char age[STATE_AGE_MAX];
+	char age[RENDER_AGE_MAX];
 	out[DLQ_COL_ID] = text_escaped(e->id, strlen(e->id), 0, 0);
-	out[DLQ_COL_AGE] = xstrdup(e->ms >= 0 ? state_format_age(e->ms / 1000, now_s, age) : "-");
+	out[DLQ_COL_AGE] = xstrdup(e->ms >= 0 ? render_age(e->ms / 1000, now_s, age) : "-");
 	out[DLQ_COL_ORIGINAL] = cell(e, "original_id", 0);
 	out[DLQ_COL_ATTEMPTS] = cell(e, "attempts", 0);
 	out[DLQ_COL_FUNCTION] = cell(e, "function", 0);
 }
 
-void dlq_ls_widths_init(struct dlq_ls_widths *w)
+void dlq_view_ls_widths_init(struct dlq_ls_widths *w)
 {
 	for (int c = 0; c < DLQ_NCOL; c++)
 		w->w[c] = strlen(head[c]);
 }
 
-void dlq_ls_widths_add(struct dlq_ls_widths *w, const struct dlq_entry *e, int64_t now_s)
+void dlq_view_ls_widths_add(struct dlq_ls_widths *w, const struct dlq_entry *e, int64_t now_s)
 {
 	char *cells[DLQ_NCOL];
 	cells_of(e, now_s, cells);
@@ -130,14 +130,14 @@ void dlq_ls_widths_add(struct dlq_ls_widths *w, const struct dlq_entry *e, int64
 	}
 }
 
-void dlq_render_ls_head(struct buf *b, const struct dlq_ls_widths *w)
+void dlq_view_render_ls_head(struct buf *b, const struct dlq_ls_widths *w)
 {
 	for (int c = 0; c < DLQ_NCOL; c++)
 		pad(b, head[c], w->w[c] + 2);
 	buf_appendf(b, "%s\n", head[DLQ_NCOL]);
 }
 
-void dlq_render_ls_rows(struct buf *b, const struct dlq_ls_widths *w, struct dlq_entry *const *e,
+void dlq_view_render_ls_rows(struct buf *b, const struct dlq_ls_widths *w, struct dlq_entry *const *e,
 			size_t n, int64_t now_s, size_t width)
 {
 	size_t left = 0; /* columns before REASON */
@@ -159,12 +159,12 @@ void dlq_render_ls_rows(struct buf *b, const struct dlq_ls_widths *w, struct dlq
 	}
 }
 
-void dlq_render_ls(struct buf *b, struct dlq_entry *const *e, size_t n, int64_t now_s, size_t width)
+void dlq_view_render_ls(struct buf *b, struct dlq_entry *const *e, size_t n, int64_t now_s, size_t width)
 {
 	struct dlq_ls_widths w;
-	dlq_ls_widths_init(&w);
+	dlq_view_ls_widths_init(&w);
 	for (size_t i = 0; i < n; i++)
-		dlq_ls_widths_add(&w, e[i], now_s);
-	dlq_render_ls_head(b, &w);
-	dlq_render_ls_rows(b, &w, e, n, now_s, width);
+		dlq_view_ls_widths_add(&w, e[i], now_s);
+	dlq_view_render_ls_head(b, &w);
+	dlq_view_render_ls_rows(b, &w, e, n, now_s, width);
 }

@@ -26,7 +26,7 @@
 #define DLQ_PAGE 100
 #define DLQ_SCAN_MAX 100000
 
-const char *event_state_name(enum event_state s)
+const char *event_status_state_name(enum event_state s)
 {
 	switch (s) {
 	case EVST_NOT_FOUND: return "not_found";
@@ -57,7 +57,7 @@ static const char *marker_name(const char *raw, struct marker *m)
 	*m = (struct marker){MARK_ABSENT, 0, 0};
 	if (!raw)
 		return "not_started";
-	*m = marker_parse(raw, strlen(raw));
+	*m = invocation_marker_parse(raw, strlen(raw));
 	switch (m->kind) {
 	case MARK_OK: return "ok";
 	case MARK_RUNNING: return "running";
@@ -68,7 +68,7 @@ static const char *marker_name(const char *raw, struct marker *m)
 	return "unreadable";
 }
 
-char *event_marker_text(const char *raw, char *out, size_t outlen)
+char *event_status_marker_text(const char *raw, char *out, size_t outlen)
 {
 	struct marker m;
 	const char *name = marker_name(raw, &m);
@@ -179,7 +179,7 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 		buf_append(b, "  ", 2);
 		render_pad(b, name, w + 3);
 		buf_appendf(b, "%s\n",
-			    event_marker_text(inv_marker(st, m->function, m->handler), text,
+			    event_status_marker_text(inv_marker(st, m->function, m->handler), text,
 					      sizeof text));
 		free(name);
 	}
@@ -189,7 +189,7 @@ static void render_invocations(struct buf *b, const struct event_status *st)
 			k++;
 		buf_append(b, "  ", 2);
 		render_pad(b, left[i], w + 3);
-		buf_appendf(b, "%s%s\n", event_marker_text(st->inv_values[k], text, sizeof text),
+		buf_appendf(b, "%s%s\n", event_status_marker_text(st->inv_values[k], text, sizeof text),
 			    st->matched ? " (matches nothing now)" : "");
 	}
 	free(left);
@@ -290,7 +290,7 @@ json_t *event_status_json(const struct event_status *st)
 	json_object_set_new(o, "message_id", json_string(st->id));
 	json_object_set_new(o, "stream", json_string(st->stream));
 	json_object_set_new(o, "group", json_string(st->group));
-	json_object_set_new(o, "state", json_string(event_state_name(st->state)));
+	json_object_set_new(o, "state", json_string(event_status_state_name(st->state)));
 	json_object_set_new(o, "in_stream", json_boolean(st->in_stream));
 	json_object_set_new(o, "event",
 			    !st->event_known ? json_null()

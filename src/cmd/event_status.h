@@ -31,7 +31,7 @@ enum event_state {
 
 /* The JSON name of a state: "not_found", "not_delivered", "pending",
  * "acknowledged", "dead_lettered". */
-const char *event_state_name(enum event_state s);
+const char *event_status_state_name(enum event_state s);
 
 struct event_status {
 	const char *id, *stream, *group;
@@ -67,7 +67,7 @@ struct event_status {
  * after <n> attempt(s)", "not started" (raw NULL) or "unreadable marker
  * (eligible)". Writes into out (at least 96 bytes); returns out.
  */
-char *event_marker_text(const char *raw, char *out, size_t outlen);
+char *event_status_marker_text(const char *raw, char *out, size_t outlen);
 
 /* The exact text output, appended to b. */
 void event_status_render(struct buf *b, const struct event_status *st);

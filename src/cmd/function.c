@@ -114,7 +114,7 @@ const struct cmd cmd_function_ls = {
 		"and when each was last prepared or updated. --json prints one JSON document "
 		"(docs/json.md).\n",
 	.touches = CMD_STATE_READ,
-	.exec = function_ls_exec,
+	.exec = function_state_ls_exec,
 };
 const struct cmd cmd_function_inspect = {
 	.words = "function inspect",
@@ -125,7 +125,7 @@ const struct cmd cmd_function_inspect = {
 	.minpos = 1,
 	.maxpos = 1,
 	.touches = CMD_STATE_READ,
-	.exec = function_inspect_exec,
+	.exec = function_state_inspect_exec,
 };
 const struct cmd cmd_function_validate = {
 	.words = "function validate",

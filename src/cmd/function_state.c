@@ -45,7 +45,7 @@ static int emit(const struct cmd *self, struct buf *b)
 	return 0;
 }
 
-int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
+int function_state_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
 	struct state *s = NULL;
 	struct state_function_info *fs = NULL;
@@ -60,10 +60,10 @@ int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const 
 		goto out;
 	}
 	if (cmd_flag(args, "--json")) {
-		rc = cmd_print_json(self, state_json_ls(fs, n));
+		rc = cmd_print_json(self, render_state_json_ls(fs, n));
 		goto out;
 	}
-	state_render_ls(&b, fs, n, (int64_t)time(NULL));
+	render_state_ls(&b, fs, n, (int64_t)time(NULL));
 	rc = emit(self, &b);
 out:
 	state_function_infos_free(fs, n);
@@ -162,7 +162,7 @@ static void render_warm(struct buf *b, const json_t *warm)
 	}
 }
 
-int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
+int function_state_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 			  const struct config *cfg)
 {
 	const char *name = args->pos[0];
@@ -183,14 +183,14 @@ int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 	}
 	json_t *warm = warm_containers(name);
 	if (cmd_flag(args, "--json")) {
-		json_t *o = state_json_inspect(f, describe_cron);
+		json_t *o = render_state_json_inspect(f, describe_cron);
 		if (warm && json_is_object(o))
 			json_object_set(o, "warm", warm);
 		json_decref(warm);
 		rc = cmd_print_json(self, o);
 		goto out;
 	}
-	state_render_inspect(&b, f, (int64_t)time(NULL), describe_cron);
+	render_state_inspect(&b, f, (int64_t)time(NULL), describe_cron);
 	render_warm(&b, warm);
 	json_decref(warm);
 	rc = emit(self, &b);

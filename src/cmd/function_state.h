@@ -11,8 +11,8 @@
 
 #include "cmd/cmd.h"
 
-int function_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg);
-int function_inspect_exec(const struct cmd *self, const struct cmd_args *args,
+int function_state_ls_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg);
+int function_state_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 			  const struct config *cfg);
 
 #endif

@@ -9,13 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "cmd/cmd.h"
 #include "cmd/health.h"
-#include "model/config.h"
-#include "io/docker.h"
 #include "engine/invocation.h"
+#include "engine/keys.h"
+#include "io/docker.h"
 #include "io/redis.h"
-#include "base/util.h"
+#include "model/config.h"
 
 int health_check_redis(const struct config *cfg, char **where, char **err)
 {

@@ -11,7 +11,7 @@
  *     snapshot relay start fingerprints: same fingerprint, same
  *     relay-fn-<name>:<fp16> reference, so an image relay start built is
  *     reused without a build, and one built here is relay start's;
- *   - each handler runs through runner_invoke with a struct invocation made
+ *   - each handler runs through runner_invoke with a struct runner_request made
  *     as the executor makes it (the template's env and secrets, the file
  *     secret provider over RELAY_DATA_DIR, the rule's timeout), so every
  *     hardening setting, label and the output prefix are the consumer's;
@@ -330,7 +330,7 @@ static int run_step(struct docker *d, const struct function *fn, const char *ima
 		    const char *payload, size_t plen)
 {
 	const struct template *t = fn->tpl;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = fn->name,
 		.handler = st->handler,
 		.image = image,
@@ -344,7 +344,7 @@ static int run_step(struct docker *d, const struct function *fn, const char *ima
 		.payload_len = plen,
 		.cancelled = stop_asked,
 	};
-	struct invocation_result out;
+	struct runner_result out;
 	memset(&out, 0, sizeof out);
 	runner_invoke(d, &in, &out);
 	if (out.container_id[0])
@@ -371,7 +371,7 @@ static int run_step(struct docker *d, const struct function *fn, const char *ima
 		rc = 1;
 		break;
 	}
-	invocation_result_free(&out);
+	runner_result_free(&out);
 	return rc;
 }
 

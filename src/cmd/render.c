@@ -10,27 +10,27 @@
 #include "base/rfc3339.h"
 #include "model/template.h"
 
-char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX])
+char *render_age(int64_t then, int64_t now, char out[RENDER_AGE_MAX])
 {
 	const int64_t day = 86400, limit = 30 * day;
 	int64_t d = now - then;
 	if (d >= limit || d <= -limit) {
 		time_t tt = (time_t)then;
 		struct tm tm;
-		if (!gmtime_r(&tt, &tm) || strftime(out, STATE_AGE_MAX, "%Y-%m-%d", &tm) == 0)
-			snprintf_(out, STATE_AGE_MAX, "%s", "?");
+		if (!gmtime_r(&tt, &tm) || strftime(out, RENDER_AGE_MAX, "%Y-%m-%d", &tm) == 0)
+			snprintf_(out, RENDER_AGE_MAX, "%s", "?");
 		return out;
 	}
 	if (d < 0)
 		d = 0;
 	if (d < 60)
-		snprintf_(out, STATE_AGE_MAX, "%llds ago", (long long)d);
+		snprintf_(out, RENDER_AGE_MAX, "%llds ago", (long long)d);
 	else if (d < 3600)
-		snprintf_(out, STATE_AGE_MAX, "%lldm ago", (long long)(d / 60));
+		snprintf_(out, RENDER_AGE_MAX, "%lldm ago", (long long)(d / 60));
 	else if (d < day)
-		snprintf_(out, STATE_AGE_MAX, "%lldh ago", (long long)(d / 3600));
+		snprintf_(out, RENDER_AGE_MAX, "%lldh ago", (long long)(d / 3600));
 	else
-		snprintf_(out, STATE_AGE_MAX, "%lldd ago", (long long)(d / day));
+		snprintf_(out, RENDER_AGE_MAX, "%lldd ago", (long long)(d / day));
 	return out;
 }
 
@@ -56,17 +56,17 @@ size_t render_cols(const char *s)
 }
 
 /* "<age>" of an RFC3339 text; the text itself when it does not parse. */
-static const char *age_of(const char *ts, int64_t now, char out[STATE_AGE_MAX])
+static const char *age_of(const char *ts, int64_t now, char out[RENDER_AGE_MAX])
 {
 	int64_t t;
 	if (!ts || !*ts)
 		return "-";
 	if (state_parse_time(ts, &t) < 0)
-		return printable_copy(ts, out, STATE_AGE_MAX, STATE_AGE_MAX - 1);
-	return state_format_age(t, now, out);
+		return printable_copy(ts, out, RENDER_AGE_MAX, RENDER_AGE_MAX - 1);
+	return render_age(t, now, out);
 }
 
-void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now)
+void render_state_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now)
 {
 	static const char *const head[] = {"NAME", "RUNTIME", "STATUS", "HANDLERS", "UPDATED"};
 	size_t width[4];
@@ -87,7 +87,7 @@ void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t
 		render_pad(b, head[c], width[c]);
 	buf_appendf(b, "%s\n", head[4]);
 	for (size_t i = 0; i < n; i++) {
-		char age[STATE_AGE_MAX];
+		char age[RENDER_AGE_MAX];
 		const char *cells[4] = {fs[i].name, fs[i].runtime, fs[i].status, count[i]};
 		for (size_t c = 0; c < 4; c++)
 			render_pad(b, cells[c], width[c]);
@@ -162,7 +162,7 @@ static void render_events(struct buf *b, const struct state_function_info *f)
 /* inspect's "Schedules:" section: handler, quoted cron (described when
  * describe can), zone, and the timeout when it is not the default. */
 static void render_schedules(struct buf *b, const struct state_function_info *f,
-			     state_cron_describe_fn describe)
+			     render_cron_describe_fn describe)
 {
 	if (!f->nschedules)
 		return;
@@ -212,10 +212,10 @@ static void render_standby(struct buf *b, const struct state_function_info *f)
 	}
 }
 
-void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
-			  state_cron_describe_fn describe)
+void render_state_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
+			  render_cron_describe_fn describe)
 {
-	char age[STATE_AGE_MAX];
+	char age[RENDER_AGE_MAX];
 	render_field(b, "Name:", f->name);
 	render_field(b, "Runtime:", f->runtime);
 	render_field(b, "Status:", f->status);
@@ -275,9 +275,9 @@ void state_render_inspect(struct buf *b, const struct state_function_info *f, in
 	}
 }
 
-void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now)
+void render_state_stats(struct buf *b, const struct state_stats *st, int64_t now)
 {
-	char age[STATE_AGE_MAX], d[DURATION_STR_MAX];
+	char age[RENDER_AGE_MAX], d[DURATION_STR_MAX];
 	int64_t secs = st->oldest_pending_age_seconds;
 	if (secs < 0)
 		secs = 0;
@@ -331,7 +331,7 @@ static json_t *seconds_json(const char *stored)
 	return json_real((double)ns / (double)NS_PER_SEC);
 }
 
-json_t *state_json_ls(const struct state_function_info *fs, size_t n)
+json_t *render_state_json_ls(const struct state_function_info *fs, size_t n)
 {
 	json_t *a = json_array();
 	for (size_t i = 0; i < n; i++) {
@@ -361,7 +361,8 @@ static json_t *pairs_json(const struct state_pair_info *p, size_t n)
 	return a;
 }
 
-json_t *state_json_inspect(const struct state_function_info *f, state_cron_describe_fn describe)
+json_t *render_state_json_inspect(const struct state_function_info *f,
+				  render_cron_describe_fn describe)
 {
 	json_t *o = json_object();
 	bool pending = strcmp(f->status, "pending") == 0;
@@ -424,7 +425,7 @@ json_t *state_json_inspect(const struct state_function_info *f, state_cron_descr
 	return o;
 }
 
-json_t *state_json_stats(const struct state_stats *st)
+json_t *render_state_json_stats(const struct state_stats *st)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "events_processed", json_integer(st->events_processed));

@@ -20,11 +20,11 @@
  * then the UTC date "2026-08-01" from 30 days on. A time in the future
  * (clock skew) reads "0s ago" within 30 days, else its date.
  */
-#define STATE_AGE_MAX 32
-char *state_format_age(int64_t then, int64_t now, char out[STATE_AGE_MAX]);
+#define RENDER_AGE_MAX 32
+char *render_age(int64_t then, int64_t now, char out[RENDER_AGE_MAX]);
 
 /* Returns a malloc'd human description of a cron expression, or NULL. */
-typedef char *(*state_cron_describe_fn)(const char *expr);
+typedef char *(*render_cron_describe_fn)(const char *expr);
 
 /*
  * The exact outputs of `relay function ls`, `relay function inspect` and
@@ -54,10 +54,10 @@ size_t render_cols(const char *s);
 void render_field(struct buf *b, const char *label, const char *value);
 void render_field_cut(struct buf *b, const char *label, const char *value, size_t max_cols);
 
-void state_render_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
-void state_render_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
-			  state_cron_describe_fn describe);
-void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now);
+void render_state_ls(struct buf *b, const struct state_function_info *fs, size_t n, int64_t now);
+void render_state_inspect(struct buf *b, const struct state_function_info *f, int64_t now,
+			  render_cron_describe_fn describe);
+void render_state_stats(struct buf *b, const struct state_stats *st, int64_t now);
 
 /*
  * The --json documents of the same three views (docs/json.md): the same
@@ -65,8 +65,9 @@ void state_render_stats(struct buf *b, const struct state_stats *st, int64_t now
  * stored time that does not parse is passed through as stored), durations
  * as seconds (numbers), absent values null. New references.
  */
-json_t *state_json_ls(const struct state_function_info *fs, size_t n);
-json_t *state_json_inspect(const struct state_function_info *f, state_cron_describe_fn describe);
-json_t *state_json_stats(const struct state_stats *st);
+json_t *render_state_json_ls(const struct state_function_info *fs, size_t n);
+json_t *render_state_json_inspect(const struct state_function_info *f,
+				  render_cron_describe_fn describe);
+json_t *render_state_json_stats(const struct state_stats *st);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * relay start: the long-running runtime, in the foreground.
+ * relay start: the engine, long-running, in the foreground.
  *
  * Startup order (each step logged): configuration → logger → fail fast when
  * Redis or the Docker daemon is unreachable → the consumer name's liveness
@@ -453,7 +453,7 @@ static void runtime_stop(struct relay *rt)
 	docker_close(rt->d);
 }
 
-/* The configuration is loaded (CMD_RUNTIME: every variable, REDIS_*
+/* The configuration is loaded (CMD_ENGINE: every variable, REDIS_*
  * required) and the logger set before this runs. */
 static int start_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
@@ -507,7 +507,7 @@ const struct cmd cmd_start = {
 		"or SIGTERM.\nSIGHUP is logged and ignored.\n",
 	/* A webhook sync replaces function directories and talks to the git
 	 * remote; the metrics and webhook servers listen. */
-	.touches = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE |
+	.touches = CMD_ENGINE | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ | CMD_STATE_WRITE |
 		   CMD_DATA_FILES | CMD_FUNCTIONS_READ | CMD_FUNCTIONS_WRITE | CMD_NETWORK,
 	.exec = start_exec,
 };

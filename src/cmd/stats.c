@@ -26,12 +26,12 @@ static int stats_exec(const struct cmd *self, const struct cmd_args *args, const
 		goto out;
 	}
 	if (cmd_flag(args, "--json")) {
-		rc = cmd_print_json(self, state_json_stats(&st));
+		rc = cmd_print_json(self, render_state_json_stats(&st));
 		goto out;
 	}
 	struct buf b;
 	buf_init(&b, 1u << 16);
-	state_render_stats(&b, &st, (int64_t)time(NULL));
+	render_state_stats(&b, &st, (int64_t)time(NULL));
 	if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0)
 		cmd_fail("stats: write: output error");
 	else

@@ -30,7 +30,7 @@
  *             below (consumer_hold).
  *
  * The consumer never runs containers itself: it calls cfg.invoke, which the
- * runtime wires to the Docker runner (and tests may wire to anything).
+ * relay start wires to the Docker runner (and tests may wire to anything).
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
  *   bytes    Relay keeps only the field it uses (`event`; a scheduled

@@ -287,7 +287,7 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 	*obsolete = false;
 	if (route) {
 		*out = xcalloc(1, sizeof **out);
-		const struct fn_version *fv = snapshot_find(snap, route->function);
+		const struct fn_version *fv = registry_snapshot_find(snap, route->function);
 		const struct schedule *sc = schedule_find(fv, route->handler);
 		if (!sc) {
 			*obsolete = true;
@@ -537,7 +537,7 @@ static enum target_outcome target_ready(struct delivery_plan *p, const struct ta
 	}
 	struct marker mk = t->loaded;
 	int64_t now = now_wall_ns();
-	if (!marker_eligible(&mk, now)) {
+	if (!invocation_marker_eligible(&mk, now)) {
 		/* Whole seconds, rounded up: "eligible in 0s" would read as
 		 * eligible. */
 		char in[DURATION_STR_MAX];
@@ -642,7 +642,7 @@ static enum target_outcome target_claim(struct delivery *d, struct redis *r,
 	struct marker running = {
 		MARK_RUNNING, invocation_running_deadline(now_wall_ns(), t->timeout_ns), attempt};
 	char next[64];
-	marker_format(&running, next, sizeof next);
+	invocation_marker_format(&running, next, sizeof next);
 	enum claim cl = claim_invocation(d, r, p, t, next);
 	if (cl == CLAIM_LOST && p->m->fresh) {
 		/* A state key from an earlier life of the group: load it now
@@ -784,7 +784,7 @@ static enum target_outcome target_record(struct delivery *d, struct redis *r,
 	}
 	struct marker after = target_judge(d, p, t, attempt, out, secs, attrs);
 	char mark[64];
-	marker_format(&after, mark, sizeof mark);
+	invocation_marker_format(&after, mark, sizeof mark);
 	if (invocation_set(r, p->key, t->field, mark) < 0)
 		log_warn(LOG_ATTRS("function", t->fv->fn->name, "handler", t->handler, "message_id",
 				   p->m->id, "error", redis_errmsg(r)),
@@ -868,8 +868,8 @@ static bool plan_run(struct delivery *d, struct redis *r, struct delivery_plan *
 static void plan_dead_letter(struct delivery *d, struct redis *r, struct delivery_plan *p,
 			     const struct target *first)
 {
-	struct marker mk =
-		marker_parse(first->raw ? first->raw : "", first->raw ? strlen(first->raw) : 0);
+	struct marker mk = invocation_marker_parse(first->raw ? first->raw : "",
+						   first->raw ? strlen(first->raw) : 0);
 	int max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
 	struct buf reason;
 	buf_init(&reason, 4096);

@@ -64,7 +64,7 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 		return;
 	}
 	const struct template *t = fv->fn->tpl;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = fv->fn->name,
 		.handler = req->handler,
 		.image = fv->image,
@@ -82,7 +82,7 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 		.cancelled = is_cancelled,
 		.cancel_ctx = e,
 	};
-	struct invocation_result out;
+	struct runner_result out;
 	memset(&out, 0, sizeof out);
 	if (t->warm && e->warm) {
 		warm_invoke(e->warm, d, fv, req->handler, &in, &out);
@@ -107,7 +107,7 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	case RUNNER_FAILURE: res->outcome = INVOKE_FAILED; break;
 	case RUNNER_ERROR: res->outcome = out.not_run ? INVOKE_UNAVAILABLE : INVOKE_FAILED; break;
 	}
-	invocation_result_free(&out);
+	runner_result_free(&out);
 }
 
 bool executor_ready(void *ctx)

@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/docker.h"
 #include "base/duration.h"
-#include "engine/runner.h"
 #include "base/util.h"
+#include "engine/keys.h"
+#include "engine/runner.h"
+#include "io/docker.h"
 
 static int parse_u64(const char *s, size_t n, int64_t *out)
 {
@@ -28,7 +29,7 @@ static int parse_u64(const char *s, size_t n, int64_t *out)
 	return 0;
 }
 
-struct marker marker_parse(const char *s, size_t len)
+struct marker invocation_marker_parse(const char *s, size_t len)
 {
 	struct marker m = {MARK_ABSENT, 0, 0};
 	int64_t a, d;
@@ -68,7 +69,7 @@ struct marker marker_parse(const char *s, size_t len)
 	return m;
 }
 
-void marker_format(const struct marker *m, char *out, size_t outlen)
+void invocation_marker_format(const struct marker *m, char *out, size_t outlen)
 {
 	switch (m->kind) {
 	case MARK_OK: snprintf_(out, outlen, "ok"); break;
@@ -86,13 +87,13 @@ void marker_format(const struct marker *m, char *out, size_t outlen)
 
 int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns)
 {
-	struct invocation in = {.timeout_ns = timeout_ns};
+	struct runner_request in = {.timeout_ns = timeout_ns};
 	return claim_wall_ns + RUNNER_CLAIM_TIMEOUT_MS * NS_PER_MS +
 	       DOCKER_OPEN_TIMEOUT_MS * NS_PER_MS + runner_worst_case_ns(&in) +
 	       RUNNER_RECORD_TIMEOUT_MS * NS_PER_MS + RUNNER_CLOCK_SKEW_MS * NS_PER_MS;
 }
 
-bool marker_eligible(const struct marker *m, int64_t now_ns)
+bool invocation_marker_eligible(const struct marker *m, int64_t now_ns)
 {
 	switch (m->kind) {
 	case MARK_ABSENT: return true;
@@ -114,66 +115,9 @@ int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4])
 	return fixed[i];
 }
 
-static atomic_bool cluster_keys;
-
-void keys_set_cluster(bool on)
-{
-	atomic_store(&cluster_keys, on);
-}
-
-int keys_stream_slot_check(const struct redis *r, const char *stream, char **why)
-{
-	size_t off, len;
-	if (redis_mode(r) != REDIS_MODE_CLUSTER ||
-	    redis_hash_tag(stream, strlen(stream), &off, &len))
-		return 0;
-	*why = xasprintf("REDIS_STREAM '%.200s' has no hash tag: on Redis Cluster every key Relay "
-			 "uses must live in the stream's hash slot, so the stream's name needs a "
-			 "non-empty part in braces, e.g. REDIS_STREAM={events} or orders{relay}",
-			 stream);
-	return -1;
-}
-
-bool keys_cluster(void)
-{
-	return atomic_load(&cluster_keys);
-}
-
-static char *encode(const char *s, bool braces)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	size_t n = strlen(s);
-	char *out = xmalloc(n * 3 + 1);
-	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		    c == '.' || c == '_' || c == '~' || c == '-' ||
-		    (braces && (c == '{' || c == '}'))) {
-			out[o++] = (char)c;
-		} else {
-			out[o++] = '%';
-			out[o++] = hex[c >> 4];
-			out[o++] = hex[c & 15];
-		}
-	}
-	out[o] = '\0';
-	return out;
-}
-
-char *pct_encode(const char *s)
-{
-	return encode(s, false);
-}
-
-char *pct_key(const char *s)
-{
-	return encode(s, keys_cluster());
-}
-
 char *invocation_key(const char *stream, const char *group, const char *msg_id)
 {
-	char *s = pct_key(stream), *g = pct_encode(group);
+	char *s = keys_encode(stream), *g = keys_pct_encode(group);
 	char *k = xasprintf("relay:invocation:%s:%s:%s", s, g, msg_id);
 	free(s);
 	free(g);
@@ -220,7 +164,7 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 {
 	for (size_t i = 0; i < st->n; i++)
 		if (strcmp(st->fields[i], field) == 0)
-			return marker_parse(st->values[i], strlen(st->values[i]));
+			return invocation_marker_parse(st->values[i], strlen(st->values[i]));
 	struct marker m = {MARK_ABSENT, 0, 0};
 	return m;
 }

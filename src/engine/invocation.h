@@ -42,9 +42,9 @@ struct marker {
 };
 
 /* Parses a marker value; anything malformed is MARK_ABSENT. */
-struct marker marker_parse(const char *s, size_t len);
+struct marker invocation_marker_parse(const char *s, size_t len);
 /* Formats m into out (at least 64 bytes). */
-void marker_format(const struct marker *m, char *out, size_t outlen);
+void invocation_marker_format(const struct marker *m, char *out, size_t outlen);
 
 /*
  * The deadline of the running marker written when an invocation is claimed
@@ -58,35 +58,15 @@ void marker_format(const struct marker *m, char *out, size_t outlen);
 int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns);
 
 /* Whether an invocation with marker m may run at now_ns. */
-bool marker_eligible(const struct marker *m, int64_t now_ns);
+bool invocation_marker_eligible(const struct marker *m, int64_t now_ns);
 
 /* The fixed backoff after attempt n (1-based): 1m, 2m, 5m, then 10m.
  * backoff[4] overrides them when non-zero (tests). */
 int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4]);
 
-/* relay:invocation:<pct_key(stream)>:<pct(group)>:<id> (malloc'd). */
+/* relay:invocation:<keys_encode(stream)>:<keys_pct_encode(group)>:<id>
+ * (malloc'd). */
 char *invocation_key(const char *stream, const char *group, const char *msg_id);
-/* Percent-encodes everything but [A-Za-z0-9._~-] (malloc'd). */
-char *pct_encode(const char *s);
-
-/*
- * Key names on Redis Cluster. Every key Relay uses must live in the
- * stream's hash slot, so a key that names the stream must keep its hash tag:
- * once keys_set_cluster(true) (relay start and the CLI, after their first
- * connection found a cluster: redis_mode), pct_key() leaves '{' and '}'
- * as they are (the encoded name still has no ':' and stays unambiguous, and
- * its first "{...}" is the stream's tag), and schedule keys gain the tag
- * (schedule.h). Otherwise every key is named as on a single server.
- * Set once, before any key is built; read by every thread.
- */
-void keys_set_cluster(bool on);
-bool keys_cluster(void);
-/* Hence on Redis Cluster the stream needs a hash tag: 0 when r (connected)
- * is not a cluster or stream has one, else -1 with *why (malloc'd) saying
- * so with an example. */
-int keys_stream_slot_check(const struct redis *r, const char *stream, char **why);
-/* pct_encode, or with keys_cluster() the same but '{' and '}' kept. */
-char *pct_key(const char *s);
 
 /*
  * Reads all markers of a message: on success returns 0 and fills *fields /

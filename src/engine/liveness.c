@@ -17,10 +17,11 @@
 #include <unistd.h>
 
 #include "base/duration.h"
-#include "engine/invocation.h"
 #include "base/log.h"
 #include "base/rfc3339.h"
 #include "base/util.h"
+#include "engine/invocation.h"
+#include "engine/keys.h"
 
 /* A PTTL this much above the lowest seen is a renewal (a renewal adds about
  * LIVENESS_REFRESH_MS; between two polls it only goes down). */
@@ -72,7 +73,7 @@ struct liveness {
 
 char *liveness_key(const char *stream, const char *group, const char *consumer)
 {
-	char *s = pct_key(stream), *g = pct_encode(group), *c = pct_encode(consumer);
+	char *s = keys_encode(stream), *g = keys_pct_encode(group), *c = keys_pct_encode(consumer);
 	char *k = xasprintf("relay:consumer:%s:%s:%s", s, g, c);
 	free(s);
 	free(g);

@@ -8,8 +8,8 @@
  * machine) would remove the first one's running containers and then
  * consume under the same name. This record makes that impossible:
  *
- *   key    relay:consumer:<pct_key(stream)>:<pct(group)>:<pct(consumer)>
- *          (pct_key, pct_encode, invocation.h; like relay:invocation:*)
+ *   key    relay:consumer:<keys_encode(stream)>:<pct(group)>:<pct(consumer)>
+ *          (keys_encode, keys_pct_encode, invocation.h; like relay:invocation:*)
  *   value  "instance=<32 hex> pid=<pid> started=<RFC3339 UTC> machine=<id>"
  *          (liveness_record_encode): which process holds the name and where
  *   TTL    LIVENESS_TTL_MS, renewed every LIVENESS_REFRESH_MS by the

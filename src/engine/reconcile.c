@@ -628,7 +628,7 @@ static int prepare_finish(struct reconciler *rc, struct track *t, struct functio
 	struct fn_version *old = t->active;
 	char *old_image = old && old->image ? xstrdup(old->image) : NULL;
 	bool was_failing = t->note == NOTE_FAILED;
-	t->active = fn_version_new(fn, xstrdup(res->ref), xstrdup(res->fingerprint));
+	t->active = registry_fn_version_new(fn, xstrdup(res->ref), xstrdup(res->fingerprint));
 	metrics_function_register(t->name);
 	if (!startup)
 		publish(rc);

@@ -134,7 +134,7 @@ void registry_publish(struct registry *r, struct fn_version **fvs, size_t n)
 	pthread_mutex_unlock(&r->lock);
 }
 
-struct fn_version *fn_version_new(struct function *fn, char *image, char *fingerprint)
+struct fn_version *registry_fn_version_new(struct function *fn, char *image, char *fingerprint)
 {
 	struct fn_version *fv = xcalloc(1, sizeof *fv);
 	fv->fn = fn;
@@ -143,7 +143,7 @@ struct fn_version *fn_version_new(struct function *fn, char *image, char *finger
 	return fv;
 }
 
-struct fn_version *snapshot_find(const struct snapshot *s, const char *name)
+struct fn_version *registry_snapshot_find(const struct snapshot *s, const char *name)
 {
 	size_t lo = 0, hi = s->nfns;
 	while (lo < hi) {

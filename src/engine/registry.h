@@ -64,10 +64,10 @@ void registry_release(struct registry *r, struct snapshot *s);
 void registry_publish(struct registry *r, struct fn_version **fvs, size_t n);
 
 /* A new fn_version taking ownership of fn, image and fingerprint. */
-struct fn_version *fn_version_new(struct function *fn, char *image, char *fingerprint);
+struct fn_version *registry_fn_version_new(struct function *fn, char *image, char *fingerprint);
 
 /* Looks up a function by name in a snapshot (NULL when absent). */
-struct fn_version *snapshot_find(const struct snapshot *s, const char *name);
+struct fn_version *registry_snapshot_find(const struct snapshot *s, const char *name);
 
 /* Calls fn for every image referenced by any live snapshot (current or held
  * by in-flight work), under the registry lock: image GC uses it to know what

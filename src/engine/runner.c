@@ -61,7 +61,7 @@ const char *runner_outcome_name(enum runner_outcome o)
 	return "unknown";
 }
 
-void invocation_result_free(struct invocation_result *r)
+void runner_result_free(struct runner_result *r)
 {
 	if (!r)
 		return;
@@ -143,11 +143,11 @@ int64_t runner_timeout_ns(int64_t timeout_ns)
 	return timeout_ns > TEMPLATE_MAX_TIMEOUT_NS ? TEMPLATE_MAX_TIMEOUT_NS : timeout_ns;
 }
 
-static long teardown_ms(const struct invocation *in);
+static long teardown_ms(const struct runner_request *in);
 
-int64_t runner_worst_case_ns(const struct invocation *in)
+int64_t runner_worst_case_ns(const struct runner_request *in)
 {
-	static const struct invocation none;
+	static const struct runner_request none;
 	if (!in)
 		in = &none;
 	return (int64_t)runner_setup_ms(in) * NS_PER_MS + runner_timeout_ns(in->timeout_ns) +
@@ -179,7 +179,7 @@ static uint64_t name_random(void)
 	return v + 0x9e3779b97f4a7c15ULL * ++counter;
 }
 
-char *runner_container_name(const struct invocation *in, char *out)
+char *runner_container_name(const struct runner_request *in, char *out)
 {
 	/* 6 + 32 + 1 + 32 + 1 + 24 + 1 + 16 = 113 <= RUNNER_NAME_MAX */
 	size_t o = 0;
@@ -208,7 +208,7 @@ char *runner_label_value(const char *s, char *out, size_t outsz)
 	return printable_copy(s, out, outsz, RUNNER_LABEL_MAX);
 }
 
-char *runner_format_prefix(const struct invocation *in)
+char *runner_format_prefix(const struct runner_request *in)
 {
 	struct buf b;
 	buf_init(&b, 4096);
@@ -465,13 +465,13 @@ int runner_remove_container(struct docker *d, const char *id, char **err)
 	return remove_once(d, id, RUNNER_API_TIMEOUT_MS, err) < 0 ? -1 : 0;
 }
 
-static long teardown_ms(const struct invocation *in)
+static long teardown_ms(const struct runner_request *in)
 {
 	long ms = in->teardown_timeout_ms;
 	return ms > 0 && ms < RUNNER_TEARDOWN_TIMEOUT_MS ? ms : RUNNER_TEARDOWN_TIMEOUT_MS;
 }
 
-long runner_setup_ms(const struct invocation *in)
+long runner_setup_ms(const struct runner_request *in)
 {
 	long ms = in->setup_timeout_ms;
 	return ms > 0 && ms < RUNNER_SETUP_TIMEOUT_MS ? ms : RUNNER_SETUP_TIMEOUT_MS;
@@ -484,7 +484,7 @@ long runner_setup_ms(const struct invocation *in)
  * not to exist, -1 when time ran out (logged; the orphan sweep is the last
  * resort, the container carrying the relay.* labels).
  */
-int runner_teardown(struct docker *d, const struct invocation *in, const char *ref,
+int runner_teardown(struct docker *d, const struct runner_request *in, const char *ref,
 		    enum runner_teardown_kind kind)
 {
 	int64_t deadline = now_mono_ns() + (int64_t)teardown_ms(in) * NS_PER_MS;
@@ -579,7 +579,7 @@ static json_t *label_str(const char *s)
 /* Resolves the secret reference s->value and adds "<s->name>=<value>" to
  * env; -1 with *err (naming the reference, never a value). The value is
  * freed (scrubbed) by the secret store either way. */
-static int env_add_secret(json_t *env, const struct invocation *in, const struct env_var *s,
+static int env_add_secret(json_t *env, const struct runner_request *in, const struct env_var *s,
 			  char **err)
 {
 	const char *name = s->name, *ref = s->value;
@@ -616,7 +616,7 @@ static int env_add_secret(json_t *env, const struct invocation *in, const struct
 
 /* The container's Env: the template's literal values, its secrets
  * resolved, RELAY_HANDLER. NULL with *err; what was built is scrubbed. */
-static json_t *container_env(const struct invocation *in, char **err)
+static json_t *container_env(const struct runner_request *in, char **err)
 {
 	json_t *env = json_array();
 	for (size_t i = 0; i < in->nenv; i++) {
@@ -643,7 +643,7 @@ fail:
 /* The create body, field by field as runner.h lists them. Secrets are
  * resolved here. Returns the object, or NULL with *err (naming the
  * reference, never a value). */
-static json_t *create_body(const struct invocation *in, const char *host, char **err)
+static json_t *create_body(const struct runner_request *in, const char *host, char **err)
 {
 	json_t *env = container_env(in, err);
 	if (!env)
@@ -718,12 +718,12 @@ int runner_remaining_ms(int64_t deadline)
 	return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
-bool runner_is_cancelled(const struct invocation *in)
+bool runner_is_cancelled(const struct runner_request *in)
 {
 	return in->cancelled && in->cancelled(in->cancel_ctx);
 }
 
-int runner_finish(struct invocation_result *out, enum runner_outcome o, int code, char *error)
+int runner_finish(struct runner_result *out, enum runner_outcome o, int code, char *error)
 {
 	out->outcome = o;
 	out->exit_code = code;
@@ -732,8 +732,8 @@ int runner_finish(struct invocation_result *out, enum runner_outcome o, int code
 	return o == RUNNER_SUCCESS ? 0 : -1;
 }
 
-void runner_run_init(struct runner_run *r, struct docker *d, const struct invocation *in,
-		     struct invocation_result *out, int64_t start)
+void runner_run_init(struct runner_run *r, struct docker *d, const struct runner_request *in,
+		     struct runner_result *out, int64_t start)
 {
 	memset(r, 0, sizeof *r);
 	r->d = d;
@@ -806,7 +806,7 @@ static char *create_text(struct runner_run *r)
 int runner_run_create(struct runner_run *r)
 {
 	struct docker *d = r->d;
-	const struct invocation *in = r->in;
+	const struct runner_request *in = r->in;
 	struct docker_response resp = {0};
 	json_t *created = NULL;
 	char *path = NULL;
@@ -912,7 +912,7 @@ int runner_run_start(struct runner_run *r, int64_t deadline)
  * decides. */
 void runner_run_feed(struct runner_run *r)
 {
-	const struct invocation *in = r->in;
+	const struct runner_request *in = r->in;
 	if (in->payload_len) {
 		int w = docker_conn_write_timeout(r->attach, in->payload, in->payload_len,
 						  runner_remaining_ms(r->deadline));
@@ -1090,7 +1090,7 @@ void runner_run_classify(struct runner_run *r, enum runner_run_end end)
 }
 
 /* runner_invoke with its setup deadline counted from start. */
-int runner_invoke_from(struct docker *d, const struct invocation *in, struct invocation_result *out,
+int runner_invoke_from(struct docker *d, const struct runner_request *in, struct runner_result *out,
 		       int64_t start)
 {
 	memset(out, 0, sizeof *out);
@@ -1115,7 +1115,7 @@ int runner_invoke_from(struct docker *d, const struct invocation *in, struct inv
 	return out->outcome == RUNNER_SUCCESS ? 0 : -1;
 }
 
-int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out)
+int runner_invoke(struct docker *d, const struct runner_request *in, struct runner_result *out)
 {
 	return runner_invoke_from(d, in, out,
 				  now_mono_ns()); /* the setup deadline counts from here */

@@ -181,8 +181,9 @@ enum runner_outcome {
 /* "success", "failure", "timeout", "error", "cancelled". */
 const char *runner_outcome_name(enum runner_outcome o);
 
-/* One invocation. Everything is borrowed for the duration of the call. */
-struct invocation {
+/* What the runner is asked to run: one invocation of one handler in a
+ * container. Everything is borrowed for the duration of the call. */
+struct runner_request {
 	const char *function; /* required */
 	const char *handler;  /* required; becomes RELAY_HANDLER */
 	const char *image;    /* required: "relay-fn-<f>:<tag>" */
@@ -217,7 +218,7 @@ struct invocation {
 	bool warm;
 };
 
-struct invocation_result {
+struct runner_result {
 	enum runner_outcome outcome;
 	int exit_code;	/* the container's status; -1 when there is none */
 	double seconds; /* from create to exit (or to giving up) */
@@ -233,10 +234,10 @@ struct invocation_result {
 	char container_name[RUNNER_NAME_MAX + 1];
 };
 
-/* Runs one invocation; fills *out (release with invocation_result_free).
+/* Runs one invocation; fills *out (release with runner_result_free).
  * Returns 0 on RUNNER_SUCCESS, -1 otherwise. */
-int runner_invoke(struct docker *d, const struct invocation *in, struct invocation_result *out);
-void invocation_result_free(struct invocation_result *r);
+int runner_invoke(struct docker *d, const struct runner_request *in, struct runner_result *out);
+void runner_result_free(struct runner_result *r);
 
 /*
  * Standby containers (standby.h)
@@ -267,12 +268,12 @@ void invocation_result_free(struct invocation_result *r);
 struct runner_parked;
 
 /* 0 with *out, or -1 with *err (malloc'd, naming function and handler). */
-int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
+int runner_park(struct docker *d, const struct runner_request *in, struct runner_parked **out,
 		char **err);
 /* d: the calling thread's handle (the lift; removal on timeout or
  * cancellation). */
-int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
-		    struct invocation_result *out);
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct runner_request *in,
+		    struct runner_result *out);
 /* Lowers p's container to RUNNER_PARKED_NANO_CPUS within timeout_ms (no
  * call when it is already); 0, or -1 with the message in docker_errmsg(d).
  * Not while another thread may dispatch p. */
@@ -301,8 +302,8 @@ struct runner_warm;
  * relay.warm=true, name relay-<f>-<h>-warm-<random>; no message/event ids.
  * Within the setup bound. 0 with *out, or -1 with *err (malloc'd, naming
  * function and handler; never a secret value). */
-int runner_warm_start(struct docker *d, const struct invocation *in,
-		      struct runner_warm **out, char **err);
+int runner_warm_start(struct docker *d, const struct runner_request *in, struct runner_warm **out,
+		      char **err);
 
 /* One invocation in w (in: the same function/handler/image; its payload,
  * ids, timeout, cancelled callback). Forwards the handler's stdout/stderr
@@ -322,8 +323,8 @@ int runner_warm_start(struct docker *d, const struct invocation *in,
  *  - the attach connection broke / protocol violation: RUNNER_ERROR
  *    (not_run only if the request was never written), w dead.
  * The rule's timeout counts from the call. Returns 0 on RUNNER_SUCCESS. */
-int runner_warm_invoke(struct docker *d, struct runner_warm *w,
-		       const struct invocation *in, struct invocation_result *out);
+int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct runner_request *in,
+		       struct runner_result *out);
 
 /* Whether w can serve another invocation (false once dead as above). */
 bool runner_warm_alive(const struct runner_warm *w);
@@ -366,7 +367,7 @@ int64_t runner_timeout_ns(int64_t timeout_ns);
 /* The longest runner_invoke(in) can take on any path (see "Time bounds"):
  * setup + handler timeout + teardown + RUNNER_LOCAL_SLACK_MS, with in's
  * shortened bounds (in may be NULL: the full ones, default timeout). */
-int64_t runner_worst_case_ns(const struct invocation *in);
+int64_t runner_worst_case_ns(const struct runner_request *in);
 
 /* gethostname(), read once per process (also the consumer name). */
 const char *runner_hostname(void);
@@ -404,10 +405,10 @@ char *runner_label_value(const char *s, char *out, size_t outsz);
  * Docker's [a-zA-Z0-9][a-zA-Z0-9_.-]+ and fits RUNNER_NAME_MAX. out must
  * hold RUNNER_NAME_MAX + 1 bytes. Returns out.
  */
-char *runner_container_name(const struct invocation *in, char *out);
+char *runner_container_name(const struct runner_request *in, char *out);
 
 /* The forwarding prefix for in (see above), malloc'd. */
-char *runner_format_prefix(const struct invocation *in);
+char *runner_format_prefix(const struct runner_request *in);
 
 /* Demultiplexer of the attach stream (8-byte frame headers: byte 0 the
  * stream, 1 stdout, 2 stderr; bytes 4-7 the big-endian payload length) into

@@ -38,14 +38,14 @@ extern char *runner_scope_stream, *runner_scope_group;
 
 /* The invocation's setup bound in ms (its own, capped by
  * RUNNER_SETUP_TIMEOUT_MS). */
-long runner_setup_ms(const struct invocation *in);
+long runner_setup_ms(const struct runner_request *in);
 /* Milliseconds left until deadline for one call: at least 1 (0 would mean
  * no timeout to docker_request). */
 long runner_call_ms(int64_t deadline);
 /* Milliseconds left until deadline, rounded up; 0 once it passed. */
 int runner_remaining_ms(int64_t deadline);
 /* Whether in's cancellation callback says to stop. */
-bool runner_is_cancelled(const struct invocation *in);
+bool runner_is_cancelled(const struct runner_request *in);
 
 /* ---- teardown -------------------------------------------------------- */
 
@@ -58,7 +58,7 @@ enum runner_teardown_kind {
 
 /* Forced removal of ref until it is gone or in's teardown deadline passes:
  * 1 removed (or going), 0 known not to exist, -1 time ran out (logged). */
-int runner_teardown(struct docker *d, const struct invocation *in, const char *ref,
+int runner_teardown(struct docker *d, const struct runner_request *in, const char *ref,
 		    enum runner_teardown_kind kind);
 
 /* ---- one invocation ---------------------------------------------------- */
@@ -84,8 +84,8 @@ void runner_forward_line(void *ctx, int stream, const char *line, size_t len);
  */
 struct runner_run {
 	struct docker *d;
-	const struct invocation *in;
-	struct invocation_result *out;
+	const struct runner_request *in;
+	struct runner_result *out;
 	const char *host;
 	int64_t start;		/* entry into runner_invoke */
 	int64_t start_wall;	/* the same instant on the wall clock (events) */
@@ -114,10 +114,10 @@ enum runner_run_end {
 
 /* Records outcome o with exit code code and error (taken) in *out; 0 for
  * RUNNER_SUCCESS, else -1. */
-int runner_finish(struct invocation_result *out, enum runner_outcome o, int code, char *error);
+int runner_finish(struct runner_result *out, enum runner_outcome o, int code, char *error);
 /* r for in, its setup deadline counted from start; holds in->image. */
-void runner_run_init(struct runner_run *r, struct docker *d, const struct invocation *in,
-		     struct invocation_result *out, int64_t start);
+void runner_run_init(struct runner_run *r, struct docker *d, const struct runner_request *in,
+		     struct runner_result *out, int64_t start);
 /* Sets out->seconds and releases everything r holds. */
 void runner_run_free(struct runner_run *r);
 /* Records RUNNER_ERROR (no exit status) with "function "f" handler "h": "
@@ -142,7 +142,7 @@ enum runner_run_end runner_run_pump(struct runner_run *r);
  * exit is removed first. */
 void runner_run_classify(struct runner_run *r, enum runner_run_end end);
 /* runner_invoke with its setup deadline counted from start. */
-int runner_invoke_from(struct docker *d, const struct invocation *in, struct invocation_result *out,
+int runner_invoke_from(struct docker *d, const struct runner_request *in, struct runner_result *out,
 		       int64_t start);
 
 #endif

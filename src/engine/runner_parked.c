@@ -41,11 +41,11 @@ static void parked_free(struct runner_parked *p)
 	free(p);
 }
 
-int runner_park(struct docker *d, const struct invocation *in, struct runner_parked **out,
+int runner_park(struct docker *d, const struct runner_request *in, struct runner_parked **out,
 		char **err)
 {
 	*out = NULL;
-	struct invocation_result res;
+	struct runner_result res;
 	memset(&res, 0, sizeof res);
 	if (!in->function || !in->handler || !in->image || !in->standby) {
 		*err = xstrdup("standby container without a function, handler or image");
@@ -73,12 +73,12 @@ int runner_park(struct docker *d, const struct invocation *in, struct runner_par
 		res.error = NULL;
 	}
 	runner_run_free(&r);
-	invocation_result_free(&res);
+	runner_result_free(&res);
 	return rc;
 }
 
-int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct invocation *in,
-		    struct invocation_result *out)
+int runner_dispatch(struct docker *d, struct runner_parked **pp, const struct runner_request *in,
+		    struct runner_result *out)
 {
 	struct runner_parked *p = *pp;
 	int64_t start = now_mono_ns();
@@ -135,7 +135,7 @@ void runner_parked_discard(struct docker *d, struct runner_parked *p, long timeo
 {
 	if (!p)
 		return;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = p->function, .handler = p->handler, .teardown_timeout_ms = timeout_ms};
 	/* Streams first, as in runner_run_classify: what the module printed at
 	 * import waits unread in the attach connection, and a daemon blocked
@@ -272,11 +272,11 @@ static void warm_free(struct runner_warm *w)
 	free(w);
 }
 
-int runner_warm_start(struct docker *d, const struct invocation *in, struct runner_warm **out,
+int runner_warm_start(struct docker *d, const struct runner_request *in, struct runner_warm **out,
 		      char **err)
 {
 	*out = NULL;
-	struct invocation_result res;
+	struct runner_result res;
 	memset(&res, 0, sizeof res);
 	if (!in->function || !in->handler || !in->image || !in->warm) {
 		*err = xstrdup("warm container without a function, handler or image");
@@ -312,7 +312,7 @@ int runner_warm_start(struct docker *d, const struct invocation *in, struct runn
 		res.error = NULL;
 	}
 	runner_run_free(&r);
-	invocation_result_free(&res);
+	runner_result_free(&res);
 	return rc;
 }
 
@@ -350,7 +350,7 @@ static int warm_kill(struct runner_run *r, struct runner_warm *w)
 
 /* The run of one warm invocation: the rule's timeout counts from start. */
 static void warm_run_init(struct runner_run *r, struct docker *d, struct runner_warm *w,
-			  const struct invocation *in, struct invocation_result *out, int64_t start)
+			  const struct runner_request *in, struct runner_result *out, int64_t start)
 {
 	memset(out, 0, sizeof *out);
 	out->exit_code = -1;
@@ -376,8 +376,8 @@ static void warm_run_init(struct runner_run *r, struct docker *d, struct runner_
  * was never called). */
 static int warm_send(struct runner_run *r, struct runner_warm *w)
 {
-	const struct invocation *in = r->in;
-	struct invocation_result *out = r->out;
+	const struct runner_request *in = r->in;
+	struct runner_result *out = r->out;
 	if (w->dead || !w->attach) {
 		out->not_run = true;
 		return runner_run_fail(r, "warm container %.12s is gone", w->id);
@@ -395,14 +395,14 @@ static int warm_send(struct runner_run *r, struct runner_warm *w)
 	}
 	/* Output printed while idle and not yet read is forwarded first, with
 	 * the same prefix. The new token starts the invocation. */
-	warm_token_new(w->token);
+	warm_frame_token_new(w->token);
 	w->active = true;
 	w->seen_end = w->seen_result = w->bad = false;
 	w->status = 0;
 	w->error[0] = '\0';
 	w->fw.last_err[0] = '\0';
 	char hdr[WARM_HEADER_MAX];
-	size_t hl = warm_request_header(hdr, w->token, in->payload_len);
+	size_t hl = warm_frame_request_header(hdr, w->token, in->payload_len);
 	if (docker_conn_write_timeout(w->attach, hdr, hl, runner_remaining_ms(r->deadline)) < 0 ||
 	    (in->payload_len && docker_conn_write_timeout(w->attach, in->payload, in->payload_len,
 							  runner_remaining_ms(r->deadline)) < 0)) {
@@ -447,7 +447,7 @@ static enum runner_run_end warm_pump(struct runner_run *r, struct runner_warm *w
  * is dead in every case but the first. */
 static void warm_conclude(struct runner_run *r, struct runner_warm *w, enum runner_run_end end)
 {
-	const struct invocation *in = r->in;
+	const struct runner_request *in = r->in;
 	if (w->bad) {
 		runner_run_fail(r,
 				"warm container %.12s broke the protocol (a malformed or misplaced "
@@ -482,8 +482,8 @@ static void warm_conclude(struct runner_run *r, struct runner_warm *w, enum runn
 	}
 }
 
-int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct invocation *in,
-		       struct invocation_result *out)
+int runner_warm_invoke(struct docker *d, struct runner_warm *w, const struct runner_request *in,
+		       struct runner_result *out)
 {
 	int64_t start = now_mono_ns();
 	struct runner_run r;
@@ -548,7 +548,7 @@ void runner_warm_discard(struct docker *d, struct runner_warm *w, long timeout_m
 {
 	if (!w)
 		return;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = w->function, .handler = w->handler, .teardown_timeout_ms = timeout_ms};
 	/* Streams first, as in runner_parked_discard. */
 	docker_conn_free(w->attach);

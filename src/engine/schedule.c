@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "base/duration.h"
-#include "model/function.h"
-#include "engine/invocation.h"
 #include "base/rfc3339.h"
-#include "model/template.h"
 #include "base/util.h"
-
+#include "engine/invocation.h"
+#include "engine/keys.h"
+#include "model/function.h"
+#include "model/template.h"
 
 /* Publish-if-new. KEYS[1] dedup key, KEYS[2] stream; ARGV[1] the
  * occurrence id (the key's value), ARGV[2] TTL in ms, ARGV[3] the entry's

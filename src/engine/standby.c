@@ -432,7 +432,7 @@ static void plan_discards(struct standby *sb, const struct snapshot *snap, int64
 	size_t nmemo = 0;
 	for (struct entry **link = &sb->entries; *link;) {
 		struct entry *e = *link;
-		const struct fn_version *fv = snapshot_find(snap, e->function);
+		const struct fn_version *fv = registry_snapshot_find(snap, e->function);
 		int why = -1;
 		size_t m = 0;
 		if (fv && fv->image && strcmp(fv->image, e->image) == 0) {
@@ -506,7 +506,7 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 	struct demand **v = shares(sb, now, &quota, &n);
 	struct demand *pick = NULL;
 	for (size_t i = 0; i < n && !pick; i++) {
-		const struct fn_version *fv = snapshot_find(snap, v[i]->function);
+		const struct fn_version *fv = registry_snapshot_find(snap, v[i]->function);
 		if (!fv || !fv->image)
 			continue;
 		if (now < v[i]->retry_after && v[i]->retry_image &&
@@ -526,14 +526,14 @@ static struct demand *pick_start(struct standby *sb, const struct snapshot *snap
 static int start_one(struct standby *sb, struct docker *docker, const struct snapshot *snap,
 		     struct demand *d)
 {
-	const struct fn_version *fv = snapshot_find(snap, d->function);
+	const struct fn_version *fv = registry_snapshot_find(snap, d->function);
 	if (!fv || !fv->image)
 		return -1;
 	const struct template *t = fv->fn->tpl;
 	uint64_t stamp;
 	if (fv_stamp(sb, fv, &stamp) < 0)
 		return -1;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = fv->fn->name,
 		.handler = d->handler,
 		.image = fv->image,
@@ -707,7 +707,7 @@ static void *starter_main(void *arg)
 		}
 		free(err);
 		struct snapshot *snap = registry_acquire(sb->cfg.registry);
-		const struct fn_version *fv = snapshot_find(snap, job.d->function);
+		const struct fn_version *fv = registry_snapshot_find(snap, job.d->function);
 		if (!stopping && docker)
 			rc = start_one(sb, docker, snap, job.d);
 		slots_release_spare(sb->cfg.slots);

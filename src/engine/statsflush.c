@@ -163,7 +163,7 @@ static int flush(struct state *st, struct registry *reg, struct standby_src *src
 		struct snapshot *snap = reg ? registry_acquire(reg) : NULL;
 		size_t nrows = 0;
 		for (size_t i = 0; i < n; i++)
-			if (!snap || snapshot_find(snap, fs[i].function))
+			if (!snap || registry_snapshot_find(snap, fs[i].function))
 				rows[nrows++] = (struct state_function_stats){
 					fs[i].function,
 					{counter_int(fs[i].events), counter_int(fs[i].successes),

@@ -134,7 +134,7 @@ static void bury(struct warm *sb, struct docker *d, int64_t deadline)
 }
 
 /* Why a dead container went, from the invocation that found it dead. */
-static enum metric_warm_reason dead_reason(const struct invocation_result *out)
+static enum metric_warm_reason dead_reason(const struct runner_result *out)
 {
 	switch (out->outcome) {
 	case RUNNER_TIMEOUT: return METRIC_WARM_TIMEOUT;
@@ -182,11 +182,11 @@ static struct entry *take(struct warm *sb, const struct fn_version *fv, const ch
 
 /* Starts a container for (fv, handler); NULL with out filled (not run). */
 static struct entry *start_one(struct warm *sb, struct docker *d, const struct fn_version *fv,
-			       const char *handler, const struct invocation *call, uint64_t stamp,
-			       struct invocation_result *out)
+			       const char *handler, const struct runner_request *call,
+			       uint64_t stamp, struct runner_result *out)
 {
 	const struct template *t = fv->fn->tpl;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = fv->fn->name,
 		.handler = handler,
 		.image = fv->image,
@@ -233,7 +233,7 @@ static struct entry *start_one(struct warm *sb, struct docker *d, const struct f
 }
 
 int warm_invoke(struct warm *sb, struct docker *d, const struct fn_version *fv, const char *handler,
-		const struct invocation *in, struct invocation_result *out)
+		const struct runner_request *in, struct runner_result *out)
 {
 	const struct template *t = fv->fn->tpl;
 	uint64_t stamp;
@@ -245,7 +245,7 @@ int warm_invoke(struct warm *sb, struct docker *d, const struct fn_version *fv, 
 		if (!e)
 			return -1;
 	}
-	struct invocation call = *in;
+	struct runner_request call = *in;
 	call.warm = true;
 	int rc = runner_warm_invoke(d, e->w, &call, out);
 	metrics_inc(METRIC_WARM_INVOCATIONS);
@@ -294,7 +294,7 @@ static void plan(struct warm *sb, const struct snapshot *snap, int64_t now)
 	size_t nmemo = 0;
 	for (struct entry **link = &sb->idle; *link;) {
 		struct entry *e = *link;
-		const struct fn_version *fv = snapshot_find(snap, e->function);
+		const struct fn_version *fv = registry_snapshot_find(snap, e->function);
 		int why = -1;
 		if (!fv || !fv->image || strcmp(fv->image, e->image) != 0 || !fv->fn->tpl->warm) {
 			why = METRIC_WARM_VERSION;

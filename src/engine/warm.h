@@ -81,7 +81,7 @@ void warm_stop(struct warm *w);
  * RUNNER_ERROR with not_run (nothing ran). Returns 0 on RUNNER_SUCCESS.
  * fv->fn->tpl->warm must be set. */
 int warm_invoke(struct warm *w, struct docker *d, const struct fn_version *fv, const char *handler,
-		const struct invocation *in, struct invocation_result *out);
+		const struct runner_request *in, struct runner_result *out);
 
 /* Warm containers of function now, idle or busy. */
 int warm_count(struct warm *w, const char *function);

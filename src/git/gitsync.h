@@ -167,7 +167,7 @@ struct gitsync_result {
  * ssh-agent), verifying the host key against ssh/known_hosts (TOFU; a first
  * contact calls notice with "Trusted new host <host> (fingerprint
  * SHA256:...)", <host> being "[host]:port" for a port other than 22; a
- * changed key fails the sync with known_hosts_verify's man-in-the-middle
+ * changed key fails the sync with sshkey_known_hosts_verify's man-in-the-middle
  * message); fetches (network phases bounded: gitsync_set_timeouts;
  * interrupted by gitsync_cancel_all), resolves ref (see gitsync_ref_check;
  * "ref '<ref>' not found in <repository>" when nothing matches), checks it

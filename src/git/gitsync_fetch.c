@@ -11,7 +11,7 @@
  * ssh-agent, never a password) and gives up after AUTH_ATTEMPTS offers,
  * since libgit2 would otherwise ask again forever; the certificate
  * callback takes the raw host key blob and makes the TOFU decision with
- * known_hosts_verify (libgit2's own `valid`, from $HOME/.ssh/known_hosts,
+ * sshkey_known_hosts_verify (libgit2's own `valid`, from $HOME/.ssh/known_hosts,
  * is ignored). A callback's message is kept in struct remote_ctx and
  * preferred over libgit2's vaguer one ("user rejected certificate").
  */
@@ -547,12 +547,12 @@ static int cb_certificate(git_cert *cert, int valid, const char *host, void *pay
 	}
 	char *kerr = NULL;
 	const unsigned char *blob = (const unsigned char *)hk->hostkey;
-	switch (known_hosts_verify(c->remote->ssh_dir, host, c->remote->port, blob, hk->hostkey_len,
-				   &kerr)) {
+	switch (sshkey_known_hosts_verify(c->remote->ssh_dir, host, c->remote->port, blob,
+					  hk->hostkey_len, &kerr)) {
 	case KNOWN_HOSTS_MATCH: return 0;
 	case KNOWN_HOSTS_NEW: {
 		if (c->remote->notice) {
-			char *fp = ssh_fingerprint(blob, hk->hostkey_len);
+			char *fp = sshkey_fingerprint(blob, hk->hostkey_len);
 			char *token = c->remote->port == 22
 					      ? xstrdup(host)
 					      : xasprintf("[%s]:%d", host, c->remote->port);

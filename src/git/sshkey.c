@@ -194,7 +194,7 @@ static unsigned char *b64_decode(const char *s, size_t n, size_t *out_len)
 	return out;
 }
 
-char *ssh_fingerprint(const unsigned char *blob, size_t len)
+char *sshkey_fingerprint(const unsigned char *blob, size_t len)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
@@ -218,7 +218,7 @@ static void public_outputs(const unsigned char *blob, char **public_line, char *
 {
 	char *b64 = b64_encode(blob, BLOB_LEN);
 	*public_line = xasprintf(KEY_TYPE " %s " KEY_COMMENT, b64);
-	*fingerprint = ssh_fingerprint(blob, BLOB_LEN);
+	*fingerprint = sshkey_fingerprint(blob, BLOB_LEN);
 	free(b64);
 }
 
@@ -748,7 +748,7 @@ static void scan_line(struct kh_scan *s, char *line, size_t lineno)
 	else if (readable && m == MARK_NONE && same && !s->same_line)
 		s->same_line = lineno;
 	else if (readable && m == MARK_NONE && !same && !s->other)
-		s->other = ssh_fingerprint(key, klen);
+		s->other = sshkey_fingerprint(key, klen);
 	free(key);
 }
 
@@ -787,7 +787,7 @@ static int scan(struct kh_scan *s, const char *text, size_t n, const char *path,
 static enum known_hosts_result decide(const struct kh_scan *s, const char *path, char **err)
 {
 	if (s->revoked_line) {
-		char *fp = ssh_fingerprint(s->blob, s->len);
+		char *fp = sshkey_fingerprint(s->blob, s->len);
 		*err = xasprintf("host key %s presented by %s is marked @revoked in %s line %zu; "
 				 "refusing to connect",
 				 fp, s->name, path, s->revoked_line);
@@ -819,7 +819,7 @@ static enum known_hosts_result decide(const struct kh_scan *s, const char *path,
 		return KNOWN_HOSTS_ERROR;
 	}
 	if (s->other) {
-		char *presented = ssh_fingerprint(s->blob, s->len);
+		char *presented = sshkey_fingerprint(s->blob, s->len);
 		*err = xasprintf("host key for %s has CHANGED (pinned %s, presented %s): possible "
 				 "man-in-the-middle attack; refusing to connect. If the server's "
 				 "key was genuinely rotated, edit %s and sync again",
@@ -864,9 +864,9 @@ static char *lookup_name(const char *host, int port, const unsigned char *blob, 
 	return name;
 }
 
-enum known_hosts_result known_hosts_check(const char *text, size_t n, const char *path,
-					  const char *host, int port, const unsigned char *blob,
-					  size_t len, char **err)
+enum known_hosts_result sshkey_known_hosts_check(const char *text, size_t n, const char *path,
+						 const char *host, int port,
+						 const unsigned char *blob, size_t len, char **err)
 {
 	char type[KEY_TYPE_MAX + 1];
 	char *name = lookup_name(host, port, blob, len, type, err);
@@ -886,8 +886,8 @@ enum known_hosts_result known_hosts_check(const char *text, size_t n, const char
 	return res;
 }
 
-enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
-					   const unsigned char *blob, size_t len, char **err)
+enum known_hosts_result sshkey_known_hosts_verify(const char *ssh_dir, const char *host, int port,
+						  const unsigned char *blob, size_t len, char **err)
 {
 	char type[KEY_TYPE_MAX + 1];
 	char *name = lookup_name(host, port, blob, len, type, err);
@@ -910,7 +910,7 @@ enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host
 	/* KNOWN_HOSTS_MAX: a larger file is refused before it is scanned */
 	if (read_bounded(fd, KNOWN_HOSTS_MAX, path, &text, &n, err) < 0)
 		goto out;
-	res = known_hosts_check(text, n, path, host, port, blob, len, err);
+	res = sshkey_known_hosts_check(text, n, path, host, port, blob, len, err);
 	if (res != KNOWN_HOSTS_NEW)
 		goto out;
 	b64 = b64_encode(blob, len);

@@ -75,7 +75,7 @@ char *sshkey_path(const char *ssh_dir);
 
 /* "SHA256:" + unpadded base64 of SHA-256(blob): OpenSSH's fingerprint of a
  * public key blob (string keytype, then key data). malloc'd. */
-char *ssh_fingerprint(const unsigned char *blob, size_t len);
+char *sshkey_fingerprint(const unsigned char *blob, size_t len);
 
 enum known_hosts_result {
 	KNOWN_HOSTS_MATCH,    /* pinned and equal */
@@ -99,17 +99,18 @@ enum known_hosts_result {
  * and NEW it is left untouched. Serialized by a process-local mutex and, across
  * processes, by flock on the file; the new line is appended with O_APPEND.
  */
-enum known_hosts_result known_hosts_verify(const char *ssh_dir, const char *host, int port,
-					   const unsigned char *blob, size_t len, char **err);
+enum known_hosts_result sshkey_known_hosts_verify(const char *ssh_dir, const char *host, int port,
+						  const unsigned char *blob, size_t len,
+						  char **err);
 
-/* The decision known_hosts_verify makes, on the known_hosts text alone
+/* The decision sshkey_known_hosts_verify makes, on the known_hosts text alone
  * (text[0..n), NULs allowed): no file access, nothing appended (NEW means
  * "would be pinned now"); path only names the file in messages. Same
- * results and messages as known_hosts_verify, including the bounds on lines
+ * results and messages as sshkey_known_hosts_verify, including the bounds on lines
  * (not on n: the caller bounds what it reads). Thread-safe; what the
  * fuzzer drives (tests/fuzz/fuzz_known_hosts.c). */
-enum known_hosts_result known_hosts_check(const char *text, size_t n, const char *path,
-					  const char *host, int port, const unsigned char *blob,
-					  size_t len, char **err);
+enum known_hosts_result sshkey_known_hosts_check(const char *text, size_t n, const char *path,
+						 const char *host, int port,
+						 const unsigned char *blob, size_t len, char **err);
 
 #endif

@@ -4,7 +4,7 @@
  * Why nothing syncs in the request path: a sync clones or fetches over SSH
  * and may take minutes, GitHub times a delivery out after ten seconds, and a
  * burst of pushes must not start a burst of syncs. The handler only decides
- * and calls coalescer_trigger, which wakes one dedicated thread. The thread
+ * and calls webhook_coalescer_trigger, which wakes one dedicated thread. The thread
  * runs one sync at a time; triggers that arrive meanwhile set a single
  * pending flag, so any number of them costs exactly one follow-up sync, and
  * that sync fetches whatever the ref points to by then (the latest push).
@@ -38,7 +38,7 @@
 /* ---- coalescer --------------------------------------------------------- */
 
 /* mu guards pending, running and stopping; cond wakes the thread. */
-struct coalescer {
+struct webhook_coalescer {
 	void (*run)(void *arg);
 	void *arg;
 	pthread_mutex_t mu;
@@ -46,12 +46,12 @@ struct coalescer {
 	pthread_t thread;
 	bool pending;  /* a run is queued */
 	bool running;  /* a run is in progress (for tests and reasoning) */
-	bool stopping; /* coalescer_free was called */
+	bool stopping; /* webhook_coalescer_free was called */
 };
 
-static void *coalescer_main(void *p)
+static void *webhook_coalescer_main(void *p)
 {
-	struct coalescer *c = p;
+	struct webhook_coalescer *c = p;
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		while (!c->pending && !c->stopping)
@@ -69,14 +69,14 @@ static void *coalescer_main(void *p)
 	return NULL;
 }
 
-struct coalescer *coalescer_new(void (*run)(void *arg), void *arg)
+struct webhook_coalescer *webhook_coalescer_new(void (*run)(void *arg), void *arg)
 {
-	struct coalescer *c = xcalloc(1, sizeof *c);
+	struct webhook_coalescer *c = xcalloc(1, sizeof *c);
 	c->run = run;
 	c->arg = arg;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	int e = thread_start(&c->thread, "webhook-sync", coalescer_main, c);
+	int e = thread_start(&c->thread, "webhook-sync", webhook_coalescer_main, c);
 	if (e != 0) {
 		pthread_cond_destroy(&c->cond);
 		pthread_mutex_destroy(&c->mu);
@@ -86,7 +86,7 @@ struct coalescer *coalescer_new(void (*run)(void *arg), void *arg)
 	return c;
 }
 
-void coalescer_trigger(struct coalescer *c)
+void webhook_coalescer_trigger(struct webhook_coalescer *c)
 {
 	pthread_mutex_lock(&c->mu);
 	c->pending = true;
@@ -94,7 +94,7 @@ void coalescer_trigger(struct coalescer *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-void coalescer_free(struct coalescer *c)
+void webhook_coalescer_free(struct webhook_coalescer *c)
 {
 	if (!c)
 		return;
@@ -118,16 +118,16 @@ struct replay_entry {
 
 /* A ring of entries in the order they were recorded (so by time): head is
  * the oldest. mu guards everything. */
-struct replay_set {
+struct webhook_replay {
 	pthread_mutex_t mu;
 	struct replay_entry *ring;
 	size_t max, head, n;
 	int64_t window_ns;
 };
 
-struct replay_set *replay_set_new(size_t max, int64_t window_ns)
+struct webhook_replay *webhook_replay_new(size_t max, int64_t window_ns)
 {
-	struct replay_set *r = xcalloc(1, sizeof *r);
+	struct webhook_replay *r = xcalloc(1, sizeof *r);
 	pthread_mutex_init(&r->mu, NULL);
 	r->ring = xcalloc(max, sizeof *r->ring);
 	r->max = max;
@@ -142,8 +142,8 @@ static void sha256(const void *p, size_t n, unsigned char out[32])
 		abort(); /* SHA-256 is always available in OpenSSL 3 */
 }
 
-bool replay_set_add(struct replay_set *r, const char *id, const void *body, size_t len,
-		    int64_t now_ns)
+bool webhook_replay_add(struct webhook_replay *r, const char *id, const void *body, size_t len,
+			int64_t now_ns)
 {
 	struct replay_entry e = {.has_id = id && *id, .at_ns = now_ns};
 	if (e.has_id)
@@ -172,7 +172,7 @@ bool replay_set_add(struct replay_set *r, const char *id, const void *body, size
 	return fresh;
 }
 
-size_t replay_set_size(struct replay_set *r)
+size_t webhook_replay_size(struct webhook_replay *r)
 {
 	pthread_mutex_lock(&r->mu);
 	size_t n = r->n;
@@ -180,7 +180,7 @@ size_t replay_set_size(struct replay_set *r)
 	return n;
 }
 
-void replay_set_free(struct replay_set *r)
+void webhook_replay_free(struct webhook_replay *r)
 {
 	if (!r)
 		return;
@@ -356,9 +356,9 @@ static void webhook_target_free(struct webhook_target *t);
 struct webhook {
 	char *repository, *ref, *secret_name, *data_dir; /* copies */
 	const struct secret_provider *secrets;
-	struct coalescer *coalescer;
+	struct webhook_coalescer *coalescer;
 	struct http_server *server;
-	struct replay_set *replays;
+	struct webhook_replay *replays;
 	pthread_mutex_t mu; /* guards nreplays */
 	unsigned long nreplays;
 	struct webhook_target *target; /* webhook_start_git's sync argument, or NULL */
@@ -430,7 +430,7 @@ static void serve(const struct http_request *req, struct http_response *resp, vo
 	 * body of their own, so refusing a repeated one protects nothing and
 	 * would drop a legitimate redelivery. */
 	if (v == WEBHOOK_SYNC && w->secret_name &&
-	    !replay_set_add(w->replays, delivery, req->body, req->body_len, now_mono_ns())) {
+	    !webhook_replay_add(w->replays, delivery, req->body, req->body_len, now_mono_ns())) {
 		pthread_mutex_lock(&w->mu);
 		w->nreplays++;
 		pthread_mutex_unlock(&w->mu);
@@ -440,7 +440,7 @@ static void serve(const struct http_request *req, struct http_response *resp, vo
 	}
 	switch (v) {
 	case WEBHOOK_SYNC:
-		coalescer_trigger(w->coalescer);
+		webhook_coalescer_trigger(w->coalescer);
 		log_delivery(LOG_INFO, event, delivery, "sync", why);
 		http_response_text(resp, 202, text, "sync scheduled\n");
 		return;
@@ -478,8 +478,8 @@ int webhook_start(const struct webhook_config *cfg, struct webhook **out, char *
 	w->data_dir = cfg->data_dir ? xstrdup(cfg->data_dir) : NULL;
 	w->secrets = cfg->secrets;
 	pthread_mutex_init(&w->mu, NULL);
-	w->replays = replay_set_new(WEBHOOK_REPLAY_MAX, WEBHOOK_REPLAY_SECONDS * 1000000000LL);
-	w->coalescer = coalescer_new(cfg->sync, cfg->sync_arg);
+	w->replays = webhook_replay_new(WEBHOOK_REPLAY_MAX, WEBHOOK_REPLAY_SECONDS * 1000000000LL);
+	w->coalescer = webhook_coalescer_new(cfg->sync, cfg->sync_arg);
 	if (!w->coalescer) {
 		*err = xasprintf("cannot start the webhook sync thread");
 		webhook_stop(w);
@@ -516,9 +516,9 @@ void webhook_stop(struct webhook *w)
 		return;
 	/* The server first: once it returns no handler can trigger any more. */
 	http_server_stop(w->server);
-	coalescer_free(w->coalescer);
+	webhook_coalescer_free(w->coalescer);
 	webhook_target_free(w->target); /* after the coalescer: no sync uses it now */
-	replay_set_free(w->replays);
+	webhook_replay_free(w->replays);
 	pthread_mutex_destroy(&w->mu);
 	free(w->repository);
 	free(w->ref);
@@ -533,7 +533,7 @@ void webhook_stats(struct webhook *w, struct webhook_stats *out)
 	if (!w)
 		return;
 	http_server_stats(w->server, &out->http);
-	out->remembered = replay_set_size(w->replays);
+	out->remembered = webhook_replay_size(w->replays);
 	pthread_mutex_lock(&w->mu);
 	out->replays = w->nreplays;
 	pthread_mutex_unlock(&w->mu);

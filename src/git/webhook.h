@@ -136,27 +136,27 @@ enum webhook_verdict webhook_decide(const char *event, const char *content_type,
 /* The replay set: deliveries accepted within a window, by the SHA-256 of
  * their id and of their body, at most max of them (the oldest is dropped
  * to make room). window_ns and max must be > 0. Thread-safe. */
-struct replay_set;
-struct replay_set *replay_set_new(size_t max, int64_t window_ns);
+struct webhook_replay;
+struct webhook_replay *webhook_replay_new(size_t max, int64_t window_ns);
 /* Records a delivery at now_ns (monotonic) unless one with the same id or
  * the same body was recorded within the window: true when recorded, false
  * for a replay. id NULL or "" (no header) checks the body only. Entries
  * older than the window are dropped first. O(max). */
-bool replay_set_add(struct replay_set *r, const char *id, const void *body, size_t len,
-		    int64_t now_ns);
+bool webhook_replay_add(struct webhook_replay *r, const char *id, const void *body, size_t len,
+			int64_t now_ns);
 /* Deliveries remembered now (without dropping expired ones). */
-size_t replay_set_size(struct replay_set *r);
-void replay_set_free(struct replay_set *r);
+size_t webhook_replay_size(struct webhook_replay *r);
+void webhook_replay_free(struct webhook_replay *r);
 
 /* Coalescing scheduler: at most one sync runs at a time; triggers arriving
  * while one runs collapse into exactly one follow-up run. */
-struct coalescer;
+struct webhook_coalescer;
 /* Starts the scheduler's thread (signals blocked); NULL when it cannot. */
-struct coalescer *coalescer_new(void (*run)(void *arg), void *arg);
+struct webhook_coalescer *webhook_coalescer_new(void (*run)(void *arg), void *arg);
 /* Thread-safe; never blocks on a running sync. */
-void coalescer_trigger(struct coalescer *c);
+void webhook_coalescer_trigger(struct webhook_coalescer *c);
 /* Waits for a running run to finish (a queued follow-up is dropped), joins
  * the thread and frees c. NULL is a no-op. */
-void coalescer_free(struct coalescer *c);
+void webhook_coalescer_free(struct webhook_coalescer *c);
 
 #endif

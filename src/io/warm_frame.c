@@ -110,14 +110,14 @@ size_t warm_frame_tail(const char *p, size_t len, const char *token)
 	return len;
 }
 
-size_t warm_request_header(char *out, const char *token, size_t payload_len)
+size_t warm_frame_request_header(char *out, const char *token, size_t payload_len)
 {
 	int n = snprintf(out, WARM_HEADER_MAX, "RELAY1 %.*s %zu\n", WARM_TOKEN_LEN, token,
 			 payload_len);
 	return n > 0 && n < WARM_HEADER_MAX ? (size_t)n : 0;
 }
 
-void warm_token_new(char *token)
+void warm_frame_token_new(char *token)
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char b[WARM_TOKEN_LEN / 2];

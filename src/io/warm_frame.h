@@ -66,9 +66,9 @@ size_t warm_frame_tail(const char *p, size_t len, const char *token);
 
 /* Writes the request header for payload_len into out (WARM_HEADER_MAX
  * bytes); returns its length. */
-size_t warm_request_header(char *out, const char *token, size_t payload_len);
+size_t warm_frame_request_header(char *out, const char *token, size_t payload_len);
 
 /* Fills token (WARM_TOKEN_LEN + 1 bytes) with fresh random hex digits. */
-void warm_token_new(char *token);
+void warm_frame_token_new(char *token);
 
 #endif

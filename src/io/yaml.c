@@ -72,7 +72,7 @@ static void arena_free(struct arena *a)
 
 /* ---- document --------------------------------------------------------- */
 
-struct ydoc {
+struct yaml_doc {
 	struct arena arena;
 	struct ynode *root;
 	uint32_t nodes;
@@ -80,27 +80,27 @@ struct ydoc {
 	uint64_t work;
 };
 
-const struct ynode *ydoc_root(const struct ydoc *d)
+const struct ynode *yaml_root(const struct yaml_doc *d)
 {
 	return d->root;
 }
 
-uint32_t ydoc_nodes(const struct ydoc *d)
+uint32_t yaml_nodes(const struct yaml_doc *d)
 {
 	return d->nodes;
 }
 
-uint32_t ydoc_bytes(const struct ydoc *d)
+uint32_t yaml_bytes(const struct yaml_doc *d)
 {
 	return d->bytes;
 }
 
-uint64_t ydoc_work(const struct ydoc *d)
+uint64_t yaml_work(const struct yaml_doc *d)
 {
 	return d->work;
 }
 
-void ydoc_free(struct ydoc *d)
+void yaml_free(struct yaml_doc *d)
 {
 	if (!d)
 		return;
@@ -126,7 +126,7 @@ struct frame {
 };
 
 struct reader {
-	struct ydoc *doc;
+	struct yaml_doc *doc;
 	const char *name;
 	uint32_t max_nodes;
 	uint32_t max_bytes;
@@ -528,8 +528,8 @@ static size_t long_line(const char *text, size_t len, size_t max)
 	return 0;
 }
 
-int ydoc_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
-	       struct ydoc **out, char **err)
+int yaml_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
+	       struct yaml_doc **out, char **err)
 {
 	*out = NULL;
 	*err = NULL;
@@ -609,7 +609,7 @@ int ydoc_parse(const char *text, size_t len, const char *name, const struct ylim
 	buf_free(&dc.msg);
 	buf_free(&dc.first);
 	if (rc < 0) {
-		ydoc_free(r.doc);
+		yaml_free(r.doc);
 		*err = r.err;
 		return -1;
 	}

@@ -38,7 +38,7 @@
  * text), never to the nodes or text after expansion. Only the first document of a
  * stream is read, as libfyaml's document builder does.
  *
- * Thread-safety: a ydoc is immutable once read; ydoc_parse may run in any
+ * Thread-safety: a ydoc is immutable once read; yaml_parse may run in any
  * number of threads at once.
  */
 #ifndef RELAY_YAML_H
@@ -72,7 +72,7 @@ struct ynode {
 	} u;
 };
 
-struct ydoc;
+struct yaml_doc;
 
 struct ylimits {
 	uint32_t nodes; /* in the document, aliases expanded */
@@ -92,17 +92,17 @@ struct ylimits {
  * (at line L, column C)"). Allocations that fail abort (util.h's x*);
  * none is ever taken for an empty value.
  */
-int ydoc_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
-	       struct ydoc **out, char **err);
-const struct ynode *ydoc_root(const struct ydoc *d);
+int yaml_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
+	       struct yaml_doc **out, char **err);
+const struct ynode *yaml_root(const struct yaml_doc *d);
 /* Nodes in the document with aliases expanded (the bound checked). */
-uint32_t ydoc_nodes(const struct ydoc *d);
+uint32_t yaml_nodes(const struct yaml_doc *d);
 /* Bytes of scalar text in the document with aliases expanded (the bound
  * checked). */
-uint32_t ydoc_bytes(const struct ydoc *d);
+uint32_t yaml_bytes(const struct yaml_doc *d);
 /* Key and anchor comparisons made while reading it: O(n log n) for n
  * nodes, a bound tests check. */
-uint64_t ydoc_work(const struct ydoc *d);
-void ydoc_free(struct ydoc *d);
+uint64_t yaml_work(const struct yaml_doc *d);
+void yaml_free(struct yaml_doc *d);
 
 #endif

@@ -21,7 +21,7 @@
  * What validation accepts, the bootstraps run: RELAY_HANDLER is malformed
  * for them when it has no last dot, an empty side of it, or whitespace
  * (counted as Go's unicode.IsSpace does), all of which template.c's
- * handler_valid() refuses too (with control characters and names that are
+ * template_handler_valid() refuses too (with control characters and names that are
  * no module or identifier), so a handler `relay function validate`
  * accepted never fails for its shape; what is left to fail at run time is what only the function's
  * files can tell (no such module or function, an import error, the

@@ -29,29 +29,6 @@
 #include "model/secret.h"
 #include "io/yaml.h"
 
-void strlist_add(struct strlist *l, char *s)
-{
-	l->v = xrealloc(l->v, sizeof(char *) * (l->n + 1));
-	l->v[l->n++] = s;
-}
-
-void strlist_addf(struct strlist *l, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	strlist_add(l, xvasprintf(fmt, ap));
-	va_end(ap);
-}
-
-void strlist_free(struct strlist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i]);
-	free(l->v);
-	l->v = NULL;
-	l->n = 0;
-}
-
 /* ---- YAML scalars under the core schema ------------------------------- */
 
 enum ytype { Y_NULL, Y_BOOL, Y_INT, Y_FLOAT, Y_STR, Y_SEQ, Y_MAP, Y_BAD };
@@ -624,7 +601,7 @@ static const char *handler_chars(const char *s, size_t len, size_t *dot)
 #define FUNCTION_RULE \
 	"the function is an identifier: a letter, _ or $, then letters, digits, _ or $"
 
-bool handler_valid(const char *s, size_t len, const char **why)
+bool template_handler_valid(const char *s, size_t len, const char **why)
 {
 	size_t dot;
 	const char *w = handler_chars(s, len, &dot);
@@ -707,7 +684,7 @@ static void get_handler(struct ctx *c, const struct ynode *parent, const char *p
 		err(c, p, "must be a string of the form module.function, not %s", type_name(t));
 	} else if (y.len > TEMPLATE_MAX_HANDLER) {
 		err(c, p, "longer than %d characters", TEMPLATE_MAX_HANDLER);
-	} else if (!handler_valid(y.text, y.len, &why)) {
+	} else if (!template_handler_valid(y.text, y.len, &why)) {
 		char *q = shown(&y);
 		err(c, p, "%s is not of the form module.function (%s)", q, why);
 		free(q);
@@ -722,7 +699,7 @@ static void get_handler(struct ctx *c, const struct ynode *parent, const char *p
 
 /* ---- name rules ------------------------------------------------------- */
 
-int env_name_valid(const char *s)
+int template_env_name_valid(const char *s)
 {
 	if (!(isalpha((unsigned char)s[0]) || s[0] == '_'))
 		return 0;
@@ -909,7 +886,7 @@ static void parse_vars(struct ctx *c, const struct ynode *map, const char *secti
 		char *name = xstrndup(k.text, k.len);
 		char *path = xasprintf("%s.%s", section, name);
 		enum ytype vt = node_type(map->u.kids[2 * i + 1], &v);
-		if (strlen(name) != k.len || !env_name_valid(name)) {
+		if (strlen(name) != k.len || !template_env_name_valid(name)) {
 			char *q = shown(&k);
 			err(c, section, "%s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
 			    q);
@@ -1245,7 +1222,7 @@ static bool yaml_is_blank(const char *text, size_t len)
  * large, not UTF-8 text, not YAML, empty or not a map. *doc owns the tree
  * (possibly set on failure too). */
 static const struct ynode *read_root(const char *text, size_t len, struct strlist *errors,
-				     struct ydoc **doc)
+				     struct yaml_doc **doc)
 {
 	if (len > TEMPLATE_MAX_BYTES) {
 		strlist_addf(errors, "template.yaml: larger than %d bytes", TEMPLATE_MAX_BYTES);
@@ -1265,7 +1242,7 @@ static const struct ynode *read_root(const char *text, size_t len, struct strlis
 	char *yerr = NULL;
 	static const struct ylimits lim = {TEMPLATE_MAX_NODES, TEMPLATE_MAX_DEPTH,
 					   TEMPLATE_MAX_LINE, TEMPLATE_MAX_EXPANDED_BYTES};
-	if (ydoc_parse(text, len, "template.yaml", &lim, doc, &yerr) < 0) {
+	if (yaml_parse(text, len, "template.yaml", &lim, doc, &yerr) < 0) {
 		if (yaml_is_blank(text, len)) {
 			free(yerr);
 			strlist_addf(errors, "template.yaml: empty (runtime and events or "
@@ -1275,7 +1252,7 @@ static const struct ynode *read_root(const char *text, size_t len, struct strlis
 		}
 		return NULL;
 	}
-	const struct ynode *root = ydoc_root(*doc);
+	const struct ynode *root = yaml_root(*doc);
 	enum ytype rt = node_type(root, NULL);
 	if (!root || rt == Y_NULL) {
 		strlist_addf(errors,
@@ -1298,7 +1275,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	*out = NULL;
 	size_t nerr0 = errors->n;
 	struct ctx c = {errors, warnings, nerr0, warnings->n, 0, 0};
-	struct ydoc *doc = NULL;
+	struct yaml_doc *doc = NULL;
 	struct template *t = NULL;
 	const struct ynode *root = read_root(text, len, errors, &doc);
 	if (root) {
@@ -1310,7 +1287,7 @@ int template_parse(const char *text, size_t len, struct template **out, struct s
 	if (c.more_warnings)
 		strlist_addf(warnings, "template.yaml: %zu more warnings not shown",
 			     c.more_warnings);
-	ydoc_free(doc);
+	yaml_free(doc);
 	if (errors->n > nerr0) {
 		template_free(t);
 		return -1;

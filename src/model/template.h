@@ -16,11 +16,12 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "base/strlist.h"
+#include "base/tz.h"
+#include "base/util.h"
 #include "model/cron.h"
 #include "model/pattern.h"
 #include "model/runtime.h"
-#include "base/tz.h"
-#include "base/util.h"
 
 /*
  * Cost model of template.yaml, an input from whoever can push functions:
@@ -70,7 +71,7 @@
 #define TEMPLATE_DEFAULT_TIMEOUT_NS (6LL * 1000000000LL)
 #define TEMPLATE_MAX_TIMEOUT_MINUTES 5
 #define TEMPLATE_MAX_TIMEOUT_NS (TEMPLATE_MAX_TIMEOUT_MINUTES * 60 * 1000000000LL)
-/* Bytes in a handler name (handler_valid says what they may be). */
+/* Bytes in a handler name (template_handler_valid says what they may be). */
 #define TEMPLATE_MAX_HANDLER 255
 #define TEMPLATE_DEFAULT_RETRIES 4
 #define TEMPLATE_MAX_RETRIES 1000
@@ -80,15 +81,6 @@
 #define TEMPLATE_MAX_WARM_IDLE_NS (3600LL * 1000000000LL)
 #define TEMPLATE_DEFAULT_WARM_MAX_USES 1000
 #define TEMPLATE_MAX_WARM_MAX_USES 100000
-
-/* A growable list of malloc'd strings (errors, warnings). */
-struct strlist {
-	char **v;
-	size_t n;
-};
-void strlist_add(struct strlist *l, char *s); /* takes ownership */
-void strlist_addf(struct strlist *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void strlist_free(struct strlist *l);
 
 struct rule {
 	char *handler;	/* "events.created.handler" */
@@ -163,10 +155,10 @@ void template_free(struct template *t);
  * reason ("split at the last dot, no empty part", "no whitespace", "no
  * control or formatting character", ...). Pure; any thread.
  */
-bool handler_valid(const char *s, size_t len, const char **why);
+bool template_handler_valid(const char *s, size_t len, const char **why);
 
 /* The variable-name rule of env and secrets keys. (Secret names, the values
  * of secrets, follow secret.h's secret_name_ok.) */
-int env_name_valid(const char *s);
+int template_env_name_valid(const char *s);
 
 #endif

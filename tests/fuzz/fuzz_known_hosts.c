@@ -1,6 +1,6 @@
 /*
- * Fuzzes Relay's known_hosts parser and decision (known_hosts_check, the
- * pure part of known_hosts_verify): hashed "|1|salt|hash" entries, host
+ * Fuzzes Relay's known_hosts parser and decision (sshkey_known_hosts_check, the
+ * pure part of sshkey_known_hosts_verify): hashed "|1|salt|hash" entries, host
  * patterns, @revoked / @cert-authority markers, malformed lines and the
  * line bounds.
  *
@@ -75,7 +75,7 @@ static char *b64(const unsigned char *p, size_t n)
 	return s;
 }
 
-/* The lowercased lookup name, as known_hosts_check forms it. */
+/* The lowercased lookup name, as sshkey_known_hosts_check forms it. */
 static char *lookup_name(const char *host, int port)
 {
 	char *name = port == 22 ? xstrdup(host) : xasprintf("[%s]:%d", host, port);
@@ -101,19 +101,20 @@ static char *hashed(const char *name, const uint8_t *data, size_t size)
 	return out;
 }
 
-/* known_hosts_check on text + line (NULL: text alone). */
+/* sshkey_known_hosts_check on text + line (NULL: text alone). */
 static enum known_hosts_result check(const char *text, size_t n, const char *line,
 				     const char *host, int port, const unsigned char *key,
 				     size_t klen, char **err)
 {
 	*err = NULL;
 	if (!line)
-		return known_hosts_check(text, n, "kh", host, port, key, klen, err);
+		return sshkey_known_hosts_check(text, n, "kh", host, port, key, klen, err);
 	size_t ln = strlen(line);
 	char *t = xmalloc(n + ln + 1);
 	memcpy(t, text, n);
 	memcpy(t + n, line, ln + 1);
-	enum known_hosts_result r = known_hosts_check(t, n + ln, "kh", host, port, key, klen, err);
+	enum known_hosts_result r =
+		sshkey_known_hosts_check(t, n + ln, "kh", host, port, key, klen, err);
 	free(t);
 	return r;
 }

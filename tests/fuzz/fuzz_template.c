@@ -14,7 +14,7 @@
  *   many warnings, plus one "N more ... not shown" line each, every line
  *   shorter than 16 KiB (a path grows at most ~90 bytes a level).
  * - A valid template's rules each have a pattern (a failed allocation is
- *   an error, never a rule without one) and a handler handler_valid()
+ *   an error, never a rule without one) and a handler template_handler_valid()
  *   accepts, and they build a pattern set (pattern_set_new, the sorting
  *   index a reload builds). Seeds alias one long text many times, past the
  *   bound on text with aliases expanded and just under it.
@@ -132,13 +132,14 @@ static void parse(const uint8_t *data, size_t size, int *rc, struct strlist *err
 		CHECK(t->nrules <= TEMPLATE_MAX_ITEMS, "%zu rules", t->nrules);
 		for (size_t i = 0; i < t->nrules; i++) {
 			CHECK(t->rules[i].pattern != NULL, "rule %zu has no pattern", i);
-			CHECK(handler_valid(t->rules[i].handler, strlen(t->rules[i].handler), NULL),
-			      "rule %zu: handler_valid refuses its handler", i);
+			CHECK(template_handler_valid(t->rules[i].handler,
+						     strlen(t->rules[i].handler), NULL),
+			      "rule %zu: template_handler_valid refuses its handler", i);
 		}
 		for (size_t i = 0; i < t->nschedules; i++)
-			CHECK(handler_valid(t->schedules[i].handler,
-					    strlen(t->schedules[i].handler), NULL),
-			      "schedule %zu: handler_valid refuses its handler", i);
+			CHECK(template_handler_valid(t->schedules[i].handler,
+						     strlen(t->schedules[i].handler), NULL),
+			      "schedule %zu: template_handler_valid refuses its handler", i);
 		const struct pattern **pats = calloc(t->nrules + 1, sizeof *pats);
 		for (size_t i = 0; pats && i < t->nrules; i++)
 			pats[i] = t->rules[i].pattern;

@@ -155,7 +155,6 @@ test_help_lists_the_author_commands() {
 
 # ---- relay event send ----------------------------------------------------
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 xlen() { rcli XLEN events; }
 
 # send_setup: a private Redis, the stream settings, and two scaffolded

@@ -90,13 +90,13 @@ TEST(a_forward_step_does_not_expire_running_markers)
 	char running[64], next[64], due[64], past[64], backoff[64];
 	/* Claimed by another worker 10 s ago, deadline 2 minutes ahead. */
 	struct marker m = {MARK_RUNNING, now + 2 * NS_PER_MIN, 1};
-	marker_format(&m, running, sizeof running);
+	invocation_marker_format(&m, running, sizeof running);
 	/* This worker's clock reads an hour ahead: by it the marker is long
 	 * expired, and it would claim attempt 2 with an hour-later deadline. */
 	int64_t stepped = now + 3600 * NS_PER_SEC;
-	CHECK(marker_eligible(&m, stepped));
+	CHECK(invocation_marker_eligible(&m, stepped));
 	struct marker n2 = {MARK_RUNNING, invocation_running_deadline(stepped, 0), 2};
-	marker_format(&n2, next, sizeof next);
+	invocation_marker_format(&n2, next, sizeof next);
 	CHECK_INT(claim_over(r, key, id, running, next), 0);
 	char *v = field_value(r, key);
 	CHECK_STR(v ? v : "", running);
@@ -104,15 +104,15 @@ TEST(a_forward_step_does_not_expire_running_markers)
 	/* Within the clock-skew tolerance of Redis's clock: claimed, as
 	 * between workers whose clocks differ by a little. */
 	struct marker soon = {MARK_RUNNING, now + (RUNNER_CLOCK_SKEW_MS - 2000) * NS_PER_MS, 1};
-	marker_format(&soon, due, sizeof due);
+	invocation_marker_format(&soon, due, sizeof due);
 	CHECK_INT(claim_over(r, key, id, due, next), 1);
 	/* Really past: claimed. */
 	struct marker old = {MARK_RUNNING, now - NS_PER_SEC, 1};
-	marker_format(&old, past, sizeof past);
+	invocation_marker_format(&old, past, sizeof past);
 	CHECK_INT(claim_over(r, key, id, past, next), 1);
 	/* A backoff an hour's step would end early: refused as well. */
 	struct marker bo = {MARK_NEXT_ATTEMPT, now + 5 * NS_PER_MIN, 1};
-	marker_format(&bo, backoff, sizeof backoff);
+	invocation_marker_format(&bo, backoff, sizeof backoff);
 	CHECK_INT(claim_over(r, key, id, backoff, next), 0);
 	/* Other markers and absent ones are untouched by the check. */
 	CHECK_INT(invocation_try_start(r, key, "f/other", NULL, next, "cs", "g", id), 1);
@@ -132,7 +132,7 @@ static void publish_dir(struct registry *reg)
 		fvs = xcalloc(scan.n + 1, sizeof *fvs);
 		for (size_t i = 0; i < scan.n; i++)
 			if (scan.v[i].fn) {
-				fvs[n++] = fn_version_new(scan.v[i].fn, NULL, NULL);
+				fvs[n++] = registry_fn_version_new(scan.v[i].fn, NULL, NULL);
 				scan.v[i].fn = NULL;
 			}
 		function_scan_free(&scan);

@@ -10,7 +10,6 @@
 # which is all the test reads. Function names start with "df-"; each test
 # removes the images it made.
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 pending_count() { rcli XPENDING events relay | head -n1; }
 nothing_pending() { [ "$(pending_count)" -eq 0 ]; }
 count() { grep -cE -- "$1" "$2"; }

@@ -1,14 +1,6 @@
 # Helpers of tests/it/delivery.sh and tests/it/reclaim.sh (sourced, not a
-# scenario file): functions, Redis reads for wait_for, the relay's
-# environment.
-
-fn() { # name, handler module file, handler body, template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
-	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+# scenario file): Redis reads for wait_for, the relay's environment, a
+# handler that runs a while. rcli and write_fn are lib.sh's.
 
 pending_count() { rcli XPENDING "$REDIS_STREAM" "$REDIS_GROUP" | head -n1; }
 # For wait_for, which re-runs a command: these re-read Redis on each try.
@@ -43,7 +35,7 @@ relay_env() {
 # A handler that runs a while: "start <id>" at once, "finished <id>" after
 # $2 seconds.
 long_fn() { # name, seconds
-	fn "$1" long.py "import time
+	write_fn "$1" long.py "import time
 def handler(event):
     print(\"start\", event[\"event_id\"], flush=True)
     time.sleep($2)

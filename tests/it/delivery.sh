@@ -14,7 +14,7 @@ test_backpressure_bounds_buffer_and_containers() {
 	wait_redis_plain
 	relay_env
 	export MAX_CONCURRENCY=3 MAX_BUFFERED_EVENTS=5
-	fn dl-slow slow.py 'import time
+	write_fn dl-slow slow.py 'import time
 def handler(event):
     print("start", event["n"], "%.3f" % time.time(), flush=True)
     time.sleep(0.3)
@@ -70,7 +70,7 @@ test_redis_restart_under_load_loses_nothing() {
 	start_redis --appendonly yes --appendfsync always
 	wait_redis_plain
 	relay_env
-	fn dl-echo echo.py 'def handler(event):
+	write_fn dl-echo echo.py 'def handler(event):
     print("handled", event["event_id"])
 ' 'runtime: python3.14
 concurrency: 4
@@ -144,7 +144,7 @@ test_two_workers_share_2000_events() {
 	wait_redis_plain
 	relay_env
 	export LOG_LEVEL=DEBUG MAX_BUFFERED_EVENTS=32
-	fn dl-pick pick.py 'def handler(event):
+	write_fn dl-pick pick.py 'def handler(event):
     print("picked", event["event_id"])
 ' 'runtime: python3.14
 concurrency: 4
@@ -205,7 +205,7 @@ GROUP_LOST='level=WARN msg="consumer group missing; recreating it" stream=events
 
 # grp_fn: the function both lost-group scenarios run, printing each event id.
 grp_fn() {
-	fn dl-grp echo.py 'def handler(event):
+	write_fn dl-grp echo.py 'def handler(event):
     print("handled", event["event_id"])
 ' 'runtime: python3.14
 events:

@@ -9,7 +9,6 @@
 #
 # Function names start with "df-"; the test removes the images it made.
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 df_fail() {
 	echo "--- relay log (last 30 lines):"

@@ -15,7 +15,6 @@
 # Function names start with "dq-"; the end-to-end test removes its images
 # (relay-fn-dq-*) when it ends, passed or failed.
 
-dq_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 # dq_redis [STREAM]: a private redis and Relay's settings for it.
 dq_redis() {
@@ -29,7 +28,7 @@ dq_redis() {
 dq_add() {
 	local id=$1 n=$2
 	shift 2
-	dq_cli XADD "relay:$REDIS_STREAM:dlq" "$id" original_stream "$REDIS_STREAM" original_id "1-$n" \
+	rcli XADD "relay:$REDIS_STREAM:dlq" "$id" original_stream "$REDIS_STREAM" original_id "1-$n" \
 		group relay consumer w event "{\"n\":$n}" reason "dq-x/h.handler exhausted: boom $n" \
 		attempts 1 timestamp 2023-11-14T22:13:20Z function dq-x handler h.handler "$@" >/dev/null ||
 		fail "XADD of DLQ entry $id failed"
@@ -37,7 +36,7 @@ dq_add() {
 
 # dq_field KEY ID FIELD: the (last) value of FIELD in entry ID of stream KEY.
 dq_field() {
-	dq_cli EVAL "local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]
+	rcli EVAL "local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]
 		if not e then return nil end
 		local v
 		for i = 1, #e[2] - 1, 2 do if e[2][i] == ARGV[2] then v = e[2][i + 1] end end
@@ -45,11 +44,11 @@ dq_field() {
 }
 
 dq_ids() { # KEY: the ids of the stream's entries, oldest first
-	dq_cli EVAL "local ids = {}
+	rcli EVAL "local ids = {}
 		for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do ids[i] = e[1] end
 		return ids" 1 "$1" | paste -sd' '
 }
-dq_len() { dq_cli XLEN "$1"; }
+dq_len() { rcli XLEN "$1"; }
 dq_len_is() { [ "$(dq_len "$1")" = "$2" ]; }
 
 dq_rmi() {
@@ -84,19 +83,19 @@ test_dead_letters_from_relay_start_listed_shown_replayed_and_removed() {
 	dq_pyfn dq-e2e 'def handler(event):
     raise RuntimeError("boom " + event["n"])
 '
-	dq_cli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
+	rcli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
 	start_relay_as "$log" dq-e2e-host
 	# One at a time, so that the DLQ's order is known.
 	local o1 o2 m1 m2 m3
-	o1=$(dq_cli XADD events '*' event '{"fn":"dq-e2e","n":"1"}')
+	o1=$(rcli XADD events '*' event '{"fn":"dq-e2e","n":"1"}')
 	wait_for 60 dq_len_is $dlq 1 || fail "event 1 not dead-lettered: $(tail -n 20 "$log")"
-	m1=$(dq_cli XADD events '*' event 'not json')
+	m1=$(rcli XADD events '*' event 'not json')
 	wait_for 20 dq_len_is $dlq 2 || fail "not json not dead-lettered"
-	m2=$(dq_cli XADD events '*' event '[1,2]')
+	m2=$(rcli XADD events '*' event '[1,2]')
 	wait_for 20 dq_len_is $dlq 3 || fail "an array not dead-lettered"
-	m3=$(dq_cli XADD events '*' other 'no event field')
+	m3=$(rcli XADD events '*' other 'no event field')
 	wait_for 20 dq_len_is $dlq 4 || fail "a message without event not dead-lettered"
-	o2=$(dq_cli XADD events '*' event '{"fn":"dq-e2e","n":"2"}')
+	o2=$(rcli XADD events '*' event '{"fn":"dq-e2e","n":"2"}')
 	wait_for 60 dq_len_is $dlq 5 || fail "event 2 not dead-lettered"
 	local ids d1 dm1 dm2 dm3 d2
 	ids=$(dq_ids $dlq)
@@ -104,7 +103,7 @@ test_dead_letters_from_relay_start_listed_shown_replayed_and_removed() {
 
 	# The entries: function and handler after the spec's fields.
 	local fields
-	fields=$(dq_cli XRANGE $dlq "$d1" "$d1" | awk 'NR > 1 && NR % 2 == 0' | paste -sd' ')
+	fields=$(rcli XRANGE $dlq "$d1" "$d1" | awk 'NR > 1 && NR % 2 == 0' | paste -sd' ')
 	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler" ] ||
 		fail "DLQ entry fields: $fields"
 	[ "$(dq_field $dlq "$d1" function)" = dq-e2e ] || fail "function of $d1"
@@ -116,7 +115,7 @@ test_dead_letters_from_relay_start_listed_shown_replayed_and_removed() {
 
 	# The exact table: the same entries copied to fixed ids in 2023 (ages
 	# read as dates), listed for REDIS_STREAM=copy at 100 columns.
-	dq_cli EVAL "for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+	rcli EVAL "for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
 		redis.call('XADD', KEYS[2], '1700000000000-' .. i, unpack(e[2])) end" 2 $dlq relay:copy:dlq >/dev/null
 	REDIS_STREAM=copy COLUMNS=100 run "$RELAY" dlq ls
 	assert_status 0
@@ -228,7 +227,7 @@ Matches now:
 		[ "$(wc -l <"$TMP/out")" = 2 ] || fail "replay --all: $(cat "$TMP/out")"
 	wait_for 60 dq_out_seen "$log" "fixed 1" || fail "the fixed handler did not run event 1"
 	wait_for 60 dq_out_seen "$log" "fixed 2" || fail "the fixed handler did not run event 2"
-	wait_for 10 eval '[ "$(dq_cli XPENDING events relay | head -n1)" = 0 ]' || fail "replays not acknowledged"
+	wait_for 10 eval '[ "$(rcli XPENDING events relay | head -n1)" = 0 ]' || fail "replays not acknowledged"
 	[ "$(dq_ids $dlq)" = "$dm1 $dm2 $dm3" ] || fail "DLQ after the replays: $(dq_ids $dlq)"
 	wait_for 10 dq_metric_is dlq_replayed_total 3 || fail "dlq_replayed_total $(dq_metric dlq_replayed_total), want 3"
 	# Replaying it again: gone.
@@ -266,7 +265,7 @@ test_concurrent_replays_of_one_entry_publish_it_once() {
 		[ "$(dq_len events)" = "$i" ] || fail "round $i: the stream has $(dq_len events) messages, want $i"
 	done
 	dq_len_is relay:events:dlq 0 || fail "DLQ not empty"
-	[ "$(dq_cli XRANGE events - + | awk 'p { print; p = 0 } /^relay_replay_of$/ { p = 1 }' | sort -u | wc -l)" = 100 ] ||
+	[ "$(rcli XRANGE events - + | awk 'p { print; p = 0 } /^relay_replay_of$/ { p = 1 }' | sort -u | wc -l)" = 100 ] ||
 		fail "not one publication per entry"
 }
 
@@ -279,7 +278,7 @@ test_the_tenth_replay_needs_force() {
 	grep -qxE "1700000000000-1 replayed as [0-9]+-[0-9]+ on events \(replay 10\)" "$TMP/out" || fail "replay 10: $(cat "$TMP/out")"
 	local id
 	id=$(awk '{ print $4 }' "$TMP/out")
-	[ "$(dq_cli XRANGE events "$id" "$id" | tail -n +2 | paste -sd' ')" = 'event {"n":1} relay_replay_of 1700000000000-1 relay_replays 10' ] || fail "the published message: $(dq_cli XRANGE events "$id" "$id")"
+	[ "$(rcli XRANGE events "$id" "$id" | tail -n +2 | paste -sd' ')" = 'event {"n":1} relay_replay_of 1700000000000-1 relay_replays 10' ] || fail "the published message: $(rcli XRANGE events "$id" "$id")"
 	run "$RELAY" dlq replay 1700000000000-2
 	assert_status 1
 	assert_out_empty
@@ -312,10 +311,10 @@ test_replay_all_with_filters_replays_only_the_matching_ones() {
 	dq_add 1700000000000-1 1
 	dq_add 1700000000000-2 2 function dq-y
 	dq_add 1700000000000-3 3
-	dq_cli XADD relay:events:dlq 1700000000000-5 original_stream events event 'oops' reason 'malformed event (invalid_json): x' \
+	rcli XADD relay:events:dlq 1700000000000-5 original_stream events event 'oops' reason 'malformed event (invalid_json): x' \
 		function '' handler '' >/dev/null
 	local now
-	now=$(dq_cli XADD relay:events:dlq '*' original_stream events original_id 1-4 event '{"n":4}' \
+	now=$(rcli XADD relay:events:dlq '*' original_stream events original_id 1-4 event '{"n":4}' \
 		reason 'dq-x/h.handler exhausted: timed out' attempts 5 function dq-x handler h.handler)
 	run "$RELAY" dlq replay --all --function dq-x --dry-run
 	assert_status 0
@@ -429,7 +428,7 @@ test_all_takes_at_most_100000_entries_per_run() {
 	awk 'BEGIN { k = "relay:events:dlq"; for (i = 1; i <= 100001; i++) {
 		id = "1-" i; v = "x"
 		printf "*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$6\r\nreason\r\n$1\r\n%s\r\n", length(k), k, length(id), id, v } }' |
-		dq_cli --pipe >"$TMP/pipe.out" || fail "pipe: $(cat "$TMP/pipe.out")"
+		rcli --pipe >"$TMP/pipe.out" || fail "pipe: $(cat "$TMP/pipe.out")"
 	dq_len_is relay:events:dlq 100001 || fail "DLQ has $(dq_len relay:events:dlq) entries"
 	run "$RELAY" dlq rm --all --yes
 	assert_status 1
@@ -468,7 +467,7 @@ test_an_id_without_a_sequence_is_refused() {
 	done
 	[ "$(dq_ids relay:events:dlq)" = "1700000000000-0 1700000000000-1 1700000000000-2" ] ||
 		fail "DLQ: $(dq_ids relay:events:dlq)"
-	dq_len_is events 0 || fail "published: $(dq_cli XRANGE events - +)"
+	dq_len_is events 0 || fail "published: $(rcli XRANGE events - +)"
 }
 
 # --all replays in stream order (oldest first), as the events came.
@@ -481,8 +480,8 @@ test_replay_all_goes_in_stream_order() {
 	assert_status 0
 	[ "$(awk '{ print $1 }' "$TMP/out" | paste -sd' ')" = "1700000000000-1 1700000000000-2 1700000000001-0" ] ||
 		fail "order: $(cat "$TMP/out")"
-	[ "$(dq_cli XRANGE events - + | awk 'p { print; p = 0 } $0 == "event" { p = 1 }' | paste -sd' ')" = '{"n":1} {"n":2} {"n":3}' ] ||
-		fail "published: $(dq_cli XRANGE events - +)"
+	[ "$(rcli XRANGE events - + | awk 'p { print; p = 0 } $0 == "event" { p = 1 }' | paste -sd' ')" = '{"n":1} {"n":2} {"n":3}' ] ||
+		fail "published: $(rcli XRANGE events - +)"
 }
 
 # dlq_replayed_total counts the messages relay dlq replay published, not a
@@ -490,10 +489,10 @@ test_replay_all_goes_in_stream_order() {
 test_a_forged_replay_field_is_not_counted() {
 	dq_redis events
 	export METRICS_ADDR=127.0.0.1:$(free_port)
-	dq_cli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
+	rcli XGROUP CREATE events relay 0 MKSTREAM >/dev/null
 	start_relay_as "$TMP/relay.log" dq-forged-host
-	dq_cli XADD events '*' event '{"n":1}' relay_replay_of 1700000000000-1 relay_replays 1 >/dev/null
-	dq_cli XADD events '*' event '{"n":2}' relay_replay_of 1700000000000-2 >/dev/null
+	rcli XADD events '*' event '{"n":1}' relay_replay_of 1700000000000-1 relay_replays 1 >/dev/null
+	rcli XADD events '*' event '{"n":2}' relay_replay_of 1700000000000-2 >/dev/null
 	wait_for 20 dq_metric_is events_received_total 2 || fail "events_received_total $(dq_metric events_received_total)"
 	dq_add 1700000000000-3 3
 	run "$RELAY" dlq replay 1700000000000-3
@@ -517,7 +516,7 @@ dq_peak_kib() {
 # (holding them took about 1.8 MiB per entry under the sanitizers).
 test_ls_does_not_hold_event_bodies() {
 	dq_redis events
-	dq_cli EVAL "local big = string.rep('x', 1048576)
+	rcli EVAL "local big = string.rep('x', 1048576)
 		for i = 1, 120 do redis.call('XADD', KEYS[1], '1700000000000-' .. i, 'original_stream', 'events',
 			'original_id', '1-' .. i, 'event', big, 'reason', 'r' .. i, 'attempts', '1', 'function', 'dq-x') end" \
 		1 relay:events:dlq >/dev/null
@@ -549,7 +548,7 @@ test_ls_and_show_escape_controls() {
 	dq_redis events
 	local reason=$'boom \e]0;pwn\a \xc2\x9b2J \xe2\x80\xaeevil\x7f' fn=$'dq-\xc2\x9b31m' out
 	# The event's strings hold CSI (U+009B), RLO (U+202E) and ESC, JSON-escaped.
-	dq_cli XADD relay:events:dlq 1700000000000-1 original_stream events original_id $'1-1\e[2J' \
+	rcli XADD relay:events:dlq 1700000000000-1 original_stream events original_id $'1-1\e[2J' \
 		event '{"msg":"a\u009b2J b\u202e c\u001b[31m d\u2067 e\u007f"}' reason "$reason" attempts 1 \
 		function "$fn" handler h.handler >/dev/null
 	for out in "ls --wide" "ls" "show 1700000000000-1"; do

@@ -244,10 +244,10 @@ static bool no_cancel(void *ctx)
 	return false;
 }
 
-static struct invocation inv(const char *function, const char *image, const char *handler)
+static struct runner_request inv(const char *function, const char *image, const char *handler)
 {
 	static const char payload[] = "{\"id\":\"evt-1\",\"event_name\":\"INSERT\"}";
-	return (struct invocation){
+	return (struct runner_request){
 		.function = function,
 		.handler = handler,
 		.image = image,
@@ -262,7 +262,7 @@ static struct invocation inv(const char *function, const char *image, const char
 }
 
 /* The invocation gets API_URL as a plain variable. */
-static void with_api_env(struct invocation *in)
+static void with_api_env(struct runner_request *in)
 {
 	static const struct env_var env[] = {{"API_URL", "https://api.example.com"}};
 	in->env = env;
@@ -270,7 +270,7 @@ static void with_api_env(struct invocation *in)
 }
 
 /* The invocation gets the secret "it-db" (set by the test) as DB_URL. */
-static void with_db_secret(struct invocation *in)
+static void with_db_secret(struct runner_request *in)
 {
 	static const struct env_var secrets[] = {{"DB_URL", "it-db"}};
 	in->secrets = secrets;
@@ -279,9 +279,9 @@ static void with_db_secret(struct invocation *in)
 }
 
 static int invoke(const char *function, const char *image, const char *handler,
-		  struct invocation_result *res)
+		  struct runner_result *res)
 {
-	struct invocation in = inv(function, image, handler);
+	struct runner_request in = inv(function, image, handler);
 	return runner_invoke(D, &in, res);
 }
 
@@ -447,7 +447,7 @@ static void run_table(const char *fn, const char *img, const struct expect *x, s
 {
 	for (size_t i = 0; i < n; i++) {
 		cap_reset();
-		struct invocation_result r;
+		struct runner_result r;
 		invoke(fn, img, x[i].handler, &r);
 		char *out = captured();
 		if (r.outcome != x[i].outcome || r.exit_code != x[i].exit_code ||
@@ -463,7 +463,7 @@ static void run_table(const char *fn, const char *img, const struct expect *x, s
 		if (r.error && !t_contains(r.error, fn))
 			T_FAIL_("%s: error does not name the function: %s", x[i].handler, r.error);
 		free(out);
-		invocation_result_free(&r);
+		runner_result_free(&r);
 	}
 }
 
@@ -518,10 +518,10 @@ TEST(node_commonjs_package_json)
 static void check_streams(const char *fn, const char *img, bool python)
 {
 	cap_reset();
-	struct invocation_result r;
+	struct runner_result r;
 	invoke(fn, img, "out.handler", &r);
 	CHECK_INT(r.outcome, RUNNER_SUCCESS);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	char *out = captured();
 	char *pre = xasprintf("relay: function \"%s\" handler \"out.handler\": ", fn);
 	const char *last_out = out, *last_err = out;
@@ -569,9 +569,9 @@ TEST(output_forwarding)
 
 static void check_timeout(const char *fn, const char *img)
 {
-	struct invocation in = inv(fn, img, "slow.handler");
+	struct runner_request in = inv(fn, img, "slow.handler");
 	in.timeout_ns = 1000000000LL;
-	struct invocation_result r;
+	struct runner_result r;
 	int64_t t0 = now_mono_ns();
 	runner_invoke(D, &in, &r);
 	double secs = (double)(now_mono_ns() - t0) / 1e9;
@@ -584,7 +584,7 @@ static void check_timeout(const char *fn, const char *img)
 	CHECK(secs >= 1.0 && secs < 30.0);
 	CHECK(r.container_id[0]);
 	CHECK(container_gone(r.container_id));
-	invocation_result_free(&r);
+	runner_result_free(&r);
 }
 
 TEST(timeouts)
@@ -597,8 +597,8 @@ TEST(timeouts)
 /* ---- hardening and labels ---------------------------------------------- */
 
 struct bg {
-	struct invocation in;
-	struct invocation_result r;
+	struct runner_request in;
+	struct runner_result r;
 	atomic_int stop;
 	struct docker *d;
 };
@@ -711,7 +711,7 @@ TEST(hardening_labels_and_secret_placement)
 	pthread_join(th, NULL);
 	CHECK_INT(b.r.outcome, RUNNER_CANCELLED);
 	CHECK(b.r.container_id[0] && container_gone(b.r.container_id));
-	invocation_result_free(&b.r);
+	runner_result_free(&b.r);
 	docker_close(b.d);
 	free(id);
 }
@@ -723,14 +723,14 @@ TEST(env_and_secret_injection)
 	REQUIRE(img_py[0]);
 	char *e = NULL;
 	REQUIRE(secret_set(SP, "it-db", "postgres://v1", 13, &e) == 0);
-	struct invocation in = inv(fn_py, img_py, "envdump.handler");
+	struct runner_request in = inv(fn_py, img_py, "envdump.handler");
 	with_api_env(&in);
 	with_db_secret(&in);
-	struct invocation_result r;
+	struct runner_result r;
 
 	cap_reset();
 	CHECK(runner_invoke(D, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	char *out = captured();
 	CHECK(t_contains(out, "envdump.handler\": "
 			      "API_URL=https://api.example.com\n"));
@@ -743,7 +743,7 @@ TEST(env_and_secret_injection)
 	REQUIRE(secret_set(SP, "it-db", "postgres://v2", 13, &e) == 0);
 	cap_reset();
 	CHECK(runner_invoke(D, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	out = captured();
 	CHECK(t_contains(out, ": DB_URL=postgres://v2\n"));
 	CHECK(!t_contains(out, "postgres://v1"));
@@ -763,7 +763,7 @@ TEST(env_and_secret_injection)
 	CHECK(t_contains(r.error, "not found"));
 	CHECK(t_contains(r.error, fn_py) && t_contains(r.error, "envdump.handler"));
 	CHECK(!r.container_id[0]);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 }
 
 static bool scan_contains;
@@ -795,12 +795,12 @@ TEST(canary_never_in_images_or_logs)
 	/* Relay's own log at DEBUG while the canary is injected. */
 	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
 	log_set_level(LOG_DEBUG);
-	struct invocation in = inv(fn_py, img_py, "ok.handler");
+	struct runner_request in = inv(fn_py, img_py, "ok.handler");
 	with_db_secret(&in);
-	struct invocation_result r;
+	struct runner_result r;
 	cap_reset();
 	CHECK(runner_invoke(D, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	log_set_level(LOG_INFO);
 	char *out = captured();
 	CHECK(t_contains(out, "py sync ok"));
@@ -859,10 +859,10 @@ TEST(dependency_image_shared)
 	REQUIRE(prepare(fn_req2, "python3.14", &b, &e) == 0);
 	CHECK(b.built && !b.dep_built);
 	CHECK_STR(b.dep_ref, a.dep_ref);
-	struct invocation_result r;
+	struct runner_result r;
 	cap_reset();
 	CHECK(invoke(fn_req2, b.ref, "ok.handler", &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	char *out = captured();
 	CHECK(t_contains(out, ": req2\n"));
 	free(out);
@@ -914,13 +914,13 @@ TEST(edit_rebuild_gc_and_failed_build)
 	free(e);
 	e = NULL;
 	CHECK(image_exists(D, v2.ref, &e) == 1);
-	struct invocation_result r;
+	struct runner_result r;
 	cap_reset();
 	CHECK(invoke(fn_edit, v2.ref, "ok.handler", &r) == 0);
 	/* The daemon refuses to remove an image while its auto-removed
 	 * container is still being removed. */
 	CHECK(r.container_id[0] && container_gone(r.container_id));
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	char *out = captured();
 	CHECK(t_contains(out, ": version two\n"));
 	free(out);
@@ -939,11 +939,11 @@ TEST(fifty_invocations_leave_no_container)
 	REQUIRE(img_py[0]);
 	int ok = 0;
 	for (int i = 0; i < 50; i++) {
-		struct invocation_result r;
+		struct runner_result r;
 		if (invoke(fn_py, img_py, i % 2 ? "ok.handler" : "fail.exit3", &r) == 0 ||
 		    r.outcome == RUNNER_FAILURE)
 			ok++;
-		invocation_result_free(&r);
+		runner_result_free(&r);
 	}
 	CHECK_INT(ok, 50);
 	CHECK_INT(containers_left(fn_py, 50), 0);
@@ -1290,10 +1290,10 @@ TEST(create_timeout_leaves_no_container)
 	snprintf_(fn, sizeof fn, "it-eng-ctmo-%d", pid);
 	char *e = NULL;
 	REQUIRE(secret_set(SP, "it-db", canary, strlen(canary), &e) == 0);
-	struct invocation in = inv(fn, img_py, "ok.handler");
+	struct runner_request in = inv(fn, img_py, "ok.handler");
 	with_db_secret(&in);
 	in.setup_timeout_ms = 3000;
-	struct invocation_result r;
+	struct runner_result r;
 	CHECK(runner_invoke(pd, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_ERROR);
 	CHECK(t_contains(r.error, "creating container"));
@@ -1308,7 +1308,7 @@ TEST(create_timeout_leaves_no_container)
 	CHECK(str_has_prefix(r.container_name, "relay-it-eng-ctmo-"));
 	if (r.container_name[0])
 		CHECK_INT(container_status(r.container_name), 404);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	docker_close(pd);
 	proxy_stop(p);
 	remove_labelled(fn);
@@ -1342,11 +1342,11 @@ TEST(slow_daemon_every_phase_within_bound)
 		}
 		struct docker *pd = open_via(p);
 		REQUIRE(pd);
-		struct invocation in = inv(fn, img_py, "slow.handler");
+		struct runner_request in = inv(fn, img_py, "slow.handler");
 		in.timeout_ns = NS_PER_SEC;
 		in.setup_timeout_ms = 2000;
 		in.teardown_timeout_ms = 2000;
-		struct invocation_result r;
+		struct runner_result r;
 		int64_t t0 = now_mono_ns();
 		runner_invoke(pd, &in, &r);
 		int64_t took = now_mono_ns() - t0;
@@ -1359,7 +1359,7 @@ TEST(slow_daemon_every_phase_within_bound)
 		if (r.outcome != phases[i].want)
 			T_FAIL_("%s: outcome %s: %s", phases[i].hold,
 				runner_outcome_name(r.outcome), r.error ? r.error : "");
-		invocation_result_free(&r);
+		runner_result_free(&r);
 		docker_close(pd);
 		proxy_stop(p);
 		remove_labelled(fn);
@@ -1421,7 +1421,7 @@ TEST(consumer_one_handler_in_flight)
 	marker_timeout_ns = f->tpl->rules[0].timeout_ns;
 	struct registry *reg = registry_new();
 	struct fn_version **fvs = xcalloc(1, sizeof *fvs);
-	fvs[0] = fn_version_new(f, xstrdup(img_py), NULL);
+	fvs[0] = registry_fn_version_new(f, xstrdup(img_py), NULL);
 	registry_publish(reg, fvs, 1);
 
 	static atomic_int cancel;
@@ -1463,7 +1463,7 @@ TEST(consumer_one_handler_in_flight)
 		gauge_line(inflight_text_during, sizeof inflight_text_during);
 		rep = redis_command(rc, "HGET %s %s", key, field);
 		if (rep && rep->type == REDIS_REPLY_STRING)
-			marker_during = marker_parse(rep->str, rep->len);
+			marker_during = invocation_marker_parse(rep->str, rep->len);
 		if (rep)
 			freeReplyObject(rep);
 		/* End it from outside: a failure, recorded with a backoff. */
@@ -1546,15 +1546,15 @@ TEST(examples_try_it)
 			printf("  %s\n", e);
 		CHECK(rc == 0);
 		if (rc == 0) {
-			struct invocation in = inv(ex[i].name, ir.ref, ex[i].handler);
+			struct runner_request in = inv(ex[i].name, ir.ref, ex[i].handler);
 			in.payload = event;
 			in.payload_len = sizeof event - 1;
 			in.event_id = "evt_123";
 			in.timeout_ns = 0; /* the 6s default */
-			struct invocation_result r;
+			struct runner_result r;
 			cap_reset();
 			CHECK(runner_invoke(D, &in, &r) == 0);
-			invocation_result_free(&r);
+			runner_result_free(&r);
 			char *out = captured();
 			if (!t_contains(out, ex[i].line))
 				T_FAIL_("missing line %s in:\n%s", ex[i].line, out);

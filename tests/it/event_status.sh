@@ -23,7 +23,6 @@ es_fn() { # name, kinds it matches, template extra, handler body
 	printf '%s' "$4" >"$d/main.py"
 }
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 xadd() { rcli XADD es '*' event "$1"; }
 pending_has() { [ "$(rcli XPENDING es es-group "$1" "$1" 1 | head -n1)" = "$1" ]; }
 not_pending() { [ -z "$(rcli XPENDING es es-group "$1" "$1" 1)" ] && [ "$(rcli XINFO GROUPS es | awk 'p == "lag" {print; exit} {p = $0}')" = 0 ]; }

@@ -10,12 +10,6 @@
 # machine's, which other tests use. Its data root is kept between runs
 # (FD_ROOT) so the stand-in base image is loaded into it only once.
 
-fn() { # name, handler module file, handler body, template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
-	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 relay_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
 xadd() { rcli XADD events '*' event "{\"kind\":\"$1\",\"event_id\":\"$2\"}"; }
 pending_count() { rcli XPENDING events relay | head -n1; }
@@ -40,7 +34,7 @@ lag_stays_for() {
 # A handler printing "start <event_id>", sleeping, then "handled
 # <event_id>"; the attempt is read from the DEBUG record of its run.
 echo_fn() { # name, kind, seconds of sleep
-	fn "$1" h.py "import time
+	write_fn "$1" h.py "import time
 def handler(event):
     print(\"start\", event[\"event_id\"], flush=True)
     time.sleep($3)

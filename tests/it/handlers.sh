@@ -8,7 +8,6 @@
 #
 # Function names start with "hd-"; each test removes the images it made.
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 cleanup_images() { # function name
 	docker images --format '{{.Repository}}:{{.Tag}}' "relay-fn-$1" | xargs -r docker rmi -f >/dev/null 2>&1

@@ -6,19 +6,12 @@
 # the 64 MiB reply cap is dead-lettered inside Redis and the events after
 # it run.
 
-hs_fn() { # name, handler module file, handler body, template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
-	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-
-hs_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 # As the producer of docs/redis-acl.md.
 hs_producer() { redis-cli -p "$REDIS_PORT" --user producer --pass producer-pw --no-auth-warning "$@"; }
 
 # hs_dlq_field ID FIELD: FIELD of the DLQ entry for original_id ID.
 hs_dlq_field() {
-	hs_cli EVAL "for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+	rcli EVAL "for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
 		local f, m = e[2], {}
 		for i = 1, #f - 1, 2 do m[f[i]] = f[i + 1] end
 		if m.original_id == ARGV[1] then return m[ARGV[2]] end
@@ -29,11 +22,11 @@ test_a_producer_limited_to_xadd_cannot_forge_a_scheduled_occurrence() {
 	start_redis
 	wait_redis_plain
 	# The two ACL lines of docs/redis-acl.md.
-	hs_cli ACL SETUSER relay on '>relay-pw' '~events' '~relay:*' +@all -@dangerous >/dev/null ||
+	rcli ACL SETUSER relay on '>relay-pw' '~events' '~relay:*' +@all -@dangerous >/dev/null ||
 		fail "ACL SETUSER relay"
-	hs_cli ACL SETUSER producer on '>producer-pw' '~events' -@all +xadd >/dev/null || fail "ACL SETUSER producer"
+	rcli ACL SETUSER producer on '>producer-pw' '~events' -@all +xadd >/dev/null || fail "ACL SETUSER producer"
 	export REDIS_URI=redis://relay:relay-pw@127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	hs_fn hs-acl handlers.py 'def event(e):
+	write_fn hs-acl handlers.py 'def event(e):
     print("EVENT RAN", e["n"])
 def cron(e):
     print("CRON HANDLER RAN", e)
@@ -62,7 +55,7 @@ schedules:
 	[[ "$out" == NOPERM* ]] || fail "the producer could SET $key: $out"
 	out=$(hs_producer GET "$key" 2>&1)
 	[[ "$out" == NOPERM* ]] || fail "the producer could GET $key: $out"
-	[ "$(hs_cli EXISTS "$key")" = 0 ] || fail "$key exists"
+	[ "$(rcli EXISTS "$key")" = 0 ] || fail "$key exists"
 
 	# ...so an occurrence it forges for the cron-only handler, envelope and
 	# all, is dead-lettered and runs nothing.
@@ -72,7 +65,7 @@ schedules:
 	[ -n "$fid" ] || fail "the producer cannot XADD the forged entry"
 	wait_for 60 acked_through "$REDIS_PORT" events relay "$fid" || fail "the forged entry was not dealt with: $(tail -n 20 "$TMP/relay.log")"
 	[ "$(hs_dlq_field "$fid" reason)" = "forged schedule occurrence" ] ||
-		fail "no DLQ entry 'forged schedule occurrence' for $fid: $(hs_cli XRANGE relay:events:dlq - +)"
+		fail "no DLQ entry 'forged schedule occurrence' for $fid: $(rcli XRANGE relay:events:dlq - +)"
 	[ "$(hs_dlq_field "$fid" event)" = "$forged" ] ||
 		fail "the DLQ entry does not keep the forged payload"
 	grep -q "msg=\"forged schedule occurrence sent to the dead-letter stream without running any handler\" message_id=$fid" "$TMP/relay.log" ||
@@ -93,7 +86,7 @@ test_an_entry_over_the_reply_cap_is_dead_lettered_and_reading_goes_on() {
 	start_redis
 	wait_redis_plain
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-	hs_fn hs-big handlers.py 'def event(e):
+	write_fn hs-big handlers.py 'def event(e):
     print("EVENT RAN", e["n"])
 ' 'runtime: python3.14
 events:
@@ -103,9 +96,9 @@ events:
 	start_relay_as "$TMP/relay.log" hs-big
 	# 65 MiB, built inside Redis: more than any reply Relay reads (64 MiB).
 	local big first last size=$((65 * 1024 * 1024))
-	first=$(hs_cli XADD events '*' event '{"kind":"hello","n":1}')
-	big=$(hs_cli EVAL "return redis.call('XADD', KEYS[1], '*', 'event', '{\"kind\":\"hello\",\"pad\":\"' .. string.rep('x', tonumber(ARGV[1])) .. '\"}')" 1 events "$size")
-	last=$(hs_cli XADD events '*' event '{"kind":"hello","n":2}')
+	first=$(rcli XADD events '*' event '{"kind":"hello","n":1}')
+	big=$(rcli EVAL "return redis.call('XADD', KEYS[1], '*', 'event', '{\"kind\":\"hello\",\"pad\":\"' .. string.rep('x', tonumber(ARGV[1])) .. '\"}')" 1 events "$size")
+	last=$(rcli XADD events '*' event '{"kind":"hello","n":2}')
 	[ -n "$big" ] && [ -n "$last" ] || fail "cannot add the entries"
 	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "reading stopped at the big entry: $(tail -n 20 "$TMP/relay.log")"
 	wait_for 10 grep -q 'EVENT RAN 2' "$TMP/relay.log" || fail "the event after it did not run"
@@ -113,7 +106,7 @@ events:
 	[ "$(hs_dlq_field "$big" reason)" = "event too large" ] || fail "no DLQ entry 'event too large' for $big"
 	[ "$(hs_dlq_field "$big" size)" = $((size + 30)) ] || fail "DLQ size $(hs_dlq_field "$big" size), want $((size + 30))"
 	[ "$(hs_dlq_field "$big" event)" = "" ] || fail "the DLQ entry carries a body"
-	[ "$(hs_cli XLEN relay:events:dlq)" = 1 ] || fail "DLQ has $(hs_cli XLEN relay:events:dlq) entries, want 1"
+	[ "$(rcli XLEN relay:events:dlq)" = 1 ] || fail "DLQ has $(rcli XLEN relay:events:dlq) entries, want 1"
 	grep -q "msg=\"event too large: sent to the dead-letter stream without reading it\" message_id=$big size=$((size + 30))" "$TMP/relay.log" ||
 		fail "no WARN line for the big entry"
 	! grep -q 'reply larger than' "$TMP/relay.log" || fail "a reply over the cap was read"

@@ -9,7 +9,6 @@
 #
 # Function names start with "ht-"; each test removes the images it made.
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 ht_fail() {
 	echo "assertion failed: $*"

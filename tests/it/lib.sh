@@ -136,6 +136,18 @@ wait_for() { # seconds command...
 
 # start_redis [redis-server args...]: a private redis on a free port
 # (REDIS_PORT), data in $TMP. Plain TCP unless the args say otherwise.
+# rcli ARGS...: redis-cli against the test's Redis (start_redis).
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+
+# write_fn NAME FILE BODY TEMPLATE: the function NAME in the functions
+# directory, its handler module FILE holding BODY and its template.yaml
+# TEMPLATE (both written as given, no newline added).
+write_fn() {
+	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
+	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
+	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
+}
+
 start_redis() {
 	REDIS_PORT=$(free_port)
 	mkdir -p "$TMP/redis-$REDIS_PORT"

@@ -3,12 +3,6 @@
 # taken at startup, a scraper that never reads, and `relay stats` after a
 # graceful shutdown.
 
-ob_fn() { # name body template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$2" >"$RELAY_FUNCTIONS_DIR/$1/h.py"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-
 ob_start() { # log
 	relay_bg "$1" "$RELAY" start
 	# 60 s: the start builds each function's image from the stand-in base
@@ -35,14 +29,14 @@ test_metrics_and_stats_after_a_real_run() {
 	wait_redis_plain
 	ob_env
 	export METRICS_ADDR=127.0.0.1:$(free_port)
-	ob_fn ob-ok 'def handler(event):
+	write_fn ob-ok h.py 'def handler(event):
     print("ok", event["n"])
 ' 'runtime: python3.14
 events:
   - handler: h.handler
     pattern: {kind: [ok]}
 '
-	ob_fn ob-fail 'import sys
+	write_fn ob-fail h.py 'import sys
 def handler(event):
     sys.exit(3)
 ' 'runtime: python3.14

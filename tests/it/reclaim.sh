@@ -13,7 +13,7 @@ test_worker_killed_mid_invocation_is_recovered_by_another() {
 	start_redis
 	wait_redis_plain
 	relay_env
-	fn dl-long long.py 'import time
+	write_fn dl-long long.py 'import time
 def handler(event):
     print("start", event["event_id"], flush=True)
     time.sleep(3)
@@ -109,7 +109,7 @@ test_pending_entry_trimmed_by_retention_is_dropped_without_dlq() {
 	export REDIS_STREAM_RETENTION=1h
 	# One entry per stream node, so the approximate trim (~) removes it.
 	rcli CONFIG SET stream-node-max-entries 1 >/dev/null
-	fn dl-trim fail.py 'def handler(event):
+	write_fn dl-trim fail.py 'def handler(event):
     print("attempt", event["event_id"], flush=True)
     raise RuntimeError("always fails")
 ' 'runtime: python3.14

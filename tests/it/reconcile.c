@@ -200,7 +200,7 @@ static void rig_free(struct rig *r)
 static void served_image(struct rig *r, const char *name, char *out, size_t outsz)
 {
 	struct snapshot *s = registry_acquire(r->reg);
-	struct fn_version *fv = snapshot_find(s, name);
+	struct fn_version *fv = registry_snapshot_find(s, name);
 	strlcpy_(out, fv ? (fv->image ? fv->image : "?") : "", outsz);
 	registry_release(r->reg, s);
 }

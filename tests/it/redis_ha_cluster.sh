@@ -16,12 +16,6 @@
 # shellcheck source=tests/it/redis_ha_lib.sh
 source "$ROOT/tests/it/redis_ha_lib.sh"
 
-hafn() { # name, handler module file, handler body, template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
-	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-
 # node_pid PORT: the pid of the redis-ha server on PORT.
 node_pid() { awk -v p="$1" '$3 == p { print $1 }' "$HA_DIR/pids"; }
 node_id() { redis-cli -p "$1" CLUSTER MYID; }
@@ -36,7 +30,7 @@ test_cluster_two_workers_account_for_2000_events() {
 	# are acknowledged. The 30 s timeout: on a loaded 2-core machine a
 	# container printing one line took up to 5 s, against the default 6 s,
 	# and a timeout is dead-lettered like a failure.
-	hafn ha-pick pick.py 'def handler(event):
+	write_fn ha-pick pick.py 'def handler(event):
     n = int(event["event_id"][1:])
     if n % 3 == 0:
         raise RuntimeError("fail " + event["event_id"])
@@ -182,7 +176,7 @@ failover_under_load() {
 	# interacted within the last 5 s) and processed events added after the
 	# failover
 	wait_for 10 ha_consumers_recent 5000 "$prefix-1" "$prefix-2" ||
-		fail "a worker does not read from the new master: $(hcli XINFO CONSUMERS "$HA_STREAM" "$HA_GROUP" | paste -sd' ')"
+		fail "a worker does not read from the new master: $(ha_not_reading "$prefix")"
 	local w after n
 	awk -v b="$before" 'NR > b { print $2 }' "$TMP/confirmed.txt" | sort >"$TMP/after"
 	for w in 1 2; do
@@ -264,7 +258,7 @@ test_cluster_live_resharding_of_the_stream_slot_loses_nothing() {
 	# the slot was moving.
 	ha_check_duplicates "$t0" "$t1" "$TMP"/ha-rs-*.log
 	wait_for 10 ha_consumers_recent 5000 ha-rs-1 ha-rs-2 ||
-		fail "a worker does not read from the new owner: $(hcli XINFO CONSUMERS "$HA_STREAM" "$HA_GROUP" | paste -sd' ')"
+		fail "a worker does not read from the new owner: $(ha_not_reading ha-rs)"
 	[ "$(redis-cli -p "$src" CLUSTER COUNTKEYSINSLOT "$slot")" = 0 ] || fail "keys of slot $slot written on the old owner"
 	echo "redirects: $(cat "$TMP"/ha-rs-*.log | grep -o 'reason="[A-Z]*' | sort | uniq -c | paste -sd' ')"
 	grep -qF 'reason="ASK ' "$TMP"/ha-rs-*.log || fail "no worker was sent ASK while the stream was on the target"
@@ -278,7 +272,7 @@ test_cluster_live_resharding_of_the_stream_slot_loses_nothing() {
 test_cluster_schedule_runs_each_occurrence_once() {
 	ha_up cluster
 	ha_env
-	hafn ha-tick tick.py 'def handler(event):
+	write_fn ha-tick tick.py 'def handler(event):
     print("ran", event["scheduled_at"], event["source"], flush=True)
 ' 'runtime: python3.14
 concurrency: 4

@@ -242,6 +242,18 @@ ha_keys_in_slot() {
 	[ "$bad" = 0 ] || fail "keys outside the stream's slot"
 }
 
+# ha_not_reading PREFIX: why the workers PREFIX-* may not be reading, for a
+# failure message: the group's consumers as the master sees them, then the
+# last lines of each worker's log that are not DEBUG.
+ha_not_reading() {
+	local f
+	hcli XINFO CONSUMERS "$HA_STREAM" "$HA_GROUP" | paste -sd' '
+	for f in "$TMP/$1"-*.log; do
+		echo "--- $(basename "$f"), its last lines above DEBUG:"
+		grep -v 'level=DEBUG' "$f" | tail -n 12
+	done
+}
+
 # ha_consumers_recent MAX_IDLE_MS NAME...: on the master now, each named
 # consumer of the group interacted within MAX_IDLE_MS.
 ha_consumers_recent() {

@@ -83,7 +83,7 @@ test_sentinel_failover_under_load_loses_nothing_confirmed() {
 	# followed the switch).
 	ha_check_duplicates "$t0" "$t1" "$TMP"/ha-sn-*.log
 	wait_for 10 ha_consumers_recent 5000 ha-sn-1 ha-sn-2 ||
-		fail "a worker does not read from the new master: $(hcli XINFO CONSUMERS "$HA_STREAM" "$HA_GROUP" | paste -sd' ')"
+		fail "a worker does not read from the new master: $(ha_not_reading ha-sn)"
 	local w n
 	awk -v b="$before" 'NR > b { print $2 }' "$TMP/confirmed.txt" | sort >"$TMP/after"
 	for w in 1 2; do

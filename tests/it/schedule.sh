@@ -5,12 +5,6 @@
 # /metrics, a schedule removed live while occurrences are pending, and the
 # scheduler through a Redis outage.
 
-sc_fn() { # name, handler module file, handler body, template
-	mkdir -p "$RELAY_FUNCTIONS_DIR/$1"
-	printf '%s' "$3" >"$RELAY_FUNCTIONS_DIR/$1/$2"
-	printf '%s' "$4" >"$RELAY_FUNCTIONS_DIR/$1/template.yaml"
-}
-
 # sc_start LOG HOSTNAME [METRICS_ADDR]: a worker, ready once its scheduler runs.
 sc_start() {
 	export METRICS_ADDR=${3:-}
@@ -18,14 +12,13 @@ sc_start() {
 }
 
 sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
-sc_cli() { redis-cli -p "$REDIS_PORT" "$@"; }
-sc_pending() { sc_cli XPENDING events relay | head -n1; }
-sc_lag() { sc_cli XINFO GROUPS events | sed -n '/^lag$/{n;p}'; }
+sc_pending() { rcli XPENDING events relay | head -n1; }
+sc_lag() { rcli XINFO GROUPS events | sed -n '/^lag$/{n;p}'; }
 
 # The stream's occurrences, one "epoch-seconds occurrence-id message-id" per
 # line, in stream order.
 sc_occurrences() {
-	sc_cli XRANGE events - + | awk '
+	rcli XRANGE events - + | awk '
 		/^[0-9]+-[0-9]+$/ { id = $0 }
 		match($0, /"occurrence_id":"[^"]*"/) { print id, substr($0, RSTART + 17, RLENGTH - 18) }' >"$TMP/occ.raw"
 	# scheduled_at is the id's last 20 characters
@@ -115,7 +108,7 @@ test_three_workers_publish_each_occurrence_once() {
 	start_redis
 	wait_redis_plain
 	sc_env
-	sc_fn sc-tick tick.py 'import json
+	write_fn sc-tick tick.py 'import json
 def handler(event):
     print("ran", event["scheduled_at"], event["source"], flush=True)
     print("stdin", json.dumps(event, separators=(",", ":")), flush=True)
@@ -153,7 +146,7 @@ schedules:
 	[ "$count" -ge 28 ] || fail "only $count occurrences in ~33 s"
 	[ "$first" -gt "$(date -u -d "$t_start" +%s)" ] || fail "first occurrence $first not after the first start $t_start"
 	# every entry is a scheduled occurrence of sc-tick
-	[ "$(sc_cli XLEN events)" -eq "$count" ] || fail "XLEN differs from the occurrences"
+	[ "$(rcli XLEN events)" -eq "$count" ] || fail "XLEN differs from the occurrences"
 
 	# the handler ran once per occurrence: no duplicate runs; every
 	# occurrence ran or is still pending with the killed worker
@@ -161,8 +154,8 @@ schedules:
 	local total distinct
 	total=$(wc -l <"$TMP/ran")
 	distinct=$(sort -u "$TMP/ran" | wc -l)
-	sc_cli XPENDING events relay - + 1000 | awk 'NR % 4 == 1' >"$TMP/pending.ids"
-	sc_cli XPENDING events relay - + 1000 | awk 'NR % 4 == 2' | sort -u >"$TMP/pending.owners"
+	rcli XPENDING events relay - + 1000 | awk 'NR % 4 == 1' >"$TMP/pending.ids"
+	rcli XPENDING events relay - + 1000 | awk 'NR % 4 == 2' | sort -u >"$TMP/pending.owners"
 	local unaccounted=0 secs occ mid at
 	while read -r secs occ mid; do
 		at=${occ: -20}
@@ -178,21 +171,21 @@ schedules:
 	for w in 1 2; do
 		grep -q 'ran .* relay.schedule' "$TMP/w$w.log" || fail "worker-$w ran no occurrence"
 	done
-	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	# The original's wire format: one field, the five keys in order; the
 	# handler reads only scheduled_at and source; the dedup key holds the
 	# occurrence id for 7 days; INFO "Schedule: occurrence published".
 	local e1 o1 at1
-	e1=$(sc_cli XRANGE events - + COUNT 1 | sed -n 3p)
-	[ "$(sc_cli XRANGE events - + COUNT 1 | wc -l)" -eq 3 ] || fail "not a single-field entry: $(sc_cli XRANGE events - + COUNT 1)"
-	[ "$(sc_cli XRANGE events - + COUNT 1 | sed -n 2p)" = event ] || fail "the field is not event"
+	e1=$(rcli XRANGE events - + COUNT 1 | sed -n 3p)
+	[ "$(rcli XRANGE events - + COUNT 1 | wc -l)" -eq 3 ] || fail "not a single-field entry: $(rcli XRANGE events - + COUNT 1)"
+	[ "$(rcli XRANGE events - + COUNT 1 | sed -n 2p)" = event ] || fail "the field is not event"
 	o1=$(sed -n 1p "$TMP/series" | awk '{print $2}')
 	at1=${o1: -20}
 	[ "$e1" = "{\"function\":\"sc-tick\",\"handler\":\"tick.handler\",\"occurrence_id\":\"$o1\",\"scheduled_at\":\"$at1\",\"source\":\"relay.schedule\"}" ] ||
 		fail "entry: $e1"
-	[ "$(sc_cli GET "relay:schedule:$o1")" = "$o1" ] || fail "dedup key value: $(sc_cli GET "relay:schedule:$o1")"
+	[ "$(rcli GET "relay:schedule:$o1")" = "$o1" ] || fail "dedup key value: $(rcli GET "relay:schedule:$o1")"
 	local pttl
-	pttl=$(sc_cli PTTL "relay:schedule:$o1")
+	pttl=$(rcli PTTL "relay:schedule:$o1")
 	[ "$pttl" -gt 604000000 ] && [ "$pttl" -le 604800000 ] || fail "dedup key PTTL $pttl"
 	grep -qhF "relay: function \"sc-tick\" handler \"tick.handler\": stdin {\"scheduled_at\":\"" "$TMP"/w[123].log ||
 		fail "no stdin line"
@@ -237,7 +230,7 @@ test_removed_schedule_pending_occurrences_are_acked_obsolete() {
 	wait_redis_plain
 	sc_env
 	export MAX_CONCURRENCY=1 MAX_BUFFERED_EVENTS=1
-	sc_fn sc-gone slow.py 'import time
+	write_fn sc-gone slow.py 'import time
 def handler(event):
     time.sleep(2)
     print("slow", event["scheduled_at"], flush=True)
@@ -263,9 +256,9 @@ events:
 	wait_for 30 drained || fail "occurrences left: pending $(sc_pending), lag $(sc_lag)"
 	# the schedule is gone: nothing more is published
 	local len
-	len=$(sc_cli XLEN events)
+	len=$(rcli XLEN events)
 	sleep 2.5
-	[ "$(sc_cli XLEN events)" -eq "$len" ] || fail "the removed schedule still publishes"
+	[ "$(rcli XLEN events)" -eq "$len" ] || fail "the removed schedule still publishes"
 	local obsolete ran
 	obsolete=$(grep -c 'scheduled occurrence obsolete' "$TMP/w.log")
 	ran=$(grep -c '^relay: function "sc-gone" handler "[^"]*" executed for event' "$TMP/w.log")
@@ -273,7 +266,7 @@ events:
 	grep 'scheduled occurrence obsolete' "$TMP/w.log" | head -n1
 	grep -q 'level=INFO msg="scheduled occurrence obsolete' "$TMP/w.log" || fail "not an INFO line"
 	[ $((obsolete + ran)) -eq "$len" ] || fail "$len published, $ran ran + $obsolete obsolete"
-	[ "$(sc_cli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
+	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
 	# Nothing failed, so nothing was retried (the retry record is DEBUG; the
 	# failure line before any retry is printed at every level).
 	! grep -q '^relay: function "sc-gone" handler "[^"]*" execution failed for event' "$TMP/w.log" ||
@@ -293,7 +286,7 @@ test_scheduler_rides_out_a_redis_outage() {
 	start_redis
 	wait_redis_plain
 	sc_env
-	sc_fn sc-out out.py 'def handler(event):
+	write_fn sc-out out.py 'def handler(event):
     print("ran", event["scheduled_at"], flush=True)
 ' 'runtime: python3.14
 schedules:
@@ -303,12 +296,12 @@ schedules:
 	local m=127.0.0.1:$(free_port)
 	sc_start "$TMP/w.log" sched-outage "$m"
 	local p=$RELAY_PID
-	have_entries() { [ "$(sc_cli XLEN events)" -ge "$1" ]; }
-	wait_for 30 have_entries 3 || fail "no occurrences before the outage: XLEN $(sc_cli XLEN events)"
+	have_entries() { [ "$(rcli XLEN events)" -ge "$1" ]; }
+	wait_for 30 have_entries 3 || fail "no occurrences before the outage: XLEN $(rcli XLEN events)"
 
 	local t_down t_gone t_up t_ready
 	t_down=$(date +%s.%N)
-	sc_cli SHUTDOWN SAVE >/dev/null 2>&1
+	rcli SHUTDOWN SAVE >/dev/null 2>&1
 	wait "$REDIS_PID" 2>/dev/null
 	t_gone=$(date +%s.%N)
 	[ -s "$TMP/redis-$REDIS_PORT/dump.rdb" ] || fail "redis saved no data at shutdown"
@@ -336,7 +329,7 @@ schedules:
 	local dups
 	dups=$(awk '{print $2}' "$TMP/series" | sort | uniq -d | wc -l)
 	[ "$dups" -eq 0 ] || fail "$dups occurrence(s) published more than once"
-	[ "$(sc_cli XLEN events)" -eq "$(wc -l <"$TMP/series")" ] || fail "stream entries that are not occurrences"
+	[ "$(rcli XLEN events)" -eq "$(wc -l <"$TMP/series")" ] || fail "stream entries that are not occurrences"
 	awk 'NR > 1 && $1 != p + 1 { print p, $1 } { p = $1 }' "$TMP/series" >"$TMP/gaps"
 	[ "$(wc -l <"$TMP/gaps")" -eq 1 ] || fail "want exactly one gap in the series, got: $(tr '\n' ' ' <"$TMP/gaps")"
 	local before after missed
@@ -356,11 +349,11 @@ schedules:
 	# Dedup keys: one per published occurrence (they survived the restart),
 	# none for the missed ones.
 	local keys
-	keys=$(sc_cli --scan --pattern 'relay:schedule:schedule:sc-out:*' | wc -l)
+	keys=$(rcli --scan --pattern 'relay:schedule:schedule:sc-out:*' | wc -l)
 	[ "$keys" -eq "$(wc -l <"$TMP/series")" ] || fail "$keys dedup keys for $(wc -l <"$TMP/series") occurrences"
 	local s
 	for s in $(seq $((before + 1)) $((after - 1))); do
-		[ "$(sc_cli EXISTS "relay:schedule:schedule:sc-out:out.handler:$(date -u -d "@$s" +%Y-%m-%dT%H:%M:%SZ)")" -eq 0 ] ||
+		[ "$(rcli EXISTS "relay:schedule:schedule:sc-out:out.handler:$(date -u -d "@$s" +%Y-%m-%dT%H:%M:%SZ)")" -eq 0 ] ||
 			fail "dedup key for the missed occurrence $s"
 	done
 	# One WARN for the whole outage, one recovery line after it.

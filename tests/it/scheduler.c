@@ -62,7 +62,7 @@ static void publish_dir(struct registry *reg, const char *sub)
 		fvs = xcalloc(scan.n + 1, sizeof *fvs);
 		for (size_t i = 0; i < scan.n; i++) {
 			if (scan.v[i].fn) {
-				fvs[n++] = fn_version_new(scan.v[i].fn, NULL, NULL);
+				fvs[n++] = registry_fn_version_new(scan.v[i].fn, NULL, NULL);
 				scan.v[i].fn = NULL;
 			} else if (scan.v[i].status == FUNCTION_INVALID) {
 				printf("  invalid fixture %s: %s\n", scan.v[i].name,

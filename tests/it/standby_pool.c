@@ -391,7 +391,7 @@ static struct fn_version *load_fv(const char *fn, const char *img)
 		printf("  %s: %s\n", fn, errs.v[i]);
 	strlist_free(&errs);
 	strlist_free(&warns);
-	return st == FUNCTION_OK ? fn_version_new(f, xstrdup(img), NULL) : NULL;
+	return st == FUNCTION_OK ? registry_fn_version_new(f, xstrdup(img), NULL) : NULL;
 }
 
 /* Publishes fvs[0..n) (copied into the array the registry takes). */
@@ -461,7 +461,7 @@ static bool dispatch(struct runner_parked **pp, const struct fn_version *fv, con
 {
 	char *payload = xasprintf("{\"id\":\"%s\"}", id);
 	const struct template *t = fv->fn->tpl;
-	struct invocation in = {
+	struct runner_request in = {
 		.function = fv->fn->name,
 		.handler = H,
 		.image = fv->image,
@@ -479,14 +479,14 @@ static bool dispatch(struct runner_parked **pp, const struct fn_version *fv, con
 		.hostname = host,
 		.cancelled = no_cancel,
 	};
-	struct invocation_result r;
+	struct runner_result r;
 	runner_dispatch(D, pp, &in, &r);
 	bool ok = r.outcome == RUNNER_SUCCESS && *pp == NULL;
 	if (!ok)
 		printf("  dispatch %s: outcome %d, %s\n", id, (int)r.outcome,
 		       r.error ? r.error : "");
 	strlcpy_(cid, r.container_id, cidsz);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	free(payload);
 	return ok;
 }

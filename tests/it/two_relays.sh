@@ -29,7 +29,6 @@ def handler(event):
     time.sleep(event["sleep"])
     print("finished", event["n"], flush=True)'
 
-rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 # No standby pool: the only container is the invocation's (standby
 # containers carry relay.instance too, tests/it/standby.sh).
 tw_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay STANDBY_MAX=0; }

@@ -125,10 +125,10 @@ static bool no_cancel(void *ctx)
 	return false;
 }
 
-static struct invocation inv(const char *function, const char *image, const char *handler,
-			     const char *payload)
+static struct runner_request inv(const char *function, const char *image, const char *handler,
+				 const char *payload)
 {
-	return (struct invocation){
+	return (struct runner_request){
 		.function = function,
 		.handler = handler,
 		.image = image,
@@ -144,7 +144,7 @@ static struct invocation inv(const char *function, const char *image, const char
 
 static struct runner_warm *start(const char *fn, const char *img, const char *handler)
 {
-	struct invocation in = inv(fn, img, handler, NULL);
+	struct runner_request in = inv(fn, img, handler, NULL);
 	in.warm = true;
 	struct runner_warm *w = NULL;
 	char *e = NULL;
@@ -159,7 +159,7 @@ static struct runner_warm *start(const char *fn, const char *img, const char *ha
 /* The prefixed line as the log shows it. */
 static char *line_of(const char *fn, const char *handler, const char *text)
 {
-	struct invocation in = inv(fn, "x", handler, NULL);
+	struct runner_request in = inv(fn, "x", handler, NULL);
 	char *prefix = runner_format_prefix(&in);
 	char *l = xasprintf("%s%s\n", prefix, text);
 	free(prefix);
@@ -278,16 +278,16 @@ static void reuse_and_exception(const char *fn, const char *img, const char *lab
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
 	free(take_log());
-	struct invocation_result r;
+	struct runner_result r;
 	for (int i = 1; i <= 2; i++) {
 		char payload[64];
 		snprintf(payload, sizeof payload, "{\"id\":\"e%d\"}", i);
-		struct invocation in = inv(fn, img, okh, payload);
+		struct runner_request in = inv(fn, img, okh, payload);
 		CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
 		CHECK_INT(r.outcome, RUNNER_SUCCESS);
 		CHECK_INT(r.exit_code, 0);
 		CHECK_STR(r.container_id, id);
-		invocation_result_free(&r);
+		runner_result_free(&r);
 	}
 	char *log = take_log();
 	char want[64];
@@ -298,7 +298,7 @@ static void reuse_and_exception(const char *fn, const char *img, const char *lab
 	CHECK(strstr(log, "RELAY1") == NULL);
 	free(log);
 
-	struct invocation in = inv(fn, img, okh, "{\"id\":\"e3\",\"boom\":true}");
+	struct runner_request in = inv(fn, img, okh, "{\"id\":\"e3\",\"boom\":true}");
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_FAILURE);
 	CHECK_INT(r.exit_code, 1);
@@ -310,7 +310,7 @@ static void reuse_and_exception(const char *fn, const char *img, const char *lab
 				       fn, okh, okh);
 	CHECK_STR(r.error, err);
 	free(err);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(runner_warm_alive(w));
 	CHECK_INT(runner_warm_gone(w), 0);
 	log = take_log();
@@ -320,7 +320,7 @@ static void reuse_and_exception(const char *fn, const char *img, const char *lab
 	in = inv(fn, img, okh, "{\"id\":\"e4\"}");
 	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
 	CHECK_STR(r.container_id, id);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	log = take_log();
 	snprintf(want, sizeof want, "%s ok e4 4 ", label);
 	CHECK(strstr(log, want) != NULL);
@@ -343,15 +343,15 @@ TEST(node_throws_a_non_error)
 {
 	struct runner_warm *w = start(fn_node, img_node, "h.weird");
 	REQUIRE(w);
-	struct invocation in = inv(fn_node, img_node, "h.weird", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_node, img_node, "h.weird", "{}");
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	char *err = xasprintf("function \"%s\" handler \"h.weird\" failed: exit status 1: relay "
 			      "bootstrap: handler \"h.weird\" raised not an error",
 			      fn_node);
 	CHECK_STR(r.error, err);
 	free(err);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(runner_warm_alive(w));
 	runner_warm_discard(D, w, 0);
 }
@@ -362,8 +362,8 @@ static void exit3(const char *fn, const char *img)
 	REQUIRE(w);
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
-	struct invocation in = inv(fn, img, "h.exit3", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn, img, "h.exit3", "{}");
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_FAILURE);
 	CHECK_INT(r.exit_code, 3);
@@ -371,13 +371,13 @@ static void exit3(const char *fn, const char *img)
 			      fn);
 	CHECK_STR(r.error, err);
 	free(err);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(!runner_warm_alive(w));
 	/* The next invocation in it is refused without running. */
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_ERROR);
 	CHECK(r.not_run);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	runner_warm_discard(D, w, 0);
 	CHECK(container_gone(id));
 	free(take_log());
@@ -399,16 +399,16 @@ static void timeout(const char *fn, const char *img)
 	REQUIRE(w);
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
-	struct invocation in = inv(fn, img, "h.slow", "{}");
+	struct runner_request in = inv(fn, img, "h.slow", "{}");
 	in.timeout_ns = 1000000000LL;
-	struct invocation_result r;
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_TIMEOUT);
 	char *err = xasprintf("function \"%s\" handler \"h.slow\" timed out after 1s", fn);
 	CHECK_STR(r.error, err);
 	free(err);
 	CHECK(r.seconds >= 1.0 && r.seconds < 30.0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(!runner_warm_alive(w));
 	CHECK(container_gone(id));
 	runner_warm_discard(D, w, 0);
@@ -430,11 +430,11 @@ TEST(python_output_attribution)
 	struct runner_warm *w = start(fn_py, img_py, "h.odd");
 	REQUIRE(w);
 	free(take_log());
-	struct invocation in = inv(fn_py, img_py, "h.odd", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_py, img_py, "h.odd", "{}");
+	struct runner_result r;
 	for (int i = 0; i < 2; i++) {
 		CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-		invocation_result_free(&r);
+		runner_result_free(&r);
 		char *log = take_log();
 		/* What runner_invoke forwards for the same bytes. */
 		check_has_line(log, fn_py, "h.odd", "has \\x1e marker byte");
@@ -460,11 +460,11 @@ TEST(node_output_attribution)
 	struct runner_warm *w = start(fn_node, img_node, "h.odd");
 	REQUIRE(w);
 	free(take_log());
-	struct invocation in = inv(fn_node, img_node, "h.odd", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_node, img_node, "h.odd", "{}");
+	struct runner_result r;
 	for (int i = 0; i < 2; i++) {
 		CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-		invocation_result_free(&r);
+		runner_result_free(&r);
 		char *log = take_log();
 		check_has_line(log, fn_node, "h.odd", "has \\x1e marker byte");
 		check_has_line(log, fn_node, "h.odd", "err partial");
@@ -479,11 +479,11 @@ static void reads_stdin(const char *fn, const char *img, const char *want)
 	struct runner_warm *w = start(fn, img, "h.stdin");
 	REQUIRE(w);
 	free(take_log());
-	struct invocation in = inv(fn, img, "h.stdin", "{\"id\":\"s\"}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn, img, "h.stdin", "{\"id\":\"s\"}");
+	struct runner_result r;
 	for (int i = 0; i < 2; i++) {
 		CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-		invocation_result_free(&r);
+		runner_result_free(&r);
 	}
 	char *log = take_log();
 	check_has_line(log, fn, "h.stdin", want);
@@ -506,8 +506,8 @@ TEST(node_stdin_is_empty)
 static void same_as_fresh(const char *fn, const char *img, const char *handler,
 			  const char *payload)
 {
-	struct invocation in = inv(fn, img, handler, payload);
-	struct invocation_result fresh, warm;
+	struct runner_request in = inv(fn, img, handler, payload);
+	struct runner_result fresh, warm;
 	runner_invoke(D, &in, &fresh);
 	struct runner_warm *w = start(fn, img, handler);
 	REQUIRE(w);
@@ -515,8 +515,8 @@ static void same_as_fresh(const char *fn, const char *img, const char *handler,
 	CHECK_INT(warm.outcome, fresh.outcome);
 	CHECK_INT(warm.exit_code, fresh.exit_code);
 	CHECK_STR(warm.error ? warm.error : "", fresh.error ? fresh.error : "");
-	invocation_result_free(&fresh);
-	invocation_result_free(&warm);
+	runner_result_free(&fresh);
+	runner_result_free(&warm);
 	runner_warm_discard(D, w, 0);
 	free(take_log());
 }
@@ -539,13 +539,13 @@ TEST(python_oom_ends_the_container)
 	REQUIRE(w);
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
-	struct invocation in = inv(fn_py, img_py, "h.hog", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_py, img_py, "h.hog", "{}");
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_FAILURE);
 	CHECK_INT(r.exit_code, 137);
 	CHECK(r.error && strstr(r.error, "exit status 137: killed: out of memory") != NULL);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(!runner_warm_alive(w));
 	CHECK(container_gone(id));
 	runner_warm_discard(D, w, 0);
@@ -563,12 +563,12 @@ TEST(cancel_removes_the_container)
 	REQUIRE(w);
 	char id[72];
 	strlcpy_(id, runner_warm_id(w), sizeof id);
-	struct invocation in = inv(fn_py, img_py, "h.slow", "{}");
+	struct runner_request in = inv(fn_py, img_py, "h.slow", "{}");
 	in.cancelled = yes_cancel;
-	struct invocation_result r;
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) < 0);
 	CHECK_INT(r.outcome, RUNNER_CANCELLED);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK(!runner_warm_alive(w));
 	CHECK(container_gone(id));
 	runner_warm_discard(D, w, 0);
@@ -581,10 +581,10 @@ TEST(idle_output_is_forwarded)
 	struct runner_warm *w = start(fn_py, img_py, "h.later");
 	REQUIRE(w);
 	free(take_log());
-	struct invocation in = inv(fn_py, img_py, "h.later", "{}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_py, img_py, "h.later", "{}");
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	char *want = line_of(fn_py, "h.later", "printed while idle");
 	bool seen = false;
 	struct buf all;
@@ -603,7 +603,7 @@ TEST(idle_output_is_forwarded)
 	buf_free(&all);
 	/* Still serves the next invocation. */
 	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	runner_warm_discard(D, w, 0);
 	free(take_log());
 }
@@ -631,10 +631,10 @@ TEST(bound_while_idle_lifted_for_the_invocation)
 	REQUIRE(w);
 	CHECK(runner_warm_bound(D, w, 10000) == 0);
 	CHECK_INT(nano_cpus(runner_warm_id(w)), RUNNER_PARKED_NANO_CPUS);
-	struct invocation in = inv(fn_py, img_py, "h.ok", "{\"id\":\"b\"}");
-	struct invocation_result r;
+	struct runner_request in = inv(fn_py, img_py, "h.ok", "{\"id\":\"b\"}");
+	struct runner_result r;
 	CHECK(runner_warm_invoke(D, w, &in, &r) == 0);
-	invocation_result_free(&r);
+	runner_result_free(&r);
 	CHECK_INT(nano_cpus(runner_warm_id(w)), RUNNER_NANO_CPUS);
 	runner_warm_discard(D, w, 0);
 	free(take_log());

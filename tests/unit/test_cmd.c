@@ -53,7 +53,7 @@ TEST(touches_flags_are_true)
 		bool health = strcmp(c->words, "health") == 0;
 		bool event = strncmp(c->words, "event ", 6) == 0;
 		bool invoke = strcmp(c->words, "function invoke") == 0;
-		CHECK(!!(c->touches & CMD_RUNTIME) == start);
+		CHECK(!!(c->touches & CMD_ENGINE) == start);
 		CHECK(!!(c->touches & CMD_STATE_WRITE) == start);
 		bool dlq = strncmp(c->words, "dlq ", 4) == 0;
 		CHECK(!!(c->touches & CMD_DOCKER) == (start || health || invoke));
@@ -62,7 +62,7 @@ TEST(touches_flags_are_true)
 		 * relay start. */
 		CHECK(!!(c->touches & CMD_STREAM) == (event || dlq));
 	}
-	const unsigned all = CMD_RUNTIME | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ |
+	const unsigned all = CMD_ENGINE | CMD_REDIS | CMD_DOCKER | CMD_STATE_READ |
 			     CMD_STATE_WRITE | CMD_DATA_FILES | CMD_FUNCTIONS_READ |
 			     CMD_FUNCTIONS_WRITE | CMD_NETWORK;
 	CHECK_INT(find("start")->touches, all);

@@ -10,10 +10,10 @@
 /* An entry from "name=value" pairs (value up to the next NULL). */
 static struct dlq_entry *entry(const char *id, const char *const *kv)
 {
-	struct dlq_entry *e = dlq_entry_new(id, strlen(id));
+	struct dlq_entry *e = dlq_view_entry_new(id, strlen(id));
 	for (size_t i = 0; kv && kv[i]; i++) {
 		const char *eq = strchr(kv[i], '=');
-		dlq_entry_add(e, kv[i], (size_t)(eq - kv[i]), eq + 1, strlen(eq + 1));
+		dlq_view_entry_add(e, kv[i], (size_t)(eq - kv[i]), eq + 1, strlen(eq + 1));
 	}
 	return e;
 }
@@ -38,8 +38,8 @@ TEST(ids)
 		{"123456789012345678901-0", -1},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		CHECK(dlq_id_valid(cases[i].id) == (cases[i].ms >= 0));
-		CHECK_INT(dlq_id_ms(cases[i].id), cases[i].ms);
+		CHECK(dlq_view_id_valid(cases[i].id) == (cases[i].ms >= 0));
+		CHECK_INT(dlq_view_id_ms(cases[i].id), cases[i].ms);
 	}
 }
 
@@ -55,12 +55,12 @@ TEST(ls_cells_are_escaped)
 							  NULL});
 	struct buf b;
 	buf_init(&b, 1 << 12);
-	dlq_render_ls(&b, &e, 1, 1764633600, 0);
+	dlq_view_render_ls(&b, &e, 1, 1764633600, 0);
 	CHECK_STR(b.data, "ID               AGE         ORIGINAL    ATTEMPTS  FUNCTION     REASON\n"
 			  "1700000000000-1  2023-11-14  1-1\\x1b[2J  1         fn\\u009b31m  boom "
 			  "\\x1b]0;pwn\\x07 \\u202eevil \\u2066x\n");
 	buf_free(&b);
-	dlq_entry_free(e);
+	dlq_view_entry_free(e);
 }
 
 /* The table with dead-lettered times in 2023 (ages read as dates) so that
@@ -83,9 +83,9 @@ static char *render(size_t width)
 	};
 	struct buf b;
 	buf_init(&b, 1 << 16);
-	dlq_render_ls(&b, e, ARRAY_LEN(e), 1764633600 /* 2025-12-02 */, width);
+	dlq_view_render_ls(&b, e, ARRAY_LEN(e), 1764633600 /* 2025-12-02 */, width);
 	for (size_t i = 0; i < ARRAY_LEN(e); i++)
-		dlq_entry_free(e[i]);
+		dlq_view_entry_free(e[i]);
 	return buf_steal(&b);
 }
 
@@ -117,7 +117,7 @@ TEST(ls_table)
 	/* No entries: the header alone. */
 	struct buf b;
 	buf_init(&b, 1 << 10);
-	dlq_render_ls(&b, NULL, 0, 0, 0);
+	dlq_view_render_ls(&b, NULL, 0, 0, 0);
 	CHECK_STR(b.data, "ID  AGE  ORIGINAL  ATTEMPTS  FUNCTION  REASON\n");
 	buf_free(&b);
 }

@@ -12,16 +12,16 @@
 TEST(marker_texts)
 {
 	char out[128];
-	CHECK_STR(event_marker_text(NULL, out, sizeof out), "not started");
-	CHECK_STR(event_marker_text("ok", out, sizeof out), "ok");
+	CHECK_STR(event_status_marker_text(NULL, out, sizeof out), "not started");
+	CHECK_STR(event_status_marker_text("ok", out, sizeof out), "ok");
 	/* 2026-12-01T22:41:05Z, with a fraction that is truncated. */
-	CHECK_STR(event_marker_text("next_attempt_at:1796164865123456789#2", out, sizeof out),
+	CHECK_STR(event_status_marker_text("next_attempt_at:1796164865123456789#2", out, sizeof out),
 		  "waiting until 2026-12-01T22:41:05Z after attempt 2");
-	CHECK_STR(event_marker_text("running:1796164865000000000#1", out, sizeof out),
+	CHECK_STR(event_status_marker_text("running:1796164865000000000#1", out, sizeof out),
 		  "running until 2026-12-01T22:41:05Z attempt 1");
-	CHECK_STR(event_marker_text("exhausted:1", out, sizeof out), "exhausted after 1 attempt");
-	CHECK_STR(event_marker_text("exhausted:5", out, sizeof out), "exhausted after 5 attempts");
-	CHECK_STR(event_marker_text("running:17", out, sizeof out), "unreadable marker (eligible)");
+	CHECK_STR(event_status_marker_text("exhausted:1", out, sizeof out), "exhausted after 1 attempt");
+	CHECK_STR(event_status_marker_text("exhausted:5", out, sizeof out), "exhausted after 5 attempts");
+	CHECK_STR(event_status_marker_text("running:17", out, sizeof out), "unreadable marker (eligible)");
 }
 
 static char *render(const struct event_status *st)
@@ -131,7 +131,7 @@ TEST(state_json_times_are_rfc3339_utc)
 		 .updated_at = "x"},
 		{.name = "c", .runtime = "node24", .status = "pending", .updated_at = "not a time"},
 	};
-	json_t *j = state_json_ls(fs, 3);
+	json_t *j = render_state_json_ls(fs, 3);
 	CHECK_STR(json_string_value(json_object_get(json_array_get(j, 0), "updated_at")),
 		  "2026-08-01T10:00:00Z");
 	CHECK_STR(json_string_value(json_object_get(json_array_get(j, 1), "updated_at")),
@@ -142,7 +142,7 @@ TEST(state_json_times_are_rfc3339_utc)
 	struct state_handler_info h[] = {{"x.y", "1.5s"}, {"x.z", "bogus"}};
 	struct state_function_info f = {
 		.name = "a", .runtime = "node24", .status = "ready", .handlers = h, .nhandlers = 2};
-	j = state_json_inspect(&f, NULL);
+	j = render_state_json_inspect(&f, NULL);
 	json_t *ev = json_object_get(j, "events");
 	CHECK(json_real_value(json_object_get(json_array_get(ev, 0), "timeout_seconds")) == 1.5);
 	CHECK(json_is_null(json_object_get(json_array_get(ev, 1), "timeout_seconds")));

@@ -5,16 +5,17 @@
  * letter, restore) is tested in tests/it/consumer.c. */
 #include <limits.h>
 
-#include "io/docker.h"
 #include "base/duration.h"
-#include "engine/invocation.h"
-#include "engine/runner.h"
-#include "t.h"
 #include "base/util.h"
+#include "engine/invocation.h"
+#include "engine/keys.h"
+#include "engine/runner.h"
+#include "io/docker.h"
+#include "t.h"
 
 static struct marker parse(const char *s)
 {
-	return marker_parse(s, strlen(s));
+	return invocation_marker_parse(s, strlen(s));
 }
 
 TEST(marker_parse_forms)
@@ -78,16 +79,16 @@ TEST(marker_parse_forms)
 /* The value is s[0..len): what follows is not read, a NUL inside is data. */
 TEST(marker_parse_reads_len_bytes)
 {
-	CHECK_INT(marker_parse("okay", 2).kind, MARK_OK);
-	CHECK_INT(marker_parse("ok", 1).kind, MARK_ABSENT);
-	CHECK_INT(marker_parse("ok\0", 3).kind, MARK_ABSENT);
-	struct marker m = marker_parse("running:5#12", 11);
+	CHECK_INT(invocation_marker_parse("okay", 2).kind, MARK_OK);
+	CHECK_INT(invocation_marker_parse("ok", 1).kind, MARK_ABSENT);
+	CHECK_INT(invocation_marker_parse("ok\0", 3).kind, MARK_ABSENT);
+	struct marker m = invocation_marker_parse("running:5#12", 11);
 	CHECK_INT(m.kind, MARK_RUNNING);
 	CHECK_INT(m.attempts, 1);
-	m = marker_parse("exhausted:42", 11);
+	m = invocation_marker_parse("exhausted:42", 11);
 	CHECK_INT(m.kind, MARK_EXHAUSTED);
 	CHECK_INT(m.attempts, 4);
-	CHECK_INT(marker_parse("running:5\0#1", 12).kind, MARK_ABSENT);
+	CHECK_INT(invocation_marker_parse("running:5\0#1", 12).kind, MARK_ABSENT);
 }
 
 TEST(marker_format_and_round_trip)
@@ -108,7 +109,7 @@ TEST(marker_format_and_round_trip)
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char out[64];
 		memset(out, 'x', sizeof out);
-		marker_format(&cases[i].m, out, sizeof out);
+		invocation_marker_format(&cases[i].m, out, sizeof out);
 		CHECK_STR(out, cases[i].text);
 		struct marker back = parse(out);
 		CHECK_INT(back.kind, cases[i].m.kind);
@@ -122,24 +123,24 @@ TEST(marker_eligibility)
 	const int64_t d = 1700000000LL * NS_PER_SEC;
 	struct marker absent = {MARK_ABSENT, 0, 0}, ok = {MARK_OK, 0, 0},
 		      exhausted = {MARK_EXHAUSTED, 0, 3};
-	CHECK(marker_eligible(&absent, 0));
-	CHECK(marker_eligible(&absent, d));
-	CHECK(!marker_eligible(&ok, d));
-	CHECK(!marker_eligible(&ok, INT64_MAX));
-	CHECK(!marker_eligible(&exhausted, INT64_MAX));
+	CHECK(invocation_marker_eligible(&absent, 0));
+	CHECK(invocation_marker_eligible(&absent, d));
+	CHECK(!invocation_marker_eligible(&ok, d));
+	CHECK(!invocation_marker_eligible(&ok, INT64_MAX));
+	CHECK(!invocation_marker_eligible(&exhausted, INT64_MAX));
 	/* running (a crashed worker's claim expires) and backoff alike: eligible
 	 * from the deadline on, not a nanosecond before */
 	static const enum marker_kind timed[] = {MARK_RUNNING, MARK_NEXT_ATTEMPT};
 	for (size_t i = 0; i < ARRAY_LEN(timed); i++) {
 		struct marker m = {timed[i], d, 2};
-		CHECK(!marker_eligible(&m, 0));
-		CHECK(!marker_eligible(&m, d - 1));
-		CHECK(marker_eligible(&m, d));
-		CHECK(marker_eligible(&m, d + 1));
+		CHECK(!invocation_marker_eligible(&m, 0));
+		CHECK(!invocation_marker_eligible(&m, d - 1));
+		CHECK(invocation_marker_eligible(&m, d));
+		CHECK(invocation_marker_eligible(&m, d + 1));
 	}
 	/* a parsed malformed value is absent, hence eligible */
 	struct marker junk = parse("running:soon#1");
-	CHECK(marker_eligible(&junk, 0));
+	CHECK(invocation_marker_eligible(&junk, 0));
 }
 
 TEST(backoff_schedule)
@@ -242,7 +243,7 @@ TEST(marker_outlives_every_path)
 					timeouts[t], paths[p].name, end - seen_expiring);
 		}
 		/* Each phase counts: the runner's part is exactly its worst case. */
-		struct invocation in = {.timeout_ns = timeouts[t]};
+		struct runner_request in = {.timeout_ns = timeouts[t]};
 		CHECK_INT(runner_worst_case_ns(&in), bound[SETUP] + bound[HANDLER] +
 							     bound[TEARDOWN] +
 							     RUNNER_LOCAL_SLACK_MS * NS_PER_MS);
@@ -275,7 +276,7 @@ TEST(key_and_percent_encoding)
 		{"\x01\x7f\xff", "%01%7F%FF"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char *got = pct_encode(cases[i].in);
+		char *got = keys_pct_encode(cases[i].in);
 		CHECK_STR(got, cases[i].want);
 		free(got);
 	}
@@ -306,11 +307,11 @@ TEST(cluster_keys_keep_the_stream_tag)
 	k = invocation_key("orders{relay}", "g", "1-0");
 	CHECK_STR(k, "relay:invocation:orders{relay}:g:1-0");
 	free(k);
-	k = pct_key("a:b{c}");
+	k = keys_encode("a:b{c}");
 	CHECK_STR(k, "a%3Ab{c}");
 	free(k);
 	/* the group's braces stay encoded: only the stream's tag counts */
-	k = pct_encode("{g}");
+	k = keys_pct_encode("{g}");
 	CHECK_STR(k, "%7Bg%7D");
 	free(k);
 	keys_set_cluster(false);

@@ -35,7 +35,7 @@ static struct fn_version *version(const char *name, int nrules, const char *imag
 	f->name = xstrdup(name);
 	f->dir = xasprintf("/functions/%s", name);
 	f->tpl = t;
-	return fn_version_new(f, image ? xstrdup(image) : NULL, xasprintf("fp-%s", name));
+	return registry_fn_version_new(f, image ? xstrdup(image) : NULL, xasprintf("fp-%s", name));
 }
 
 /* fvs[0..n) as the malloc'd array registry_publish takes. */
@@ -112,8 +112,8 @@ TEST(empty_at_first)
 	CHECK_INT(s->nrules, 0);
 	REQUIRE(s->set != NULL);
 	CHECK_INT(pattern_set_size(s->set), 0);
-	CHECK(snapshot_find(s, "anything") == NULL);
-	CHECK(snapshot_find(s, "") == NULL);
+	CHECK(registry_snapshot_find(s, "anything") == NULL);
+	CHECK(registry_snapshot_find(s, "") == NULL);
 	CHECK_MATCH(s, "{\"fn\": \"a\", \"n\": 0}", "");
 	registry_release(r, s);
 	char *im = images(r);
@@ -168,13 +168,13 @@ TEST(find_by_name)
 	publish(r, fvs, ARRAY_LEN(names));
 	struct snapshot *s = registry_acquire(r);
 	for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-		struct fn_version *fv = snapshot_find(s, names[i]);
+		struct fn_version *fv = registry_snapshot_find(s, names[i]);
 		if (fv != fvs[i])
 			T_FAIL_("%s: found %s", names[i], fv ? fv->fn->name : "nothing");
 	}
 	static const char *const absent[] = {"", "a", "a-", "b--", "ba", "c", "x", "zz", "M"};
 	for (size_t i = 0; i < ARRAY_LEN(absent); i++)
-		if (snapshot_find(s, absent[i]))
+		if (registry_snapshot_find(s, absent[i]))
 			T_FAIL_("found \"%s\"", absent[i]);
 	registry_release(r, s);
 	registry_free(r);
@@ -198,12 +198,12 @@ TEST(snapshot_in_use_outlives_its_replacement)
 	struct snapshot *cur = registry_acquire(r);
 	CHECK(cur != held);
 	CHECK_INT(cur->nrules, 4);
-	CHECK(snapshot_find(cur, "b") == NULL);
-	CHECK_STR(snapshot_find(cur, "a")->image, "img-a2");
+	CHECK(registry_snapshot_find(cur, "b") == NULL);
+	CHECK_STR(registry_snapshot_find(cur, "a")->image, "img-a2");
 	/* the held one is unchanged, every byte of it */
 	REQUIRE(held->nfns == 2 && held->nrules == 3);
-	CHECK_STR(snapshot_find(held, "a")->image, "img-a1");
-	CHECK_STR(snapshot_find(held, "b")->fn->tpl->rules[1].handler, "m.h1");
+	CHECK_STR(registry_snapshot_find(held, "a")->image, "img-a1");
+	CHECK_STR(registry_snapshot_find(held, "b")->fn->tpl->rules[1].handler, "m.h1");
 	CHECK_STR(held->rules[2].fv->fingerprint, "fp-b");
 	CHECK_MATCH(held, "{\"fn\": \"b\", \"n\": 1}", "2");
 
@@ -213,7 +213,7 @@ TEST(snapshot_in_use_outlives_its_replacement)
 	free(im);
 	/* a removal: nothing is served, the held current one still reads */
 	publish(r, NULL, 0);
-	CHECK_STR(snapshot_find(cur, "c")->image, "img-c");
+	CHECK_STR(registry_snapshot_find(cur, "c")->image, "img-c");
 	im = images(r);
 	CHECK_STR(im, "img-a2 img-c");
 	free(im);
@@ -256,7 +256,7 @@ static void *reader(void *arg)
 	while (!atomic_load(&readers_stop)) {
 		struct snapshot *s = registry_acquire(r);
 		for (size_t i = 0; i < s->nfns; i++)
-			if (snapshot_find(s, s->fns[i]->fn->name) != s->fns[i] ||
+			if (registry_snapshot_find(s, s->fns[i]->fn->name) != s->fns[i] ||
 			    s->fns[i]->fn->tpl->nrules < 1)
 				atomic_fetch_add(&reader_errors, 1);
 		for (size_t i = 0; i < s->nrules; i++)

@@ -34,7 +34,7 @@ TEST(label_values_are_bounded)
 
 TEST(prefix_format)
 {
-	struct invocation in = {.function = "welcome-email-node", .handler = "handler.handler"};
+	struct runner_request in = {.function = "welcome-email-node", .handler = "handler.handler"};
 	char *p = runner_format_prefix(&in);
 	CHECK_STR(p, "relay: function \"welcome-email-node\" handler \"handler.handler\": ");
 	free(p);
@@ -247,9 +247,9 @@ static int cmp_str(const void *a, const void *b)
 TEST(container_names)
 {
 	char name[RUNNER_NAME_MAX + 1];
-	struct invocation in = {.function = "user-events",
-				.handler = "events.created.handler",
-				.message_id = "1700000000000-0"};
+	struct runner_request in = {.function = "user-events",
+				    .handler = "events.created.handler",
+				    .message_id = "1700000000000-0"};
 	runner_container_name(&in, name);
 	CHECK(str_has_prefix(name, "relay-user-events-events.created.handler-1700000000000-0-"));
 	CHECK_INT(strlen(name),
@@ -261,7 +261,7 @@ TEST(container_names)
 	char big[300];
 	memset(big, 'f', sizeof big - 1);
 	big[sizeof big - 1] = '\0';
-	const struct invocation odd[] = {
+	const struct runner_request odd[] = {
 		{.function = "f/../x y", .handler = "h\xc3\xa9;$(rm)", .message_id = "a:b\n"},
 		{.function = big, .handler = big, .message_id = big},
 		{.function = "f", .handler = "h", .message_id = NULL},
@@ -280,7 +280,7 @@ TEST(container_names)
 	runner_container_name(&odd[1], name);
 	CHECK_INT(strlen(name), 6 + 32 + 1 + 32 + 1 + 24 + 1 + 16);
 	/* A standby container has no message yet: "standby" in its place. */
-	struct invocation sb = in;
+	struct runner_request sb = in;
 	sb.standby = true;
 	runner_container_name(&sb, name);
 	CHECK(str_has_prefix(name, "relay-user-events-events.created.handler-standby-"));
@@ -314,7 +314,7 @@ TEST(timeouts_as_enforced)
 				  NS_PER_MS +
 			  TEMPLATE_DEFAULT_TIMEOUT_NS);
 	/* Per-invocation bounds only ever shorten it. */
-	struct invocation in = {
+	struct runner_request in = {
 		.timeout_ns = NS_PER_SEC, .setup_timeout_ms = 2000, .teardown_timeout_ms = 3000};
 	CHECK_INT(runner_worst_case_ns(&in),
 		  (2000 + 3000 + RUNNER_LOCAL_SLACK_MS) * NS_PER_MS + NS_PER_SEC);

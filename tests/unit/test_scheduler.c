@@ -2,12 +2,13 @@
  * consumer recognises and resolves a scheduled entry. */
 #include "engine/scheduler.h"
 
+#include "base/util.h"
+#include "engine/invocation.h"
+#include "engine/keys.h"
 #include "io/event.h"
 #include "model/function.h"
-#include "engine/invocation.h"
-#include "t.h"
 #include "model/template.h"
-#include "base/util.h"
+#include "t.h"
 
 TEST(occurrence_ids_payloads_and_entries_are_utc_whole_seconds)
 {

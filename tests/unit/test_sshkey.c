@@ -408,10 +408,11 @@ TEST(known_hosts_tofu)
 	unsigned char a[64], b[64];
 	size_t alen = make_blob(a, "ssh-ed25519", 1, 32, 0x11);
 	size_t blen = make_blob(b, "ssh-ed25519", 1, 32, 0x22);
-	char *fa = ssh_fingerprint(a, alen), *fb = ssh_fingerprint(b, blen);
+	char *fa = sshkey_fingerprint(a, alen), *fb = sshkey_fingerprint(b, blen);
 	char *ba = b64(a, alen), *bb = b64(b, blen);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err),
+		  KNOWN_HOSTS_NEW);
 	CHECK(err == NULL);
 	CHECK_INT(t_mode_of(dir), 0700);
 	CHECK_INT(t_mode_of(kh), 0600);
@@ -419,8 +420,10 @@ TEST(known_hosts_tofu)
 	char *got = t_read_file(kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
 	free(got);
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2222, b, blen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 2222, a, alen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 2222, b, blen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(err, "host key for [127.0.0.1]:2222 has CHANGED"));
 	CHECK(t_contains(err, fa) && t_contains(err, fb) && t_contains(err, kh));
 	CHECK(t_contains(err, "man-in-the-middle"));
@@ -430,13 +433,16 @@ TEST(known_hosts_tofu)
 	CHECK_STR(got, want); /* never replaced */
 	free(got);
 	/* port 22 is the bare host: a different pin */
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_NEW);
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 22, a, alen, &err), KNOWN_HOSTS_MISMATCH);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 22, b, blen, &err),
+		  KNOWN_HOSTS_MATCH);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 22, a, alen, &err),
+		  KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(err, "host key for 127.0.0.1 has CHANGED"));
 	free(err);
 	err = NULL;
-	CHECK_INT(known_hosts_verify(dir, "127.0.0.1", 2223, b, blen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(sshkey_known_hosts_verify(dir, "127.0.0.1", 2223, b, blen, &err),
+		  KNOWN_HOSTS_NEW);
 	free(want);
 	want = xasprintf("[127.0.0.1]:2222 ssh-ed25519 %s\n127.0.0.1 ssh-ed25519 %s\n"
 			 "[127.0.0.1]:2223 ssh-ed25519 %s\n",
@@ -482,8 +488,8 @@ TEST(known_hosts_rejects_bad_input)
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		char *err = NULL;
-		if (known_hosts_verify(tmp, "example.org", 22, cases[i].blob, cases[i].len, &err) !=
-			    KNOWN_HOSTS_ERROR ||
+		if (sshkey_known_hosts_verify(tmp, "example.org", 22, cases[i].blob, cases[i].len,
+					      &err) != KNOWN_HOSTS_ERROR ||
 		    !err)
 			T_FAIL_("blob \"%s\": not refused", cases[i].what);
 		free(err);
@@ -492,28 +498,32 @@ TEST(known_hosts_rejects_bad_input)
 	static const char *const hosts[] = {"", "a b", "a,b", "#x", "|1|x", "tab\there"};
 	for (size_t i = 0; i < ARRAY_LEN(hosts); i++) {
 		char *err = NULL;
-		if (known_hosts_verify(tmp, hosts[i], 22, good, glen, &err) != KNOWN_HOSTS_ERROR ||
+		if (sshkey_known_hosts_verify(tmp, hosts[i], 22, good, glen, &err) !=
+			    KNOWN_HOSTS_ERROR ||
 		    !err)
 			T_FAIL_("host \"%s\": not refused", hosts[i]);
 		free(err);
 	}
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 0, good, glen, &err), KNOWN_HOSTS_ERROR);
+	CHECK_INT(sshkey_known_hosts_verify(tmp, "example.org", 0, good, glen, &err),
+		  KNOWN_HOSTS_ERROR);
 	free(err);
 	err = NULL;
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 65536, good, glen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(tmp, "example.org", 65536, good, glen, &err),
 		  KNOWN_HOSTS_ERROR);
 	free(err);
 	err = NULL;
 	/* a known_hosts writable by others, or a symlink, is refused */
 	t_write_mode(kh, "", 0, 0666);
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
+	CHECK_INT(sshkey_known_hosts_verify(tmp, "example.org", 22, good, glen, &err),
+		  KNOWN_HOSTS_ERROR);
 	CHECK(t_contains(err, kh));
 	free(err);
 	err = NULL;
 	unlink(kh);
 	REQUIRE(symlink("/dev/null", kh) == 0);
-	CHECK_INT(known_hosts_verify(tmp, "example.org", 22, good, glen, &err), KNOWN_HOSTS_ERROR);
+	CHECK_INT(sshkey_known_hosts_verify(tmp, "example.org", 22, good, glen, &err),
+		  KNOWN_HOSTS_ERROR);
 	CHECK(t_contains(err, "symbolic link"));
 	free(err);
 	t_rmtree(tmp);
@@ -529,7 +539,7 @@ TEST(known_hosts_reads_existing_file)
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
 	size_t rlen = make_blob(rsa, "ssh-rsa", 2, 100, 0x44);
 	char *bc = b64(c, clen), *br = b64(rsa, rlen);
-	char *fr = ssh_fingerprint(rsa, rlen);
+	char *fr = sshkey_fingerprint(rsa, rlen);
 	char *content =
 		xasprintf("# Relay's pins\n"
 			  "\n"
@@ -546,34 +556,35 @@ TEST(known_hosts_reads_existing_file)
 			  bc, fx.ba, bc, fx.ba, br, fx.bb);
 	t_write_mode(fx.kh, content, strlen(content), 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, fx.a, fx.alen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "127.0.0.1", 2222, fx.a, fx.alen, &err),
 		  KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(fx.tmp, "example.org", 22, fx.a, fx.alen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "example.org", 22, fx.a, fx.alen, &err),
 		  KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(fx.tmp, "GitLab.com", 22, fx.a, fx.alen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "GitLab.com", 22, fx.a, fx.alen, &err),
 		  KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, fx.b, fx.blen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "multi.example", 22, fx.b, fx.blen, &err),
 		  KNOWN_HOSTS_MATCH);
-	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, rsa, rlen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "multi.example", 22, rsa, rlen, &err),
 		  KNOWN_HOSTS_MATCH);
 	CHECK(err == NULL);
-	CHECK_INT(known_hosts_verify(fx.tmp, "127.0.0.1", 2222, c, clen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "127.0.0.1", 2222, c, clen, &err),
 		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	err = NULL;
 	/* the first other pinned key is named, whatever its type */
-	CHECK_INT(known_hosts_verify(fx.tmp, "multi.example", 22, c, clen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "multi.example", 22, c, clen, &err),
 		  KNOWN_HOSTS_MISMATCH);
 	CHECK(t_contains(err, fr));
 	free(err);
 	err = NULL;
 	/* a hashed entry for a host does not pin it; a new host is appended
 	 * after a newline even though the last line had none */
-	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err), KNOWN_HOSTS_NEW);
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
+		  KNOWN_HOSTS_NEW);
 	char *want = xasprintf("%s\n[new.example]:2200 ssh-ed25519 %s\n", content, bc);
 	char *got = t_read_file(fx.kh, 1 << 20, NULL);
 	CHECK_STR(got, want);
-	CHECK_INT(known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "new.example", 2200, c, clen, &err),
 		  KNOWN_HOSTS_MATCH);
 	free(got);
 	free(want);
@@ -594,7 +605,7 @@ TEST(known_hosts_nul_byte_hides_no_pin)
 	buf_appendf(&f, "h.example ssh-ed25519 %s\n", fx.ba);
 	t_write_mode(fx.kh, f.data, f.len, 0600);
 	char *err = NULL;
-	CHECK_INT(known_hosts_verify(fx.tmp, "h.example", 22, fx.b, fx.blen, &err),
+	CHECK_INT(sshkey_known_hosts_verify(fx.tmp, "h.example", 22, fx.b, fx.blen, &err),
 		  KNOWN_HOSTS_MISMATCH);
 	free(err);
 	buf_free(&f);
@@ -606,13 +617,13 @@ TEST(known_hosts_nul_byte_hides_no_pin)
 /* base64 of make_blob(.., "ssh-ed25519", 1, 32, 0x11) */
 #define KEY_A "AAAAC3NzaC1lZDI1NTE5AAAAIBERERERERERERERERERERERERERERERERERERERERER"
 
-/* known_hosts_verify on tmp for host:port and blob; *err freed and the
+/* sshkey_known_hosts_verify on tmp for host:port and blob; *err freed and the
  * message returned through msg (malloc'd, "" when none). */
 static enum known_hosts_result verify_msg(const char *tmp, const char *host, int port,
 					  const unsigned char *blob, size_t len, char **msg)
 {
 	char *err = NULL;
-	enum known_hosts_result r = known_hosts_verify(tmp, host, port, blob, len, &err);
+	enum known_hosts_result r = sshkey_known_hosts_verify(tmp, host, port, blob, len, &err);
 	*msg = err ? err : xstrdup("");
 	return r;
 }
@@ -725,7 +736,7 @@ TEST(known_hosts_revoked_key_refused)
 	unsigned char c[64];
 	size_t clen = make_blob(c, "ssh-ed25519", 1, 32, 0x33);
 	char *bc = b64(c, clen);
-	char *fa = ssh_fingerprint(fx.a, fx.alen), *fc = ssh_fingerprint(c, clen);
+	char *fa = sshkey_fingerprint(fx.a, fx.alen), *fc = sshkey_fingerprint(c, clen);
 	char *hc = hashed_host("hashed.example", 0x01);
 	char *content = xasprintf("# pins\n"
 				  "github.com ssh-ed25519 %s\n"
@@ -947,7 +958,7 @@ TEST(known_hosts_patterns_agree_with_fnmatch)
 			strlcpy_(pat, "*a*?*b", sizeof pat);
 		char *text = xasprintf("%s ssh-ed25519 %s\n", pat, bb), *err = NULL;
 		enum known_hosts_result r =
-			known_hosts_check(text, strlen(text), "kh", name, 22, a, alen, &err);
+			sshkey_known_hosts_check(text, strlen(text), "kh", name, 22, a, alen, &err);
 		bool want = fnmatch(pat, name, FNM_NOESCAPE | FNM_CASEFOLD) == 0;
 		matched += want;
 		if ((r == KNOWN_HOSTS_MISMATCH) != want)
@@ -1048,7 +1059,7 @@ static void *race_verify(void *arg)
 {
 	struct race *r = arg;
 	char *err = NULL;
-	r->res = known_hosts_verify(r->dir, "race.example", 22, r->blob, r->len, &err);
+	r->res = sshkey_known_hosts_verify(r->dir, "race.example", 22, r->blob, r->len, &err);
 	free(err);
 	return NULL;
 }
@@ -1087,7 +1098,7 @@ TEST(fingerprint_matches_openssh)
 	t_write_mode(pub, line, strlen(line), 0600);
 	char *cmd = xasprintf("ssh-keygen -lf '%s'", pub);
 	char *out = run(cmd);
-	char *fp = ssh_fingerprint(a, alen);
+	char *fp = sshkey_fingerprint(a, alen);
 	char *want = xasprintf("256 %s x (ED25519)", fp);
 	CHECK_STR(out, want);
 	free(want);

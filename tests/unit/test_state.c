@@ -784,8 +784,8 @@ TEST(age_table)
 		{-40 * 86400, "2026-10-18"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-		char out[STATE_AGE_MAX];
-		CHECK_STR(state_format_age(NOW - cases[i].delta, NOW, out), cases[i].want);
+		char out[RENDER_AGE_MAX];
+		CHECK_STR(render_age(NOW - cases[i].delta, NOW, out), cases[i].want);
 	}
 }
 
@@ -852,7 +852,7 @@ static char *render_ls(struct state *s, int64_t now)
 	buf_init(&b, 1 << 20);
 	buf_append(&b, "", 0);
 	if (state_list_functions(s, &fs, &n, NULL) == 0)
-		state_render_ls(&b, fs, n, now);
+		render_state_ls(&b, fs, n, now);
 	state_function_infos_free(fs, n);
 	return buf_steal(&b);
 }
@@ -864,7 +864,7 @@ static char *render_inspect(struct state *s, const char *name, int64_t now)
 	buf_init(&b, 1 << 20);
 	buf_append(&b, "", 0);
 	if (f)
-		state_render_inspect(&b, f, now, describe_stub);
+		render_state_inspect(&b, f, now, describe_stub);
 	state_function_info_free(f);
 	return buf_steal(&b);
 }
@@ -896,7 +896,7 @@ TEST(render_ls_matches_the_spec)
 	/* An empty list is the header alone. */
 	struct buf b;
 	buf_init(&b, 4096);
-	state_render_ls(&b, NULL, 0, NOW);
+	render_state_ls(&b, NULL, 0, NOW);
 	CHECK_TEXT(b.data, "NAME                  RUNTIME      STATUS    HANDLERS   UPDATED\n");
 	buf_free(&b);
 	tmpdir_free(dir);
@@ -1052,7 +1052,7 @@ TEST(render_stats_matches_the_spec)
 		152934, 152934, 152801, 133, 82, 4, 17, 134, "2026-09-08T12:00:02Z"};
 	struct buf b;
 	buf_init(&b, 4096);
-	state_render_stats(&b, &st, NOW);
+	render_state_stats(&b, &st, NOW);
 	CHECK_TEXT(b.data, "Events processed:    152934\n"
 			   "Handler successes:   152801\n"
 			   "Handler failures:    133\n"
@@ -1063,7 +1063,7 @@ TEST(render_stats_matches_the_spec)
 			   "Updated:             10s ago\n");
 	buf_reset(&b);
 	struct state_stats zero = {0};
-	state_render_stats(&b, &zero, NOW);
+	render_state_stats(&b, &zero, NOW);
 	CHECK_TEXT(b.data, "Events processed:    0\n"
 			   "Handler successes:   0\n"
 			   "Handler failures:    0\n"
@@ -1076,7 +1076,7 @@ TEST(render_stats_matches_the_spec)
 	struct state_stats hours = {0};
 	hours.oldest_pending_age_seconds = 3 * 3600 + 5;
 	snprintf_(hours.updated_at, sizeof hours.updated_at, "%s", "2026-09-08T09:00:12Z");
-	state_render_stats(&b, &hours, NOW);
+	render_state_stats(&b, &hours, NOW);
 	CHECK(strstr(b.data, "Oldest pending age:  3h0m5s\nUpdated:             3h ago\n") != NULL);
 	buf_free(&b);
 }

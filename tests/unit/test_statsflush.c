@@ -147,7 +147,7 @@ static struct fn_version *served_with(const char *name, const char *tpl)
 		abort();
 	strlist_free(&errors);
 	strlist_free(&warnings);
-	return fn_version_new(f, NULL, NULL);
+	return registry_fn_version_new(f, NULL, NULL);
 }
 
 /* A served function: one rule, in memory. */

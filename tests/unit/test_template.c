@@ -696,7 +696,7 @@ TEST(messages_are_bounded)
  * no control or invisible formatting character, a module of letters,
  * digits, "_$-./" and non-ASCII, a function that is an identifier; the
  * module is everything before the last dot. Each row goes through
- * handler_valid() and through a rule and a schedule of a template, with the
+ * template_handler_valid() and through a rule and a schedule of a template, with the
  * handler written as a YAML double-quoted scalar. The shapes
  * it/handlers.sh runs in real containers are all accepted.
  */
@@ -777,10 +777,10 @@ TEST(handler_rule)
 		size_t len = cases[i].len ? cases[i].len : strlen(cases[i].raw);
 		bool want = cases[i].module != NULL;
 		const char *why = "unset";
-		if (handler_valid(cases[i].raw, len, &why) != want)
-			T_FAIL_("handler_valid(\"%s\") != %d", cases[i].yaml, want);
+		if (template_handler_valid(cases[i].raw, len, &why) != want)
+			T_FAIL_("template_handler_valid(\"%s\") != %d", cases[i].yaml, want);
 		if (want ? why != NULL : !why || strcmp(why, cases[i].function) != 0)
-			T_FAIL_("handler_valid(\"%s\"): reason %s", cases[i].yaml,
+			T_FAIL_("template_handler_valid(\"%s\"): reason %s", cases[i].yaml,
 				why ? why : "NULL");
 		char *y =
 			/* node24: the rule is every runtime's; Python adds its

@@ -159,16 +159,16 @@ TEST(tail_of_a_cut_piece)
 TEST(request_header)
 {
 	char h[WARM_HEADER_MAX];
-	size_t n = warm_request_header(h, TOK, 1234);
+	size_t n = warm_frame_request_header(h, TOK, 1234);
 	char *want = xasprintf("RELAY1 %s 1234\n", TOK);
 	CHECK_INT(n, strlen(want));
 	CHECK(memcmp(h, want, n) == 0);
 	free(want);
-	n = warm_request_header(h, TOK, (size_t)-1);
+	n = warm_frame_request_header(h, TOK, (size_t)-1);
 	CHECK(n > 0 && n < WARM_HEADER_MAX);
 	char a[WARM_TOKEN_LEN + 1], b[WARM_TOKEN_LEN + 1];
-	warm_token_new(a);
-	warm_token_new(b);
+	warm_frame_token_new(a);
+	warm_frame_token_new(b);
 	CHECK_INT(strlen(a), WARM_TOKEN_LEN);
 	CHECK(strspn(a, "0123456789abcdef") == WARM_TOKEN_LEN);
 	CHECK(strcmp(a, b) != 0);

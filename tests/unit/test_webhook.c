@@ -296,12 +296,12 @@ static int wait_for(struct runs *r, const int *field, int want, int ms)
 TEST(coalescer_collapses_a_burst)
 {
 	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 200};
-	struct coalescer *c = coalescer_new(slow_run, &r);
+	struct webhook_coalescer *c = webhook_coalescer_new(slow_run, &r);
 	REQUIRE(c != NULL);
-	coalescer_trigger(c);
+	webhook_coalescer_trigger(c);
 	CHECK_INT(wait_for(&r, &r.started, 1, 2000), 1);
 	for (int i = 0; i < 10; i++) /* all while the first run sleeps */
-		coalescer_trigger(c);
+		webhook_coalescer_trigger(c);
 	CHECK_INT(wait_for(&r, &r.finished, 2, 2000), 2);
 	usleep(400 * 1000); /* nothing else follows */
 	CHECK_INT(get(&r, &r.started), 2);
@@ -309,33 +309,33 @@ TEST(coalescer_collapses_a_burst)
 	CHECK_INT(r.max_active, 1);
 
 	/* idle again: a trigger runs again */
-	coalescer_trigger(c);
+	webhook_coalescer_trigger(c);
 	CHECK_INT(wait_for(&r, &r.finished, 3, 2000), 3);
 	usleep(300 * 1000);
 	CHECK_INT(get(&r, &r.started), 3);
-	coalescer_free(c);
+	webhook_coalescer_free(c);
 	CHECK_INT(r.max_active, 1);
-	coalescer_free(NULL);
+	webhook_coalescer_free(NULL);
 }
 
 TEST(coalescer_free_waits_for_a_run)
 {
 	struct runs r = {.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 200};
-	struct coalescer *c = coalescer_new(slow_run, &r);
+	struct webhook_coalescer *c = webhook_coalescer_new(slow_run, &r);
 	REQUIRE(c != NULL);
-	coalescer_trigger(c);
+	webhook_coalescer_trigger(c);
 	CHECK_INT(wait_for(&r, &r.started, 1, 2000), 1);
-	coalescer_trigger(c); /* queued: dropped by free */
+	webhook_coalescer_trigger(c); /* queued: dropped by free */
 	int64_t t0 = now_mono_ns();
-	coalescer_free(c);
+	webhook_coalescer_free(c);
 	CHECK(now_mono_ns() - t0 >= 100 * 1000000LL); /* it waited for the run */
 	CHECK_INT(r.finished, 1);
 	CHECK_INT(r.started, 1);
 
 	/* freeing an idle coalescer returns at once and runs nothing */
-	c = coalescer_new(slow_run, &r);
+	c = webhook_coalescer_new(slow_run, &r);
 	REQUIRE(c != NULL);
-	coalescer_free(c);
+	webhook_coalescer_free(c);
 	CHECK_INT(r.started, 1);
 }
 
@@ -755,27 +755,27 @@ TEST(unsigned_request_does_not_poison_replay_set)
  * and the bound (the oldest is forgotten). Times are given, not waited. */
 TEST(replay_set_window_and_bound)
 {
-	struct replay_set *rs = replay_set_new(3, 100);
-	CHECK(replay_set_add(rs, "a", "b1", 2, 0));
-	CHECK(!replay_set_add(rs, "a", "b2", 2, 50));  /* same id */
-	CHECK(!replay_set_add(rs, "c", "b1", 2, 50));  /* same body */
-	CHECK(!replay_set_add(rs, NULL, "b1", 2, 50)); /* no id, same body */
-	CHECK(replay_set_add(rs, "", "b3", 2, 60));    /* no id, new body */
-	CHECK(replay_set_add(rs, NULL, "b4", 2, 70));  /* no ids never collide */
-	CHECK_INT(replay_set_size(rs), 3);
-	CHECK(replay_set_add(rs, "a", "b5", 2, 100));	/* "a" expired at 0 + 100 */
-	CHECK_INT(replay_set_size(rs), 3);		/* b3, b4, a/b5 */
-	CHECK(!replay_set_add(rs, NULL, "b3", 2, 159)); /* b3 kept till 160 */
-	CHECK(replay_set_add(rs, "d", "b6", 2, 161));	/* b3 expired: b4, a/b5, d/b6 */
-	CHECK_INT(replay_set_size(rs), 3);
-	CHECK(replay_set_add(rs, "e", "b7", 2, 162)); /* full: b4 dropped before its time */
-	CHECK_INT(replay_set_size(rs), 3);
-	CHECK(replay_set_add(rs, NULL, "b4", 2, 163)); /* forgotten (drops a/b5) */
-	CHECK(!replay_set_add(rs, "d", "zz", 2, 163)); /* d/b6 is still there */
-	CHECK(replay_set_add(rs, "x", "", 0, 164));    /* empty body */
-	CHECK(!replay_set_add(rs, "f", NULL, 0, 164));
-	replay_set_free(rs);
-	replay_set_free(NULL);
+	struct webhook_replay *rs = webhook_replay_new(3, 100);
+	CHECK(webhook_replay_add(rs, "a", "b1", 2, 0));
+	CHECK(!webhook_replay_add(rs, "a", "b2", 2, 50));  /* same id */
+	CHECK(!webhook_replay_add(rs, "c", "b1", 2, 50));  /* same body */
+	CHECK(!webhook_replay_add(rs, NULL, "b1", 2, 50)); /* no id, same body */
+	CHECK(webhook_replay_add(rs, "", "b3", 2, 60));	   /* no id, new body */
+	CHECK(webhook_replay_add(rs, NULL, "b4", 2, 70));  /* no ids never collide */
+	CHECK_INT(webhook_replay_size(rs), 3);
+	CHECK(webhook_replay_add(rs, "a", "b5", 2, 100));   /* "a" expired at 0 + 100 */
+	CHECK_INT(webhook_replay_size(rs), 3);		    /* b3, b4, a/b5 */
+	CHECK(!webhook_replay_add(rs, NULL, "b3", 2, 159)); /* b3 kept till 160 */
+	CHECK(webhook_replay_add(rs, "d", "b6", 2, 161));   /* b3 expired: b4, a/b5, d/b6 */
+	CHECK_INT(webhook_replay_size(rs), 3);
+	CHECK(webhook_replay_add(rs, "e", "b7", 2, 162)); /* full: b4 dropped before its time */
+	CHECK_INT(webhook_replay_size(rs), 3);
+	CHECK(webhook_replay_add(rs, NULL, "b4", 2, 163)); /* forgotten (drops a/b5) */
+	CHECK(!webhook_replay_add(rs, "d", "zz", 2, 163)); /* d/b6 is still there */
+	CHECK(webhook_replay_add(rs, "x", "", 0, 164));	   /* empty body */
+	CHECK(!webhook_replay_add(rs, "f", NULL, 0, 164));
+	webhook_replay_free(rs);
+	webhook_replay_free(NULL);
 }
 
 /* ---- request bodies: memory budget and deadline ----------------------- */

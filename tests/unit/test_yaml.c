@@ -9,11 +9,11 @@
 static const struct ylimits roomy = {1000000, 64, 65536, 1 << 30};
 
 /* Parses text with lim; returns the document or NULL with *err set. */
-static struct ydoc *parse(const char *text, const struct ylimits *lim, char **err)
+static struct yaml_doc *parse(const char *text, const struct ylimits *lim, char **err)
 {
-	struct ydoc *d = NULL;
+	struct yaml_doc *d = NULL;
 	*err = NULL;
-	if (ydoc_parse(text, strlen(text), "t.yaml", lim, &d, err) < 0)
+	if (yaml_parse(text, strlen(text), "t.yaml", lim, &d, err) < 0)
 		return NULL;
 	return d;
 }
@@ -22,10 +22,10 @@ static struct ydoc *parse(const char *text, const struct ylimits *lim, char **er
 static void refused(const char *text, const struct ylimits *lim, const char *want)
 {
 	char *err = NULL;
-	struct ydoc *d = parse(text, lim, &err);
+	struct yaml_doc *d = parse(text, lim, &err);
 	if (d) {
 		T_FAIL_("accepted: %s", text);
-		ydoc_free(d);
+		yaml_free(d);
 		return;
 	}
 	if (!err || !strstr(err, want))
@@ -38,20 +38,20 @@ TEST(expanded_size_counts_each_reference)
 	/* root 1, keys a b c 3, [1,2,3] 4, *a 4, [*a, *a] 1 + 8: 21 */
 	const char *y = "a: &a [1, 2, 3]\nb: *a\nc: [*a, *a]\n";
 	char *err = NULL;
-	struct ydoc *d = parse(y, &roomy, &err);
+	struct yaml_doc *d = parse(y, &roomy, &err);
 	REQUIRE(d != NULL);
-	CHECK_INT(ydoc_nodes(d), 21);
-	const struct ynode *r = ydoc_root(d);
+	CHECK_INT(yaml_nodes(d), 21);
+	const struct ynode *r = yaml_root(d);
 	REQUIRE(r && r->type == YN_MAP && r->n == 3);
 	/* An alias is the anchored node itself, never a copy. */
 	CHECK(r->u.kids[3] == r->u.kids[1]);
 	CHECK_INT(r->u.kids[5]->size, 9);
-	ydoc_free(d);
+	yaml_free(d);
 
 	struct ylimits exact = {21, 64, 65536, 1 << 30}, less = {20, 64, 65536, 1 << 30};
 	d = parse(y, &exact, &err);
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 	refused(y, &less, "t.yaml: more than 20 YAML nodes with aliases expanded (at line 3");
 }
 
@@ -84,19 +84,19 @@ TEST(expanded_text_counts_each_reference)
 	/* keys a b c: 3; "hello" 5; *a 5; [*a, *a] 10: 23 bytes */
 	const char *y = "a: &a hello\nb: *a\nc: [*a, *a]\n";
 	char *err = NULL;
-	struct ydoc *d = parse(y, &roomy, &err);
+	struct yaml_doc *d = parse(y, &roomy, &err);
 	REQUIRE(d != NULL);
-	CHECK_INT(ydoc_bytes(d), 23);
-	const struct ynode *r = ydoc_root(d);
+	CHECK_INT(yaml_bytes(d), 23);
+	const struct ynode *r = yaml_root(d);
 	REQUIRE(r && r->type == YN_MAP && r->n == 3);
 	CHECK_INT(r->u.kids[5]->bytes, 10);
 	CHECK_INT(r->bytes, 23);
-	ydoc_free(d);
+	yaml_free(d);
 
 	struct ylimits exact = {1000, 64, 65536, 23}, less = {1000, 64, 65536, 22};
 	d = parse(y, &exact, &err);
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 	refused(y, &less,
 		"t.yaml: more than 22 bytes of text with aliases expanded (at line 3, column 10)");
 
@@ -125,9 +125,9 @@ TEST(depth_counts_aliased_levels)
 	for (int i = 0; i < 64; i++)
 		buf_append(&b, "]", 1);
 	char *err = NULL;
-	struct ydoc *d = parse(b.data, &roomy, &err);
+	struct yaml_doc *d = parse(b.data, &roomy, &err);
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 	buf_reset(&b);
 	for (int i = 0; i < 65; i++)
 		buf_append(&b, "[", 1);
@@ -142,7 +142,7 @@ TEST(depth_counts_aliased_levels)
 	struct ylimits five = {1000, 5, 65536, 1 << 30};
 	d = parse("a: &a [[[1]]]\nb: [*a]\n", &five, &err);
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 }
 
 TEST(alias_errors)
@@ -153,11 +153,11 @@ TEST(alias_errors)
 		"invalid YAML at line 1, column 12: alias *x is inside the node its anchor names");
 	/* The most recent anchor of a name before the alias wins. */
 	char *err = NULL;
-	struct ydoc *d = parse("a: &x 1\nb: &x [2]\nc: *x\nd: &x 3\n", &roomy, &err);
+	struct yaml_doc *d = parse("a: &x 1\nb: &x [2]\nc: *x\nd: &x 3\n", &roomy, &err);
 	REQUIRE(d != NULL);
-	const struct ynode *r = ydoc_root(d);
+	const struct ynode *r = yaml_root(d);
 	CHECK(r->u.kids[5]->type == YN_SEQ);
-	ydoc_free(d);
+	yaml_free(d);
 }
 
 TEST(duplicate_keys)
@@ -169,9 +169,9 @@ TEST(duplicate_keys)
 	refused("a:\n  b: 1\n  c: 2\n  b: 3\n", &roomy, "line 4, column 3: duplicate key");
 	/* The same key in different maps, and values equal to keys, are fine. */
 	char *err = NULL;
-	struct ydoc *d = parse("a: {a: a}\nb: {a: a}\n", &roomy, &err);
+	struct yaml_doc *d = parse("a: {a: a}\nb: {a: a}\n", &roomy, &err);
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 }
 
 /* libfyaml compared each new key with every earlier one (20,000 keys took
@@ -189,16 +189,16 @@ TEST(keys_and_anchors_cost_n_log_n)
 	for (int i = 0; i < N; i++)
 		buf_appendf(&b, "  - *a%d\n", (i * 7919) % N);
 	char *err = NULL;
-	struct ydoc *d = parse(b.data, &roomy, &err);
+	struct yaml_doc *d = parse(b.data, &roomy, &err);
 	REQUIRE(d != NULL);
 	/* Per key: a lookup and an insertion; per anchor: the same; per alias:
 	 * a lookup. Each is at most 2 log2(n) + 2 comparisons (red-black). */
 	double per = 2 * log2((double)N) + 2;
 	uint64_t bound = (uint64_t)(5 * N * per);
-	if (ydoc_work(d) > bound)
+	if (yaml_work(d) > bound)
 		T_FAIL_("%llu comparisons for %d keys, anchors and aliases; bound %llu",
-			(unsigned long long)ydoc_work(d), N, (unsigned long long)bound);
-	ydoc_free(d);
+			(unsigned long long)yaml_work(d), N, (unsigned long long)bound);
+	yaml_free(d);
 	buf_free(&b);
 }
 
@@ -214,9 +214,9 @@ TEST(line_bound)
 	b.data[b.len - 1] = ']';
 	b.data[b.len] = '\0';
 	char *err = NULL;
-	struct ydoc *d = parse(b.data, &lim, &err); /* line 2 is exactly 99 bytes */
+	struct yaml_doc *d = parse(b.data, &lim, &err); /* line 2 is exactly 99 bytes */
 	CHECK(d != NULL);
-	ydoc_free(d);
+	yaml_free(d);
 	buf_reset(&b);
 	buf_appendf(&b, "a: 1\r\nb: \"");
 	for (int i = 0; i < 97; i++) /* 4 + 97 + 1: 102 bytes */
@@ -229,9 +229,10 @@ TEST(line_bound)
 TEST(scalars_and_documents)
 {
 	char *err = NULL;
-	struct ydoc *d = parse("a: !!int \"5\"\nb: 'x'\nc:\nd: ~\ne: |\n  text\n", &roomy, &err);
+	struct yaml_doc *d =
+		parse("a: !!int \"5\"\nb: 'x'\nc:\nd: ~\ne: |\n  text\n", &roomy, &err);
 	REQUIRE(d != NULL);
-	const struct ynode *r = ydoc_root(d);
+	const struct ynode *r = yaml_root(d);
 	REQUIRE(r->n == 5);
 	const struct ynode *a = r->u.kids[1], *bq = r->u.kids[3], *c = r->u.kids[5],
 			   *dn = r->u.kids[7], *e = r->u.kids[9];
@@ -243,18 +244,18 @@ TEST(scalars_and_documents)
 	CHECK_STR(dn->u.s.text, "~");
 	CHECK(!e->plain);
 	CHECK_STR(e->u.s.text, "text\n");
-	ydoc_free(d);
+	yaml_free(d);
 
 	/* Only the first document is read. */
 	d = parse("a: 1\n---\n[[[\n", &roomy, &err);
 	REQUIRE(d != NULL);
-	CHECK_INT(ydoc_nodes(d), 3);
-	ydoc_free(d);
+	CHECK_INT(yaml_nodes(d), 3);
+	yaml_free(d);
 	/* Nothing but comments: no document, no error. */
 	d = parse("# nothing\n", &roomy, &err);
 	REQUIRE(d != NULL);
-	CHECK(ydoc_root(d) == NULL);
-	ydoc_free(d);
+	CHECK(yaml_root(d) == NULL);
+	yaml_free(d);
 	refused("a: [1, 2\n", &roomy, "invalid YAML at line");
 }
 
