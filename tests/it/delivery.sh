@@ -159,7 +159,7 @@ events:
 	local p2=$RELAY_PID
 	local i
 	for i in $(seq 1 2000); do
-		if [ $((i % 40)) -eq 0 ]; then
+		if [ $((i % 100)) -eq 0 ]; then
 			echo "XADD events * event '{\"kind\":\"pick\",\"event_id\":\"p$i\"}'"
 		else
 			echo "XADD events * event '{\"kind\":\"none\",\"event_id\":\"n$i\"}'"
@@ -168,7 +168,7 @@ events:
 	rcli XRANGE events - + | grep -E '^[0-9]+-[0-9]+$' | sort >"$TMP/ids"
 	[ "$(wc -l <"$TMP/ids")" -eq 2000 ] || fail "XADD produced $(wc -l <"$TMP/ids") entries"
 	all_done() {
-		[ "$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -c 'picked p')" -ge 50 ] &&
+		[ "$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -c 'picked p')" -ge 20 ] &&
 			[ "$(pending_count)" = 0 ] &&
 			[ "$(rcli XINFO GROUPS events | sed -n '/^lag$/{n;p}')" = 0 ]
 	}
@@ -191,7 +191,7 @@ events:
 	# processed by one worker, once.
 	[ "$dups" -eq 0 ] || fail "$dups event(s) processed more than once without a fault"
 	[ "$(wc -l <"$TMP/acked")" -eq 2000 ] || fail "$(wc -l <"$TMP/acked") processings of 2000 events"
-	[ "$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -c 'picked p')" -ge 50 ] || fail "handlers missing"
+	[ "$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -c 'picked p')" -eq 20 ] || fail "not the 20 handler runs"
 	grep -q 'message_id=' "$TMP/w1.log" || fail "worker-1 handled nothing"
 	grep -q 'message_id=' "$TMP/w2.log" || fail "worker-2 handled nothing"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"

@@ -204,24 +204,33 @@ test_runner_counts_what_the_sources_declare() {
 }
 
 # Two lanes (IT_LANES=2): the slow lane's tests are run and counted, its
-# failures and skips too, exactly as in one lane.
+# failures and skips too, exactly as in one lane; so are those of a file
+# of the early lane (reclaim.sh), which runs beside the unit tests.
 test_runner_lanes_count_as_one() {
 	runner_tree
 	unit_prog test_a 1 "ok test_a/c0"
 	printf 'test_d1() { true; }\ntest_d2() { skip_part "x"; true; }\n' >"$RT/tests/it/delivery.sh"
 	printf 'test_f1() { fail "lane broke"; }\n' >"$RT/tests/it/faults.sh"
 	printf 'test_o1() { true; }\n' >"$RT/tests/it/other.sh"
+	printf 'test_r1() { true; }\n' >"$RT/tests/it/reclaim.sh"
 	local lanes
 	for lanes in 1 2; do
 		IT_LANES=$lanes runner
-		[ "$STATUS" -eq 1 ] && [ "$LAST" = "3 passed, 1 failed, 1 skipped of 5 expected" ] ||
+		[ "$STATUS" -eq 1 ] && [ "$LAST" = "4 passed, 1 failed, 1 skipped of 6 expected" ] ||
 			fail "IT_LANES=$lanes: $STATUS, $LAST"
 		grep -q '^FAIL it/faults/test_f1$' "$TMP/runner.out" || fail "IT_LANES=$lanes: the slow lane's failure is not listed"
 		grep -q '^  it/faults/test_f1$' "$TMP/runner.out" || fail "IT_LANES=$lanes: the failure is not in the summary"
+		grep -qE '^ok it/reclaim/test_r1 \([0-9]+s\)$' "$TMP/runner.out" || fail "IT_LANES=$lanes: the early lane's test is not listed"
+		grep -qE '^ +[0-9]+  it/reclaim +lane early$' "$TMP/runner.out" || fail "IT_LANES=$lanes: no early lane in the timing table"
 	done
 	printf 'test_f1() { true; }\n' >"$RT/tests/it/faults.sh"
+	printf 'test_r1() { fail "early broke"; }\n' >"$RT/tests/it/reclaim.sh"
 	IT_LANES=2 runner
-	[ "$STATUS" -eq 0 ] && [ "$LAST" = "4 passed, 0 failed, 1 skipped of 5 expected" ] || fail "a green two-lane run: $STATUS, $LAST"
+	[ "$STATUS" -eq 1 ] && [ "$LAST" = "4 passed, 1 failed, 1 skipped of 6 expected" ] || fail "an early lane's failure: $STATUS, $LAST"
+	grep -q '^  it/reclaim/test_r1$' "$TMP/runner.out" || fail "the early lane's failure is not in the summary"
+	printf 'test_r1() { true; }\n' >"$RT/tests/it/reclaim.sh"
+	IT_LANES=2 runner
+	[ "$STATUS" -eq 0 ] && [ "$LAST" = "5 passed, 0 failed, 1 skipped of 6 expected" ] || fail "a green two-lane run: $STATUS, $LAST"
 }
 
 # The class cannot come back: no scenario starts `relay start` in the
