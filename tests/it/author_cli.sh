@@ -160,8 +160,7 @@ xlen() { rcli XLEN events; }
 # send_setup: a private Redis, the stream settings, and two scaffolded
 # functions that the sample event matches (a-js runs before b-py).
 send_setup() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	run_expect 0 "$RELAY" function new a-js --runtime node24
 	run_expect 0 "$RELAY" function new b-py --runtime python3.14
@@ -343,8 +342,7 @@ test_send_redis_unreachable_exits_1() {
 
 test_new_function_runs_under_relay_start_via_event_send() {
 	docker info >/dev/null 2>&1 || fail "no Docker daemon (the test command starts one: scripts/ensure-docker)"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	# Names no other test or session uses: images are named after them.
 	local py=author-e2e-py-$$-$RANDOM js=author-e2e-js-$$-$RANDOM f

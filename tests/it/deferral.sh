@@ -34,8 +34,7 @@ events:
 
 df_start() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	unset MAX_CONCURRENCY
 }

@@ -1,6 +1,6 @@
 # Helpers of tests/it/delivery.sh and tests/it/reclaim.sh (sourced, not a
-# scenario file): Redis reads for wait_for, the relay's environment, a
-# handler that runs a while. rcli and write_fn are lib.sh's.
+# scenario file): Redis reads for wait_for and a handler that runs a
+# while. rcli, write_fn, redis_up and relay_env are lib.sh's.
 
 pending_count() { rcli XPENDING "$REDIS_STREAM" "$REDIS_GROUP" | head -n1; }
 # For wait_for, which re-runs a command: these re-read Redis on each try.
@@ -26,11 +26,6 @@ inv_key() { echo "relay:invocation:$REDIS_STREAM:$REDIS_GROUP:$1"; }
 key_absent() { [ "$(rcli EXISTS "$1")" = 0 ]; }
 # log_has_line LINE FILE: FILE has exactly LINE after its time= field.
 log_has_line() { sed 's/^time=[^ ]* //' "$2" | grep -qxF -- "$1"; }
-
-
-relay_env() {
-	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
-}
 
 # A handler that runs a while: "start <id>" at once, "finished <id>" after
 # $2 seconds.

@@ -10,8 +10,7 @@ source "$ROOT/tests/it/delivery.bash"
 
 test_backpressure_bounds_buffer_and_containers() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	export MAX_CONCURRENCY=3 MAX_BUFFERED_EVENTS=5
 	write_fn dl-slow slow.py 'import time
@@ -67,8 +66,7 @@ events:
 }
 
 test_redis_restart_under_load_loses_nothing() {
-	start_redis --appendonly yes --appendfsync always
-	wait_redis_plain
+	redis_up --appendonly yes --appendfsync always
 	relay_env
 	write_fn dl-echo echo.py 'def handler(event):
     print("handled", event["event_id"])
@@ -119,8 +117,7 @@ events:
 }
 
 test_retention_trims_old_entries_and_keeps_new_ones() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	export REDIS_STREAM_RETENTION=1h
 	rcli CONFIG SET stream-node-max-entries 4 >/dev/null
@@ -140,8 +137,7 @@ test_retention_trims_old_entries_and_keeps_new_ones() {
 }
 
 test_two_workers_share_2000_events() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	export LOG_LEVEL=DEBUG MAX_BUFFERED_EVENTS=32
 	write_fn dl-pick pick.py 'def handler(event):
@@ -215,8 +211,7 @@ events:
 }
 
 test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	grp_fn
 	start_relay_as "$TMP/relay.log" group-worker
@@ -240,8 +235,7 @@ test_consumer_group_destroyed_at_run_time_is_recreated_from_0() {
 }
 
 test_consumer_group_lost_with_redis_restarted_without_persistence() {
-	start_redis # --save '' --appendonly no: a restart loses everything
-	wait_redis_plain
+	redis_up # --save '' --appendonly no: a restart loses everything
 	relay_env
 	grp_fn
 	start_relay_as "$TMP/relay.log" lost-worker
@@ -274,8 +268,7 @@ test_consumer_group_lost_with_redis_restarted_without_persistence() {
 # is acknowledged before Relay exits 0, nothing is left pending.
 test_sigterm_lets_the_running_handler_finish_and_acknowledges() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	long_fn dl-term 4
 	start_relay_as "$TMP/relay.log" term-worker

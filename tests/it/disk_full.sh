@@ -47,8 +47,7 @@ test_full_data_dir_warns_once_keeps_consuming_and_recovers() {
 	trap 'df_rc=$?; df_cleanup; (exit "$df_rc"); it_cleanup' EXIT
 	mkdir -p "$RELAY_DATA_DIR"
 	mount -t tmpfs -o size=4m,mode=0700 relay-df "$RELAY_DATA_DIR" || skip "cannot mount a tmpfs here"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	mkdir -p "$RELAY_FUNCTIONS_DIR/df-a"
 	printf 'def handler(event):\n    print("handled", event["n"])\n' >"$RELAY_FUNCTIONS_DIR/df-a/h.py"

@@ -18,8 +18,7 @@
 
 # dq_redis [STREAM]: a private redis and Relay's settings for it.
 dq_redis() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=${1:-events} REDIS_GROUP=relay
 }
 

@@ -44,8 +44,7 @@ es_status() { run "$RELAY" event status "$@"; }
 
 test_event_status_each_state() {
 	trap 'es_rc=$?; es_rmi; (exit "$es_rc"); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=es REDIS_GROUP=es-group
 	es_fn es-ok 'ok, both' '' 'def handler(event):
     print("ok", event["kind"])
@@ -246,8 +245,7 @@ es_raw_controls() {
 # an invocation hash field and a DLQ reason with ESC, C1 (CSI U+009B) and
 # bidi controls; --json keeps them, \u-escaped, in valid JSON.
 test_event_status_escapes_names_and_reasons() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=es REDIS_GROUP=es-group
 	local consumer=$'w\e[31m\xc2\x9b2J\xe2\x80\xaeevil' reason=$'boom \e]0;pwn\a \xc2\x9b2J \xe2\x81\xa6x' p d
 	rcli XGROUP CREATE es es-group 0 MKSTREAM >/dev/null

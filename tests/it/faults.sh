@@ -10,7 +10,6 @@
 # machine's, which other tests use. Its data root is kept between runs
 # (FD_ROOT) so the stand-in base image is loaded into it only once.
 
-relay_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
 xadd() { rcli XADD events '*' event "{\"kind\":\"$1\",\"event_id\":\"$2\"}"; }
 pending_count() { rcli XPENDING events relay | head -n1; }
 group_info() { rcli XINFO GROUPS events | sed -n "/^$1\$/{n;p}"; }
@@ -72,8 +71,7 @@ LIFT_DOCKER='level=INFO msg="the Docker daemon answers again; reading resumes"'
 # zero functions and acknowledged every event as matching nothing.
 test_functions_dir_missing_at_startup_holds_reading_until_it_appears() {
 	export LOG_LEVEL=DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	local real=$RELAY_FUNCTIONS_DIR
 	export RELAY_FUNCTIONS_DIR=$TMP/not-yet-mounted
@@ -101,8 +99,7 @@ test_functions_dir_missing_at_startup_holds_reading_until_it_appears() {
 # what they have, but nothing new is read until the directory is back.
 test_functions_dir_moved_away_at_run_time_holds_reading() {
 	export LOG_LEVEL=DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	echo_fn ft-moved ftm 0
 	start_relay_as "$TMP/relay.log" ft-moved
@@ -130,8 +127,7 @@ test_functions_dir_moved_away_at_run_time_holds_reading() {
 # every event handled exactly once, nothing pending, no state left.
 test_redis_stalled_15s_loses_nothing() {
 	export LOG_LEVEL=DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	echo_fn ft-stall fts 2
 	start_relay_as "$TMP/relay.log" ft-stall
@@ -221,8 +217,7 @@ health_is() {
 # no container from before the restart survives.
 test_dockerd_restarted_mid_invocation() {
 	export LOG_LEVEL=DEBUG MAX_CONCURRENCY=4
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	fd_setup
 	echo_fn ft-restart ftr 30
@@ -283,8 +278,7 @@ test_dockerd_restarted_mid_invocation() {
 # event in flight and the one that waited both succeed at attempt 1.
 test_dockerd_frozen_holds_reading_until_it_answers() {
 	export LOG_LEVEL=DEBUG MAX_CONCURRENCY=4
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	fd_setup
 	echo_fn ft-hung fth 1

@@ -96,8 +96,7 @@ test_rescan_catches_what_inotify_missed() {
 	unshare --user --map-root-user sh -c 'echo 1 >/proc/sys/user/max_inotify_watches' 2>/dev/null ||
 		skip "cannot set user.max_inotify_watches in a user namespace here"
 	gp_images_cleanup "$fn"
-	start_redis
-	wait_redis_plain
+	redis_up
 	gp_env gp-rescan
 	export LOG_LEVEL=debug # the passes' "functions directory rescanned" lines
 	gp_pyfn "$fn" "$(gp_printer v1)"
@@ -161,8 +160,7 @@ test_startup_image_gc() {
 	local gone_img kept_img kept_old
 	gp_images_cleanup "$gone" "$kept"
 	gp_rmi "$gone" "$kept"
-	start_redis
-	wait_redis_plain
+	redis_up
 	gp_env gp-gc
 	gp_pyfn "$gone" "$(gp_printer gone)"
 	gp_pyfn "$kept" "$(gp_printer kept1)"
@@ -317,8 +315,7 @@ gp_certdir() {
 test_docker_over_tls() {
 	local fn=gp-dtls log=$TMP/relay.log port pki=$TMP/pki
 	gp_images_cleanup "$fn"
-	start_redis
-	wait_redis_plain
+	redis_up
 	gp_env gp-dtls
 	gp_pki "$pki"
 	gp_pki "$TMP/rogue"

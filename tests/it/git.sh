@@ -375,8 +375,7 @@ start_relay_webhook() {
 	local cmd=("$@")
 	[ ${#cmd[@]} -gt 0 ] || cmd=("$RELAY")
 	trap 'rc=$?; for p in "${!RELAY_LOGS[@]}"; do term_relay "$p" || rc=1; done; remove_gt_images; (exit $rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	HOOK=127.0.0.1:$(free_port)
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay GIT_WEBHOOK_ADDR=$HOOK
 	relay_bg "$TMP/relay.log" "${cmd[@]}" start

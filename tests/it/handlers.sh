@@ -55,8 +55,7 @@ run_shapes() {
 	assert_status 0
 	assert_out_eq "$f: ok"
 
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	start_relay_as "$TMP/relay.log" "$host"
 	wait_for 180 grep -qF "msg=\"function prepared\" function=$f" "$TMP/relay.log" ||

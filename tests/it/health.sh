@@ -2,8 +2,7 @@
 # real Docker daemon (unix socket and tcp through socat).
 
 test_plain_redis() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT
 	run "$RELAY" health
 	assert_status 0
@@ -16,8 +15,7 @@ test_plain_redis() {
 }
 
 test_acl_user_and_password() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	redis-cli -p "$REDIS_PORT" ACL SETUSER alice on '>wonder land@x' '~*' '&*' '+@all' >/dev/null
 	redis-cli -p "$REDIS_PORT" ACL SETUSER default off >/dev/null
 	export REDIS_URI="redis://alice:wonder%20land%40x@127.0.0.1:$REDIS_PORT"
@@ -131,8 +129,7 @@ test_redis_unresolvable_host() {
 }
 
 test_docker_socket_missing() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT
 	export DOCKER_HOST=unix:///nonexistent
 	run timeout 20 "$RELAY" health
@@ -144,8 +141,7 @@ test_docker_socket_missing() {
 }
 
 test_docker_bad_host_value() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT
 	export DOCKER_HOST=ftp://example
 	run "$RELAY" health
@@ -155,8 +151,7 @@ test_docker_bad_host_value() {
 }
 
 test_docker_over_tcp() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	local port
 	port=$(free_port)
 	socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" UNIX-CONNECT:/var/run/docker.sock &
@@ -170,8 +165,7 @@ test_docker_over_tcp() {
 }
 
 test_docker_api_version_pinned() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT DOCKER_API_VERSION=1.40
 	run "$RELAY" health
 	assert_status 0
@@ -189,8 +183,7 @@ test_redis_checked_before_docker() {
 }
 
 test_health_reads_no_functions_or_state() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT
 	export RELAY_FUNCTIONS_DIR=$TMP/nope RELAY_DATA_DIR=$TMP/data-untouched
 	run "$RELAY" health
@@ -200,8 +193,7 @@ test_health_reads_no_functions_or_state() {
 
 test_valgrind_clean() {
 	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT
 	run valgrind --leak-check=full --error-exitcode=1 --errors-for-leak-kinds=definite,possible "$RELAY_PLAIN" health
 	assert_status 0

@@ -68,8 +68,7 @@ hh_forwarded() { # function handler text
 }
 
 hh_redis() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	rcli XGROUP CREATE events relay '$' MKSTREAM >/dev/null
 }

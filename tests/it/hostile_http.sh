@@ -58,8 +58,7 @@ PY
 }
 
 test_slow_clients_keep_neither_listener_from_answering() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	local mport hport id res
 	mport=$(free_port)

@@ -19,8 +19,7 @@ hs_dlq_field() {
 }
 
 test_a_producer_limited_to_xadd_cannot_forge_a_scheduled_occurrence() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	# The two ACL lines of docs/redis-acl.md.
 	rcli ACL SETUSER relay on '>relay-pw' '~events' '~relay:*' +@all -@dangerous >/dev/null ||
 		fail "ACL SETUSER relay"
@@ -83,8 +82,7 @@ schedules:
 }
 
 test_an_entry_over_the_reply_cap_is_dead_lettered_and_reading_goes_on() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	write_fn hs-big handlers.py 'def event(e):
     print("EVENT RAN", e["n"])

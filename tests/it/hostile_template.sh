@@ -82,8 +82,7 @@ test_start_skips_alias_bomb_and_serves_the_good_function() {
 	trap 'ht_rc=$?; rm_fn_images ht-bomb ht-good; (exit "$ht_rc"); it_cleanup' EXIT
 	ht_bomb ht-bomb 1000
 	ht_good ht-good
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	rcli XGROUP CREATE events relay '$' MKSTREAM >/dev/null
 	start_relay_as "$TMP/relay.log" ht-worker

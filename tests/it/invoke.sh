@@ -191,8 +191,7 @@ PY
 	orphan=$(docker create --label "relay.function=$f" --label "relay.hostname=$host" \
 		--label relay.instance=gone-$$ --label relay.stream=events --label relay.group=relay \
 		--label relay.handler=h.ok "$(docker inspect -f '{{.Config.Image}}' "$inv")") || fail "docker create (the leftover)"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	start_relay_as "$TMP/relay.log" "$host"
 	# The sweep runs before the worker starts: it is over now.
@@ -217,8 +216,7 @@ test_invoke_reuses_the_image_relay_start_built() {
 	local f=iv-reuse-$$
 	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT
 	ivfn "$f"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	start_relay_as "$TMP/relay.log" "iv-reuse-$$"
 	grep -q "msg=\"function prepared\" function=$f .*built=true" "$TMP/relay.log" ||

@@ -161,6 +161,16 @@ wait_redis_plain() {
 	wait_for 10 redis-cli -p "$REDIS_PORT" ping || fail "redis on $REDIS_PORT did not start: $(cat "$TMP/redis-$REDIS_PORT.log")"
 }
 
+# redis_up [ARGS...]: start_redis ARGS, then wait until it answers.
+redis_up() {
+	start_redis "$@"
+	wait_redis_plain
+}
+
+# relay_env: the usual relay settings for the test's Redis (stream
+# "events", group "relay").
+relay_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
+
 # group_field PORT STREAM GROUP FIELD: one field (lag, last-delivered-id,
 # pending, entries-read) of the group's entry in XINFO GROUPS.
 group_field() {

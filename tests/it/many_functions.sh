@@ -42,8 +42,7 @@ max_builds_at_once() {
 
 test_startup_prepares_many_functions_concurrently() {
 	trap 'rc=$?; mf_cleanup; (exit $rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	local p=mf$$ i good=()
 	for i in 1 2 3 4 5 6; do

@@ -25,8 +25,7 @@ scrape() { curl -s --max-time 5 "http://$METRICS_ADDR/metrics" >"$1"; }
 dlq_has() { [ "$(redis-cli -p "$REDIS_PORT" XLEN relay:events:dlq)" -ge "$1" ]; }
 
 test_metrics_and_stats_after_a_real_run() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	ob_env
 	export METRICS_ADDR=127.0.0.1:$(free_port)
 	write_fn ob-ok h.py 'def handler(event):
@@ -110,8 +109,7 @@ EXPECT
 metrics_up() { curl -sf --max-time 2 "http://$METRICS_ADDR/metrics" >/dev/null; }
 
 test_metrics_port_taken_at_startup_is_retried() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	ob_env
 	local port
 	port=$(free_port)
@@ -135,8 +133,7 @@ test_metrics_port_taken_at_startup_is_retried() {
 }
 
 test_scraper_that_never_reads_does_not_stop_processing() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	ob_env
 	export METRICS_ADDR=127.0.0.1:$(free_port)
 	ob_start "$TMP/relay.log"

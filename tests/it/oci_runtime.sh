@@ -6,8 +6,7 @@
 # Function names start with "ort-"; each test removes the images it made.
 
 ort_env() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 }
 

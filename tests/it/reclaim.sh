@@ -10,8 +10,7 @@ source "$ROOT/tests/it/delivery.bash"
 
 test_worker_killed_mid_invocation_is_recovered_by_another() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	write_fn dl-long long.py 'import time
 def handler(event):
@@ -51,8 +50,7 @@ events:
 # runs it as attempt 1 again.
 test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	long_fn dl-cancel 20
 	start_relay_as "$TMP/a.log" cancel-worker
@@ -103,8 +101,7 @@ test_second_signal_cancels_the_handler_and_the_redelivery_keeps_attempt_1() {
 # no DLQ entry; the handler never runs again.
 test_pending_entry_trimmed_by_retention_is_dropped_without_dlq() {
 	export LOG_LEVEL=DEBUG # the per-invocation records (attempt=N) are DEBUG
-	start_redis
-	wait_redis_plain
+	redis_up
 	relay_env
 	export REDIS_STREAM_RETENTION=1h
 	# One entry per stream node, so the approximate trim (~) removes it.

@@ -13,8 +13,7 @@
 # $TMP/relay.log; returns once the worker consumes.
 start_relay() {
 	if [ -z "${REDIS_PORT:-}" ]; then
-		start_redis
-		wait_redis_plain
+		redis_up
 	fi
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	relay_bg "$TMP/relay.log" "$RELAY" start
@@ -426,8 +425,7 @@ test_unreachable_redis_fails_fast() {
 }
 
 test_unreachable_docker_fails_fast() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	export DOCKER_HOST=unix://$TMP/no-docker.sock
 	expect_fast_failure 'level=ERROR msg="cannot reach the Docker daemon" error='
@@ -440,8 +438,7 @@ test_unreachable_docker_fails_fast() {
 test_valgrind_start_reload_stop() {
 	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
 	pyfn rl-vg one
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	relay_bg "$TMP/relay.log" valgrind --leak-check=full --errors-for-leak-kinds=definite,possible \
 		--error-exitcode=99 "$RELAY_PLAIN" start

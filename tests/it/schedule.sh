@@ -11,7 +11,6 @@ sc_start() {
 	start_relay_as "$1" "$2" 'msg="Cron scheduler started with '
 }
 
-sc_env() { export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay; }
 sc_pending() { rcli XPENDING events relay | head -n1; }
 sc_lag() { rcli XINFO GROUPS events | sed -n '/^lag$/{n;p}'; }
 
@@ -105,9 +104,8 @@ test_schedule_next_prints_exact_occurrences() {
 }
 
 test_three_workers_publish_each_occurrence_once() {
-	start_redis
-	wait_redis_plain
-	sc_env
+	redis_up
+	relay_env
 	write_fn sc-tick tick.py 'import json
 def handler(event):
     print("ran", event["scheduled_at"], event["source"], flush=True)
@@ -226,9 +224,8 @@ schedules:
 }
 
 test_removed_schedule_pending_occurrences_are_acked_obsolete() {
-	start_redis
-	wait_redis_plain
-	sc_env
+	redis_up
+	relay_env
 	export MAX_CONCURRENCY=1 MAX_BUFFERED_EVENTS=1
 	write_fn sc-gone slow.py 'import time
 def handler(event):
@@ -283,9 +280,8 @@ events:
 # it returns. One WARN when publishing starts failing, one INFO line on the
 # first success; nothing published twice.
 test_scheduler_rides_out_a_redis_outage() {
-	start_redis
-	wait_redis_plain
-	sc_env
+	redis_up
+	relay_env
 	write_fn sc-out out.py 'def handler(event):
     print("ran", event["scheduled_at"], flush=True)
 ' 'runtime: python3.14

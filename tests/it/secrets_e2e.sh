@@ -16,8 +16,7 @@ log_has() { grep -qF -- "$1" "$TMP/relay.log"; }
 log_re() { grep -q -- "$1" "$TMP/relay.log"; }
 
 test_secrets_injected_rotated_and_never_leaked() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	export LOG_LEVEL=DEBUG METRICS_ADDR=127.0.0.1:$(free_port)
 	relay_secret_set api-token "$CANARY"

@@ -6,8 +6,7 @@
 hup_logged() { [ "$(grep -c 'SIGHUP ignored' "$TMP/relay.log")" -ge "$1" ]; }
 
 test_sighup_is_ignored_and_the_worker_keeps_consuming() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	local f=hup-$$ id
 	trap 'rc=$?; rm_fn_images '"$f"'; (exit $rc); it_cleanup' EXIT

@@ -108,8 +108,7 @@ remove_images() { # function
 
 # start_relay_behind_proxy HOSTNAME: redis and relay start through the proxy.
 start_relay_behind_proxy() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	export DOCKER_HOST=tcp://127.0.0.1:$PROXY_PORT LOG_LEVEL=debug
 	start_relay_as "$TMP/relay.log" "$1"
@@ -162,8 +161,7 @@ test_allow_list() {
 # ---- relay through the proxy -------------------------------------------
 
 test_health_through_proxy() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	start_proxy "${MINIMAL[@]}"
 	export REDIS_URI=127.0.0.1:$REDIS_PORT DOCKER_HOST=tcp://127.0.0.1:$PROXY_PORT
 	run "$RELAY" health
@@ -175,8 +173,7 @@ test_health_through_proxy() {
 # What a user sees when the proxy refuses something Relay needs: the
 # request, the endpoint, the proxy and the variable, on one line.
 test_health_refused_names_request() {
-	start_redis
-	wait_redis_plain
+	redis_up
 	start_proxy PING=0 VERSION=1
 	export REDIS_URI=127.0.0.1:$REDIS_PORT DOCKER_HOST=tcp://127.0.0.1:$PROXY_PORT
 	run "$RELAY" health

@@ -57,8 +57,7 @@ def handler(event):
 sb_env() {
 	SB_HOST=$1
 	if [ -z "${REDIS_PORT:-}" ]; then
-		start_redis
-		wait_redis_plain
+		redis_up
 	fi
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay LOG_LEVEL=DEBUG
 	export METRICS_ADDR=127.0.0.1:$(free_port)

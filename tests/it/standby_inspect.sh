@@ -10,8 +10,7 @@
 sbi_env() {
 	SBI_HOST=$1
 	if [ -z "${REDIS_PORT:-}" ]; then
-		start_redis
-		wait_redis_plain
+		redis_up
 	fi
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 }

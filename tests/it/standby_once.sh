@@ -49,8 +49,7 @@ def handler(event):
     time.sleep(float(event.get("hold", 0)))' >"$RELAY_FUNCTIONS_DIR/so-once/h.py"
 	printf 'runtime: python3.14\nconcurrency: 4\nevents:\n  - handler: h.handler\n    pattern: {fn: [so-once]}\n    retries: 0\n' \
 		>"$RELAY_FUNCTIONS_DIR/so-once/template.yaml"
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay LOG_LEVEL=DEBUG
 	export METRICS_ADDR=127.0.0.1:$(free_port) MAX_CONCURRENCY=4 STANDBY_MAX=4
 	# Every create, start and destroy of this relay's containers, live.

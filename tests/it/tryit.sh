@@ -8,8 +8,7 @@
 TRY_IT_EVENT='{"event_id":"evt_123","event_name":"INSERT","table_name":"users","new_image":{"id":"user_123","name":"John Doe","email":"john@example.com"}}'
 
 ti_start() { # LOG HOSTNAME
-	start_redis
-	wait_redis_plain
+	redis_up
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	cp -r "$ROOT/examples/functions/." "$RELAY_FUNCTIONS_DIR/"
 	# At ERROR the start line is not logged: wait for the group instead.

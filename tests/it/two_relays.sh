@@ -53,8 +53,7 @@ tw_cleanup_images() { rm_fn_images tw-live tw-dead tw-lost tw-groups; }
 
 test_a_second_relay_under_the_same_hostname_refuses_and_the_first_completes() {
 	trap 'tw_rc=$?; tw_cleanup_images; (exit $tw_rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	tw_env
 	tw_fn tw-live "$TW_SLOW"
 	start_relay_as "$TMP/a.log" tw-live-host
@@ -107,8 +106,7 @@ test_a_second_relay_under_the_same_hostname_refuses_and_the_first_completes() {
 
 test_a_killed_relay_s_name_is_taken_over_and_its_running_container_swept() {
 	trap 'tw_rc=$?; tw_cleanup_images; (exit $tw_rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	tw_env
 	tw_fn tw-dead "$TW_SLOW"
 	start_relay_as "$TMP/a.log" tw-dead-host
@@ -157,8 +155,7 @@ test_a_killed_relay_s_name_is_taken_over_and_its_running_container_swept() {
 
 test_a_running_relay_retakes_a_vanished_record_and_stops_when_another_holds_it() {
 	trap 'tw_rc=$?; tw_cleanup_images; (exit $tw_rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	tw_env
 	tw_fn tw-lost "$TW_SLOW"
 	start_relay_as "$TMP/a.log" tw-lost-host
@@ -185,8 +182,7 @@ test_a_running_relay_retakes_a_vanished_record_and_stops_when_another_holds_it()
 
 test_relays_of_two_groups_share_a_hostname_without_sweeping_each_other() {
 	trap 'tw_rc=$?; tw_cleanup_images; (exit $tw_rc); it_cleanup' EXIT
-	start_redis
-	wait_redis_plain
+	redis_up
 	tw_env
 	tw_fn tw-groups "$TW_SLOW"
 	export REDIS_GROUP=g1
