@@ -187,9 +187,18 @@ events:
 	# processed by one worker, once.
 	[ "$dups" -eq 0 ] || fail "$dups event(s) processed more than once without a fault"
 	[ "$(wc -l <"$TMP/acked")" -eq 2000 ] || fail "$(wc -l <"$TMP/acked") processings of 2000 events"
-	# Each of the 20 handlers forwarded its one line once.
-	[ "$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -cE ': picked p[0-9]+$')" -eq 20 ] ||
-		fail "not the 20 handler runs: $(cat "$TMP/w1.log" "$TMP/w2.log" | grep -E ': picked p[0-9]+$' | sort | uniq -c | sort -rn | head -n 3)"
+	# Each of the 20 handlers ran; a second run only after an attempt that
+	# failed (on a loaded daemon the 6 s default timeout was seen to run
+	# out after the handler had printed, while the daemon took seconds to
+	# report the exit), never more.
+	local runs distinct failed
+	runs=$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -cE ': picked p[0-9]+$')
+	distinct=$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -oE ': picked p[0-9]+$' | sort -u | wc -l)
+	failed=$(cat "$TMP/w1.log" "$TMP/w2.log" | grep -c 'msg="handler failed' || true)
+	echo "handler runs $runs of 20 events, failed attempts $failed"
+	[ "$distinct" -eq 20 ] || fail "$distinct of the 20 handlers ran"
+	[ "$runs" -le $((20 + failed)) ] ||
+		fail "$runs runs for 20 events and $failed failed attempts: $(cat "$TMP/w1.log" "$TMP/w2.log" | grep -E ': picked p[0-9]+$' | sort | uniq -c | sort -rn | head -n 3)"
 	grep -q 'message_id=' "$TMP/w1.log" || fail "worker-1 handled nothing"
 	grep -q 'message_id=' "$TMP/w2.log" || fail "worker-2 handled nothing"
 	[ "$(rcli XLEN relay:events:dlq)" -eq 0 ] || fail "dead-lettered"
