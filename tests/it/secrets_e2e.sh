@@ -85,21 +85,32 @@ PY
 	# "function updated" is logged after the swap: the next event runs it.
 	wait_for 30 updated || fail "edit not picked up: $(grep -c 'function updated' "$TMP/relay.log")"
 	redis-cli -p "$REDIS_PORT" XADD events '*' event '{"kind":"go","n":4}' >/dev/null
-	local cid=""
+	# Any se-fn container will do, the one running the event or a standby
+	# one; one can go between the listing and the inspection (a parked
+	# container made before the rotation is discarded as stale), so list
+	# and inspect again until one is read.
+	local cid="" read=0
 	for _ in $(seq 1 100); do
 		cid=$(docker ps -q --filter label=relay.function=se-fn | head -n1)
-		[ -n "$cid" ] && break
+		if [ -n "$cid" ] &&
+			docker inspect --format '{{json .Config.Labels}}' "$cid" >"$TMP/labels.json" 2>/dev/null; then
+			read=1
+			break
+		fi
 		sleep 0.1
 	done
-	[ -n "$cid" ] || fail "no running container to inspect"
-	docker inspect --format '{{json .Config.Labels}}' "$cid" >"$TMP/labels.json"
+	[ "$read" = 1 ] || fail "no running container to inspect"
 	grep -q 'relay.function' "$TMP/labels.json" || fail "labels not read"
 	! grep -q "$CANARY" "$TMP/labels.json" || fail "canary in container labels"
-	curl -s "http://$METRICS_ADDR/metrics" >"$TMP/metrics.txt"
-	grep -q 'handler_invocations_total' "$TMP/metrics.txt" || fail "no metrics scraped"
-	# Scraped while exactly one handler runs (it sleeps 3 s).
-	grep -qx 'in_flight_invocations 1' "$TMP/metrics.txt" ||
+	# Scraped while exactly one handler runs (it sleeps 3 s): the container
+	# read above may be a parked one, listed before the event's dispatch.
+	one_in_flight() {
+		curl -s "http://$METRICS_ADDR/metrics" >"$TMP/metrics.txt" &&
+			grep -qx 'in_flight_invocations 1' "$TMP/metrics.txt"
+	}
+	wait_for 10 one_in_flight ||
 		fail "in_flight_invocations while one handler runs: $(grep '^in_flight' "$TMP/metrics.txt")"
+	grep -q 'handler_invocations_total' "$TMP/metrics.txt" || fail "no metrics scraped"
 	se_stop
 
 	log_re 'level=DEBUG' || fail "the log is not at DEBUG"
