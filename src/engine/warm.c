@@ -2,8 +2,11 @@
  * The warm container pool; the contract is in warm.h.
  *
  * Shape: sb->idle is the list of idle containers (struct entry), under
- * the lock; a busy container (serving an invocation, or being bounded by
- * the reaper) is off the list, so nobody else can take it. sb->dead holds
+ * the lock; a busy container (serving an invocation) is off the list, so
+ * nobody else can take it. One the reaper is bounding stays on the list
+ * marked `bounding`: only the reaper unlinks it, and a worker that wants
+ * it waits on bound_cv for the call's end (at most WARM_BOUND_TIMEOUT_MS)
+ * rather than start a second container for the event. sb->dead holds
  * entries to remove, each with its reason, for the reaper (or warm_stop).
  * The gauge warm_containers{function} counts a container from its start to
  * its removal.
@@ -31,6 +34,7 @@ struct entry {
 	int64_t idle_since; /* monotonic, when it went idle */
 	int64_t uses;
 	bool bounded;		     /* under the idle CPU bound */
+	bool bounding;		     /* the reaper's bound call is running */
 	enum metric_warm_reason why; /* on the dead list */
 };
 
@@ -38,6 +42,7 @@ struct warm {
 	struct warm_config cfg;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	pthread_cond_t bound_cv; /* a bound call ended */
 	bool poked;
 	atomic_int stop;
 	struct entry *idle;
@@ -147,34 +152,49 @@ static enum metric_warm_reason dead_reason(const struct runner_result *out)
 }
 
 /* Takes an idle current container of (fv, handler) off the list, retiring
- * the stale ones met on the way; NULL when there is none. */
+ * the stale ones met on the way; NULL when there is none. One the reaper
+ * is bounding is waited for (the bound call's own timeout bounds it). */
 static struct entry *take(struct warm *sb, const struct fn_version *fv, const char *handler,
 			  uint64_t stamp)
 {
 	struct entry *got = NULL;
+	int64_t until = now_mono_ns() + (WARM_BOUND_TIMEOUT_MS + 1000) * NS_PER_MS;
 	pthread_mutex_lock(&sb->lock);
-	for (struct entry **link = &sb->idle; *link;) {
-		struct entry *e = *link;
-		if (strcmp(e->function, fv->fn->name) != 0 || strcmp(e->handler, handler) != 0) {
-			link = &e->next;
-			continue;
+	for (;;) {
+		bool wait = false;
+		for (struct entry **link = &sb->idle; *link;) {
+			struct entry *e = *link;
+			if (strcmp(e->function, fv->fn->name) != 0 ||
+			    strcmp(e->handler, handler) != 0) {
+				link = &e->next;
+				continue;
+			}
+			if (e->bounding) { /* the reaper's: its call decides */
+				wait = wait || (strcmp(e->image, fv->image) == 0 && e->stamp == stamp);
+				link = &e->next;
+				continue;
+			}
+			*link = e->next;
+			e->next = NULL;
+			if (strcmp(e->image, fv->image) != 0) {
+				retire_locked(sb, e, METRIC_WARM_VERSION);
+				continue;
+			}
+			if (e->stamp != stamp) {
+				retire_locked(sb, e, METRIC_WARM_SECRET);
+				continue;
+			}
+			if (runner_warm_gone(e->w) != 0) {
+				retire_locked(sb, e, METRIC_WARM_EXITED);
+				continue;
+			}
+			got = e;
+			break;
 		}
-		*link = e->next;
-		e->next = NULL;
-		if (strcmp(e->image, fv->image) != 0) {
-			retire_locked(sb, e, METRIC_WARM_VERSION);
-			continue;
-		}
-		if (e->stamp != stamp) {
-			retire_locked(sb, e, METRIC_WARM_SECRET);
-			continue;
-		}
-		if (runner_warm_gone(e->w) != 0) {
-			retire_locked(sb, e, METRIC_WARM_EXITED);
-			continue;
-		}
-		got = e;
-		break;
+		if (got || !wait || now_mono_ns() >= until)
+			break;
+		struct timespec ts = {.tv_sec = until / NS_PER_SEC, .tv_nsec = until % NS_PER_SEC};
+		pthread_cond_timedwait(&sb->bound_cv, &sb->lock, &ts);
 	}
 	pthread_mutex_unlock(&sb->lock);
 	return got;
@@ -330,29 +350,29 @@ static void plan(struct warm *sb, const struct snapshot *snap, int64_t now)
 }
 
 /* Bounds the CPU of every container idle for WARM_BOUND_AFTER_NS and not
- * yet bounded; each is off the list while its call runs (so no worker
- * takes it meanwhile). One the daemon refuses to bound is retired
- * ("error"): none stays idle unbounded. */
+ * yet bounded; each stays on the list marked `bounding` while its call
+ * runs (no worker takes it meanwhile; one that wants it waits). One the
+ * daemon refuses to bound is retired ("error"): none stays idle unbounded.
+ * Only this thread unlinks a bounding entry, so the pointers stay valid. */
 static void bound_due(struct warm *sb)
 {
 	int64_t now = now_mono_ns();
-	struct entry *due = NULL;
+	size_t n = 0, cap = 0;
+	struct entry **due = NULL;
 	pthread_mutex_lock(&sb->lock);
-	for (struct entry **link = &sb->idle; *link;) {
-		struct entry *e = *link;
-		if (e->bounded || now - e->idle_since < WARM_BOUND_AFTER_NS) {
-			link = &e->next;
+	for (struct entry *e = sb->idle; e; e = e->next) {
+		if (e->bounded || now - e->idle_since < WARM_BOUND_AFTER_NS)
 			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 8;
+			due = xrealloc(due, cap * sizeof *due);
 		}
-		*link = e->next;
-		e->next = due;
-		due = e;
+		e->bounding = true;
+		due[n++] = e;
 	}
 	pthread_mutex_unlock(&sb->lock);
-	while (due) {
-		struct entry *e = due;
-		due = e->next;
-		e->next = NULL;
+	for (size_t i = 0; i < n; i++) {
+		struct entry *e = due[i];
 		int rc = runner_warm_bound(sb->docker, e->w, WARM_BOUND_TIMEOUT_MS);
 		if (rc < 0)
 			log_warn(LOG_ATTRS("function", e->function, "handler", e->handler,
@@ -360,15 +380,23 @@ static void bound_due(struct warm *sb)
 					   docker_errmsg(sb->docker)),
 				 "cannot bound the CPU of an idle warm container; removing it");
 		pthread_mutex_lock(&sb->lock);
+		e->bounding = false;
 		if (rc == 0) {
 			e->bounded = true;
-			e->next = sb->idle;
-			sb->idle = e;
 		} else {
+			for (struct entry **link = &sb->idle; *link; link = &(*link)->next) {
+				if (*link == e) {
+					*link = e->next;
+					break;
+				}
+			}
+			e->next = NULL;
 			retire_locked(sb, e, METRIC_WARM_ERROR);
 		}
+		pthread_cond_broadcast(&sb->bound_cv);
 		pthread_mutex_unlock(&sb->lock);
 	}
+	free(due);
 }
 
 /* When the reaper must look again at the latest (monotonic). */
@@ -432,6 +460,7 @@ struct warm *warm_start(const struct warm_config *cfg)
 	sb->cfg = *cfg;
 	pthread_mutex_init(&sb->lock, NULL);
 	cond_init_monotonic(&sb->cond);
+	cond_init_monotonic(&sb->bound_cv);
 	thread_start(&sb->thread, "warm", reaper_main, sb);
 	return sb;
 }
@@ -460,6 +489,7 @@ void warm_stop(struct warm *sb)
 	bury(sb, sb->docker, deadline);
 	docker_close(sb->docker);
 	pthread_cond_destroy(&sb->cond);
+	pthread_cond_destroy(&sb->bound_cv);
 	pthread_mutex_destroy(&sb->lock);
 	free(sb);
 }

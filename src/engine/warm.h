@@ -32,7 +32,9 @@
  *
  * CPU: an idle container is bounded to RUNNER_PARKED_NANO_CPUS (0.05 CPU,
  * as a parked standby container) once idle for WARM_BOUND_AFTER_NS; the
- * invocation lifts it (runner_warm_invoke).
+ * invocation lifts it (runner_warm_invoke). A worker that wants a
+ * container while the reaper's bound call on it runs waits for that call
+ * (at most WARM_BOUND_TIMEOUT_MS) instead of starting a second one.
  *
  * The reaper thread (its own Docker connection) wakes every WARM_TICK_MS or
  * when poked and removes what must go, then bounds what is due. Removals
