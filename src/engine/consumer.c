@@ -35,6 +35,7 @@
 #include "base/duration.h"
 #include "io/event.h"
 #include "engine/invocation.h"
+#include "engine/liveness.h"
 #include "base/log.h"
 #include "engine/metrics.h"
 #include "base/rfc3339.h"
@@ -63,6 +64,9 @@ struct consumer {
 	pthread_cond_t space; /* buffer room / stop */
 	struct delivery_msg *head, *tail;
 	int buffered;
+	/* Buffer room the reader leaves to the retrier and the reclaim while
+	 * they wait for some, so that sustained traffic cannot starve them. */
+	int reserved;
 	char **held; /* ids held locally, for reclaim dedup */
 	size_t nheld, capheld;
 	/* What happens to each message a worker takes, with the plans parked
@@ -85,7 +89,14 @@ struct consumer {
 	unsigned hold;
 	int64_t hold_since[2];
 
-	pthread_t reader, reclaimer, acker, sampler, prober;
+	/* The retrier (retry index, invocation.h): when it looks next (wall
+	 * ms), under lock; retry_cond wakes it early. */
+	char *retry_key;
+	int64_t retry_wake_ms;
+	pthread_cond_t retry_cond;
+	char reclaim_cursor[64]; /* where the next reclaim pass goes on */
+
+	pthread_t reader, reclaimer, retrier, acker, sampler, prober;
 	pthread_t *workers;
 	int nworkers;
 };
@@ -689,17 +700,51 @@ struct reader {
 static int reader_room(struct consumer *c, size_t nfast)
 {
 	pthread_mutex_lock(&c->lock);
-	while (c->buffered - (int)nfast >= c->cfg.max_buffered && !atomic_load(&c->stop))
+	/* Room reserved by a waiting retrier or reclaim is theirs. */
+	while (c->buffered + c->reserved - (int)nfast >= c->cfg.max_buffered &&
+	       !atomic_load(&c->stop))
 		timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
 	/* Less than half the buffer free: wait a moment for the ACKs in
 	 * flight to free more, so one read fetches a batch rather than a
 	 * message or two (bench/consume). */
-	if (c->cfg.max_buffered - (c->buffered - (int)nfast) < (c->cfg.max_buffered + 1) / 2 &&
+	if (c->cfg.max_buffered - (c->buffered + c->reserved - (int)nfast) <
+		    (c->cfg.max_buffered + 1) / 2 &&
 	    !atomic_load(&c->stop))
 		timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-	int room = c->cfg.max_buffered - (c->buffered - (int)nfast);
+	int room = c->cfg.max_buffered - (c->buffered + c->reserved - (int)nfast);
+	if (room < 1)
+		room = 1; /* a reservation came meanwhile: one more at most */
 	pthread_mutex_unlock(&c->lock);
 	return room;
+}
+
+/*
+ * Room for a retrier or reclaim batch of at most want, reserved from the
+ * reader meanwhile: waits up to wait_ns for the buffer to have some.
+ * Returns the room (0: none came); the caller gives the reservation back
+ * with room_done once its batch is queued. As before the retrier, a read
+ * already in flight is not counted: the buffer can exceed
+ * MAX_BUFFERED_EVENTS by that read for a moment.
+ */
+static int room_reserve(struct consumer *c, int want, int64_t wait_ns)
+{
+	int64_t end = now_mono_ns() + wait_ns;
+	pthread_mutex_lock(&c->lock);
+	c->reserved += want;
+	int room;
+	while ((room = c->cfg.max_buffered - c->buffered) <= 0 &&
+	       !atomic_load(&c->stop) && now_mono_ns() < end)
+		timed_wait(&c->space, &c->lock, end - now_mono_ns());
+	pthread_mutex_unlock(&c->lock);
+	return room < 0 ? 0 : room > want ? want : room;
+}
+
+static void room_done(struct consumer *c, int want)
+{
+	pthread_mutex_lock(&c->lock);
+	c->reserved -= want;
+	pthread_cond_broadcast(&c->space);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* The reply to the fast ones' XACK, sent ahead of a read. */
@@ -867,15 +912,17 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
  * once to check and queue them: checking and queueing under one hold, so a
  * message is never queued twice.
  */
-static int take_reclaimed(struct consumer *c, const redisReply *entries)
+static int take_reclaimed(struct consumer *c, const redisReply *entries, bool due)
 {
 	size_t n = entries->elements, k = 0;
 	struct delivery_msg **ms = xcalloc(n + 1, sizeof *ms);
 	for (size_t i = 0; i < n; i++) {
 		size_t cost;
 		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
-		if (m)
+		if (m) {
+			m->retry_due = due;
 			ms[k++] = m;
+		}
 	}
 	int claimed = 0;
 	pthread_mutex_lock(&c->lock);
@@ -884,7 +931,8 @@ static int take_reclaimed(struct consumer *c, const redisReply *entries)
 		 * running marker protects it; no second local copy (freed below). */
 		if (held_locked(c, ms[i]->id))
 			continue;
-		log_debug(LOG_ATTRS("message_id", ms[i]->id), "message reclaimed");
+		log_debug(LOG_ATTRS("message_id", ms[i]->id),
+			  due ? "due retry claimed" : "message reclaimed");
 		enqueue_locked(c, ms[i]);
 		ms[i] = NULL;
 		claimed++;
@@ -896,25 +944,37 @@ static int take_reclaimed(struct consumer *c, const redisReply *entries)
 	return claimed;
 }
 
+/*
+ * One reclaim pass: from where the last pass stopped, at most 100 calls of
+ * the script (each looking at most at 10 x its batch of pending entries),
+ * until the whole pending list was looked at. Each batch waits for buffer
+ * room (reserved from the reader, so sustained traffic cannot starve it)
+ * for at most a second; a pass that gets none stops and the next one goes
+ * on from the cursor.
+ */
+static void consumers_prune(struct consumer *c, struct redis *r);
+
 static void reclaim_once(struct consumer *c, struct redis *r)
 {
-	char cursor[64] = "0-0", idle[32];
+	char idle[32];
 	snprintf_(idle, sizeof idle, "%" PRId64, (int64_t)(c->cfg.min_pending_idle_ns / NS_PER_MS));
 	for (int rounds = 0; rounds < 100 && !atomic_load(&c->stop); rounds++) {
-		pthread_mutex_lock(&c->lock);
-		int room = c->cfg.max_buffered - c->buffered;
-		pthread_mutex_unlock(&c->lock);
+		int want = read_count(c, c->cfg.max_buffered);
+		int room = room_reserve(c, want, NS_PER_SEC);
 		if (room <= 0) {
-			log_debug(NULL, "reclaim skipped: local buffer full");
+			room_done(c, want);
+			log_debug(NULL, "reclaim paused: no buffer room within a second");
 			return;
 		}
 		struct read_args a;
-		read_args_fill(read_count(c, room), &a);
-		const char *argv[] = {"2",     c->stream, c->dlq, c->group, c->name,
-				      a.count, a.emax,	  a.ts,	  idle,	    cursor};
-		redisReply *rep =
-			redis_script_run(r, consumer_scripts_reclaim(), (int)ARRAY_LEN(argv), argv, NULL);
+		read_args_fill(room, &a);
+		const char *argv[] = {"3",	 c->stream, c->dlq,  c->retry_key, c->group,
+				      c->name,	 a.count,   a.emax,  a.ts,	   idle,
+				      c->reclaim_cursor};
+		redisReply *rep = redis_script_run(r, consumer_scripts_reclaim(),
+						   (int)ARRAY_LEN(argv), argv, NULL);
 		if (!rep) {
+			room_done(c, want);
 			log_warn(LOG_ATTRS("error", redis_errmsg(r)), "reclaim failed");
 			return;
 		}
@@ -923,6 +983,7 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 		    rep->element[1]->type != REDIS_REPLY_ARRAY ||
 		    rep->element[2]->type != REDIS_REPLY_ARRAY ||
 		    rep->element[3]->type != REDIS_REPLY_ARRAY) {
+			room_done(c, want);
 			log_warn(LOG_ATTRS("error",
 					   rep->type == REDIS_REPLY_ERROR
 						   ? rep->str
@@ -931,15 +992,16 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			freeReplyObject(rep);
 			return;
 		}
-		snprintf_(cursor, sizeof cursor, "%.*s", (int)rep->element[0]->len,
-			  rep->element[0]->str);
-		int claimed = take_reclaimed(c, rep->element[1]);
+		snprintf_(c->reclaim_cursor, sizeof c->reclaim_cursor, "%.*s",
+			  (int)rep->element[0]->len, rep->element[0]->str);
+		int claimed = take_reclaimed(c, rep->element[1], false);
+		room_done(c, want);
 		report_too_large(c, rep->element[2], false);
 		drop_gone(c, r, rep->element[3]);
 		freeReplyObject(rep);
 		if (claimed)
 			log_debug(NULL, "reclaimed %d idle message(s)", claimed);
-		if (strcmp(cursor, "0-0") == 0)
+		if (strcmp(c->reclaim_cursor, "0-0") == 0)
 			return;
 	}
 }
@@ -952,10 +1014,193 @@ static void *reclaim_main(void *arg)
 		sleep_ms_interruptible(c->cfg.reclaim_interval_ns / NS_PER_MS, &c->stop);
 		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
 			break;
-		if (holding(c, ~0u))
+		if (holding(c, ~0u)) {
 			log_debug(NULL, "reclaim skipped: reading is on hold");
-		else
+		} else {
 			reclaim_once(c, r);
+			consumers_prune(c, r);
+		}
+	}
+	redis_free(r);
+	return NULL;
+}
+
+/* ---- consumers of gone workers ----------------------------------------- */
+
+/*
+ * Consumer names are host names (pod names under Kubernetes) and nothing
+ * else deletes one, so the group's consumer list, which XPENDING and XINFO
+ * walk, would grow forever. After each reclaim pass, a consumer other than
+ * this one with no pending entry whose liveness record (liveness.h) is gone
+ * is deleted, by a script that checks both again atomically: a consumer
+ * that still owns entries, or whose worker is alive, is never deleted (a
+ * worker that comes back under the name is created again by its first
+ * read). At most CONSUMER_PRUNE_MAX a pass; one INFO line each.
+ */
+static const char prune_lua[] =
+	"if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end\n"
+	"local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])\n"
+	"if #p > 0 then return 0 end\n"
+	"return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2]) >= 0 and 1 or 0\n";
+static struct redis_script prune_script;
+static pthread_once_t prune_once = PTHREAD_ONCE_INIT;
+
+static void prune_init(void)
+{
+	redis_script_init(&prune_script, prune_lua);
+}
+
+/* The value after `key` in an XINFO CONSUMERS entry (a flat map), or NULL. */
+static const redisReply *xinfo_field(const redisReply *e, const char *key)
+{
+	for (size_t i = 0; i + 1 < e->elements; i += 2)
+		if (e->element[i]->type == REDIS_REPLY_STRING && strcmp(e->element[i]->str, key) == 0)
+			return e->element[i + 1];
+	return NULL;
+}
+
+static void consumers_prune(struct consumer *c, struct redis *r)
+{
+	pthread_once(&prune_once, prune_init);
+	redisReply *rep = redis_command(r, "XINFO CONSUMERS %s %s", c->stream, c->group);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+		freeReplyObject(rep);
+		return;
+	}
+	int done = 0;
+	for (size_t i = 0; i < rep->elements && done < CONSUMER_PRUNE_MAX; i++) {
+		const redisReply *e = rep->element[i];
+		if (e->type != REDIS_REPLY_ARRAY)
+			continue;
+		const redisReply *name = xinfo_field(e, "name"), *pend = xinfo_field(e, "pending");
+		if (!name || name->type != REDIS_REPLY_STRING || !pend ||
+		    pend->type != REDIS_REPLY_INTEGER || pend->integer != 0 ||
+		    strcmp(name->str, c->name) == 0)
+			continue;
+		char *live = liveness_key(c->stream, c->group, name->str);
+		const char *argv[] = {"2", c->stream, live, c->group, name->str};
+		redisReply *d = redis_script_run(r, &prune_script, (int)ARRAY_LEN(argv), argv, NULL);
+		if (d && d->type == REDIS_REPLY_INTEGER && d->integer == 1) {
+			done++;
+			metrics_inc(METRIC_CONSUMERS_DELETED);
+			log_info(LOG_ATTRS("stream", c->stream, "group", c->group, "consumer",
+					   name->str),
+				 "deleted the consumer of a gone worker (no pending entry, no "
+				 "liveness record)");
+		}
+		freeReplyObject(d);
+		free(live);
+	}
+	freeReplyObject(rep);
+}
+
+/* ---- retrier -------------------------------------------------------------- */
+
+static int64_t now_wall_ms(void)
+{
+	return now_wall_ns() / NS_PER_MS;
+}
+
+/* Wakes the retrier by due_ms (wall) at the latest. */
+static void retry_wake_by(struct consumer *c, int64_t due_ms)
+{
+	pthread_mutex_lock(&c->lock);
+	if (due_ms < c->retry_wake_ms) {
+		c->retry_wake_ms = due_ms;
+		pthread_cond_signal(&c->retry_cond);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* delivery_config.retry_scheduled: this worker recorded a retry due at
+ * due_ms, so its retrier claims it then (another worker's may first). */
+static void retry_scheduled(void *arg, int64_t due_ms)
+{
+	retry_wake_by(arg, due_ms);
+}
+
+/*
+ * One call of the retry script: claims up to want due retries (0: only
+ * learns when the next is due) and queues them. Returns the next due time
+ * (wall ms; 0 when none waits), or -1 on an error; *looked is how many
+ * members were due and looked at.
+ */
+static int64_t retry_once(struct consumer *c, struct redis *r, int want, int *looked)
+{
+	struct read_args a;
+	read_args_fill(want, &a);
+	const char *argv[] = {"3",     c->stream, c->dlq, c->retry_key, c->group,
+			      c->name, a.count,	  a.emax, a.ts};
+	redisReply *rep =
+		redis_script_run(r, consumer_scripts_retry(), (int)ARRAY_LEN(argv), argv, NULL);
+	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
+	    rep->element[0]->type != REDIS_REPLY_STRING ||
+	    rep->element[1]->type != REDIS_REPLY_ARRAY ||
+	    rep->element[2]->type != REDIS_REPLY_ARRAY ||
+	    rep->element[3]->type != REDIS_REPLY_ARRAY ||
+	    rep->element[4]->type != REDIS_REPLY_INTEGER) {
+		log_warn(LOG_ATTRS("error", !rep ? redis_errmsg(r)
+					    : rep->type == REDIS_REPLY_ERROR
+						    ? rep->str
+						    : "unexpected reply to the retry script"),
+			 "retry claim failed");
+		freeReplyObject(rep);
+		return -1;
+	}
+	int claimed = take_reclaimed(c, rep->element[1], true);
+	if (claimed)
+		log_debug(NULL, "claimed %d due retry(ies)", claimed);
+	report_too_large(c, rep->element[2], false);
+	drop_gone(c, r, rep->element[3]);
+	*looked = (int)rep->element[4]->integer;
+	int64_t next = rep->element[0]->len ? strtoll(rep->element[0]->str, NULL, 10) : 0;
+	freeReplyObject(rep);
+	return next < 0 ? 0 : next;
+}
+
+/*
+ * The retrier: claims each retry of the retry index (invocation.h) when it
+ * falls due, whoever scheduled it. It sleeps until the earliest due time
+ * the index answered, CONSUMER_RETRY_POLL_MS at most (a retry another
+ * worker schedules earlier is seen by then), or until this worker
+ * schedules an earlier one (retry_scheduled). With a retry due it reserves
+ * buffer room from the reader and waits for some, so sustained traffic
+ * cannot hold retries back. Idle, it costs one small script call a poll,
+ * whatever the number of waiting retries.
+ */
+static void *retrier_main(void *arg)
+{
+	struct consumer *c = arg;
+	struct redis *r = conn_new(c, 10000);
+	int64_t due = 0; /* the next due time the index answered; 0: none */
+	while (!atomic_load(&c->stop)) {
+		pthread_mutex_lock(&c->lock);
+		int64_t wake;
+		while (!atomic_load(&c->stop) && (wake = c->retry_wake_ms) > now_wall_ms())
+			timed_wait(&c->retry_cond, &c->lock, (wake - now_wall_ms()) * NS_PER_MS);
+		c->retry_wake_ms = now_wall_ms() + CONSUMER_RETRY_POLL_MS;
+		pthread_mutex_unlock(&c->lock);
+		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
+			break;
+		if (holding(c, ~0u))
+			continue;
+		int want = read_count(c, c->cfg.max_buffered), looked = 0;
+		bool known_due = due > 0 && due <= now_wall_ms();
+		int room = room_reserve(c, want, known_due ? NS_PER_SEC : 0);
+		int64_t next = retry_once(c, r, room, &looked);
+		room_done(c, want);
+		if (next < 0) {
+			due = 0;
+			continue; /* polled again in CONSUMER_RETRY_POLL_MS */
+		}
+		due = next;
+		int64_t now = now_wall_ms();
+		if (room > 0 && looked == room)
+			retry_wake_by(c, now); /* maybe more due: at once */
+		else if (next > 0)
+			/* At least 100 ms on: a worker clock ahead of Redis's
+			 * would otherwise spin on a retry not due by TIME. */
+			retry_wake_by(c, next > now + 100 ? next : now + 100);
 	}
 	redis_free(r);
 	return NULL;
@@ -985,6 +1230,10 @@ static void sample_backlog(struct consumer *c, struct redis *r)
 		metrics_gauge_set(METRIC_PENDING_ENTRIES, (double)count);
 		metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, age);
 	}
+	freeReplyObject(rep);
+	rep = redis_command(r, "ZCARD %s", c->retry_key);
+	if (rep && rep->type == REDIS_REPLY_INTEGER)
+		metrics_gauge_set(METRIC_RETRIES_SCHEDULED, (double)rep->integer);
 	freeReplyObject(rep);
 }
 
@@ -1180,6 +1429,8 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	c->group = xstrdup(cfg->group);
 	c->name = xstrdup(cfg->consumer);
 	c->dlq = xasprintf("relay:%s:dlq", cfg->stream);
+	c->retry_key = invocation_retry_key(cfg->stream, cfg->group);
+	snprintf_(c->reclaim_cursor, sizeof c->reclaim_cursor, "0-0");
 	c->cfg.stream = c->stream;
 	c->cfg.group = c->group;
 	c->cfg.consumer = c->name;
@@ -1203,6 +1454,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	cond_init_monotonic(&c->work);
 	cond_init_monotonic(&c->space);
 	cond_init_monotonic(&c->ack_cond);
+	cond_init_monotonic(&c->retry_cond);
 	c->slots = c->cfg.slots ? c->cfg.slots : slots_new(c->cfg.max_concurrency);
 	c->delivery = delivery_new(&(struct delivery_config){
 		.stream = c->stream,
@@ -1218,6 +1470,8 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		.stop = &c->stop,
 		.lock = &c->lock,
 		.docker_wait = c->cfg.ready ? docker_hold_wait : NULL,
+		.retry_scheduled = retry_scheduled,
+		.retry_key = c->retry_key,
 		.ctx = c,
 	});
 	slots_on_release(c->slots, slot_released, c);
@@ -1232,6 +1486,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	}
 	start_thread(&c->reader, "reader", reader_main, c);
 	start_thread(&c->reclaimer, "reclaim", reclaim_main, c);
+	start_thread(&c->retrier, "retrier", retrier_main, c);
 	start_thread(&c->sampler, "sampler", sampler_main, c);
 	if (c->cfg.ready)
 		start_thread(&c->prober, "prober", prober_main, c);
@@ -1244,6 +1499,7 @@ void consumer_stop(struct consumer *c)
 	pthread_mutex_lock(&c->lock);
 	pthread_cond_broadcast(&c->work);
 	pthread_cond_broadcast(&c->space);
+	pthread_cond_broadcast(&c->retry_cond);
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_lock(&c->gate_lock);
 	pthread_cond_broadcast(&c->gate_cond);
@@ -1251,6 +1507,7 @@ void consumer_stop(struct consumer *c)
 	slots_wake(c->slots);
 	pthread_join(c->reader, NULL);
 	pthread_join(c->reclaimer, NULL);
+	pthread_join(c->retrier, NULL);
 	pthread_join(c->sampler, NULL);
 	if (c->cfg.ready)
 		pthread_join(c->prober, NULL);
@@ -1297,6 +1554,7 @@ void consumer_free(struct consumer *c)
 	pthread_cond_destroy(&c->work);
 	pthread_cond_destroy(&c->space);
 	pthread_cond_destroy(&c->ack_cond);
+	pthread_cond_destroy(&c->retry_cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->ack_lock);
 	pthread_cond_destroy(&c->gate_cond);
@@ -1306,5 +1564,6 @@ void consumer_free(struct consumer *c)
 	free(c->group);
 	free(c->name);
 	free(c->dlq);
+	free(c->retry_key);
 	free(c);
 }

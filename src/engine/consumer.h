@@ -92,6 +92,12 @@ struct slots;
 /* Fixed defaults (spec: not configurable through the environment). */
 #define CONSUMER_RECLAIM_INTERVAL_NS (60LL * 1000000000LL)
 #define CONSUMER_MIN_PENDING_IDLE_NS (60LL * 1000000000LL)
+/* The retrier looks at the retry index at least this often (ms): a retry
+ * another worker scheduled starts at most this late (1.5 s is the bound
+ * promised, docs/execution.md). */
+#define CONSUMER_RETRY_POLL_MS 1000
+/* Consumers of gone workers deleted per reclaim pass at most. */
+#define CONSUMER_PRUNE_MAX 100
 #define CONSUMER_BLOCK_MS 2000
 #define CONSUMER_SAMPLE_INTERVAL_NS (15LL * 1000000000LL)
 

@@ -107,54 +107,106 @@ static const char recover_lua[] = READ_LUA_PRELUDE
 	"return {{KEYS[1], out}, big, gone}\n";
 
 /*
- * Reclaim: XAUTOCLAIM's job, measured first. ARGV[6] MinPendingIdle (ms),
- * ARGV[7] cursor: the last pending id looked at ("0-0": from the start).
- * For each message idle that long (XPENDING IDLE, in id order, at most
- * ARGV[3]) the entry is read with XRANGE, one at a time: gone (trimmed or
- * deleted) ones are reported, too-large ones dead-lettered, the others
- * claimed with XCLAIM ... RETRYCOUNT <deliveries + 1> JUSTID, which is what
- * XAUTOCLAIM does (new owner, idle reset, one more delivery) without
- * copying the entry again. A too-large one whose DLQ write failed is
+ * Reclaim: XAUTOCLAIM's job, measured first, for the messages nobody will
+ * run otherwise (a crashed worker's, a delivery that ended without a
+ * verdict). ARGV[6] MinPendingIdle (ms), ARGV[7] cursor: the last pending
+ * id looked at ("0-0": from the start); KEYS[3] the retry index. At most
+ * 10 x ARGV[3] pending entries are looked at per call (XPENDING without
+ * IDLE, which would skip any number of busy entries inside one call: the
+ * bound XAUTOCLAIM keeps too), in id order from the cursor. For each one
+ * idle that long and not in the retry index (a message waiting out its
+ * backoff is the retrier's, claimed when due and not before), the entry is
+ * read with XRANGE, one at a time: gone (trimmed or deleted) ones are
+ * reported, too-large ones dead-lettered, the others claimed with XCLAIM
+ * ... RETRYCOUNT <deliveries + 1> JUSTID, which is what XAUTOCLAIM does
+ * (new owner, idle reset, one more delivery) without copying the entry
+ * again, at most ARGV[3]. A too-large one whose DLQ write failed is
  * claimed too, so it is retried once per MinPendingIdle like any message
  * whose DLQ write failed. Answers {cursor, entries, too_large, gone}; the
  * cursor is "0-0" once the whole PEL was looked at.
  */
 static const char reclaim_lua[] = READ_LUA_PRELUDE
 	"local start = ARGV[7] == '0-0' and '-' or ('(' .. ARGV[7])\n"
-	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[6], start, '+',\n"
-	"  count)\n"
+	"local scan = count * 10\n"
+	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], start, '+', scan)\n"
 	"if pend.err then return pend end\n"
-	"local out, big, gone, cursor = {}, {}, {}, '0-0'\n"
+	"local idle = tonumber(ARGV[6])\n"
+	"local out, big, gone, last = {}, {}, {}, nil\n"
 	"for _, p in ipairs(pend) do\n"
+	"  if #out >= count then break end\n"
 	"  local id = p[1]\n"
-	"  local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
-	"  if not e then\n"
-	"    gone[#gone + 1] = id\n"
-	"  else\n"
-	"    local size, cost = measure(e)\n"
-	"    if cost > emax then\n"
-	"      local err = too_large(id, size)\n"
-	"      if err ~= '' then\n"
-	"        redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
-	"          'RETRYCOUNT', p[4] + 1, 'JUSTID')\n"
+	"  last = id\n"
+	"  if p[3] >= idle and not redis.call('ZSCORE', KEYS[3], id) then\n"
+	"    local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
+	"    if not e then\n"
+	"      gone[#gone + 1] = id\n"
+	"    else\n"
+	"      local size, cost = measure(e)\n"
+	"      if cost > emax then\n"
+	"        local err = too_large(id, size)\n"
+	"        if err ~= '' then\n"
+	"          redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
+	"            'RETRYCOUNT', p[4] + 1, 'JUSTID')\n"
+	"        end\n"
+	"        big[#big + 1] = {id, size, err}\n"
+	"      elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
+	"          'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 then\n"
+	"        out[#out + 1] = e\n"
 	"      end\n"
-	"      big[#big + 1] = {id, size, err}\n"
-	"    elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
-	"        'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 then\n"
-	"      out[#out + 1] = e\n"
 	"    end\n"
 	"  end\n"
 	"end\n"
-	"if #pend == count then cursor = pend[#pend][1] end\n"
+	"local cursor = '0-0'\n"
+	"if last and (#pend == scan or last ~= pend[#pend][1]) then cursor = last end\n"
 	"return {cursor, out, big, gone}\n";
 
-static struct redis_script recover_script, reclaim_script;
+/*
+ * Retry: the due members of the retry index (invocation.h), at most
+ * ARGV[3] (0: only the answer's next). KEYS[3] the index. By Redis's own clock
+ * (TIME, so no worker's clock decides), each member due is removed, and
+ * its message, when still pending, read with XRANGE and measured like the
+ * reclaim's: gone ones reported, too-large ones dead-lettered, the others
+ * claimed (XCLAIM ... 0 ... RETRYCOUNT <deliveries + 1> JUSTID: whoever
+ * owned it). A member whose message is no longer pending (acknowledged or
+ * dead-lettered meanwhile) is only removed. Answers {next, entries,
+ * too_large, gone, count}: next the score of the earliest member left (""
+ * when none), count how many ids were looked at.
+ */
+static const char retry_lua[] = READ_LUA_PRELUDE
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local ids = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, count)\n"
+	"local out, big, gone = {}, {}, {}\n"
+	"for _, id in ipairs(ids) do\n"
+	"  redis.call('ZREM', KEYS[3], id)\n"
+	"  local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"
+	"  if type(p) == 'table' and not p.err and p[1] then\n"
+	"    local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
+	"    if not e then\n"
+	"      gone[#gone + 1] = id\n"
+	"    else\n"
+	"      local size, cost = measure(e)\n"
+	"      if cost > emax then\n"
+	"        big[#big + 1] = {id, size, too_large(id, size)}\n"
+	"      elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id,\n"
+	"          'RETRYCOUNT', p[1][4] + 1, 'JUSTID') == 1 then\n"
+	"        out[#out + 1] = e\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"local nxt = redis.call('ZRANGE', KEYS[3], '-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1,\n"
+	"  'WITHSCORES')\n"
+	"return {nxt[2] or '', out, big, gone, #ids}\n";
+
+static struct redis_script recover_script, reclaim_script, retry_script;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 
 static void scripts_init(void)
 {
 	redis_script_init(&recover_script, recover_lua);
 	redis_script_init(&reclaim_script, reclaim_lua);
+	redis_script_init(&retry_script, retry_lua);
 }
 
 const struct redis_script *consumer_scripts_recover(void)
@@ -169,3 +221,9 @@ const struct redis_script *consumer_scripts_reclaim(void)
 	return &reclaim_script;
 }
 
+
+const struct redis_script *consumer_scripts_retry(void)
+{
+	pthread_once(&scripts_once, scripts_init);
+	return &retry_script;
+}

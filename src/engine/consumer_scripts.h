@@ -7,6 +7,7 @@
  *            guard let through that still costs more than CONSUMER_ENTRY_MAX
  *   reclaim  the idle pending messages of any consumer (what XAUTOCLAIM
  *            does, measured first)
+ *   retry    the due members of the retry index (invocation.h), claimed
  *
  * The calling conventions are above each script in consumer_scripts.c.
  * Each accessor initialises the scripts once (any thread) and returns an
@@ -19,5 +20,6 @@
 
 const struct redis_script *consumer_scripts_recover(void);
 const struct redis_script *consumer_scripts_reclaim(void);
+const struct redis_script *consumer_scripts_retry(void);
 
 #endif

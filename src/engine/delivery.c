@@ -58,15 +58,18 @@
 #include "base/duration.h"
 #include "io/event.h"
 #include "engine/invocation.h"
+#include "model/retry.h"
 #include "base/log.h"
 #include "engine/metrics.h"
 #include "base/rfc3339.h"
+#include "engine/runner.h"
 #include "engine/schedule.h"
 #include "engine/slots.h"
 #include "base/util.h"
 
 struct delivery {
 	struct delivery_config cfg;
+	struct retry_policy base; /* the built-in retry defaults (retry.h) */
 	const char *stream, *group, *name, *dlq; /* cfg's, for short */
 	const atomic_int *stop;
 	pthread_mutex_t *lock;
@@ -117,6 +120,19 @@ static int ensure_conn(struct delivery *d, struct redis *r)
 /* ---- one message ----------------------------------------------------------- */
 
 /* The last `event` field of a message (its payload as text), or NULL. */
+/* When the stream entry id was added (its millisecond part), in unix ns;
+ * 0 for an id that does not start with digits. */
+static int64_t message_time_ns(const char *id)
+{
+	int64_t ms = 0;
+	for (const char *q = id; *q >= '0' && *q <= '9'; q++) {
+		if (ms > INT64_MAX / 10 / NS_PER_MS)
+			return 0;
+		ms = ms * 10 + (*q - '0');
+	}
+	return ms * NS_PER_MS;
+}
+
 static const char *payload_of(const struct delivery_msg *m, size_t *len)
 {
 	const char *p = NULL;
@@ -208,6 +224,7 @@ struct target {
 	const char *handler;
 	int64_t timeout_ns;
 	int retries;
+	const struct retry_policy *retry; /* the rule's or schedule's (template.h) */
 	/* From plan_load: */
 	char *field;	      /* "<function>/<handler>" in the invocation hash */
 	struct marker loaded; /* its marker as loaded for this delivery */
@@ -234,6 +251,7 @@ struct delivery_plan {
 	const char *event_id, *event_name; /* may be NULL */
 	char *key;			   /* invocation-state key */
 	char last_error[600];		   /* the last failed invocation's error */
+	char why[160]; /* why a target was not retried (no_retry_exit_codes, max_age) */
 	/* Progress, so that a parked plan resumes where it stopped: */
 	size_t cur;	    /* the target running (plan_run) */
 	bool said;	    /* its "matched" line is printed */
@@ -296,7 +314,8 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 		(*out)[0] = (struct target){.fv = fv,
 					    .handler = sc->handler,
 					    .timeout_ns = sc->timeout_ns,
-					    .retries = sc->retries};
+					    .retries = sc->retries,
+					    .retry = &sc->retry};
 		return 1;
 	}
 	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
@@ -307,7 +326,8 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
 		(*out)[i] = (struct target){.fv = rr->fv,
 					    .handler = rr->rule->handler,
 					    .timeout_ns = rr->rule->timeout_ns,
-					    .retries = rr->rule->retries};
+					    .retries = rr->rule->retries,
+					    .retry = &rr->rule->retry};
 	}
 	free(ids);
 	return n;
@@ -537,7 +557,9 @@ static enum target_outcome target_ready(struct delivery_plan *p, const struct ta
 	}
 	struct marker mk = t->loaded;
 	int64_t now = now_wall_ns();
-	if (!invocation_marker_eligible(&mk, now)) {
+	bool skewed = p->m->retry_due && mk.kind == MARK_NEXT_ATTEMPT &&
+		      mk.deadline_ns - now <= RUNNER_CLOCK_SKEW_MS * NS_PER_MS;
+	if (!skewed && !invocation_marker_eligible(&mk, now)) {
 		/* Whole seconds, rounded up: "eligible in 0s" would read as
 		 * eligible. */
 		char in[DURATION_STR_MAX];
@@ -742,16 +764,29 @@ static struct marker target_judge(struct delivery *d, struct delivery_plan *p, s
 	snprintf_(p->last_error, sizeof p->last_error, "%s", out->error);
 	log_say(fname, "handler", handler, " execution failed for event \"%s\": %s", p->m->id,
 		out->error);
-	if (attempt >= 1 + t->retries) {
+	struct retry_policy pol;
+	retry_policy_merge(&pol, &d->base, NULL, t->retry);
+	int64_t b = retry_backoff_ns(&pol, attempt, (double)rand_below(1ULL << 53) / 9007199254740992.0);
+	int64_t due = now_wall_ns() + b;
+	char ds[DURATION_STR_MAX];
+	if (out->outcome == INVOKE_FAILED && retry_exit_code_permanent(&pol, out->exit_code))
+		snprintf_(p->why, sizeof p->why, "exit code %d is listed in no_retry_exit_codes",
+			  out->exit_code);
+	else if (attempt < 1 + t->retries && pol.max_age_ns > 0 &&
+		 due - message_time_ns(p->m->id) > pol.max_age_ns)
+		snprintf_(p->why, sizeof p->why, "max_age %s exceeded",
+			  duration_format(pol.max_age_ns, ds));
+	if (p->why[0] || attempt >= 1 + t->retries) {
 		after.kind = MARK_EXHAUSTED;
 		t->state = INV_EXHAUSTED;
-		log_debug(attrs, "handler failed; attempts exhausted: %s", out->error);
+		if (p->why[0])
+			log_debug(attrs, "handler failed; not retried: %s: %s", p->why, out->error);
+		else
+			log_debug(attrs, "handler failed; attempts exhausted: %s", out->error);
 	} else {
 		after.kind = MARK_NEXT_ATTEMPT;
-		int64_t b = invocation_backoff_ns(attempt, d->cfg.backoff_ns);
-		after.deadline_ns = now_wall_ns() + b;
-		char bs[DURATION_STR_MAX];
-		log_debug(attrs, "handler failed; retrying in %s: %s", duration_format(b, bs),
+		after.deadline_ns = due;
+		log_debug(attrs, "handler failed; retrying in %s: %s", duration_format(b, ds),
 			  out->error);
 	}
 	return after;
@@ -785,12 +820,49 @@ static enum target_outcome target_record(struct delivery *d, struct redis *r,
 	struct marker after = target_judge(d, p, t, attempt, out, secs, attrs);
 	char mark[64];
 	invocation_marker_format(&after, mark, sizeof mark);
-	if (invocation_set(r, p->key, t->field, mark) < 0)
+	bool retry = after.kind == MARK_NEXT_ATTEMPT && d->cfg.retry_key;
+	int64_t due_ms = after.deadline_ns / NS_PER_MS;
+	if (invocation_set_retry(r, p->key, t->field, mark, retry ? d->cfg.retry_key : NULL,
+				 due_ms, p->m->id) < 0)
 		log_warn(LOG_ATTRS("function", t->fv->fn->name, "handler", t->handler, "message_id",
 				   p->m->id, "error", redis_errmsg(r)),
 			 "cannot record the invocation outcome");
+	else if (retry && d->cfg.retry_scheduled)
+		d->cfg.retry_scheduled(d->cfg.ctx, due_ms);
 	plan_set_raw(p, t->field, mark);
 	return out->outcome == INVOKE_OK ? TARGET_SUCCEEDED : TARGET_FAILED;
+}
+
+/*
+ * A retry (attempt > 1) that would start when the stream entry is older
+ * than its max_age is not run: its marker becomes exhausted (by
+ * compare-and-set, as a claim) and the message goes to the DLQ with the
+ * reason. This catches the retries that fall due late (a worker that
+ * crashed, a long outage); target_judge catches the others when the
+ * failure is recorded.
+ */
+static enum target_outcome target_age_check(struct delivery *d, struct redis *r,
+					    struct delivery_plan *p, struct target *t, int attempt)
+{
+	struct retry_policy pol;
+	retry_policy_merge(&pol, &d->base, NULL, t->retry);
+	if (pol.max_age_ns <= 0 || now_wall_ns() - message_time_ns(p->m->id) <= pol.max_age_ns)
+		return TARGET_GO_ON;
+	struct marker done = {MARK_EXHAUSTED, 0, attempt - 1};
+	char next[64], ds[DURATION_STR_MAX];
+	invocation_marker_format(&done, next, sizeof next);
+	enum claim cl = claim_invocation(d, r, p, t, next);
+	if (cl == CLAIM_ACKED)
+		return TARGET_ACKED_MEANWHILE;
+	if (cl == CLAIM_LOST)
+		return TARGET_CLAIMED_ELSEWHERE;
+	snprintf_(p->why, sizeof p->why, "max_age %s exceeded",
+		  duration_format(pol.max_age_ns, ds));
+	log_say(t->fv->fn->name, "handler", t->handler,
+		" not retried for event \"%s\": %s", p->m->id, p->why);
+	plan_set_raw(p, t->field, next);
+	t->state = INV_EXHAUSTED;
+	return TARGET_FAILED;
 }
 
 /* One target: matched line, eligibility, slot, claim, invoke, record. */
@@ -807,6 +879,8 @@ static enum target_outcome run_target_once(struct delivery *d, struct redis *r,
 	enum target_outcome o;
 	do {
 		o = resumed ? TARGET_GO_ON : target_ready(p, t, &attempt);
+		if (o == TARGET_GO_ON && !resumed && attempt > 1)
+			o = target_age_check(d, r, p, t, attempt);
 		if (o == TARGET_GO_ON && !resumed)
 			o = target_slot(d, p, t, attempt);
 		if (o == TARGET_DEFERRED)
@@ -873,7 +947,12 @@ static void plan_dead_letter(struct delivery *d, struct redis *r, struct deliver
 	int max_attempts = mk.kind == MARK_EXHAUSTED ? mk.attempts : 0;
 	struct buf reason;
 	buf_init(&reason, 4096);
-	buf_appendf(&reason, "%s exhausted after %d attempt(s)", first->field, max_attempts);
+	if (p->why[0])
+		buf_appendf(&reason, "%s not retried after %d attempt(s): %s", first->field,
+			    max_attempts, p->why);
+	else
+		buf_appendf(&reason, "%s exhausted after %d attempt(s)", first->field,
+			    max_attempts);
 	if (p->last_error[0])
 		buf_appendf(&reason, ": %s", p->last_error);
 	if (dead_letter(d, r, p->m, p->payload, p->plen, reason.data ? reason.data : "exhausted",
@@ -984,6 +1063,7 @@ struct delivery *delivery_new(const struct delivery_config *cfg)
 	d->stop = cfg->stop;
 	d->lock = cfg->lock;
 	d->slots = cfg->slots;
+	retry_policy_default(&d->base, cfg->backoff_ns);
 	return d;
 }
 

@@ -52,6 +52,10 @@ struct delivery_msg {
 	 * again) only makes that claim lose its compare-and-set: the message
 	 * stays pending and the reclaim, which loads the state, settles it. */
 	bool fresh;
+	/* Claimed by the retrier, due by Redis's clock (TIME): a retry whose
+	 * marker this worker's clock sees due within RUNNER_CLOCK_SKEW_MS is
+	 * run now, not left pending for the reclaim. */
+	bool retry_due;
 	struct delivery_msg *next; /* the consumer's queue */
 };
 
@@ -67,7 +71,7 @@ struct delivery_config {
 	struct slots *slots;
 	consumer_invoke_fn invoke; /* the executor hook (consumer_config.invoke) */
 	void *invoke_ctx;
-	int64_t backoff_ns[4]; /* copied: the retry backoff (invocation_backoff_ns) */
+	int64_t backoff_ns[4]; /* copied: the default backoff list, for tests (retry.h) */
 	const atomic_int *stop; /* the consumer's stop flag */
 	pthread_mutex_t *lock;	/* the consumer's lock: guards the deferred list */
 	/* An invocation found the Docker daemon unreachable: sets the hold
@@ -75,6 +79,11 @@ struct delivery_config {
 	 * NULL (no cfg.ready): the invocation is only left pending, like a
 	 * cancelled one. Called with ctx. */
 	bool (*docker_wait)(void *ctx);
+	/* A retry of a message was recorded, due at due_ms (unix ms) in the
+	 * retry index retry_key (invocation.h): the retrier claims it then.
+	 * Called with ctx; NULL: none (the index still holds it). */
+	void (*retry_scheduled)(void *ctx, int64_t due_ms);
+	const char *retry_key;
 	void *ctx;
 };
 

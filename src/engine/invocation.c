@@ -105,16 +105,6 @@ bool invocation_marker_eligible(const struct marker *m, int64_t now_ns)
 	return true;
 }
 
-int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4])
-{
-	static const int64_t fixed[4] = {1 * NS_PER_MIN, 2 * NS_PER_MIN, 5 * NS_PER_MIN,
-					 10 * NS_PER_MIN};
-	int i = attempt < 1 ? 0 : attempt > 4 ? 3 : attempt - 1;
-	if (backoff && backoff[i] > 0)
-		return backoff[i];
-	return fixed[i];
-}
-
 char *invocation_key(const char *stream, const char *group, const char *msg_id)
 {
 	char *s = keys_encode(stream), *g = keys_pct_encode(group);
@@ -226,11 +216,34 @@ int invocation_try_start(struct redis *r, const char *key, const char *field, co
 
 int invocation_set(struct redis *r, const char *key, const char *field, const char *value)
 {
+	return invocation_set_retry(r, key, field, value, NULL, 0, NULL);
+}
+
+char *invocation_retry_key(const char *stream, const char *group)
+{
+	char *s = keys_encode(stream), *g = keys_pct_encode(group);
+	char *k = xasprintf("relay:retry:%s:%s", s, g);
+	free(s);
+	free(g);
+	return k;
+}
+
+int invocation_set_retry(struct redis *r, const char *key, const char *field, const char *value,
+			 const char *retry_key, int64_t due_ms, const char *msg_id)
+{
+	int n = 2;
 	if (redis_append(r, "HSET %s %s %s", key, field, value) < 0 ||
 	    redis_append(r, "EXPIRE %s %d", key, INVOCATION_TTL_SECONDS) < 0)
 		return -1;
+	if (retry_key) {
+		char score[24];
+		snprintf_(score, sizeof score, "%" PRId64, due_ms);
+		if (redis_append(r, "ZADD %s %s %s", retry_key, score, msg_id) < 0)
+			return -1;
+		n++;
+	}
 	int rc = 0;
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < n; i++) {
 		redisReply *rep = redis_get_reply(r, -1);
 		if (!rep)
 			return -1;

@@ -60,10 +60,6 @@ int64_t invocation_running_deadline(int64_t claim_wall_ns, int64_t timeout_ns);
 /* Whether an invocation with marker m may run at now_ns. */
 bool invocation_marker_eligible(const struct marker *m, int64_t now_ns);
 
-/* The fixed backoff after attempt n (1-based): 1m, 2m, 5m, then 10m.
- * backoff[4] overrides them when non-zero (tests). */
-int64_t invocation_backoff_ns(int attempt, const int64_t backoff[4]);
-
 /* relay:invocation:<keys_encode(stream)>:<keys_pct_encode(group)>:<id>
  * (malloc'd). */
 char *invocation_key(const char *stream, const char *group, const char *msg_id);
@@ -114,5 +110,22 @@ int invocation_dead_letter(struct redis *r, const char *stream, const char *grou
 int invocation_restore(struct redis *r, const char *key, const char *field, const char *prev);
 /* Unconditional write (MarkComplete / RecordFailure / MarkExhausted). */
 int invocation_set(struct redis *r, const char *key, const char *field, const char *value);
+
+/*
+ * The retry index: a sorted set relay:retry:<keys_encode(stream)>:<pct(group)>
+ * (malloc'd name) of the messages waiting out a backoff, scored by the
+ * unix milliseconds their next attempt is due. Whoever records a
+ * next_attempt_at marker adds the message (invocation_set_retry); every
+ * worker's retrier claims what is due (consumer.c), so a retry starts on
+ * time on any worker, whatever its backoff, and no message is looked at
+ * before it is due. Members are removed when claimed, so the set holds the
+ * waiting retries only (a member whose message is no longer pending is
+ * dropped when it falls due).
+ */
+char *invocation_retry_key(const char *stream, const char *group);
+/* invocation_set, and with retry_key also ZADD retry_key due_ms msg_id, in
+ * one round trip. */
+int invocation_set_retry(struct redis *r, const char *key, const char *field, const char *value,
+			 const char *retry_key, int64_t due_ms, const char *msg_id);
 
 #endif

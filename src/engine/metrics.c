@@ -750,6 +750,10 @@ static const struct {
 		 "Invocations that found no standby container ready while standby was enabled."},
 	[METRIC_WARM_INVOCATIONS] = {"warm_invocations_total",
 				     "Invocations run in a warm container."},
+	[METRIC_CONSUMERS_DELETED] =
+		{"consumers_deleted_total",
+		 "Consumers of the group deleted by this worker: no pending entry and no live "
+		 "worker under the name."},
 };
 
 static const struct {
@@ -764,6 +768,9 @@ static const struct {
 	[METRIC_BUFFERED_EVENTS] = {"buffered_events", "Events held in the local buffer."},
 	[METRIC_IN_FLIGHT] = {"in_flight_invocations",
 			      "Handler invocations currently executing in this worker."},
+	[METRIC_RETRIES_SCHEDULED] =
+		{"retries_scheduled",
+		 "Retries waiting for their due time in the retry index (sampled every 15s)."},
 };
 
 static void render_counter(struct out *out, enum metric_counter c)
@@ -888,6 +895,7 @@ int metrics_render(struct buf *b)
 		snprintf_(extra, sizeof extra, "reason=\"%s\"", warm_reason_names[r]);
 		sample_u64(out, "warm_retired_total", NULL, NULL, extra, load(&warm_retired[r].v));
 	}
+	render_counter(out, METRIC_CONSUMERS_DELETED);
 
 	free(fns);
 	free(hs);

@@ -39,6 +39,8 @@
  *   gauge     warm_containers{function}             warm containers running (idle or busy)
  *   counter   warm_invocations_total                invocations run in a warm container
  *   counter   warm_retired_total{reason}            warm containers removed, by reason
+ *   gauge     retries_scheduled                     retries waiting in the retry index (sampled)
+ *   counter   consumers_deleted_total               group consumers of gone workers deleted
  *
  * Labels are only function, handler, outcome and reason; outcome is one of
  * "success", "failure", "timeout" (enum metric_outcome), reason one of
@@ -97,6 +99,7 @@ enum metric_counter {
 	METRIC_STANDBY_MISSES,		 /* standby_misses_total (only while standby is on) */
 	METRIC_WARM_INVOCATIONS,	 /* warm_invocations_total */
 	METRIC_DLQ_REPLAYED,		 /* dlq_replayed_total */
+	METRIC_CONSUMERS_DELETED,	 /* consumers_deleted_total */
 	METRIC_COUNTER_COUNT
 };
 
@@ -106,6 +109,7 @@ enum metric_gauge {
 	METRIC_PENDING_OLDEST_AGE, /* pending_oldest_age_seconds */
 	METRIC_BUFFERED_EVENTS,	   /* buffered_events */
 	METRIC_IN_FLIGHT,	   /* in_flight_invocations */
+	METRIC_RETRIES_SCHEDULED,  /* retries_scheduled */
 	METRIC_GAUGE_COUNT
 };
 

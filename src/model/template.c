@@ -746,6 +746,45 @@ static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, co
 	return pattern;
 }
 
+/* retry: the level's own keys over `top` (the template's, NULL at the top
+ * level), into *out; errors as every field's. */
+static void retry_node(struct ctx *c, const struct ynode *n, bool present, const char *path,
+		       const struct retry_policy *top, struct retry_policy *out)
+{
+	struct retry_policy own = {0};
+	if (present) {
+		char *p = *path ? xasprintf("%s.retry", path) : xstrdup("retry");
+		struct seg at = {.key = p};
+		json_t *j = to_json(c, n, &at);
+		struct strlist lines = {0};
+		if (j && retry_policy_parse(j, p, &own, &lines) < 0)
+			memset(&own, 0, sizeof own);
+		for (size_t i = 0; i < lines.n; i++) {
+			add_error(c, lines.v[i]);
+			lines.v[i] = NULL;
+		}
+		strlist_free(&lines);
+		json_decref(j);
+		free(p);
+	}
+	*out = top ? *top : own;
+	if (top) {
+		struct retry_policy none = {0};
+		retry_policy_merge(out, &none, top, &own);
+		out->has_backoff = top->has_backoff || own.has_backoff;
+		out->has_max_age = top->has_max_age || own.has_max_age;
+		out->has_no_retry = top->has_no_retry || own.has_no_retry;
+	}
+}
+
+static void get_retry(struct ctx *c, const struct ynode *parent, const char *path,
+		      const struct retry_policy *top, struct retry_policy *out)
+{
+	bool present;
+	const struct ynode *n = map_get(parent, "retry", &present);
+	retry_node(c, n, present, path, top, out);
+}
+
 /* Item i of the list section (events or schedules) as a map, its keys
  * checked against known and its path ("events[2]") in path; NULL, and
  * reported, when it is not a map. */
@@ -771,7 +810,8 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 		return;
 	}
 	t->rules = xcalloc((size_t)count + 1, sizeof *t->rules);
-	static const char *const known[] = {"handler", "pattern", "timeout", "retries", NULL};
+	static const char *const known[] = {"handler", "pattern", "timeout",
+					    "retries", "retry",	  NULL};
 	for (uint32_t i = 0; i < count; i++) {
 		char path[32];
 		const struct ynode *item =
@@ -782,6 +822,7 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 		get_handler(c, item, path, &r.handler, &r.module, &r.function);
 		r.timeout_ns = get_timeout(c, item, path);
 		r.retries = get_retries(c, item, path);
+		get_retry(c, item, path, &t->retry, &r.retry);
 		r.pattern = get_pattern(c, item, path);
 		t->rules[t->nrules++] = r;
 	}
@@ -848,7 +889,7 @@ static void parse_schedules(struct ctx *c, const struct ynode *seq, struct templ
 	}
 	t->schedules = xcalloc((size_t)count + 1, sizeof *t->schedules);
 	static const char *const known[] = {"handler", "cron",	  "timezone",
-					    "timeout", "retries", NULL};
+					    "timeout", "retries", "retry", NULL};
 	for (uint32_t i = 0; i < count; i++) {
 		char path[32];
 		const struct ynode *item =
@@ -859,6 +900,7 @@ static void parse_schedules(struct ctx *c, const struct ynode *seq, struct templ
 		get_handler(c, item, path, &s.handler, &s.module, &s.function);
 		s.timeout_ns = get_timeout(c, item, path);
 		s.retries = get_retries(c, item, path);
+		get_retry(c, item, path, &t->retry, &s.retry);
 		get_cron(c, item, path, &s);
 		get_timezone(c, item, path, &s);
 		t->schedules[t->nschedules++] = s;
@@ -1071,6 +1113,13 @@ static void top_warm(struct top *top, const struct ynode *n, bool present)
 	t->warm = ok;
 }
 
+/* retry: the function's default retry policy (retry.h); read before the
+ * rules and schedules, which merge their own keys over it. */
+static void top_retry(struct top *top, const struct ynode *n, bool present)
+{
+	retry_node(top->c, n, present, "", NULL, &top->t->retry);
+}
+
 /* events or schedules: a list, parsed by parse; null is none. */
 static void top_list(struct top *top, const struct ynode *n, const char *key, const char *what,
 		     void (*parse)(struct ctx *, const struct ynode *, struct template *))
@@ -1153,7 +1202,8 @@ static const struct top_key {
 	void (*parse)(struct top *top, const struct ynode *n, bool present);
 } top_keys[] = {
 	{"runtime", top_runtime}, {"concurrency", top_concurrency},
-	{"events", top_events},	  {"schedules", top_schedules},
+	{"retry", top_retry},	  {"events", top_events},
+	{"schedules", top_schedules},
 	{NULL, check_handlers},	  {"env", top_env},
 	{"secrets", top_secrets}, {NULL, check_vars},
 	{"warm", top_warm},

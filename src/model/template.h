@@ -21,6 +21,7 @@
 #include "base/util.h"
 #include "model/cron.h"
 #include "model/pattern.h"
+#include "model/retry.h"
 #include "model/runtime.h"
 
 /*
@@ -89,6 +90,9 @@ struct rule {
 	struct pattern *pattern;
 	int64_t timeout_ns;
 	int retries;
+	/* The template's top-level retry: with the rule's own keys over it
+	 * (retry_policy_merge puts the built-in defaults under it). */
+	struct retry_policy retry;
 	int index; /* position in events[] */
 };
 
@@ -102,6 +106,7 @@ struct schedule {
 	char *timezone;	     /* as written, "UTC" when omitted */
 	int64_t timeout_ns;
 	int retries;
+	struct retry_policy retry; /* as struct rule's */
 	int index;
 };
 
@@ -129,6 +134,8 @@ struct template
 	bool warm;
 	int64_t warm_idle_ns;
 	int64_t warm_max_uses;
+	/* retry: the top level's keys (retry.h); the rules' hold it merged. */
+	struct retry_policy retry;
 };
 
 /*

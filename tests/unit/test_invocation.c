@@ -143,33 +143,6 @@ TEST(marker_eligibility)
 	CHECK(invocation_marker_eligible(&junk, 0));
 }
 
-TEST(backoff_schedule)
-{
-	static const struct {
-		int attempt;
-		int64_t want;
-	} fixed[] = {
-		{1, 1 * NS_PER_MIN},	    {2, 2 * NS_PER_MIN},  {3, 5 * NS_PER_MIN},
-		{4, 10 * NS_PER_MIN},	    {5, 10 * NS_PER_MIN}, {100, 10 * NS_PER_MIN},
-		{INT_MAX, 10 * NS_PER_MIN}, {0, 1 * NS_PER_MIN},  {-3, 1 * NS_PER_MIN},
-	};
-	const int64_t zeros[4] = {0, 0, 0, 0};
-	for (size_t i = 0; i < ARRAY_LEN(fixed); i++) {
-		if (invocation_backoff_ns(fixed[i].attempt, NULL) != fixed[i].want)
-			T_FAIL_("attempt %d: %" PRId64 ", want %" PRId64, fixed[i].attempt,
-				invocation_backoff_ns(fixed[i].attempt, NULL), fixed[i].want);
-		CHECK_INT(invocation_backoff_ns(fixed[i].attempt, zeros), fixed[i].want);
-	}
-	/* a non-zero override replaces its step only */
-	const int64_t o[4] = {NS_PER_SEC, 0, 3 * NS_PER_SEC, -1};
-	CHECK_INT(invocation_backoff_ns(1, o), NS_PER_SEC);
-	CHECK_INT(invocation_backoff_ns(2, o), 2 * NS_PER_MIN);
-	CHECK_INT(invocation_backoff_ns(3, o), 3 * NS_PER_SEC);
-	CHECK_INT(invocation_backoff_ns(4, o), 10 * NS_PER_MIN);
-	CHECK_INT(invocation_backoff_ns(9, o), 10 * NS_PER_MIN);
-	CHECK_INT(invocation_backoff_ns(0, o), NS_PER_SEC);
-}
-
 TEST(running_deadline_defaults)
 {
 	const int64_t claim = 1700000000LL * NS_PER_SEC;
@@ -348,7 +321,7 @@ TEST(state_lookup)
 }
 
 T_MAIN(T_CASE(marker_parse_forms), T_CASE(marker_parse_reads_len_bytes),
-       T_CASE(marker_format_and_round_trip), T_CASE(marker_eligibility), T_CASE(backoff_schedule),
+       T_CASE(marker_format_and_round_trip), T_CASE(marker_eligibility),
        T_CASE(running_deadline_defaults), T_CASE(marker_outlives_every_path),
        T_CASE(key_and_percent_encoding), T_CASE(cluster_keys_keep_the_stream_tag),
        T_CASE(state_lookup))

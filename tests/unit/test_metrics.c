@@ -740,6 +740,10 @@ TEST(exact_rendering)
 		"worker.",
 		"# TYPE in_flight_invocations gauge",
 		"in_flight_invocations 0",
+		"# HELP retries_scheduled Retries waiting for their due time in the retry index "
+		"(sampled every 15s).",
+		"# TYPE retries_scheduled gauge",
+		"retries_scheduled 0",
 		"# HELP concurrency_waits_total Invocations whose concurrency-slot acquisition had "
 		"to block.",
 		"# TYPE concurrency_waits_total counter",
@@ -795,6 +799,10 @@ TEST(exact_rendering)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 0",
+		"# HELP consumers_deleted_total Consumers of the group deleted by this worker: no "
+		"pending entry and no live worker under the name.",
+		"# TYPE consumers_deleted_total counter",
+		"consumers_deleted_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -839,6 +847,10 @@ TEST(warm_families)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 2",
+		"# HELP consumers_deleted_total Consumers of the group deleted by this worker: no "
+		"pending entry and no live worker under the name.",
+		"# TYPE consumers_deleted_total counter",
+		"consumers_deleted_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -930,6 +942,10 @@ TEST(standby_families)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 0",
+		"# HELP consumers_deleted_total Consumers of the group deleted by this worker: no "
+		"pending entry and no live worker under the name.",
+		"# TYPE consumers_deleted_total counter",
+		"consumers_deleted_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -983,7 +999,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 31);
+	CHECK_INT(nfam, 33);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {

@@ -64,6 +64,27 @@ static const struct {
 
 	/* warm */
 	{HDR "warm: {}\n" RULE, NULL},
+	{HDR "retry:\n  backoff: [2s, 4s]\n  max_age: 1h\n  no_retry_exit_codes: [2]\n" RULE, NULL},
+	{HDR "retry: {backoff: {initial: 1s, multiplier: 2, max: 10m, jitter: 0.1}}\n" RULE, NULL},
+	{HDR "events:\n  - handler: m.f\n    pattern: {}\n    retry: {backoff: [1s]}\n", NULL},
+	{HDR "retry: {backoff: []}\n" RULE,
+	 "retry.backoff: must not be empty (give at least one delay)"},
+	{HDR "retry: {backoff: {initial: 1s, multiplier: 0.5}}\n" RULE,
+	 "retry.backoff.multiplier: 0.5 is below 1"},
+	{HDR "retry: {backoff: {initial: 1s, jitter: 2}}\n" RULE,
+	 "retry.backoff.jitter: 2 is outside [0, 1] (a fraction of each delay)"},
+	{HDR "retry: {no_retry_exit_codes: [0]}\n" RULE,
+	 "retry.no_retry_exit_codes[0]: 0 is success, not a failure: codes are 1 to 255"},
+	{HDR "retry: {no_retry_exit_codes: [256]}\n" RULE,
+	 "retry.no_retry_exit_codes[0]: 256 is not an exit code (1 to 255)"},
+	{HDR "retry: {max_age: soon}\n" RULE,
+	 "retry.max_age: \"soon\" is not a Go duration (such as 2s or 1m)"},
+	{HDR "retry: []\n" RULE,
+	 "retry: must be a map of backoff, max_age and no_retry_exit_codes, not a list"},
+	{HDR "events:\n  - handler: m.f\n    pattern: {}\n    retry: {backoff: [0s]}\n",
+	 "events[0].retry.backoff[0]: \"0s\" must be positive"},
+	{HDR "schedules:\n  - handler: m.f\n    cron: \"* * * * *\"\n    retry: {max_age: 0s}\n",
+	 "schedules[0].retry.max_age: \"0s\" must be positive"},
 	{HDR "warm:\n  idle: 1s\n  max_uses: 1\n" RULE, NULL},
 	{HDR "warm:\n  idle: 1h\n  max_uses: 100000\n" RULE, NULL},
 	{HDR "warm: {idle: 90s}\n" RULE, NULL},
@@ -900,6 +921,47 @@ TEST(warm_values)
 	}
 }
 
+TEST(retry_rule_keys_over_the_top_level)
+{
+	const char *y = HDR "retry:\n  backoff: [2s, 4s]\n  no_retry_exit_codes: [2]\n"
+			    "events:\n"
+			    "  - handler: m.f\n    pattern: {}\n"
+			    "  - handler: m.g\n    pattern: {}\n    retry: {backoff: [1s], max_age: 1h}\n"
+			    "schedules:\n"
+			    "  - handler: m.h\n    cron: \"* * * * *\"\n";
+	struct strlist errors = {0}, warnings = {0};
+	struct template *t = NULL;
+	REQUIRE(template_parse(y, strlen(y), &t, &errors, &warnings) == 0 && t);
+	CHECK(warnings.n == 0);
+	struct retry_policy base, eff;
+	retry_policy_default(&base, NULL);
+	const char *want[] = {"backoff [2s, 4s], no_retry_exit_codes [2]",
+			      "backoff [1s], max_age 1h0m0s, no_retry_exit_codes [2]"};
+	for (size_t i = 0; i < 2; i++) {
+		retry_policy_merge(&eff, &base, NULL, &t->rules[i].retry);
+		char *d = retry_policy_describe(&eff);
+		CHECK_STR(d, want[i]);
+		free(d);
+	}
+	retry_policy_merge(&eff, &base, NULL, &t->schedules[0].retry);
+	char *d = retry_policy_describe(&eff);
+	CHECK_STR(d, want[0]);
+	free(d);
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	/* without retry: the built-in defaults, as before */
+	y = HDR RULE;
+	REQUIRE(template_parse(y, strlen(y), &t, &errors, &warnings) == 0 && t);
+	retry_policy_merge(&eff, &base, NULL, &t->rules[0].retry);
+	d = retry_policy_describe(&eff);
+	CHECK_STR(d, "backoff [1m0s, 2m0s, 5m0s, 10m0s]");
+	free(d);
+	template_free(t);
+	strlist_free(&errors);
+	strlist_free(&warnings);
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -922,4 +984,4 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
        T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(warm_values),
-       T_CASE(size_bound))
+       T_CASE(retry_rule_keys_over_the_top_level), T_CASE(size_bound))
