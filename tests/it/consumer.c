@@ -23,6 +23,8 @@
 #include "base/duration.h"
 #include "model/function.h"
 #include "engine/invocation.h"
+#include "engine/liveness.h"
+#include "engine/runner.h"
 #include "itlib.h"
 #include "base/log.h"
 #include "engine/metrics.h"
@@ -1882,6 +1884,151 @@ TEST(a_stale_state_key_on_a_fresh_message_is_loaded_and_never_reruns)
 
 /* SCRIPT FLUSH while a handler runs: the next claim, its outcome and a
  * dead-lettering all go through (EVALSHA answered NOSCRIPT, EVAL once). */
+/*
+ * A retry waiting out its backoff is in the retry index and nobody touches
+ * it before it is due: the reclaim (every 200 ms here, for entries idle
+ * 300 ms) used to claim and release it on every pass (one more delivery
+ * each). Then the retrier starts it on time: attempt 2 no earlier than its
+ * due time and, on an idle machine, well within 1.5 s of it.
+ */
+TEST(a_waiting_retry_is_left_alone_until_due_then_started_on_time)
+{
+	calls_reset();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-due", "g") == 0);
+	char *ev = xasprintf(EV, "flaky");
+	char *id = xadd(r, "s-due", ev);
+	REQUIRE(id);
+	struct consumer *c = start_backoff(reg, "s-due", 16, 4, 3 * NS_PER_SEC);
+	struct count_arg ca = {"i-flaky/flaky.x#1@", 1};
+	REQUIRE(wait_until(10000, count_is, &ca));
+	int64_t s1, e1;
+	REQUIRE(call_times("i-flaky/flaky.x#1@", &s1, &e1));
+	char *key = invocation_retry_key("s-due", "g");
+	redisReply *rep = NULL;
+	/* The index holds it as soon as the failure is recorded. */
+	for (int i = 0; i < 100; i++) {
+		freeReplyObject(rep);
+		rep = redis_command(r, "ZSCORE %s %s", key, id);
+		if (rep && rep->type == REDIS_REPLY_STRING)
+			break;
+		usleep(20000);
+	}
+	REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
+	int64_t due_ms = strtoll(rep->str, NULL, 10);
+	freeReplyObject(rep);
+	/* 2 s: ten reclaim passes over an entry idle for long enough. */
+	usleep(2000000);
+	CHECK_INT(deliveries(r, "s-due", id), 1);
+	CHECK_INT(calls_count("i-flaky/flaky.x#2@"), 0);
+	struct done_arg da = {r, "s-due", id};
+	REQUIRE(wait_until(15000, done_is, &da));
+	int64_t s2, e2;
+	REQUIRE(call_times("i-flaky/flaky.x#2@", &s2, &e2));
+	CHECK(s2 >= due_ms * NS_PER_MS - RUNNER_CLOCK_SKEW_MS * NS_PER_MS);
+	if (s2 - due_ms * NS_PER_MS > 1500 * NS_PER_MS)
+		T_FAIL_("attempt 2 started %lld ms after it was due",
+			(long long)((s2 - due_ms * NS_PER_MS) / NS_PER_MS));
+	CHECK_INT(calls_count("i-flaky/flaky.x#3@"), 1);
+	rep = redis_command(r, "ZCARD %s", key);
+	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
+	freeReplyObject(rep);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(key), free(ev), free(id);
+}
+
+/* consumers_prune's premise helper: XREADGROUP of everything new as
+ * consumer name (then, with ack, XACK of what it got). */
+static void read_as(struct redis *r, const char *stream, const char *name, bool ack)
+{
+	redisReply *rep = redis_command(r, "XREADGROUP GROUP g %s COUNT 100 STREAMS %s >", name,
+					stream);
+	if (ack && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1) {
+		redisReply *es = rep->element[0]->element[1];
+		for (size_t i = 0; i < es->elements; i++) {
+			redisReply *a = redis_command(r, "XACK %s g %s", stream,
+						      es->element[i]->element[0]->str);
+			freeReplyObject(a);
+		}
+	}
+	freeReplyObject(rep);
+}
+
+static bool has_consumer(struct redis *r, const char *stream, const char *name)
+{
+	redisReply *rep = redis_command(r, "XINFO CONSUMERS %s g", stream);
+	bool found = false;
+	for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+		redisReply *e = rep->element[i];
+		for (size_t k = 0; k + 1 < e->elements; k += 2)
+			if (strcmp(e->element[k]->str, "name") == 0 &&
+			    strcmp(e->element[k + 1]->str, name) == 0)
+				found = true;
+	}
+	freeReplyObject(rep);
+	return found;
+}
+
+struct gone_arg {
+	struct redis *r;
+	const char *stream, *name;
+};
+
+static bool consumer_gone(void *a)
+{
+	struct gone_arg *g = a;
+	return !has_consumer(g->r, g->stream, g->name);
+}
+
+/*
+ * After a reclaim pass, the consumer of a gone worker (no pending entry,
+ * no liveness record) is deleted; one that still owns an entry (a retry
+ * waiting in the index, which the reclaim leaves alone) and one whose
+ * liveness record is alive are kept.
+ */
+TEST(consumers_of_gone_workers_are_deleted_and_no_other)
+{
+	calls_reset();
+	metrics_reset_for_tests();
+	struct registry *reg = load_registry();
+	struct redis *r = it_conn(&R);
+	REQUIRE(it_ensure_group(r, "s-gone", "g") == 0);
+	char *ev = xasprintf(EV, "nomatch-at-all");
+	char *a = xadd(r, "s-gone", ev);
+	read_as(r, "s-gone", "gone-empty", true);
+	char *b = xadd(r, "s-gone", ev);
+	read_as(r, "s-gone", "alive-empty", true);
+	char *d = xadd(r, "s-gone", ev);
+	read_as(r, "s-gone", "gone-pending", false);
+	REQUIRE(a && b && d);
+	char *key = invocation_retry_key("s-gone", "g");
+	redisReply *rep = redis_command(r, "ZADD %s 99999999999999 %s", key, d);
+	freeReplyObject(rep);
+	char *live = liveness_key("s-gone", "g", "alive-empty");
+	rep = redis_command(r, "SET %s instance=x PX 60000", live);
+	freeReplyObject(rep);
+	/* The premise: three consumers, one of them owning an entry. */
+	REQUIRE(has_consumer(r, "s-gone", "gone-empty") && has_consumer(r, "s-gone", "alive-empty") &&
+		has_consumer(r, "s-gone", "gone-pending"));
+	struct consumer *c = start(reg, "s-gone", 16, 4);
+	struct gone_arg ga = {r, "s-gone", "gone-empty"};
+	CHECK(wait_until(10000, consumer_gone, &ga));
+	/* Five more passes (200 ms each) leave the others. */
+	usleep(1000000);
+	CHECK(has_consumer(r, "s-gone", "alive-empty"));
+	CHECK(has_consumer(r, "s-gone", "gone-pending"));
+	CHECK_INT(metrics_counter_value(METRIC_CONSUMERS_DELETED), 1);
+	consumer_stop(c);
+	consumer_free(c);
+	registry_free(reg);
+	redis_free(r);
+	free(key), free(live), free(ev), free(a), free(b), free(d);
+}
+
 TEST(scripts_flushed_mid_run_are_reloaded)
 {
 	calls_reset();
@@ -2041,6 +2188,8 @@ int main(int argc, char **argv)
 		T_CASE(a_stale_state_key_on_a_fresh_message_is_loaded_and_never_reruns),
 		T_CASE(scripts_flushed_mid_run_are_reloaded),
 		T_CASE(success_before_the_ack_never_reruns_the_handler),
+		T_CASE(a_waiting_retry_is_left_alone_until_due_then_started_on_time),
+		T_CASE(consumers_of_gone_workers_are_deleted_and_no_other),
 	};
 	int rc = t_run_(__FILE__, cases, sizeof cases / sizeof cases[0], argc, argv);
 	calls_reset();
