@@ -8,6 +8,9 @@
 #include "cmd/function_state.h"
 #include "cmd/render.h"
 #include "model/cron.h"
+#include "model/function.h"
+#include "model/retry.h"
+#include "model/template.h"
 #include "io/docker.h"
 #include "engine/state.h"
 #include "base/util.h"
@@ -162,6 +165,68 @@ static void render_warm(struct buf *b, const json_t *warm)
 	}
 }
 
+/* The effective retry policy of each rule and schedule of the function as
+ * its template.yaml in the functions directory says now (the version
+ * loaded, unless an edit is pending): a JSON array of {handler, retries,
+ * policy}, or NULL when the template cannot be read or is invalid. */
+static json_t *retry_policies(const struct config *cfg, const char *name)
+{
+	struct function *fn = NULL;
+	struct strlist errors = {0}, warnings = {0};
+	enum function_status st = cfg->functions_dir
+					  ? function_load(cfg->functions_dir, name, &fn, &errors,
+							  &warnings)
+					  : FUNCTION_NO_TEMPLATE;
+	strlist_free(&errors);
+	strlist_free(&warnings);
+	if (st != FUNCTION_OK || !fn)
+		return NULL;
+	struct retry_policy base, eff;
+	retry_policy_default(&base, NULL);
+	json_t *out = json_array();
+	const struct template *t = fn->tpl;
+	for (size_t i = 0; i < t->nrules + t->nschedules; i++) {
+		bool rule = i < t->nrules;
+		const char *h = rule ? t->rules[i].handler : t->schedules[i - t->nrules].handler;
+		int retries = rule ? t->rules[i].retries : t->schedules[i - t->nrules].retries;
+		retry_policy_merge(&eff, &base, NULL,
+				   rule ? &t->rules[i].retry : &t->schedules[i - t->nrules].retry);
+		char *d = retry_policy_describe(&eff);
+		json_array_append_new(out, json_pack("{s:s, s:s, s:i, s:s}", "handler", h, "kind",
+						     rule ? "rule" : "schedule", "retries", retries,
+						     "policy", d));
+		free(d);
+	}
+	function_free(fn);
+	return out;
+}
+
+/* inspect's "Retries:" section: per rule and schedule, its retries and
+ * effective policy, aligned as Events; nothing when retry is NULL. */
+static void render_retries(struct buf *b, const json_t *retry)
+{
+	if (!retry || !json_array_size(retry))
+		return;
+	size_t w = 0, i;
+	json_t *row;
+	json_array_foreach(retry, i, row)
+	{
+		size_t c = render_cols(json_string_value(json_object_get(row, "handler")));
+		if (c > w)
+			w = c;
+	}
+	buf_appendf(b, "\nRetries:\n");
+	json_array_foreach(retry, i, row)
+	{
+		buf_append(b, "  ", 2);
+		render_pad(b, json_string_value(json_object_get(row, "handler")), w + 3);
+		buf_appendf(b, "retries=%lld ",
+			    (long long)json_integer_value(json_object_get(row, "retries")));
+		/* Relay's own text: durations, numbers, key names. */
+		buf_appendf(b, "%s\n", json_string_value(json_object_get(row, "policy")));
+	}
+}
+
 int function_state_inspect_exec(const struct cmd *self, const struct cmd_args *args,
 			  const struct config *cfg)
 {
@@ -181,18 +246,23 @@ int function_state_inspect_exec(const struct cmd *self, const struct cmd_args *a
 		cmd_fail("%s: no function named \"%s\"", self->words, name);
 		goto out;
 	}
-	json_t *warm = warm_containers(name);
+	json_t *warm = warm_containers(name), *retry = retry_policies(cfg, name);
 	if (cmd_flag(args, "--json")) {
 		json_t *o = render_state_json_inspect(f, describe_cron);
 		if (warm && json_is_object(o))
 			json_object_set(o, "warm", warm);
+		if (retry && json_is_object(o))
+			json_object_set(o, "retry", retry);
 		json_decref(warm);
+		json_decref(retry);
 		rc = cmd_print_json(self, o);
 		goto out;
 	}
 	render_state_inspect(&b, f, (int64_t)time(NULL), describe_cron);
 	render_warm(&b, warm);
+	render_retries(&b, retry);
 	json_decref(warm);
+	json_decref(retry);
 	rc = emit(self, &b);
 out:
 	state_function_info_free(f);

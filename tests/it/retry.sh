@@ -91,6 +91,15 @@ test_a_rules_backoff_list_overrides_the_top_level_and_runs_on_time() {
 	! grep -q 'msg="message reclaimed"' "$TMP/relay.log" || fail "a reclaim ran it"
 	stop_relay_pid "$RELAY_PID"
 	[ "$(rcli ZCARD relay:retry:events:relay)" = 0 ] || fail "the retry index is not empty"
+	# inspect shows the rule's effective policy (its backoff over the
+	# template's).
+	run_expect 0 "$RELAY" function inspect rt-list
+	[ "$(grep -A1 -x 'Retries:' "$TMP/out" | tail -n 1)" = '  h.handler   retries=2 backoff [2s, 4s]' ] ||
+		fail "inspect: $(cat "$TMP/out")"
+	run_expect 0 "$RELAY" function inspect rt-list --json
+	[ "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["retry"])' <"$TMP/out")" = \
+		"[{'handler': 'h.handler', 'kind': 'rule', 'retries': 2, 'policy': 'backoff [2s, 4s]'}]" ] ||
+		fail "inspect --json retry: $(cat "$TMP/out")"
 }
 
 # Delays 1 s, 2 s, then 3 s (the max), each spread by +-20 % but never over
