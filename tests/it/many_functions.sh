@@ -3,7 +3,9 @@
 # preparer threads that are gone before Relay consumes; every good function
 # is prepared and served, each handler runs once for its event, and one
 # function whose build fails (an invalid requirements.txt: pip rejects it
-# without the network) is logged and skipped while the others serve.
+# without the network) is logged and skipped while the others serve. Two
+# of the six are Node functions with a package.json, whose npm install
+# makes their builds long enough to overlap on any machine.
 # Relay runs as a child process against a private redis-server and the real
 # Docker daemon. Function names start with "mf<pid>-"; their images are
 # removed at the end.
@@ -20,6 +22,22 @@ mf_fn() {
 	printf 'def a(event):\n    print("out %s a", event["n"])\n\ndef b(event):\n    print("out %s b", event["n"])\n' \
 		"$1" "$1" >"$d/h.py"
 	printf 'runtime: python3.14\nevents:\n  - handler: h.a\n    pattern: {kind: [%s]}\n  - handler: h.b\n    pattern: {kind: [%s]}\n' \
+		"$2" "$2" >"$d/template.yaml"
+}
+
+# mf_node_fn NAME KIND: the same for node24, with a package.json of its
+# own: its dependency image runs `npm install` (seconds even with nothing to
+# install), so two of them being built overlap whatever the load; without
+# such a step a build can end before the next thread logs its start, and
+# "at once" would depend on the scheduler.
+mf_node_fn() {
+	local d=$RELAY_FUNCTIONS_DIR/$1
+	MF_NAMES+=("$1")
+	mkdir -p "$d"
+	printf 'export function a(event) { console.log(`out %s a ${event.n}`); }\nexport function b(event) { console.log(`out %s b ${event.n}`); }\n' \
+		"$1" "$1" >"$d/h.js"
+	printf '{"name": "%s", "version": "1.0.0", "private": true, "type": "module"}\n' "$1" >"$d/package.json"
+	printf 'runtime: node24\nevents:\n  - handler: h.a\n    pattern: {kind: [%s]}\n  - handler: h.b\n    pattern: {kind: [%s]}\n' \
 		"$2" "$2" >"$d/template.yaml"
 }
 
@@ -46,7 +64,11 @@ test_startup_prepares_many_functions_concurrently() {
 	export REDIS_URI=127.0.0.1:$REDIS_PORT REDIS_STREAM=events REDIS_GROUP=relay
 	local p=mf$$ i good=()
 	for i in 1 2 3 4 5 6; do
-		mf_fn "$p-$i" "k$i"
+		if [ "$i" -le 2 ]; then
+			mf_node_fn "$p-$i" "k$i"
+		else
+			mf_fn "$p-$i" "k$i"
+		fi
 		good+=("$p-$i")
 	done
 	# Sorts first: its failure must not hold back the others.
