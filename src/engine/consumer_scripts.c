@@ -26,7 +26,9 @@
  * reclaim, like any DLQ write) and is reported, not raised, so the entries
  * after it are still read. Each script answers its entries in XREADGROUP's
  * shape ({id, fields}, with only the fields kept) and the too-large ones as
- * {id, size, DLQ error or ""}.
+ * {id, size, DLQ error or ""}; fetch(id) reads and measures one pending
+ * entry, reporting it in gone or big (dead-lettering a too-large one), and
+ * answers the entry, or nil and the DLQ write's error ('' when none).
  */
 /* The framing allowance is spelled out in the scripts. */
 _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
@@ -67,7 +69,20 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	"  redis.call('XACK', KEYS[1], ARGV[1], id)\n" \
 	"  return ''\n" \
 	"end\n" \
-	"local count, emax = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+	"local count, emax = tonumber(ARGV[3]), tonumber(ARGV[4])\n" \
+	"local out, big, gone = {}, {}, {}\n" \
+	"local function fetch(id)\n" \
+	"  local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n" \
+	"  if not e then\n" \
+	"    gone[#gone + 1] = id\n" \
+	"    return nil, ''\n" \
+	"  end\n" \
+	"  local size, cost = measure(e)\n" \
+	"  if cost <= emax then return e end\n" \
+	"  local err = too_large(id, size)\n" \
+	"  big[#big + 1] = {id, size, err}\n" \
+	"  return nil, err\n" \
+	"end\n"
 /* clang-format on */
 
 /*
@@ -89,20 +104,9 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 static const char recover_lua[] = READ_LUA_PRELUDE
 	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[6], '+', count, ARGV[2])\n"
 	"if pend.err then return pend end\n"
-	"local out, big, gone = {}, {}, {}\n"
 	"for _, p in ipairs(pend) do\n"
-	"  local id = p[1]\n"
-	"  local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
-	"  if not e then\n"
-	"    gone[#gone + 1] = id\n"
-	"  else\n"
-	"    local size, cost = measure(e)\n"
-	"    if cost > emax then\n"
-	"      big[#big + 1] = {id, size, too_large(id, size)}\n"
-	"    else\n"
-	"      out[#out + 1] = e\n"
-	"    end\n"
-	"  end\n"
+	"  local e = fetch(p[1])\n"
+	"  if e then out[#out + 1] = e end\n"
 	"end\n"
 	"return {{KEYS[1], out}, big, gone}\n";
 
@@ -131,28 +135,16 @@ static const char reclaim_lua[] = READ_LUA_PRELUDE
 	"local pend = redis.pcall('XPENDING', KEYS[1], ARGV[1], start, '+', scan)\n"
 	"if pend.err then return pend end\n"
 	"local idle = tonumber(ARGV[6])\n"
-	"local out, big, gone, last = {}, {}, {}, nil\n"
+	"local last = nil\n"
 	"for _, p in ipairs(pend) do\n"
 	"  if #out >= count then break end\n"
 	"  local id = p[1]\n"
 	"  last = id\n"
 	"  if p[3] >= idle and not redis.call('ZSCORE', KEYS[3], id) then\n"
-	"    local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
-	"    if not e then\n"
-	"      gone[#gone + 1] = id\n"
-	"    else\n"
-	"      local size, cost = measure(e)\n"
-	"      if cost > emax then\n"
-	"        local err = too_large(id, size)\n"
-	"        if err ~= '' then\n"
-	"          redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
-	"            'RETRYCOUNT', p[4] + 1, 'JUSTID')\n"
-	"        end\n"
-	"        big[#big + 1] = {id, size, err}\n"
-	"      elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6], id,\n"
-	"          'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 then\n"
-	"        out[#out + 1] = e\n"
-	"      end\n"
+	"    local e, err = fetch(id)\n"
+	"    if (e or err ~= '') and #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[6],\n"
+	"        id, 'RETRYCOUNT', p[4] + 1, 'JUSTID') == 1 and e then\n"
+	"      out[#out + 1] = e\n"
 	"    end\n"
 	"  end\n"
 	"end\n"
@@ -176,22 +168,14 @@ static const char retry_lua[] = READ_LUA_PRELUDE
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local ids = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, count)\n"
-	"local out, big, gone = {}, {}, {}\n"
 	"for _, id in ipairs(ids) do\n"
 	"  redis.call('ZREM', KEYS[3], id)\n"
 	"  local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"
 	"  if type(p) == 'table' and not p.err and p[1] then\n"
-	"    local e = redis.call('XRANGE', KEYS[1], id, id)[1]\n"
-	"    if not e then\n"
-	"      gone[#gone + 1] = id\n"
-	"    else\n"
-	"      local size, cost = measure(e)\n"
-	"      if cost > emax then\n"
-	"        big[#big + 1] = {id, size, too_large(id, size)}\n"
-	"      elseif #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id,\n"
-	"          'RETRYCOUNT', p[1][4] + 1, 'JUSTID') == 1 then\n"
-	"        out[#out + 1] = e\n"
-	"      end\n"
+	"    local e = fetch(id)\n"
+	"    if e and #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id,\n"
+	"        'RETRYCOUNT', p[1][4] + 1, 'JUSTID') == 1 then\n"
+	"      out[#out + 1] = e\n"
 	"    end\n"
 	"  end\n"
 	"end\n"
