@@ -26,6 +26,7 @@
 
 #include "base/duration.h"
 #include "base/rfc3339.h"
+#include "model/pattern_internal.h"
 
 enum scalar_kind { SC_NULL, SC_FALSE, SC_TRUE, SC_INT, SC_REAL, SC_STRING };
 
@@ -37,7 +38,7 @@ struct scalar {
 	size_t len;
 };
 
-enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE };
+enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE, CMP_EQ };
 
 struct cmp {
 	enum cmp_op op;
@@ -45,6 +46,15 @@ struct cmp {
 	struct scalar num; /* SC_INT or SC_REAL unless temporal */
 	int64_t offset_ns; /* temporal: now() + offset */
 };
+
+/* numeric: every comparison holds (a range). */
+struct range {
+	struct cmp *c;
+	size_t n;
+};
+
+/* What anything-but negates: a list of values, or one string operator. */
+enum neg_kind { NEG_NONE, NEG_VALUES, NEG_PREFIX, NEG_SUFFIX, NEG_FOLD, NEG_WILDCARD };
 
 struct node;
 
@@ -61,15 +71,33 @@ struct cond {
 	size_t nsuf;
 	struct cmp *cmp;
 	size_t ncmp;
+	struct scalar *fold; /* equals-ignore-case, folded (pattern_fold) */
+	size_t nfold;
+	struct pattern_glob *glob;
+	size_t nglob;
+	struct pattern_cidr *cidr;
+	size_t ncidr;
+	struct range *rng;
+	size_t nrng;
+	enum neg_kind neg;
+	struct scalar *negv; /* NEG_VALUES; NEG_PREFIX, NEG_SUFFIX, NEG_FOLD (folded) */
+	size_t nnegv;
+	struct pattern_glob *negglob; /* NEG_WILDCARD */
+	size_t nnegglob;
 };
 
+/* Field conditions (AND), and the branches of its $or, of which one must
+ * match too. */
 struct node {
 	struct cond *conds;
 	size_t n;
+	struct node *alts;
+	size_t nalts;
 };
 
 struct pattern {
 	struct node root;
+	bool elements; /* match_arrays: elements */
 };
 
 /* ------------------------------------------------------------------ */
@@ -92,7 +120,9 @@ struct at {
 /* The chain as text, built once from the root (O(path length)). */
 static char *at_path(const struct at *a)
 {
-	const struct at *chain[2 * PATTERN_MAX_DEPTH + 4];
+	/* A level is at most a field, or $or and a branch index; a leaf adds
+	 * an operator and two list indexes. */
+	const struct at *chain[2 * PATTERN_MAX_DEPTH + 8];
 	size_t n = 0;
 	for (; a && n < ARRAY_LEN(chain); a = a->up)
 		chain[n++] = a;
@@ -194,6 +224,8 @@ char *pattern_path_key(const char *path, const char *key, size_t klen)
 {
 	/* A long key is quoted, hence cut: a path stays short. */
 	bool plain = klen > 0 && klen <= QUOTE_MAX;
+	if (klen == 3 && memcmp(key, "$or", 3) == 0)
+		return xasprintf("%s.$or", path);
 	for (size_t i = 0; i < klen && plain; i++) {
 		unsigned char ch = (unsigned char)key[i];
 		plain = ch >= 0x80 || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -210,8 +242,27 @@ char *pattern_path_key(const char *path, const char *key, size_t klen)
 /* ------------------------------------------------------------------ */
 /* compilation                                                         */
 
-static const char *const operators[] = {"equals", "prefix", "suffix", "exists",
-					"gt",	  "gte",    "lt",     "lte"};
+enum op {
+	OP_EQUALS,
+	OP_PREFIX,
+	OP_SUFFIX,
+	OP_EXISTS,
+	OP_GT,
+	OP_GTE,
+	OP_LT,
+	OP_LTE,
+	OP_ANYTHING_BUT,
+	OP_FOLD,
+	OP_WILDCARD,
+	OP_CIDR,
+	OP_NUMERIC,
+};
+
+/* Indexed by enum op. */
+static const char *const operators[] = {
+	"equals", "prefix",	  "suffix",		"exists",   "gt",   "gte",     "lt",
+	"lte",	  "anything-but", "equals-ignore-case", "wildcard", "cidr", "numeric",
+};
 
 static int operator_index(const char *key, size_t klen)
 {
@@ -367,8 +418,227 @@ static void add_cmp(struct compiler *c, const json_t *v, const struct at *at, vo
 	cs->v[cs->n++] = cm;
 }
 
+/* The string operands of equals-ignore-case, wildcard and cidr, and of
+ * anything-but's string operators (STR_PLAIN: prefix, suffix). */
+enum str_kind { STR_PLAIN, STR_FOLD, STR_GLOB, STR_CIDR };
+
+struct strs {
+	enum str_kind kind;
+	struct scalar *v; /* STR_PLAIN, STR_FOLD */
+	struct pattern_glob *g;
+	struct pattern_cidr *cidr;
+	size_t n;
+};
+
+static void reserve_strs(void *arg, size_t more)
+{
+	struct strs *ss = arg;
+	if (ss->kind == STR_GLOB)
+		ss->g = xrealloc(ss->g, (ss->n + more) * sizeof *ss->g);
+	else if (ss->kind == STR_CIDR)
+		ss->cidr = xrealloc(ss->cidr, (ss->n + more) * sizeof *ss->cidr);
+	else
+		ss->v = xrealloc(ss->v, (ss->n + more) * sizeof *ss->v);
+}
+
+static void add_str(struct compiler *c, const json_t *v, const struct at *at, void *arg)
+{
+	struct strs *ss = arg;
+	if (!json_is_string(v)) {
+		char *d = describe(v);
+		report(c, at, "must be a string, got %s", d);
+		free(d);
+		return;
+	}
+	const char *s = json_string_value(v);
+	size_t n = json_string_length(v);
+	char *why = NULL;
+	switch (ss->kind) {
+	case STR_PLAIN: scalar_from_json(v, &ss->v[ss->n++]); return;
+	case STR_FOLD: {
+		struct scalar *sc = &ss->v[ss->n++];
+		memset(sc, 0, sizeof *sc);
+		sc->kind = SC_STRING;
+		sc->s = pattern_fold(s, n, &sc->len);
+		return;
+	}
+	case STR_GLOB:
+		if (pattern_glob_compile(s, n, &ss->g[ss->n], &why) == 0) {
+			ss->n++;
+			return;
+		}
+		break;
+	case STR_CIDR:
+		if (pattern_cidr_parse(s, n, &ss->cidr[ss->n], &why) == 0) {
+			ss->n++;
+			return;
+		}
+		break;
+	}
+	char *q = quote(s, n);
+	report(c, at, "%s %s", q, why);
+	free(q);
+	free(why);
+}
+
+/* Indexed by enum cmp_op. */
+static const char *const cmp_names[] = {">", ">=", "<", "<=", "="};
+
+/* One numeric range: operator and number pairs, all of which must hold. */
+static void compile_range(struct compiler *c, const json_t *list, const struct at *at,
+			  struct range *r)
+{
+	size_t n = json_array_size(list);
+	if (n == 0) {
+		report(c, at, "empty list matches nothing");
+		return;
+	}
+	if (n % 2) {
+		report(c, at, "must be pairs of an operator and a number, got %zu elements", n);
+		return;
+	}
+	r->c = xcalloc(n / 2, sizeof *r->c);
+	for (size_t i = 0; i < n; i += 2) {
+		const json_t *op = json_array_get(list, i), *num = json_array_get(list, i + 1);
+		struct at po = {.up = at, .index = i}, pn = {.up = at, .index = i + 1};
+		int k = -1;
+		for (size_t j = 0; json_is_string(op) && j < ARRAY_LEN(cmp_names); j++)
+			if (strlen(cmp_names[j]) == json_string_length(op) &&
+			    memcmp(cmp_names[j], json_string_value(op), json_string_length(op)) == 0)
+				k = (int)j;
+		if (k < 0) {
+			char *d = describe(op);
+			report(c, &po, "unknown operator: must be one of =, <, <=, >, >=, got %s", d);
+			free(d);
+		}
+		if (!json_is_number(num)) {
+			char *d = describe(num);
+			report(c, &pn, "must be a number, got %s", d);
+			free(d);
+		}
+		if (k >= 0 && json_is_number(num)) {
+			struct cmp *cm = &r->c[r->n++];
+			cm->op = (enum cmp_op)k;
+			scalar_from_json(num, &cm->num);
+		}
+	}
+}
+
+/* numeric: one range, or a list of ranges (any of which may hold). */
+static void compile_numeric(struct compiler *c, const json_t *v, const struct at *at,
+			    struct cond *cd)
+{
+	if (!json_is_array(v)) {
+		char *d = describe(v);
+		report(c, at, "must be a list such as [\">\", 0, \"<=\", 5], got %s", d);
+		free(d);
+		return;
+	}
+	size_t n = json_array_size(v);
+	if (n == 0 || !json_is_array(json_array_get(v, 0))) {
+		cd->rng = xcalloc(1, sizeof *cd->rng);
+		cd->nrng = 1;
+		compile_range(c, v, at, &cd->rng[0]);
+		return;
+	}
+	cd->rng = xcalloc(n, sizeof *cd->rng);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *item = json_array_get(v, i);
+		struct at p = {.up = at, .index = i};
+		if (!json_is_array(item)) {
+			char *d = describe(item);
+			report(c, &p, "must be a range such as [\">\", 0], as the first element is, got %s",
+			       d);
+			free(d);
+			continue;
+		}
+		compile_range(c, item, &p, &cd->rng[cd->nrng++]);
+	}
+}
+
+static const struct {
+	const char *name;
+	enum neg_kind kind;
+} neg_ops[] = {
+	{"prefix", NEG_PREFIX},
+	{"suffix", NEG_SUFFIX},
+	{"equals-ignore-case", NEG_FOLD},
+	{"wildcard", NEG_WILDCARD},
+};
+
+/* anything-but: a value or a list of values, or a map of one string
+ * operator whose matches it excludes. */
+static void compile_anything_but(struct compiler *c, const json_t *v, const struct at *at,
+				 struct cond *cd)
+{
+	if (!json_is_object(v)) {
+		struct scalars ss = {0};
+		each_operand(c, v, at, true, reserve_scalars, add_scalar, &ss);
+		cd->neg = NEG_VALUES;
+		cd->negv = ss.v;
+		cd->nnegv = ss.n;
+		return;
+	}
+	if (json_object_size(v) != 1) {
+		report(c, at,
+		       "must be a list of values or a map of one operator (prefix, suffix, "
+		       "equals-ignore-case or wildcard), got a map of %zu keys",
+		       json_object_size(v));
+		return;
+	}
+	const char *key;
+	size_t klen;
+	const json_t *sub;
+	json_object_keylen_foreach((json_t *)v, key, klen, sub)
+	{
+		struct at p = {.up = at, .key = key, .klen = klen};
+		enum neg_kind kind = NEG_NONE;
+		for (size_t i = 0; i < ARRAY_LEN(neg_ops); i++)
+			if (strlen(neg_ops[i].name) == klen && memcmp(neg_ops[i].name, key, klen) == 0)
+				kind = neg_ops[i].kind;
+		if (kind == NEG_NONE) {
+			char *q = quote(key, klen);
+			report(c, &p,
+			       "unknown operator %s (anything-but takes a list of values or one of "
+			       "prefix, suffix, equals-ignore-case, wildcard)",
+			       q);
+			free(q);
+			continue;
+		}
+		struct strs ss = {.kind = kind == NEG_WILDCARD ? STR_GLOB
+					  : kind == NEG_FOLD   ? STR_FOLD
+							       : STR_PLAIN};
+		each_operand(c, sub, &p, true, reserve_strs, add_str, &ss);
+		cd->neg = kind;
+		if (kind == NEG_WILDCARD) {
+			cd->negglob = ss.g;
+			cd->nnegglob = ss.n;
+		} else {
+			cd->negv = ss.v;
+			cd->nnegv = ss.n;
+		}
+	}
+}
+
+static void compile_strs(struct compiler *c, const json_t *v, const struct at *at,
+			 enum op op, struct cond *cd)
+{
+	struct strs ss = {.kind = op == OP_FOLD ? STR_FOLD : op == OP_WILDCARD ? STR_GLOB : STR_CIDR};
+	each_operand(c, v, at, true, reserve_strs, add_str, &ss);
+	if (op == OP_FOLD) {
+		cd->fold = ss.v;
+		cd->nfold = ss.n;
+	} else if (op == OP_WILDCARD) {
+		cd->glob = ss.g;
+		cd->nglob = ss.n;
+	} else {
+		cd->cidr = ss.cidr;
+		cd->ncidr = ss.n;
+	}
+}
+
 static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
-			 struct node *out);
+			 struct node *out, bool top);
 
 static void compile_ops(struct compiler *c, const json_t *obj, const struct at *at, struct cond *cd)
 {
@@ -380,15 +650,15 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 		int op = operator_index(key, klen);
 		struct at p = {.up = at, .key = key, .klen = klen};
 		switch (op) {
-		case 0: { /* equals */
+		case OP_EQUALS: {
 			struct scalars ss = {.v = cd->eq, .n = cd->neq};
 			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
 			cd->eq = ss.v;
 			cd->neq = ss.n;
 			break;
 		}
-		case 1:
-		case 2: { /* prefix, suffix */
+		case OP_PREFIX:
+		case OP_SUFFIX: {
 			struct scalars ss = {.v = op == 1 ? cd->pre : cd->suf,
 					     .n = op == 1 ? cd->npre : cd->nsuf,
 					     .strings_only = true};
@@ -402,7 +672,7 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 			}
 			break;
 		}
-		case 3: /* exists */
+		case OP_EXISTS:
 			if (json_is_boolean(v)) {
 				cd->exists = json_is_true(v);
 			} else {
@@ -411,13 +681,21 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 				free(d);
 			}
 			break;
-		default: { /* gt gte lt lte */
-			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - 4)};
+		case OP_GT:
+		case OP_GTE:
+		case OP_LT:
+		case OP_LTE: {
+			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - OP_GT)};
 			each_operand(c, v, &p, true, reserve_cmps, add_cmp, &cs);
 			cd->cmp = cs.v;
 			cd->ncmp = cs.n;
 			break;
 		}
+		case OP_ANYTHING_BUT: compile_anything_but(c, v, &p, cd); break;
+		case OP_FOLD:
+		case OP_WILDCARD:
+		case OP_CIDR: compile_strs(c, v, &p, (enum op)op, cd); break;
+		case OP_NUMERIC: compile_numeric(c, v, &p, cd); break;
 		}
 	}
 }
@@ -495,11 +773,53 @@ static void compile_cond(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	cd->nested = xcalloc(1, sizeof *cd->nested);
-	compile_node(c, v, at, depth + 1, cd->nested);
+	compile_node(c, v, at, depth + 1, cd->nested, false);
 }
 
-static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+/* $or: a list of 2 to PATTERN_MAX_OR_BRANCHES field maps, each nested one
+ * level deeper than the map holding it. */
+static void compile_alts(struct compiler *c, const json_t *v, const struct at *at, int depth,
 			 struct node *out)
+{
+	if (!json_is_array(v)) {
+		char *d = describe(v);
+		report(c, at, "must be a list of at least 2 patterns, got %s", d);
+		free(d);
+		return;
+	}
+	size_t n = json_array_size(v);
+	if (n < 2) {
+		report(c, at, "needs at least 2 branches, got %zu", n);
+		return;
+	}
+	if (n > PATTERN_MAX_OR_BRANCHES) {
+		report(c, at, "more than %d branches (%zu)", PATTERN_MAX_OR_BRANCHES, n);
+		return;
+	}
+	if (depth >= PATTERN_MAX_DEPTH) {
+		report(c, at, "pattern nested deeper than %d levels", PATTERN_MAX_DEPTH);
+		return;
+	}
+	out->alts = xcalloc(n, sizeof *out->alts);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *item = json_array_get(v, i);
+		struct at p = {.up = at, .index = i};
+		if (!json_is_object(item)) {
+			char *d = describe(item);
+			report(c, &p, "a branch must be a map of field conditions, got %s", d);
+			free(d);
+		} else if (json_object_size(item) == 0) {
+			report(c, &p, "empty branch (it would match every event)");
+		} else {
+			compile_node(c, item, &p, depth + 1, &out->alts[out->nalts++], true);
+		}
+	}
+}
+
+/* A map of field conditions (and $or); top: the pattern itself or a $or
+ * branch, where an operator has no field. */
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+			 struct node *out, bool top)
 {
 	size_t n = json_object_size(obj);
 	out->conds = xcalloc(n ? n : 1, sizeof *out->conds);
@@ -511,7 +831,9 @@ static void compile_node(struct compiler *c, const json_t *obj, const struct at 
 		struct at p = {.up = at, .key = key, .klen = klen};
 		if (klen == 0) {
 			report(c, &p, "empty field name");
-		} else if (depth == 1 && operator_index(key, klen) >= 0) {
+		} else if (klen == 3 && memcmp(key, "$or", 3) == 0) {
+			compile_alts(c, json_object_iter_value(it), &p, depth, out);
+		} else if (top && operator_index(key, klen) >= 0) {
 			report(c, &p, "operator outside a field (write field: {%.*s: ...})",
 			       (int)klen, key);
 		} else {
@@ -530,6 +852,13 @@ static void free_scalars(struct scalar *s, size_t n)
 	free(s);
 }
 
+static void free_globs(struct pattern_glob *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		pattern_glob_free(&g[i]);
+	free(g);
+}
+
 static void free_node(struct node *nd)
 {
 	for (size_t i = 0; i < nd->n; i++) {
@@ -543,8 +872,21 @@ static void free_node(struct node *nd)
 		free_scalars(cd->pre, cd->npre);
 		free_scalars(cd->suf, cd->nsuf);
 		free(cd->cmp);
+		free_scalars(cd->fold, cd->nfold);
+		free_globs(cd->glob, cd->nglob);
+		free(cd->cidr);
+		for (size_t r = 0; r < cd->nrng; r++)
+			free(cd->rng[r].c);
+		free(cd->rng);
+		if (cd->neg == NEG_WILDCARD)
+			free_globs(cd->negglob, cd->nnegglob);
+		else
+			free_scalars(cd->negv, cd->nnegv);
 	}
 	free(nd->conds);
+	for (size_t i = 0; i < nd->nalts; i++)
+		free_node(&nd->alts[i]);
+	free(nd->alts);
 }
 
 void pattern_free(struct pattern *p)
@@ -556,6 +898,12 @@ void pattern_free(struct pattern *p)
 }
 
 int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors)
+{
+	return pattern_compile_arrays(node, path, PATTERN_ARRAYS_VALUES, out, errors);
+}
+
+int pattern_compile_arrays(const json_t *node, const char *path, enum pattern_arrays arrays,
+			   struct pattern **out, struct buf *errors)
 {
 	struct compiler c = {.errors = errors};
 	struct pattern *p = NULL;
@@ -572,7 +920,8 @@ int pattern_compile(const json_t *node, const char *path, struct pattern **out, 
 		free(d);
 	} else {
 		p = xcalloc(1, sizeof *p);
-		compile_node(&c, node, &root, 1, &p->root);
+		p->elements = arrays == PATTERN_ARRAYS_ELEMENTS;
+		compile_node(&c, node, &root, 1, &p->root, true);
 	}
 	if (c.nerr > PATTERN_MAX_MESSAGES && errors)
 		buf_appendf(errors, "%s: %d more errors not shown\n", path,
@@ -641,6 +990,7 @@ static bool op_holds(enum cmp_op op, int c)
 	case CMP_GTE: return c >= 0;
 	case CMP_LT: return c < 0;
 	case CMP_LTE: return c <= 0;
+	case CMP_EQ: return c == 0;
 	}
 	return false;
 }
@@ -655,27 +1005,15 @@ static void split_ns(int64_t ns, int64_t *sec, int64_t *nsec)
 	}
 }
 
-static bool ops_match(const struct cond *cd, const struct event_value *v, int64_t now)
+/* What matching needs besides the event: now(), and the array mode. */
+struct mctx {
+	int64_t now;
+	bool elements;
+};
+
+/* The comparisons of gt, gte, lt and lte (any one holding). */
+static bool cmps_match(const struct cond *cd, const struct event_value *v, int64_t now)
 {
-	if (cd->exists == 1 && v)
-		return true;
-	if (cd->exists == 0 && !v)
-		return true;
-	if (!v)
-		return false;
-	for (size_t i = 0; i < cd->neq; i++)
-		if (scalar_eq(v, &cd->eq[i]))
-			return true;
-	if (v->type == EVENT_STRING) {
-		for (size_t i = 0; i < cd->npre; i++)
-			if (v->n >= cd->pre[i].len &&
-			    memcmp(v->u.str, cd->pre[i].s, cd->pre[i].len) == 0)
-				return true;
-		for (size_t i = 0; i < cd->nsuf; i++)
-			if (v->n >= cd->suf[i].len && memcmp(v->u.str + v->n - cd->suf[i].len,
-							     cd->suf[i].s, cd->suf[i].len) == 0)
-				return true;
-	}
 	int parsed = 0; /* 0 not yet, 1 ok, -1 not a timestamp */
 	int64_t vs = 0;
 	int32_t vn = 0;
@@ -709,27 +1047,157 @@ static bool ops_match(const struct cond *cd, const struct event_value *v, int64_
 	return false;
 }
 
-static bool node_match(const struct node *nd, const struct event_value *obj, int64_t now)
+static bool has_prefix(const char *s, size_t n, const struct scalar *p)
+{
+	return n >= p->len && memcmp(s, p->s, p->len) == 0;
+}
+
+static bool has_suffix(const char *s, size_t n, const struct scalar *p)
+{
+	return n >= p->len && memcmp(s + n - p->len, p->s, p->len) == 0;
+}
+
+/* prefix, suffix, equals-ignore-case, wildcard and cidr on a string. */
+static bool str_match(const struct cond *cd, const char *s, size_t n)
+{
+	for (size_t i = 0; i < cd->npre; i++)
+		if (has_prefix(s, n, &cd->pre[i]))
+			return true;
+	for (size_t i = 0; i < cd->nsuf; i++)
+		if (has_suffix(s, n, &cd->suf[i]))
+			return true;
+	for (size_t i = 0; i < cd->nfold; i++)
+		if (pattern_fold_eq(s, n, cd->fold[i].s, cd->fold[i].len))
+			return true;
+	for (size_t i = 0; i < cd->nglob; i++)
+		if (pattern_glob_match(&cd->glob[i], s, n))
+			return true;
+	unsigned char addr[16];
+	if (cd->ncidr && pattern_cidr_address(s, n, addr) == 0)
+		for (size_t i = 0; i < cd->ncidr; i++)
+			if (pattern_cidr_contains(&cd->cidr[i], addr))
+				return true;
+	return false;
+}
+
+/* numeric: some range whose every comparison holds. */
+static bool ranges_match(const struct cond *cd, const struct event_value *v)
+{
+	if (v->type != EVENT_INT && v->type != EVENT_REAL)
+		return false;
+	for (size_t r = 0; r < cd->nrng; r++) {
+		const struct range *rg = &cd->rng[r];
+		size_t i = 0;
+		while (i < rg->n && op_holds(rg->c[i].op, num_cmp(v, &rg->c[i].num)))
+			i++;
+		if (i == rg->n)
+			return true;
+	}
+	return false;
+}
+
+/* anything-but: a scalar equal to none of the values, or a string that
+ * none of the operands matches. */
+static bool neg_match(const struct cond *cd, const struct event_value *v)
+{
+	if (cd->neg == NEG_VALUES) {
+		if (v->type == EVENT_ARRAY || v->type == EVENT_OBJECT)
+			return false;
+		for (size_t i = 0; i < cd->nnegv; i++)
+			if (scalar_eq(v, &cd->negv[i]))
+				return false;
+		return true;
+	}
+	if (v->type != EVENT_STRING)
+		return false;
+	const char *s = v->u.str;
+	size_t n = v->n;
+	for (size_t i = 0; i < cd->nnegv; i++) {
+		const struct scalar *o = &cd->negv[i];
+		if (cd->neg == NEG_PREFIX ? has_prefix(s, n, o)
+		    : cd->neg == NEG_SUFFIX ? has_suffix(s, n, o)
+					    : pattern_fold_eq(s, n, o->s, o->len))
+			return false;
+	}
+	for (size_t i = 0; i < cd->nnegglob; i++)
+		if (pattern_glob_match(&cd->negglob[i], s, n))
+			return false;
+	return true;
+}
+
+/* Every operator but exists, on a present value; under match_arrays:
+ * elements, on each element of an array (nested arrays flattened). */
+static bool value_match(const struct cond *cd, const struct event_value *v, const struct mctx *m)
+{
+	if (m->elements && v->type == EVENT_ARRAY) {
+		for (size_t i = 0; i < v->n; i++)
+			if (value_match(cd, &v->u.items[i], m))
+				return true;
+		return false;
+	}
+	for (size_t i = 0; i < cd->neq; i++)
+		if (scalar_eq(v, &cd->eq[i]))
+			return true;
+	if (v->type == EVENT_STRING && str_match(cd, v->u.str, v->n))
+		return true;
+	if (cd->nrng && ranges_match(cd, v))
+		return true;
+	if (cd->neg != NEG_NONE && neg_match(cd, v))
+		return true;
+	return cd->ncmp && cmps_match(cd, v, m->now);
+}
+
+static bool ops_match(const struct cond *cd, const struct event_value *v, const struct mctx *m)
+{
+	if (cd->exists == 1 && v)
+		return true;
+	if (cd->exists == 0 && !v)
+		return true;
+	if (!v)
+		return false;
+	return value_match(cd, v, m);
+}
+
+static bool node_match(const struct node *nd, const struct event_value *obj,
+		       const struct mctx *m);
+
+/* Nested conditions on the value v of their parent field: an object's
+ * fields; anything else counts as missing, but under match_arrays:
+ * elements an array's elements are tried in turn (an empty one counts as
+ * missing). */
+static bool nested_match(const struct node *nd, const struct event_value *v, const struct mctx *m)
+{
+	if (m->elements && v && v->type == EVENT_ARRAY && v->n > 0) {
+		for (size_t i = 0; i < v->n; i++)
+			if (nested_match(nd, &v->u.items[i], m))
+				return true;
+		return false;
+	}
+	return node_match(nd, v && v->type == EVENT_OBJECT ? v : NULL, m);
+}
+
+static bool node_match(const struct node *nd, const struct event_value *obj,
+		       const struct mctx *m)
 {
 	for (size_t i = 0; i < nd->n; i++) {
 		const struct cond *cd = &nd->conds[i];
 		const struct event_value *v = event_get(obj, cd->key, cd->klen);
-		bool ok;
-		if (cd->nested)
-			ok = node_match(cd->nested, v && v->type == EVENT_OBJECT ? v : NULL, now);
-		else
-			ok = ops_match(cd, v, now);
+		bool ok = cd->nested ? nested_match(cd->nested, v, m) : ops_match(cd, v, m);
 		if (!ok)
 			return false;
 	}
-	return true;
+	for (size_t i = 0; i < nd->nalts; i++)
+		if (node_match(&nd->alts[i], obj, m))
+			return true;
+	return nd->nalts == 0;
 }
 
 bool pattern_match(const struct pattern *p, const struct event *ev, int64_t now_unix_ns)
 {
 	if (!p || !ev)
 		return false;
-	return node_match(&p->root, event_root(ev), now_unix_ns);
+	struct mctx m = {.now = now_unix_ns, .elements = p->elements};
+	return node_match(&p->root, event_root(ev), &m);
 }
 
 bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t now_unix_ns)
@@ -740,6 +1208,11 @@ bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t no
 	bool ok = pattern_match(p, ev, now_unix_ns);
 	event_free(ev);
 	return ok;
+}
+
+bool pattern_elements(const struct pattern *p)
+{
+	return p->elements;
 }
 
 /* ------------------------------------------------------------------ */
@@ -901,6 +1374,15 @@ static void grow(struct pattern_set *set, void **v, size_t *cap, size_t need, si
 	set->work++;
 }
 
+/* Whether a leaf's one operator is equality: the field must then hold one
+ * of its values. */
+static bool only_equality(const struct cond *cd)
+{
+	return cd->neq > 0 && cd->exists < 0 && cd->npre == 0 && cd->nsuf == 0 && cd->ncmp == 0 &&
+	       cd->nfold == 0 && cd->nglob == 0 && cd->ncidr == 0 && cd->nrng == 0 &&
+	       cd->neg == NEG_NONE;
+}
+
 static void collect_reqs(struct builder *b, uint32_t rule, const struct node *nd,
 			 struct segment *stack, size_t depth)
 {
@@ -910,8 +1392,7 @@ static void collect_reqs(struct builder *b, uint32_t rule, const struct node *nd
 		stack[depth].klen = cd->klen;
 		if (cd->nested) {
 			collect_reqs(b, rule, cd->nested, stack, depth + 1);
-		} else if (cd->exists < 0 && cd->npre == 0 && cd->nsuf == 0 && cd->ncmp == 0 &&
-			   cd->neq > 0) {
+		} else if (only_equality(cd)) {
 			grow(b->set, (void **)&b->reqs, &b->capreqs, b->nreqs + 1, sizeof *b->reqs);
 			grow(b->set, (void **)&b->pool, &b->cappool, b->npool + depth + 1,
 			     sizeof *b->pool);
@@ -1100,7 +1581,11 @@ struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_
 	set->unindexed = xmalloc((n ? n : 1) * sizeof *set->unindexed);
 	for (size_t i = 0; i < n; i++) {
 		first_req[i] = b.nreqs;
-		collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
+		/* Under match_arrays: elements a field's value may be an array
+		 * holding the value: the index, which looks values up whole,
+		 * would miss it, so such a rule is evaluated for every event. */
+		if (!patterns[i]->elements)
+			collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
 	}
 	first_req[n] = b.nreqs;
 	intern_paths(&b);

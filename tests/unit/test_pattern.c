@@ -381,44 +381,344 @@ static const struct match_row match_rows[] = {
 };
 /* clang-format on */
 
+/* Checks one row: pattern_match, pattern_match_json and a one-rule set
+ * all give want. */
+static void check_row(size_t i, const char *pattern, const char *event, const char *when,
+		      enum pattern_arrays arrays, int want)
+{
+	json_t *pj = pjson(pattern);
+	struct event *ev = pevent(event);
+	struct pattern *p = NULL;
+	struct buf errs;
+	buf_init(&errs, 4096);
+	if (!pj || !ev || pattern_compile_arrays(pj, "events[0].pattern", arrays, &p, &errs) != 0) {
+		T_FAIL_("row %zu: setup failed: %s", i, errs.data ? errs.data : "");
+	} else {
+		int64_t now = ns_of(when ? when : NOW);
+		bool got = pattern_match(p, ev, now);
+		if (got != (want != 0))
+			T_FAIL_("row %zu: %s vs %s (match_arrays: %s): got %d, want %d", i, pattern,
+				event, arrays == PATTERN_ARRAYS_ELEMENTS ? "elements" : "values", got,
+				want);
+		/* the jansson entry point agrees */
+		char *t = unquote(event);
+		json_t *ej = json_loads(t, JSON_ALLOW_NUL, NULL);
+		if (ej && pattern_match_json(p, ej, now) != got)
+			T_FAIL_("row %zu: pattern_match_json disagrees", i);
+		json_decref(ej);
+		free(t);
+		/* and so does a one-rule set */
+		const struct pattern *ps[] = {p};
+		struct pattern_set *set = pattern_set_new(ps, 1);
+		uint32_t ids[1];
+		if (pattern_set_match(set, ev, now, ids) != (got ? 1u : 0u))
+			T_FAIL_("row %zu: pattern_set_match disagrees", i);
+		pattern_set_free(set);
+	}
+	buf_free(&errs);
+	pattern_free(p);
+	event_free(ev);
+	json_decref(pj);
+}
+
 TEST(match_table)
 {
 	CHECK(ARRAY_LEN(match_rows) >= 150);
 	for (size_t i = 0; i < ARRAY_LEN(match_rows); i++) {
 		const struct match_row *r = &match_rows[i];
-		json_t *pj = pjson(r->pattern);
-		struct event *ev = pevent(r->event);
-		struct pattern *p = NULL;
-		struct buf errs;
-		buf_init(&errs, 4096);
-		if (!pj || !ev || pattern_compile(pj, "events[0].pattern", &p, &errs) != 0) {
-			T_FAIL_("row %zu: setup failed: %s", i, errs.data ? errs.data : "");
-		} else {
-			int64_t now = ns_of(r->now ? r->now : NOW);
-			bool got = pattern_match(p, ev, now);
-			if (got != (r->want != 0))
-				T_FAIL_("row %zu: %s vs %s: got %d, want %d", i, r->pattern,
-					r->event, got, r->want);
-			/* the jansson entry point agrees */
-			char *t = unquote(r->event);
-			json_t *ej = json_loads(t, JSON_ALLOW_NUL, NULL);
-			if (ej && pattern_match_json(p, ej, now) != got)
-				T_FAIL_("row %zu: pattern_match_json disagrees", i);
-			json_decref(ej);
-			free(t);
-			/* and so does a one-rule set */
-			const struct pattern *ps[] = {p};
-			struct pattern_set *set = pattern_set_new(ps, 1);
-			uint32_t ids[1];
-			if (pattern_set_match(set, ev, now, ids) != (got ? 1u : 0u))
-				T_FAIL_("row %zu: pattern_set_match disagrees", i);
-			pattern_set_free(set);
-		}
-		buf_free(&errs);
-		pattern_free(p);
-		event_free(ev);
-		json_decref(pj);
+		check_row(i, r->pattern, r->event, r->now, PATTERN_ARRAYS_VALUES, r->want);
 	}
+}
+
+/* The operators EventBridge users know, $or and match_arrays. Each row is
+ * checked under match_arrays: values (want) and elements (want_elements):
+ * the two differ only where the event holds an array. Expectations follow
+ * docs/template.md, which follows EventBridge's documented behaviour. */
+struct op_row {
+	const char *pattern, *event;
+	int want, want_elements;
+};
+
+/* clang-format off */
+static const struct op_row op_rows[] = {
+	/* anything-but: values, type-preserving; a missing field never matches */
+	{"{'s':{'anything-but':['a','b']}}", "{'s':'c'}", 1, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':'a'}", 0, 0},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':'b'}", 0, 0},
+	{"{'s':{'anything-but':['a','b']}}", "{}", 0, 0},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':null}", 1, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':5}", 1, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':'A'}", 1, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':''}", 1, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':{'x':1}}", 0, 0},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':['c']}", 0, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':['a','b']}", 0, 0},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':['a','z']}", 0, 1},
+	{"{'s':{'anything-but':['a','b']}}", "{'s':[]}", 0, 0},
+	{"{'s':{'anything-but':'initializing'}}", "{'s':'running'}", 1, 1},
+	{"{'s':{'anything-but':'initializing'}}", "{'s':'initializing'}", 0, 0},
+	{"{'n':{'anything-but':[100,200,300]}}", "{'n':200}", 0, 0},
+	{"{'n':{'anything-but':[100,200,300]}}", "{'n':200.0}", 0, 0},
+	{"{'n':{'anything-but':[100,200,300]}}", "{'n':2e2}", 0, 0},
+	{"{'n':{'anything-but':[100,200,300]}}", "{'n':'200'}", 1, 1},
+	{"{'n':{'anything-but':[100,200,300]}}", "{'n':201}", 1, 1},
+	{"{'n':{'anything-but':[0]}}", "{'n':-0}", 0, 0},
+	{"{'n':{'anything-but':[0]}}", "{'n':-0.0}", 0, 0},
+	{"{'n':{'anything-but':123}}", "{'n':123.5}", 1, 1},
+	{"{'x':{'anything-but':[null]}}", "{'x':null}", 0, 0},
+	{"{'x':{'anything-but':[null]}}", "{'x':'null'}", 1, 1},
+	{"{'x':{'anything-but':[null]}}", "{}", 0, 0},
+	{"{'b':{'anything-but':[true]}}", "{'b':false}", 1, 1},
+	{"{'b':{'anything-but':[true]}}", "{'b':true}", 0, 0},
+	{"{'b':{'anything-but':[true]}}", "{'b':1}", 1, 1},
+	/* anything-but: string operators; a non-string never matches */
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':'eu-west-1'}", 1, 1},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':'us-east-1'}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':'us-'}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':'US-east-1'}", 1, 1},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':''}", 1, 1},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':5}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{'r':null}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':'us-'}}}", "{}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':['us-','eu-']}}}", "{'r':'eu-1'}", 0, 0},
+	{"{'r':{'anything-but':{'prefix':['us-','eu-']}}}", "{'r':'ap-1'}", 1, 1},
+	{"{'r':{'anything-but':{'prefix':''}}}", "{'r':'x'}", 0, 0},
+	{"{'f':{'anything-but':{'suffix':'.png'}}}", "{'f':'a.png'}", 0, 0},
+	{"{'f':{'anything-but':{'suffix':'.png'}}}", "{'f':'a.jpg'}", 1, 1},
+	{"{'f':{'anything-but':{'suffix':'.png'}}}", "{'f':['a.png','b.jpg']}", 0, 1},
+	{"{'s':{'anything-but':{'equals-ignore-case':'initializing'}}}", "{'s':'INITIALIZING'}", 0, 0},
+	{"{'s':{'anything-but':{'equals-ignore-case':'initializing'}}}", "{'s':'Initializing'}", 0, 0},
+	{"{'s':{'anything-but':{'equals-ignore-case':'initializing'}}}", "{'s':'running'}", 1, 1},
+	{"{'s':{'anything-but':{'equals-ignore-case':['a','b']}}}", "{'s':'B'}", 0, 0},
+	{"{'s':{'anything-but':{'equals-ignore-case':['a','b']}}}", "{'s':7}", 0, 0},
+	{"{'p':{'anything-but':{'wildcard':'*/lib/*'}}}", "{'p':'/usr/lib/x.so'}", 0, 0},
+	{"{'p':{'anything-but':{'wildcard':'*/lib/*'}}}", "{'p':'/usr/bin/x'}", 1, 1},
+	{"{'p':{'anything-but':{'wildcard':['*.a','*.so']}}}", "{'p':'x.so'}", 0, 0},
+	{"{'p':{'anything-but':{'wildcard':['*.a','*.so']}}}", "{'p':'x.o'}", 1, 1},
+
+	/* equals-ignore-case: Unicode simple case folding, strings only */
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'Alice'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'ALICE'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'alice'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'alicia'}", 0, 0},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'alice '}", 0, 0},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{'n':'alic'}", 0, 0},
+	{"{'n':{'equals-ignore-case':'alice'}}", "{}", 0, 0},
+	{"{'n':{'equals-ignore-case':'5'}}", "{'n':5}", 0, 0},
+	{"{'n':{'equals-ignore-case':'true'}}", "{'n':true}", 0, 0},
+	{"{'n':{'equals-ignore-case':''}}", "{'n':''}", 1, 1},
+	{"{'n':{'equals-ignore-case':''}}", "{'n':'a'}", 0, 0},
+	{"{'n':{'equals-ignore-case':['a','b']}}", "{'n':'B'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'HeLLo WoRLD'}}", "{'n':'hello world'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'caf\\u00e9'}}", "{'n':'CAF\\u00c9'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'caf\\u00e9'}}", "{'n':'CAFE\\u0301'}", 0, 0},
+	/* final sigma, sigma and capital sigma fold alike */
+	{"{'n':{'equals-ignore-case':'\\u03c3\\u03af\\u03c3\\u03c5\\u03c6\\u03bf\\u03c2'}}", "{'n':'\\u03a3\\u038a\\u03a3\\u03a5\\u03a6\\u039f\\u03a3'}", 1, 1},
+	/* DZ digraphs: all three cases fold to U+01C6 */
+	{"{'n':{'equals-ignore-case':'\\u01c4'}}", "{'n':'\\u01c5'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'\\u01c4'}}", "{'n':'\\u01c6'}", 1, 1},
+	/* KELVIN SIGN folds to k */
+	{"{'n':{'equals-ignore-case':'k'}}", "{'n':'\\u212a'}", 1, 1},
+	/* simple, not full, folding: sharp s is not ss, U+0130 is not i, the ff ligature is not ff */
+	{"{'n':{'equals-ignore-case':'strasse'}}", "{'n':'stra\\u00dfe'}", 0, 0},
+	{"{'n':{'equals-ignore-case':'\\u1e9e'}}", "{'n':'\\u00df'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'i'}}", "{'n':'\\u0130'}", 0, 0},
+	{"{'n':{'equals-ignore-case':'ff'}}", "{'n':'\\ufb00'}", 0, 0},
+	/* outside the BMP: Deseret capital and small letter long i */
+	{"{'n':{'equals-ignore-case':'\\ud801\\udc00'}}", "{'n':'\\ud801\\udc28'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'a\\u0000b'}}", "{'n':'A\\u0000B'}", 1, 1},
+	{"{'n':{'equals-ignore-case':'a\\u0000b'}}", "{'n':'A'}", 0, 0},
+	{"{'n':{'equals-ignore-case':'x'}}", "{'n':['y','X']}", 0, 1},
+
+	/* wildcard: * any run (also none), \\* a star, \\\\ a backslash */
+	{"{'f':{'wildcard':'*.png'}}", "{'f':'a.png'}", 1, 1},
+	{"{'f':{'wildcard':'*.png'}}", "{'f':'.png'}", 1, 1},
+	{"{'f':{'wildcard':'*.png'}}", "{'f':'a.PNG'}", 0, 0},
+	{"{'f':{'wildcard':'*.png'}}", "{'f':'a.png.x'}", 0, 0},
+	{"{'f':{'wildcard':'*.png'}}", "{'f':'png'}", 0, 0},
+	{"{'f':{'wildcard':'dir/*/x*'}}", "{'f':'dir/a/xyz'}", 1, 1},
+	{"{'f':{'wildcard':'dir/*/x*'}}", "{'f':'dir//x'}", 1, 1},
+	{"{'f':{'wildcard':'dir/*/x*'}}", "{'f':'dir/a/b/x'}", 1, 1},
+	{"{'f':{'wildcard':'dir/*/x*'}}", "{'f':'dir/a/y'}", 0, 0},
+	{"{'f':{'wildcard':'dir/*/x*'}}", "{'f':'dir/x'}", 0, 0},
+	{"{'f':{'wildcard':'a*b*c'}}", "{'f':'abc'}", 1, 1},
+	{"{'f':{'wildcard':'a*b*c'}}", "{'f':'aXbYc'}", 1, 1},
+	{"{'f':{'wildcard':'a*b*c'}}", "{'f':'acb'}", 0, 0},
+	{"{'f':{'wildcard':'a*b*c'}}", "{'f':'abcabc'}", 1, 1},
+	{"{'f':{'wildcard':'a*b*c'}}", "{'f':'abcab'}", 0, 0},
+	{"{'f':{'wildcard':'*a*a*a*'}}", "{'f':'aaa'}", 1, 1},
+	{"{'f':{'wildcard':'*a*a*a*'}}", "{'f':'aa'}", 0, 0},
+	{"{'f':{'wildcard':'*a*a*a*'}}", "{'f':'babab'}", 0, 0},
+	{"{'f':{'wildcard':'*a*a*a*'}}", "{'f':'bababab'}", 1, 1},
+	{"{'f':{'wildcard':'ab*ba'}}", "{'f':'aba'}", 0, 0},
+	{"{'f':{'wildcard':'ab*ba'}}", "{'f':'abba'}", 1, 1},
+	{"{'f':{'wildcard':'*'}}", "{'f':''}", 1, 1},
+	{"{'f':{'wildcard':'*'}}", "{'f':'x'}", 1, 1},
+	{"{'f':{'wildcard':'*'}}", "{'f':5}", 0, 0},
+	{"{'f':{'wildcard':'*'}}", "{'f':null}", 0, 0},
+	{"{'f':{'wildcard':'*'}}", "{}", 0, 0},
+	{"{'f':{'wildcard':'abc'}}", "{'f':'abc'}", 1, 1},
+	{"{'f':{'wildcard':'abc'}}", "{'f':'abcd'}", 0, 0},
+	{"{'f':{'wildcard':''}}", "{'f':''}", 1, 1},
+	{"{'f':{'wildcard':''}}", "{'f':'a'}", 0, 0},
+	{"{'f':{'wildcard':'a\\\\*b'}}", "{'f':'a*b'}", 1, 1},
+	{"{'f':{'wildcard':'a\\\\*b'}}", "{'f':'axb'}", 0, 0},
+	{"{'f':{'wildcard':'a\\\\\\\\b'}}", "{'f':'a\\\\b'}", 1, 1},
+	{"{'f':{'wildcard':'a\\\\\\\\*'}}", "{'f':'a\\\\xyz'}", 1, 1},
+	{"{'f':{'wildcard':'*\\u00e9'}}", "{'f':'caf\\u00e9'}", 1, 1},
+	{"{'f':{'wildcard':'*.png'}}", "{'f':['a.jpg','b.png']}", 0, 1},
+
+	/* cidr: IPv4 and IPv6 (compressed, full, mapped forms) */
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.0.255'}", 1, 1},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.0.0'}", 1, 1},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.1.0'}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.0.1 '}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'010.0.0.1'}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.0.1/32'}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'not an address'}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':''}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':167772161}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.0/24'}}", "{'ip':'10.0.0.1\\u0000'}", 0, 0},
+	{"{'ip':{'cidr':'10.0.0.77/24'}}", "{'ip':'10.0.0.1'}", 1, 1},
+	{"{'ip':{'cidr':'192.168.1.7/32'}}", "{'ip':'192.168.1.7'}", 1, 1},
+	{"{'ip':{'cidr':'192.168.1.7/32'}}", "{'ip':'192.168.1.8'}", 0, 0},
+	{"{'ip':{'cidr':'0.0.0.0/0'}}", "{'ip':'255.255.255.255'}", 1, 1},
+	{"{'ip':{'cidr':'0.0.0.0/0'}}", "{'ip':'2001:db8::1'}", 0, 0},
+	{"{'ip':{'cidr':'2001:db8::/32'}}", "{'ip':'2001:db8::1'}", 1, 1},
+	{"{'ip':{'cidr':'2001:db8::/32'}}", "{'ip':'2001:DB8:0:0:0:0:0:1'}", 1, 1},
+	{"{'ip':{'cidr':'2001:db8::/32'}}", "{'ip':'2001:0db8:ffff:ffff:ffff:ffff:ffff:ffff'}", 1, 1},
+	{"{'ip':{'cidr':'2001:db8::/32'}}", "{'ip':'2001:db9::1'}", 0, 0},
+	{"{'ip':{'cidr':'2001:db8::/32'}}", "{'ip':'10.0.0.1'}", 0, 0},
+	{"{'ip':{'cidr':'2001:db8::/127'}}", "{'ip':'2001:db8::1'}", 1, 1},
+	{"{'ip':{'cidr':'2001:db8::/127'}}", "{'ip':'2001:db8::2'}", 0, 0},
+	{"{'ip':{'cidr':'fe80::/10'}}", "{'ip':'fe80::1'}", 1, 1},
+	{"{'ip':{'cidr':'fe80::/10'}}", "{'ip':'febf::1'}", 1, 1},
+	{"{'ip':{'cidr':'fe80::/10'}}", "{'ip':'fec0::1'}", 0, 0},
+	{"{'ip':{'cidr':'fe80::/10'}}", "{'ip':'fe80::1%eth0'}", 0, 0},
+	/* an IPv4 address and its IPv4-mapped IPv6 forms are one address */
+	{"{'ip':{'cidr':'10.0.0.0/8'}}", "{'ip':'::ffff:10.1.2.3'}", 1, 1},
+	{"{'ip':{'cidr':'10.0.0.0/8'}}", "{'ip':'::ffff:a01:203'}", 1, 1},
+	{"{'ip':{'cidr':'10.0.0.0/8'}}", "{'ip':'::10.1.2.3'}", 0, 0},
+	{"{'ip':{'cidr':'::ffff:0:0/96'}}", "{'ip':'10.1.2.3'}", 1, 1},
+	{"{'ip':{'cidr':'::ffff:10.0.0.0/104'}}", "{'ip':'10.200.0.1'}", 1, 1},
+	{"{'ip':{'cidr':'::/0'}}", "{'ip':'1.2.3.4'}", 1, 1},
+	{"{'ip':{'cidr':['10.0.0.0/8','2001:db8::/32']}}", "{'ip':'2001:db8:1::'}", 1, 1},
+	{"{'ip':{'cidr':'10.0.0.0/8'}}", "{'ip':['1.1.1.1','10.2.3.4']}", 0, 1},
+
+	/* numeric: a range is a conjunction, a list of ranges a disjunction */
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':5}", 1, 1},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':0}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':0.5}", 1, 1},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':5.0}", 1, 1},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':5.000001}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':-1}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':'3'}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':true}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':null}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{}", 0, 0},
+	{"{'c':{'numeric':['>',0,'<=',5]}}", "{'c':{'v':3}}", 0, 0},
+	{"{'c':{'numeric':['>=',10,'<',20]}}", "{'c':10}", 1, 1},
+	{"{'c':{'numeric':['>=',10,'<',20]}}", "{'c':20}", 0, 0},
+	{"{'c':{'numeric':['>=',10,'<',20]}}", "{'c':19.999}", 1, 1},
+	{"{'c':{'numeric':['=',5]}}", "{'c':5.0}", 1, 1},
+	{"{'c':{'numeric':['=',5]}}", "{'c':50e-1}", 1, 1},
+	{"{'c':{'numeric':['=',5]}}", "{'c':5.1}", 0, 0},
+	{"{'c':{'numeric':['=',0]}}", "{'c':-0}", 1, 1},
+	{"{'c':{'numeric':['=',0]}}", "{'c':-0.0}", 1, 1},
+	{"{'c':{'numeric':['=',100]}}", "{'c':1E2}", 1, 1},
+	{"{'c':{'numeric':['=',100]}}", "{'c':1e+2}", 1, 1},
+	{"{'c':{'numeric':['<',1]}}", "{'c':1e-300}", 1, 1},
+	{"{'c':{'numeric':['>',1e300]}}", "{'c':1e308}", 1, 1},
+	{"{'c':{'numeric':['<',-1e300]}}", "{'c':-1e308}", 1, 1},
+	{"{'c':{'numeric':['>',9223372036854775806]}}", "{'c':9223372036854775807}", 1, 1},
+	{"{'c':{'numeric':['=',9007199254740993]}}", "{'c':9007199254740992}", 0, 0},
+	{"{'c':{'numeric':['=',9007199254740993]}}", "{'c':9007199254740993}", 1, 1},
+	{"{'c':{'numeric':['>',1]}}", "{'c':18446744073709551616}", 1, 1},
+	{"{'c':{'numeric':['>=',-5e9,'<=',5e9]}}", "{'c':-5000000000}", 1, 1},
+	{"{'c':{'numeric':['>',0,'<',0]}}", "{'c':0}", 0, 0},
+	{"{'c':{'numeric':[['>',0,'<',1],['=',7]]}}", "{'c':7}", 1, 1},
+	{"{'c':{'numeric':[['>',0,'<',1],['=',7]]}}", "{'c':0.5}", 1, 1},
+	{"{'c':{'numeric':[['>',0,'<',1],['=',7]]}}", "{'c':3}", 0, 0},
+	{"{'c':{'numeric':['>',5,'<',10]}}", "{'c':[1,20]}", 0, 0},
+	{"{'c':{'numeric':['>',5,'<',10]}}", "{'c':[1,7]}", 0, 1},
+	/* operators of one field stay alternatives, new ones included */
+	{"{'c':{'numeric':['>',10],'prefix':'x'}}", "{'c':'xa'}", 1, 1},
+	{"{'c':{'numeric':['>',10],'prefix':'x'}}", "{'c':11}", 1, 1},
+	{"{'c':{'numeric':['>',10],'prefix':'x'}}", "{'c':5}", 0, 0},
+	{"{'c':{'anything-but':['a'],'exists':false}}", "{}", 1, 1},
+	{"{'c':{'anything-but':['a'],'equals':['a']}}", "{'c':'a'}", 1, 1},
+
+	/* $or: at the top, beside fields, nested, inside a branch */
+	{"{'$or':[{'a':[1]},{'b':[2]}]}", "{'a':1}", 1, 1},
+	{"{'$or':[{'a':[1]},{'b':[2]}]}", "{'b':2}", 1, 1},
+	{"{'$or':[{'a':[1]},{'b':[2]}]}", "{'a':2,'b':1}", 0, 0},
+	{"{'$or':[{'a':[1]},{'b':[2]}]}", "{}", 0, 0},
+	{"{'c':['x'],'$or':[{'a':[1]},{'b':[2]}]}", "{'c':'x','b':2}", 1, 1},
+	{"{'c':['x'],'$or':[{'a':[1]},{'b':[2]}]}", "{'b':2}", 0, 0},
+	{"{'c':['x'],'$or':[{'a':[1]},{'b':[2]}]}", "{'c':'x'}", 0, 0},
+	{"{'d':{'$or':[{'a':[1]},{'b':{'exists':false}}]}}", "{'d':{'a':1,'b':1}}", 1, 1},
+	{"{'d':{'$or':[{'a':[1]},{'b':{'exists':false}}]}}", "{'d':{'b':1}}", 0, 0},
+	{"{'d':{'$or':[{'a':[1]},{'b':{'exists':false}}]}}", "{'d':{}}", 1, 1},
+	{"{'d':{'$or':[{'a':[1]},{'b':{'exists':false}}]}}", "{}", 1, 1},
+	{"{'$or':[{'a':[1]},{'$or':[{'b':[2]},{'c':[3]}]}]}", "{'c':3}", 1, 1},
+	{"{'$or':[{'a':[1]},{'$or':[{'b':[2]},{'c':[3]}]}]}", "{'d':4}", 0, 0},
+	{"{'$or':[{'n':{'numeric':['>',10]}},{'n':{'numeric':['<',0]}}]}", "{'n':-1}", 1, 1},
+	{"{'$or':[{'n':{'numeric':['>',10]}},{'n':{'numeric':['<',0]}}]}", "{'n':5}", 0, 0},
+	{"{'$or':[{'a':['x'],'b':['y']},{'c':{'exists':true}}]}", "{'a':'x'}", 0, 0},
+	{"{'$or':[{'a':['x'],'b':['y']},{'c':{'exists':true}}]}", "{'a':'x','b':'y'}", 1, 1},
+	{"{'$or':[{'a':['x']},{'a':{'prefix':'y'}}]}", "{'a':['x']}", 0, 1},
+
+	/* match_arrays: elements; exists stays about presence */
+	{"{'tags':['a']}", "{'tags':['b','a']}", 0, 1},
+	{"{'tags':['a']}", "{'tags':['b']}", 0, 0},
+	{"{'tags':['a']}", "{'tags':[]}", 0, 0},
+	{"{'tags':['a']}", "{'tags':[['x','a']]}", 0, 1},
+	{"{'tags':['a']}", "{'tags':[{'a':1}]}", 0, 0},
+	{"{'tags':{'exists':true}}", "{'tags':[]}", 1, 1},
+	{"{'tags':{'exists':false}}", "{'tags':[]}", 0, 0},
+	{"{'x':[null]}", "{'x':[null]}", 0, 1},
+	{"{'x':[null]}", "{'x':null}", 1, 1},
+	{"{'id':{'prefix':'u'}}", "{'id':['x','u1']}", 0, 1},
+	{"{'n':{'gt':5}}", "{'n':[1,6]}", 0, 1},
+	{"{'t':{'gt':'now()-5m'}}", "{'t':['2020-01-01T00:00:00Z','2026-09-13T11:58:00Z']}", 0, 1},
+	{"{'items':{'sku':['A'],'qty':{'numeric':['>',1]}}}", "{'items':[{'sku':'A','qty':1},{'sku':'B','qty':5}]}", 0, 0},
+	{"{'items':{'sku':['A'],'qty':{'numeric':['>',1]}}}", "{'items':[{'sku':'B','qty':5},{'sku':'A','qty':2}]}", 0, 1},
+	{"{'items':{'sku':['A']}}", "{'items':[1,{'sku':'A'}]}", 0, 1},
+	{"{'items':{'sku':['A']}}", "{'items':{'sku':'A'}}", 1, 1},
+	{"{'items':{'sku':['A']}}", "{'items':[[{'sku':'A'}]]}", 0, 1},
+	{"{'items':{'gone':{'exists':false}}}", "{'items':[]}", 1, 1},
+	{"{'items':{'gone':{'exists':false}}}", "{'items':[{'gone':1}]}", 1, 0},
+	{"{'items':{'gone':{'exists':false}}}", "{'items':[{'gone':1},{}]}", 1, 1},
+	{"{'items':{'gone':{'exists':false}}}", "{'items':[5]}", 1, 1},
+	{"{'a':{'b':{'c':['x']}}}", "{'a':[{'b':[{'c':'y'},{'c':['z','x']}]}]}", 0, 1},
+	{"{'a':{'$or':[{'b':[1]},{'c':[2]}]}}", "{'a':[{'b':0},{'c':2}]}", 0, 1},
+};
+/* clang-format on */
+
+TEST(operator_table)
+{
+	CHECK(ARRAY_LEN(op_rows) >= 200);
+	for (size_t i = 0; i < ARRAY_LEN(op_rows); i++) {
+		const struct op_row *r = &op_rows[i];
+		check_row(i, r->pattern, r->event, NULL, PATTERN_ARRAYS_VALUES, r->want);
+		check_row(i, r->pattern, r->event, NULL, PATTERN_ARRAYS_ELEMENTS, r->want_elements);
+	}
+}
+
+/* match_arrays: elements changes nothing for an event without arrays:
+ * every row of match_table agrees there. */
+TEST(elements_mode_same_without_arrays)
+{
+	size_t checked = 0;
+	for (size_t i = 0; i < ARRAY_LEN(match_rows); i++) {
+		const struct match_row *r = &match_rows[i];
+		if (strchr(r->event, '['))
+			continue;
+		check_row(i, r->pattern, r->event, r->now, PATTERN_ARRAYS_ELEMENTS, r->want);
+		checked++;
+	}
+	CHECK(checked > 250);
 }
 
 struct invalid_row {
@@ -938,7 +1238,8 @@ TEST(set_build_work_is_m_log_m)
 	free(pats);
 }
 
-T_MAIN(T_CASE(match_table), T_CASE(validation_table), T_CASE(valid_patterns_compile),
+T_MAIN(T_CASE(match_table), T_CASE(operator_table), T_CASE(elements_mode_same_without_arrays),
+       T_CASE(validation_table), T_CASE(valid_patterns_compile),
        T_CASE(depth_limit), T_CASE(long_operand_is_truncated_in_message),
        T_CASE(errors_accumulate_across_rules), T_CASE(set_equals_naive_evaluation),
        T_CASE(set_keeps_order_and_duplicates), T_CASE(set_picks_selective_field),
