@@ -802,6 +802,58 @@ static const struct invalid_row invalid_rows[] = {
 	{"{'a':{'exists':1},'b':[],'c':{'gt':'now'}}", 3, "events[1].pattern.c.gt: invalid temporal operand \"now\" (use now() or now()±<Go duration>)"},
 	{"{'a':{'gt':['x','y',true]}}", 3, "events[1].pattern.a.gt[2]: must be a number or a now() expression, got boolean true"},
 	{"{'a':{'b':{'c':{'exists':'no'}}},'d':{'prefix':[1]}}", 2, "events[1].pattern.d.prefix[0]: must be a string, got integer 1"},
+	/* the operators EventBridge users know: every message names the rule, the field and the operator */
+	{"{'a':{'anything-but':[]}}", 1, "events[1].pattern.a.anything-but: empty list matches nothing"},
+	{"{'a':{'anything-but':{}}}", 1, "events[1].pattern.a.anything-but: must be a list of values or a map of one operator (prefix, suffix, equals-ignore-case or wildcard), got a map of 0 keys"},
+	{"{'a':{'anything-but':{'prefix':'x','suffix':'y'}}}", 1, "events[1].pattern.a.anything-but: must be a list of values or a map of one operator (prefix, suffix, equals-ignore-case or wildcard), got a map of 2 keys"},
+	{"{'a':{'anything-but':{'prefx':'x'}}}", 1, "events[1].pattern.a.anything-but.prefx: unknown operator \"prefx\" (anything-but takes a list of values or one of prefix, suffix, equals-ignore-case, wildcard)"},
+	{"{'a':{'anything-but':{'numeric':['>',1]}}}", 1, "events[1].pattern.a.anything-but.numeric: unknown operator \"numeric\" (anything-but takes a list of values or one of prefix, suffix, equals-ignore-case, wildcard)"},
+	{"{'a':{'anything-but':{'prefix':5}}}", 1, "events[1].pattern.a.anything-but.prefix: must be a string, got integer 5"},
+	{"{'a':{'anything-but':{'suffix':[]}}}", 1, "events[1].pattern.a.anything-but.suffix: empty list matches nothing"},
+	{"{'a':{'anything-but':{'wildcard':['*.a','x**']}}}", 1, "events[1].pattern.a.anything-but.wildcard[1]: \"x**\" has two stars in a row at byte 1 (one star already matches any run of characters)"},
+	{"{'a':{'anything-but':[[1]]}}", 1, "events[1].pattern.a.anything-but[0]: values must be scalars (string, number, boolean or null), got list"},
+	{"{'a':{'anything-but':['x',{'b':1}]}}", 1, "events[1].pattern.a.anything-but[1]: values must be scalars (string, number, boolean or null), got map"},
+	{"{'a':{'equals-ignore-case':5}}", 1, "events[1].pattern.a.equals-ignore-case: must be a string, got integer 5"},
+	{"{'a':{'equals-ignore-case':[]}}", 1, "events[1].pattern.a.equals-ignore-case: empty list matches nothing"},
+	{"{'a':{'equals-ignore-case':['x',null]}}", 1, "events[1].pattern.a.equals-ignore-case[1]: must be a string, got null"},
+	{"{'a':{'wildcard':'a**b'}}", 1, "events[1].pattern.a.wildcard: \"a**b\" has two stars in a row at byte 1 (one star already matches any run of characters)"},
+	{"{'a':{'wildcard':'a\\\\'}}", 1, "events[1].pattern.a.wildcard: \"a\\\\\" ends with a lone backslash (write \\\\ for a backslash)"},
+	{"{'a':{'wildcard':'a\\\\nb'}}", 1, "events[1].pattern.a.wildcard: \"a\\\\nb\" has an invalid escape \"\\n\" at byte 1 (only \\* and \\\\ are escapes)"},
+	{"{'a':{'wildcard':'*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*'}}", 1, "events[1].pattern.a.wildcard: \"*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*\" is too costly to match: 33 stars, at most 32"},
+	{"{'a':{'wildcard':[]}}", 1, "events[1].pattern.a.wildcard: empty list matches nothing"},
+	{"{'a':{'wildcard':true}}", 1, "events[1].pattern.a.wildcard: must be a string, got boolean true"},
+	{"{'a':{'cidr':'10.0.0.0'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.0\" is not an address range such as 10.0.0.0/24 or 2001:db8::/32 (no /prefix length)"},
+	{"{'a':{'cidr':'10.0.0.0/33'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.0/33\" has a prefix length that is not a number from 0 to 32"},
+	{"{'a':{'cidr':'10.0.0.0/08'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.0/08\" has a prefix length that is not a number from 0 to 32"},
+	{"{'a':{'cidr':'10.0.0.0/'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.0/\" has a prefix length that is not a number from 0 to 32"},
+	{"{'a':{'cidr':'10.0.0.0/-1'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.0/-1\" has a prefix length that is not a number from 0 to 32"},
+	{"{'a':{'cidr':'::/129'}}", 1, "events[1].pattern.a.cidr: \"::/129\" has a prefix length that is not a number from 0 to 128"},
+	{"{'a':{'cidr':'10.0.0/8'}}", 1, "events[1].pattern.a.cidr: \"10.0.0/8\" is not an IPv4 or IPv6 address before the /"},
+	{"{'a':{'cidr':'10.0.0.256/8'}}", 1, "events[1].pattern.a.cidr: \"10.0.0.256/8\" is not an IPv4 or IPv6 address before the /"},
+	{"{'a':{'cidr':'2001:db8:::/32'}}", 1, "events[1].pattern.a.cidr: \"2001:db8:::/32\" is not an IPv4 or IPv6 address before the /"},
+	{"{'a':{'cidr':['10.0.0.0/8',5]}}", 1, "events[1].pattern.a.cidr[1]: must be a string, got integer 5"},
+	{"{'a':{'numeric':5}}", 1, "events[1].pattern.a.numeric: must be a list such as [\">\", 0, \"<=\", 5], got integer 5"},
+	{"{'a':{'numeric':'>5'}}", 1, "events[1].pattern.a.numeric: must be a list such as [\">\", 0, \"<=\", 5], got string \">5\""},
+	{"{'a':{'numeric':[]}}", 1, "events[1].pattern.a.numeric: empty list matches nothing"},
+	{"{'a':{'numeric':['>',0,'<']}}", 1, "events[1].pattern.a.numeric: must be pairs of an operator and a number, got 3 elements"},
+	{"{'a':{'numeric':['=>',0]}}", 1, "events[1].pattern.a.numeric[0]: unknown operator: must be one of =, <, <=, >, >=, got string \"=>\""},
+	{"{'a':{'numeric':[0,'>']}}", 2, "events[1].pattern.a.numeric[0]: unknown operator: must be one of =, <, <=, >, >=, got integer 0"},
+	{"{'a':{'numeric':['>','0']}}", 1, "events[1].pattern.a.numeric[1]: must be a number, got string \"0\""},
+	{"{'a':{'numeric':['>',null]}}", 1, "events[1].pattern.a.numeric[1]: must be a number, got null"},
+	{"{'a':{'numeric':[['>',0],'<']}}", 1, "events[1].pattern.a.numeric[1]: must be a range such as [\">\", 0], as the first element is, got string \"<\""},
+	{"{'a':{'numeric':[['>',0],[]]}}", 1, "events[1].pattern.a.numeric[1]: empty list matches nothing"},
+	{"{'a':{'numeric':[['>',0],['<','x']]}}", 1, "events[1].pattern.a.numeric[1][1]: must be a number, got string \"x\""},
+	{"{'$or':[{'a':[1]}]}", 1, "events[1].pattern.$or: needs at least 2 branches, got 1"},
+	{"{'$or':[]}", 1, "events[1].pattern.$or: needs at least 2 branches, got 0"},
+	{"{'$or':{'a':[1]}}", 1, "events[1].pattern.$or: must be a list of at least 2 patterns, got map"},
+	{"{'$or':[{'a':[1]},'x']}", 1, "events[1].pattern.$or[1]: a branch must be a map of field conditions, got string \"x\""},
+	{"{'$or':[{'a':[1]},{}]}", 1, "events[1].pattern.$or[1]: empty branch (it would match every event)"},
+	{"{'$or':[{'a':[1]},{'prefix':'x'}]}", 1, "events[1].pattern.$or[1].prefix: operator outside a field (write field: {prefix: ...})"},
+	{"{'$or':[{'a':[]},{'b':{'cidr':'x'}}]}", 2, "events[1].pattern.$or[1].b.cidr: \"x\" is not an address range such as 10.0.0.0/24 or 2001:db8::/32 (no /prefix length)"},
+	{"{'x':{'$or':[{'a':[1]},{'b':{'$or':[{'c':[]},{'d':[1]}]}}]}}", 1, "events[1].pattern.x.$or[1].b.$or[0].c: empty list matches nothing"},
+	{"{'a':{'prefix':'x','$or':[{'b':[1]},{'c':[1]}]}}", 1, "events[1].pattern.a: map mixes operator keys (\"prefix\") with field keys (\"$or\")"},
+	{"{'a':{'numeric':['>',1],'b':[1]}}", 1, "events[1].pattern.a: map mixes operator keys (\"numeric\") with field keys (\"b\")"},
+	{"{'wildcard':'*'}", 1, "events[1].pattern.wildcard: operator outside a field (write field: {wildcard: ...})"},
 };
 /* clang-format on */
 
@@ -860,6 +912,20 @@ static const char *const valid_patterns[] = {
 	"{'a':{'b':{'c':{'d':['x']}}}}",
 	"{'a':{'b':['x'],'c':{'exists':false}},'d':['y']}",
 	"{'equal':['x']}",
+	"{'a':{'anything-but':'x'}}",
+	"{'a':{'anything-but':[1,'1',null,true]}}",
+	"{'a':{'anything-but':{'prefix':''}}}",
+	"{'a':{'anything-but':{'suffix':['a','b']}}}",
+	"{'a':{'anything-but':{'equals-ignore-case':'X'}}}",
+	"{'a':{'anything-but':{'wildcard':'*'}}}",
+	"{'a':{'equals-ignore-case':['']}}",
+	"{'a':{'wildcard':['','*','\\\\*','\\\\\\\\','a*b*c']}}",
+	"{'a':{'cidr':['0.0.0.0/0','::/0','10.0.0.1/32','::ffff:1.2.3.4/128','2001:db8::/32']}}",
+	"{'a':{'numeric':['=',-0.0]}}",
+	"{'a':{'numeric':[['<',0],['>',1e300],['>=',1,'<=',2,'=',1.5]]}}",
+	"{'$or':[{'a':[1]},{'b':{'$or':[{'c':[1]},{'d':[2]}]}}],'e':{'exists':true}}",
+	"{'a':{'$or':[{'b':[1]},{'c':[1]}]}}",
+	"{'any-thing':['x'],'$and':['y'],'or':['z']}",
 };
 
 TEST(valid_patterns_compile)
@@ -914,6 +980,89 @@ TEST(depth_limit)
 		pattern_free(p);
 		json_decref(leaf);
 	}
+}
+
+/* $or: PATTERN_MAX_OR_BRANCHES branches compile, one more is an error;
+ * each $or level counts against PATTERN_MAX_DEPTH like a nested map. */
+TEST(or_limits)
+{
+	for (int extra = 0; extra <= 1; extra++) {
+		json_t *alts = json_array();
+		for (int i = 0; i < PATTERN_MAX_OR_BRANCHES + extra; i++)
+			json_array_append_new(alts, json_pack("{s:[i]}", "n", i));
+		json_t *pj = json_pack("{s:o}", "$or", alts);
+		struct pattern *p = NULL;
+		struct buf errs;
+		buf_init(&errs, 4096);
+		int rc = pattern_compile(pj, "events[2].pattern", &p, &errs);
+		if (extra == 0) {
+			CHECK_INT(rc, 0);
+			struct event *ev = pevent("{'n':63}");
+			CHECK(pattern_match(p, ev, 0));
+			event_free(ev);
+			ev = pevent("{'n':64}");
+			CHECK(!pattern_match(p, ev, 0));
+			event_free(ev);
+		} else {
+			CHECK_INT(rc, -1);
+			CHECK_STR(errs.data, "events[2].pattern.$or: more than 64 branches (65)\n");
+		}
+		buf_free(&errs);
+		pattern_free(p);
+		json_decref(pj);
+	}
+	for (int extra = 0; extra <= 1; extra++) {
+		/* levels maps: the pattern, then $or branches inside $or branches */
+		int levels = PATTERN_MAX_DEPTH + extra;
+		json_t *node = json_pack("{s:[s]}", "f", "x");
+		for (int i = 1; i < levels; i++)
+			node = json_pack("{s:[o,{s:[s]}]}", "$or", node, "g", "never");
+		struct pattern *p = NULL;
+		struct buf errs;
+		buf_init(&errs, 1 << 16);
+		int rc = pattern_compile(node, "p", &p, &errs);
+		if (extra == 0) {
+			CHECK_INT(rc, 0);
+			struct event *ev = pevent("{'f':'x'}");
+			CHECK(pattern_match(p, ev, 0));
+			event_free(ev);
+		} else {
+			CHECK_INT(rc, -1);
+			CHECK(errs.data && strstr(errs.data, ": pattern nested deeper than 32 levels\n"));
+			CHECK(errs.data && str_has_prefix(errs.data, "p.$or[0].$or[0].$or[0]."));
+		}
+		buf_free(&errs);
+		pattern_free(p);
+		json_decref(node);
+	}
+}
+
+/* A pattern with 64-branch $or maps nested 31 deep would be 64^31 paths
+ * if multiplied out; tried in turn, a miss costs one walk of the pattern:
+ * here every branch but the last fails at once, so the work is linear. */
+TEST(or_is_not_multiplied_out)
+{
+	json_t *node = json_pack("{s:[s]}", "f", "x");
+	for (int d = 1; d < PATTERN_MAX_DEPTH; d++) {
+		json_t *alts = json_array();
+		for (int i = 0; i < PATTERN_MAX_OR_BRANCHES - 1; i++)
+			json_array_append_new(alts, json_pack("{s:[i]}", "g", i));
+		json_array_append_new(alts, node);
+		node = json_pack("{s:o}", "$or", alts);
+	}
+	struct pattern *p = NULL;
+	REQUIRE(pattern_compile(node, "p", &p, NULL) == 0);
+	struct event *ev = pevent("{'f':'x'}"), *miss = pevent("{'f':'y'}");
+	int64_t t0 = now_mono_ns();
+	CHECK(pattern_match(p, ev, 0));
+	CHECK(!pattern_match(p, miss, 0));
+	/* about 2,000 branch evaluations: well under a second even under ASan
+	 * on a loaded machine (64^31 would never end) */
+	CHECK(now_mono_ns() - t0 < 1000000000LL);
+	event_free(ev);
+	event_free(miss);
+	pattern_free(p);
+	json_decref(node);
 }
 
 TEST(long_operand_is_truncated_in_message)
@@ -1240,7 +1389,7 @@ TEST(set_build_work_is_m_log_m)
 
 T_MAIN(T_CASE(match_table), T_CASE(operator_table), T_CASE(elements_mode_same_without_arrays),
        T_CASE(validation_table), T_CASE(valid_patterns_compile),
-       T_CASE(depth_limit), T_CASE(long_operand_is_truncated_in_message),
+       T_CASE(depth_limit), T_CASE(or_limits), T_CASE(or_is_not_multiplied_out), T_CASE(long_operand_is_truncated_in_message),
        T_CASE(errors_accumulate_across_rules), T_CASE(set_equals_naive_evaluation),
        T_CASE(set_keeps_order_and_duplicates), T_CASE(set_picks_selective_field),
        T_CASE(set_build_work_is_m_log_m))
