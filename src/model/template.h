@@ -129,6 +129,9 @@ struct template
 	bool warm;
 	int64_t warm_idle_ns;
 	int64_t warm_max_uses;
+	/* match_arrays: elements (docs/template.md, "Arrays in events"): the
+	 * rules' patterns were compiled with PATTERN_ARRAYS_ELEMENTS. */
+	bool match_arrays_elements;
 };
 
 /*
