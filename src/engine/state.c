@@ -1167,9 +1167,9 @@ static int read_options(struct state *s, struct state_function_info *f, char **e
 	int have = has_table(s, "function_options", err);
 	if (have <= 0)
 		return have;
-	sqlite3_stmt *st = prep(s, err,
-				"SELECT match_arrays FROM function_options WHERE function_name = ?",
-				"t", f->name);
+	sqlite3_stmt *st =
+		prep(s, err, "SELECT match_arrays FROM function_options WHERE function_name = ?",
+		     "t", f->name);
 	if (!st)
 		return -1;
 	int step = sqlite3_step(st);

@@ -260,8 +260,9 @@ enum op {
 
 /* Indexed by enum op. */
 static const char *const operators[] = {
-	"equals", "prefix",	  "suffix",		"exists",   "gt",   "gte",     "lt",
-	"lte",	  "anything-but", "equals-ignore-case", "wildcard", "cidr", "numeric",
+	"equals",   "prefix", "suffix",	 "exists",	 "gt",
+	"gte",	    "lt",     "lte",	 "anything-but", "equals-ignore-case",
+	"wildcard", "cidr",   "numeric",
 };
 
 static int operator_index(const char *key, size_t klen)
@@ -504,11 +505,13 @@ static void compile_range(struct compiler *c, const json_t *list, const struct a
 		int k = -1;
 		for (size_t j = 0; json_is_string(op) && j < ARRAY_LEN(cmp_names); j++)
 			if (strlen(cmp_names[j]) == json_string_length(op) &&
-			    memcmp(cmp_names[j], json_string_value(op), json_string_length(op)) == 0)
+			    memcmp(cmp_names[j], json_string_value(op), json_string_length(op)) ==
+				    0)
 				k = (int)j;
 		if (k < 0) {
 			char *d = describe(op);
-			report(c, &po, "unknown operator: must be one of =, <, <=, >, >=, got %s", d);
+			report(c, &po, "unknown operator: must be one of =, <, <=, >, >=, got %s",
+			       d);
 			free(d);
 		}
 		if (!json_is_number(num)) {
@@ -547,7 +550,9 @@ static void compile_numeric(struct compiler *c, const json_t *v, const struct at
 		struct at p = {.up = at, .index = i};
 		if (!json_is_array(item)) {
 			char *d = describe(item);
-			report(c, &p, "must be a range such as [\">\", 0], as the first element is, got %s",
+			report(c, &p,
+			       "must be a range such as [\">\", 0], as the first element is, got "
+			       "%s",
 			       d);
 			free(d);
 			continue;
@@ -594,7 +599,8 @@ static void compile_anything_but(struct compiler *c, const json_t *v, const stru
 		struct at p = {.up = at, .key = key, .klen = klen};
 		enum neg_kind kind = NEG_NONE;
 		for (size_t i = 0; i < ARRAY_LEN(neg_ops); i++)
-			if (strlen(neg_ops[i].name) == klen && memcmp(neg_ops[i].name, key, klen) == 0)
+			if (strlen(neg_ops[i].name) == klen &&
+			    memcmp(neg_ops[i].name, key, klen) == 0)
 				kind = neg_ops[i].kind;
 		if (kind == NEG_NONE) {
 			char *q = quote(key, klen);
@@ -620,10 +626,12 @@ static void compile_anything_but(struct compiler *c, const json_t *v, const stru
 	}
 }
 
-static void compile_strs(struct compiler *c, const json_t *v, const struct at *at,
-			 enum op op, struct cond *cd)
+static void compile_strs(struct compiler *c, const json_t *v, const struct at *at, enum op op,
+			 struct cond *cd)
 {
-	struct strs ss = {.kind = op == OP_FOLD ? STR_FOLD : op == OP_WILDCARD ? STR_GLOB : STR_CIDR};
+	struct strs ss = {.kind = op == OP_FOLD	      ? STR_FOLD
+				  : op == OP_WILDCARD ? STR_GLOB
+						      : STR_CIDR};
 	each_operand(c, v, at, true, reserve_strs, add_str, &ss);
 	if (op == OP_FOLD) {
 		cd->fold = ss.v;
@@ -685,7 +693,8 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 		case OP_GTE:
 		case OP_LT:
 		case OP_LTE: {
-			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - OP_GT)};
+			struct cmps cs = {
+				.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - OP_GT)};
 			each_operand(c, v, &p, true, reserve_cmps, add_cmp, &cs);
 			cd->cmp = cs.v;
 			cd->ncmp = cs.n;
@@ -1114,7 +1123,7 @@ static bool neg_match(const struct cond *cd, const struct event_value *v)
 	size_t n = v->n;
 	for (size_t i = 0; i < cd->nnegv; i++) {
 		const struct scalar *o = &cd->negv[i];
-		if (cd->neg == NEG_PREFIX ? has_prefix(s, n, o)
+		if (cd->neg == NEG_PREFIX   ? has_prefix(s, n, o)
 		    : cd->neg == NEG_SUFFIX ? has_suffix(s, n, o)
 					    : pattern_fold_eq(s, n, o->s, o->len))
 			return false;
@@ -1158,8 +1167,7 @@ static bool ops_match(const struct cond *cd, const struct event_value *v, const 
 	return value_match(cd, v, m);
 }
 
-static bool node_match(const struct node *nd, const struct event_value *obj,
-		       const struct mctx *m);
+static bool node_match(const struct node *nd, const struct event_value *obj, const struct mctx *m);
 
 /* Nested conditions on the value v of their parent field: an object's
  * fields; anything else counts as missing, but under match_arrays:
@@ -1176,8 +1184,7 @@ static bool nested_match(const struct node *nd, const struct event_value *v, con
 	return node_match(nd, v && v->type == EVENT_OBJECT ? v : NULL, m);
 }
 
-static bool node_match(const struct node *nd, const struct event_value *obj,
-		       const struct mctx *m)
+static bool node_match(const struct node *nd, const struct event_value *obj, const struct mctx *m)
 {
 	for (size_t i = 0; i < nd->n; i++) {
 		const struct cond *cd = &nd->conds[i];

@@ -31,8 +31,8 @@ int pattern_glob_compile(const char *s, size_t n, struct pattern_glob *out, char
 			if (s[i + 1] != '*' && s[i + 1] != '\\') {
 				unsigned char ch = (unsigned char)s[i + 1];
 				char shown[8];
-				snprintf_(shown, sizeof shown, ch > 0x20 && ch < 0x7f ? "%c" : "\\x%02x",
-					  ch);
+				snprintf_(shown, sizeof shown,
+					  ch > 0x20 && ch < 0x7f ? "%c" : "\\x%02x", ch);
 				*why = xasprintf("has an invalid escape \"\\%s\" at byte %zu (only "
 						 "\\* and \\\\ are escapes)",
 						 shown, i);
@@ -41,9 +41,10 @@ int pattern_glob_compile(const char *s, size_t n, struct pattern_glob *out, char
 			i++;
 		} else if (s[i] == '*') {
 			if (i + 1 < n && s[i + 1] == '*') {
-				*why = xasprintf("has two stars in a row at byte %zu (one star already "
-						 "matches any run of characters)",
-						 i);
+				*why = xasprintf(
+					"has two stars in a row at byte %zu (one star already "
+					"matches any run of characters)",
+					i);
 				return -1;
 			}
 			stars++;

@@ -1178,11 +1178,15 @@ static const struct top_key {
 	const char *key;
 	void (*parse)(struct top *top, const struct ynode *n, bool present);
 } top_keys[] = {
-	{"runtime", top_runtime}, {"concurrency", top_concurrency},
+	{"runtime", top_runtime},
+	{"concurrency", top_concurrency},
 	{"match_arrays", top_match_arrays},
-	{"events", top_events},	  {"schedules", top_schedules},
-	{NULL, check_handlers},	  {"env", top_env},
-	{"secrets", top_secrets}, {NULL, check_vars},
+	{"events", top_events},
+	{"schedules", top_schedules},
+	{NULL, check_handlers},
+	{"env", top_env},
+	{"secrets", top_secrets},
+	{NULL, check_vars},
 	{"warm", top_warm},
 };
 

@@ -398,8 +398,8 @@ static void check_row(size_t i, const char *pattern, const char *event, const ch
 		bool got = pattern_match(p, ev, now);
 		if (got != (want != 0))
 			T_FAIL_("row %zu: %s vs %s (match_arrays: %s): got %d, want %d", i, pattern,
-				event, arrays == PATTERN_ARRAYS_ELEMENTS ? "elements" : "values", got,
-				want);
+				event, arrays == PATTERN_ARRAYS_ELEMENTS ? "elements" : "values",
+				got, want);
 		/* the jansson entry point agrees */
 		char *t = unquote(event);
 		json_t *ej = json_loads(t, JSON_ALLOW_NUL, NULL);
@@ -1028,7 +1028,8 @@ TEST(or_limits)
 			event_free(ev);
 		} else {
 			CHECK_INT(rc, -1);
-			CHECK(errs.data && strstr(errs.data, ": pattern nested deeper than 32 levels\n"));
+			CHECK(errs.data &&
+			      strstr(errs.data, ": pattern nested deeper than 32 levels\n"));
 			CHECK(errs.data && str_has_prefix(errs.data, "p.$or[0].$or[0].$or[0]."));
 		}
 		buf_free(&errs);
@@ -1388,8 +1389,8 @@ TEST(set_build_work_is_m_log_m)
 }
 
 T_MAIN(T_CASE(match_table), T_CASE(operator_table), T_CASE(elements_mode_same_without_arrays),
-       T_CASE(validation_table), T_CASE(valid_patterns_compile),
-       T_CASE(depth_limit), T_CASE(or_limits), T_CASE(or_is_not_multiplied_out), T_CASE(long_operand_is_truncated_in_message),
-       T_CASE(errors_accumulate_across_rules), T_CASE(set_equals_naive_evaluation),
-       T_CASE(set_keeps_order_and_duplicates), T_CASE(set_picks_selective_field),
-       T_CASE(set_build_work_is_m_log_m))
+       T_CASE(validation_table), T_CASE(valid_patterns_compile), T_CASE(depth_limit),
+       T_CASE(or_limits), T_CASE(or_is_not_multiplied_out),
+       T_CASE(long_operand_is_truncated_in_message), T_CASE(errors_accumulate_across_rules),
+       T_CASE(set_equals_naive_evaluation), T_CASE(set_keeps_order_and_duplicates),
+       T_CASE(set_picks_selective_field), T_CASE(set_build_work_is_m_log_m))

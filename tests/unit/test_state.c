@@ -935,8 +935,10 @@ TEST(match_arrays_round_trip_and_inspect)
 	s = open_or_die(dir);
 	REQUIRE(s);
 	CHECK(state_put_pending(s, &fn, NOW, NULL) == 0);
-	CHECK_INT(count_rows(dir, "SELECT count(*) FROM function_options WHERE match_arrays = 'elements'"),
-		  1);
+	CHECK_INT(
+		count_rows(dir,
+			   "SELECT count(*) FROM function_options WHERE match_arrays = 'elements'"),
+		1);
 	state_close(s);
 	free(path);
 	tmpdir_free(dir);
@@ -1044,8 +1046,8 @@ TEST(render_inspect_matches_the_spec)
 	/* Pending, cron-only, no description, never reconciled. */
 	static const struct state_schedule cron_only[] = {
 		{"jobs.tick.handler", "*/7 1,3 * * *", "UTC", 90 * NS_PER_SEC}};
-	static const struct state_function pending = {"cron-only", "node24", NULL, 0,	 cron_only,
-						      1,	   NULL,     0,	   NULL, 0, false};
+	static const struct state_function pending = {"cron-only", "node24", NULL, 0, cron_only, 1,
+						      NULL,	   0,	     NULL, 0, false};
 	CHECK(state_put_pending(s, &pending, NOW - 60, NULL) == 0);
 	got = render_inspect(s, "cron-only", NOW);
 	CHECK_TEXT(got, "Name:              cron-only\n"
@@ -1154,9 +1156,9 @@ TEST(render_stats_matches_the_spec)
 	buf_free(&b);
 }
 
-T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(match_arrays_round_trip_and_inspect), T_CASE(other_schema_version_is_recreated),
-       T_CASE(version_1_file_reads_without_standby), T_CASE(standby_rows_round_trip),
-       T_CASE(render_inspect_standby_section),
+T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(match_arrays_round_trip_and_inspect),
+       T_CASE(other_schema_version_is_recreated), T_CASE(version_1_file_reads_without_standby),
+       T_CASE(standby_rows_round_trip), T_CASE(render_inspect_standby_section),
        T_CASE(pending_ready_failed_keeps_the_active_version),
        T_CASE(never_built_function_fails_and_stays_pending),
        T_CASE(remove_function_removes_its_rows),

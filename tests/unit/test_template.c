@@ -69,14 +69,16 @@ static const struct {
 	 "match_arrays: must be values or elements, not \"element\""},
 	{HDR "match_arrays: Elements\n" RULE,
 	 "match_arrays: must be values or elements, not \"Elements\""},
-	{HDR "match_arrays: true\n" RULE, "match_arrays: must be values or elements, not a boolean"},
+	{HDR "match_arrays: true\n" RULE,
+	 "match_arrays: must be values or elements, not a boolean"},
 	{HDR "match_arrays:\n" RULE, "match_arrays: must be values or elements, not null"},
 	{HDR "match_arrays: [elements]\n" RULE,
 	 "match_arrays: must be values or elements, not a list"},
 	/* the new operators' errors reach the template's messages with their rule */
 	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n  - handler: m.g\n    pattern:\n"
 	     "      ip: {cidr: 10.0.0.0/33}\n",
-	 "events[1].pattern.ip.cidr: \"10.0.0.0/33\" has a prefix length that is not a number from 0 to 32"},
+	 "events[1].pattern.ip.cidr: \"10.0.0.0/33\" has a prefix length that is not a number from "
+	 "0 to 32"},
 	{HDR "events:\n  - handler: m.f\n    pattern:\n      $or:\n        - {a: [1]}\n",
 	 "events[0].pattern.$or: needs at least 2 branches, got 1"},
 	{HDR "events:\n  - handler: m.f\n    pattern:\n      f: {wildcard: \"a**\"}\n",
