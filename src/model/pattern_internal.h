@@ -1,9 +1,10 @@
 /*
- * The string and address operators of patterns (pattern.c's helpers):
- * wildcard globs, CIDR ranges and Unicode simple case folding. Each compiles
- * its operand once, when a template loads, and matches without allocating,
- * in time linear in the event value (times the operand for a glob).
- * Everything here is pure and thread-safe.
+ * What pattern.c, pattern_set.c and pattern_ops.c share: the compiled
+ * pattern tree, and the string and address operators (wildcard globs, CIDR
+ * ranges, Unicode simple case folding). Each operator compiles its operand
+ * once, when a template loads, and matches without allocating, in time
+ * linear in the event value (times the operand for a glob). Everything
+ * here is pure and thread-safe; a compiled tree is immutable.
  */
 #ifndef RELAY_PATTERN_INTERNAL_H
 #define RELAY_PATTERN_INTERNAL_H
@@ -11,6 +12,83 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ---- the compiled tree (built by pattern.c) ---- */
+
+enum scalar_kind { SC_NULL, SC_FALSE, SC_TRUE, SC_INT, SC_REAL, SC_STRING };
+
+struct scalar {
+	enum scalar_kind kind;
+	int64_t i;
+	double d;
+	char *s;
+	size_t len;
+};
+
+enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE, CMP_EQ };
+
+struct cmp {
+	enum cmp_op op;
+	bool temporal;
+	struct scalar num; /* SC_INT or SC_REAL unless temporal */
+	int64_t offset_ns; /* temporal: now() + offset */
+};
+
+/* numeric: every comparison holds (a range). */
+struct range {
+	struct cmp *c;
+	size_t n;
+};
+
+/* What anything-but negates: a list of values, or one string operator. */
+enum neg_kind { NEG_NONE, NEG_VALUES, NEG_PREFIX, NEG_SUFFIX, NEG_FOLD, NEG_WILDCARD };
+
+struct node;
+
+/* One field's condition: a nested node, or its operators' operands. */
+struct cond {
+	char *key;
+	size_t klen;
+	struct node *nested; /* nested fields; NULL for an operator condition */
+	int exists;	     /* -1 absent, 0 false, 1 true */
+	struct scalar *eq;
+	size_t neq;
+	struct scalar *pre; /* SC_STRING */
+	size_t npre;
+	struct scalar *suf;
+	size_t nsuf;
+	struct cmp *cmp;
+	size_t ncmp;
+	struct scalar *fold; /* equals-ignore-case, folded (pattern_fold) */
+	size_t nfold;
+	struct pattern_glob *glob;
+	size_t nglob;
+	struct pattern_cidr *cidr;
+	size_t ncidr;
+	struct range *rng;
+	size_t nrng;
+	enum neg_kind neg;
+	struct scalar *negv; /* NEG_VALUES; NEG_PREFIX, NEG_SUFFIX, NEG_FOLD (folded) */
+	size_t nnegv;
+	struct pattern_glob *negglob; /* NEG_WILDCARD */
+	size_t nnegglob;
+};
+
+/* Field conditions (AND), and the branches of its $or, of which one must
+ * match too. */
+struct node {
+	struct cond *conds;
+	size_t n;
+	struct node *alts;
+	size_t nalts;
+};
+
+struct pattern {
+	struct node root;
+	bool elements; /* match_arrays: elements */
+};
+
+/* ---- operators on strings ---- */
 
 /* Most unescaped stars in one wildcard operand (docs/template.md,
  * "wildcard"): more is refused as too costly to match. */
