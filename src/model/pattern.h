@@ -137,9 +137,13 @@ bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t no
 /*
  * A pattern set matches one event against many patterns at once. Rules that
  * have a required equality condition (a field whose only operator is
- * equality, at any depth, outside $or) and arrays as values are indexed by (field path, value) under their
- * most selective such field; only the rules indexed under the event's own
- * values, plus the rules without such a field, are evaluated.
+ * equality, at any depth, outside $or) are indexed by (field path, value)
+ * under their most selective such field; only the rules indexed under the
+ * event's own values, plus the rules without such a field, are evaluated.
+ * For a path where a PATTERN_ARRAYS_ELEMENTS rule is filed, the event's
+ * values are looked up through every array on the way (each event value
+ * visited once per such path); when that names more candidates than the
+ * set has rules, every rule is evaluated.
  */
 struct pattern_set;
 

@@ -126,6 +126,7 @@ struct ipath {
 	size_t nseg;
 	uint32_t lo, hi; /* its entries: entries[lo..hi) */
 	bool probed;	 /* some rule is filed under this path */
+	bool arrays;	 /* one of them is match_arrays: elements: look into arrays */
 };
 
 struct pattern_set {
@@ -346,6 +347,8 @@ static void file_rules(struct builder *b, const size_t *first_req)
 				continue;
 			}
 			set->paths[best[i]->path].probed = true;
+			if (set->patterns[i]->elements)
+				set->paths[best[i]->path].arrays = true;
 			for (size_t v = 0; v < best[i]->cd->neq; v++) {
 				struct entry *e = req_entry(set, best[i], v);
 				if (e->last_rule == i + 1)
@@ -382,11 +385,7 @@ struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_
 	set->unindexed = xmalloc((n ? n : 1) * sizeof *set->unindexed);
 	for (size_t i = 0; i < n; i++) {
 		first_req[i] = b.nreqs;
-		/* Under match_arrays: elements a field's value may be an array
-		 * holding the value: the index, which looks values up whole,
-		 * would miss it, so such a rule is evaluated for every event. */
-		if (!patterns[i]->elements)
-			collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
+		collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
 	}
 	first_req[n] = b.nreqs;
 	intern_paths(&b);
@@ -437,36 +436,92 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The candidates of one event: ids[0..k), room for cap (the set's size). */
+struct probe {
+	const struct pattern_set *set;
+	uint32_t path;
+	uint32_t *ids;
+	size_t k, cap;
+	int sources;
+	bool full; /* more than cap: every rule is a candidate */
+};
+
+/* Adds the rules filed under (path, v). */
+static void probe_add(struct probe *pr, const struct event_value *v)
+{
+	struct ckey key;
+	if (!canon_event(v, &key))
+		return;
+	const struct entry *e = entry_find(pr->set, pr->path, &key, NULL);
+	if (!e || !e->n)
+		return;
+	if (pr->k + e->n > pr->cap) {
+		pr->full = true;
+		return;
+	}
+	memcpy(pr->ids + pr->k, pr->set->ids + e->first, e->n * sizeof *pr->ids);
+	pr->k += e->n;
+	pr->sources++;
+}
+
+/* The values at the path's segments s.. below v, looking into arrays at
+ * every step as match_arrays: elements does (nested arrays flattened).
+ * Visits each event value under v at most once. */
+static void probe_arrays(struct probe *pr, const struct ipath *ip, size_t s,
+			 const struct event_value *v)
+{
+	if (!v || pr->full)
+		return;
+	if (v->type == EVENT_ARRAY) {
+		for (size_t i = 0; i < v->n; i++)
+			probe_arrays(pr, ip, s, &v->u.items[i]);
+	} else if (s < ip->nseg) {
+		probe_arrays(pr, ip, s + 1, event_get(v, ip->segs[s].key, ip->segs[s].klen));
+	} else {
+		probe_add(pr, v);
+	}
+}
+
 size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, int64_t now_unix_ns,
 			 uint32_t *ids)
 {
 	if (!ev)
 		return 0;
 	const struct event_value *root = event_root(ev);
-	size_t k = set->nunindexed;
-	int sources = k > 0;
-	if (k)
-		memcpy(ids, set->unindexed, k * sizeof *ids);
-	for (size_t p = 0; p < set->nprobe; p++) {
+	struct probe pr = {.set = set, .ids = ids, .k = set->nunindexed, .cap = set->n};
+	pr.sources = pr.k > 0;
+	if (pr.k)
+		memcpy(ids, set->unindexed, pr.k * sizeof *ids);
+	for (size_t p = 0; p < set->nprobe && !pr.full; p++) {
 		const struct ipath *ip = &set->paths[set->probe[p]];
+		pr.path = set->probe[p];
+		if (ip->arrays) {
+			probe_arrays(&pr, ip, 0, root);
+			continue;
+		}
 		const struct event_value *v = root;
 		for (size_t s = 0; s < ip->nseg && v; s++)
 			v = event_get(v, ip->segs[s].key, ip->segs[s].klen);
-		struct ckey key;
-		if (!v || !canon_event(v, &key))
-			continue;
-		const struct entry *e = entry_find(set, set->probe[p], &key, NULL);
-		if (!e || !e->n)
-			continue;
-		memcpy(ids + k, set->ids + e->first, e->n * sizeof *ids);
-		k += e->n;
-		sources++;
+		if (v)
+			probe_add(&pr, v);
 	}
-	if (sources > 1)
+	/* Looking into arrays may find a rule twice, or more candidates than
+	 * rules: then every rule is one, once. */
+	size_t k = pr.k;
+	if (pr.full) {
+		for (size_t i = 0; i < set->n; i++)
+			ids[i] = (uint32_t)i;
+		k = set->n;
+	} else if (pr.sources > 1) {
 		qsort(ids, k, sizeof *ids, cmp_u32);
+	}
 	size_t m = 0;
-	for (size_t i = 0; i < k; i++)
-		if (pattern_match(set->patterns[ids[i]], ev, now_unix_ns))
-			ids[m++] = ids[i];
+	uint32_t prev = UINT32_MAX; /* no id: a set holds fewer rules */
+	for (size_t i = 0; i < k; i++) {
+		uint32_t id = ids[i];
+		if (id != prev && pattern_match(set->patterns[id], ev, now_unix_ns))
+			ids[m++] = id;
+		prev = id;
+	}
 	return m;
 }

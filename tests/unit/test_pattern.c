@@ -1258,6 +1258,145 @@ TEST(set_equals_naive_evaluation)
 	free(pats);
 }
 
+/* Half the rules under match_arrays: elements, events with arrays of
+ * values and of objects: the index looks into arrays for those rules and
+ * still agrees with rule-by-rule evaluation, and still narrows. */
+static void gen_array_value(struct buf *b)
+{
+	switch (rnd(4)) {
+	case 0: gen_value(b); break;
+	case 1: {
+		int n = (int)rnd(4);
+		buf_appendf(b, "[");
+		for (int i = 0; i < n; i++) {
+			buf_appendf(b, "%s", i ? "," : "");
+			gen_value(b);
+		}
+		buf_appendf(b, "]");
+		break;
+	}
+	case 2:
+		buf_appendf(b, "[[%s],%s]", values[rnd(ARRAY_LEN(values))],
+			    values[rnd(ARRAY_LEN(values))]);
+		break;
+	default:
+		buf_appendf(b, "[{'x':%s},{'x':[%s]},5]", values[rnd(ARRAY_LEN(values))],
+			    values[rnd(ARRAY_LEN(values))]);
+	}
+}
+
+static char *gen_array_event(void)
+{
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	buf_appendf(&b, "{");
+	for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
+		buf_appendf(&b, "%s'%s':", i ? "," : "", fields[i]);
+		gen_array_value(&b);
+	}
+	buf_appendf(&b, ",'n':");
+	if (rnd(2)) {
+		buf_appendf(&b, "[{'x':");
+		gen_array_value(&b);
+		buf_appendf(&b, "},{'x':");
+		gen_array_value(&b);
+		buf_appendf(&b, "}]");
+	} else {
+		buf_appendf(&b, "{'x':");
+		gen_array_value(&b);
+		buf_appendf(&b, "}");
+	}
+	buf_appendf(&b, "}");
+	char *s = unquote(b.data);
+	buf_free(&b);
+	return s;
+}
+
+TEST(set_with_elements_mode_equals_naive_evaluation)
+{
+	enum { NPAT = 400, NEV = 3000 };
+	struct pattern **pats = xcalloc(NPAT, sizeof *pats);
+	int64_t now = ns_of(NOW);
+	for (int i = 0; i < NPAT; i++) {
+		char *text = gen_pattern();
+		json_t *j = json_loads(text, 0, NULL);
+		REQUIRE(j);
+		if (pattern_compile_arrays(j, "p",
+					   i % 2 ? PATTERN_ARRAYS_ELEMENTS : PATTERN_ARRAYS_VALUES,
+					   &pats[i], NULL) != 0)
+			T_FAIL_("generated pattern %s does not compile", text);
+		json_decref(j);
+		free(text);
+	}
+	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, NPAT);
+	CHECK(pattern_set_unindexed(set) < NPAT / 2); /* elements rules are indexed too */
+	uint32_t *ids = xmalloc(NPAT * sizeof *ids);
+	size_t total = 0, elements_hits = 0;
+	for (int e = 0; e < NEV; e++) {
+		char *text = gen_array_event();
+		struct event *ev = NULL;
+		REQUIRE(event_parse_json(text, strlen(text), &ev, NULL) == EVENT_OK);
+		size_t n = pattern_set_match(set, ev, now, ids);
+		size_t k = 0;
+		bool ok = true;
+		for (uint32_t i = 0; i < NPAT; i++) {
+			if (!pattern_match(pats[i], ev, now))
+				continue;
+			if (k >= n || ids[k] != i)
+				ok = false;
+			k++;
+			elements_hits += i % 2;
+		}
+		if (!ok || k != n)
+			T_FAIL_("event %s: set found %zu, naive %zu (or order differs)", text, n,
+				k);
+		total += n;
+		event_free(ev);
+		free(text);
+	}
+	CHECK(total > NEV);
+	CHECK(elements_hits > NEV / 2); /* elements rules match through arrays */
+	free(ids);
+	pattern_set_free(set);
+	for (int i = 0; i < NPAT; i++)
+		pattern_free(pats[i]);
+	free(pats);
+}
+
+/* An array holding many values of one path can name more candidates than
+ * the set has rules (ids has room for the set's size): every rule is then
+ * evaluated, each once. */
+TEST(set_candidates_past_the_set_size)
+{
+	struct pattern *pats[3];
+	const char *texts[] = {"{'t':['a','b','c']}", "{'t':['a','b']}", "{'u':{'exists':true}}"};
+	for (int i = 0; i < 3; i++) {
+		json_t *j = pjson(texts[i]);
+		REQUIRE(pattern_compile_arrays(j, "p", PATTERN_ARRAYS_ELEMENTS, &pats[i], NULL) ==
+			0);
+		json_decref(j);
+	}
+	struct pattern_set *set = pattern_set_new((const struct pattern *const *)pats, 3);
+	CHECK_INT(pattern_set_unindexed(set), 1);
+	uint32_t ids[3];
+	struct event *ev = pevent("{'t':['a','b','c','a','b','a'],'u':1}");
+	CHECK_INT(pattern_set_match(set, ev, 0, ids), 3);
+	CHECK_INT(ids[0], 0);
+	CHECK_INT(ids[1], 1);
+	CHECK_INT(ids[2], 2);
+	event_free(ev);
+	ev = pevent("{'t':['c','c']}");
+	CHECK_INT(pattern_set_match(set, ev, 0, ids), 1);
+	CHECK_INT(ids[0], 0);
+	event_free(ev);
+	ev = pevent("{'t':'b'}");
+	CHECK_INT(pattern_set_match(set, ev, 0, ids), 2);
+	event_free(ev);
+	pattern_set_free(set);
+	for (int i = 0; i < 3; i++)
+		pattern_free(pats[i]);
+}
+
 TEST(set_keeps_order_and_duplicates)
 {
 	const char *texts[] = {
@@ -1392,5 +1531,6 @@ T_MAIN(T_CASE(match_table), T_CASE(operator_table), T_CASE(elements_mode_same_wi
        T_CASE(validation_table), T_CASE(valid_patterns_compile), T_CASE(depth_limit),
        T_CASE(or_limits), T_CASE(or_is_not_multiplied_out),
        T_CASE(long_operand_is_truncated_in_message), T_CASE(errors_accumulate_across_rules),
-       T_CASE(set_equals_naive_evaluation), T_CASE(set_keeps_order_and_duplicates),
+       T_CASE(set_equals_naive_evaluation), T_CASE(set_with_elements_mode_equals_naive_evaluation),
+       T_CASE(set_candidates_past_the_set_size), T_CASE(set_keeps_order_and_duplicates),
        T_CASE(set_picks_selective_field), T_CASE(set_build_work_is_m_log_m))
