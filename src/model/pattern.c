@@ -139,6 +139,14 @@ static char *describe(const json_t *j)
 	return xstrdup("unknown value");
 }
 
+/* report() of "<what>, got <v described>". */
+static void report_got(struct compiler *c, const struct at *at, const json_t *v, const char *what)
+{
+	char *d = describe(v);
+	report(c, at, "%s, got %s", what, d);
+	free(d);
+}
+
 char *pattern_path_key(const char *path, const char *key, size_t klen)
 {
 	/* A long key is quoted, hence cut: a path stays short. */
@@ -264,9 +272,7 @@ static void each_operand(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	if (!allow_single) {
-		char *d = describe(v);
-		report(c, at, "must be a list, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a list");
 		return;
 	}
 	reserve(arg, 1);
@@ -289,13 +295,10 @@ static void add_scalar(struct compiler *c, const json_t *v, const struct at *at,
 {
 	struct scalars *ss = arg;
 	if (ss->strings_only ? !json_is_string(v) : !is_scalar(v)) {
-		char *d = describe(v);
-		report(c, at, "%s, got %s",
-		       ss->strings_only
-			       ? "must be a string"
-			       : "values must be scalars (string, number, boolean or null)",
-		       d);
-		free(d);
+		report_got(c, at, v,
+			   ss->strings_only
+				   ? "must be a string"
+				   : "values must be scalars (string, number, boolean or null)");
 		return;
 	}
 	scalar_from_json(v, &ss->v[ss->n++]);
@@ -330,9 +333,7 @@ static void add_cmp(struct compiler *c, const json_t *v, const struct at *at, vo
 		}
 		cm.temporal = true;
 	} else {
-		char *d = describe(v);
-		report(c, at, "must be a number or a now() expression, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a number or a now() expression");
 		return;
 	}
 	cs->v[cs->n++] = cm;
@@ -365,9 +366,7 @@ static void add_str(struct compiler *c, const json_t *v, const struct at *at, vo
 {
 	struct strs *ss = arg;
 	if (!json_is_string(v)) {
-		char *d = describe(v);
-		report(c, at, "must be a string, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a string");
 		return;
 	}
 	const char *s = json_string_value(v);
@@ -427,17 +426,10 @@ static void compile_range(struct compiler *c, const json_t *list, const struct a
 			    memcmp(cmp_names[j], json_string_value(op), json_string_length(op)) ==
 				    0)
 				k = (int)j;
-		if (k < 0) {
-			char *d = describe(op);
-			report(c, &po, "unknown operator: must be one of =, <, <=, >, >=, got %s",
-			       d);
-			free(d);
-		}
-		if (!json_is_number(num)) {
-			char *d = describe(num);
-			report(c, &pn, "must be a number, got %s", d);
-			free(d);
-		}
+		if (k < 0)
+			report_got(c, &po, op, "unknown operator: must be one of =, <, <=, >, >=");
+		if (!json_is_number(num))
+			report_got(c, &pn, num, "must be a number");
 		if (k >= 0 && json_is_number(num)) {
 			struct cmp *cm = &r->c[r->n++];
 			cm->op = (enum cmp_op)k;
@@ -451,9 +443,7 @@ static void compile_numeric(struct compiler *c, const json_t *v, const struct at
 			    struct cond *cd)
 {
 	if (!json_is_array(v)) {
-		char *d = describe(v);
-		report(c, at, "must be a list such as [\">\", 0, \"<=\", 5], got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a list such as [\">\", 0, \"<=\", 5]");
 		return;
 	}
 	size_t n = json_array_size(v);
@@ -468,12 +458,8 @@ static void compile_numeric(struct compiler *c, const json_t *v, const struct at
 		const json_t *item = json_array_get(v, i);
 		struct at p = {.up = at, .index = i};
 		if (!json_is_array(item)) {
-			char *d = describe(item);
-			report(c, &p,
-			       "must be a range such as [\">\", 0], as the first element is, got "
-			       "%s",
-			       d);
-			free(d);
+			report_got(c, &p, item,
+				   "must be a range such as [\">\", 0], as the first element is");
 			continue;
 		}
 		compile_range(c, item, &p, &cd->rng[cd->nrng++]);
@@ -603,9 +589,7 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 			if (json_is_boolean(v)) {
 				cd->exists = json_is_true(v);
 			} else {
-				char *d = describe(v);
-				report(c, &p, "must be true or false, got %s", d);
-				free(d);
+				report_got(c, &p, v, "must be true or false");
 			}
 			break;
 		case OP_GT:
@@ -664,12 +648,9 @@ static void compile_cond(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	if (!json_is_object(v)) {
-		char *d = describe(v);
-		report(c, at,
-		       "condition must be a list of values, an operator map or a nested field map, "
-		       "got %s",
-		       d);
-		free(d);
+		report_got(c, at, v,
+			   "condition must be a list of values, an operator map or a nested field "
+			   "map");
 		return;
 	}
 	if (json_object_size(v) == 0) {
@@ -710,9 +691,7 @@ static void compile_alts(struct compiler *c, const json_t *v, const struct at *a
 			 struct node *out)
 {
 	if (!json_is_array(v)) {
-		char *d = describe(v);
-		report(c, at, "must be a list of at least 2 patterns, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a list of at least 2 patterns");
 		return;
 	}
 	size_t n = json_array_size(v);
@@ -733,9 +712,7 @@ static void compile_alts(struct compiler *c, const json_t *v, const struct at *a
 		const json_t *item = json_array_get(v, i);
 		struct at p = {.up = at, .index = i};
 		if (!json_is_object(item)) {
-			char *d = describe(item);
-			report(c, &p, "a branch must be a map of field conditions, got %s", d);
-			free(d);
+			report_got(c, &p, item, "a branch must be a map of field conditions");
 		} else if (json_object_size(item) == 0) {
 			report(c, &p, "empty branch (it would match every event)");
 		} else {
@@ -843,9 +820,7 @@ int pattern_compile_arrays(const json_t *node, const char *path, enum pattern_ar
 	if (!node) {
 		report(&c, &root, "pattern is required");
 	} else if (!json_is_object(node)) {
-		char *d = describe(node);
-		report(&c, &root, "pattern must be a map of field conditions, got %s", d);
-		free(d);
+		report_got(&c, &root, node, "pattern must be a map of field conditions");
 	} else {
 		p = xcalloc(1, sizeof *p);
 		p->elements = arrays == PATTERN_ARRAYS_ELEMENTS;
