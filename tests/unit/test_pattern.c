@@ -672,6 +672,19 @@ static const struct op_row op_rows[] = {
 	{"{'$or':[{'a':['x'],'b':['y']},{'c':{'exists':true}}]}", "{'a':'x','b':'y'}", 1, 1},
 	{"{'$or':[{'a':['x']},{'a':{'prefix':'y'}}]}", "{'a':['x']}", 0, 1},
 
+	/* EventBridge's own documented examples, in Relay's form */
+	{"{'x-limit':{'numeric':['=',3.018e2]}}", "{'x-limit':301.8}", 1, 1},
+	{"{'x-limit':{'numeric':['=',3.018e2]}}", "{'x-limit':301.81}", 0, 0},
+	{"{'$or':[{'c-count':{'numeric':['>',0,'<=',5]}},{'d-count':{'numeric':['<',10]}},{'x-limit':{'numeric':['=',3.018e2]}}]}", "{'c-count':7,'d-count':9}", 1, 1},
+	{"{'$or':[{'c-count':{'numeric':['>',0,'<=',5]}},{'d-count':{'numeric':['<',10]}},{'x-limit':{'numeric':['=',3.018e2]}}]}", "{'c-count':7,'d-count':10,'x-limit':300}", 0, 0},
+	{"{'EventBusArn':{'wildcard':'arn:aws:events:us-east-1:*:event-bus/*'}}", "{'EventBusArn':'arn:aws:events:us-east-1:123456789012:event-bus/default'}", 1, 1},
+	{"{'EventBusArn':{'wildcard':'arn:aws:events:us-east-1:*:event-bus/*'}}", "{'EventBusArn':'arn:aws:events:us-west-2:123456789012:event-bus/default'}", 0, 0},
+	{"{'detail':{'sourceIPAddress':{'cidr':'10.0.0.0/24'}}}", "{'detail':{'sourceIPAddress':'10.0.0.33'}}", 1, 1},
+	{"{'detail':{'state':{'anything-but':{'prefix':'init'}}}}", "{'detail':{'state':'initializing'}}", 0, 0},
+	{"{'detail':{'state':{'anything-but':{'prefix':'init'}}}}", "{'detail':{'state':'running'}}", 1, 1},
+	{"{'service':{'equals-ignore-case':'eventbridge'}}", "{'service':'EventBridge'}", 1, 1},
+	{"{'resources':['arn:aws:ec2:us-east-1:123456789012:instance/i-b188560f']}", "{'resources':['arn:aws:ec2:us-east-1:123456789012:instance/i-b188560f','other']}", 0, 1},
+
 	/* match_arrays: elements; exists stays about presence */
 	{"{'tags':['a']}", "{'tags':['b','a']}", 0, 1},
 	{"{'tags':['a']}", "{'tags':['b']}", 0, 0},
