@@ -252,45 +252,47 @@ static void fill_fold(struct buf *b, size_t size, int worst)
 	buf_appendf(b, "%s\"", worst ? "x" : "");
 }
 
-/* anything-but of 1,000 numbers: the worst value is none of them (all
- * compared), the benign one is the first. Padded to size with a field the
- * rule does not read. */
-static void fill_neg(struct buf *b, size_t size, int worst)
+/* ,"pad":"ppp...": size bytes in a field no rule reads, so that a small
+ * value travels in an event of the same size as the others. */
+static void pad(struct buf *b, size_t size)
 {
-	buf_appendf(b, "%d,\"pad\":\"", worst ? 5000 : 0);
+	buf_appendf(b, ",\"pad\":\"");
 	for (size_t i = 0; i < size; i++)
 		buf_append(b, "p", 1);
 	buf_appendf(b, "\"");
+}
+
+/* anything-but of 1,000 numbers: the worst value is none of them (all
+ * compared), the benign one is the first. */
+static void fill_neg(struct buf *b, size_t size, int worst)
+{
+	buf_appendf(b, "%d", worst ? 5000 : 0);
+	pad(b, size);
 }
 
 /* numeric with 1,000 ranges [10i, 10i + 1): in none, past the middle
  * (worst: every range tried) or in the first (benign). */
 static void fill_num(struct buf *b, size_t size, int worst)
 {
-	buf_appendf(b, "%s,\"pad\":\"", worst ? "9995.5" : "0.5");
-	for (size_t i = 0; i < size; i++)
-		buf_append(b, "p", 1);
-	buf_appendf(b, "\"");
+	buf_appendf(b, "%s", worst ? "9995.5" : "0.5");
+	pad(b, size);
 }
 
 /* cidr: the longest IPv6 text inet_pton reads, against a short IPv4. */
 static void fill_cidr(struct buf *b, size_t size, int worst)
 {
-	buf_appendf(b, "\"%s\",\"pad\":\"",
+	buf_appendf(b, "\"%s\"",
 		    worst ? "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255" : "10.1.2.3");
-	for (size_t i = 0; i < size; i++)
-		buf_append(b, "p", 1);
-	buf_appendf(b, "\"");
+	pad(b, size);
 }
 
 /* $or of 64 branches on fields f0..f63 of an object: the worst object has
  * none of them (all 64 tried), the benign one the first. */
 static void fill_or(struct buf *b, size_t size, int worst)
 {
-	buf_appendf(b, "{\"%s\":1,\"pad\":\"", worst ? "none" : "f0");
-	for (size_t i = 0; i < size; i++)
-		buf_append(b, "p", 1);
-	buf_appendf(b, "\"}");
+	buf_appendf(b, "{\"%s\":1", worst ? "none" : "f0");
+	pad(b, size);
+	buf_appendf(b, "}");
 }
 
 /* match_arrays: elements over an array of objects: no element matches
