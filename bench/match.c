@@ -237,9 +237,12 @@ static void fill_glob(struct buf *b, size_t size, int worst)
 /* equals-ignore-case of a long operand: the worst value differs only in
  * its last character (folded all the way), the benign one in its first.
  * Code points of 2, 3 and 4 bytes that fold to another: U+01C4 (DZ with
- * caron, several case mappings), U+FF21 (fullwidth A), U+10400 (Deseret). */
-static const char *const fold_upper[] = {"\xc7\x84", "\xef\xbc\xa1", "\xf0\x90\x90\x80"};
-static const char *const fold_lower[] = {"\xc7\x86", "\xef\xbd\x81", "\xf0\x90\x90\xa8"};
+ * caron, several case mappings), U+FF21 (fullwidth A), U+10400 (Deseret);
+ * and U+20000 (a CJK ideograph: no case, outside the folding table). */
+static const char *const fold_upper[] = {"\xc7\x84", "\xef\xbc\xa1", "\xf0\x90\x90\x80",
+					 "\xf0\xa0\x80\x80"};
+static const char *const fold_lower[] = {"\xc7\x86", "\xef\xbd\x81", "\xf0\x90\x90\xa8",
+					 "\xf0\xa0\x80\x80"};
 static int fold_width; /* the case being measured: an index of fold_upper */
 
 static void fill_fold(struct buf *b, size_t size, int worst)
@@ -369,6 +372,8 @@ static void worst_cases(void)
 		 fill_fold, 1},
 		{"equals-ignore-case, 4 bytes", fold_rule(SIZE, 2), PATTERN_ARRAYS_VALUES,
 		 fill_fold, 2},
+		{"equals-ignore-case, plane 2", fold_rule(SIZE, 3), PATTERN_ARRAYS_VALUES,
+		 fill_fold, 3},
 		{"anything-but (1000)", many_numbers_rule(false), PATTERN_ARRAYS_VALUES, fill_neg,
 		 0},
 		{"numeric (1000 ranges)", many_numbers_rule(true), PATTERN_ARRAYS_VALUES, fill_num,
@@ -395,7 +400,8 @@ static void worst_cases(void)
 		char *benign = event_of(SIZE, cases[i].fill, 0),
 		     *worst = event_of(SIZE, cases[i].fill, 1);
 		/* The best of three alternating runs of each: on a loaded machine
-		 * a single run measures the neighbours as much as the input. */
+		 * a single run measures the neighbours as much as the input. The
+		 * first builds the folding table (once per process). */
 		bool mb = false, mw = false;
 		double rb = 0, rw = 0;
 		for (int r = 0; r < 3; r++) {
@@ -436,9 +442,15 @@ int main(void)
 	char *ev = event_with_ip();
 	bench_event = ev;
 	bench_len = strlen(ev);
+	/* The best of three alternating runs of each, as below. */
 	size_t mo = 0, uo = 0, mn = 0, un = 0;
-	double today = run_with(make_rule, 300, &mo, &uo);
-	double mixed = run_with(make_mixed_rule, 300, &mn, &un);
+	double today = 0, mixed = 0;
+	for (int k = 0; k < 3; k++) {
+		double x = run_with(make_rule, 300, &mo, &uo);
+		double y = run_with(make_mixed_rule, 300, &mn, &un);
+		today = x > today ? x : today;
+		mixed = y > mixed ? y : mixed;
+	}
 	printf("300 rules, today's operators: %9.0f events/s (%zu matches per event, %zu "
 	       "unindexed)\n",
 	       today, mo, uo);

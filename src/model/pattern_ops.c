@@ -5,11 +5,12 @@
  * simple case folding (CaseFolding.txt statuses C and S), one code point to
  * one code point, so a folded comparison walks both strings once. ICU comes
  * from Debian (libicu72, already in the runtime image through libxml2).
- * The folding of every BMP code point is asked of ICU once, the first time
- * a pattern folds, into a 128 KiB table: ICU takes about 20 ns for a code
- * point with several case mappings (U+01C4), which made a 64 KiB value of
- * them cost 4x its decoding; a table lookup keeps it within 2x
- * (bench/match).
+ * The folding of every code point of planes 0 and 1 (all that have case
+ * mappings in Unicode 15) is asked of ICU once, the first time a pattern
+ * folds, into a 256 KiB table; other code points still ask ICU. ICU takes
+ * about 20 ns for a code point with several case mappings (U+01C4), which
+ * made a 64 KiB value of them cost 4x its decoding; with the table and
+ * UTF-8 decoded inline the worst measured is about 2x (bench/match).
  */
 #include "model/pattern_internal.h"
 
@@ -171,25 +172,28 @@ bool pattern_cidr_contains(const struct pattern_cidr *c, const unsigned char add
 
 /* ---- case folding ------------------------------------------------------ */
 
-/* bmp_fold[c]: the simple case folding of BMP code point c; 0 where it
- * would leave the BMP (none does in Unicode 15; ICU is asked then). */
-static uint16_t *bmp_fold;
-static pthread_once_t bmp_once = PTHREAD_ONCE_INIT;
+/* FOLD_TABLE code points, planes 0 and 1: fold_low[c] holds the low 16
+ * bits of the simple case folding of c, which stays in c's plane; 0 stands
+ * for "ask ICU" where it would not (none does in Unicode 15) and for a
+ * folding whose low bits are 0, told apart by c's own low bits. */
+#define FOLD_TABLE 0x20000u
+static uint16_t *fold_low;
+static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
 
-static void bmp_build(void)
+static void fold_build(void)
 {
-	uint16_t *t = xmalloc(0x10000 * sizeof *t);
-	for (uint32_t c = 0; c < 0x10000; c++) {
-		UChar32 f = u_foldCase((UChar32)c, U_FOLD_CASE_DEFAULT);
-		t[c] = f <= 0xFFFF ? (uint16_t)f : 0;
+	uint16_t *t = xmalloc(FOLD_TABLE * sizeof *t);
+	for (uint32_t c = 0; c < FOLD_TABLE; c++) {
+		uint32_t f = (uint32_t)u_foldCase((UChar32)c, U_FOLD_CASE_DEFAULT);
+		t[c] = (f >> 16) == (c >> 16) ? (uint16_t)f : 0;
 	}
-	bmp_fold = t;
+	fold_low = t;
 }
 
 static inline uint32_t fold(uint32_t r)
 {
-	if (r < 0x10000 && (bmp_fold[r] || r == 0))
-		return bmp_fold[r];
+	if (r < FOLD_TABLE && (fold_low[r] || (r & 0xFFFF) == 0))
+		return (r & ~0xFFFFu) | fold_low[r];
 	return (uint32_t)u_foldCase((UChar32)r, U_FOLD_CASE_DEFAULT);
 }
 
@@ -209,7 +213,7 @@ static inline uint32_t next_code(const char *s, size_t n, size_t *i, bool fold_i
 		/* two bytes, the common case outside ASCII, decoded here */
 		r = ((b & 0x1Fu) << 6) | (c & 0x3Fu);
 		*i += 2;
-		return fold_it ? bmp_fold[r] : r;
+		return fold_it ? fold_low[r] : r; /* below U+0800: its own plane */
 	}
 	unsigned char d = *i + 2 < n ? (unsigned char)s[*i + 2] : 0;
 	if ((b & 0xF0) == 0xE0 && (c & 0xC0) == 0x80 && (d & 0xC0) == 0x80) {
@@ -219,13 +223,17 @@ static inline uint32_t next_code(const char *s, size_t n, size_t *i, bool fold_i
 			return fold_it ? fold(r) : r;
 		}
 	}
-	size_t k = utf8_decode((const unsigned char *)s + *i, n - *i, &r);
-	if (k == 0) {
-		*i += 1;
-		return 0x110000u + b;
+	unsigned char e = *i + 3 < n ? (unsigned char)s[*i + 3] : 0;
+	if ((b & 0xF8) == 0xF0 && (c & 0xC0) == 0x80 && (d & 0xC0) == 0x80 && (e & 0xC0) == 0x80) {
+		r = ((b & 0x07u) << 18) | ((c & 0x3Fu) << 12) | ((d & 0x3Fu) << 6) | (e & 0x3Fu);
+		if (r >= 0x10000 && r <= 0x10FFFF) {
+			*i += 4;
+			return fold_it ? fold(r) : r;
+		}
 	}
-	*i += k;
-	return fold_it ? fold(r) : r;
+	/* not UTF-8: the byte stands for itself */
+	*i += 1;
+	return 0x110000u + b;
 }
 
 static size_t utf8_put(uint32_t r, char *out)
@@ -256,7 +264,7 @@ char *pattern_fold(const char *s, size_t n, size_t *outlen)
 {
 	/* Every code point takes at least one byte of s and at most four of
 	 * the output. */
-	pthread_once(&bmp_once, bmp_build);
+	pthread_once(&fold_once, fold_build);
 	char *out = xmalloc(4 * n + 1);
 	size_t k = 0;
 	for (size_t i = 0; i < n;) {
@@ -274,7 +282,7 @@ char *pattern_fold(const char *s, size_t n, size_t *outlen)
 
 bool pattern_fold_eq(const char *s, size_t n, const char *folded, size_t fn)
 {
-	pthread_once(&bmp_once, bmp_build);
+	pthread_once(&fold_once, fold_build);
 	size_t i = 0, j = 0;
 	while (i < n && j < fn)
 		if (next_code(s, n, &i, true) != next_code(folded, fn, &j, false))
