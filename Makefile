@@ -3,7 +3,7 @@
 # Dependencies come from Debian packages via pkg-config (scripts/install-deps).
 
 CC      ?= cc
-PKGS    := hiredis libfyaml jansson libcurl libarchive libmicrohttpd libgit2 sqlite3 openssl
+PKGS    := hiredis libfyaml jansson libcurl libarchive libmicrohttpd libgit2 sqlite3 openssl icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 

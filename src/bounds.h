@@ -66,6 +66,7 @@
 #include "git/gitsync.h"
 #include "engine/image.h"
 #include "model/pattern.h"
+#include "model/pattern_internal.h"
 #include "io/redis.h"
 #include "engine/runner.h"
 #include "model/secret.h"
@@ -96,6 +97,9 @@
 	X("template.yaml", "rules, schedules, env, secrets (each)", TEMPLATE_MAX_ITEMS, 1000,      \
 	  "1,000")                                                                                 \
 	X("template.yaml", "pattern nesting", PATTERN_MAX_DEPTH, 32, "32 levels")                  \
+	X("template.yaml", "branches of one `$or`", PATTERN_MAX_OR_BRANCHES, 64, "64")             \
+	X("template.yaml", "stars in one `wildcard` operand", PATTERN_MAX_WILDCARD_STARS, 32,      \
+	  "32")                                                                                    \
 	X("template.yaml", "error and warning lines (each)", TEMPLATE_MAX_MESSAGES, 100, "100")    \
 	X("template.yaml", "handler timeout", TEMPLATE_MAX_TIMEOUT_NS, 5LL * 60 * 1000000000,      \
 	  "5 min")                                                                                 \

@@ -243,6 +243,9 @@ void render_state_inspect(struct buf *b, const struct state_function_info *f, in
 	}
 	if (f->last_error && *f->last_error)
 		render_field(b, "Last error:", f->last_error);
+	/* match_arrays: shown only when it is not the default */
+	if (f->match_arrays_elements)
+		render_field(b, "Match arrays:", "elements");
 
 	render_events(b, f);
 	render_schedules(b, f, describe);
@@ -382,6 +385,8 @@ json_t *render_state_json_inspect(const struct state_function_info *f,
 	json_object_set_new(o, "last_error",
 			    f->last_error && *f->last_error ? json_string(f->last_error)
 							    : json_null());
+	json_object_set_new(o, "match_arrays",
+			    json_string(f->match_arrays_elements ? "elements" : "values"));
 	json_t *ev = json_array();
 	for (size_t i = 0; i < f->nhandlers; i++) {
 		json_t *h = json_object();

@@ -206,6 +206,7 @@ static void def_init(struct state_def *d, const struct function *fn)
 		.nenv = t->nenv,
 		.secrets = d->sec,
 		.nsecrets = t->nsecrets,
+		.match_arrays_elements = t->match_arrays_elements,
 	};
 }
 

@@ -118,6 +118,9 @@ static const char *const schema_sql =
 	" retries INTEGER NOT NULL DEFAULT 0,"
 	" dlq_entries INTEGER NOT NULL DEFAULT 0,"
 	" updated_at TEXT NOT NULL);"
+	"CREATE TABLE IF NOT EXISTS function_options ("
+	" function_name TEXT PRIMARY KEY NOT NULL,"
+	" match_arrays TEXT NOT NULL CHECK (match_arrays IN ('values', 'elements')));"
 	"CREATE TABLE IF NOT EXISTS standby ("
 	" function_name TEXT NOT NULL,"
 	" handler TEXT NOT NULL,"
@@ -130,6 +133,7 @@ static const char *const drop_sql = "DROP TABLE IF EXISTS functions;"
 				    "DROP TABLE IF EXISTS schedules;"
 				    "DROP TABLE IF EXISTS stats;"
 				    "DROP TABLE IF EXISTS function_stats;"
+				    "DROP TABLE IF EXISTS function_options;"
 				    "DROP TABLE IF EXISTS standby;";
 
 /* ---- errors and small helpers ---- */
@@ -483,7 +487,8 @@ static const char *pair_json(const struct state_pair *p, size_t n, char **out, c
 static int delete_definition(struct state *s, const char *name, char **err)
 {
 	if (run(s, err, "DELETE FROM handlers WHERE function_name = ?", "t", name) < 0 ||
-	    run(s, err, "DELETE FROM schedules WHERE function_name = ?", "t", name) < 0)
+	    run(s, err, "DELETE FROM schedules WHERE function_name = ?", "t", name) < 0 ||
+	    run(s, err, "DELETE FROM function_options WHERE function_name = ?", "t", name) < 0)
 		return -1;
 	return 0;
 }
@@ -542,6 +547,9 @@ static int write_function(struct state *s, const struct state_function *f, bool 
 			d) < 0)
 			goto out;
 	}
+	if (run(s, err, "INSERT INTO function_options (function_name, match_arrays) VALUES (?, ?)",
+		"tt", f->name, f->match_arrays_elements ? "elements" : "values") < 0)
+		goto out;
 	for (size_t i = 0; i < f->nschedules; i++) {
 		const struct state_schedule *sc = &f->schedules[i];
 		char d[DURATION_STR_MAX];
@@ -699,6 +707,10 @@ static int op_replace_all(struct state *s, const struct state_function *fns, siz
 	     run(s, err,
 		 "DELETE FROM schedules WHERE function_name NOT IN (SELECT name FROM functions)",
 		 "") < 0 ||
+	     run(s, err,
+		 "DELETE FROM function_options WHERE function_name NOT IN (SELECT name FROM "
+		 "functions)",
+		 "") < 0 ||
 	     run(s, err, "DELETE FROM standby", "") < 0))
 		rc = -1;
 	for (size_t i = 0; i < n && rc == 0; i++)
@@ -758,6 +770,7 @@ static void fn_copy(struct state_function *d, const struct state_function *f)
 		.nenv = f->nenv,
 		.secrets = pairs_copy(f->secrets, f->nsecrets),
 		.nsecrets = f->nsecrets,
+		.match_arrays_elements = f->match_arrays_elements,
 	};
 }
 
@@ -1147,6 +1160,29 @@ static int parse_pairs(const struct state *s, const char *text, const char *what
 	return 0;
 }
 
+/* f's match_arrays: elements only with a row saying so (none in a file
+ * written before the function_options table). */
+static int read_options(struct state *s, struct state_function_info *f, char **err)
+{
+	int have = has_table(s, "function_options", err);
+	if (have <= 0)
+		return have;
+	sqlite3_stmt *st =
+		prep(s, err, "SELECT match_arrays FROM function_options WHERE function_name = ?",
+		     "t", f->name);
+	if (!st)
+		return -1;
+	int step = sqlite3_step(st);
+	if (step == SQLITE_ROW) {
+		const unsigned char *v = sqlite3_column_text(st, 0);
+		f->match_arrays_elements = v && strcmp((const char *)v, "elements") == 0;
+	}
+	sqlite3_finalize(st);
+	if (step != SQLITE_ROW && step != SQLITE_DONE)
+		return db_err(s, err, "read function options");
+	return 0;
+}
+
 /* f's standby rows in the order written; none in a version-1 file. */
 static int read_standby(struct state *s, struct state_function_info *f, char **err)
 {
@@ -1287,7 +1323,7 @@ int state_get_function(struct state *s, const char *name, struct state_function_
 	}
 	if (parse_pairs(s, env, "env", &f->env, &f->nenv, err) < 0 ||
 	    parse_pairs(s, secrets, "secrets", &f->secrets, &f->nsecrets, err) < 0 ||
-	    read_definition(s, f, err) < 0)
+	    read_definition(s, f, err) < 0 || read_options(s, f, err) < 0)
 		goto out;
 	*out = f;
 	f = NULL;

@@ -32,6 +32,11 @@
  *   function_stats(function_name, events, successes, failures, retries,
  *                  dlq_entries, updated_at)
  *       one row per function: the function_*_total{function} counters.
+ *   function_options(function_name PRIMARY KEY, match_arrays)
+ *       one row per function written with its definition: match_arrays
+ *       'values' or 'elements', the template's key (a separate table, like
+ *       schedules, so a version-2 file written before it existed stays
+ *       readable: no row reads as 'values').
  *   standby(function_name, handler, containers, updated_at)
  *       written with the stats, and only while standby is enabled
  *       (STANDBY_MAX > 0): one row per distinct handler of each served
@@ -44,7 +49,9 @@
  * Versions. Version 2 added the standby table. The writer drops and
  * recreates the tables of any other version (the data is derived); a
  * reader accepts an older version (a version-1 file reads as having no
- * standby rows) and refuses a newer one.
+ * standby rows) and refuses a newer one. The function_options table came
+ * later within version 2: the writer creates it when missing, and a reader
+ * finding none reads every function as match_arrays: values.
  *
  * Writing. One writer handle (state_open) per process. Every call is one
  * short IMMEDIATE transaction, serialized by a mutex inside the handle, so
@@ -109,6 +116,7 @@ struct state_function {
 	size_t nenv;
 	const struct state_pair *secrets; /* name -> secret reference */
 	size_t nsecrets;
+	bool match_arrays_elements; /* the template's match_arrays: elements */
 };
 
 /* Absolute counter values (not deltas). */
@@ -271,6 +279,9 @@ struct state_function_info {
 	 * standby off, before the first flush, or in a version-1 file. */
 	struct state_standby_info *standby;
 	size_t nstandby;
+	/* match_arrays: elements; false for values, for a function written
+	 * before the function_options table existed, and in state_list_functions. */
+	bool match_arrays_elements;
 };
 
 /*

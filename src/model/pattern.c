@@ -1,22 +1,13 @@
 /*
- * Pattern compilation, matching and the pattern-set index.
+ * Pattern compilation and matching (the pattern-set index is
+ * pattern_set.c; the string and address operators pattern_ops.c).
  *
  * Compilation turns the jansson tree handed over by the template parser into
- * a small immutable tree: a node is a list of field conditions (AND); a
- * condition is either a nested node or a set of operator operands (OR).
- * Validation walks the whole tree and keeps going after an error, so one
- * template load reports every problem (OpenSMTPD style); a pattern with any
- * error is discarded.
- *
- * The set index: matching 3000 rules one by one costs 3000 walks per event.
- * Most rules pin at least one field to a few values (`table_name: [users]`),
- * so a set picks, for each rule, its most selective required-equality field
- * (the one whose values are shared by the fewest rules) and files the rule
- * under (field path, canonical value). For an event it looks up the event's
- * own value at each indexed path, evaluates only those rules plus the rules
- * with no such field, and returns them in id order. Canonical values make
- * the index agree with type-preserving numeric equality: an integral real
- * within int64 range is filed as that integer, so 5 and 5.0 meet.
+ * a small immutable tree (pattern_internal.h): a node is a list of field
+ * conditions (AND) and the branches of its $or; a condition is either a
+ * nested node or a set of operator operands (OR). Validation walks the whole
+ * tree and keeps going after an error, so one template load reports every
+ * problem (OpenSMTPD style); a pattern with any error is discarded.
  */
 #include "model/pattern.h"
 
@@ -26,51 +17,7 @@
 
 #include "base/duration.h"
 #include "base/rfc3339.h"
-
-enum scalar_kind { SC_NULL, SC_FALSE, SC_TRUE, SC_INT, SC_REAL, SC_STRING };
-
-struct scalar {
-	enum scalar_kind kind;
-	int64_t i;
-	double d;
-	char *s;
-	size_t len;
-};
-
-enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE };
-
-struct cmp {
-	enum cmp_op op;
-	bool temporal;
-	struct scalar num; /* SC_INT or SC_REAL unless temporal */
-	int64_t offset_ns; /* temporal: now() + offset */
-};
-
-struct node;
-
-struct cond {
-	char *key;
-	size_t klen;
-	struct node *nested; /* nested fields; NULL for an operator condition */
-	int exists;	     /* -1 absent, 0 false, 1 true */
-	struct scalar *eq;
-	size_t neq;
-	struct scalar *pre; /* SC_STRING */
-	size_t npre;
-	struct scalar *suf;
-	size_t nsuf;
-	struct cmp *cmp;
-	size_t ncmp;
-};
-
-struct node {
-	struct cond *conds;
-	size_t n;
-};
-
-struct pattern {
-	struct node root;
-};
+#include "model/pattern_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* messages                                                            */
@@ -92,7 +39,9 @@ struct at {
 /* The chain as text, built once from the root (O(path length)). */
 static char *at_path(const struct at *a)
 {
-	const struct at *chain[2 * PATTERN_MAX_DEPTH + 4];
+	/* A level is at most a field, or $or and a branch index; a leaf adds
+	 * an operator and two list indexes. */
+	const struct at *chain[2 * PATTERN_MAX_DEPTH + 8];
 	size_t n = 0;
 	for (; a && n < ARRAY_LEN(chain); a = a->up)
 		chain[n++] = a;
@@ -190,10 +139,20 @@ static char *describe(const json_t *j)
 	return xstrdup("unknown value");
 }
 
+/* report() of "<what>, got <v described>". */
+static void report_got(struct compiler *c, const struct at *at, const json_t *v, const char *what)
+{
+	char *d = describe(v);
+	report(c, at, "%s, got %s", what, d);
+	free(d);
+}
+
 char *pattern_path_key(const char *path, const char *key, size_t klen)
 {
 	/* A long key is quoted, hence cut: a path stays short. */
 	bool plain = klen > 0 && klen <= QUOTE_MAX;
+	if (klen == 3 && memcmp(key, "$or", 3) == 0)
+		return xasprintf("%s.$or", path);
 	for (size_t i = 0; i < klen && plain; i++) {
 		unsigned char ch = (unsigned char)key[i];
 		plain = ch >= 0x80 || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -210,8 +169,28 @@ char *pattern_path_key(const char *path, const char *key, size_t klen)
 /* ------------------------------------------------------------------ */
 /* compilation                                                         */
 
-static const char *const operators[] = {"equals", "prefix", "suffix", "exists",
-					"gt",	  "gte",    "lt",     "lte"};
+enum op {
+	OP_EQUALS,
+	OP_PREFIX,
+	OP_SUFFIX,
+	OP_EXISTS,
+	OP_GT,
+	OP_GTE,
+	OP_LT,
+	OP_LTE,
+	OP_ANYTHING_BUT,
+	OP_FOLD,
+	OP_WILDCARD,
+	OP_CIDR,
+	OP_NUMERIC,
+};
+
+/* Indexed by enum op. */
+static const char *const operators[] = {
+	"equals",   "prefix", "suffix",	 "exists",	 "gt",
+	"gte",	    "lt",     "lte",	 "anything-but", "equals-ignore-case",
+	"wildcard", "cidr",   "numeric",
+};
 
 static int operator_index(const char *key, size_t klen)
 {
@@ -293,9 +272,7 @@ static void each_operand(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	if (!allow_single) {
-		char *d = describe(v);
-		report(c, at, "must be a list, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a list");
 		return;
 	}
 	reserve(arg, 1);
@@ -318,13 +295,10 @@ static void add_scalar(struct compiler *c, const json_t *v, const struct at *at,
 {
 	struct scalars *ss = arg;
 	if (ss->strings_only ? !json_is_string(v) : !is_scalar(v)) {
-		char *d = describe(v);
-		report(c, at, "%s, got %s",
-		       ss->strings_only
-			       ? "must be a string"
-			       : "values must be scalars (string, number, boolean or null)",
-		       d);
-		free(d);
+		report_got(c, at, v,
+			   ss->strings_only
+				   ? "must be a string"
+				   : "values must be scalars (string, number, boolean or null)");
 		return;
 	}
 	scalar_from_json(v, &ss->v[ss->n++]);
@@ -359,16 +333,225 @@ static void add_cmp(struct compiler *c, const json_t *v, const struct at *at, vo
 		}
 		cm.temporal = true;
 	} else {
-		char *d = describe(v);
-		report(c, at, "must be a number or a now() expression, got %s", d);
-		free(d);
+		report_got(c, at, v, "must be a number or a now() expression");
 		return;
 	}
 	cs->v[cs->n++] = cm;
 }
 
+/* The string operands of equals-ignore-case, wildcard and cidr, and of
+ * anything-but's string operators (STR_PLAIN: prefix, suffix). */
+enum str_kind { STR_PLAIN, STR_FOLD, STR_GLOB, STR_CIDR };
+
+struct strs {
+	enum str_kind kind;
+	struct scalar *v; /* STR_PLAIN, STR_FOLD */
+	struct pattern_glob *g;
+	struct pattern_cidr *cidr;
+	size_t n;
+};
+
+static void reserve_strs(void *arg, size_t more)
+{
+	struct strs *ss = arg;
+	if (ss->kind == STR_GLOB)
+		ss->g = xrealloc(ss->g, (ss->n + more) * sizeof *ss->g);
+	else if (ss->kind == STR_CIDR)
+		ss->cidr = xrealloc(ss->cidr, (ss->n + more) * sizeof *ss->cidr);
+	else
+		ss->v = xrealloc(ss->v, (ss->n + more) * sizeof *ss->v);
+}
+
+static void add_str(struct compiler *c, const json_t *v, const struct at *at, void *arg)
+{
+	struct strs *ss = arg;
+	if (!json_is_string(v)) {
+		report_got(c, at, v, "must be a string");
+		return;
+	}
+	const char *s = json_string_value(v);
+	size_t n = json_string_length(v);
+	char *why = NULL;
+	switch (ss->kind) {
+	case STR_PLAIN: scalar_from_json(v, &ss->v[ss->n++]); return;
+	case STR_FOLD: {
+		struct scalar *sc = &ss->v[ss->n++];
+		memset(sc, 0, sizeof *sc);
+		sc->kind = SC_STRING;
+		sc->s = pattern_fold(s, n, &sc->len);
+		return;
+	}
+	case STR_GLOB:
+		if (pattern_glob_compile(s, n, &ss->g[ss->n], &why) == 0) {
+			ss->n++;
+			return;
+		}
+		break;
+	case STR_CIDR:
+		if (pattern_cidr_parse(s, n, &ss->cidr[ss->n], &why) == 0) {
+			ss->n++;
+			return;
+		}
+		break;
+	}
+	char *q = quote(s, n);
+	report(c, at, "%s %s", q, why);
+	free(q);
+	free(why);
+}
+
+/* Indexed by enum cmp_op. */
+static const char *const cmp_names[] = {">", ">=", "<", "<=", "="};
+
+/* One numeric range: operator and number pairs, all of which must hold. */
+static void compile_range(struct compiler *c, const json_t *list, const struct at *at,
+			  struct range *r)
+{
+	size_t n = json_array_size(list);
+	if (n == 0) {
+		report(c, at, "empty list matches nothing");
+		return;
+	}
+	if (n % 2) {
+		report(c, at, "must be pairs of an operator and a number, got %zu elements", n);
+		return;
+	}
+	r->c = xcalloc(n / 2, sizeof *r->c);
+	for (size_t i = 0; i < n; i += 2) {
+		const json_t *op = json_array_get(list, i), *num = json_array_get(list, i + 1);
+		struct at po = {.up = at, .index = i}, pn = {.up = at, .index = i + 1};
+		int k = -1;
+		for (size_t j = 0; json_is_string(op) && j < ARRAY_LEN(cmp_names); j++)
+			if (strlen(cmp_names[j]) == json_string_length(op) &&
+			    memcmp(cmp_names[j], json_string_value(op), json_string_length(op)) ==
+				    0)
+				k = (int)j;
+		if (k < 0)
+			report_got(c, &po, op, "unknown operator: must be one of =, <, <=, >, >=");
+		if (!json_is_number(num))
+			report_got(c, &pn, num, "must be a number");
+		if (k >= 0 && json_is_number(num)) {
+			struct cmp *cm = &r->c[r->n++];
+			cm->op = (enum cmp_op)k;
+			scalar_from_json(num, &cm->num);
+		}
+	}
+}
+
+/* numeric: one range, or a list of ranges (any of which may hold). */
+static void compile_numeric(struct compiler *c, const json_t *v, const struct at *at,
+			    struct cond *cd)
+{
+	if (!json_is_array(v)) {
+		report_got(c, at, v, "must be a list such as [\">\", 0, \"<=\", 5]");
+		return;
+	}
+	size_t n = json_array_size(v);
+	if (n == 0 || !json_is_array(json_array_get(v, 0))) {
+		cd->rng = xcalloc(1, sizeof *cd->rng);
+		cd->nrng = 1;
+		compile_range(c, v, at, &cd->rng[0]);
+		return;
+	}
+	cd->rng = xcalloc(n, sizeof *cd->rng);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *item = json_array_get(v, i);
+		struct at p = {.up = at, .index = i};
+		if (!json_is_array(item)) {
+			report_got(c, &p, item,
+				   "must be a range such as [\">\", 0], as the first element is");
+			continue;
+		}
+		compile_range(c, item, &p, &cd->rng[cd->nrng++]);
+	}
+}
+
+static const struct {
+	const char *name;
+	enum neg_kind kind;
+} neg_ops[] = {
+	{"prefix", NEG_PREFIX},
+	{"suffix", NEG_SUFFIX},
+	{"equals-ignore-case", NEG_FOLD},
+	{"wildcard", NEG_WILDCARD},
+};
+
+/* anything-but: a value or a list of values, or a map of one string
+ * operator whose matches it excludes. */
+static void compile_anything_but(struct compiler *c, const json_t *v, const struct at *at,
+				 struct cond *cd)
+{
+	if (!json_is_object(v)) {
+		struct scalars ss = {0};
+		each_operand(c, v, at, true, reserve_scalars, add_scalar, &ss);
+		cd->neg = NEG_VALUES;
+		cd->negv = ss.v;
+		cd->nnegv = ss.n;
+		return;
+	}
+	if (json_object_size(v) != 1) {
+		report(c, at,
+		       "must be a list of values or a map of one operator (prefix, suffix, "
+		       "equals-ignore-case or wildcard), got a map of %zu keys",
+		       json_object_size(v));
+		return;
+	}
+	const char *key;
+	size_t klen;
+	const json_t *sub;
+	json_object_keylen_foreach((json_t *)v, key, klen, sub)
+	{
+		struct at p = {.up = at, .key = key, .klen = klen};
+		enum neg_kind kind = NEG_NONE;
+		for (size_t i = 0; i < ARRAY_LEN(neg_ops); i++)
+			if (strlen(neg_ops[i].name) == klen &&
+			    memcmp(neg_ops[i].name, key, klen) == 0)
+				kind = neg_ops[i].kind;
+		if (kind == NEG_NONE) {
+			char *q = quote(key, klen);
+			report(c, &p,
+			       "unknown operator %s (anything-but takes a list of values or one of "
+			       "prefix, suffix, equals-ignore-case, wildcard)",
+			       q);
+			free(q);
+			continue;
+		}
+		struct strs ss = {.kind = kind == NEG_WILDCARD ? STR_GLOB
+					  : kind == NEG_FOLD   ? STR_FOLD
+							       : STR_PLAIN};
+		each_operand(c, sub, &p, true, reserve_strs, add_str, &ss);
+		cd->neg = kind;
+		if (kind == NEG_WILDCARD) {
+			cd->negglob = ss.g;
+			cd->nnegglob = ss.n;
+		} else {
+			cd->negv = ss.v;
+			cd->nnegv = ss.n;
+		}
+	}
+}
+
+static void compile_strs(struct compiler *c, const json_t *v, const struct at *at, enum op op,
+			 struct cond *cd)
+{
+	struct strs ss = {.kind = op == OP_FOLD	      ? STR_FOLD
+				  : op == OP_WILDCARD ? STR_GLOB
+						      : STR_CIDR};
+	each_operand(c, v, at, true, reserve_strs, add_str, &ss);
+	if (op == OP_FOLD) {
+		cd->fold = ss.v;
+		cd->nfold = ss.n;
+	} else if (op == OP_WILDCARD) {
+		cd->glob = ss.g;
+		cd->nglob = ss.n;
+	} else {
+		cd->cidr = ss.cidr;
+		cd->ncidr = ss.n;
+	}
+}
+
 static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
-			 struct node *out);
+			 struct node *out, bool top);
 
 static void compile_ops(struct compiler *c, const json_t *obj, const struct at *at, struct cond *cd)
 {
@@ -380,15 +563,15 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 		int op = operator_index(key, klen);
 		struct at p = {.up = at, .key = key, .klen = klen};
 		switch (op) {
-		case 0: { /* equals */
+		case OP_EQUALS: {
 			struct scalars ss = {.v = cd->eq, .n = cd->neq};
 			each_operand(c, v, &p, true, reserve_scalars, add_scalar, &ss);
 			cd->eq = ss.v;
 			cd->neq = ss.n;
 			break;
 		}
-		case 1:
-		case 2: { /* prefix, suffix */
+		case OP_PREFIX:
+		case OP_SUFFIX: {
 			struct scalars ss = {.v = op == 1 ? cd->pre : cd->suf,
 					     .n = op == 1 ? cd->npre : cd->nsuf,
 					     .strings_only = true};
@@ -402,22 +585,29 @@ static void compile_ops(struct compiler *c, const json_t *obj, const struct at *
 			}
 			break;
 		}
-		case 3: /* exists */
+		case OP_EXISTS:
 			if (json_is_boolean(v)) {
 				cd->exists = json_is_true(v);
 			} else {
-				char *d = describe(v);
-				report(c, &p, "must be true or false, got %s", d);
-				free(d);
+				report_got(c, &p, v, "must be true or false");
 			}
 			break;
-		default: { /* gt gte lt lte */
-			struct cmps cs = {.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - 4)};
+		case OP_GT:
+		case OP_GTE:
+		case OP_LT:
+		case OP_LTE: {
+			struct cmps cs = {
+				.v = cd->cmp, .n = cd->ncmp, .op = (enum cmp_op)(op - OP_GT)};
 			each_operand(c, v, &p, true, reserve_cmps, add_cmp, &cs);
 			cd->cmp = cs.v;
 			cd->ncmp = cs.n;
 			break;
 		}
+		case OP_ANYTHING_BUT: compile_anything_but(c, v, &p, cd); break;
+		case OP_FOLD:
+		case OP_WILDCARD:
+		case OP_CIDR: compile_strs(c, v, &p, (enum op)op, cd); break;
+		case OP_NUMERIC: compile_numeric(c, v, &p, cd); break;
 		}
 	}
 }
@@ -458,12 +648,9 @@ static void compile_cond(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	if (!json_is_object(v)) {
-		char *d = describe(v);
-		report(c, at,
-		       "condition must be a list of values, an operator map or a nested field map, "
-		       "got %s",
-		       d);
-		free(d);
+		report_got(c, at, v,
+			   "condition must be a list of values, an operator map or a nested field "
+			   "map");
 		return;
 	}
 	if (json_object_size(v) == 0) {
@@ -495,11 +682,49 @@ static void compile_cond(struct compiler *c, const json_t *v, const struct at *a
 		return;
 	}
 	cd->nested = xcalloc(1, sizeof *cd->nested);
-	compile_node(c, v, at, depth + 1, cd->nested);
+	compile_node(c, v, at, depth + 1, cd->nested, false);
 }
 
-static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+/* $or: a list of 2 to PATTERN_MAX_OR_BRANCHES field maps, each nested one
+ * level deeper than the map holding it. */
+static void compile_alts(struct compiler *c, const json_t *v, const struct at *at, int depth,
 			 struct node *out)
+{
+	if (!json_is_array(v)) {
+		report_got(c, at, v, "must be a list of at least 2 patterns");
+		return;
+	}
+	size_t n = json_array_size(v);
+	if (n < 2) {
+		report(c, at, "needs at least 2 branches, got %zu", n);
+		return;
+	}
+	if (n > PATTERN_MAX_OR_BRANCHES) {
+		report(c, at, "more than %d branches (%zu)", PATTERN_MAX_OR_BRANCHES, n);
+		return;
+	}
+	if (depth >= PATTERN_MAX_DEPTH) {
+		report(c, at, "pattern nested deeper than %d levels", PATTERN_MAX_DEPTH);
+		return;
+	}
+	out->alts = xcalloc(n, sizeof *out->alts);
+	for (size_t i = 0; i < n; i++) {
+		const json_t *item = json_array_get(v, i);
+		struct at p = {.up = at, .index = i};
+		if (!json_is_object(item)) {
+			report_got(c, &p, item, "a branch must be a map of field conditions");
+		} else if (json_object_size(item) == 0) {
+			report(c, &p, "empty branch (it would match every event)");
+		} else {
+			compile_node(c, item, &p, depth + 1, &out->alts[out->nalts++], true);
+		}
+	}
+}
+
+/* A map of field conditions (and $or); top: the pattern itself or a $or
+ * branch, where an operator has no field. */
+static void compile_node(struct compiler *c, const json_t *obj, const struct at *at, int depth,
+			 struct node *out, bool top)
 {
 	size_t n = json_object_size(obj);
 	out->conds = xcalloc(n ? n : 1, sizeof *out->conds);
@@ -511,7 +736,9 @@ static void compile_node(struct compiler *c, const json_t *obj, const struct at 
 		struct at p = {.up = at, .key = key, .klen = klen};
 		if (klen == 0) {
 			report(c, &p, "empty field name");
-		} else if (depth == 1 && operator_index(key, klen) >= 0) {
+		} else if (klen == 3 && memcmp(key, "$or", 3) == 0) {
+			compile_alts(c, json_object_iter_value(it), &p, depth, out);
+		} else if (top && operator_index(key, klen) >= 0) {
 			report(c, &p, "operator outside a field (write field: {%.*s: ...})",
 			       (int)klen, key);
 		} else {
@@ -530,6 +757,13 @@ static void free_scalars(struct scalar *s, size_t n)
 	free(s);
 }
 
+static void free_globs(struct pattern_glob *g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		pattern_glob_free(&g[i]);
+	free(g);
+}
+
 static void free_node(struct node *nd)
 {
 	for (size_t i = 0; i < nd->n; i++) {
@@ -543,8 +777,21 @@ static void free_node(struct node *nd)
 		free_scalars(cd->pre, cd->npre);
 		free_scalars(cd->suf, cd->nsuf);
 		free(cd->cmp);
+		free_scalars(cd->fold, cd->nfold);
+		free_globs(cd->glob, cd->nglob);
+		free(cd->cidr);
+		for (size_t r = 0; r < cd->nrng; r++)
+			free(cd->rng[r].c);
+		free(cd->rng);
+		if (cd->neg == NEG_WILDCARD)
+			free_globs(cd->negglob, cd->nnegglob);
+		else
+			free_scalars(cd->negv, cd->nnegv);
 	}
 	free(nd->conds);
+	for (size_t i = 0; i < nd->nalts; i++)
+		free_node(&nd->alts[i]);
+	free(nd->alts);
 }
 
 void pattern_free(struct pattern *p)
@@ -557,6 +804,12 @@ void pattern_free(struct pattern *p)
 
 int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors)
 {
+	return pattern_compile_arrays(node, path, PATTERN_ARRAYS_VALUES, out, errors);
+}
+
+int pattern_compile_arrays(const json_t *node, const char *path, enum pattern_arrays arrays,
+			   struct pattern **out, struct buf *errors)
+{
 	struct compiler c = {.errors = errors};
 	struct pattern *p = NULL;
 
@@ -567,12 +820,11 @@ int pattern_compile(const json_t *node, const char *path, struct pattern **out, 
 	if (!node) {
 		report(&c, &root, "pattern is required");
 	} else if (!json_is_object(node)) {
-		char *d = describe(node);
-		report(&c, &root, "pattern must be a map of field conditions, got %s", d);
-		free(d);
+		report_got(&c, &root, node, "pattern must be a map of field conditions");
 	} else {
 		p = xcalloc(1, sizeof *p);
-		compile_node(&c, node, &root, 1, &p->root);
+		p->elements = arrays == PATTERN_ARRAYS_ELEMENTS;
+		compile_node(&c, node, &root, 1, &p->root, true);
 	}
 	if (c.nerr > PATTERN_MAX_MESSAGES && errors)
 		buf_appendf(errors, "%s: %d more errors not shown\n", path,
@@ -641,6 +893,7 @@ static bool op_holds(enum cmp_op op, int c)
 	case CMP_GTE: return c >= 0;
 	case CMP_LT: return c < 0;
 	case CMP_LTE: return c <= 0;
+	case CMP_EQ: return c == 0;
 	}
 	return false;
 }
@@ -655,27 +908,15 @@ static void split_ns(int64_t ns, int64_t *sec, int64_t *nsec)
 	}
 }
 
-static bool ops_match(const struct cond *cd, const struct event_value *v, int64_t now)
+/* What matching needs besides the event: now(), and the array mode. */
+struct mctx {
+	int64_t now;
+	bool elements;
+};
+
+/* The comparisons of gt, gte, lt and lte (any one holding). */
+static bool cmps_match(const struct cond *cd, const struct event_value *v, int64_t now)
 {
-	if (cd->exists == 1 && v)
-		return true;
-	if (cd->exists == 0 && !v)
-		return true;
-	if (!v)
-		return false;
-	for (size_t i = 0; i < cd->neq; i++)
-		if (scalar_eq(v, &cd->eq[i]))
-			return true;
-	if (v->type == EVENT_STRING) {
-		for (size_t i = 0; i < cd->npre; i++)
-			if (v->n >= cd->pre[i].len &&
-			    memcmp(v->u.str, cd->pre[i].s, cd->pre[i].len) == 0)
-				return true;
-		for (size_t i = 0; i < cd->nsuf; i++)
-			if (v->n >= cd->suf[i].len && memcmp(v->u.str + v->n - cd->suf[i].len,
-							     cd->suf[i].s, cd->suf[i].len) == 0)
-				return true;
-	}
 	int parsed = 0; /* 0 not yet, 1 ok, -1 not a timestamp */
 	int64_t vs = 0;
 	int32_t vn = 0;
@@ -709,27 +950,155 @@ static bool ops_match(const struct cond *cd, const struct event_value *v, int64_
 	return false;
 }
 
-static bool node_match(const struct node *nd, const struct event_value *obj, int64_t now)
+static bool has_prefix(const char *s, size_t n, const struct scalar *p)
+{
+	return n >= p->len && memcmp(s, p->s, p->len) == 0;
+}
+
+static bool has_suffix(const char *s, size_t n, const struct scalar *p)
+{
+	return n >= p->len && memcmp(s + n - p->len, p->s, p->len) == 0;
+}
+
+/* prefix, suffix, equals-ignore-case, wildcard and cidr on a string. */
+static bool str_match(const struct cond *cd, const char *s, size_t n)
+{
+	for (size_t i = 0; i < cd->npre; i++)
+		if (has_prefix(s, n, &cd->pre[i]))
+			return true;
+	for (size_t i = 0; i < cd->nsuf; i++)
+		if (has_suffix(s, n, &cd->suf[i]))
+			return true;
+	for (size_t i = 0; i < cd->nfold; i++)
+		if (pattern_fold_eq(s, n, cd->fold[i].s, cd->fold[i].len))
+			return true;
+	for (size_t i = 0; i < cd->nglob; i++)
+		if (pattern_glob_match(&cd->glob[i], s, n))
+			return true;
+	unsigned char addr[16];
+	if (cd->ncidr && pattern_cidr_address(s, n, addr) == 0)
+		for (size_t i = 0; i < cd->ncidr; i++)
+			if (pattern_cidr_contains(&cd->cidr[i], addr))
+				return true;
+	return false;
+}
+
+/* numeric: some range whose every comparison holds. */
+static bool ranges_match(const struct cond *cd, const struct event_value *v)
+{
+	if (v->type != EVENT_INT && v->type != EVENT_REAL)
+		return false;
+	for (size_t r = 0; r < cd->nrng; r++) {
+		const struct range *rg = &cd->rng[r];
+		size_t i = 0;
+		while (i < rg->n && op_holds(rg->c[i].op, num_cmp(v, &rg->c[i].num)))
+			i++;
+		if (i == rg->n)
+			return true;
+	}
+	return false;
+}
+
+/* anything-but: a scalar equal to none of the values, or a string that
+ * none of the operands matches. */
+static bool neg_match(const struct cond *cd, const struct event_value *v)
+{
+	if (cd->neg == NEG_VALUES) {
+		if (v->type == EVENT_ARRAY || v->type == EVENT_OBJECT)
+			return false;
+		for (size_t i = 0; i < cd->nnegv; i++)
+			if (scalar_eq(v, &cd->negv[i]))
+				return false;
+		return true;
+	}
+	if (v->type != EVENT_STRING)
+		return false;
+	const char *s = v->u.str;
+	size_t n = v->n;
+	for (size_t i = 0; i < cd->nnegv; i++) {
+		const struct scalar *o = &cd->negv[i];
+		if (cd->neg == NEG_PREFIX   ? has_prefix(s, n, o)
+		    : cd->neg == NEG_SUFFIX ? has_suffix(s, n, o)
+					    : pattern_fold_eq(s, n, o->s, o->len))
+			return false;
+	}
+	for (size_t i = 0; i < cd->nnegglob; i++)
+		if (pattern_glob_match(&cd->negglob[i], s, n))
+			return false;
+	return true;
+}
+
+/* Every operator but exists, on a present value; under match_arrays:
+ * elements, on each element of an array (nested arrays flattened). */
+static bool value_match(const struct cond *cd, const struct event_value *v, const struct mctx *m)
+{
+	if (m->elements && v->type == EVENT_ARRAY) {
+		for (size_t i = 0; i < v->n; i++)
+			if (value_match(cd, &v->u.items[i], m))
+				return true;
+		return false;
+	}
+	for (size_t i = 0; i < cd->neq; i++)
+		if (scalar_eq(v, &cd->eq[i]))
+			return true;
+	if (v->type == EVENT_STRING && str_match(cd, v->u.str, v->n))
+		return true;
+	if (cd->nrng && ranges_match(cd, v))
+		return true;
+	if (cd->neg != NEG_NONE && neg_match(cd, v))
+		return true;
+	return cd->ncmp && cmps_match(cd, v, m->now);
+}
+
+static bool ops_match(const struct cond *cd, const struct event_value *v, const struct mctx *m)
+{
+	if (cd->exists == 1 && v)
+		return true;
+	if (cd->exists == 0 && !v)
+		return true;
+	if (!v)
+		return false;
+	return value_match(cd, v, m);
+}
+
+static bool node_match(const struct node *nd, const struct event_value *obj, const struct mctx *m);
+
+/* Nested conditions on the value v of their parent field: an object's
+ * fields; anything else counts as missing, but under match_arrays:
+ * elements an array's elements are tried in turn (an empty one counts as
+ * missing). */
+static bool nested_match(const struct node *nd, const struct event_value *v, const struct mctx *m)
+{
+	if (m->elements && v && v->type == EVENT_ARRAY && v->n > 0) {
+		for (size_t i = 0; i < v->n; i++)
+			if (nested_match(nd, &v->u.items[i], m))
+				return true;
+		return false;
+	}
+	return node_match(nd, v && v->type == EVENT_OBJECT ? v : NULL, m);
+}
+
+static bool node_match(const struct node *nd, const struct event_value *obj, const struct mctx *m)
 {
 	for (size_t i = 0; i < nd->n; i++) {
 		const struct cond *cd = &nd->conds[i];
 		const struct event_value *v = event_get(obj, cd->key, cd->klen);
-		bool ok;
-		if (cd->nested)
-			ok = node_match(cd->nested, v && v->type == EVENT_OBJECT ? v : NULL, now);
-		else
-			ok = ops_match(cd, v, now);
+		bool ok = cd->nested ? nested_match(cd->nested, v, m) : ops_match(cd, v, m);
 		if (!ok)
 			return false;
 	}
-	return true;
+	for (size_t i = 0; i < nd->nalts; i++)
+		if (node_match(&nd->alts[i], obj, m))
+			return true;
+	return nd->nalts == 0;
 }
 
 bool pattern_match(const struct pattern *p, const struct event *ev, int64_t now_unix_ns)
 {
 	if (!p || !ev)
 		return false;
-	return node_match(&p->root, event_root(ev), now_unix_ns);
+	struct mctx m = {.now = now_unix_ns, .elements = p->elements};
+	return node_match(&p->root, event_root(ev), &m);
 }
 
 bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t now_unix_ns)
@@ -742,445 +1111,7 @@ bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t no
 	return ok;
 }
 
-/* ------------------------------------------------------------------ */
-/* pattern sets                                                        */
-
-/* A value as the index sees it: numbers that are equal compare equal. */
-struct ckey {
-	enum scalar_kind kind; /* SC_REAL only for non-integral or huge reals */
-	int64_t i;
-	double d;
-	const char *s;
-	size_t len;
-};
-
-static bool canon_real(double d, struct ckey *k)
+bool pattern_elements(const struct pattern *p)
 {
-	if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == trunc(d)) {
-		k->kind = SC_INT;
-		k->i = (int64_t)d;
-	} else {
-		k->kind = SC_REAL;
-		k->d = d;
-	}
-	return true;
-}
-
-static bool canon_event(const struct event_value *v, struct ckey *k)
-{
-	memset(k, 0, sizeof *k);
-	switch (v->type) {
-	case EVENT_NULL: k->kind = SC_NULL; return true;
-	case EVENT_TRUE: k->kind = SC_TRUE; return true;
-	case EVENT_FALSE: k->kind = SC_FALSE; return true;
-	case EVENT_INT:
-		k->kind = SC_INT;
-		k->i = v->u.i;
-		return true;
-	case EVENT_REAL: return canon_real(v->u.d, k);
-	case EVENT_STRING:
-		k->kind = SC_STRING;
-		k->s = v->u.str;
-		k->len = v->n;
-		return true;
-	default: return false; /* arrays and objects equal no scalar */
-	}
-}
-
-static void canon_scalar(const struct scalar *s, struct ckey *k)
-{
-	memset(k, 0, sizeof *k);
-	k->kind = s->kind;
-	if (s->kind == SC_INT)
-		k->i = s->i;
-	else if (s->kind == SC_REAL)
-		canon_real(s->d, k);
-	else if (s->kind == SC_STRING) {
-		k->s = s->s;
-		k->len = s->len;
-	}
-}
-
-/* Total order on index values: kind, then value (NaN, which no template
- * operand can hold, after every other real). */
-static int ckey_cmp(const struct ckey *a, const struct ckey *b)
-{
-	if (a->kind != b->kind)
-		return a->kind < b->kind ? -1 : 1;
-	switch (a->kind) {
-	case SC_INT: return (a->i > b->i) - (a->i < b->i);
-	case SC_REAL:
-		if (isnan(a->d) || isnan(b->d))
-			return isnan(a->d) - isnan(b->d);
-		return (a->d > b->d) - (a->d < b->d);
-	case SC_STRING: {
-		int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
-		return c ? c : (a->len > b->len) - (a->len < b->len);
-	}
-	default: return 0;
-	}
-}
-
-struct segment {
-	const char *key;
-	size_t klen;
-};
-
-static int segs_cmp(const struct segment *a, size_t na, const struct segment *b, size_t nb)
-{
-	for (size_t i = 0; i < na && i < nb; i++) {
-		size_t n = a[i].klen < b[i].klen ? a[i].klen : b[i].klen;
-		int c = memcmp(a[i].key, b[i].key, n);
-		if (c || a[i].klen != b[i].klen)
-			return c ? c : (a[i].klen > b[i].klen) - (a[i].klen < b[i].klen);
-	}
-	return (na > nb) - (na < nb);
-}
-
-/* One (path, value) the index knows, in a sorted array: a lookup is a
- * binary search (no hash, so no input can make it slow). */
-struct entry {
-	uint32_t path;
-	struct ckey key;    /* strings borrowed from the patterns */
-	uint32_t count;	    /* rule values that could be filed here (selectivity) */
-	uint32_t first, n;  /* the filed rules: set->ids[first..first+n), ascending */
-	uint32_t last_rule; /* while building: the rule filed last, +1 */
-};
-
-struct ipath {
-	struct segment *segs; /* borrowed from the set's segment pool */
-	size_t nseg;
-	uint32_t lo, hi; /* its entries: entries[lo..hi) */
-	bool probed;	 /* some rule is filed under this path */
-};
-
-struct pattern_set {
-	const struct pattern *const *patterns;
-	size_t n;
-	struct segment *pool; /* every indexed path's segments */
-	struct entry *entries;
-	size_t nentries;
-	uint32_t *ids;
-	struct ipath *paths;
-	size_t npaths;
-	uint32_t *probe; /* ids of the probed paths */
-	size_t nprobe;
-	uint32_t *unindexed;
-	size_t nunindexed;
-	uint64_t work; /* comparisons and allocations made building it */
-};
-
-/* A required-equality field of one rule. */
-struct req {
-	uint32_t rule;
-	uint32_t path;
-	size_t seg; /* first segment in the pool */
-	size_t nseg;
-	const struct cond *cd;
-};
-
-struct builder {
-	struct pattern_set *set;
-	struct segment *pool;
-	size_t npool, cappool;
-	struct req *reqs;
-	size_t nreqs, capreqs;
-};
-
-/* Grows *v (of *cap elements of size sz) to hold need: doubling, so n
- * appends cost O(n) copies and O(log n) allocations. */
-static void grow(struct pattern_set *set, void **v, size_t *cap, size_t need, size_t sz)
-{
-	if (need <= *cap)
-		return;
-	size_t c = *cap ? *cap : 16;
-	while (c < need)
-		c *= 2;
-	*v = xrealloc(*v, c * sz);
-	*cap = c;
-	set->work++;
-}
-
-static void collect_reqs(struct builder *b, uint32_t rule, const struct node *nd,
-			 struct segment *stack, size_t depth)
-{
-	for (size_t i = 0; i < nd->n; i++) {
-		const struct cond *cd = &nd->conds[i];
-		stack[depth].key = cd->key;
-		stack[depth].klen = cd->klen;
-		if (cd->nested) {
-			collect_reqs(b, rule, cd->nested, stack, depth + 1);
-		} else if (cd->exists < 0 && cd->npre == 0 && cd->nsuf == 0 && cd->ncmp == 0 &&
-			   cd->neq > 0) {
-			grow(b->set, (void **)&b->reqs, &b->capreqs, b->nreqs + 1, sizeof *b->reqs);
-			grow(b->set, (void **)&b->pool, &b->cappool, b->npool + depth + 1,
-			     sizeof *b->pool);
-			struct req *r = &b->reqs[b->nreqs++];
-			r->rule = rule;
-			r->seg = b->npool;
-			r->nseg = depth + 1;
-			r->cd = cd;
-			memcpy(b->pool + b->npool, stack, r->nseg * sizeof *stack);
-			b->npool += r->nseg;
-		}
-	}
-}
-
-struct sort_ctx {
-	const struct segment *pool;
-	const struct req *reqs;
-	uint64_t *work;
-};
-
-static int req_path_cmp(const void *x, const void *y, void *arg)
-{
-	struct sort_ctx *sc = arg;
-	const struct req *a = &sc->reqs[*(const uint32_t *)x], *b = &sc->reqs[*(const uint32_t *)y];
-	(*sc->work)++;
-	return segs_cmp(sc->pool + a->seg, a->nseg, sc->pool + b->seg, b->nseg);
-}
-
-/* Gives every req the id of its path; equal paths share one. */
-static void intern_paths(struct builder *b)
-{
-	struct pattern_set *set = b->set;
-	uint32_t *order = xmalloc((b->nreqs ? b->nreqs : 1) * sizeof *order);
-	for (size_t i = 0; i < b->nreqs; i++)
-		order[i] = (uint32_t)i;
-	struct sort_ctx sc = {b->pool, b->reqs, &set->work};
-	qsort_r(order, b->nreqs, sizeof *order, req_path_cmp, &sc);
-	set->paths = xcalloc(b->nreqs ? b->nreqs : 1, sizeof *set->paths);
-	for (size_t i = 0; i < b->nreqs; i++) {
-		struct req *r = &b->reqs[order[i]];
-		if (i == 0 || req_path_cmp(&order[i - 1], &order[i], &sc) != 0) {
-			struct ipath *p = &set->paths[set->npaths++];
-			p->segs = b->pool + r->seg;
-			p->nseg = r->nseg;
-		}
-		r->path = (uint32_t)(set->npaths - 1);
-	}
-	free(order);
-	set->work += 3;
-}
-
-static int entry_cmp(const void *x, const void *y, void *arg)
-{
-	const struct entry *a = x, *b = y;
-	(*(uint64_t *)arg)++;
-	if (a->path != b->path)
-		return a->path < b->path ? -1 : 1;
-	return ckey_cmp(&a->key, &b->key);
-}
-
-/* Every (path, value) of every req, sorted and merged, counting the rule
- * values that name each; each path gets its range of entries. */
-static void build_entries(struct builder *b)
-{
-	struct pattern_set *set = b->set;
-	size_t total = 0;
-	for (size_t r = 0; r < b->nreqs; r++)
-		total += b->reqs[r].cd->neq;
-	struct entry *all = xcalloc(total ? total : 1, sizeof *all);
-	size_t k = 0;
-	for (size_t r = 0; r < b->nreqs; r++)
-		for (size_t v = 0; v < b->reqs[r].cd->neq; v++, k++) {
-			all[k].path = b->reqs[r].path;
-			canon_scalar(&b->reqs[r].cd->eq[v], &all[k].key);
-		}
-	qsort_r(all, total, sizeof *all, entry_cmp, &set->work);
-	size_t m = 0;
-	for (size_t i = 0; i < total; i++) {
-		if (m == 0 || entry_cmp(&all[m - 1], &all[i], &set->work) != 0)
-			all[m++] = all[i];
-		all[m - 1].count++;
-	}
-	set->entries = all;
-	set->nentries = m;
-	for (size_t i = 0; i < m; i++) {
-		struct ipath *p = &set->paths[all[i].path];
-		if (p->lo == p->hi)
-			p->lo = (uint32_t)i;
-		p->hi = (uint32_t)i + 1;
-	}
-	set->work += 1;
-}
-
-/* The entry (path, k), or NULL; O(log entries). */
-static struct entry *entry_find(const struct pattern_set *set, uint32_t path, const struct ckey *k,
-				uint64_t *work)
-{
-	const struct ipath *p = &set->paths[path];
-	size_t lo = p->lo, hi = p->hi;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = ckey_cmp(&set->entries[mid].key, k);
-		if (work)
-			(*work)++;
-		if (c == 0)
-			return &set->entries[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
-static struct entry *req_entry(struct pattern_set *set, const struct req *r, size_t v)
-{
-	struct ckey k;
-	canon_scalar(&r->cd->eq[v], &k);
-	return entry_find(set, r->path, &k, &set->work);
-}
-
-/* Files each rule under its most selective required-equality field (the
- * first of the cheapest, in pattern order), or lists it as unindexed. */
-static void file_rules(struct builder *b, const size_t *first_req)
-{
-	struct pattern_set *set = b->set;
-	const struct req **best = xcalloc(set->n ? set->n : 1, sizeof *best);
-	for (size_t i = 0; i < set->n; i++) {
-		uint64_t best_cost = UINT64_MAX;
-		for (size_t r = first_req[i]; r < first_req[i + 1]; r++) {
-			uint64_t cost = 0;
-			for (size_t v = 0; v < b->reqs[r].cd->neq; v++)
-				cost += req_entry(set, &b->reqs[r], v)->count;
-			if (cost < best_cost) {
-				best_cost = cost;
-				best[i] = &b->reqs[r];
-			}
-		}
-	}
-	/* Two passes: count each entry's rules, then place them, so the ids
-	 * are one array. [1, 1.0] files a rule once. */
-	size_t nids = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		for (size_t e = 0; e < set->nentries; e++)
-			set->entries[e].last_rule = 0;
-		for (size_t i = 0; i < set->n; i++) {
-			if (!best[i]) {
-				if (pass == 0)
-					set->unindexed[set->nunindexed++] = (uint32_t)i;
-				continue;
-			}
-			set->paths[best[i]->path].probed = true;
-			for (size_t v = 0; v < best[i]->cd->neq; v++) {
-				struct entry *e = req_entry(set, best[i], v);
-				if (e->last_rule == i + 1)
-					continue;
-				e->last_rule = (uint32_t)i + 1;
-				if (pass == 0)
-					e->n++;
-				else
-					set->ids[e->first + e->n++] = (uint32_t)i;
-			}
-		}
-		if (pass == 0) {
-			for (size_t e = 0; e < set->nentries; e++) {
-				set->entries[e].first = (uint32_t)nids;
-				nids += set->entries[e].n;
-				set->entries[e].n = 0;
-			}
-			set->ids = xmalloc((nids ? nids : 1) * sizeof *set->ids);
-		}
-	}
-	free(best);
-	set->work += 2;
-}
-
-struct pattern_set *pattern_set_new(const struct pattern *const *patterns, size_t n)
-{
-	struct pattern_set *set = xcalloc(1, sizeof *set);
-	struct builder b = {.set = set};
-	struct segment stack[PATTERN_MAX_DEPTH + 1];
-	size_t *first_req = xmalloc((n + 1) * sizeof *first_req);
-
-	set->patterns = patterns;
-	set->n = n;
-	set->unindexed = xmalloc((n ? n : 1) * sizeof *set->unindexed);
-	for (size_t i = 0; i < n; i++) {
-		first_req[i] = b.nreqs;
-		collect_reqs(&b, (uint32_t)i, &patterns[i]->root, stack, 0);
-	}
-	first_req[n] = b.nreqs;
-	intern_paths(&b);
-	build_entries(&b);
-	file_rules(&b, first_req);
-	set->pool = b.pool;
-	set->probe = xmalloc((set->npaths ? set->npaths : 1) * sizeof *set->probe);
-	for (size_t i = 0; i < set->npaths; i++)
-		if (set->paths[i].probed)
-			set->probe[set->nprobe++] = (uint32_t)i;
-	free(b.reqs);
-	free(first_req);
-	set->work += 5;
-	return set;
-}
-
-void pattern_set_free(struct pattern_set *set)
-{
-	if (!set)
-		return;
-	free(set->entries);
-	free(set->ids);
-	free(set->paths);
-	free(set->pool);
-	free(set->probe);
-	free(set->unindexed);
-	free(set);
-}
-
-size_t pattern_set_size(const struct pattern_set *set)
-{
-	return set->n;
-}
-
-size_t pattern_set_unindexed(const struct pattern_set *set)
-{
-	return set->nunindexed;
-}
-
-uint64_t pattern_set_build_work(const struct pattern_set *set)
-{
-	return set->work;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-size_t pattern_set_match(const struct pattern_set *set, const struct event *ev, int64_t now_unix_ns,
-			 uint32_t *ids)
-{
-	if (!ev)
-		return 0;
-	const struct event_value *root = event_root(ev);
-	size_t k = set->nunindexed;
-	int sources = k > 0;
-	if (k)
-		memcpy(ids, set->unindexed, k * sizeof *ids);
-	for (size_t p = 0; p < set->nprobe; p++) {
-		const struct ipath *ip = &set->paths[set->probe[p]];
-		const struct event_value *v = root;
-		for (size_t s = 0; s < ip->nseg && v; s++)
-			v = event_get(v, ip->segs[s].key, ip->segs[s].klen);
-		struct ckey key;
-		if (!v || !canon_event(v, &key))
-			continue;
-		const struct entry *e = entry_find(set, set->probe[p], &key, NULL);
-		if (!e || !e->n)
-			continue;
-		memcpy(ids + k, set->ids + e->first, e->n * sizeof *ids);
-		k += e->n;
-		sources++;
-	}
-	if (sources > 1)
-		qsort(ids, k, sizeof *ids, cmp_u32);
-	size_t m = 0;
-	for (size_t i = 0; i < k; i++)
-		if (pattern_match(set->patterns[ids[i]], ev, now_unix_ns))
-			ids[m++] = ids[i];
-	return m;
+	return p->elements;
 }

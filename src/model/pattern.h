@@ -6,8 +6,12 @@
  * Each field's condition is one of:
  *   - a list of scalars: implicit equality, `status: [COMPLETED, FAILED]`;
  *   - a map whose keys are all operators (equals, prefix, suffix, exists,
- *     gt, gte, lt, lte);
+ *     gt, gte, lt, lte, anything-but, equals-ignore-case, wildcard, cidr,
+ *     numeric);
  *   - a map whose keys are all field names: nested conditions.
+ * Wherever field names may appear (the pattern itself, a nested map, a
+ * branch) `$or: [{...}, {...}]` may too: one of its branches must match,
+ * besides the map's other fields.
  *
  * Validation decisions beyond the spec (each failure is one error line):
  *   - the pattern itself must be a map; missing or null is an error, `{}`
@@ -25,6 +29,18 @@
  *     with D a Go duration without its own sign or spaces (now()+0s is fine),
  *     singly or in a non-empty list; other strings, booleans, null and maps are
  *     errors;
+ *   - equals-ignore-case, wildcard and cidr take a string or a non-empty
+ *     list of strings; a wildcard may not hold two stars in a row, a
+ *     backslash other than \* or \\, or more than
+ *     PATTERN_MAX_WILDCARD_STARS stars (pattern_internal.h); a cidr is
+ *     ADDRESS/BITS;
+ *   - anything-but takes a scalar, a non-empty list of scalars, or a map of
+ *     exactly one of prefix, suffix, equals-ignore-case, wildcard (its
+ *     operands as above);
+ *   - numeric takes a range, [op, number, op, number, ...] with op one of
+ *     =, <, <=, >, >=, or a non-empty list of ranges;
+ *   - $or takes a list of 2 to PATTERN_MAX_OR_BRANCHES non-empty maps, each
+ *     one level deeper than the map holding it;
  *   - field names may not be empty; a map mixing operator and field keys is an
  *     error; patterns nest at most PATTERN_MAX_DEPTH maps deep.
  * A field literally named like an operator cannot be matched (the name
@@ -32,14 +48,28 @@
  * since an operator needs a field).
  *
  * Matching: values in one operator's list are OR, sibling fields AND, the
- * operators of one field OR. A missing field fails every operator except
+ * operators of one field OR (a numeric range is one operand: its
+ * comparisons are AND). A missing field fails every operator except
  * exists:false; extra fields are ignored; a parent that is an array, null or
  * a scalar counts as missing for its nested conditions. Equality is
  * type-preserving and numeric across integers and reals (exact for int64);
  * arrays and objects never equal a scalar operand. prefix/suffix compare the
  * bytes of string values only. Numeric comparisons need a JSON number.
  * Temporal comparisons parse the value as RFC 3339 (rfc3339.h) and compare
- * instants with nanosecond precision against now + offset.
+ * instants with nanosecond precision against now + offset. anything-but
+ * with values matches a present scalar equal to none of them; with a
+ * string operator, a string that operator does not match. cidr matches a
+ * string that inet_pton reads as an address inside a range (IPv4 compared
+ * as IPv4-mapped IPv6). Under match_arrays: elements
+ * (PATTERN_ARRAYS_ELEMENTS) every operator but exists holds for an array
+ * when it holds for one of its elements, and nested conditions under an
+ * array hold when they hold for one element (an empty array counts as
+ * missing).
+ *
+ * Cost: one match visits each pattern node at most once per event value
+ * at its path, so it is O(pattern size × event size); $or branches are
+ * tried in turn, never multiplied out; a wildcard costs O(value × operand)
+ * (memmem per segment, no backtracking).
  *
  * Thread-safety: a compiled pattern and a pattern set are immutable after
  * creation and may be shared by any number of threads; matching allocates
@@ -57,6 +87,8 @@
 #include "base/util.h"
 
 #define PATTERN_MAX_DEPTH 32
+/* Branches of one $or. */
+#define PATTERN_MAX_OR_BRANCHES 64
 /* Errors of one pattern described in full; the rest are counted in one
  * last line "<path>: N more errors not shown". */
 #define PATTERN_MAX_MESSAGES 20
@@ -76,6 +108,18 @@ struct pattern;
 int pattern_compile(const json_t *node, const char *path, struct pattern **out, struct buf *errors);
 void pattern_free(struct pattern *p);
 
+/* How conditions treat an array in the event (template key match_arrays). */
+enum pattern_arrays {
+	PATTERN_ARRAYS_VALUES,	 /* an array is one value (pattern_compile's) */
+	PATTERN_ARRAYS_ELEMENTS, /* a condition holds when one element satisfies it */
+};
+
+/* pattern_compile, with the array mode given. */
+int pattern_compile_arrays(const json_t *node, const char *path, enum pattern_arrays arrays,
+			   struct pattern **out, struct buf *errors);
+/* Whether p was compiled with PATTERN_ARRAYS_ELEMENTS. */
+bool pattern_elements(const struct pattern *p);
+
 /* The path of field key[0..klen) under path, as messages show it: path +
  * ".key", or path + "[\"key\"]" (escaped, cut at 80 bytes) when the key is
  * not a plain word of at most 80 bytes, so a path never holds ": " or a
@@ -93,9 +137,13 @@ bool pattern_match_json(const struct pattern *p, const json_t *event, int64_t no
 /*
  * A pattern set matches one event against many patterns at once. Rules that
  * have a required equality condition (a field whose only operator is
- * equality, at any depth) are indexed by (field path, value) under their
- * most selective such field; only the rules indexed under the event's own
- * values, plus the rules without such a field, are evaluated.
+ * equality, at any depth, outside $or) are indexed by (field path, value)
+ * under their most selective such field; only the rules indexed under the
+ * event's own values, plus the rules without such a field, are evaluated.
+ * For a path where a PATTERN_ARRAYS_ELEMENTS rule is filed, the event's
+ * values are looked up through every array on the way (each event value
+ * visited once per such path); when that names more candidates than the
+ * set has rules, every rule is evaluated.
  */
 struct pattern_set;
 

@@ -719,7 +719,8 @@ static size_t errors_seen(const struct ctx *c)
 
 /* pattern: converted to JSON and compiled; NULL exactly when an error was
  * added for it (a rule is never left without its pattern). */
-static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, const char *path)
+static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, const char *path,
+				   enum pattern_arrays arrays)
 {
 	bool present;
 	const struct ynode *n = map_get(parent, "pattern", &present);
@@ -734,7 +735,7 @@ static struct pattern *get_pattern(struct ctx *c, const struct ynode *parent, co
 		if (j) {
 			struct buf pe;
 			buf_init(&pe, 1 << 20);
-			if (pattern_compile(j, p, &pattern, &pe) != 0)
+			if (pattern_compile_arrays(j, p, arrays, &pattern, &pe) != 0)
 				add_lines(c, pe.data);
 			buf_free(&pe);
 			json_decref(j);
@@ -823,7 +824,9 @@ static void parse_rules(struct ctx *c, const struct ynode *seq, struct template 
 		r.timeout_ns = get_timeout(c, item, path);
 		r.retries = get_retries(c, item, path);
 		get_retry(c, item, path, &t->retry, &r.retry);
-		r.pattern = get_pattern(c, item, path);
+		r.pattern = get_pattern(c, item, path,
+					t->match_arrays_elements ? PATTERN_ARRAYS_ELEMENTS
+								 : PATTERN_ARRAYS_VALUES);
 		t->rules[t->nrules++] = r;
 	}
 }
@@ -1021,6 +1024,29 @@ static void top_concurrency(struct top *top, const struct ynode *n, bool present
 	}
 }
 
+/* match_arrays: values (the default: an array is one value) or elements (a
+ * condition holds for an array when one element satisfies it). Read before
+ * events, whose patterns it changes. */
+static void top_match_arrays(struct top *top, const struct ynode *n, bool present)
+{
+	top->t->match_arrays_elements = false;
+	if (!present)
+		return;
+	struct yscalar y;
+	enum ytype ty = node_type(n, &y);
+	if (ty == Y_STR && text_eq(y.text, y.len, "elements")) {
+		top->t->match_arrays_elements = true;
+	} else if (ty == Y_STR && text_eq(y.text, y.len, "values")) {
+		return;
+	} else if (ty == Y_STR) {
+		char *q = shown(&y);
+		err(top->c, "match_arrays", "must be values or elements, not %s", q);
+		free(q);
+	} else {
+		err(top->c, "match_arrays", "must be values or elements, not %s", type_name(ty));
+	}
+}
+
 /* warm: a mapping of idle (a duration, 1s..1h) and max_uses (an integer,
  * 1..100000); {} takes both defaults. An unknown key inside it is an error
  * (a misspelt bound would silently keep a container for an hour). */
@@ -1201,11 +1227,16 @@ static const struct top_key {
 	const char *key;
 	void (*parse)(struct top *top, const struct ynode *n, bool present);
 } top_keys[] = {
-	{"runtime", top_runtime}, {"concurrency", top_concurrency},
-	{"retry", top_retry},	  {"events", top_events},
+	{"runtime", top_runtime},
+	{"concurrency", top_concurrency},
+	{"match_arrays", top_match_arrays},
+	{"retry", top_retry},
+	{"events", top_events},
 	{"schedules", top_schedules},
-	{NULL, check_handlers},	  {"env", top_env},
-	{"secrets", top_secrets}, {NULL, check_vars},
+	{NULL, check_handlers},
+	{"env", top_env},
+	{"secrets", top_secrets},
+	{NULL, check_vars},
 	{"warm", top_warm},
 };
 

@@ -136,6 +136,9 @@ struct template
 	int64_t warm_max_uses;
 	/* retry: the top level's keys (retry.h); the rules' hold it merged. */
 	struct retry_policy retry;
+	/* match_arrays: elements (docs/template.md, "Arrays in events"): the
+	 * rules' patterns were compiled with PATTERN_ARRAYS_ELEMENTS. */
+	bool match_arrays_elements;
 };
 
 /*

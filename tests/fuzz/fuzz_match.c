@@ -1,7 +1,8 @@
 /*
  * libFuzzer target: arbitrary bytes as a stream message's event field,
  * decoded and matched against a fixed set of patterns that use every
- * operator. Besides crashes, leaks and hangs it checks four invariants:
+ * operator, each compiled under both match_arrays modes (values, then
+ * elements). Besides crashes, leaks and hangs it checks four invariants:
  * the pattern set agrees with rule-by-rule evaluation; a decoded event is an
  * object; every member of every object is what event_get finds for its key
  * (the last member with that key); and when jansson also accepts the text,
@@ -36,8 +37,29 @@ static const char *const pattern_texts[] = {
 	/* escapes outside the BMP: a surrogate pair decoded wrongly shows here */
 	"{\"id\":{\"suffix\":[\"_\\ud83d\\ude00\"]}}",
 	"{\"u\":[\"\\u00e9\\ud83d\\ude00\\u0001\"]}",
+	/* the EventBridge operators, $or and arrays */
+	"{\"s\":{\"anything-but\":[\"a\",5,null,true]}}",
+	"{\"s\":{\"anything-but\":{\"prefix\":[\"us-\",\"\"]}},\"t\":{\"anything-but\":{\"suffix\":"
+	"\".png\"}}}",
+	"{\"s\":{\"anything-but\":{\"equals-ignore-case\":[\"stra\\u00dfe\",\"\\u03c3\"]}}}",
+	"{\"s\":{\"anything-but\":{\"wildcard\":[\"*/lib/*\",\"a\\\\*\"]}}}",
+	"{\"s\":{\"equals-ignore-case\":[\"alice\",\"\\u212a\",\"\\ud801\\udc28\",\"\"]}}",
+	"{\"s\":{\"wildcard\":[\"*a*a*a*\",\"dir/*/x*\",\"\\\\**\\\\\\\\\",\"\"]}}",
+	"{\"ip\":{\"cidr\":[\"10.0.0.0/8\",\"2001:db8::/32\",\"::ffff:0:0/96\",\"0.0.0.0/0\"]}}",
+	"{\"ip\":{\"cidr\":\"192.168.1.7/31\"},\"n\":{\"numeric\":[\">\",0,\"<=\",5]}}",
+	"{\"n\":{\"numeric\":[[\">\",-1e300,\"<\",-0.5],[\"=\",9223372036854775807],[\">=\",1e19]]}"
+	"}",
+	"{\"n\":{\"numeric\":[\"=\",0],\"prefix\":\"x\",\"exists\":false}}",
+	"{\"$or\":[{\"a\":[\"x\"]},{\"b\":{\"$or\":[{\"c\":[1]},{\"d\":{\"exists\":false}}]}}],"
+	"\"e\":{\"exists\":true}}",
+	"{\"a\":{\"$or\":[{\"b\":{\"numeric\":[\">\",1]}},{\"c\":{\"wildcard\":\"*\"}}]}}",
+	"{\"items\":{\"sku\":[\"A\"],\"qty\":{\"numeric\":[\">\",1]}},\"tags\":[\"x\",null]}",
+	"{\"a\":{\"b\":{\"c\":{\"anything-but\":[\"x\"]}},\"d\":{\"gone\":{\"exists\":false}}}}",
 };
-#define NPAT (sizeof pattern_texts / sizeof pattern_texts[0])
+/* Each text compiled twice: patterns[i] under match_arrays: values,
+ * patterns[NTEXT + i] under elements. */
+#define NTEXT (sizeof pattern_texts / sizeof pattern_texts[0])
+#define NPAT (2 * NTEXT)
 
 static struct pattern *patterns[NPAT];
 static struct pattern_set *set;
@@ -52,9 +74,13 @@ static void init(void)
 {
 	event_hash_key_for_tests(hash_key);
 	for (size_t i = 0; i < NPAT; i++) {
-		json_t *j = json_loads(pattern_texts[i], 0, NULL);
-		CHECK(j && pattern_compile(j, "fuzz", &patterns[i], NULL) == 0,
-		      "fixed pattern %s does not compile", pattern_texts[i]);
+		const char *text = pattern_texts[i % NTEXT];
+		json_t *j = json_loads(text, 0, NULL);
+		CHECK(j && pattern_compile_arrays(j, "fuzz",
+						  i < NTEXT ? PATTERN_ARRAYS_VALUES
+							    : PATTERN_ARRAYS_ELEMENTS,
+						  &patterns[i], NULL) == 0,
+		      "fixed pattern %s does not compile", text);
 		json_decref(j);
 	}
 	set = pattern_set_new((const struct pattern *const *)patterns, NPAT);
@@ -143,7 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < NPAT; i++)
 			CHECK(pattern_match_json(patterns[i], j, now) == naive[i],
 			      "pattern %s: jansson's tree %s, Relay's decoding %s",
-			      pattern_texts[i], naive[i] ? "does not match" : "matches",
+			      pattern_texts[i % NTEXT], naive[i] ? "does not match" : "matches",
 			      naive[i] ? "matches" : "does not");
 	}
 	json_decref(j);

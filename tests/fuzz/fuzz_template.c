@@ -18,6 +18,9 @@
  *   accepts, and they build a pattern set (pattern_set_new, the sorting
  *   index a reload builds). Seeds alias one long text many times, past the
  *   bound on text with aliases expanded and just under it.
+ * - The fuzzed patterns match: each valid template's rules are matched
+ *   against a few fixed events (arrays, nested objects, addresses, numbers,
+ *   cased text), and the set agrees with rule-by-rule evaluation.
  * - Every error and warning names where it is: it starts with a path into
  *   the template ("events[1].timeout: ", "events[0].pattern.a[\"b c\"]: ",
  *   "secrets.TOKEN: ", "template.yaml: " for the whole file) or, for YAML
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "io/event.h"
 #include "model/pattern.h"
 #include "model/template.h"
 
@@ -36,9 +40,9 @@
 
 /* The fields a path may start with: template.yaml's top-level keys, the
  * whole file, and "template" for a problem with the top-level map. */
-static const char *const roots[] = {"template.yaml", "template",  "runtime", "concurrency",
-				    "events",	     "schedules", "env",     "secrets",
-				    "warm",	     "retry"};
+static const char *const roots[] = {"template.yaml", "template",    "runtime", "concurrency",
+				    "events",	     "schedules",   "env",     "secrets",
+				    "warm",	     "match_arrays", "retry"};
 
 /* Length of a quoted key "..." at s, or 0; "..." follows the closing quote
  * when the key was cut. Pattern paths escape '"' and '\\' (escapes true);
@@ -61,7 +65,7 @@ static size_t quoted_len(const char *s, int escapes)
 static int word_char(unsigned char c)
 {
 	return c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	       (c >= '0' && c <= '9') || c == '_' || c == '-';
+	       (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '$';
 }
 
 /* Does line start with "<path>: <message>" or a YAML position? A warning
@@ -116,6 +120,40 @@ static int names_a_place(const char *line, int warning)
 	return p[1] == ' ' && p[2] != '\0';
 }
 
+/* Events for the fuzzed patterns, with the shapes the operators look at. */
+static const char *const event_texts[] = {
+	"{\"a\":\"x\",\"b\":1,\"c\":[1,\"x\",null,{\"d\":\"e\"}],\"ip\":\"10.1.2.3\"}",
+	"{\"s\":\"Stra\\u00dfe\",\"t\":\"dir/a/x.png\",\"n\":5.5,\"ip\":\"2001:db8::1\","
+	"\"items\":[{\"sku\":\"A\",\"qty\":2},{\"sku\":\"B\"}],\"e\":{\"f\":{\"g\":[true]}}}",
+	"{\"a\":[],\"b\":{},\"c\":\"\",\"n\":-0,\"m\":1e300,\"ip\":\"::ffff:10.0.0.1\"}",
+};
+
+static void check_matching(const struct template *t, const struct pattern **pats,
+			   const struct pattern_set *set)
+{
+	static struct event *events[sizeof event_texts / sizeof event_texts[0]];
+	if (!events[0])
+		for (size_t i = 0; i < sizeof event_texts / sizeof event_texts[0]; i++)
+			CHECK(event_parse_json(event_texts[i], strlen(event_texts[i]), &events[i],
+					       NULL) == EVENT_OK,
+			      "fixed event %zu does not parse", i);
+	uint32_t *ids = calloc(t->nrules + 1, sizeof *ids);
+	if (!ids)
+		return;
+	for (size_t e = 0; e < sizeof event_texts / sizeof event_texts[0]; e++) {
+		size_t n = pattern_set_match(set, events[e], 0, ids), k = 0;
+		for (size_t i = 0; i < t->nrules; i++) {
+			if (!pattern_match(pats[i], events[e], 0))
+				continue;
+			CHECK(k < n && ids[k] == i,
+			      "event %zu: rule %zu matches alone, not in the set", e, i);
+			k++;
+		}
+		CHECK(k == n, "event %zu: the set matches %zu rules, rule by rule %zu", e, n, k);
+	}
+	free(ids);
+}
+
 static void parse(const uint8_t *data, size_t size, int *rc, struct strlist *errors,
 		  struct strlist *warnings, bool build)
 {
@@ -143,8 +181,11 @@ static void parse(const uint8_t *data, size_t size, int *rc, struct strlist *err
 		const struct pattern **pats = calloc(t->nrules + 1, sizeof *pats);
 		for (size_t i = 0; pats && i < t->nrules; i++)
 			pats[i] = t->rules[i].pattern;
-		if (pats)
-			pattern_set_free(pattern_set_new(pats, t->nrules));
+		if (pats) {
+			struct pattern_set *set = pattern_set_new(pats, t->nrules);
+			check_matching(t, pats, set);
+			pattern_set_free(set);
+		}
 		free(pats);
 	}
 	template_free(t);

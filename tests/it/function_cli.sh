@@ -127,6 +127,67 @@ events:
 	assert_err_contains "--now yesterday is not an RFC 3339 time"
 }
 
+# The EventBridge operators, $or and match_arrays through the CLI: each
+# event below is matched by exactly the rules listed (docs/template.md
+# "Operators"), in rule order, and validate names the rule and operator.
+test_match_eventbridge_operators() {
+	local d=$TMP/fx
+	fixture "$d" ops 'runtime: node24
+events:
+  - handler: h.not_stopped
+    pattern: {state: {anything-but: [stopped, overloaded]}}
+  - handler: h.internal
+    pattern: {source_ip: {cidr: [10.0.0.0/24, "2001:db8::/32"]}}
+  - handler: h.small_or_image
+    pattern:
+      $or:
+        - count: {numeric: [">", 0, "<=", 5]}
+        - file: {wildcard: "*.png"}
+  - handler: h.alice
+    pattern: {name: {equals-ignore-case: alice}, region: {anything-but: {prefix: us-}}}
+'
+	fixture "$d" arrays 'runtime: node24
+match_arrays: elements
+events:
+  - handler: h.urgent_a1
+    pattern:
+      tags: [urgent]
+      items: {sku: [A-1], qty: {numeric: [">", 1]}}
+'
+	run_expect 0 "$RELAY" function match --dir "$d" '{"state":"running","source_ip":"10.0.0.7","count":5}'
+	assert_out_eq "$(printf 'ops\th.not_stopped\nops\th.internal\nops\th.small_or_image')"
+	run_expect 0 "$RELAY" function match --dir "$d" '{"state":"stopped","source_ip":"::ffff:10.0.0.9","count":6,"file":"a/b.png"}'
+	assert_out_eq "$(printf 'ops\th.internal\nops\th.small_or_image')"
+	run_expect 0 "$RELAY" function match --dir "$d" '{"name":"ALICE","region":"eu-west-1","source_ip":"2001:DB8::1"}'
+	assert_out_eq "$(printf 'ops\th.internal\nops\th.alice')"
+	run_expect 0 "$RELAY" function match --dir "$d" '{"name":"ALICE","region":"us-east-1","count":"3","source_ip":"10.0.1.1"}'
+	assert_out_empty
+	run_expect 0 "$RELAY" function match --dir "$d" '{"tags":["b","urgent"],"items":[{"sku":"B","qty":5},{"sku":"A-1","qty":2}]}'
+	assert_out_eq "$(printf 'arrays\th.urgent_a1')"
+	run_expect 0 "$RELAY" function match --dir "$d" '{"tags":["urgent"],"items":[{"sku":"A-1","qty":1},{"sku":"B","qty":5}]}'
+	assert_out_empty
+	fixture "$d" bad 'runtime: node24
+match_arrays: element
+events:
+  - handler: h.f
+    pattern:
+      ip: {cidr: 10.0.0.0/33}
+      f: {wildcard: "a**"}
+      n: {numeric: ["=>", 0]}
+      s: {anything-but: {prefx: a}}
+      $or: [{a: [1]}]
+'
+	run_expect 1 "$RELAY" function validate "$d"
+	assert_out_eq "arrays: ok
+bad: match_arrays: must be values or elements, not \"element\"
+bad: events[0].pattern.ip.cidr: \"10.0.0.0/33\" has a prefix length that is not a number from 0 to 32
+bad: events[0].pattern.f.wildcard: \"a**\" has two stars in a row at byte 1 (one star already matches any run of characters)
+bad: events[0].pattern.n.numeric[0]: unknown operator: must be one of =, <, <=, >, >=, got string \"=>\"
+bad: events[0].pattern.s.anything-but.prefx: unknown operator \"prefx\" (anything-but takes a list of values or one of prefix, suffix, equals-ignore-case, wildcard)
+bad: events[0].pattern.\$or: needs at least 2 branches, got 1
+ops: ok"
+}
+
 test_match_invalid_events_exit_2() {
 	local bad
 	for bad in '[1,2]' '"str"' '42' 'null' '{"a":' 'not json' ''; do

@@ -245,7 +245,7 @@ test_json_outputs() {
 		name: "user-events-python", runtime: "python3.14", status: "ready",
 		image: "relay-fn-user-events-python:3f2a9c0d4b5e6f70", fingerprint: $fp, prepared_at: $p,
 		last_reconcile: {status: "failed", at: $r},
-		last_error: "events[1].timeout: 6m exceeds the maximum of 5m",
+		last_error: "events[1].timeout: 6m exceeds the maximum of 5m", match_arrays: "values",
 		events: [{handler: "events.created.handler", timeout_seconds: 6},
 			{handler: "events.updated.handler", timeout_seconds: 20},
 			{handler: "events.deleted.handler", timeout_seconds: 6}],
@@ -281,6 +281,50 @@ test_json_outputs() {
 		handler_successes: 152801, handler_failures: 133, retries: 82, dlq_entries: 4, pending_entries: 17,
 		oldest_pending_age_seconds: 134, updated_at: $u}' "$TMP/out" >/dev/null ||
 		fail "stats --json: $(cat "$TMP/out")"
+}
+
+# A function_options row saying elements (written since match_arrays
+# exists) shows as one line and in --json; a function without a row (this
+# version-1 file has no such table at first) reads as values, no line.
+test_match_arrays_elements_shown() {
+	state_env
+	populate
+	local db=$RELAY_DATA_DIR/db.sqlite3
+	run "$RELAY" function inspect welcome-email-node
+	assert_status 0
+	[ "$(grep -c 'Match arrays' "$TMP/out")" = 0 ] || fail "a Match arrays line without the table: $(cat "$TMP/out")"
+	sqlite3 "$db" "CREATE TABLE function_options (function_name TEXT PRIMARY KEY NOT NULL,
+	  match_arrays TEXT NOT NULL CHECK (match_arrays IN ('values', 'elements')));
+	  INSERT INTO function_options VALUES ('welcome-email-node', 'elements'), ('archive', 'values');" ||
+		fail "sqlite3 could not add function_options"
+	run "$RELAY" function inspect welcome-email-node
+	assert_status 0
+	assert_norm_eq "Name:              welcome-email-node
+Runtime:           node24
+Status:            ready
+Image:             relay-fn-welcome-email-node:0123456789abcdef
+Fingerprint:       $FP
+Prepared:          $(sqlite3 "$db" "SELECT prepared_at FROM functions WHERE name = 'welcome-email-node'") (Nd ago)
+Last reconcile:    success (Nd ago)
+Match arrays:      elements
+
+Events:
+  welcome.send   timeout=1m30s
+
+Stats:
+  Events processed:    0
+  Handler successes:   0
+  Handler failures:    0
+  Retries:             0
+  DLQ entries:         0"
+	run "$RELAY" function inspect welcome-email-node --json
+	assert_status 0
+	jq -e '.match_arrays == "elements"' "$TMP/out" >/dev/null || fail "inspect --json: $(cat "$TMP/out")"
+	run "$RELAY" function inspect archive
+	assert_status 0
+	[ "$(grep -c 'Match arrays' "$TMP/out")" = 0 ] || fail "a Match arrays line for values: $(cat "$TMP/out")"
+	run "$RELAY" function inspect archive --json
+	jq -e '.match_arrays == "values"' "$TMP/out" >/dev/null || fail "inspect archive --json: $(cat "$TMP/out")"
 }
 
 test_reads_only_the_database() {

@@ -152,7 +152,7 @@ TEST(unservable_functions_never_reach_docker)
 	t_write_file(r.fdir, "plain-file", "not a function\n");
 	static const struct state_handler h[] = {{"main.handler", 0}};
 	const struct state_function prev = {"old-fn", "python3.14", h, 1,    NULL,
-					    0,	      NULL,	    0, NULL, 0};
+					    0,	      NULL,	    0, NULL, 0, false};
 	char *err = NULL;
 	REQUIRE(state_put_pending(r.st, &prev, 1, &err) == 0);
 	char *logs = load_serving_nothing(&r);

@@ -55,11 +55,12 @@ static const struct state_function user_fn = {
 	1,
 	user_secrets,
 	1,
+	false,
 };
 
 static const struct state_handler welcome_handlers[] = {{"welcome.send", 6 * NS_PER_SEC}};
 static const struct state_function welcome_fn = {
-	"welcome-email-node", "node24", welcome_handlers, 1, NULL, 0, NULL, 0, NULL, 0,
+	"welcome-email-node", "node24", welcome_handlers, 1, NULL, 0, NULL, 0, NULL, 0, false,
 };
 
 #define FP "3f2a9c0d4b5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8"
@@ -143,6 +144,7 @@ TEST(schema_has_exactly_the_spec_columns)
 		{"function_stats",
 		 "function_name,events,successes,failures,retries,dlq_entries,updated_at"},
 		{"standby", "function_name,handler,containers,updated_at"},
+		{"function_options", "function_name,match_arrays"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(want); i++) {
 		char *got = columns(db, want[i].table);
@@ -157,7 +159,7 @@ TEST(schema_has_exactly_the_spec_columns)
 			-1, &st, NULL) == SQLITE_OK);
 	REQUIRE(sqlite3_step(st) == SQLITE_ROW);
 	CHECK_STR((const char *)sqlite3_column_text(st, 0),
-		  "function_stats,functions,handlers,schedules,standby,stats");
+		  "function_options,function_stats,functions,handlers,schedules,standby,stats");
 	sqlite3_finalize(st);
 	REQUIRE(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK);
 	REQUIRE(sqlite3_step(st) == SQLITE_ROW);
@@ -406,7 +408,7 @@ TEST(replace_all_sets_exactly_the_loaded_set)
 	struct state *s = open_or_die(dir);
 	REQUIRE(s);
 	static const struct state_function gone = {
-		"gone", "node24", welcome_handlers, 1, NULL, 0, NULL, 0, NULL, 0};
+		"gone", "node24", welcome_handlers, 1, NULL, 0, NULL, 0, NULL, 0, false};
 	CHECK(state_put_pending(s, &gone, NOW - 50, NULL) == 0);
 	CHECK(state_mark_ready(s, "user-events-python", &user_fn, "img", "fp", NOW - 50, NOW - 50,
 			       NULL) == 0);
@@ -869,6 +871,79 @@ static char *render_inspect(struct state *s, const char *name, int64_t now)
 	return buf_steal(&b);
 }
 
+/* match_arrays reaches inspect: a line (and "elements" in --json) only
+ * under elements; "values" in --json otherwise; rewritten with each
+ * definition written, removed with the function; a file written before function_options
+ * existed reads as values. */
+TEST(match_arrays_round_trip_and_inspect)
+{
+	char *dir = t_tmpdir();
+	struct state *s = open_or_die(dir);
+	REQUIRE(s);
+	struct state_function fn = welcome_fn;
+	fn.match_arrays_elements = true;
+	CHECK(state_put_pending(s, &fn, NOW, NULL) == 0);
+	CHECK(state_mark_ready(s, fn.name, &fn, "img", "fp", NOW, NOW, NULL) == 0);
+	char *got = render_inspect(s, fn.name, NOW);
+	CHECK(strstr(got, "Last reconcile:    success (0s ago)\n"
+			  "Match arrays:      elements\n"
+			  "\n"
+			  "Events:\n") != NULL);
+	free(got);
+	struct state_function_info *f = get(s, fn.name);
+	REQUIRE(f);
+	CHECK(f->match_arrays_elements);
+	json_t *j = render_state_json_inspect(f, NULL);
+	CHECK_STR(json_string_value(json_object_get(j, "match_arrays")), "elements");
+	json_decref(j);
+	state_function_info_free(f);
+
+	fn.match_arrays_elements = false; /* the template changed back, and was prepared */
+	CHECK(state_mark_ready(s, fn.name, &fn, "img2", "fp2", NOW, NOW, NULL) == 0);
+	got = render_inspect(s, fn.name, NOW);
+	CHECK(strstr(got, "Match arrays") == NULL);
+	free(got);
+	f = get(s, fn.name);
+	REQUIRE(f);
+	CHECK(!f->match_arrays_elements);
+	j = render_state_json_inspect(f, NULL);
+	CHECK_STR(json_string_value(json_object_get(j, "match_arrays")), "values");
+	json_decref(j);
+	state_function_info_free(f);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM function_options"), 1);
+	CHECK(state_remove_function(s, fn.name, NULL) == 0);
+	CHECK_INT(count_rows(dir, "SELECT count(*) FROM function_options"), 0);
+
+	/* a version-2 file from before the table: read as values */
+	fn.match_arrays_elements = true;
+	CHECK(state_put_pending(s, &fn, NOW, NULL) == 0);
+	state_close(s);
+	char *path = xasprintf("%s/db.sqlite3", dir);
+	sqlite3 *db;
+	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, "DROP TABLE function_options", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+	struct state *r = NULL;
+	CHECK(state_open_readonly(dir, &r, NULL) == 0);
+	REQUIRE(r);
+	f = get(r, fn.name);
+	REQUIRE(f);
+	CHECK(!f->match_arrays_elements);
+	state_function_info_free(f);
+	state_close(r);
+	/* and the writer creates the table again */
+	s = open_or_die(dir);
+	REQUIRE(s);
+	CHECK(state_put_pending(s, &fn, NOW, NULL) == 0);
+	CHECK_INT(
+		count_rows(dir,
+			   "SELECT count(*) FROM function_options WHERE match_arrays = 'elements'"),
+		1);
+	state_close(s);
+	free(path);
+	tmpdir_free(dir);
+}
+
 TEST(render_ls_matches_the_spec)
 {
 	char *dir = t_tmpdir();
@@ -882,7 +957,7 @@ TEST(render_ls_matches_the_spec)
 
 	/* Pending rows use updated_at; long names widen the column (padding 3). */
 	static const struct state_function longer = {
-		"a-much-longer-function-name", "node24", NULL, 0, NULL, 0, NULL, 0, NULL, 0};
+		"a-much-longer-function-name", "node24", NULL, 0, NULL, 0, NULL, 0, NULL, 0, false};
 	CHECK(state_put_pending(s, &longer, NOW - 7200, NULL) == 0);
 	got = render_ls(s, NOW + 40 * 86400);
 	CHECK_TEXT(got,
@@ -971,8 +1046,8 @@ TEST(render_inspect_matches_the_spec)
 	/* Pending, cron-only, no description, never reconciled. */
 	static const struct state_schedule cron_only[] = {
 		{"jobs.tick.handler", "*/7 1,3 * * *", "UTC", 90 * NS_PER_SEC}};
-	static const struct state_function pending = {"cron-only", "node24", NULL, 0,	 cron_only,
-						      1,	   NULL,     0,	   NULL, 0};
+	static const struct state_function pending = {"cron-only", "node24", NULL, 0, cron_only, 1,
+						      NULL,	   0,	     NULL, 0, false};
 	CHECK(state_put_pending(s, &pending, NOW - 60, NULL) == 0);
 	got = render_inspect(s, "cron-only", NOW);
 	CHECK_TEXT(got, "Name:              cron-only\n"
@@ -1081,9 +1156,9 @@ TEST(render_stats_matches_the_spec)
 	buf_free(&b);
 }
 
-T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(other_schema_version_is_recreated),
-       T_CASE(version_1_file_reads_without_standby), T_CASE(standby_rows_round_trip),
-       T_CASE(render_inspect_standby_section),
+T_MAIN(T_CASE(schema_has_exactly_the_spec_columns), T_CASE(match_arrays_round_trip_and_inspect),
+       T_CASE(other_schema_version_is_recreated), T_CASE(version_1_file_reads_without_standby),
+       T_CASE(standby_rows_round_trip), T_CASE(render_inspect_standby_section),
        T_CASE(pending_ready_failed_keeps_the_active_version),
        T_CASE(never_built_function_fails_and_stays_pending),
        T_CASE(remove_function_removes_its_rows),

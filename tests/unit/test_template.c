@@ -62,6 +62,31 @@ static const struct {
 	{HDR "concurrency: 2.0\n" RULE, "concurrency: must be a positive integer"},
 	{HDR "concurrency: 1e2\n" RULE, "concurrency: must be a positive integer"},
 
+	/* match_arrays */
+	{HDR "match_arrays: values\n" RULE, NULL},
+	{HDR "match_arrays: elements\n" RULE, NULL},
+	{HDR "match_arrays: element\n" RULE,
+	 "match_arrays: must be values or elements, not \"element\""},
+	{HDR "match_arrays: Elements\n" RULE,
+	 "match_arrays: must be values or elements, not \"Elements\""},
+	{HDR "match_arrays: true\n" RULE,
+	 "match_arrays: must be values or elements, not a boolean"},
+	{HDR "match_arrays:\n" RULE, "match_arrays: must be values or elements, not null"},
+	{HDR "match_arrays: [elements]\n" RULE,
+	 "match_arrays: must be values or elements, not a list"},
+	/* the new operators' errors reach the template's messages with their rule */
+	{HDR "events:\n  - handler: m.f\n    pattern: {a: [1]}\n  - handler: m.g\n    pattern:\n"
+	     "      ip: {cidr: 10.0.0.0/33}\n",
+	 "events[1].pattern.ip.cidr: \"10.0.0.0/33\" has a prefix length that is not a number from "
+	 "0 to 32"},
+	{HDR "events:\n  - handler: m.f\n    pattern:\n      $or:\n        - {a: [1]}\n",
+	 "events[0].pattern.$or: needs at least 2 branches, got 1"},
+	{HDR "events:\n  - handler: m.f\n    pattern:\n      f: {wildcard: \"a**\"}\n",
+	 "events[0].pattern.f.wildcard: \"a**\" has two stars in a row at byte 1"},
+	{HDR "events:\n  - handler: m.f\n    pattern:\n      n: {numeric: [\">\", 0, \"<=\", 5]}\n"
+	     "      s: {anything-but: {prefix: us-}}\n      e: {equals-ignore-case: [Alice]}\n",
+	 NULL},
+
 	/* warm */
 	{HDR "warm: {}\n" RULE, NULL},
 	{HDR "retry:\n  backoff: [2s, 4s]\n  max_age: 1h\n  no_retry_exit_codes: [2]\n" RULE, NULL},
@@ -962,6 +987,39 @@ TEST(retry_rule_keys_over_the_top_level)
 	strlist_free(&warnings);
 }
 
+/* match_arrays reaches every rule's pattern: the same rule matches an
+ * event whose field is an array only under elements; warnings none. */
+TEST(match_arrays_mode)
+{
+	static const char *const yaml[] = {
+		HDR "events:\n  - handler: m.f\n    pattern: {tags: [a]}\n  - handler: m.g\n"
+		    "    pattern: {n: {numeric: ['>', 1]}}\n",
+		HDR "match_arrays: values\nevents:\n  - handler: m.f\n    pattern: {tags: [a]}\n"
+		    "  - handler: m.g\n    pattern: {n: {numeric: ['>', 1]}}\n",
+		HDR "match_arrays: elements\nevents:\n  - handler: m.f\n    pattern: {tags: [a]}\n"
+		    "  - handler: m.g\n    pattern: {n: {numeric: ['>', 1]}}\n",
+	};
+	json_t *ev = json_loads("{\"tags\": [\"b\", \"a\"], \"n\": [0, 2]}", 0, NULL);
+	REQUIRE(ev);
+	for (size_t i = 0; i < ARRAY_LEN(yaml); i++) {
+		struct strlist errors = {0}, warnings = {0};
+		struct template *t = NULL;
+		int rc = template_parse(yaml[i], strlen(yaml[i]), &t, &errors, &warnings);
+		REQUIRE(rc == 0 && t && t->nrules == 2);
+		bool elements = i == 2;
+		CHECK(t->match_arrays_elements == elements);
+		for (size_t r = 0; r < 2; r++) {
+			CHECK(pattern_elements(t->rules[r].pattern) == elements);
+			CHECK(pattern_match_json(t->rules[r].pattern, ev, 0) == elements);
+		}
+		CHECK_INT(warnings.n, 0);
+		template_free(t);
+		strlist_free(&errors);
+		strlist_free(&warnings);
+	}
+	json_decref(ev);
+}
+
 TEST(size_bound)
 {
 	size_t n = TEMPLATE_MAX_BYTES + 1;
@@ -984,4 +1042,5 @@ T_MAIN(T_CASE(table), T_CASE(defaults_and_values), T_CASE(unknown_keys_are_warni
        T_CASE(worst_valid_template_compiles_in_n_log_n),
        T_CASE(long_lines_and_deep_nesting_refused), T_CASE(messages_are_bounded),
        T_CASE(handler_rule), T_CASE(python_modules_importable), T_CASE(warm_values),
-       T_CASE(retry_rule_keys_over_the_top_level), T_CASE(size_bound))
+       T_CASE(retry_rule_keys_over_the_top_level), T_CASE(match_arrays_mode),
+       T_CASE(size_bound))
