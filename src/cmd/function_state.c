@@ -167,8 +167,9 @@ static void render_warm(struct buf *b, const json_t *warm)
 
 /* The effective retry policy of each rule and schedule of the function as
  * its template.yaml in the functions directory says now (the version
- * loaded, unless an edit is pending): a JSON array of {handler, retries,
- * policy}, or NULL when the template cannot be read or is invalid. */
+ * loaded, unless an edit is pending): a JSON array of {handler, kind,
+ * retries, policy}; NULL when the template cannot be read or is invalid,
+ * or sets no retry: at all (so inspect shows what it always showed). */
 static json_t *retry_policies(const struct config *cfg, const char *name)
 {
 	struct function *fn = NULL;
@@ -183,8 +184,19 @@ static json_t *retry_policies(const struct config *cfg, const char *name)
 		return NULL;
 	struct retry_policy base, eff;
 	retry_policy_default(&base, NULL);
-	json_t *out = json_array();
 	const struct template *t = fn->tpl;
+	bool set = t->retry.has_backoff || t->retry.has_max_age || t->retry.has_no_retry;
+	for (size_t i = 0; i < t->nrules && !set; i++)
+		set = t->rules[i].retry.has_backoff || t->rules[i].retry.has_max_age ||
+		      t->rules[i].retry.has_no_retry;
+	for (size_t i = 0; i < t->nschedules && !set; i++)
+		set = t->schedules[i].retry.has_backoff || t->schedules[i].retry.has_max_age ||
+		      t->schedules[i].retry.has_no_retry;
+	if (!set) {
+		function_free(fn);
+		return NULL;
+	}
+	json_t *out = json_array();
 	for (size_t i = 0; i < t->nrules + t->nschedules; i++) {
 		bool rule = i < t->nrules;
 		const char *h = rule ? t->rules[i].handler : t->schedules[i - t->nrules].handler;
