@@ -79,20 +79,26 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 		.message_id = req->message_id,
 		.event_id = req->event_id,
 		.event_name = req->event_name,
+		.traceparent = req->traceparent,
+		.tracestate = req->tracestate,
 		.cancelled = is_cancelled,
 		.cancel_ctx = e,
 	};
 	struct runner_result out;
 	memset(&out, 0, sizeof out);
 	if (t->warm && e->warm) {
+		res->start_mode = "warm";
 		warm_invoke(e->warm, d, fv, req->handler, &in, &out);
 	} else {
 		standby_begin(e->standby, fv, req->handler);
 		struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
+		res->start_mode = parked ? "standby" : "on_demand";
 		if (parked) {
 			runner_dispatch(d, &parked, &in, &out);
-			if (parked) /* not dispatched: it ran on demand */
+			if (parked) { /* not dispatched: it ran on demand */
+				res->start_mode = "on_demand";
 				standby_discard(e->standby, fv, req->handler, parked);
+			}
 		} else
 			runner_invoke(d, &in, &out);
 		standby_end(e->standby, fv, req->handler);

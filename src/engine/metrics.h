@@ -39,6 +39,8 @@
  *   gauge     warm_containers{function}             warm containers running (idle or busy)
  *   counter   warm_invocations_total                invocations run in a warm container
  *   counter   warm_retired_total{reason}            warm containers removed, by reason
+ *   counter   otel_spans_dropped_total              spans dropped (queue full, export failed)
+ *   counter   otel_export_failures_total            span export requests that failed
  *
  * Labels are only function, handler, outcome and reason; outcome is one of
  * "success", "failure", "timeout" (enum metric_outcome), reason one of

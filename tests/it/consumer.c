@@ -953,13 +953,13 @@ TEST(try_start_refuses_an_acknowledged_message)
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s9 >");
 	freeReplyObject(rep);
 	char *key = invocation_key("s9", "g", id);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:1#1", "s9", "g", id), 1);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:2#1", "s9", "g", id), 0);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:1#1", "s9", "g", id, NULL), 1);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:2#1", "s9", "g", id, NULL), 0);
 	rep = redis_command(r, "XACK s9 g %s", id);
 	freeReplyObject(rep);
 	rep = redis_command(r, "DEL %s", key);
 	freeReplyObject(rep);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:3#1", "s9", "g", id), 2);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:3#1", "s9", "g", id, NULL), 2);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
 	freeReplyObject(rep);

@@ -795,6 +795,12 @@ TEST(exact_rendering)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 0",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -839,6 +845,12 @@ TEST(warm_families)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 2",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -930,6 +942,12 @@ TEST(standby_families)
 		"warm_retired_total{reason=\"timeout\"} 0",
 		"warm_retired_total{reason=\"error\"} 0",
 		"warm_retired_total{reason=\"shutdown\"} 0",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -983,7 +1001,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 31);
+	CHECK_INT(nfam, 33);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
