@@ -183,3 +183,58 @@ test_trace_spans_connect_producer_relay_and_node_sdk() {
 	# invocation, handler), 2 in each new one; no duplicate.
 	[ "$(jq length "$TMP/spans.json")" = 7 ] || fail "spans: $(jq -c 'map({traceId, name})' "$TMP/spans.json")"
 }
+
+# tr_batch N KIND: XADDs N events, waits until all are acknowledged and
+# prints how long that took, in milliseconds.
+tr_batch() {
+	local i last t0
+	t0=$(date +%s%N)
+	for i in $(seq 1 "$1"); do last=$(rcli XADD events '*' event "{\"kind\":\"py\",\"n\":\"$2$i\"}"); done
+	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "$2: not all acknowledged: $(tail -n 20 "$TMP/relay.log")"
+	echo $((($(date +%s%N) - t0) / 1000000))
+}
+
+metric_value() { curl -s --max-time 5 "http://$METRICS_ADDR/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+
+test_trace_collector_down_or_hanging_costs_processing_nothing() {
+	trap 'tr_rc=$?; tr_rmi; (exit "$tr_rc"); it_cleanup' EXIT
+	redis_up
+	relay_env
+	tr_functions "http://127.0.0.1:1/unused"
+	rm -rf "$RELAY_FUNCTIONS_DIR/tr-node"
+	tr_receiver "$TMP/up" ok
+	local port=$RX_PORT up_pid=$RX_PID
+	export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$port
+	# A hanging collector holds each request this long: far past the
+	# batches' processing time, so a wait on it would show.
+	export OTEL_EXPORTER_OTLP_TIMEOUT=20000
+	export METRICS_ADDR=127.0.0.1:$(free_port)
+	start_relay_as "$TMP/relay.log" tr-worker-2
+	local up down hang
+	tr_batch 1 warm >/dev/null # the first run of the image: not measured
+	up=$(tr_batch 8 up)
+	wait_for 10 eval 'ls "$TMP"/up/req-*.json >/dev/null 2>&1' || fail "collector up: nothing exported"
+	kill "$up_pid"
+	wait "$up_pid" 2>/dev/null
+	down=$(tr_batch 8 down)
+	# Spans of the down batch are dropped and counted once the exporter
+	# tried (every TRACE_INTERVAL_NS, 2 s).
+	wait_for 10 eval '[ "$(metric_value otel_export_failures_total)" -ge 1 ] && [ "$(metric_value otel_spans_dropped_total)" -ge 1 ]' ||
+		fail "no export failure or drop counted: $(curl -s "http://$METRICS_ADDR/metrics" | grep otel_)"
+	tr_receiver "$TMP/hang" hang "$port"
+	hang=$(tr_batch 8 hang)
+	# Premise: the exporter is stuck on the hanging collector now.
+	wait_for 10 test -s "$TMP/hang/accepted" || fail "the exporter never reached the hanging collector"
+	# The event path never waits on the exporter (a queue slot under a
+	# mutex): 2x the collector-up time leaves container start-up variance
+	# on a loaded 2-core machine (measured about 5 s for each batch of 8).
+	echo "8 events: collector up ${up} ms, down ${down} ms, hanging ${hang} ms"
+	[ "$down" -le $((2 * up)) ] || fail "collector down: ${down} ms for 8 events, collector up ${up} ms"
+	[ "$hang" -le $((2 * up)) ] || fail "collector hanging: ${hang} ms for 8 events, collector up ${up} ms"
+	# Stopping with a request hanging: the flush is bounded by
+	# TRACE_FLUSH_NS (5 s) plus curl's progress check (about 1 s); 12 s
+	# leaves the containers' removal and a loaded machine the rest.
+	local t0=$SECONDS
+	stop_relay_pid "$RELAY_PID"
+	[ $((SECONDS - t0)) -le 12 ] || fail "stop took $((SECONDS - t0)) s with a hanging collector"
+}
