@@ -183,7 +183,7 @@ static int send_exec(const struct cmd *self, const struct cmd_args *args, const 
 
 const struct cmd cmd_event_send = {
 	.words = "event send",
-	.args = "EVENT [--dry-run] [--traceparent TRACEPARENT]",
+	.args = "EVENT [--dry-run] [--traceparent TP]",
 	.summary = "check an event, show what it matches, XADD it",
 	.opts = (const struct cmd_opt[]){{"--dry-run", NULL, false},
 					 {"--traceparent", NULL, true},

@@ -18,7 +18,9 @@
  * Content-Type: application/json and the configured headers, bounded by
  * timeout_ns (curl's whole-transfer timeout). A request that fails (no
  * connection, timeout, a status other than 2xx) is counted as one export
- * failure and its spans as dropped: nothing is retried, so a collector
+ * failure and its spans as dropped, and while requests fail the next one
+ * waits interval_ns (spans arriving meanwhile are dropped at the full
+ * queue, never encoded): nothing is retried, so a collector
  * that is down, slow or hangs costs the event path nothing and memory at
  * most the queue. otlp_exporter_stop sends what is queued within a bound
  * and abandons the rest (counted as dropped).
@@ -59,7 +61,7 @@ int otlp_kv_parse(const char *text, struct otlp_kv **out, size_t *n, char **why)
 void otlp_kv_free(struct otlp_kv *kv, size_t n);
 
 struct otlp_attr {
-	char *key;
+	const char *key; /* static: a string literal */
 	bool is_int;
 	char *str;
 	int64_t num;
@@ -81,7 +83,8 @@ struct otlp_span {
 
 /* A zeroed span named name (copied). */
 struct otlp_span *otlp_span_new(const char *name, int kind);
-/* Adds an attribute (key and value copied); past OTLP_SPAN_ATTRS ignored. */
+/* Adds an attribute: key is kept as it is (a string literal: attribute
+ * names are Relay's own), value copied; past OTLP_SPAN_ATTRS ignored. */
 void otlp_span_attr_str(struct otlp_span *s, const char *key, const char *value);
 void otlp_span_attr_int(struct otlp_span *s, const char *key, int64_t value);
 void otlp_span_free(struct otlp_span *s);

@@ -1,6 +1,6 @@
 /*
  * OTEL_* settings: see otel.h. Each variable is read with a literal
- * getenv (tests/it/docs.sh finds it there) and checked by the rule of its
+ * getenv call, where tests/it/docs.sh finds it, and checked by the rule of its
  * row in the OpenTelemetry environment specification, with the errors
  * Relay's other settings give.
  */
@@ -74,9 +74,11 @@ static int load_protocol(char ***errs, int *nerrs)
 	return 0;
 }
 
-static int load_kv(const char *name, struct otlp_kv **out, size_t *n, char ***errs, int *nerrs)
+/* name's value raw (read with a literal getenv: tests/it/docs.sh). */
+static int load_kv(const char *name, const char *raw, struct otlp_kv **out, size_t *n,
+		   char ***errs, int *nerrs)
 {
-	const char *v = env(getenv(name));
+	const char *v = env(raw);
 	char *why = NULL;
 	if (!v)
 		return 0;
@@ -189,9 +191,11 @@ int otel_settings_load(struct otel_settings *s, char ***errs, int *nerrs)
 	load_disabled(s, errs, nerrs);
 	load_url(s, errs, nerrs);
 	load_protocol(errs, nerrs);
-	load_kv("OTEL_EXPORTER_OTLP_HEADERS", &s->headers, &s->nheaders, errs, nerrs);
+	load_kv("OTEL_EXPORTER_OTLP_HEADERS", getenv("OTEL_EXPORTER_OTLP_HEADERS"), &s->headers,
+		&s->nheaders, errs, nerrs);
 	load_timeout(s, errs, nerrs);
-	load_kv("OTEL_RESOURCE_ATTRIBUTES", &attrs, &nattrs, errs, nerrs);
+	load_kv("OTEL_RESOURCE_ATTRIBUTES", getenv("OTEL_RESOURCE_ATTRIBUTES"), &attrs, &nattrs,
+		errs, nerrs);
 	load_sampler(s, errs, nerrs);
 	const char *ca = env(getenv("OTEL_EXPORTER_OTLP_CERTIFICATE"));
 	s->ca_file = ca ? xstrdup(ca) : NULL;
