@@ -14,7 +14,7 @@
 TR_NPM_CACHE=/var/cache/relay-it/otel-node
 TR_PKGS="@opentelemetry/api@1.9.1 @opentelemetry/core@2.12.1 @opentelemetry/sdk-trace-base@2.12.1 @opentelemetry/exporter-trace-otlp-http@0.223.1 @opentelemetry/resources@2.12.1"
 
-tr_rmi() { rm_fn_images tr-node tr-py; }
+tr_rmi() { rm_fn_images tr-node tr-py tr-warm; }
 
 # tr_receiver DIR MODE [PORT]: starts otlp_receiver.py; RX_PORT, RX_PID.
 tr_receiver() {
@@ -81,6 +81,17 @@ events:
   - handler: h.handler
     pattern: {kind: [py]}
 '
+	# A warm container's environment was fixed before the event: the
+	# bootstrap sets TRACEPARENT from the line before the event.
+	write_fn tr-warm h.py 'import os
+def handler(event):
+    print("warm", os.environ.get("TRACEPARENT", "-"), os.environ.get("TRACESTATE", "-"))
+' 'runtime: python3.14
+warm: {}
+events:
+  - handler: h.handler
+    pattern: {kind: [warm]}
+'
 }
 
 # tr_spans DIR: every span the receiver got, one JSON array, each span with
@@ -118,7 +129,11 @@ test_trace_spans_connect_producer_relay_and_node_sdk() {
 	bad=$(rcli XADD events '*' event '{"kind":"py","n":"bad"}' traceparent "00-${T^^}-$P-01")
 	none=$(rcli XADD events '*' event '{"kind":"py","n":"none"}')
 	off=$(rcli XADD events '*' event '{"kind":"py","n":"off"}' traceparent "00-$U-$P-00")
-	wait_for 90 acked_through "$REDIS_PORT" events relay "$off" || fail "not all acknowledged: $(grep -v "level=DEBUG" "$TMP/relay.log" | tail -n 30)"
+	local W=5e0c63257de34c926f9efcd03927272e warm1 warm2
+	warm1=$(rcli XADD events '*' event '{"kind":"warm"}' traceparent "00-$W-$P-01" tracestate 'w=1')
+	wait_for 60 acked_through "$REDIS_PORT" events relay "$warm1" || fail "warm 1 not acknowledged: $(tail -n 20 "$TMP/relay.log")"
+	warm2=$(rcli XADD events '*' event '{"kind":"warm"}')
+	wait_for 90 acked_through "$REDIS_PORT" events relay "$warm2" || fail "not all acknowledged: $(grep -v "level=DEBUG" "$TMP/relay.log" | tail -n 30)"
 	# Every message's spans are queued by now; the exporter sends every
 	# TRACE_INTERVAL_NS (2 s) and at stop: stop, then read.
 	stop_relay_pid "$RELAY_PID"
@@ -179,9 +194,19 @@ test_trace_spans_connect_producer_relay_and_node_sdk() {
 	# Not sampled (flags 00): context propagated, nothing exported.
 	grep -qE "handler \"h.handler\": tp off 00-$U-[0-9a-f]{16}-00 -$" "$TMP/relay.log" || fail "off: TRACEPARENT not propagated unsampled"
 	jq -e --arg t "$U" 'all(.[]; .traceId != $t)' "$TMP/spans.json" >/dev/null || fail "an unsampled span was exported"
+	# Warm: the same container served both; the first got the producer's
+	# trace and tracestate, the second a new trace and no TRACESTATE.
+	local w1 w2
+	w1=$(grep -o '"h.handler": warm 00-[0-9a-f-]* .*' "$TMP/relay.log" | sed -n 1p)
+	w2=$(grep -o '"h.handler": warm 00-[0-9a-f-]* .*' "$TMP/relay.log" | sed -n 2p)
+	[[ "$w1" =~ ^'"h.handler": warm 00-'$W-[0-9a-f]{16}-01' w=1'$ ]] || fail "warm 1: $w1"
+	[[ "$w2" =~ ^'"h.handler": warm 00-'[0-9a-f]{32}-[0-9a-f]{16}-01' -'$ ]] && [[ "$w2" != *"$W"* ]] || fail "warm 2: $w2"
+	jq -e --arg t "$W" '[.[] | select(.traceId == $t and .kind == 1)] | length == 1 and
+		(.[0].attributes[] | select(.key == "relay.start_mode") | .value.stringValue) == "warm"' "$TMP/spans.json" >/dev/null ||
+		fail "warm invocation span: $(jq -c --arg t "$W" '[.[] | select(.traceId == $t)]' "$TMP/spans.json")"
 	# Each trace's spans exactly: 3 in the producer's (message,
-	# invocation, handler), 2 in each new one; no duplicate.
-	[ "$(jq length "$TMP/spans.json")" = 7 ] || fail "spans: $(jq -c 'map({traceId, name})' "$TMP/spans.json")"
+	# invocation, handler), 2 in each other one; no duplicate.
+	[ "$(jq length "$TMP/spans.json")" = 11 ] || fail "spans: $(jq -c 'map({traceId, name})' "$TMP/spans.json")"
 }
 
 # tr_batch N KIND: XADDs N events, waits until all are acknowledged and
