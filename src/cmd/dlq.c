@@ -746,6 +746,16 @@ static const char replay_lua[] =
 
 static struct redis_script replay_script;
 
+/* The replay script's ARGV[6] and ARGV[7]: a new parent-id (16 hex) and a
+ * new sampled traceparent for an entry without a trace of its own. */
+static void replay_trace(char span[17], char tp[TRACEPARENT_LEN + 1])
+{
+	struct traceparent fresh;
+	traceparent_new(&fresh, TRACEPARENT_FLAG_SAMPLED);
+	hex_encode(fresh.span_id, sizeof fresh.span_id, span);
+	traceparent_format(&fresh, tp);
+}
+
 static void ids_free(char **ids, size_t n)
 {
 	for (size_t i = 0; ids && i < n; i++)
@@ -859,11 +869,8 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 	char max[16];
 	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);
 	char *replays = xasprintf("relay:%s:replays", stream);
-	struct traceparent fresh;
 	char span[17], tp[TRACEPARENT_LEN + 1];
-	traceparent_new(&fresh, TRACEPARENT_FLAG_SAMPLED);
-	hex_encode(fresh.span_id, sizeof fresh.span_id, span);
-	traceparent_format(&fresh, tp);
+	replay_trace(span, tp);
 	const char *argv[] = {"3",
 			      c->key,
 			      stream,
