@@ -476,12 +476,14 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	redisReply *rep = redis_command(r, "XRANGE relay:s2:dlq - +");
 	REQUIRE(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
 	redisReply *f = rep->element[0]->element[1];
-	REQUIRE(f->elements == 20);
+	REQUIRE(f->elements == 22);
 	static const char *const names[] = {
-		"original_stream", "original_id", "group",     "consumer", "event",
-		"reason",	   "attempts",	  "timestamp", "function", "handler"};
-	for (size_t i = 0; i < 10; i++)
+		"original_stream", "original_id", "group",     "consumer", "event",	  "reason",
+		"attempts",	   "timestamp",	  "function",  "handler",  "traceparent"};
+	for (size_t i = 0; i < 11; i++)
 		CHECK_STR(f->element[2 * i]->str, names[i]);
+	/* The trace the deliveries were in (docs/operations.md, "Tracing"). */
+	CHECK(strlen(f->element[21]->str) == 55 && strncmp(f->element[21]->str, "00-", 3) == 0);
 	CHECK_STR(f->element[1]->str, "s2");
 	CHECK_STR(f->element[3]->str, id);
 	CHECK_STR(f->element[5]->str, "g");
