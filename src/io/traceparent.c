@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -96,16 +95,9 @@ static _Thread_local size_t pool_left;
 
 static void pool_fill(void)
 {
-	size_t got = 0;
-	while (got < sizeof pool) {
-		ssize_t r = getrandom(pool + got, sizeof pool - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			log_error(NULL, "getrandom failed: %s", strerror(errno));
-			abort();
-		}
-		got += (size_t)r;
+	if (random_fill(pool, sizeof pool) < sizeof pool) {
+		log_error(NULL, "getrandom failed: %s", strerror(errno));
+		abort();
 	}
 	pool_left = sizeof pool;
 }
