@@ -146,7 +146,7 @@ struct invoke_request {
 	const char *event_id;	/* may be NULL */
 	const char *event_name; /* may be NULL */
 	int attempt;		/* 1-based */
-	/* The container's TRACEPARENT and TRACESTATE (trace.h); NULL: none. */
+	/* The handler's TRACEPARENT and TRACESTATE (trace.h); NULL: none. */
 	const char *traceparent;
 	const char *tracestate;
 };

@@ -45,9 +45,11 @@ static bool is_cancelled(void *ctx)
 }
 
 /* The payload with the trace line in front (bootstrap.h), malloc'd into
- * *len bytes; NULL without a traceparent. A standby or warm container's
- * environment was fixed before the event: the bootstrap sets TRACEPARENT
- * and TRACESTATE from this line, in every start mode alike. */
+ * *len bytes; NULL without a traceparent. The bootstrap sets TRACEPARENT
+ * and TRACESTATE from this line just before it calls the handler: the one
+ * way for every start mode alike (a standby or warm container's
+ * environment was fixed before the event, and a new container's Env stays
+ * the same as theirs). */
 static char *traced_payload(const struct invoke_request *req, size_t *len)
 {
 	if (!req->traceparent)
@@ -121,8 +123,6 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 		.message_id = req->message_id,
 		.event_id = req->event_id,
 		.event_name = req->event_name,
-		.traceparent = req->traceparent,
-		.tracestate = req->tracestate,
 		.cancelled = is_cancelled,
 		.cancel_ctx = e,
 	};

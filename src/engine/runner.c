@@ -615,7 +615,7 @@ static int env_add_secret(json_t *env, const struct runner_request *in, const st
 }
 
 /* The container's Env: the template's literal values, its secrets
- * resolved, TRACEPARENT and TRACESTATE when given, RELAY_HANDLER. NULL with *err; what was built is scrubbed. */
+ * resolved, RELAY_HANDLER. NULL with *err; what was built is scrubbed. */
 static json_t *container_env(const struct runner_request *in, char **err)
 {
 	json_t *env = json_array();
@@ -629,11 +629,6 @@ static json_t *container_env(const struct runner_request *in, char **err)
 	for (size_t i = 0; i < in->nsecrets; i++)
 		if (env_add_secret(env, in, &in->secrets[i], err) < 0)
 			goto fail;
-	/* After the template's, so that they win (trace.h). */
-	if (in->traceparent)
-		env_add(env, "TRACEPARENT", in->traceparent, strlen(in->traceparent));
-	if (in->tracestate)
-		env_add(env, "TRACESTATE", in->tracestate, strlen(in->tracestate));
 	/* Last, so nothing can shadow it (templates may not set it anyway). */
 	env_add(env, "RELAY_HANDLER", in->handler, strlen(in->handler));
 	if (in->warm)

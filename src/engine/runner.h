@@ -201,12 +201,6 @@ struct runner_request {
 	const char *message_id;
 	const char *event_id;
 	const char *event_name;
-	/* W3C trace context for the handler's OpenTelemetry SDK (trace.h):
-	 * the container's TRACEPARENT and TRACESTATE; NULL: not set. Only a
-	 * container created for the event carries them (a standby or warm
-	 * container's Env was fixed before the event). */
-	const char *traceparent;
-	const char *tracestate;
 	const char *hostname; /* NULL: runner_hostname() */
 	/* Polled every RUNNER_POLL_MS while the container runs; NULL = never. */
 	bool (*cancelled)(void *ctx);

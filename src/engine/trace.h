@@ -5,8 +5,9 @@
  * Propagation always happens: a message continues the trace of its
  * `traceparent` field (or the one stored in its invocation state by an
  * earlier delivery, invocation.h), else starts a new one; every log record
- * about it carries trace_id, and the handler's container gets TRACEPARENT
- * (the invocation span as parent) and TRACESTATE. Spans are built only
+ * about it carries trace_id, and the handler gets TRACEPARENT (the
+ * invocation span as parent) and TRACESTATE, set by the bootstrap from a
+ * line before the event on stdin (executor.c, bootstrap.h). Spans are built only
  * when export is on (trace_setup with an OTLP endpoint) and the sampler
  * said yes: otherwise trace_msg_end and trace_inv_end build nothing.
  *
