@@ -23,6 +23,17 @@
  *             no-op invoke callback (the defaults relay start uses: 8
  *             workers, 16 buffered), metrics_set_enabled(true / false).
  *
+ *   traced    tracing on the worker path (docs/operations.md, "Tracing"):
+ *             consumer_start() in this process with one function whose
+ *             rule matches every event and the no-op invoke, so each
+ *             message is decoded, matched, claimed (the invocation-state
+ *             script), "invoked", recorded and ACKed, with export off
+ *             (propagation only), on to a collector that answers (a sink
+ *             thread of this program answering 200 to every POST), and on
+ *             with the collector down (a port that refuses); this
+ *             process's VmRSS before and after the collector-down run
+ *             shows the export queue's bound.
+ *
  * For binary and on/off a poller reads XINFO GROUPS every millisecond on its
  * own connection: the clock starts at the first poll that sees the group
  * has read something (so Relay's startup is excluded) and stops at the first
@@ -79,6 +90,8 @@
 #include "engine/metrics.h"
 #include "io/redis.h"
 #include "engine/registry.h"
+#include "engine/trace.h"
+#include "model/function.h"
 #include "base/util.h"
 
 #define N_EVENTS 100000
@@ -645,10 +658,11 @@ static void noop_invoke(void *ctx, const struct invoke_request *req, struct invo
 	res->exit_code = 0;
 }
 
-static double run_inprocess(struct redis *r, const char *stream, const char *last_id, bool metrics)
+/* The consumer in this process over reg, with the no-op invoke, until
+ * every event of stream is consumed: events/s. */
+static double consume_inprocess(struct redis *r, const char *stream, const char *last_id,
+				struct registry *reg)
 {
-	struct registry *reg = registry_new();
-	metrics_set_enabled(metrics);
 	struct consumer_config cfg = {
 		.uri = &uri,
 		.stream = stream,
@@ -664,9 +678,135 @@ static double run_inprocess(struct redis *r, const char *stream, const char *las
 	wait_consumed(r, stream, last_id, 0, &p);
 	consumer_stop(c);
 	consumer_free(c);
+	return p.rate;
+}
+
+static double run_inprocess(struct redis *r, const char *stream, const char *last_id, bool metrics)
+{
+	struct registry *reg = registry_new();
+	metrics_set_enabled(metrics);
+	double rate = consume_inprocess(r, stream, last_id, reg);
 	registry_free(reg);
 	metrics_set_enabled(true);
-	return p.rate;
+	return rate;
+}
+
+/* ---- d: tracing on the worker path ---------------------------------------- */
+
+static int sink_fd = -1;
+static int sink_port;
+static pthread_t sink_thread;
+
+/* One connection: requests read whole (headers, Content-Length body),
+ * each answered 200 with an empty JSON object, until the peer closes. */
+static void sink_serve(int fd)
+{
+	static char buf[1 << 20];
+	size_t have = 0;
+	for (;;) {
+		char *end = have ? memmem(buf, have, "\r\n\r\n", 4) : NULL;
+		if (end) {
+			char *cl = memmem(buf, (size_t)(end - buf), "Content-Length:", 15);
+			size_t body = cl ? strtoul(cl + 15, NULL, 10) : 0;
+			size_t need = (size_t)(end - buf) + 4 + body;
+			if (need > sizeof buf)
+				return;
+			if (have >= need) {
+				static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: "
+							 "application/json\r\nContent-Length: 2\r\n\r\n{}";
+				if (write(fd, ok, sizeof ok - 1) < 0)
+					return;
+				memmove(buf, buf + need, have - need);
+				have -= need;
+				continue;
+			}
+		}
+		ssize_t n = read(fd, buf + have, sizeof buf - have);
+		if (n <= 0)
+			return;
+		have += (size_t)n;
+	}
+}
+
+static void *sink_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int c = accept(sink_fd, NULL, NULL);
+		if (c < 0)
+			return NULL;
+		sink_serve(c);
+		close(c);
+	}
+}
+
+static void sink_start(void)
+{
+	sink_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	if (sink_fd < 0 || bind(sink_fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(sink_fd, 4) < 0 || getsockname(sink_fd, (struct sockaddr *)&a, &len) < 0)
+		die("cannot start the OTLP sink");
+	sink_port = ntohs(a.sin_port);
+	if (thread_start(&sink_thread, "otlp-sink", sink_main, NULL) != 0)
+		die("cannot start the OTLP sink thread");
+}
+
+/* A functions directory with one function whose rule matches every bench
+ * event, loaded into a registry as relay start would (no image: the
+ * invoke callback is the no-op). */
+static struct registry *traced_registry(void)
+{
+	char d[160];
+	snprintf_(d, sizeof d, "%s/traced/bench-traced", tmpdir);
+	char *p = xasprintf("mkdir -p %s && printf 'def handler(event):\\n    pass\\n' >%s/h.py && "
+			    "printf 'runtime: python3.14\\nevents:\\n  - handler: h.handler\\n"
+			    "    pattern: {event_name: [bench.nothing_matches]}\\n' >%s/template.yaml",
+			    d, d, d);
+	if (system(p) != 0)
+		die("cannot write the traced function");
+	free(p);
+	snprintf_(d, sizeof d, "%s/traced", tmpdir);
+	struct registry *reg = registry_new();
+	struct function_scan scan;
+	char *err = NULL;
+	if (function_scan_dir(d, &scan, &err) < 0 || scan.n != 1 || !scan.v[0].fn)
+		die("cannot load the traced function");
+	struct fn_version **fvs = xcalloc(2, sizeof *fvs);
+	fvs[0] = registry_fn_version_new(scan.v[0].fn, NULL, NULL);
+	scan.v[0].fn = NULL;
+	function_scan_free(&scan);
+	registry_publish(reg, fvs, 1);
+	return reg;
+}
+
+enum traced_mode { TRACED_OFF, TRACED_UP, TRACED_DOWN };
+
+static double run_traced(struct redis *r, const char *stream, const char *last_id,
+			 enum traced_mode mode)
+{
+	struct otel_settings s = {.sampler = OTEL_SAMPLER_PARENTBASED_ALWAYS_ON,
+				  .ratio = 1,
+				  .timeout_ns = 10 * NS_PER_SEC};
+	struct otlp_kv res[] = {{"service.name", "relay-bench"}};
+	s.resource = res;
+	s.nresource = 1;
+	char url[64];
+	if (mode != TRACED_OFF) {
+		/* Port 1 on loopback refuses: the collector is down. */
+		snprintf_(url, sizeof url, "http://127.0.0.1:%d/v1/traces",
+			  mode == TRACED_UP ? sink_port : 1);
+		s.traces_url = url;
+	}
+	char *why = NULL;
+	if (trace_setup(&s, &why) < 0)
+		die(why);
+	struct registry *reg = traced_registry();
+	double rate = consume_inprocess(r, stream, last_id, reg);
+	trace_shutdown();
+	registry_free(reg);
+	return rate;
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -734,6 +874,9 @@ int main(int argc, char **argv)
 	}
 	double cminimal[MAX_ROUNDS], cbinary[MAX_ROUNDS], pbinary[MAX_ROUNDS];
 	double minimal[MAX_ROUNDS], binary[MAX_ROUNDS], on[MAX_ROUNDS], off[MAX_ROUNDS];
+	double toff[MAX_ROUNDS], tup[MAX_ROUNDS], tdown[MAX_ROUNDS];
+	long rss_before[MAX_ROUNDS], rss_after[MAX_ROUNDS];
+	sink_start();
 	struct progress bp[MAX_ROUNDS];
 	char last[64], stream[64];
 	size_t evlen = 0;
@@ -762,6 +905,24 @@ int main(int argc, char **argv)
 			(metrics ? on : off)[round] = run_inprocess(r, stream, last, metrics);
 			drop(r, stream);
 		}
+		for (int k = 0; k < 3; k++) {
+			/* The order turns every round: off, up, down; up, down, off; ... */
+			enum traced_mode mode = (enum traced_mode)((k + round) % 3);
+			static const char *const names[] = {"off", "up", "down"};
+			snprintf_(stream, sizeof stream, "bench:traced-%s:%d", names[mode], round);
+			fill(r, stream, last, sizeof last);
+			if (mode == TRACED_DOWN)
+				rss_before[round] = proc_status_kib(getpid(), "VmRSS");
+			double v = run_traced(r, stream, last, mode);
+			if (mode == TRACED_DOWN)
+				rss_after[round] = proc_status_kib(getpid(), "VmRSS");
+			(mode == TRACED_OFF ? toff : mode == TRACED_UP ? tup : tdown)[round] = v;
+			drop(r, stream);
+		}
+		printf("round %d: matched, tracing off %.0f/s, export on %.0f/s, collector down "
+		       "%.0f/s (RSS %ld -> %ld KiB)\n",
+		       round + 1, toff[round], tup[round], tdown[round], rss_before[round],
+		       rss_after[round]);
 		if (cluster) {
 			char saved[sizeof child_uri];
 			snprintf_(saved, sizeof saved, "%s", child_uri);
@@ -820,7 +981,10 @@ int main(int argc, char **argv)
 	} rows[] = {{"minimal XREADGROUP COUNT 16 + XACK", minimal},
 		    {"relay start (child process)", binary},
 		    {"consumer in-process, metrics on", on},
-		    {"consumer in-process, metrics off", off}};
+		    {"consumer in-process, metrics off", off},
+		    {"matched in-process, tracing off", toff},
+		    {"matched, tracing on (collector up)", tup},
+		    {"matched, tracing on (collector down)", tdown}};
 	for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
 		printf("%-40s", rows[i].name);
 		for (int k = 0; k < rounds; k++)
@@ -833,6 +997,18 @@ int main(int argc, char **argv)
 	printf("%-40s %10.2f\n", "in-process (metrics on) / minimal", mon / mm);
 	printf("%-40s %9.1f %%   (off - on) / off (target < 3 %%: %s)\n", "metrics cost", diff,
 	       diff < 3 ? "met" : "NOT met");
+	double mtoff = median(toff, rounds), mtup = median(tup, rounds),
+	       mtdown = median(tdown, rounds);
+	double tcost = (mtoff - mtup) / mtoff * 100, dcost = (mtoff - mtdown) / mtoff * 100;
+	printf("%-40s %9.1f %%   (off - up) / off (target <= 3 %%: %s)\n", "tracing cost, export on",
+	       tcost, tcost <= 3 ? "met" : "NOT met");
+	printf("%-40s %9.1f %%   (off - down) / off\n", "tracing cost, collector down", dcost);
+	long rss_growth = 0;
+	for (int k = 0; k < rounds; k++)
+		if (rss_after[k] - rss_before[k] > rss_growth)
+			rss_growth = rss_after[k] - rss_before[k];
+	printf("%-40s %10ld KiB over %d spans each run (queue bound: %d spans)\n",
+	       "RSS growth, collector down, at most", rss_growth, 2 * N_EVENTS, TRACE_QUEUE_MAX);
 	if (cluster) {
 		double cmm = median(cminimal, rounds), cmb = median(cbinary, rounds);
 		printf("\n%-40s", "cluster node, events/s");

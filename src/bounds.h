@@ -72,6 +72,9 @@
 #include "model/secret.h"
 #include "git/sshkey.h"
 #include "engine/standby.h"
+#include "engine/trace.h"
+#include "io/otlp.h"
+#include "io/traceparent.h"
 #include "model/template.h"
 #include "base/tz.h"
 #include "git/webhook.h"
@@ -87,6 +90,12 @@
 	X("stream entry", "`event` field", EVENT_MAX_BYTES, MIB, "1 MiB")                          \
 	X("stream entry", "JSON nesting", EVENT_MAX_DEPTH, 128, "128 levels")                      \
 	X("stream entry", "fields Relay reads", CONSUMER_ENTRY_MAX, MIB + KIB, "1 MiB + 1 KiB")    \
+	X("stream entry", "`tracestate` field", TRACEPARENT_STATE_MAX, 512, "512 bytes")            \
+	X("stream entry", "`tracestate` members", TRACEPARENT_STATE_MEMBERS, 32, "32")              \
+	X("span export", "spans queued", TRACE_QUEUE_MAX, 2048, "2,048")                           \
+	X("span export", "shutdown flush", TRACE_FLUSH_NS, 5LL * 1000000000, "5 s")                \
+	X("OTEL_* list", "entries (headers, resource attributes)", OTLP_KV_MAX, 64, "64")          \
+	X("OTEL_* list", "bytes", OTLP_KV_TEXT_MAX, 8 * KIB, "8 KiB")                              \
 	X("Redis reply", "bytes", REDIS_REPLY_MAX, 64 * MIB, "64 MiB")                             \
 	X("template.yaml", "bytes", TEMPLATE_MAX_BYTES, MIB, "1 MiB")                              \
 	X("template.yaml", "YAML nodes, aliases expanded", TEMPLATE_MAX_NODES, 100000, "100,000")  \

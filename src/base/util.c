@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -462,6 +463,20 @@ void sleep_ms_interruptible(int64_t ms, const atomic_int *stop)
 		struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
 		nanosleep(&ts, NULL);
 	}
+}
+
+size_t random_fill(void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = getrandom((char *)buf + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
 }
 
 uint64_t rand_below(uint64_t n)

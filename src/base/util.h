@@ -230,4 +230,9 @@ void sleep_ms_interruptible(int64_t ms, const atomic_int *stop);
 /* Uniform random in [0, n) from a thread-local generator. */
 uint64_t rand_below(uint64_t n);
 
+/* Fills buf with n bytes from getrandom(2), the kernel's CSPRNG (EINTR
+ * retried). Returns the bytes filled: fewer than n only when getrandom
+ * fails (no such call, a seccomp filter); the caller decides what then. */
+size_t random_fill(void *buf, size_t n);
+
 #endif

@@ -50,6 +50,7 @@
 #include "base/duration.h"
 #include "io/event.h"
 #include "io/redis.h"
+#include "io/traceparent.h"
 #include "base/rfc3339.h"
 #include "base/util.h"
 
@@ -710,6 +711,10 @@ static int show_exec(const struct cmd *self, const struct cmd_args *args, const 
  * {"malformed", reason}, {"limit", n}, {"dry", n + 1} or {"ok", new id,
  * n + 1}, where n is the entry's relay_replays (0 when absent; anything not a
  * count below 1e9, "x", "inf" or "-1" say, as 1e9: it needs --force).
+ * ARGV[6] a new parent-id (16 hex), ARGV[7] a new traceparent: the replayed
+ * entry's `traceparent` continues the trace of the DLQ entry's own (same
+ * trace-id and flags, the new parent-id; its tracestate kept), or is the new
+ * one when the entry has none in version-00 form (docs/dlq.md).
  */
 static const char replay_lua[] =
 	"local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])[1]\n"
@@ -725,8 +730,14 @@ static const char replay_lua[] =
 	"end\n"
 	"local next = string.format('%d', n + 1)\n"
 	"if ARGV[4] == '1' then return {'dry', next} end\n"
-	"local id = redis.call('XADD', KEYS[2], '*', 'event', m.event,\n"
-	"  'relay_replay_of', ARGV[1], 'relay_replays', next)\n"
+	"local hex = '^00%-(' .. string.rep('[0-9a-f]', 32) .. ')%-' ..\n"
+	"  string.rep('[0-9a-f]', 16) .. '%-([0-9a-f][0-9a-f])$'\n"
+	"local tid, fl = string.match(m.traceparent or '', hex)\n"
+	"local tp = tid and ('00-' .. tid .. '-' .. ARGV[6] .. '-' .. fl) or ARGV[7]\n"
+	"local f = {'event', m.event, 'relay_replay_of', ARGV[1], 'relay_replays', next,\n"
+	"  'traceparent', tp}\n"
+	"if tid and m.tracestate then f[#f + 1] = 'tracestate'; f[#f + 1] = m.tracestate end\n"
+	"local id = redis.call('XADD', KEYS[2], '*', unpack(f))\n"
 	"if redis.call('HLEN', KEYS[3]) < tonumber(ARGV[5]) then\n"
 	"  redis.call('HSET', KEYS[3], id, ARGV[1])\n"
 	"end\n"
@@ -734,6 +745,16 @@ static const char replay_lua[] =
 	"return {'ok', id, next}\n";
 
 static struct redis_script replay_script;
+
+/* The replay script's ARGV[6] and ARGV[7]: a new parent-id (16 hex) and a
+ * new sampled traceparent for an entry without a trace of its own. */
+static void replay_trace(char span[17], char tp[TRACEPARENT_LEN + 1])
+{
+	struct traceparent fresh;
+	traceparent_new(&fresh, TRACEPARENT_FLAG_SAMPLED);
+	hex_encode(fresh.span_id, sizeof fresh.span_id, span);
+	traceparent_format(&fresh, tp);
+}
 
 static void ids_free(char **ids, size_t n)
 {
@@ -848,6 +869,8 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 	char max[16];
 	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);
 	char *replays = xasprintf("relay:%s:replays", stream);
+	char span[17], tp[TRACEPARENT_LEN + 1];
+	replay_trace(span, tp);
 	const char *argv[] = {"3",
 			      c->key,
 			      stream,
@@ -856,7 +879,9 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 			      max,
 			      force ? "1" : "0",
 			      dry ? "1" : "0",
-			      DLQ_STR(DLQ_REPLAYS_MAX)};
+			      DLQ_STR(DLQ_REPLAYS_MAX),
+			      span,
+			      tp};
 	size_t lens[ARRAY_LEN(argv)];
 	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
 		lens[i] = strlen(argv[i]);

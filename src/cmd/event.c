@@ -20,6 +20,7 @@
 #include "io/event.h"
 #include "engine/invocation.h"
 #include "io/redis.h"
+#include "io/traceparent.h"
 #include "base/rfc3339.h"
 #include "base/util.h"
 
@@ -139,7 +140,8 @@ static const char **leftover_fields(const struct event_status *st, size_t *n)
 	const char **v = xcalloc(st->ninv + 1, sizeof *v);
 	*n = 0;
 	for (size_t i = 0; i < st->ninv; i++)
-		if (!inv_matches_now(st, st->inv_fields[i]))
+		if (!inv_matches_now(st, st->inv_fields[i]) &&
+		    strcmp(st->inv_fields[i], INVOCATION_TRACE_FIELD) != 0)
 			v[(*n)++] = st->inv_fields[i];
 	qsort(v, *n, sizeof *v, cmp_str);
 	return v;
@@ -201,6 +203,8 @@ void event_status_render(struct buf *b, const struct event_status *st)
 	render_field(b, "Stream:", st->stream);
 	render_field(b, "Group:", st->group);
 	render_field(b, "State:", state_text(st->state));
+	if (st->trace_id[0])
+		render_field(b, "Trace:", st->trace_id);
 	if (st->state == EVST_PENDING) {
 		char d[64];
 		snprintf_(d, sizeof d, "%" PRId64 "s", st->idle_ms / 1000);
@@ -357,6 +361,7 @@ json_t *event_status_json(const struct event_status *st)
 	}
 	json_object_set_new(o, "matches_now", mn);
 	json_object_set_new(o, "matches_error", str_or_null(st->match_err));
+	json_object_set_new(o, "trace_id", st->trace_id[0] ? json_string(st->trace_id) : json_null());
 	return o;
 }
 
@@ -382,10 +387,14 @@ static const char stream_lua[] =
 	"if not e then return {0} end\n"
 	"local v = false\n"
 	"local f = e[2]\n"
-	"for i = 1, #f - 1, 2 do if f[i] == 'event' then v = f[i + 1] end end\n"
+	"local tp = ''\n"
+	"for i = 1, #f - 1, 2 do\n"
+	"  if f[i] == 'event' then v = f[i + 1] end\n"
+	"  if f[i] == 'traceparent' then tp = f[i + 1] end\n"
+	"end\n"
 	"if v == false then return {1} end\n"
-	"if #v > tonumber(ARGV[2]) then return {1, '', #v} end\n"
-	"return {1, v, #v}\n";
+	"if #v > tonumber(ARGV[2]) then return {1, '', #v, tp} end\n"
+	"return {1, v, #v, tp}\n";
 
 /* KEYS[1] dlq; ARGV[1] where to start (newest first: '+' or '(<id>'),
  * ARGV[2] the original id, ARGV[3] the page size. Answers {id, fields
@@ -460,6 +469,17 @@ static void evaluate(const struct cmd *self, const struct config *cfg, struct ev
 	event_free(ev);
 }
 
+/* The trace id of a valid traceparent tp (NULL is none) into st, replacing
+ * one found before: the invocation state and the DLQ entry know the
+ * context Relay used, the stream entry only what its producer sent. */
+static void status_trace(struct event_status *st, const char *tp)
+{
+	struct traceparent p;
+	if (!tp || traceparent_parse(tp, strlen(tp), &p) < 0)
+		return;
+	hex_encode(p.trace_id, sizeof p.trace_id, st->trace_id);
+}
+
 /* What gather reads with: the command, the configuration, the connection,
  * the status it fills and EVENT_MAX_BYTES as a script argument. */
 struct gather {
@@ -480,6 +500,8 @@ static int gather_stream(struct gather *g)
 	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1)
 		return redis_failed(g->self, g->r, rep);
 	st->in_stream = rep->element[0]->integer == 1;
+	if (rep->elements >= 4 && rep->element[3]->type == REDIS_REPLY_STRING)
+		status_trace(st, rep->element[3]->str);
 	if (st->in_stream) {
 		if (rep->elements < 3)
 			evaluate(g->self, g->cfg, st, NULL, 0, false, true);
@@ -523,6 +545,7 @@ static int gather_pending(struct gather *g)
 	free(key);
 	if (rc < 0)
 		return redis_failed(g->self, g->r, NULL);
+	status_trace(st, invocation_state_trace(&inv));
 	st->inv_fields = inv.fields;
 	st->inv_values = inv.values;
 	st->ninv = inv.n;
@@ -547,6 +570,7 @@ static void take_dlq_entry(struct gather *g, redisReply *rep)
 			xstrndup(e[1]->element[2 * i + 1]->str, e[1]->element[2 * i + 1]->len);
 	}
 	st->ndlq = n;
+	status_trace(st, dlq_field(st, "traceparent"));
 	if (!st->in_stream && rep->elements >= 3 && e[2]->type == REDIS_REPLY_STRING)
 		evaluate(g->self, g->cfg, st, e[2]->str, e[2]->len, false, false);
 }

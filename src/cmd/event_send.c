@@ -35,6 +35,7 @@
 #include "cmd/match.h"
 #include "io/event.h"
 #include "io/redis.h"
+#include "io/traceparent.h"
 #include "engine/scheduler.h"
 #include "base/util.h"
 
@@ -99,16 +100,18 @@ static int send_print_matches(const struct cmd *self, const struct config *cfg,
 	return rc;
 }
 
-/* XADDs text to REDIS_STREAM as the field `event` and prints the id. 0, or
- * 1 after one line. */
-static int send_xadd(const struct cmd *self, const struct config *cfg, const char *text, size_t len)
+/* XADDs text to REDIS_STREAM as the field `event`, with the field
+ * `traceparent` (tp: docs/operations.md, "Tracing"), and prints the id. 0,
+ * or 1 after one line. */
+static int send_xadd(const struct cmd *self, const struct config *cfg, const char *text, size_t len,
+		     const char *tp)
 {
 	struct redis *r = NULL;
 	if (cmd_redis_connect(self, cfg, &r) < 0)
 		return 1;
-	const char *argv[5] = {"XADD", cfg->redis_stream, "*", "event", text};
-	size_t argl[5] = {4, strlen(cfg->redis_stream), 1, 5, len};
-	redisReply *rep = redis_command_argv(r, 5, argv, argl);
+	const char *argv[7] = {"XADD", cfg->redis_stream, "*", "event", text, "traceparent", tp};
+	size_t argl[7] = {4, strlen(cfg->redis_stream), 1, 5, len, 11, strlen(tp)};
+	redisReply *rep = redis_command_argv(r, 7, argv, argl);
 	int rc = 1;
 	if (!rep)
 		cmd_fail("%s: XADD %s: %s", self->words, cfg->redis_stream, redis_errmsg(r));
@@ -125,11 +128,36 @@ static int send_xadd(const struct cmd *self, const struct config *cfg, const cha
 	return rc;
 }
 
+/* The entry's traceparent: --traceparent's (valid, written back as
+ * version 00), else a new trace, sampled. 0, or 1 after one line. */
+static int send_traceparent(const struct cmd *self, const struct cmd_args *args,
+			    char out[TRACEPARENT_LEN + 1])
+{
+	const char *given = cmd_opt(args, "--traceparent");
+	struct traceparent tp;
+	if (!given) {
+		traceparent_new(&tp, TRACEPARENT_FLAG_SAMPLED);
+	} else if (traceparent_parse(given, strlen(given), &tp) < 0) {
+		char *shown = text_escaped(given, strlen(given), 80, 0);
+		int rc = cmd_fail("%s: --traceparent '%s' is not a W3C traceparent "
+				  "(00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>, "
+				  "lowercase, ids not all zero); nothing sent",
+				  self->words, shown);
+		free(shown);
+		return rc;
+	}
+	traceparent_format(&tp, out);
+	return 0;
+}
+
 static int send_exec(const struct cmd *self, const struct cmd_args *args, const struct config *cfg)
 {
 	bool dry = cmd_flag(args, "--dry-run");
 	char *text = NULL, *why = NULL;
 	size_t len = 0;
+	char tp[TRACEPARENT_LEN + 1];
+	if (send_traceparent(self, args, tp) != 0)
+		return 1;
 	if (cmd_read_event(args->pos[0], &text, &len, &why) < 0) {
 		int rc = send_read_failed(self, args->pos[0], why);
 		free(why);
@@ -143,7 +171,7 @@ static int send_exec(const struct cmd *self, const struct cmd_args *args, const 
 		printf("not sent (--dry-run)\n");
 	} else if (rc == 0) {
 		fflush(stdout);
-		rc = send_xadd(self, cfg, text, len);
+		rc = send_xadd(self, cfg, text, len, tp);
 	}
 	if (rc == 0 && fflush(stdout) != 0)
 		rc = cmd_fail("%s: write: output error", self->words);
@@ -155,9 +183,11 @@ static int send_exec(const struct cmd *self, const struct cmd_args *args, const 
 
 const struct cmd cmd_event_send = {
 	.words = "event send",
-	.args = "EVENT [--dry-run]",
+	.args = "EVENT [--dry-run] [--traceparent TP]",
 	.summary = "check an event, show what it matches, XADD it",
-	.opts = (const struct cmd_opt[]){{"--dry-run", NULL, false}, {NULL}},
+	.opts = (const struct cmd_opt[]){{"--dry-run", NULL, false},
+					 {"--traceparent", NULL, true},
+					 {NULL}},
 	.minpos = 1,
 	.maxpos = 1,
 	.help = "EVENT is JSON text, @file, or - for stdin. It is decoded as the consumer decodes "
@@ -171,7 +201,11 @@ const struct cmd cmd_event_send = {
 		"and\n"
 		"needs only the functions directory. Exit 1, nothing sent, for an event the "
 		"consumer\n"
-		"would dead-letter, an unreadable functions directory, or a Redis failure.\n",
+		"would dead-letter, an unreadable functions directory, or a Redis failure.\n"
+		"The entry also gets a `traceparent` field: --traceparent's (a W3C "
+		"traceparent,\n"
+		"to continue a trace of yours), else a new trace; relay event status shows "
+		"its id.\n",
 	.touches = CMD_REDIS | CMD_STREAM | CMD_FUNCTIONS_READ,
 	.local_opt = "--dry-run",
 	.exec = send_exec,

@@ -59,6 +59,10 @@ struct event_status {
 	struct cmd_match *matches;
 	size_t nmatches;
 	char *match_err;
+	/* The trace id (32 hex digits), "" when none is known: from the
+	 * invocation state (pending), the DLQ entry (dead-lettered) or the
+	 * stream entry's own traceparent (trace.h). */
+	char trace_id[33];
 };
 
 /*

@@ -67,6 +67,7 @@
 #include "engine/standby.h"
 #include "engine/state.h"
 #include "engine/statsflush.h"
+#include "engine/trace.h"
 #include "base/util.h"
 #include "engine/warm.h"
 #include "git/webhook.h"
@@ -321,6 +322,13 @@ static int start_threads(struct relay *rt)
 		rt->retention = retention_start(&rt->uri, cfg->redis_stream,
 						cfg->stream_retention_ns, 0, 0);
 
+	if (trace_setup(&cfg->otel, &err) < 0) {
+		log_error(LOG_ATTRS("error", err), "cannot start the span exporter");
+		free(err);
+		return -1;
+	}
+	if (trace_exporting())
+		log_info(LOG_ATTRS("endpoint", cfg->otel.traces_url), "span export on (OTLP/HTTP JSON)");
 	rt->slots = slots_new((int)cfg->max_concurrency);
 	if (cfg->standby_max > 0) {
 		struct standby_config sbc = {
@@ -411,6 +419,8 @@ static void runtime_stop(struct relay *rt)
 	scheduler_stop(rt->scheduler); /* first: publish nothing more while stopping */
 	if (rt->consumer)
 		consumer_stop(rt->consumer);
+	/* No span is made any more: send what is queued (TRACE_FLUSH_NS). */
+	trace_shutdown();
 	/* No worker takes a standby container any more: remove them all (the
 	 * final stats flush no longer counts them: standby_stop frees the pool). */
 	statsflush_set_standby(rt->flush, NULL, NULL);

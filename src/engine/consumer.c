@@ -176,11 +176,13 @@ static void release(struct consumer *c, const char *id)
 }
 
 /* Whether a field is one Relay reads: the read scripts' WANTED (the
- * event, and the replay fields relay dlq replay adds, copied into a DLQ
- * entry so that a replay count survives a second dead-lettering). */
+ * event, the replay fields relay dlq replay adds, copied into a DLQ
+ * entry so that a replay count survives a second dead-lettering, and the
+ * W3C trace context, trace.h). */
 static bool field_wanted(const redisReply *f)
 {
-	static const char *const wanted[] = {"event", "relay_replays", "relay_replay_of"};
+	static const char *const wanted[] = {"event", "relay_replays", "relay_replay_of",
+					     "traceparent", "tracestate"};
 	for (size_t i = 0; f->type == REDIS_REPLY_STRING && i < ARRAY_LEN(wanted); i++)
 		if (f->len == strlen(wanted[i]) && memcmp(f->str, wanted[i], f->len) == 0)
 			return true;

@@ -33,7 +33,8 @@
  * relay start wires to the Docker runner (and tests may wire to anything).
  *
  * Cost model of a stream entry (anyone who can XADD writes them):
- *   bytes    Relay keeps only the field it uses (`event`; a scheduled
+ *   bytes    Relay keeps only the fields it uses (`event`, and
+ *            `traceparent` and `tracestate`: trace.h; a scheduled
  *            occurrence is an event too, schedule.h), at most
  *            CONSUMER_ENTRY_MAX bytes per
  *            entry counted as CONSUMER_ENTRY_COST (their names and values
@@ -151,6 +152,9 @@ struct invoke_request {
 	const char *event_id;	/* may be NULL */
 	const char *event_name; /* may be NULL */
 	int attempt;		/* 1-based */
+	/* The handler's TRACEPARENT and TRACESTATE (trace.h); NULL: none. */
+	const char *traceparent;
+	const char *tracestate;
 };
 
 enum invoke_outcome {
@@ -169,6 +173,9 @@ struct invoke_result {
 	enum invoke_outcome outcome;
 	int exit_code;	 /* -1 when none */
 	char error[512]; /* why it failed, naming function and handler */
+	/* How its container started: "on_demand", "standby", "warm" (a
+	 * static string), or NULL when unknown. */
+	const char *start_mode;
 };
 
 typedef void (*consumer_invoke_fn)(void *ctx, const struct invoke_request *req,

@@ -35,7 +35,8 @@ _Static_assert(CONSUMER_ENTRY_FRAMING == 64 && CONSUMER_STRING_FRAMING == 16,
 	       "the read scripts count 64 + 16 per string");
 /* clang-format off */
 #define READ_LUA_PRELUDE \
-	"local WANTED = {event = true, relay_replays = true, relay_replay_of = true}\n" \
+	"local WANTED = {event = true, relay_replays = true, relay_replay_of = true,\n" \
+	"  traceparent = true, tracestate = true}\n" \
 	"local function measure(e)\n" \
 	"  local f, size, n, last, all = e[2], 0, 0, {}, true\n" \
 	"  for i = 1, #f - 1, 2 do\n" \

@@ -65,6 +65,7 @@
 #include "engine/runner.h"
 #include "engine/schedule.h"
 #include "engine/slots.h"
+#include "engine/trace.h"
 #include "base/util.h"
 
 struct delivery {
@@ -158,18 +159,23 @@ enum dlq_result {
  * event), then `relay_replays` and `relay_replay_of` when the message
  * carried them (a replayed message: relay dlq replay counts on them).
  */
-static enum dlq_result dead_letter(struct delivery *d, struct redis *r,
-				   const struct delivery_msg *m, const char *payload, size_t plen,
-				   const char *reason, int attempts, const char *function,
-				   const char *handler)
+struct delivery_plan;
+static const struct delivery_msg *plan_msg(const struct delivery_plan *p);
+static const struct trace_msg *plan_trace(const struct delivery_plan *p);
+static void plan_dead_lettered(struct delivery_plan *p);
+
+static enum dlq_result dead_letter(struct delivery *d, struct redis *r, struct delivery_plan *p,
+				   const char *payload, size_t plen, const char *reason,
+				   int attempts, const char *function, const char *handler)
 {
+	const struct delivery_msg *m = plan_msg(p);
 	char ts[RFC3339_STR_MAX], att[16];
 	char *why = NULL;
 	rfc3339_format_utc(now_wall_ns(), ts);
 	snprintf_(att, sizeof att, "%d", attempts);
 	enum { EVENT_VALUE = 9, FIXED = 20 }; /* the payload: binary-safe, its own length */
 	/* clang-format off */
-	const char *entry[FIXED + 4] = {
+	const char *entry[FIXED + 8] = {
 		"original_stream", d->stream,
 		"original_id", m->id,
 		"group", d->group,
@@ -182,7 +188,7 @@ static enum dlq_result dead_letter(struct delivery *d, struct redis *r,
 		"handler", handler ? handler : "",
 	};
 	/* clang-format on */
-	size_t lens[FIXED + 4], n = FIXED;
+	size_t lens[FIXED + 8], n = FIXED;
 	for (size_t i = 0; i < FIXED; i++)
 		lens[i] = i == EVENT_VALUE ? (payload ? plen : 0) : strlen(entry[i]);
 	static const char *const carried[] = {"relay_replays", "relay_replay_of"};
@@ -195,6 +201,19 @@ static enum dlq_result dead_letter(struct delivery *d, struct redis *r,
 		lens[n++] = strlen(carried[k]);
 		entry[n] = v;
 		lens[n++] = vlen;
+	}
+	/* The trace context the deliveries used (trace.h): a replay continues
+	 * it. */
+	const struct trace_msg *tr = plan_trace(p);
+	entry[n] = "traceparent";
+	lens[n++] = strlen("traceparent");
+	entry[n] = tr->stored;
+	lens[n++] = strlen(tr->stored);
+	if (tr->state) {
+		entry[n] = "tracestate";
+		lens[n++] = strlen("tracestate");
+		entry[n] = tr->state;
+		lens[n++] = strlen(tr->state);
 	}
 	bool written = false;
 	int rc = -1;
@@ -210,6 +229,8 @@ static enum dlq_result dead_letter(struct delivery *d, struct redis *r,
 		log_error(LOG_ATTRS("message_id", m->id, "dlq", d->dlq, "error", why),
 			  "DLQ write failed; the message stays pending and the write is retried");
 	free(why);
+	if (rc == 0 && written)
+		plan_dead_lettered(p);
 	return rc < 0 ? DLQ_FAILED : written ? DLQ_WRITTEN : DLQ_NOT_PENDING;
 }
 
@@ -259,7 +280,33 @@ struct delivery_plan {
 	bool slotted;	    /* resumed holding its slot: goes on at the claim */
 	struct delivery_plan *dnext; /* on the deferred list */
 	enum delivery_verdict end;   /* what the consumer does with the message */
+	bool dead_lettered;	     /* its DLQ entry is written */
+	struct trace_msg trace;	     /* its trace context and span (trace.h) */
 };
+
+static const struct delivery_msg *plan_msg(const struct delivery_plan *p)
+{
+	return p->m;
+}
+
+static const struct trace_msg *plan_trace(const struct delivery_plan *p)
+{
+	return &p->trace;
+}
+
+static void plan_dead_lettered(struct delivery_plan *p)
+{
+	p->dead_lettered = true;
+}
+
+/* The trace context of a message's entry (trace_msg_begin). */
+static void plan_trace_begin(struct delivery_plan *p)
+{
+	size_t tplen = 0, tslen = 0;
+	const char *tp = delivery_msg_field(p->m, "traceparent", &tplen);
+	const char *ts = delivery_msg_field(p->m, "tracestate", &tslen);
+	trace_msg_begin(&p->trace, tp, tplen, ts, tslen);
+}
 
 /* function_events_total: once per message and matched function, counted
  * when the message is done (ACKed or dead-lettered), not per delivery.
@@ -341,10 +388,11 @@ static size_t resolve_work(const struct snapshot *snap, const struct event *ev,
  * (never run), or left pending when it could not be checked (Redis error:
  * retried by a later reclaim, never run unverified).
  */
-static bool occurrence_genuine(struct delivery *d, struct redis *r, struct delivery_msg *m,
+static bool occurrence_genuine(struct delivery *d, struct redis *r, struct delivery_plan *p,
 			       const struct event *ev, struct schedule_route *route,
 			       const char *payload, size_t plen)
 {
+	struct delivery_msg *m = p->m;
 	char *why = NULL;
 	enum schedule_verdict g = schedule_envelope_check(ev, route, &why);
 	if (g == SCHEDULE_GENUINE)
@@ -355,9 +403,9 @@ static bool occurrence_genuine(struct delivery *d, struct redis *r, struct deliv
 	if (g == SCHEDULE_VERIFY_FAILED) {
 		log_warn(LOG_ATTRS("message_id", m->id, "error", why ? why : redis_errmsg(r)),
 			 "cannot verify a scheduled occurrence; it stays pending");
-	} else if (dead_letter(d, r, m, payload, plen, "forged schedule occurrence", 0, NULL,
+	} else if (dead_letter(d, r, p, payload, plen, "forged schedule occurrence", 0, NULL,
 			       NULL) == DLQ_WRITTEN) {
-		log_warn(LOG_ATTRS("message_id", m->id, "reason", why),
+		log_warn(LOG_ATTRS("message_id", m->id, "trace_id", p->trace.trace_id, "reason", why),
 			 "forged schedule occurrence sent to the dead-letter stream without "
 			 "running any handler");
 		metrics_inc(METRIC_DLQ_ENTRIES);
@@ -375,6 +423,7 @@ static bool occurrence_genuine(struct delivery *d, struct redis *r, struct deliv
 static bool plan_decode(struct delivery *d, struct redis *r, struct delivery_plan *p)
 {
 	struct delivery_msg *m = p->m;
+	plan_trace_begin(p);
 	p->payload = payload_of(m, &p->plen);
 	p->ev = m->ev;
 	m->ev = NULL;
@@ -387,9 +436,10 @@ static bool plan_decode(struct delivery *d, struct redis *r, struct delivery_pla
 		snprintf_(reason, sizeof reason, "malformed event (%s): %s", event_err_name(derr),
 			  why ? why : "");
 		free(why);
-		if (dead_letter(d, r, m, p->payload, p->plen, reason, 0, NULL, NULL) ==
+		if (dead_letter(d, r, p, p->payload, p->plen, reason, 0, NULL, NULL) ==
 		    DLQ_WRITTEN) {
-			log_warn(LOG_ATTRS("message_id", m->id, "reason", reason),
+			log_warn(LOG_ATTRS("message_id", m->id, "trace_id", p->trace.trace_id,
+					   "reason", reason),
 				 "malformed event sent to the dead-letter stream without running "
 				 "any handler");
 			metrics_inc(METRIC_DLQ_ENTRIES);
@@ -398,7 +448,7 @@ static bool plan_decode(struct delivery *d, struct redis *r, struct delivery_pla
 		return false;
 	}
 	p->scheduled = schedule_claimed(p->ev);
-	if (p->scheduled && !occurrence_genuine(d, r, m, p->ev, &p->route, p->payload, p->plen))
+	if (p->scheduled && !occurrence_genuine(d, r, p, p->ev, &p->route, p->payload, p->plen))
 		return false;
 	/* A scheduled handler reads the occurrence's payload, not the entry. */
 	if (p->scheduled)
@@ -474,6 +524,7 @@ static void plan_load(struct delivery *d, struct redis *r, struct delivery_plan 
 				t->raw = xstrdup(st.values[k]);
 			}
 	}
+	trace_msg_adopt(&p->trace, invocation_state_trace(&st));
 	invocation_state_free(&st);
 }
 
@@ -523,7 +574,8 @@ static enum claim claim_invocation(struct delivery *d, struct redis *r,
 	 * worker's connection, maybe never connected yet. */
 	int rc = ensure_conn(d, r) < 0 ? -1
 				       : invocation_try_start(r, p->key, t->field, t->raw, next,
-							      d->stream, d->group, p->m->id);
+							      d->stream, d->group, p->m->id,
+							      p->trace.stored);
 	return rc < 0	 ? CLAIM_UNRECORDED
 	       : rc == 0 ? CLAIM_LOST
 	       : rc == 2 ? CLAIM_ACKED
@@ -570,7 +622,7 @@ static enum target_outcome target_ready(struct delivery_plan *p, const struct ta
 			"eligible in %s)",
 			id, duration_format(left, in));
 		log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id,
-				    "marker", t->raw ? t->raw : ""),
+				    "trace_id", p->trace.trace_id, "marker", t->raw ? t->raw : ""),
 			  "invocation running elsewhere or backing off; leaving the "
 			  "message pending");
 		return TARGET_NOT_ELIGIBLE;
@@ -578,7 +630,7 @@ static enum target_outcome target_ready(struct delivery_plan *p, const struct ta
 	*attempt = (mk.kind == MARK_RUNNING || mk.kind == MARK_NEXT_ATTEMPT) ? mk.attempts + 1 : 1;
 	log_debug(LOG_ATTRS("function", fname, "handler", handler, "message_id", id, "event_id",
 			    p->event_id ? p->event_id : "", "event_name",
-			    p->event_name ? p->event_name : ""),
+			    p->event_name ? p->event_name : "", "trace_id", p->trace.trace_id),
 		  p->scheduled ? "scheduled occurrence" : "rule matched");
 	return TARGET_GO_ON;
 }
@@ -602,7 +654,8 @@ static enum target_outcome target_slot(struct delivery *d, struct delivery_plan 
 		return TARGET_GO_ON;
 	}
 	metrics_inc(METRIC_CONCURRENCY_WAITS);
-	log_debug(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
+	log_debug(LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id,
+				    "trace_id", p->trace.trace_id),
 		  "no concurrency slot free; the invocation waits locally for one");
 	p->attempt = attempt;
 	p->dnext = NULL;
@@ -677,7 +730,8 @@ static enum target_outcome target_claim(struct delivery *d, struct redis *r,
 	if (cl == CLAIM_ACKED || cl == CLAIM_LOST) {
 		slots_release(d->slots, fname);
 		log_debug(
-			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id),
+			LOG_ATTRS("function", fname, "handler", t->handler, "message_id", p->m->id,
+				    "trace_id", p->trace.trace_id),
 			cl == CLAIM_ACKED
 				? "message acknowledged meanwhile; dropping the local copy"
 				: "invocation claimed by another worker; leaving the message "
@@ -696,8 +750,31 @@ static enum target_outcome target_claim(struct delivery *d, struct redis *r,
 /* A finished invocation's log attributes (attrs points into the struct). */
 struct run_attrs {
 	char att[16], dur[DURATION_STR_MAX], code[16];
-	const char *attrs[17];
+	const char *attrs[19];
 };
+
+static const char *const outcome_names[] = {
+	[INVOKE_OK] = "success",	 [INVOKE_FAILED] = "failure",
+	[INVOKE_TIMEOUT] = "timeout",	 [INVOKE_CANCELLED] = "cancelled",
+	[INVOKE_UNAVAILABLE] = "unavailable",
+};
+
+/* The attempt's span (trace.h), when recorded. */
+static void target_trace_end(const struct delivery_plan *p, const struct target *t,
+			     const struct trace_inv *inv, int attempt,
+			     const struct invoke_result *out)
+{
+	struct trace_inv_result r = {
+		.function = t->fv->fn->name,
+		.handler = t->handler,
+		.attempt = attempt,
+		.exit_code = out->exit_code,
+		.outcome = outcome_names[out->outcome],
+		.start_mode = out->start_mode,
+		.error = out->outcome == INVOKE_OK ? NULL : out->error,
+	};
+	trace_inv_end(&p->trace, inv, &r);
+}
 
 /* Runs the handler (cfg.invoke) in the claimed slot, then gives the slot
  * back. Returns how long it took, in seconds (handler metrics). */
@@ -715,10 +792,15 @@ static double target_invoke(struct delivery *d, const struct delivery_plan *p,
 		.event_id = p->event_id,
 		.event_name = p->event_name,
 		.attempt = attempt,
+		.tracestate = p->trace.state,
 	};
+	struct trace_inv inv;
+	trace_inv_begin(&p->trace, &inv);
+	req.traceparent = inv.traceparent;
 	int64_t t0 = now_mono_ns();
 	metrics_gauge_add(METRIC_IN_FLIGHT, 1);
 	d->cfg.invoke(d->cfg.invoke_ctx, &req, out);
+	target_trace_end(p, t, &inv, attempt, out);
 	/* A cancelled or unrun one leaves the gauge up until its marker is
 	 * back (target_record). */
 	if (out->outcome != INVOKE_CANCELLED && out->outcome != INVOKE_UNAVAILABLE)
@@ -736,6 +818,7 @@ static double target_invoke(struct delivery *d, const struct delivery_plan *p,
 				     "attempt",	   a->att,
 				     "duration",   a->dur,
 				     "exit_code",  a->code,
+				     "trace_id",   p->trace.trace_id,
 				     NULL};
 	_Static_assert(ARRAY_LEN(attrs) == ARRAY_LEN(a->attrs), "run_attrs.attrs");
 	memcpy(a->attrs, attrs, sizeof attrs);
@@ -893,7 +976,7 @@ static enum target_outcome run_target_once(struct delivery *d, struct redis *r,
 		return o;
 	if (attempt > 1)
 		metrics_function_retry(t->fv->fn->name);
-	struct invoke_result out = {INVOKE_FAILED, -1, ""};
+	struct invoke_result out = {INVOKE_FAILED, -1, "", NULL};
 	struct run_attrs a;
 	double secs = target_invoke(d, p, t, attempt, &out, &a);
 	o = target_record(d, r, p, t, attempt, prev, &out, secs, a.attrs);
@@ -955,11 +1038,11 @@ static void plan_dead_letter(struct delivery *d, struct redis *r, struct deliver
 			    max_attempts);
 	if (p->last_error[0])
 		buf_appendf(&reason, ": %s", p->last_error);
-	if (dead_letter(d, r, p->m, p->payload, p->plen, reason.data ? reason.data : "exhausted",
+	if (dead_letter(d, r, p, p->payload, p->plen, reason.data ? reason.data : "exhausted",
 			max_attempts, first->fv->fn->name, first->handler) == DLQ_WRITTEN) {
 		log_error(LOG_ATTRS("message_id", p->m->id, "event_id",
-				    p->event_id ? p->event_id : "", "reason",
-				    reason.data ? reason.data : ""),
+				    p->event_id ? p->event_id : "", "trace_id", p->trace.trace_id,
+				    "reason", reason.data ? reason.data : ""),
 			  "message sent to the dead-letter stream");
 		for (size_t i = 0; i < p->n; i++)
 			if (p->t[i].state == INV_EXHAUSTED)
@@ -1004,6 +1087,7 @@ static void plan_free(struct delivery *d, struct delivery_plan *p)
 	if (p->snap)
 		registry_release(d->cfg.registry, p->snap);
 	event_free(p->ev);
+	trace_msg_free(&p->trace);
 	delivery_msg_free(p->m);
 	free(p);
 }
@@ -1011,6 +1095,13 @@ static void plan_free(struct delivery *d, struct delivery_plan *p)
 /* The verdict of a plan done with, into *out, then frees it. */
 static void plan_finish(struct delivery *d, struct delivery_plan *p, struct delivery_end *out)
 {
+	const char *outcome = p->end == DELIVERY_ACK ? "acknowledged"
+			      : p->dead_lettered      ? "dead_lettered"
+						      : "pending";
+	trace_msg_end(&p->trace, d->stream, d->group, p->m->id, outcome,
+		      p->last_error[0]		? p->last_error
+		      : p->dead_lettered	? "dead-lettered"
+						: NULL);
 	out->verdict = p->end;
 	out->id = p->m->id;
 	p->m->id = NULL;
@@ -1074,7 +1165,8 @@ void delivery_drop_deferred(struct delivery *d)
 		d->dhead = p->dnext;
 		const struct fn_version *fv = p->t[p->cur].fv;
 		slots_defer(d->slots, fv->fn->name, (int)fv->fn->tpl->concurrency, -1);
-		log_debug(LOG_ATTRS("message_id", p->m->id),
+		log_debug(LOG_ATTRS("message_id", p->m->id,
+				    "trace_id", p->trace.trace_id),
 			  "shutdown: an invocation waiting for a slot is left pending");
 		plan_free(d, p);
 	}

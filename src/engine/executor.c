@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "io/docker.h"
+#include "model/bootstrap.h"
 #include "base/log.h"
 #include "engine/runner.h"
 #include "engine/standby.h"
@@ -41,6 +42,49 @@ static bool is_cancelled(void *ctx)
 {
 	const struct executor *e = ctx;
 	return e->cancel && atomic_load(e->cancel);
+}
+
+/* The payload with the trace line in front (bootstrap.h), malloc'd into
+ * *len bytes; NULL without a traceparent. The bootstrap sets TRACEPARENT
+ * and TRACESTATE from this line just before it calls the handler: the one
+ * way for every start mode alike (a standby or warm container's
+ * environment was fixed before the event, and a new container's Env stays
+ * the same as theirs). */
+static char *traced_payload(const struct invoke_request *req, size_t *len)
+{
+	if (!req->traceparent)
+		return NULL;
+	struct buf b;
+	buf_init(&b, req->payload_len + 1024);
+	buf_appendf(&b, BOOTSTRAP_TRACE_LINE "%s%s%s\n", req->traceparent,
+		    req->tracestate ? " " : "", req->tracestate ? req->tracestate : "");
+	buf_append(&b, req->payload, req->payload_len);
+	*len = b.len;
+	return buf_steal(&b);
+}
+
+/* Runs in on a warm, standby or new container; its start mode into res. */
+static void run_in(struct executor *e, struct docker *d, const struct fn_version *fv,
+		   const char *handler, struct runner_request *in, struct runner_result *out,
+		   struct invoke_result *res)
+{
+	if (fv->fn->tpl->warm && e->warm) {
+		res->start_mode = "warm";
+		warm_invoke(e->warm, d, fv, handler, in, out);
+		return;
+	}
+	standby_begin(e->standby, fv, handler);
+	struct runner_parked *parked = standby_take(e->standby, fv, handler);
+	res->start_mode = parked ? "standby" : "on_demand";
+	if (parked) {
+		runner_dispatch(d, &parked, in, out);
+		if (parked) { /* not dispatched: it ran on demand */
+			res->start_mode = "on_demand";
+			standby_discard(e->standby, fv, handler, parked);
+		}
+	} else
+		runner_invoke(d, in, out);
+	standby_end(e->standby, fv, handler);
 }
 
 void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_result *res)
@@ -84,19 +128,14 @@ void executor_invoke(void *ctx, const struct invoke_request *req, struct invoke_
 	};
 	struct runner_result out;
 	memset(&out, 0, sizeof out);
-	if (t->warm && e->warm) {
-		warm_invoke(e->warm, d, fv, req->handler, &in, &out);
-	} else {
-		standby_begin(e->standby, fv, req->handler);
-		struct runner_parked *parked = standby_take(e->standby, fv, req->handler);
-		if (parked) {
-			runner_dispatch(d, &parked, &in, &out);
-			if (parked) /* not dispatched: it ran on demand */
-				standby_discard(e->standby, fv, req->handler, parked);
-		} else
-			runner_invoke(d, &in, &out);
-		standby_end(e->standby, fv, req->handler);
+	size_t tlen = 0;
+	char *traced = traced_payload(req, &tlen);
+	if (traced) {
+		in.payload = traced;
+		in.payload_len = tlen;
 	}
+	run_in(e, d, fv, req->handler, &in, &out, res);
+	free(traced);
 	res->exit_code = out.exit_code;
 	if (out.error)
 		snprintf_(res->error, sizeof res->error, "%s", out.error);

@@ -159,9 +159,17 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
 	return m;
 }
 
+const char *invocation_state_trace(const struct invocation_state *st)
+{
+	for (size_t i = 0; i < st->n; i++)
+		if (strcmp(st->fields[i], INVOCATION_TRACE_FIELD) == 0)
+			return st->values[i];
+	return NULL;
+}
+
 /* KEYS[1] hash, KEYS[2] stream; ARGV[1] field, ARGV[2] expected ("" =
  * absent), ARGV[3] new value, ARGV[4] TTL seconds, ARGV[5] group, ARGV[6]
- * message id. The pending check closes a race: a reclaim can fetch a
+ * message id, ARGV[8] the trace context to keep ("" = none). The pending check closes a race: a reclaim can fetch a
  * message just before its owner's XACK + DEL land, and would then find the
  * markers gone and run every handler again. XACK precedes the DEL of the
  * hash, so a message still pending here still has its markers. */
@@ -188,6 +196,7 @@ static const char cas_script[] =
 	"  if tonumber(string.sub(d, 1, -4)) > now_us + tonumber(ARGV[7]) then return 0 end\n"
 	"end\n"
 	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+	"if ARGV[8] ~= '' then redis.call('HSETNX', KEYS[1], '" INVOCATION_TRACE_FIELD "', ARGV[8]) end\n"
 	"redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
 	"return 1\n";
 
@@ -198,14 +207,14 @@ static void scripts_init(void);
 
 int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
 			 const char *next, const char *stream, const char *group,
-			 const char *msg_id)
+			 const char *msg_id, const char *trace)
 {
 	pthread_once(&scripts_once, scripts_init);
 	char ttl[24], tolerance[24];
 	snprintf_(ttl, sizeof ttl, "%d", INVOCATION_TTL_SECONDS);
 	snprintf_(tolerance, sizeof tolerance, "%ld", RUNNER_CLOCK_SKEW_MS * 1000L);
 	const char *argv[] = {"2",  key, stream, field,	 expected ? expected : "",
-			      next, ttl, group,	 msg_id, tolerance};
+			      next, ttl, group,	 msg_id, tolerance, trace ? trace : ""};
 	redisReply *rep = redis_script_run(r, &cas_sha, (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep)
 		return -1;

@@ -10,6 +10,12 @@
  *   exhausted:<n>                       terminal after n attempts
  *   (absent / unparseable)              eligible
  *
+ * and one field `trace` (no '/': never a "<function>/<handler>") holding
+ * the W3C traceparent the message's deliveries continue (trace.h): written
+ * with the first claim (HSETNX in the same script, no extra round trip),
+ * so that a retry of a message that came without a traceparent stays in
+ * the trace its first delivery started.
+ *
  * Every write refreshes a 7-day TTL. TryStart is a compare-and-set in one
  * Lua script so two workers can never both claim an invocation. The
  * scripts go by SHA (redis_script_run: EVALSHA, EVAL once on NOSCRIPT).
@@ -78,6 +84,9 @@ int invocation_state_load(struct redis *r, const char *key, struct invocation_st
 void invocation_state_free(struct invocation_state *st);
 /* The marker for field (absent when not present). */
 struct marker invocation_state_get(const struct invocation_state *st, const char *field);
+/* The stored `trace` field (borrowed), or NULL. */
+#define INVOCATION_TRACE_FIELD "trace"
+const char *invocation_state_trace(const struct invocation_state *st);
 
 /*
  * TryStart: writes `next` into field only if the message msg_id is still
@@ -86,13 +95,15 @@ struct marker invocation_state_get(const struct invocation_state *st, const char
  * (TIME): a running or next_attempt_at marker whose deadline is more than
  * RUNNER_CLOCK_SKEW_MS (runner.h) ahead of it is refused whatever this
  * worker's clock says, so a worker whose clock jumped forward never finds
- * every running marker expired at once. Returns 1 when written, 0 when
- * someone else changed it (or it is not due), 2 when the message is no
- * longer pending (acknowledged meanwhile), -1 on a Redis error.
+ * every running marker expired at once. With the write, trace (NULL or
+ * "": none) is stored in the `trace` field unless one is there already.
+ * Returns 1 when written, 0 when someone else changed it (or it is not
+ * due), 2 when the message is no longer pending (acknowledged meanwhile),
+ * -1 on a Redis error.
  */
 int invocation_try_start(struct redis *r, const char *key, const char *field, const char *expected,
 			 const char *next, const char *stream, const char *group,
-			 const char *msg_id);
+			 const char *msg_id, const char *trace);
 /*
  * Dead-letters message msg_id in one script, only while it is still pending
  * in group of stream: XADD dlq * <entry>, then XACK, then DEL of its

@@ -29,6 +29,7 @@
  * _count) are printed as exact integers.
  */
 #include "engine/metrics.h"
+#include "io/otlp.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -896,6 +897,13 @@ int metrics_render(struct buf *b)
 		sample_u64(out, "warm_retired_total", NULL, NULL, extra, load(&warm_retired[r].v));
 	}
 	render_counter(out, METRIC_CONSUMERS_DELETED);
+	/* The span exporter's own counters (otlp.h). */
+	family_header(out, "otel_spans_dropped_total", "counter",
+		      "Spans dropped: the export queue was full, or their export failed.");
+	sample_u64(out, "otel_spans_dropped_total", NULL, NULL, NULL, otlp_spans_dropped());
+	family_header(out, "otel_export_failures_total", "counter",
+		      "Span export requests that failed (no answer, timeout, or not 2xx).");
+	sample_u64(out, "otel_export_failures_total", NULL, NULL, NULL, otlp_export_failures());
 
 	free(fns);
 	free(hs);

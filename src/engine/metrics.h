@@ -41,6 +41,8 @@
  *   counter   warm_retired_total{reason}            warm containers removed, by reason
  *   gauge     retries_scheduled                     retries waiting in the retry index (sampled)
  *   counter   consumers_deleted_total               group consumers of gone workers deleted
+ *   counter   otel_spans_dropped_total              spans dropped (queue full, export failed)
+ *   counter   otel_export_failures_total            span export requests that failed
  *
  * Labels are only function, handler, outcome and reason; outcome is one of
  * "success", "failure", "timeout" (enum metric_outcome), reason one of

@@ -21,7 +21,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "base/siphash.h"
@@ -157,15 +156,7 @@ static _Thread_local struct event_index_stats index_stats;
 
 static void hash_key_init(void)
 {
-	size_t got = 0;
-	while (got < sizeof hash_key) {
-		ssize_t r = getrandom(hash_key + got, sizeof hash_key - got, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
+	size_t got = random_fill(hash_key, sizeof hash_key);
 	if (got < sizeof hash_key) {
 		/* no getrandom (an old kernel or a seccomp filter): a key from the
 		 * clocks and the pid is weaker, but the probe bound holds whatever

@@ -54,6 +54,13 @@
  * sys.exit / process.exit still end the process with their status. End of
  * file on stdin ends it at once. Without RELAY_WARM nothing changes.
  *
+ * Trace context: an event may be preceded by one line "\x1etrace
+ * <traceparent>[ <tracestate>]\n" (0x1e cannot begin a JSON text), which
+ * the bootstrap takes off and puts into TRACEPARENT and TRACESTATE (unset
+ * when absent) before it calls the handler: how a standby or warm
+ * container, whose environment was fixed before the event, gets the
+ * invocation's trace context (engine/trace.h).
+ *
  * The text below is the source verbatim, one C string per line, so a diff
  * of this file reads like a diff of the scripts.
  */
@@ -109,6 +116,20 @@ const char bootstrap_python[] =
 	"    return type(exc).__name__ + (\": \" + text if text else \"\")\n"
 	"\n"
 	"\n"
+	"def take_trace(raw):\n"
+	"    # Relay's trace line before the event (bootstrap.h): into the environment.\n"
+	"    if raw[:7] == b\"\\x1etrace \":\n"
+	"        nl = raw.find(b\"\\n\")\n"
+	"        if nl > 0:\n"
+	"            parts = raw[7:nl].decode(\"ascii\", \"replace\").split(\" \", 1)\n"
+	"            os.environ[\"TRACEPARENT\"] = parts[0]\n"
+	"            if len(parts) > 1:\n"
+	"                os.environ[\"TRACESTATE\"] = parts[1]\n"
+	"            else:\n"
+	"                os.environ.pop(\"TRACESTATE\", None)\n"
+	"            return raw[nl + 1:]\n"
+	"    return raw\n"
+	"\n"
 	"def main():\n"
 	"    spec = os.environ.get(\"RELAY_HANDLER\")\n"
 	"    if not spec:\n"
@@ -146,7 +167,7 @@ const char bootstrap_python[] =
 	"    if os.environ.get(\"RELAY_WARM\") == \"1\":\n"
 	"        warm(spec, function)\n"
 	"    # Only now the event: a standby container waits here, ready.\n"
-	"    raw = sys.stdin.buffer.read()\n"
+	"    raw = take_trace(sys.stdin.buffer.read())\n"
 	"    try:\n"
 	"        event = json.loads(raw)\n"
 	"    except ValueError as exc:\n"
@@ -245,7 +266,7 @@ const char bootstrap_python[] =
 	"        token, raw = read_request(proto_in, pending)\n"
 	"        message = None\n"
 	"        try:\n"
-	"            event = json.loads(raw)\n"
+	"            event = json.loads(take_trace(raw))\n"
 	"        except ValueError as exc:\n"
 	"            message = \"event is not valid JSON: %s\" % exc\n"
 	"        else:\n"
@@ -356,6 +377,21 @@ const char bootstrap_node[] =
 	"  return Buffer.concat(chunks).toString('utf8');\n"
 	"}\n"
 	"\n"
+	"// Relay's trace line before the event (bootstrap.h): into process.env.\n"
+	"function takeTrace(raw) {\n"
+	"  if (raw.startsWith('\\x1etrace ')) {\n"
+	"    const nl = raw.indexOf('\\n');\n"
+	"    if (nl > 0) {\n"
+	"      const [tp, ...ts] = raw.slice(7, nl).split(' ');\n"
+	"      process.env.TRACEPARENT = tp;\n"
+	"      if (ts.length) process.env.TRACESTATE = ts.join(' ');\n"
+	"      else delete process.env.TRACESTATE;\n"
+	"      return raw.slice(nl + 1);\n"
+	"    }\n"
+	"  }\n"
+	"  return raw;\n"
+	"}\n"
+	"\n"
 	"async function main() {\n"
 	"  const spec = process.env.RELAY_HANDLER;\n"
 	"  if (!spec) fail('RELAY_HANDLER is not set');\n"
@@ -391,7 +427,7 @@ const char bootstrap_node[] =
 	"\n"
 	"  if (process.env.RELAY_WARM === '1') return warm(spec, fn);\n"
 	"  // Only now the event: a standby container waits here, ready.\n"
-	"  const raw = await readStdin();\n"
+	"  const raw = takeTrace(await readStdin());\n"
 	"  let event;\n"
 	"  try {\n"
 	"    event = JSON.parse(raw);\n"
@@ -476,7 +512,7 @@ const char bootstrap_node[] =
 	"    let message = null;\n"
 	"    let event;\n"
 	"    try {\n"
-	"      event = JSON.parse(raw);\n"
+	"      event = JSON.parse(takeTrace(raw));\n"
 	"    } catch (err) {\n"
 	"      message = `event is not valid JSON: ${err.message}`;\n"
 	"    }\n"

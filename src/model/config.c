@@ -327,6 +327,7 @@ int config_load(struct config *c, enum config_need need, char ***errs, int *nerr
 		if (msg)
 			add_err(errs, nerrs, msg);
 	}
+	otel_settings_load(&c->otel, errs, nerrs);
 	if (*nerrs) {
 		config_free(c);
 		return -1;
@@ -357,6 +358,7 @@ void config_free(struct config *c)
 	free(c->oci_runtime);
 	free(c->functions_dir);
 	free(c->data_dir);
+	otel_settings_free(&c->otel);
 	memset(c, 0, sizeof *c);
 }
 

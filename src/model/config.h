@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "model/otel.h"
 
 /* The defaults of the optional settings, each stated only here: config.c's
  * table sets them and writes its "(default X)" texts from them. */
@@ -59,6 +60,8 @@ struct config {
 	char *oci_runtime;
 	char *functions_dir;
 	char *data_dir;
+	/* The OTEL_* variables (otel.h), validated with the others. */
+	struct otel_settings otel;
 };
 
 /* Which variables a command needs: the rest are still validated when set. */

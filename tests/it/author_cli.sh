@@ -179,10 +179,20 @@ test_send_valid_event_xadds_exactly_it() {
 	assert_out_eq "$MATCHES
 sent: $id"
 	[ "$(xlen)" = 1 ] || fail "XLEN $(xlen), want 1"
-	# The one entry is that id, with the single field event holding the
-	# bytes given.
-	[ "$(rcli XRANGE events - + | tr '\n' '|')" = "$id|event|$SAMPLE|" ] ||
+	# The one entry is that id, with the field event holding the bytes
+	# given and a traceparent starting a new, sampled trace
+	# (docs/operations.md, "Tracing").
+	[[ "$(rcli XRANGE events - + | tr '\n' '|')" =~ ^"$id|event|$SAMPLE|traceparent|"00-[0-9a-f]{32}-[0-9a-f]{16}-01"|"$ ]] ||
 		fail "stream holds: $(rcli XRANGE events - +)"
+	# --traceparent continues the caller's trace; an invalid one sends nothing.
+	local tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+	run_expect 0 "$RELAY" event send --traceparent "$tp" "$SAMPLE"
+	id=$(sed -n 's/^sent: //p' "$TMP/out")
+	[ "$(rcli XRANGE events "$id" "$id" | sed -n 5p)" = "$tp" ] || fail "--traceparent: $(rcli XRANGE events "$id" "$id")"
+	run_expect 1 "$RELAY" event send --traceparent "${tp^^}" "$SAMPLE"
+	assert_err_contains "relay: event send: --traceparent '${tp^^}' is not a W3C traceparent"
+	assert_out_empty
+	[ "$(xlen)" = 2 ] || fail "XLEN $(xlen) after an invalid --traceparent, want 2"
 
 	# @file and - send the bytes read, whitespace included.
 	printf '%s\n' '{"event_name":"hello","name":"file"}' >"$TMP/ev.json"
@@ -200,9 +210,9 @@ sent: $id"
 	id=$(sed -n 's/^sent: //p' "$TMP/out")
 	assert_out_eq "$MATCHES
 sent: $id"
-	[ "$(rcli XRANGE events "$id" "$id" | tr '\n' '|')" = "$id|event|{\"event_name\":\"hello\",\"name\":\"stdin\"}|" ] ||
+	[ "$(rcli XRANGE events "$id" "$id" | head -n 3 | tr '\n' '|')" = "$id|event|{\"event_name\":\"hello\",\"name\":\"stdin\"}|" ] ||
 		fail "- entry: $(rcli XRANGE events "$id" "$id")"
-	[ "$(xlen)" = 3 ] || fail "XLEN $(xlen), want 3"
+	[ "$(xlen)" = 4 ] || fail "XLEN $(xlen), want 4"
 
 	# An event nothing matches is still sent; stderr says so.
 	run "$RELAY" event send '{"event_name":"other"}'
@@ -211,7 +221,7 @@ sent: $id"
 	assert_out_eq "sent: $id"
 	[ "$(cat "$TMP/err")" = "relay: event send: no handler in $RELAY_FUNCTIONS_DIR matches the event" ] ||
 		fail "no match: $(cat "$TMP/err")"
-	[ "$(xlen)" = 4 ] || fail "XLEN $(xlen), want 4"
+	[ "$(xlen)" = 5 ] || fail "XLEN $(xlen), want 5"
 }
 
 # refused EVENT-ARG MESSAGE: exit 1, that one line, nothing on stdout,

@@ -68,7 +68,7 @@ static int claim_over(struct redis *r, const char *key, const char *id, const ch
 	redisReply *rep = redis_command(r, "HSET %s f/h %s", key, value);
 	if (rep)
 		freeReplyObject(rep);
-	return invocation_try_start(r, key, "f/h", value, next, "cs", "g", id);
+	return invocation_try_start(r, key, "f/h", value, next, "cs", "g", id, NULL);
 }
 
 static char *field_value(struct redis *r, const char *key)
@@ -115,7 +115,7 @@ TEST(a_forward_step_does_not_expire_running_markers)
 	invocation_marker_format(&bo, backoff, sizeof backoff);
 	CHECK_INT(claim_over(r, key, id, backoff, next), 0);
 	/* Other markers and absent ones are untouched by the check. */
-	CHECK_INT(invocation_try_start(r, key, "f/other", NULL, next, "cs", "g", id), 1);
+	CHECK_INT(invocation_try_start(r, key, "f/other", NULL, next, "cs", "g", id, NULL), 1);
 	free(id);
 	free(key);
 	redis_free(r);

@@ -119,3 +119,26 @@ test_valid_config_goes_on_to_dependencies() {
 	assert_err_contains "cannot reach Redis"
 	assert_err_contains "connect: Connection refused"
 }
+
+# The OpenTelemetry variables (docs/configuration.md, "Tracing"): a bad
+# value stops relay start like any other setting; a header value (maybe a
+# secret) is never shown.
+test_bad_otel_values() {
+	expect_config_error OTEL_EXPORTER_OTLP_ENDPOINT collector:4318 \
+		"OTEL_EXPORTER_OTLP_ENDPOINT 'collector:4318' is invalid (not an http:// or https:// URL)"
+	expect_config_error OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ftp://c/v1/traces \
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT 'ftp://c/v1/traces' is invalid"
+	expect_config_error OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf \
+		"OTEL_EXPORTER_OTLP_PROTOCOL 'http/protobuf' is invalid (not supported by Relay); accepted: http/json"
+	expect_config_error OTEL_EXPORTER_OTLP_TRACES_PROTOCOL grpc \
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL 'grpc' is invalid (not supported by Relay)"
+	expect_config_error OTEL_EXPORTER_OTLP_TIMEOUT 10s \
+		"OTEL_EXPORTER_OTLP_TIMEOUT '10s' is invalid (not a number of milliseconds from 1 to 600000)"
+	expect_config_error OTEL_TRACES_SAMPLER sometimes "OTEL_TRACES_SAMPLER 'sometimes' is invalid (unknown sampler)"
+	expect_config_error OTEL_TRACES_SAMPLER_ARG 2 "OTEL_TRACES_SAMPLER_ARG '2' is invalid (not a number from 0 to 1)"
+	expect_config_error OTEL_SDK_DISABLED 1 "OTEL_SDK_DISABLED '1' is invalid (neither true nor false)"
+	expect_config_error OTEL_RESOURCE_ATTRIBUTES novalue "OTEL_RESOURCE_ATTRIBUTES 'novalue' is invalid (entry 1 has no '=')"
+	expect_config_error OTEL_EXPORTER_OTLP_HEADERS 'api-key=t0ps3cret,broken' \
+		"OTEL_EXPORTER_OTLP_HEADERS is invalid (entry 2 has no '=')"
+	assert_err_lacks t0ps3cret
+}

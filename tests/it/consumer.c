@@ -478,12 +478,14 @@ TEST(failure_leaves_pending_and_stops_later_rules_then_retries_and_dlq)
 	redisReply *rep = redis_command(r, "XRANGE relay:s2:dlq - +");
 	REQUIRE(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
 	redisReply *f = rep->element[0]->element[1];
-	REQUIRE(f->elements == 20);
+	REQUIRE(f->elements == 22);
 	static const char *const names[] = {
-		"original_stream", "original_id", "group",     "consumer", "event",
-		"reason",	   "attempts",	  "timestamp", "function", "handler"};
-	for (size_t i = 0; i < 10; i++)
+		"original_stream", "original_id", "group",     "consumer", "event",	  "reason",
+		"attempts",	   "timestamp",	  "function",  "handler",  "traceparent"};
+	for (size_t i = 0; i < 11; i++)
 		CHECK_STR(f->element[2 * i]->str, names[i]);
+	/* The trace the deliveries were in (docs/operations.md, "Tracing"). */
+	CHECK(strlen(f->element[21]->str) == 55 && strncmp(f->element[21]->str, "00-", 3) == 0);
 	CHECK_STR(f->element[1]->str, "s2");
 	CHECK_STR(f->element[3]->str, id);
 	CHECK_STR(f->element[5]->str, "g");
@@ -955,13 +957,13 @@ TEST(try_start_refuses_an_acknowledged_message)
 	redisReply *rep = redis_command(r, "XREADGROUP GROUP g w COUNT 1 STREAMS s9 >");
 	freeReplyObject(rep);
 	char *key = invocation_key("s9", "g", id);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:1#1", "s9", "g", id), 1);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:2#1", "s9", "g", id), 0);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:1#1", "s9", "g", id, NULL), 1);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:2#1", "s9", "g", id, NULL), 0);
 	rep = redis_command(r, "XACK s9 g %s", id);
 	freeReplyObject(rep);
 	rep = redis_command(r, "DEL %s", key);
 	freeReplyObject(rep);
-	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:3#1", "s9", "g", id), 2);
+	CHECK_INT(invocation_try_start(r, key, "f/h.a", NULL, "running:3#1", "s9", "g", id, NULL), 2);
 	rep = redis_command(r, "EXISTS %s", key);
 	CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0);
 	freeReplyObject(rep);

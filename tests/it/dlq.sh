@@ -103,7 +103,8 @@ test_dead_letters_from_relay_start_listed_shown_replayed_and_removed() {
 	# The entries: function and handler after the spec's fields.
 	local fields
 	fields=$(rcli XRANGE $dlq "$d1" "$d1" | awk 'NR > 1 && NR % 2 == 0' | paste -sd' ')
-	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler" ] ||
+	# traceparent last: the trace its deliveries were in (docs/operations.md, "Tracing").
+	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler traceparent" ] ||
 		fail "DLQ entry fields: $fields"
 	[ "$(dq_field $dlq "$d1" function)" = dq-e2e ] || fail "function of $d1"
 	[ "$(dq_field $dlq "$d1" handler)" = main.handler ] || fail "handler of $d1"
@@ -169,7 +170,8 @@ consumer:         dq-e2e-host
 attempts:         1
 function:         dq-e2e
 handler:          main.handler" ] || fail "show fields: $(cat "$TMP/out")"
-	[ "$(sed -n '12,$p' "$TMP/out")" = "$(printf '\nEvent:\n{\n  "fn": "dq-e2e",\n  "n": "1"\n}\n\nMatches now:\n  dq-e2e\tmain.handler')" ] ||
+	grep -qxE "traceparent:      00-[0-9a-f]{32}-[0-9a-f]{16}-01" <(sed -n 12p "$TMP/out") || fail "show: no traceparent line: $(cat "$TMP/out")"
+	[ "$(sed -n '13,$p' "$TMP/out")" = "$(printf '\nEvent:\n{\n  "fn": "dq-e2e",\n  "n": "1"\n}\n\nMatches now:\n  dq-e2e\tmain.handler')" ] ||
 		fail "show event and matches: $(cat "$TMP/out")"
 	run "$RELAY" dlq show "$dm1"
 	assert_status 0
@@ -277,7 +279,9 @@ test_the_tenth_replay_needs_force() {
 	grep -qxE "1700000000000-1 replayed as [0-9]+-[0-9]+ on events \(replay 10\)" "$TMP/out" || fail "replay 10: $(cat "$TMP/out")"
 	local id
 	id=$(awk '{ print $4 }' "$TMP/out")
-	[ "$(rcli XRANGE events "$id" "$id" | tail -n +2 | paste -sd' ')" = 'event {"n":1} relay_replay_of 1700000000000-1 relay_replays 10' ] || fail "the published message: $(rcli XRANGE events "$id" "$id")"
+	# An entry without a traceparent is replayed into a new trace.
+	[[ "$(rcli XRANGE events "$id" "$id" | tail -n +2 | paste -sd' ')" =~ ^'event {"n":1} relay_replay_of 1700000000000-1 relay_replays 10 traceparent 00-'[0-9a-f]{32}-[0-9a-f]{16}-01$ ]] ||
+		fail "the published message: $(rcli XRANGE events "$id" "$id")"
 	run "$RELAY" dlq replay 1700000000000-2
 	assert_status 1
 	assert_out_empty

@@ -36,6 +36,8 @@ dlq_of() { # original id -> DLQ entry id
 dlq_field() { # DLQ id, field
 	rcli --raw XRANGE relay:es:dlq "$1" "$1" | awk -v f="$2" 'p == f {print; exit} {p = $0}'
 }
+# The trace id in a traceparent (docs/operations.md, "Tracing").
+trace_of() { sed -n 's/^00-\([0-9a-f]\{32\}\)-[0-9a-f]\{16\}-[0-9a-f]\{2\}$/\1/p' <<<"$1"; }
 # The marker's deadline (Unix ns) as the RFC 3339 UTC text event status shows.
 marker_time() { date -u -d "@$(($1 / 1000000000))" +%Y-%m-%dT%H:%M:%SZ; }
 
@@ -85,6 +87,11 @@ Matches now:
 	# Pending, in the middle of its backoff: the next handler not started.
 	marker=$(rcli HGET "relay:invocation:es:es-group:$both" es-fail/main.handler)
 	t=$(marker_time "$(sed 's/^next_attempt_at:\([0-9]*\)#1$/\1/' <<<"$marker")")
+	# The trace its first delivery started, kept for its retries.
+	local tr
+	tr=$(trace_of "$(rcli HGET "relay:invocation:es:es-group:$both" trace)")
+	[ -n "$tr" ] || fail "no trace context in the invocation state"
+	local both_tr=$tr
 	es_status "$both"
 	assert_status 0
 	idle=$(sed -n 's/^Idle:  *\([0-9]*\)s$/\1/p' "$TMP/out")
@@ -93,6 +100,7 @@ Matches now:
 Stream:            es
 Group:             es-group
 State:             pending
+Trace:             $tr
 Consumer:          es-worker
 Idle:              ${idle}s
 Deliveries:        1
@@ -102,8 +110,8 @@ Invocations:
   es-ok/main.handler     not started"
 	es_status --json "$both"
 	assert_status 0
-	jq -e --arg id "$both" --arg t "$t" '
-		.message_id == $id and .stream == "es" and .group == "es-group" and
+	jq -e --arg id "$both" --arg t "$t" --arg tr "$tr" '
+		.trace_id == $tr and .message_id == $id and .stream == "es" and .group == "es-group" and
 		.state == "pending" and .in_stream and .event == "ok" and .dead_letter == null and
 		.pending.consumer == "es-worker" and .pending.deliveries == 1 and (.pending.idle_seconds | type) == "number" and
 		.invocations == [
@@ -115,12 +123,15 @@ Invocations:
 	# Dead-lettered: exhausted.
 	dlq=$(dlq_of "$die")
 	reason=$(dlq_field "$dlq" reason)
+	tr=$(trace_of "$(dlq_field "$dlq" traceparent)")
+	[ -n "$tr" ] || fail "no traceparent in the DLQ entry"
 	es_status "$die"
 	assert_status 0
 	assert_out_eq "Message:           $die
 Stream:            es
 Group:             es-group
 State:             dead-lettered
+Trace:             $tr
 DLQ entry:         $dlq
 Reason:            $reason
 Attempts:          1
@@ -138,12 +149,15 @@ Matches now:
 
 	# Dead-lettered: malformed.
 	dlq=$(dlq_of "$bad")
+	tr=$(trace_of "$(dlq_field "$dlq" traceparent)")
+	[ -n "$tr" ] || fail "no traceparent in the malformed event's DLQ entry"
 	es_status "$bad"
 	assert_status 0
 	assert_out_eq "Message:           $bad
 Stream:            es
 Group:             es-group
 State:             dead-lettered
+Trace:             $tr
 DLQ entry:         $dlq
 Reason:            $(dlq_field "$dlq" reason)
 Attempts:          0
@@ -176,6 +190,7 @@ State:             not found (not in the stream, not pending, not in the DLQ)"
 Stream:            es
 Group:             es-group
 State:             pending
+Trace:             $both_tr
 Consumer:          es-worker
 Idle:              ${idle}s
 Deliveries:        1

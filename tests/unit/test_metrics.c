@@ -803,6 +803,12 @@ TEST(exact_rendering)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -851,6 +857,12 @@ TEST(warm_families)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -946,6 +958,12 @@ TEST(standby_families)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
+		"# TYPE otel_spans_dropped_total counter",
+		"otel_spans_dropped_total 0",
+		"# HELP otel_export_failures_total Span export requests that failed (no answer, timeout, or not 2xx).",
+		"# TYPE otel_export_failures_total counter",
+		"otel_export_failures_total 0",
 	};
 	char *text = render();
 	REQUIRE(text);
@@ -999,7 +1017,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 33);
+	CHECK_INT(nfam, 35);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
