@@ -273,7 +273,14 @@ TEST(cluster_keys_keep_the_stream_tag)
 	char *k = invocation_key("{events}", "relay", "1-0");
 	CHECK_STR(k, "relay:invocation:%7Bevents%7D:relay:1-0");
 	free(k);
+	k = invocation_retry_key("{events}", "re lay");
+	CHECK_STR(k, "relay:retry:%7Bevents%7D:re%20lay");
+	free(k);
 	keys_set_cluster(true);
+	/* the retry index lives in the stream's hash slot too */
+	k = invocation_retry_key("{events}", "re{lay}");
+	CHECK_STR(k, "relay:retry:{events}:re%7Blay%7D");
+	free(k);
 	k = invocation_key("{events}", "re{lay}", "1-0");
 	CHECK_STR(k, "relay:invocation:{events}:re%7Blay%7D:1-0");
 	free(k);
