@@ -142,19 +142,27 @@ static json_t *warm_containers(const char *function)
 	return out;
 }
 
-/* inspect's "Warm:" section, aligned as Standby; nothing when warm is NULL. */
-static void render_warm(struct buf *b, const json_t *warm)
+/* The widest "handler" of rows, for a section's alignment. */
+static size_t handler_cols(const json_t *rows)
 {
-	if (!warm)
-		return;
 	size_t w = 0, i;
 	json_t *row;
-	json_array_foreach(warm, i, row)
+	json_array_foreach(rows, i, row)
 	{
 		size_t c = render_cols(json_string_value(json_object_get(row, "handler")));
 		if (c > w)
 			w = c;
 	}
+	return w;
+}
+
+/* inspect's "Warm:" section, aligned as Standby; nothing when warm is NULL. */
+static void render_warm(struct buf *b, const json_t *warm)
+{
+	if (!warm)
+		return;
+	size_t w = handler_cols(warm), i;
+	json_t *row;
 	buf_appendf(b, "\nWarm:\n");
 	json_array_foreach(warm, i, row)
 	{
@@ -219,14 +227,8 @@ static void render_retries(struct buf *b, const json_t *retry)
 {
 	if (!retry || !json_array_size(retry))
 		return;
-	size_t w = 0, i;
+	size_t w = handler_cols(retry), i;
 	json_t *row;
-	json_array_foreach(retry, i, row)
-	{
-		size_t c = render_cols(json_string_value(json_object_get(row, "handler")));
-		if (c > w)
-			w = c;
-	}
 	buf_appendf(b, "\nRetries:\n");
 	json_array_foreach(retry, i, row)
 	{
