@@ -282,7 +282,7 @@ test_rediss_relay_start() {
 		fail "relay:$REDIS_STREAM:dlq has $(gp_cli XLEN "relay:$REDIS_STREAM:dlq") entries, want 1"
 	# The entry, field by field (and nothing else).
 	fields=$(gp_cli XRANGE "relay:$REDIS_STREAM:dlq" - + | awk 'NR > 1 && NR % 2 == 0' | paste -sd' ')
-	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler" ] ||
+	[ "$fields" = "original_stream original_id group consumer event reason attempts timestamp function handler traceparent" ] ||
 		fail "DLQ entry fields: $fields"
 	[ "$(gp_dlq_field "$id_bad" original_stream)" = "$REDIS_STREAM" ] || fail "original_stream"
 	[ "$(gp_dlq_field "$id_bad" group)" = "$REDIS_GROUP" ] || fail "group"
