@@ -816,6 +816,49 @@ static uint64_t fn_value(struct fn_series *f, enum fn_field field)
 	return 0;
 }
 
+/* The standby families (metrics_render's step): the gauge per handler,
+ * dispatches, misses, and the discards by reason. */
+static void render_standby(struct out *out, struct metrics_handler **hs, size_t nh)
+{
+	family_header(out, "standby_containers", "gauge",
+		      "Standby containers started and not yet dispatched or discarded.");
+	for (size_t i = 0; i < nh; i++) {
+		series_name(out, "standby_containers", hs[i]->function, hs[i]->handler, NULL);
+		putf(out, " %lld\n",
+		     (long long)atomic_load_explicit(&hs[i]->standby, memory_order_relaxed));
+	}
+	render_counter(out, METRIC_STANDBY_DISPATCHES);
+	render_counter(out, METRIC_STANDBY_MISSES);
+	family_header(out, "standby_discarded_total", "counter",
+		      "Standby containers removed without an event, by reason.");
+	for (int r = 0; r < METRIC_STANDBY_REASON_COUNT; r++) {
+		char extra[32];
+		snprintf_(extra, sizeof extra, "reason=\"%s\"", standby_reason_names[r]);
+		sample_u64(out, "standby_discarded_total", NULL, NULL, extra,
+			   load(&standby_discarded[r].v));
+	}
+}
+
+/* The warm families (metrics_render's step): the gauge per function, the
+ * invocations, and the retirements by reason. */
+static void render_warm(struct out *out, struct fn_series **fns, size_t nfn)
+{
+	family_header(out, "warm_containers", "gauge",
+		      "Warm containers running, idle or serving an invocation.");
+	for (size_t i = 0; i < nfn; i++) {
+		series_name(out, "warm_containers", fns[i]->function, NULL, NULL);
+		putf(out, " %lld\n",
+		     (long long)atomic_load_explicit(&fns[i]->warm, memory_order_relaxed));
+	}
+	render_counter(out, METRIC_WARM_INVOCATIONS);
+	family_header(out, "warm_retired_total", "counter", "Warm containers removed, by reason.");
+	for (int r = 0; r < METRIC_WARM_REASON_COUNT; r++) {
+		char extra[32];
+		snprintf_(extra, sizeof extra, "reason=\"%s\"", warm_reason_names[r]);
+		sample_u64(out, "warm_retired_total", NULL, NULL, extra, load(&warm_retired[r].v));
+	}
+}
+
 int metrics_render(struct buf *b)
 {
 	struct out ro = {.b = b, .err = 0}, *out = &ro;
@@ -864,38 +907,8 @@ int metrics_render(struct buf *b)
 	for (int c = METRIC_CONCURRENCY_WAITS; c <= METRIC_SCHEDULE_PUBLISH_FAILURE; c++)
 		render_counter(out, (enum metric_counter)c);
 
-	family_header(out, "standby_containers", "gauge",
-		      "Standby containers started and not yet dispatched or discarded.");
-	for (size_t i = 0; i < nh; i++) {
-		series_name(out, "standby_containers", hs[i]->function, hs[i]->handler, NULL);
-		putf(out, " %lld\n",
-		     (long long)atomic_load_explicit(&hs[i]->standby, memory_order_relaxed));
-	}
-	render_counter(out, METRIC_STANDBY_DISPATCHES);
-	render_counter(out, METRIC_STANDBY_MISSES);
-	family_header(out, "standby_discarded_total", "counter",
-		      "Standby containers removed without an event, by reason.");
-	for (int r = 0; r < METRIC_STANDBY_REASON_COUNT; r++) {
-		char extra[32];
-		snprintf_(extra, sizeof extra, "reason=\"%s\"", standby_reason_names[r]);
-		sample_u64(out, "standby_discarded_total", NULL, NULL, extra,
-			   load(&standby_discarded[r].v));
-	}
-
-	family_header(out, "warm_containers", "gauge",
-		      "Warm containers running, idle or serving an invocation.");
-	for (size_t i = 0; i < nfn; i++) {
-		series_name(out, "warm_containers", fns[i]->function, NULL, NULL);
-		putf(out, " %lld\n",
-		     (long long)atomic_load_explicit(&fns[i]->warm, memory_order_relaxed));
-	}
-	render_counter(out, METRIC_WARM_INVOCATIONS);
-	family_header(out, "warm_retired_total", "counter", "Warm containers removed, by reason.");
-	for (int r = 0; r < METRIC_WARM_REASON_COUNT; r++) {
-		char extra[32];
-		snprintf_(extra, sizeof extra, "reason=\"%s\"", warm_reason_names[r]);
-		sample_u64(out, "warm_retired_total", NULL, NULL, extra, load(&warm_retired[r].v));
-	}
+	render_standby(out, hs, nh);
+	render_warm(out, fns, nfn);
 	render_counter(out, METRIC_CONSUMERS_DELETED);
 	/* The span exporter's own counters (otlp.h). */
 	family_header(out, "otel_spans_dropped_total", "counter",
