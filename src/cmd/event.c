@@ -19,6 +19,7 @@
 #include "cmd/render.h"
 #include "io/event.h"
 #include "engine/invocation.h"
+#include "engine/keyorder.h"
 #include "io/redis.h"
 #include "io/traceparent.h"
 #include "base/rfc3339.h"
@@ -212,6 +213,8 @@ void event_status_render(struct buf *b, const struct event_status *st)
 		render_field(b, "Idle:", d);
 		snprintf_(d, sizeof d, "%" PRId64, st->deliveries);
 		render_field(b, "Deliveries:", d);
+		if (st->key_wait)
+			render_field(b, "Key:", st->key_wait);
 	}
 	if (st->state == EVST_DEAD_LETTERED) {
 		static const struct {
@@ -362,6 +365,7 @@ json_t *event_status_json(const struct event_status *st)
 	json_object_set_new(o, "matches_now", mn);
 	json_object_set_new(o, "matches_error", str_or_null(st->match_err));
 	json_object_set_new(o, "trace_id", st->trace_id[0] ? json_string(st->trace_id) : json_null());
+	json_object_set_new(o, "key_wait", str_or_null(st->key_wait));
 	return o;
 }
 
@@ -546,6 +550,9 @@ static int gather_pending(struct gather *g)
 	if (rc < 0)
 		return redis_failed(g->self, g->r, NULL);
 	status_trace(st, invocation_state_trace(&inv));
+	struct keyorder *ko = keyorder_new(stream, group);
+	st->key_wait = keyorder_status(ko, g->r, st->id);
+	keyorder_free(ko);
 	st->inv_fields = inv.fields;
 	st->inv_values = inv.values;
 	st->ninv = inv.n;
@@ -660,6 +667,7 @@ static int gather(const struct cmd *self, const struct config *cfg, struct redis
 static void status_free(struct event_status *st)
 {
 	free(st->consumer);
+	free(st->key_wait);
 	free(st->dlq_id);
 	for (size_t i = 0; i < st->ndlq; i++) {
 		free(st->dlq_fields[i]);

@@ -49,6 +49,9 @@ struct event_status {
 	char *dlq_id;
 	char **dlq_fields, **dlq_values;
 	size_t ndlq;
+	/* pending, waiting for its key (key_concurrency): "waiting for key
+	 * <value> (behind <id>)", else NULL */
+	char *key_wait;
 	/* pending: the invocation hash (fields "<function>/<handler>") */
 	char **inv_fields, **inv_values;
 	size_t ninv;

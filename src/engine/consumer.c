@@ -35,6 +35,7 @@
 #include "base/duration.h"
 #include "io/event.h"
 #include "engine/invocation.h"
+#include "engine/keyorder.h"
 #include "engine/liveness.h"
 #include "base/log.h"
 #include "engine/metrics.h"
@@ -95,6 +96,7 @@ struct consumer {
 	int64_t retry_wake_ms;
 	pthread_cond_t retry_cond;
 	char reclaim_cursor[64]; /* where the next reclaim pass goes on */
+	struct keyorder *keys;	 /* per-key order's Redis keys (keyorder.h) */
 
 	pthread_t reader, reclaimer, retrier, acker, sampler, prober;
 	pthread_t *workers;
@@ -341,9 +343,10 @@ static void report_too_large(struct consumer *c, const redisReply *big, bool fre
  * consumer lock: decoding a large event takes a while.
  */
 static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uint32_t *ids,
-			    struct delivery_msg *m, bool *scheduled)
+			    struct delivery_msg *m, bool *scheduled, size_t *nids)
 {
 	*scheduled = false;
+	*nids = 0;
 	if (c->cfg.test_before_decode)
 		c->cfg.test_before_decode(c->cfg.test_ctx);
 	struct event *ev = NULL;
@@ -355,7 +358,7 @@ static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uin
 		m->ev = ev;
 		return false;
 	}
-	if (pattern_set_match(snap->set, ev, now_wall_ns(), ids) == 0) {
+	if ((*nids = pattern_set_match(snap->set, ev, now_wall_ns(), ids)) == 0) {
 		event_free(ev);
 		return true;
 	}
@@ -408,6 +411,57 @@ static bool replayed_by_relay(const struct consumer *c, struct redis *r, const c
 	return yes;
 }
 
+/*
+ * Per-key order (keyorder.h): the batch's messages take their places in
+ * the queues of their keyed functions (regs), once every batch read before
+ * it has (waiting up to KEYORDER_GAP_WAIT_MS for a worker that read one);
+ * each message found within its limits runs without asking again. A
+ * failure leaves them to ask when they run (late: at the back).
+ */
+static void register_batch(struct consumer *c, struct redis *r, const redisReply *entries,
+			   struct delivery_msg **ms, size_t k, struct keyorder_regs *regs)
+{
+	const redisReply *f = entries->element[0], *l = entries->element[entries->elements - 1];
+	if (f->type != REDIS_REPLY_ARRAY || f->elements != 2 ||
+	    f->element[0]->type != REDIS_REPLY_STRING || l->type != REDIS_REPLY_ARRAY ||
+	    l->elements != 2 || l->element[0]->type != REDIS_REPLY_STRING)
+		return;
+	const char *first = f->element[0]->str, *last = l->element[0]->str;
+	int64_t end = now_mono_ns() + KEYORDER_GAP_WAIT_MS * NS_PER_MS, pause = 1;
+	char *err = NULL;
+	int rc;
+	bool force = false;
+	while ((rc = keyorder_register(c->keys, r, first, last, force, regs->v, regs->n, &err)) == 1 &&
+	       !atomic_load(&c->stop)) {
+		if (now_mono_ns() >= end) {
+			log_warn(LOG_ATTRS("message_id", first),
+				 "an earlier read of the group was not registered for per-key "
+				 "order in time (its worker stopped?); registering this one "
+				 "without it");
+			force = true;
+			continue;
+		}
+		sleep_ms_interruptible(pause, &c->stop);
+		pause = pause < 32 ? pause * 2 : pause;
+	}
+	if (rc < 0) {
+		log_warn(LOG_ATTRS("message_id", first, "error", err ? err : ""),
+			 "cannot register a read for per-key order; its messages ask when they run");
+		free(err);
+		return;
+	}
+	for (size_t i = 0, j = 0; i < k; i++) {
+		if (!ms[i])
+			continue;
+		bool any = false, all = true;
+		for (; j < regs->n && regs->v[j].id == ms[i]->id; j++) {
+			any = true;
+			all = all && regs->v[j].acquired;
+		}
+		ms[i]->keys_acquired = any && all;
+	}
+}
+
 static void take_batch(struct consumer *c, struct redis *r, const redisReply *entries,
 		       bool recovered, struct idlist *fast, struct idlist *over)
 {
@@ -445,6 +499,7 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 	}
 	struct snapshot *snap = registry_acquire(c->cfg.registry);
 	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	struct keyorder_regs regs = {0};
 	for (size_t i = 0; i < k; i++) {
 		struct delivery_msg *m = ms[i];
 		if (!m)
@@ -452,7 +507,11 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 		log_debug(LOG_ATTRS("message_id", m->id),
 			  recovered ? "message read (recovered)" : "message read");
 		bool scheduled;
-		skip[i] = matches_nothing(c, snap, ids, m, &scheduled);
+		size_t nids;
+		skip[i] = matches_nothing(c, snap, ids, m, &scheduled, &nids);
+		for (size_t j = 0; snap->nkeyed && !scheduled && j < nids; j++)
+			keyorder_regs_add(c->keys, &regs, m->id, snap->rules[ids[j]].fv->fn, m->ev,
+					  snap->rules[ids[j]].rule->timeout_ns);
 		/* Scheduled occurrences are not events. */
 		size_t rlen;
 		if (!scheduled)
@@ -462,6 +521,9 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 			metrics_inc(METRIC_DLQ_REPLAYED);
 	}
 	free(ids);
+	if (snap->nkeyed && n > 0)
+		register_batch(c, r, entries, ms, k, &regs);
+	keyorder_regs_free(&regs);
 	registry_release(c->cfg.registry, snap);
 
 	pthread_mutex_lock(&c->lock);
@@ -1131,8 +1193,9 @@ static int64_t retry_once(struct consumer *c, struct redis *r, int want, int *lo
 {
 	struct read_args a;
 	read_args_fill(want, &a);
-	const char *argv[] = {"3",     c->stream, c->dlq, c->retry_key, c->group,
-			      c->name, a.count,	  a.emax, a.ts};
+	const char *argv[] = {"5",	     c->stream,	      c->dlq, c->retry_key,
+			      c->keys->lease, c->keys->held, c->group, c->name,
+			      a.count,	     a.emax,	      a.ts};
 	redisReply *rep =
 		redis_script_run(r, consumer_scripts_retry(), (int)ARRAY_LEN(argv), argv, NULL);
 	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 5 ||
@@ -1160,6 +1223,48 @@ static int64_t retry_once(struct consumer *c, struct redis *r, int want, int *lo
 	return next < 0 ? 0 : next;
 }
 
+/* Whether any function loaded has key_concurrency. */
+static bool keyed(struct consumer *c)
+{
+	struct snapshot *snap = registry_acquire(c->cfg.registry);
+	bool k = snap->nkeyed > 0;
+	registry_release(c->cfg.registry, snap);
+	return k;
+}
+
+/* Copies of the ids this process holds, under the lock once. */
+static char **held_copy(struct consumer *c, size_t *n)
+{
+	pthread_mutex_lock(&c->lock);
+	char **ids = xcalloc(c->nheld + 1, sizeof *ids);
+	for (size_t i = 0; i < c->nheld; i++)
+		ids[i] = xstrdup(c->held[i]);
+	*n = c->nheld;
+	pthread_mutex_unlock(&c->lock);
+	return ids;
+}
+
+/*
+ * The leases of this process's messages (keyorder.h): renewed (keep =
+ * false), or at a stop given back so that another worker takes them at
+ * once and in order (keep = true). Only while a function is keyed.
+ */
+static void leases(struct consumer *c, struct redis *r, bool keep)
+{
+	if (!keyed(c))
+		return;
+	size_t n;
+	char **ids = held_copy(c, &n);
+	if (n && (keep ? keyorder_keep : keyorder_renew)(c->keys, r, (const char *const *)ids, n) < 0)
+		log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+			 keep ? "cannot hand the per-key places of unstarted messages over; "
+				"they are taken over when their leases end"
+			      : "cannot renew the per-key leases of running messages");
+	for (size_t i = 0; i < n; i++)
+		free(ids[i]);
+	free(ids);
+}
+
 /*
  * The retrier: claims each retry of the retry index (invocation.h) when it
  * falls due, whoever scheduled it. It sleeps until the earliest due time
@@ -1175,6 +1280,7 @@ static void *retrier_main(void *arg)
 	struct consumer *c = arg;
 	struct redis *r = conn_new(c, 10000);
 	int64_t due = 0; /* the next due time the index answered; 0: none */
+	int64_t renewed = 0;
 	while (!atomic_load(&c->stop)) {
 		pthread_mutex_lock(&c->lock);
 		int64_t wake;
@@ -1191,6 +1297,10 @@ static void *retrier_main(void *arg)
 		int room = room_reserve(c, want, known_due ? NS_PER_SEC : 0);
 		int64_t next = retry_once(c, r, room, &looked);
 		room_done(c, want);
+		if (now_mono_ns() - renewed >= CONSUMER_RETRY_POLL_MS * NS_PER_MS) {
+			leases(c, r, false);
+			renewed = now_mono_ns();
+		}
 		if (next < 0) {
 			due = 0;
 			continue; /* polled again in CONSUMER_RETRY_POLL_MS */
@@ -1233,7 +1343,8 @@ static void sample_backlog(struct consumer *c, struct redis *r)
 		metrics_gauge_set(METRIC_PENDING_OLDEST_AGE, age);
 	}
 	freeReplyObject(rep);
-	rep = redis_command(r, "ZCARD %s", c->retry_key);
+	/* Not the messages waiting for their key (scored +inf, keyorder.h). */
+	rep = redis_command(r, "ZCOUNT %s -inf (+inf", c->retry_key);
 	if (rep && rep->type == REDIS_REPLY_INTEGER)
 		metrics_gauge_set(METRIC_RETRIES_SCHEDULED, (double)rep->integer);
 	freeReplyObject(rep);
@@ -1432,6 +1543,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 	c->name = xstrdup(cfg->consumer);
 	c->dlq = xasprintf("relay:%s:dlq", cfg->stream);
 	c->retry_key = invocation_retry_key(cfg->stream, cfg->group);
+	c->keys = keyorder_new(cfg->stream, cfg->group);
 	snprintf_(c->reclaim_cursor, sizeof c->reclaim_cursor, "0-0");
 	c->cfg.stream = c->stream;
 	c->cfg.group = c->group;
@@ -1474,6 +1586,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		.docker_wait = c->cfg.ready ? docker_hold_wait : NULL,
 		.retry_scheduled = retry_scheduled,
 		.retry_key = c->retry_key,
+		.keys = c->keys,
 		.ctx = c,
 	});
 	slots_on_release(c->slots, slot_released, c);
@@ -1524,7 +1637,14 @@ void consumer_stop(struct consumer *c)
 	/* Parked for a slot, never claimed: they stay pending, nothing
 	 * charged. */
 	delivery_drop_deferred(c->delivery);
-	/* Buffered but never started: they stay pending in Redis. */
+	/* Buffered but never started: they stay pending in Redis, and their
+	 * per-key places go to another worker at once. */
+	if (c->nheld) {
+		struct redis *r = conn_new(c, 2000);
+		if (ensure_conn(c, r) == 0)
+			leases(c, r, true);
+		redis_free(r);
+	}
 	while (c->head) {
 		struct delivery_msg *m = c->head;
 		c->head = m->next;
@@ -1567,5 +1687,6 @@ void consumer_free(struct consumer *c)
 	free(c->name);
 	free(c->dlq);
 	free(c->retry_key);
+	keyorder_free(c->keys);
 	free(c);
 }

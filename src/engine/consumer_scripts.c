@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "engine/consumer.h"
+#include "engine/keyorder.h"
 
 /*
  * New messages are read with a plain XREADGROUP on a guarded connection
@@ -155,7 +156,9 @@ static const char reclaim_lua[] = READ_LUA_PRELUDE
 
 /*
  * Retry: the due members of the retry index (invocation.h), at most
- * ARGV[3] (0: only the answer's next). KEYS[3] the index. By Redis's own clock
+ * ARGV[3] (0: only the answer's next). KEYS[3] the index. First, the
+ * per-key leases that ended (KEYS[4] the lease set, KEYS[5] the held
+ * hash: KEYORDER_EXPIRE_LUA, keyorder.h), at most 100. By Redis's own clock
  * (TIME, so no worker's clock decides), each member due is removed, and
  * its message, when still pending, read with XRANGE and measured like the
  * reclaim's: gone ones reported, too-large ones dead-lettered, the others
@@ -165,9 +168,13 @@ static const char reclaim_lua[] = READ_LUA_PRELUDE
  * too_large, gone, count}: next the score of the earliest member left (""
  * when none), count how many ids were looked at.
  */
-static const char retry_lua[] = READ_LUA_PRELUDE
+static const char retry_lua[] = READ_LUA_PRELUDE "local TTL = 604800000\n" KEYORDER_LUA_PRELUDE
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"do\n"
+	"  local count = 100\n"
+	KEYORDER_EXPIRE_LUA
+	"end\n"
 	"local ids = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0, count)\n"
 	"for _, id in ipairs(ids) do\n"
 	"  redis.call('ZREM', KEYS[3], id)\n"

@@ -58,6 +58,7 @@
 #include "base/duration.h"
 #include "io/event.h"
 #include "engine/invocation.h"
+#include "engine/keyorder.h"
 #include "model/retry.h"
 #include "base/log.h"
 #include "engine/metrics.h"
@@ -282,6 +283,7 @@ struct delivery_plan {
 	enum delivery_verdict end;   /* what the consumer does with the message */
 	bool dead_lettered;	     /* its DLQ entry is written */
 	struct trace_msg trace;	     /* its trace context and span (trace.h) */
+	struct keyorder_regs regs;   /* its places in per-key queues (keyorder.h) */
 };
 
 static const struct delivery_msg *plan_msg(const struct delivery_plan *p)
@@ -1082,6 +1084,7 @@ static void plan_free(struct delivery *d, struct delivery_plan *p)
 		free(p->t[i].raw);
 	}
 	free(p->t);
+	keyorder_regs_free(&p->regs);
 	free(p->key);
 	free(p->sched_stdin);
 	if (p->snap)
@@ -1113,6 +1116,62 @@ static void plan_finish(struct delivery *d, struct delivery_plan *p, struct deli
 	plan_free(d, p);
 }
 
+/*
+ * Key: with key_concurrency, the message's place in the queue of each of
+ * its keyed functions' key values (keyorder.h). Its reader may have found
+ * it within their limits already; otherwise it asks now. False when it
+ * must wait (DELIVERY_RELEASE: it stays pending, marked waiting, and is
+ * claimed again when its turn comes; no attempt is charged and no slot
+ * held), or when Redis could not say (it stays pending for the reclaim).
+ */
+static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan *p)
+{
+	if (p->scheduled || !d->cfg.keys)
+		return true;
+	for (size_t i = 0; i < p->n; i++)
+		keyorder_regs_add(d->cfg.keys, &p->regs, p->m->id, p->t[i].fv->fn, p->ev,
+				  p->t[i].timeout_ns);
+	if (p->regs.n == 0 || p->m->keys_acquired)
+		return true;
+	char *behind = NULL;
+	size_t which = 0;
+	int rc = ensure_conn(d, r) < 0 ? -1
+				       : keyorder_acquire(d->cfg.keys, r, p->m->id, p->regs.v,
+							  p->regs.n, &behind, &which);
+	if (rc == 1)
+		return true;
+	if (rc < 0) {
+		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
+			 "cannot take the message's place in its key's queue; it stays pending");
+	} else {
+		const struct keyorder_reg *g = &p->regs.v[which < p->regs.n ? which : 0];
+		char *value = keyorder_queue_value(g->queue);
+		metrics_function_key_wait(g->function);
+		log_debug(LOG_ATTRS("function", g->function, "message_id", p->m->id, "key", value,
+				    "behind", behind ? behind : "", "trace_id", p->trace.trace_id),
+			  "waiting for its key: left pending until the messages before it are done");
+		free(value);
+	}
+	free(behind);
+	keyorder_regs_clear(&p->regs); /* not released: it keeps its place */
+	return false;
+}
+
+/* A message done with (acknowledged or dead-lettered) leaves its key
+ * queues, waking the next ones; this worker's retrier claims them. */
+static void plan_release_keys(struct delivery *d, struct redis *r, struct delivery_plan *p)
+{
+	if (p->regs.n == 0 || (p->end != DELIVERY_ACK && !p->dead_lettered))
+		return;
+	int woken = ensure_conn(d, r) < 0 ? -1 : keyorder_release(d->cfg.keys, r, p->m->id);
+	if (woken < 0)
+		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
+			 "cannot release the message's key places; the next messages of its "
+			 "keys run once its lease ends");
+	else if (woken > 0 && d->cfg.retry_scheduled)
+		d->cfg.retry_scheduled(d->cfg.ctx, now_wall_ns() / NS_PER_MS);
+}
+
 void delivery_process(struct delivery *d, struct redis *r, struct delivery_msg *m,
 		      struct delivery_end *out)
 {
@@ -1121,11 +1180,14 @@ void delivery_process(struct delivery *d, struct redis *r, struct delivery_msg *
 	p->end = DELIVERY_RELEASE;
 	if (plan_decode(d, r, p) && plan_resolve(d, p)) {
 		plan_load(d, r, p);
-		if (plan_run(d, r, p)) {
-			*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL};
-			return;
+		if (plan_keys(d, r, p)) {
+			if (plan_run(d, r, p)) {
+				*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL};
+				return;
+			}
+			plan_settle(d, r, p);
+			plan_release_keys(d, r, p);
 		}
-		plan_settle(d, r, p);
 	}
 	plan_finish(d, p, out);
 }
@@ -1138,6 +1200,7 @@ void delivery_resume(struct delivery *d, struct redis *r, struct delivery_plan *
 		return;
 	}
 	plan_settle(d, r, p);
+	plan_release_keys(d, r, p);
 	plan_finish(d, p, out);
 }
 

@@ -37,6 +37,7 @@
 #include "engine/registry.h"
 
 struct slots;
+struct keyorder;
 
 /* A message as the consumer holds it (consumer.c reads and buffers it). */
 struct delivery_msg {
@@ -56,6 +57,9 @@ struct delivery_msg {
 	 * marker this worker's clock sees due within RUNNER_CLOCK_SKEW_MS is
 	 * run now, not left pending for the reclaim. */
 	bool retry_due;
+	/* Registered by its reader with the queues of its keyed functions and
+	 * found within their limits (keyorder.h): it runs without asking. */
+	bool keys_acquired;
 	struct delivery_msg *next; /* the consumer's queue */
 };
 
@@ -84,6 +88,7 @@ struct delivery_config {
 	 * Called with ctx; NULL: none (the index still holds it). */
 	void (*retry_scheduled)(void *ctx, int64_t due_ms);
 	const char *retry_key;
+	const struct keyorder *keys; /* per-key order (keyorder.h) */
 	void *ctx;
 };
 

@@ -74,6 +74,7 @@ struct fn_series {
 	_Atomic uint64_t failures;
 	_Atomic uint64_t retries;
 	_Atomic uint64_t dlq;
+	_Atomic uint64_t key_waits;
 	_Atomic uint64_t build_failures;
 	struct histogram_build build;
 	_Atomic int64_t warm; /* warm_containers */
@@ -435,6 +436,15 @@ void metrics_function_retry(const char *function)
 		bump(&f->retries);
 }
 
+void metrics_function_key_wait(const char *function)
+{
+	if (!is_enabled())
+		return;
+	struct fn_series *f = fn_get(function);
+	if (f)
+		bump(&f->key_waits);
+}
+
 void metrics_function_dlq(const char *function)
 {
 	if (!is_enabled())
@@ -787,7 +797,15 @@ static void render_gauge(struct out *out, enum metric_gauge g)
 }
 
 /* The per-function counter families, in rendering order. */
-enum fn_field { FN_BUILD_FAILURES, FN_EVENTS, FN_SUCCESSES, FN_FAILURES, FN_RETRIES, FN_DLQ };
+enum fn_field {
+	FN_BUILD_FAILURES,
+	FN_EVENTS,
+	FN_SUCCESSES,
+	FN_FAILURES,
+	FN_RETRIES,
+	FN_DLQ,
+	FN_KEY_WAITS,
+};
 
 static const struct {
 	const char *name;
@@ -801,6 +819,8 @@ static const struct {
 	 FN_FAILURES},
 	{"function_retries_total", "Event retries per function.", FN_RETRIES},
 	{"function_dlq_entries_total", "Dead-letter queue entries per function.", FN_DLQ},
+	{"key_waits_total", "Invocations that waited for their key (key_concurrency) per function.",
+	 FN_KEY_WAITS},
 };
 
 static uint64_t fn_value(struct fn_series *f, enum fn_field field)
@@ -812,6 +832,7 @@ static uint64_t fn_value(struct fn_series *f, enum fn_field field)
 	case FN_FAILURES: return load(&f->failures);
 	case FN_RETRIES: return load(&f->retries);
 	case FN_DLQ: return load(&f->dlq);
+	case FN_KEY_WAITS: return load(&f->key_waits);
 	}
 	return 0;
 }

@@ -20,6 +20,7 @@
  *   counter   function_failures_total{function}     handler failures per function
  *   counter   function_retries_total{function}      retries per function
  *   counter   function_dlq_entries_total{function}  DLQ entries per function
+ *   counter   key_waits_total{function}             invocations that waited for their key
  *   histogram handler_duration_seconds{function,handler}
  *             buckets .005 .01 .025 .05 .1 .25 .5 1 2.5 5 10 30 60 120 300
  *   histogram function_build_seconds{function}
@@ -210,6 +211,10 @@ void metrics_function_event(const char *function);
 /* retries_total and function_retries_total{function} += 1. function may be
  * NULL when no function is to blame: only the global counter moves. */
 void metrics_function_retry(const char *function);
+
+/* key_waits_total{function} += 1: a message found its key's place taken
+ * (key_concurrency, keyorder.h) and waits. */
+void metrics_function_key_wait(const char *function);
 
 /* dlq_entries_total and function_dlq_entries_total{function} += 1. function
  * may be NULL (e.g. a malformed event no function matched). */

@@ -103,8 +103,10 @@ void registry_publish(struct registry *r, struct fn_version **fvs, size_t n)
 	s->nfns = n;
 	if (n)
 		qsort(s->fns, n, sizeof *s->fns, fv_cmp);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		s->nrules += s->fns[i]->fn->tpl->nrules;
+		s->nkeyed += s->fns[i]->fn->tpl->key.path != NULL;
+	}
 	s->rules = xcalloc(s->nrules + 1, sizeof *s->rules);
 	const struct pattern **pats = xcalloc(s->nrules + 1, sizeof *pats);
 	size_t k = 0;

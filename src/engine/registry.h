@@ -42,6 +42,7 @@ struct snapshot {
 	size_t nrules;
 	struct pattern_set *set;     /* pattern i = rules[i] */
 	const struct pattern **pats; /* the set borrows this array */
+	size_t nkeyed;		     /* functions with key_concurrency (keyorder.h) */
 	int refs;
 };
 

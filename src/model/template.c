@@ -1146,6 +1146,24 @@ static void top_retry(struct top *top, const struct ynode *n, bool present)
 	retry_node(top->c, n, present, "", NULL, &top->t->retry);
 }
 
+/* key_concurrency: per-key concurrency and order (keyconc.h). */
+static void top_key_concurrency(struct top *top, const struct ynode *n, bool present)
+{
+	if (!present)
+		return;
+	struct seg at = {.key = "key_concurrency"};
+	json_t *j = to_json(top->c, n, &at);
+	struct strlist lines = {0};
+	if (j && keyconc_parse(j, &top->t->key, &lines) < 0)
+		keyconc_free(&top->t->key);
+	for (size_t i = 0; i < lines.n; i++) {
+		add_error(top->c, lines.v[i]);
+		lines.v[i] = NULL;
+	}
+	strlist_free(&lines);
+	json_decref(j);
+}
+
 /* events or schedules: a list, parsed by parse; null is none. */
 static void top_list(struct top *top, const struct ynode *n, const char *key, const char *what,
 		     void (*parse)(struct ctx *, const struct ynode *, struct template *))
@@ -1231,6 +1249,7 @@ static const struct top_key {
 	{"concurrency", top_concurrency},
 	{"match_arrays", top_match_arrays},
 	{"retry", top_retry},
+	{"key_concurrency", top_key_concurrency},
 	{"events", top_events},
 	{"schedules", top_schedules},
 	{NULL, check_handlers},
@@ -1407,5 +1426,6 @@ void template_free(struct template *t)
 		free(t->secrets[i].value);
 	}
 	free(t->secrets);
+	keyconc_free(&t->key);
 	free(t);
 }

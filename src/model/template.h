@@ -21,6 +21,7 @@
 #include "base/util.h"
 #include "model/cron.h"
 #include "model/pattern.h"
+#include "model/keyconc.h"
 #include "model/retry.h"
 #include "model/runtime.h"
 
@@ -136,6 +137,8 @@ struct template
 	int64_t warm_max_uses;
 	/* retry: the top level's keys (retry.h); the rules' hold it merged. */
 	struct retry_policy retry;
+	/* key_concurrency: (keyconc.h) key.path NULL when absent. */
+	struct keyconc key;
 	/* match_arrays: elements (docs/template.md, "Arrays in events"): the
 	 * rules' patterns were compiled with PATTERN_ARRAYS_ELEMENTS. */
 	bool match_arrays_elements;
