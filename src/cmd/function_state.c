@@ -173,12 +173,10 @@ static void render_warm(struct buf *b, const json_t *warm)
 	}
 }
 
-/* The effective retry policy of each rule and schedule of the function as
- * its template.yaml in the functions directory says now (the version
- * loaded, unless an edit is pending): a JSON array of {handler, kind,
- * retries, policy}; NULL when the template cannot be read or is invalid,
- * or sets no retry: at all (so inspect shows what it always showed). */
-static json_t *retry_policies(const struct config *cfg, const char *name)
+/* The function as its template.yaml in the functions directory says now
+ * (the version loaded, unless an edit is pending); NULL when it cannot be
+ * read or is invalid. */
+static struct function *template_now(const struct config *cfg, const char *name)
 {
 	struct function *fn = NULL;
 	struct strlist errors = {0}, warnings = {0};
@@ -188,7 +186,39 @@ static json_t *retry_policies(const struct config *cfg, const char *name)
 					  : FUNCTION_NO_TEMPLATE;
 	strlist_free(&errors);
 	strlist_free(&warnings);
-	if (st != FUNCTION_OK || !fn)
+	if (st != FUNCTION_OK) {
+		function_free(fn);
+		return NULL;
+	}
+	return fn;
+}
+
+/* key_concurrency as the template says now: {key, limit}, or NULL. */
+static json_t *key_policy(const struct function *fn)
+{
+	if (!fn || !fn->tpl->key.path)
+		return NULL;
+	return json_pack("{s:s, s:i}", "key", fn->tpl->key.path, "limit", fn->tpl->key.limit);
+}
+
+/* inspect's "Key concurrency:" section; nothing when key is NULL. */
+static void render_key(struct buf *b, const json_t *key)
+{
+	if (!key)
+		return;
+	const char *path = json_string_value(json_object_get(key, "key"));
+	char *safe = text_escaped(path, strlen(path), 0, 0);
+	buf_appendf(b, "\nKey concurrency:\n  key %s, limit %lld\n", safe,
+		    (long long)json_integer_value(json_object_get(key, "limit")));
+	free(safe);
+}
+
+/* The effective retry policy of each rule and schedule of fn: a JSON
+ * array of {handler, kind, retries, policy}; NULL when fn is NULL or sets
+ * no retry: at all (so inspect shows what it always showed). */
+static json_t *retry_policies(const struct function *fn)
+{
+	if (!fn)
 		return NULL;
 	struct retry_policy base, eff;
 	retry_policy_default(&base, NULL);
@@ -200,10 +230,8 @@ static json_t *retry_policies(const struct config *cfg, const char *name)
 	for (size_t i = 0; i < t->nschedules && !set; i++)
 		set = t->schedules[i].retry.has_backoff || t->schedules[i].retry.has_max_age ||
 		      t->schedules[i].retry.has_no_retry;
-	if (!set) {
-		function_free(fn);
+	if (!set)
 		return NULL;
-	}
 	json_t *out = json_array();
 	for (size_t i = 0; i < t->nrules + t->nschedules; i++) {
 		bool rule = i < t->nrules;
@@ -217,7 +245,6 @@ static json_t *retry_policies(const struct config *cfg, const char *name)
 						     "policy", d));
 		free(d);
 	}
-	function_free(fn);
 	return out;
 }
 
@@ -260,23 +287,30 @@ int function_state_inspect_exec(const struct cmd *self, const struct cmd_args *a
 		cmd_fail("%s: no function named \"%s\"", self->words, name);
 		goto out;
 	}
-	json_t *warm = warm_containers(name), *retry = retry_policies(cfg, name);
+	struct function *fn = template_now(cfg, name);
+	json_t *warm = warm_containers(name), *retry = retry_policies(fn), *key = key_policy(fn);
+	function_free(fn);
 	if (cmd_flag(args, "--json")) {
 		json_t *o = render_state_json_inspect(f, describe_cron);
 		if (warm && json_is_object(o))
 			json_object_set(o, "warm", warm);
 		if (retry && json_is_object(o))
 			json_object_set(o, "retry", retry);
+		if (key && json_is_object(o))
+			json_object_set(o, "key_concurrency", key);
 		json_decref(warm);
 		json_decref(retry);
+		json_decref(key);
 		rc = cmd_print_json(self, o);
 		goto out;
 	}
 	render_state_inspect(&b, f, (int64_t)time(NULL), describe_cron);
 	render_warm(&b, warm);
 	render_retries(&b, retry);
+	render_key(&b, key);
 	json_decref(warm);
 	json_decref(retry);
+	json_decref(key);
 	rc = emit(self, &b);
 out:
 	state_function_info_free(f);

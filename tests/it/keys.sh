@@ -110,7 +110,8 @@ ky_all_acked() { acked_through "$REDIS_PORT" events relay "$1"; }
 test_a_keys_events_run_one_at_a_time_in_stream_order_across_two_workers() {
 	ky_trap
 	ky_env
-	ky_fn ky-fifo 'key_concurrency: {key: new_image.tenant_id}
+	ky_fn ky-fifo 'concurrency: 4
+key_concurrency: {key: new_image.tenant_id}
 '
 	start_relay_as "$TMP/a.log" ky-fifo-a
 	start_relay_as "$TMP/b.log" ky-fifo-b
@@ -131,4 +132,144 @@ test_a_keys_events_run_one_at_a_time_in_stream_order_across_two_workers() {
 	stop_relay_pid "$RELAY_PID"
 	# The queues are empty once every event is done.
 	[ -z "$(rcli --scan --pattern 'relay:keyq:*')" ] || fail "queues left: $(rcli --scan --pattern 'relay:keyq:*')"
+}
+
+scrape() { curl -s --max-time 5 "http://$METRICS_ADDR/metrics"; }
+
+# limit: 2 on one tenant (six events of a second each): two at a time,
+# never three, and the waits are counted; events without the key are not
+# limited (four of them run together).
+test_limit_two_runs_two_at_a_time_and_events_without_the_key_are_not_limited() {
+	ky_trap
+	ky_env
+	export METRICS_ADDR=127.0.0.1:$(free_port)
+	# concurrency 8: the key's limit is what holds them to two.
+	ky_fn ky-two 'concurrency: 8
+key_concurrency: {key: new_image.tenant_id, limit: 2}
+'
+	start_relay_as "$TMP/a.log" ky-two-a
+	local last n
+	for n in 1 2 3 4 5 6; do
+		last=$(ky_xadd ky-two "tx-$n" x ',"sleep":1')
+	done
+	wait_for 120 ky_all_acked "$last" ||
+		fail "not all acknowledged: $(grep -v 'docker request' "$TMP/a.log" | tail -n 30)"
+	ky_runs "$TMP/a.log" >"$TMP/runs"
+	[ "$(wc -l <"$TMP/runs")" -eq 6 ] || fail "$(wc -l <"$TMP/runs") runs: $(cat "$TMP/runs")"
+	[ "$(ky_max_overlap "$TMP/runs")" -eq 2 ] || fail "in flight at once: $(ky_max_overlap "$TMP/runs"), want 2: $(cat "$TMP/runs")"
+	scrape >"$TMP/m"
+	awk '$1 == "key_waits_total{function=\"ky-two\"}" { found = 1; exit !($2 >= 4) } END { exit !found }' "$TMP/m" ||
+		fail "key_waits_total: $(grep key_waits "$TMP/m")"
+	# Without the key: not limited.
+	for n in 1 2 3 4; do
+		last=$(ky_xadd ky-two "nk-$n" - ',"sleep":1')
+	done
+	wait_for 120 ky_all_acked "$last" || fail "keyless events not acknowledged"
+	ky_runs "$TMP/a.log" | grep '^nk-' >"$TMP/runs2"
+	[ "$(ky_max_overlap "$TMP/runs2")" -eq 4 ] || fail "keyless in flight at once: $(ky_max_overlap "$TMP/runs2"), want 4: $(cat "$TMP/runs2")"
+	stop_relay_pid "$RELAY_PID"
+}
+
+# A failing event (two retries 2 s apart, then the DLQ) holds its own key
+# only: the next event of its tenant waits, shown by relay event status,
+# and runs after the DLQ entry; another tenant's event runs at once.
+test_a_failing_event_holds_only_its_own_key_until_dead_lettered() {
+	ky_trap
+	ky_env
+	ky_fn ky-hol 'key_concurrency: {key: new_image.tenant_id}
+' '    retries: 2
+    retry: {backoff: [2s]}
+'
+	start_relay_as "$TMP/a.log" ky-hol-a
+	local a1 a2 b1
+	a1=$(ky_xadd ky-hol ha-1 a ',"exit":"1","sleep":0')
+	a2=$(ky_xadd ky-hol ha-2 a)
+	b1=$(ky_xadd ky-hol hb-1 b)
+	wait_for 60 grep -q "KY-END hb-1 b" "$TMP/a.log" || fail "the other tenant's event did not run"
+	wait_for 30 grep -q 'msg="waiting for its key' "$TMP/a.log" || fail "ha-2 did not wait"
+	run_expect 0 "$RELAY" event status "$a2"
+	grep -qx "Key: *waiting for key a (behind $a1)" "$TMP/out" || fail "status: $(cat "$TMP/out")"
+	run_expect 0 "$RELAY" event status "$a2" --json
+	[ "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["key_wait"])' <"$TMP/out")" = "waiting for key a (behind $a1)" ] ||
+		fail "status --json: $(cat "$TMP/out")"
+	wait_for 60 ky_all_acked "$b1" || fail "not all done: $(grep -v 'docker request' "$TMP/a.log" | tail -n 30)"
+	[ "$(rcli XLEN relay:events:dlq)" = 1 ] || fail "DLQ length $(rcli XLEN relay:events:dlq)"
+	ky_runs "$TMP/a.log" >"$TMP/runs"
+	# ha-1 ran three times (the runs list keeps its last start); hb-1
+	# ended before ha-1's last attempt, ha-2 started after it.
+	local hb_end ha1_last ha2_start
+	hb_end=$(awk '$1 == "hb-1" { print $4 }' "$TMP/runs")
+	ha1_last=$(awk '$1 == "ha-1" { print $3 }' "$TMP/runs")
+	ha2_start=$(awk '$1 == "ha-2" { print $3 }' "$TMP/runs")
+	[ "$(grep -c 'KY-START ha-1' "$TMP/a.log")" -eq 3 ] || fail "ha-1 ran $(grep -c 'KY-START ha-1' "$TMP/a.log") times"
+	awk -v a="$hb_end" -v b="$ha1_last" 'BEGIN { exit !(a < b) }' || fail "hb-1 waited for ha-1: $(cat "$TMP/runs")"
+	awk -v a="$ha1_last" -v b="$ha2_start" 'BEGIN { exit !(a < b) }' || fail "ha-2 did not wait for ha-1: $(cat "$TMP/runs")"
+	# The wait charged no attempt: ha-2 ran once and succeeded.
+	[ "$(grep -c 'KY-START ha-2' "$TMP/a.log")" -eq 1 ] || fail "ha-2 ran $(grep -c 'KY-START ha-2' "$TMP/a.log") times"
+	stop_relay_pid "$RELAY_PID"
+}
+
+# A worker killed with -9 while its handler holds a key: the key is
+# released within the rule's timeout (10 s), and the next event of that
+# key runs on the other worker.
+test_a_worker_killed_while_holding_a_key_releases_it_within_the_timeout() {
+	ky_trap
+	ky_env
+	ky_fn ky-kill 'key_concurrency: {key: new_image.tenant_id}
+' '    timeout: 10s
+'
+	start_relay_as "$TMP/a.log" ky-kill-a
+	local a=$RELAY_PID k2 t0
+	ky_xadd ky-kill k-1 k ',"sleep":60' >/dev/null
+	wait_for 60 grep -q "KY-START k-1" "$TMP/a.log" || fail "k-1 did not start"
+	start_relay_as "$TMP/b.log" ky-kill-b
+	k2=$(ky_xadd ky-kill k-2 k ',"sleep":0')
+	wait_for 30 grep -q 'msg="waiting for its key' "$TMP/b.log" "$TMP/a.log" || fail "k-2 did not wait"
+	t0=$(date +%s.%N)
+	kill9_relay_pid "$a"
+	wait_for 30 grep -q "KY-END k-2" "$TMP/b.log" || fail "k-2 never ran: $(grep -v 'docker request' "$TMP/b.log" | tail -n 30)"
+	local s2
+	s2=$(sed -n 's/.*KY-START k-2 k \([0-9.]*\)$/\1/p' "$TMP/b.log")
+	awk -v a="$t0" -v b="$s2" 'BEGIN { exit !(b - a <= 12) }' ||
+		fail "k-2 started $(awk -v a="$t0" -v b="$s2" 'BEGIN { print b - a }') s after the kill, want <= 10 s + 2"
+	stop_relay_pid "$RELAY_PID"
+}
+
+# Validation: an empty key path, a path with an empty segment, limit 0, a
+# string limit, an unknown key and a missing key each fail relay function
+# validate with an error naming the field; a valid one is shown by relay
+# function inspect.
+test_invalid_key_concurrency_fails_validate_and_inspect_shows_a_valid_one() {
+	local d=$TMP/v f
+	for f in empty dots zero str unknown nokey; do
+		mkdir -p "$d/ky-$f"
+		printf 'def handler(e):\n    pass\n' >"$d/ky-$f/h.py"
+	done
+	ky_tpl() { printf 'runtime: python3.14\nkey_concurrency: %s\nevents:\n  - handler: h.handler\n    pattern: {}\n' "$2" >"$d/ky-$1/template.yaml"; }
+	ky_tpl empty '{key: ""}'
+	ky_tpl dots '{key: a..b}'
+	ky_tpl zero '{key: a, limit: 0}'
+	ky_tpl str '{key: a, limit: "2"}'
+	ky_tpl unknown '{key: a, order: fifo}'
+	ky_tpl nokey '{limit: 3}'
+	run_expect 1 "$RELAY" function validate "$d"
+	assert_out_contains 'key_concurrency.key: is empty; must be a dotted path into the event such as new_image.tenant_id'
+	assert_out_contains 'key_concurrency.key: has an empty segment (a leading, trailing or doubled dot)'
+	assert_out_contains 'key_concurrency.limit: 0 is out of range; must be an integer from 1 to 10000'
+	assert_out_contains 'key_concurrency.limit: must be an integer from 1 to 10000, not a string'
+	assert_out_contains 'key_concurrency: unknown key "order" (key_concurrency takes key and limit)'
+	assert_out_contains 'key_concurrency.key: is required (a dotted path into the event such as new_image.tenant_id)'
+
+	ky_trap
+	ky_env
+	ky_fn ky-insp 'key_concurrency: {key: new_image.tenant_id, limit: 3}
+'
+	start_relay_as "$TMP/a.log" ky-insp-a
+	stop_relay_pid "$RELAY_PID"
+	run_expect 0 "$RELAY" function inspect ky-insp
+	[ "$(grep -A1 -x 'Key concurrency:' "$TMP/out" | tail -n 1)" = '  key new_image.tenant_id, limit 3' ] ||
+		fail "inspect: $(cat "$TMP/out")"
+	run_expect 0 "$RELAY" function inspect ky-insp --json
+	[ "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["key_concurrency"])' <"$TMP/out")" = \
+		"{'key': 'new_image.tenant_id', 'limit': 3}" ] || fail "inspect --json: $(cat "$TMP/out")"
 }
