@@ -1,6 +1,7 @@
 # Relay on a Redis Cluster: a 3-master, 3-replica cluster on
 # loopback (tests/it/redis-ha), the stream {events}. Two workers account for
-# 2,000 events (handled, dead-lettered or acknowledged unmatched); a stream
+# 2,000 events (handled, dead-lettered or acknowledged unmatched; the
+# matching ones under key_concurrency, whose keys share the stream's slot); a stream
 # without a hash tag is refused at startup; a manual failover, a crash of
 # the stream's master and a live migration of the stream's slot under load
 # lose nothing Redis confirmed (WAIT 1); an every-second schedule runs once
@@ -37,6 +38,7 @@ test_cluster_two_workers_account_for_2000_events() {
     print("picked", event["event_id"])
 ' 'runtime: python3.14
 concurrency: 4
+key_concurrency: {key: tenant}
 events:
   - handler: pick.handler
     pattern: {kind: [pick]}
@@ -48,7 +50,7 @@ events:
 	local i
 	for i in $(seq 1 2000); do
 		if [ $((i % 40)) -eq 0 ]; then
-			echo "XADD $HA_STREAM * event '{\"kind\":\"pick\",\"event_id\":\"p$i\"}'"
+			echo "XADD $HA_STREAM * event '{\"kind\":\"pick\",\"event_id\":\"p$i\",\"tenant\":\"t$((i / 40 % 5))\"}'"
 		else
 			echo "XADD $HA_STREAM * event '{\"kind\":\"none\",\"event_id\":\"n$i\"}'"
 		fi
@@ -62,8 +64,14 @@ events:
 	awk '$2 % 3 == 0 { print $1 }' "$TMP/picks" | sort >"$TMP/want-dlq"
 	awk '$2 % 3 != 0 { print $1 }' "$TMP/picks" | sort >"$TMP/want-ok"
 	wait_for 240 ha_all_acked || fail "not everything acknowledged in 240 s: last delivered $(ha_group_field last-delivered-id), pending $(ha_pending)"
-	# Every key Relay wrote lives in the stream's slot, on its master.
+	# Every key Relay wrote lives in the stream's slot, on its master: the
+	# per-key queues too (key_concurrency on five tenants: their scripts
+	# would fail with CROSSSLOT otherwise), gone once every event is done.
 	ha_keys_in_slot
+	[ -n "$(redis-cli -p "$(ha_master)" --scan --pattern 'relay:keymark:*')" ] || fail "no per-key registration mark"
+	[ -z "$(redis-cli -p "$(ha_master)" --scan --pattern 'relay:keyq:*')" ] || fail "per-key queues left"
+	! grep -hE "cannot register a read for per-key order|key places|key's queue" "$TMP"/ha-acc-*.log ||
+		fail "a per-key script failed on the cluster"
 	echo "keys on the stream's master: $(redis-cli -p "$(ha_master)" --scan | sort | paste -sd' ')"
 	[ "$(ha_redirects "$TMP"/ha-acc-*.log)" = 0 ] || fail "redirects on a cluster that did not change: $(grep -h 'redirected' "$TMP"/ha-acc-*.log | head -n 3)"
 	stop_relay_pid "${WORKERS[0]}"
