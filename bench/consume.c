@@ -417,9 +417,10 @@ static size_t fill(struct redis *r, const char *stream, char *last_id, size_t id
 				  "matches\","
 				  "\"source\":\"relay-bench\",\"occurred_at\":\"2026-01-01T00:00:"
 				  "00Z\","
-				  "\"data\":{\"order_id\":%d,\"amount\":1234,\"currency\":\"EUR\","
-				  "\"items\":[\"a\",\"b\",\"c\"],\"note\":\"no rule\"}}",
-				  seq, seq);
+				  "\"data\":{\"order_id\":%d,\"tenant\":\"t%03d\",\"amount\":1234,"
+				  "\"currency\":\"EUR\",\"items\":[\"a\",\"b\",\"c\"],\"note\":"
+				  "\"no rule\"}}",
+				  seq, seq, seq % 1000);
 			evlen = strlen(ev);
 			const char *argv[] = {"XADD", stream, "*", "event", ev};
 			if (redis_append_argv(r, 5, argv, NULL) < 0)
@@ -756,18 +757,20 @@ static void sink_start(void)
 /* A functions directory with one function whose rule matches every bench
  * event, loaded into a registry as relay start would (no image: the
  * invoke callback is the no-op). */
-static struct registry *traced_registry(void)
+static struct registry *traced_registry(bool keyed)
 {
 	char d[160];
-	snprintf_(d, sizeof d, "%s/traced/bench-traced", tmpdir);
+	const char *dir = keyed ? "keyed" : "traced";
+	snprintf_(d, sizeof d, "%s/%s/bench-traced", tmpdir, dir);
 	char *p = xasprintf("mkdir -p %s && printf 'def handler(event):\\n    pass\\n' >%s/h.py && "
-			    "printf 'runtime: python3.14\\nevents:\\n  - handler: h.handler\\n"
+			    "printf 'runtime: python3.14\\nconcurrency: 8\\n%sevents:\\n"
+			    "  - handler: h.handler\\n"
 			    "    pattern: {event_name: [bench.nothing_matches]}\\n' >%s/template.yaml",
-			    d, d, d);
+			    d, d, keyed ? "key_concurrency: {key: data.tenant}\\n" : "", d);
 	if (system(p) != 0)
 		die("cannot write the traced function");
 	free(p);
-	snprintf_(d, sizeof d, "%s/traced", tmpdir);
+	snprintf_(d, sizeof d, "%s/%s", tmpdir, dir);
 	struct registry *reg = registry_new();
 	struct function_scan scan;
 	char *err = NULL;
@@ -802,9 +805,19 @@ static double run_traced(struct redis *r, const char *stream, const char *last_i
 	char *why = NULL;
 	if (trace_setup(&s, &why) < 0)
 		die(why);
-	struct registry *reg = traced_registry();
+	struct registry *reg = traced_registry(false);
 	double rate = consume_inprocess(r, stream, last_id, reg);
 	trace_shutdown();
+	registry_free(reg);
+	return rate;
+}
+
+/* key_concurrency on data.tenant (1,000 values) or not, tracing off: the
+ * function of the traced rows, with concurrency 8 either way. */
+static double run_keyed(struct redis *r, const char *stream, const char *last_id, bool keyed)
+{
+	struct registry *reg = traced_registry(keyed);
+	double rate = consume_inprocess(r, stream, last_id, reg);
 	registry_free(reg);
 	return rate;
 }
@@ -823,8 +836,9 @@ int main(int argc, char **argv)
 {
 	const char *relay = argc > 1 ? argv[1] : "build/relay";
 	bool cluster = argc > 3 && strcmp(argv[3], "cluster") == 0;
-	if (argc > 4 || (argc > 3 && !cluster))
-		die("usage: consume [RELAY_BINARY [ROUNDS [cluster]]]");
+	bool keys_only = argc > 3 && strcmp(argv[3], "keys") == 0;
+	if (argc > 4 || (argc > 3 && !cluster && !keys_only))
+		die("usage: consume [RELAY_BINARY [ROUNDS [cluster|keys]]]");
 	if (argc > 2) {
 		int64_t v;
 		if (parse_int64(argv[2], &v) < 0 || v < 1 || v > MAX_ROUNDS)
@@ -875,6 +889,7 @@ int main(int argc, char **argv)
 	double cminimal[MAX_ROUNDS], cbinary[MAX_ROUNDS], pbinary[MAX_ROUNDS];
 	double minimal[MAX_ROUNDS], binary[MAX_ROUNDS], on[MAX_ROUNDS], off[MAX_ROUNDS];
 	double toff[MAX_ROUNDS], tup[MAX_ROUNDS], tdown[MAX_ROUNDS];
+	double kplain[MAX_ROUNDS], kkeyed[MAX_ROUNDS];
 	long rss_before[MAX_ROUNDS], rss_after[MAX_ROUNDS];
 	sink_start();
 	struct progress bp[MAX_ROUNDS];
@@ -886,6 +901,19 @@ int main(int argc, char **argv)
 	       N_EVENTS, rounds, "(private)", redis_port);
 	fflush(stdout);
 	for (int round = 0; round < rounds; round++) {
+		for (int k = 0; k < 2; k++) {
+			bool keyed = (k == 0) == (round % 2 == 0);
+			snprintf_(stream, sizeof stream, "bench:keyed-%s:%d", keyed ? "on" : "off",
+				  round);
+			fill(r, stream, last, sizeof last);
+			(keyed ? kkeyed : kplain)[round] = run_keyed(r, stream, last, keyed);
+			drop(r, stream);
+		}
+		printf("round %d: matched, key_concurrency off %.0f/s, on (1,000 keys) %.0f/s\n",
+		       round + 1, kplain[round], kkeyed[round]);
+		fflush(stdout);
+		if (keys_only)
+			continue;
 		snprintf_(stream, sizeof stream, "bench:minimal:%d", round);
 		evlen = fill(r, stream, last, sizeof last);
 		minimal[round] = run_minimal(r, stream);
@@ -960,6 +988,14 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	redis_free(r);
+	double mkp = median(kplain, rounds), mkk = median(kkeyed, rounds);
+	printf("\n%-40s %10.0f /s\n%-40s %10.0f /s\n%-40s %10.2f   (goal >= 0.90: %s)\n",
+	       "matched, key_concurrency off", mkp, "matched, key_concurrency on 1,000 keys", mkk,
+	       "key_concurrency on / off", mkk / mkp, mkk / mkp >= 0.9 ? "met" : "NOT met");
+	if (keys_only) {
+		docker_stub_stop();
+		return 0;
+	}
 	if (rc)
 		redis_free(rc);
 	if (rp)

@@ -51,7 +51,8 @@
 
 struct ack {
 	char *id;
-	char *key; /* invocation-state key to delete, or NULL */
+	char *key;  /* invocation-state key to delete, or NULL */
+	bool keyed; /* leaves its per-key queues first (keyorder.h) */
 };
 
 struct consumer {
@@ -388,17 +389,6 @@ static void idlist_clear(struct idlist *l)
 	l->n = 0;
 }
 
-/*
- * Takes in the entries of one read, or those the recover script answered
- * (recovered: the ones this process holds already are left alone; each
- * entry is counted as received once either way). Decodes and matches each
- * outside the lock, then takes the lock once to count them in the buffer
- * and queue those that match (the others join *fast, to be acknowledged
- * with the next read). An entry of a read whose fields cost more than
- * CONSUMER_ENTRY_MAX (it can be within the guard's bound as sent, see
- * consumer.h) is not taken: its id joins *over, for the recover script
- * to dead-letter.
- */
 /* Whether message id is one relay dlq replay published: its script records
  * each in relay:<stream>:replays, taken off here, so a producer's own
  * relay_replay_of is not counted (nor a redelivery twice). */
@@ -412,29 +402,66 @@ static bool replayed_by_relay(const struct consumer *c, struct redis *r, const c
 }
 
 /*
- * Per-key order (keyorder.h): the batch's messages take their places in
- * the queues of their keyed functions (regs), once every batch read before
- * it has (waiting up to KEYORDER_GAP_WAIT_MS for a worker that read one);
- * each message found within its limits runs without asking again. A
- * failure leaves them to ask when they run (late: at the back).
+ * A batch of messages read, decoded and matched (take_batch), not yet
+ * queued: with key_concurrency its messages first take their places in
+ * their keys' queues (keyorder.h), once every batch read before it has
+ * (batch_register). A fresh read's registration travels with the next
+ * read (reader_read), so it costs no round trip of its own.
  */
-static void register_batch(struct consumer *c, struct redis *r, const redisReply *entries,
-			   struct delivery_msg **ms, size_t k, struct keyorder_regs *regs)
+struct batch {
+	struct delivery_msg **ms; /* k of them, NULL where dropped */
+	bool *skip;		  /* matches nothing: acknowledged with the next read */
+	size_t k;
+	bool recovered;
+	struct keyorder_regs regs; /* regs.n > 0 or keyed: to register */
+	bool keyed;
+	char first[48], last[48]; /* the read's first and last entry ids */
+};
+
+static void batch_free(struct batch *b)
 {
-	const redisReply *f = entries->element[0], *l = entries->element[entries->elements - 1];
-	if (f->type != REDIS_REPLY_ARRAY || f->elements != 2 ||
-	    f->element[0]->type != REDIS_REPLY_STRING || l->type != REDIS_REPLY_ARRAY ||
-	    l->elements != 2 || l->element[0]->type != REDIS_REPLY_STRING)
+	if (!b)
 		return;
-	const char *first = f->element[0]->str, *last = l->element[0]->str;
+	for (size_t i = 0; i < b->k; i++)
+		delivery_msg_free(b->ms[i]);
+	free(b->ms);
+	free(b->skip);
+	keyorder_regs_free(&b->regs);
+	free(b);
+}
+
+/* Sets keys_acquired on each message all of whose places the
+ * registration found within their limits. */
+static void batch_acquired(struct batch *b)
+{
+	for (size_t i = 0, j = 0; i < b->k; i++) {
+		if (!b->ms[i])
+			continue;
+		bool any = false, all = true;
+		for (; j < b->regs.n && b->regs.v[j].id == b->ms[i]->id; j++) {
+			any = true;
+			all = all && b->regs.v[j].acquired;
+		}
+		b->ms[i]->keys_acquired = any && all;
+	}
+}
+
+/*
+ * Registers b on r, waiting up to KEYORDER_GAP_WAIT_MS for a batch another
+ * worker read earlier to be registered first (then registering anyway).
+ * A failure leaves its messages to ask when they run (at the back).
+ */
+static void batch_register(struct consumer *c, struct redis *r, struct batch *b)
+{
 	int64_t end = now_mono_ns() + KEYORDER_GAP_WAIT_MS * NS_PER_MS, pause = 1;
 	char *err = NULL;
 	int rc;
 	bool force = false;
-	while ((rc = keyorder_register(c->keys, r, first, last, force, regs->v, regs->n, &err)) == 1 &&
+	while ((rc = keyorder_register(c->keys, r, b->first, b->last, force, b->regs.v, b->regs.n,
+				       &err)) == 1 &&
 	       !atomic_load(&c->stop)) {
 		if (now_mono_ns() >= end) {
-			log_warn(LOG_ATTRS("message_id", first),
+			log_warn(LOG_ATTRS("message_id", b->first),
 				 "an earlier read of the group was not registered for per-key "
 				 "order in time (its worker stopped?); registering this one "
 				 "without it");
@@ -445,29 +472,107 @@ static void register_batch(struct consumer *c, struct redis *r, const redisReply
 		pause = pause < 32 ? pause * 2 : pause;
 	}
 	if (rc < 0) {
-		log_warn(LOG_ATTRS("message_id", first, "error", err ? err : ""),
+		log_warn(LOG_ATTRS("message_id", b->first, "error", err ? err : ""),
 			 "cannot register a read for per-key order; its messages ask when they run");
 		free(err);
 		return;
 	}
-	for (size_t i = 0, j = 0; i < k; i++) {
-		if (!ms[i])
-			continue;
-		bool any = false, all = true;
-		for (; j < regs->n && regs->v[j].id == ms[i]->id; j++) {
-			any = true;
-			all = all && regs->v[j].acquired;
-		}
-		ms[i]->keys_acquired = any && all;
-	}
+	batch_acquired(b);
 }
 
-static void take_batch(struct consumer *c, struct redis *r, const redisReply *entries,
-		       bool recovered, struct idlist *fast, struct idlist *over)
+/* Queues b's messages for the workers and puts those that match nothing
+ * on *fast (acknowledged with the next read); frees b. */
+static void batch_commit(struct consumer *c, struct batch *b, struct idlist *fast)
 {
-	size_t n = entries->elements, k = 0;
-	struct delivery_msg **ms = xcalloc(n + 1, sizeof *ms);
-	bool *skip = xcalloc(n + 1, sizeof *skip);
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < b->k; i++) {
+		struct delivery_msg *m = b->ms[i];
+		if (!m)
+			continue;
+		b->ms[i] = NULL;
+		if (!b->skip[i]) {
+			m->fresh = !b->recovered;
+			enqueue_locked(c, m);
+			continue;
+		}
+		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
+		metrics_inc(METRIC_EVENTS_PROCESSED);
+		hold_locked(c, m->id);
+		idlist_push(fast, m->id);
+		m->id = NULL;
+		delivery_msg_free(m);
+	}
+	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
+	pthread_mutex_unlock(&c->lock);
+	batch_free(b);
+}
+
+/* An entry's id (the first element of {id, fields}), or "". */
+static const char *entry_id(const redisReply *e)
+{
+	return e->type == REDIS_REPLY_ARRAY && e->elements == 2 &&
+			       e->element[0]->type == REDIS_REPLY_STRING
+		       ? e->element[0]->str
+		       : "";
+}
+
+/* Decodes and matches each message of b (outside the lock), counting them
+ * as received, and collects their places in per-key queues. */
+static void batch_match(struct consumer *c, struct redis *r, struct batch *b)
+{
+	struct snapshot *snap = registry_acquire(c->cfg.registry);
+	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
+	b->keyed = snap->nkeyed > 0;
+	for (size_t i = 0; i < b->k; i++) {
+		struct delivery_msg *m = b->ms[i];
+		if (!m)
+			continue;
+		log_debug(LOG_ATTRS("message_id", m->id),
+			  b->recovered ? "message read (recovered)" : "message read");
+		bool scheduled;
+		size_t nids;
+		b->skip[i] = matches_nothing(c, snap, ids, m, &scheduled, &nids);
+		for (size_t j = 0; b->keyed && !scheduled && j < nids; j++)
+			keyorder_regs_add(c->keys, &b->regs, m->id, snap->rules[ids[j]].fv->fn,
+					  m->ev, snap->rules[ids[j]].rule->timeout_ns);
+		/* Scheduled occurrences are not events. */
+		size_t rlen;
+		if (!scheduled)
+			metrics_inc(METRIC_EVENTS_RECEIVED);
+		if (!scheduled && delivery_msg_field(m, "relay_replay_of", &rlen) &&
+		    replayed_by_relay(c, r, m->id))
+			metrics_inc(METRIC_DLQ_REPLAYED);
+	}
+	free(ids);
+	registry_release(c->cfg.registry, snap);
+}
+
+/*
+ * Takes in the entries of one read, or those the recover script answered
+ * (recovered: the ones this process holds already are left alone; each
+ * entry is counted as received once either way). Decodes and matches each
+ * outside the lock (batch_match), registers the batch for per-key order
+ * when a function is keyed, then queues the messages (batch_commit). An
+ * entry of a read whose fields cost more than CONSUMER_ENTRY_MAX (it can
+ * be within the guard's bound as sent, see consumer.h) is not taken: its
+ * id joins *over, for the recover script to dead-letter. With defer
+ * non-NULL (a fresh read), a batch to register is left in *defer instead,
+ * for the next read to carry (unless entries went to *over: those are
+ * recovered at once, after it).
+ */
+static void take_batch(struct consumer *c, struct redis *r, const redisReply *entries,
+		       bool recovered, struct idlist *fast, struct idlist *over,
+		       struct batch **defer)
+{
+	size_t n = entries->elements, nover = over ? over->n : 0;
+	struct batch *b = xcalloc(1, sizeof *b);
+	b->ms = xcalloc(n + 1, sizeof *b->ms);
+	b->skip = xcalloc(n + 1, sizeof *b->skip);
+	b->recovered = recovered;
+	if (n) {
+		snprintf_(b->first, sizeof b->first, "%s", entry_id(entries->element[0]));
+		snprintf_(b->last, sizeof b->last, "%s", entry_id(entries->element[n - 1]));
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t cost;
 		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
@@ -484,69 +589,28 @@ static void take_batch(struct consumer *c, struct redis *r, const redisReply *en
 			delivery_msg_free(m);
 			continue;
 		}
-		ms[k++] = m;
+		b->ms[b->k++] = m;
 	}
 	if (recovered) {
 		/* Still in progress here: the running marker protects it; no
 		 * second local copy. */
 		pthread_mutex_lock(&c->lock);
-		for (size_t i = 0; i < k; i++)
-			if (held_locked(c, ms[i]->id)) {
-				delivery_msg_free(ms[i]);
-				ms[i] = NULL;
+		for (size_t i = 0; i < b->k; i++)
+			if (held_locked(c, b->ms[i]->id)) {
+				delivery_msg_free(b->ms[i]);
+				b->ms[i] = NULL;
 			}
 		pthread_mutex_unlock(&c->lock);
 	}
-	struct snapshot *snap = registry_acquire(c->cfg.registry);
-	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
-	struct keyorder_regs regs = {0};
-	for (size_t i = 0; i < k; i++) {
-		struct delivery_msg *m = ms[i];
-		if (!m)
-			continue;
-		log_debug(LOG_ATTRS("message_id", m->id),
-			  recovered ? "message read (recovered)" : "message read");
-		bool scheduled;
-		size_t nids;
-		skip[i] = matches_nothing(c, snap, ids, m, &scheduled, &nids);
-		for (size_t j = 0; snap->nkeyed && !scheduled && j < nids; j++)
-			keyorder_regs_add(c->keys, &regs, m->id, snap->rules[ids[j]].fv->fn, m->ev,
-					  snap->rules[ids[j]].rule->timeout_ns);
-		/* Scheduled occurrences are not events. */
-		size_t rlen;
-		if (!scheduled)
-			metrics_inc(METRIC_EVENTS_RECEIVED);
-		if (!scheduled && delivery_msg_field(m, "relay_replay_of", &rlen) &&
-		    replayed_by_relay(c, r, m->id))
-			metrics_inc(METRIC_DLQ_REPLAYED);
-	}
-	free(ids);
-	if (snap->nkeyed && n > 0)
-		register_batch(c, r, entries, ms, k, &regs);
-	keyorder_regs_free(&regs);
-	registry_release(c->cfg.registry, snap);
-
-	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < k; i++) {
-		struct delivery_msg *m = ms[i];
-		if (!m)
-			continue;
-		if (!skip[i]) {
-			m->fresh = !recovered;
-			enqueue_locked(c, m);
-			continue;
+	batch_match(c, r, b);
+	if (b->keyed && n && b->first[0] && b->last[0]) {
+		if (defer && (!over || over->n == nover)) {
+			*defer = b;
+			return;
 		}
-		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
-		metrics_inc(METRIC_EVENTS_PROCESSED);
-		hold_locked(c, m->id);
-		idlist_push(fast, m->id);
-		m->id = NULL;
-		delivery_msg_free(m);
+		batch_register(c, r, b);
 	}
-	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
-	pthread_mutex_unlock(&c->lock);
-	free(ms);
-	free(skip);
+	batch_commit(c, b, fast);
 }
 
 /* A read's error reply: NOGROUP recreates the group, anything else waits. */
@@ -718,7 +782,7 @@ static void recover(struct consumer *c, struct redis *r, const char *id, int n, 
 			freeReplyObject(rep);
 		return;
 	}
-	take_batch(c, r, rep->element[0]->element[1], true, fast, NULL);
+	take_batch(c, r, rep->element[0]->element[1], true, fast, NULL, NULL);
 	report_too_large(c, rep->element[1], true);
 	drop_gone(c, r, rep->element[2]);
 	freeReplyObject(rep);
@@ -753,6 +817,9 @@ struct reader {
 	/* No-match messages read last time, acknowledged with the next read;
 	 * entries of the last read that cost more than the limit. */
 	struct idlist fast, over;
+	/* The last read's batch, registered for per-key order with the next
+	 * read and queued then (take_batch), or NULL. */
+	struct batch *pending;
 };
 
 /*
@@ -824,29 +891,51 @@ static void reader_ack_reply(struct reader *rd)
 }
 
 /*
- * One round trip: the XACK of the fast ones (if any), then XREADGROUP of at
- * most n new entries. Returns the read's reply, NULL on failure. The fast
- * ones' buffer slots are released either way: ACKed or, on a dropped
- * connection, left pending for the reclaim.
+ * One round trip: the XACK of the fast ones (if any), the registration of
+ * the last read's batch (if one waits: rd->pending), then XREADGROUP of at
+ * most n new entries, without BLOCK while a batch waits. Returns the
+ * read's reply, NULL on failure. The fast ones' buffer slots are released
+ * either way: ACKed or, on a dropped connection, left pending for the
+ * reclaim. The waiting batch is queued either way, registered by a call of
+ * its own when the pipelined one did not do it (an earlier batch not yet
+ * registered, a failure).
  */
 static redisReply *reader_read(struct reader *rd, int n)
 {
 	struct consumer *c = rd->c;
+	struct batch *b = rd->pending;
 	char count[16];
 	snprintf_(count, sizeof count, "%d", n);
 	const char *argv[] = {"XREADGROUP", "GROUP",   c->group,  c->name,   "COUNT", count,
 			      "BLOCK",	    rd->block, "STREAMS", c->stream, ">"};
+	const char *nb[] = {"XREADGROUP", "GROUP",   c->group,	c->name,
+			    "COUNT",	  count,     "STREAMS", c->stream, ">"};
 	if (rd->fast.n)
 		append_xack(c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
+	bool reg = b && keyorder_register_append(c->keys, rd->r, b->first, b->last, b->regs.v,
+						 b->regs.n) == 0;
+	int regrc = -1;
 	redisReply *rep = NULL;
-	if (redis_append_argv(rd->r, (int)ARRAY_LEN(argv), argv, NULL) == 0) {
+	if ((b ? redis_append_argv(rd->r, (int)ARRAY_LEN(nb), nb, NULL)
+	       : redis_append_argv(rd->r, (int)ARRAY_LEN(argv), argv, NULL)) == 0) {
 		if (rd->fast.n)
 			reader_ack_reply(rd);
+		if (reg)
+			regrc = keyorder_register_take(redis_get_reply(rd->r, -1), b->regs.v,
+						       b->regs.n, NULL);
 		if (redis_is_connected(rd->r))
 			rep = read_reply(c, rd->r);
 	}
 	release_ids(c, (const char *const *)rd->fast.v, rd->fast.n);
 	idlist_clear(&rd->fast);
+	if (b) {
+		rd->pending = NULL;
+		if (regrc == 0)
+			batch_acquired(b);
+		else if (ensure_conn(c, rd->r) == 0)
+			batch_register(c, rd->r, b);
+		batch_commit(c, b, &rd->fast);
+	}
 	return rep;
 }
 
@@ -874,7 +963,8 @@ static void reader_take(struct reader *rd, redisReply *rep, int n)
 	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
 	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
 	    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
-		take_batch(c, rd->r, rep->element[0]->element[1], false, &rd->fast, &rd->over);
+		take_batch(c, rd->r, rep->element[0]->element[1], false, &rd->fast, &rd->over,
+			   &rd->pending);
 	else if (rep->type != REDIS_REPLY_NIL)
 		log_warn(NULL, "unexpected reply to XREADGROUP");
 	freeReplyObject(rep);
@@ -894,6 +984,8 @@ static void reader_finish(struct reader *rd)
 	}
 	release_ids(rd->c, (const char *const *)rd->fast.v, rd->fast.n);
 	idlist_clear(&rd->fast);
+	/* Read, never queued: they stay pending for the reclaim. */
+	batch_free(rd->pending);
 	free(rd->fast.v);
 	free(rd->over.v);
 	redis_free(rd->r);
@@ -907,12 +999,21 @@ static void *reader_main(void *arg)
 	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
 	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
 	while (!atomic_load(&c->stop)) {
+		/* A hold stops the reading, not what was read already. */
+		if (rd.pending && holding(c, ~0u) && ensure_conn(c, rd.r) == 0) {
+			batch_register(c, rd.r, rd.pending);
+			batch_commit(c, rd.pending, &rd.fast);
+			rd.pending = NULL;
+		}
 		gate_pass(c);
 		if (atomic_load(&c->stop) || ensure_conn(c, rd.r) < 0)
 			break;
 		int room = reader_room(c, rd.fast.n);
 		if (atomic_load(&c->stop))
 			break;
+		/* The waiting batch is queued before this read's entries. */
+		if (rd.pending)
+			room = room > (int)rd.pending->k ? room - (int)rd.pending->k : 1;
 		int n = read_count(c, room);
 		reader_take(&rd, reader_read(&rd, n), n);
 	}
@@ -1365,7 +1466,7 @@ static void *sampler_main(void *arg)
 
 /* ---- acker ------------------------------------------------------------- */
 
-static void ack_push(struct consumer *c, const char *id, const char *key)
+static void ack_push(struct consumer *c, const char *id, const char *key, bool keyed)
 {
 	pthread_mutex_lock(&c->ack_lock);
 	if (c->nacks == c->capacks) {
@@ -1374,9 +1475,32 @@ static void ack_push(struct consumer *c, const char *id, const char *key)
 	}
 	c->acks[c->nacks].id = xstrdup(id);
 	c->acks[c->nacks].key = key ? xstrdup(key) : NULL;
+	c->acks[c->nacks].keyed = keyed;
 	c->nacks++;
 	pthread_cond_signal(&c->ack_cond);
 	pthread_mutex_unlock(&c->ack_lock);
+}
+
+/* The keyed ones of an ACK batch leave their per-key queues first
+ * (keyorder.h), one script call for the batch; the messages that wake are
+ * claimed by this worker's retrier at once. On a failure the leases end
+ * them (their messages, acknowledged, are then no longer pending). */
+static void release_keys(struct consumer *c, struct redis *r, const struct ack *batch, size_t n)
+{
+	const char **ids = xcalloc(n + 1, sizeof *ids);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (batch[i].keyed)
+			ids[k++] = batch[i].id;
+	int woken = 0;
+	if (k && ((!redis_is_connected(r) && redis_connect(r) < 0) ||
+		  (woken = keyorder_release(c->keys, r, ids, k)) < 0))
+		log_warn(LOG_ATTRS("error", redis_errmsg(r)),
+			 "cannot release the per-key places of acknowledged messages; the next "
+			 "messages of their keys run once their leases end");
+	if (woken > 0)
+		retry_wake_by(c, now_wall_ms());
+	free(ids);
 }
 
 static void *acker_main(void *arg)
@@ -1397,6 +1521,7 @@ static void *acker_main(void *arg)
 		c->nacks = c->capacks = 0;
 		pthread_mutex_unlock(&c->ack_lock);
 
+		release_keys(c, r, batch, n);
 		/* XACK <stream> <group> id... then DEL key...: one round trip. */
 		const char **ids = xcalloc(n + 1, sizeof *ids);
 		const char **dargv = xcalloc(n + 1, sizeof *dargv);
@@ -1475,7 +1600,7 @@ static void slot_released(void *arg)
 static void settle(struct consumer *c, struct delivery_end *e)
 {
 	if (e->verdict == DELIVERY_ACK)
-		ack_push(c, e->id, e->key);
+		ack_push(c, e->id, e->key, e->keyed);
 	else if (e->verdict == DELIVERY_RELEASE)
 		release(c, e->id);
 	free(e->id);

@@ -284,6 +284,7 @@ struct delivery_plan {
 	bool dead_lettered;	     /* its DLQ entry is written */
 	struct trace_msg trace;	     /* its trace context and span (trace.h) */
 	struct keyorder_regs regs;   /* its places in per-key queues (keyorder.h) */
+	bool keyed;		     /* it holds them: released when it is done */
 };
 
 static const struct delivery_msg *plan_msg(const struct delivery_plan *p)
@@ -1109,6 +1110,7 @@ static void plan_finish(struct delivery *d, struct delivery_plan *p, struct deli
 	out->id = p->m->id;
 	p->m->id = NULL;
 	out->key = NULL;
+	out->keyed = p->end == DELIVERY_ACK && p->keyed;
 	if (p->end == DELIVERY_ACK) {
 		out->key = p->key;
 		p->key = NULL;
@@ -1128,11 +1130,16 @@ static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan 
 {
 	if (p->scheduled || !d->cfg.keys)
 		return true;
+	if (p->m->keys_acquired) {
+		p->keyed = true;
+		return true;
+	}
 	for (size_t i = 0; i < p->n; i++)
 		keyorder_regs_add(d->cfg.keys, &p->regs, p->m->id, p->t[i].fv->fn, p->ev,
 				  p->t[i].timeout_ns);
-	if (p->regs.n == 0 || p->m->keys_acquired)
+	if (p->regs.n == 0)
 		return true;
+	p->keyed = true;
 	char *behind = NULL;
 	size_t which = 0;
 	int rc = ensure_conn(d, r) < 0 ? -1
@@ -1153,17 +1160,19 @@ static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan 
 		free(value);
 	}
 	free(behind);
-	keyorder_regs_clear(&p->regs); /* not released: it keeps its place */
+	p->keyed = false; /* not released: it keeps its place */
 	return false;
 }
 
-/* A message done with (acknowledged or dead-lettered) leaves its key
- * queues, waking the next ones; this worker's retrier claims them. */
+/* A message dead-lettered leaves its key queues, waking the next ones;
+ * this worker's retrier claims them. (An acknowledged one leaves them with
+ * its acknowledgement: delivery_end.keyed.) */
 static void plan_release_keys(struct delivery *d, struct redis *r, struct delivery_plan *p)
 {
-	if (p->regs.n == 0 || (p->end != DELIVERY_ACK && !p->dead_lettered))
+	if (!p->keyed || p->end == DELIVERY_ACK || !p->dead_lettered)
 		return;
-	int woken = ensure_conn(d, r) < 0 ? -1 : keyorder_release(d->cfg.keys, r, p->m->id);
+	const char *id = p->m->id;
+	int woken = ensure_conn(d, r) < 0 ? -1 : keyorder_release(d->cfg.keys, r, &id, 1);
 	if (woken < 0)
 		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
 			 "cannot release the message's key places; the next messages of its "
@@ -1182,7 +1191,7 @@ void delivery_process(struct delivery *d, struct redis *r, struct delivery_msg *
 		plan_load(d, r, p);
 		if (plan_keys(d, r, p)) {
 			if (plan_run(d, r, p)) {
-				*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL};
+				*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL, false};
 				return;
 			}
 			plan_settle(d, r, p);
@@ -1196,7 +1205,7 @@ void delivery_resume(struct delivery *d, struct redis *r, struct delivery_plan *
 		     struct delivery_end *out)
 {
 	if (plan_run(d, r, p)) {
-		*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL};
+		*out = (struct delivery_end){DELIVERY_PARKED, NULL, NULL, false};
 		return;
 	}
 	plan_settle(d, r, p);

@@ -103,6 +103,9 @@ struct delivery_end {
 	enum delivery_verdict verdict;
 	char *id;  /* the message id (malloc'd), NULL when parked */
 	char *key; /* with DELIVERY_ACK: the invocation-state key to delete, or NULL */
+	/* With DELIVERY_ACK: it has places in per-key queues, released with
+	 * its acknowledgement (keyorder_release). */
+	bool keyed;
 };
 
 struct delivery;

@@ -49,21 +49,28 @@ static const char register_lua[] = KEYORDER_LUA_COMMON
 	"local out, i = {}, 5\n"
 	"while i <= #KEYS do\n"
 	"  local a = 5 + (i - 5) * 3\n"
-	"  local id, all, j = ARGV[a], true, i\n"
+	"  local id, all, j, held = ARGV[a], true, i, ''\n"
 	"  while j <= #KEYS and ARGV[5 + (j - 5) * 3] == id do\n"
-	"    local lim = tonumber(ARGV[6 + (j - 5) * 3])\n"
-	"    enter(KEYS[j], id, false)\n"
-	"    note(KEYS[4], id, KEYS[j], lim)\n"
-	"    if not within(KEYS[j], id, lim) then all = false end\n"
+	"    local q, lim = KEYS[j], tonumber(ARGV[6 + (j - 5) * 3])\n"
+	"    local rank = enter(q, id, false)\n"
+	"    local line = q .. '\\t' .. lim .. '\\n'\n"
+	"    if not string.find(held, line, 1, true) then held = held .. line end\n"
+	"    if not (rank and rank < lim) and not within(q, id, lim) then all = false end\n"
 	"    j = j + 1\n"
 	"  end\n"
-	"  if all then\n"
-	"    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[a + 2]), id)\n"
-	"    redis.call('PEXPIRE', KEYS[3], TTL)\n"
+	"  if redis.call('HSETNX', KEYS[4], id, held) == 0 then\n"
+	"    local cur = redis.call('HGET', KEYS[4], id)\n"
+	"    for line in string.gmatch(held, '[^\\n]+\\n') do\n"
+	"      if not string.find(cur, line, 1, true) then cur = cur .. line end\n"
+	"    end\n"
+	"    redis.call('HSET', KEYS[4], id, cur)\n"
 	"  end\n"
+	"  if all then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[a + 2]), id) end\n"
 	"  for _ = i, j - 1 do out[#out + 1] = all and 1 or 0 end\n"
 	"  i = j\n"
 	"end\n"
+	"redis.call('PEXPIRE', KEYS[3], TTL)\n"
+	"redis.call('PEXPIRE', KEYS[4], TTL)\n"
 	"return {0, out}\n";
 
 static const char acquire_lua[] = KEYORDER_LUA_COMMON
@@ -88,14 +95,17 @@ static const char acquire_lua[] = KEYORDER_LUA_COMMON
 	"return {1}\n";
 
 static const char release_lua[] = KEYORDER_LUA_COMMON
-	/* KEYS[2] retry index, [3] lease, [4] held; ARGV[2] id. */
-	"local id, n = ARGV[2], 0\n"
-	"redis.call('ZREM', KEYS[3], id)\n"
-	"for _, e in ipairs(queues(KEYS[4], id)) do\n"
-	"  redis.call('ZREM', e[1], id)\n"
-	"  n = n + wake(e[1], e[2], KEYS[2], now)\n"
+	/* KEYS[2] retry index, [3] lease, [4] held; ARGV[2..] ids. */
+	"local n = 0\n"
+	"for i = 2, #ARGV do\n"
+	"  local id = ARGV[i]\n"
+	"  redis.call('ZREM', KEYS[3], id)\n"
+	"  for _, e in ipairs(queues(KEYS[4], id)) do\n"
+	"    redis.call('ZREM', e[1], id)\n"
+	"    n = n + wake(e[1], e[2], KEYS[2], now)\n"
+	"  end\n"
+	"  redis.call('HDEL', KEYS[4], id)\n"
 	"end\n"
-	"redis.call('HDEL', KEYS[4], id)\n"
 	"return n\n";
 
 static const char renew_lua[] = KEYORDER_LUA_COMMON
@@ -156,6 +166,7 @@ struct keyorder *keyorder_new(const char *stream, const char *group)
 {
 	pthread_once(&scripts_once, scripts_init);
 	struct keyorder *k = xcalloc(1, sizeof *k);
+	k->queue = named("keyq", stream, group);
 	k->stream = xstrdup(stream);
 	k->group = xstrdup(group);
 	k->mark = named("keymark", stream, group);
@@ -175,13 +186,14 @@ void keyorder_free(struct keyorder *k)
 	free(k->lease);
 	free(k->held);
 	free(k->retry);
+	free(k->queue);
 	free(k);
 }
 
 char *keyorder_queue_key(const struct keyorder *k, const char *function, const char *value,
 			 size_t len)
 {
-	char *base = named("keyq", k->stream, k->group), *f = keys_pct_encode(function), *v;
+	char *f = keys_pct_encode(function), *v;
 	if (len > KEYCONC_VALUE_MAX || memchr(value, '\0', len)) {
 		unsigned char md[32];
 		unsigned int mdlen = 0;
@@ -195,8 +207,7 @@ char *keyorder_queue_key(const struct keyorder *k, const char *function, const c
 		v = keys_pct_encode(z);
 		free(z);
 	}
-	char *q = xasprintf("%s:%s:%s", base, f, v);
-	free(base);
+	char *q = xasprintf("%s:%s:%s", k->queue, f, v);
 	free(f);
 	free(v);
 	return q;
@@ -301,41 +312,67 @@ static redisReply *run(struct redis *r, const struct redis_script *s, int argc, 
 	return NULL;
 }
 
-int keyorder_register(const struct keyorder *k, struct redis *r, const char *first,
-		      const char *last, bool force, struct keyorder_reg *regs, size_t n,
-		      char **err)
-{
-	size_t argc = 1 + 4 + n + 4 + 3 * n;
-	const char **argv = xcalloc(argc, sizeof *argv);
-	char (*nums)[2][24] = xcalloc(n + 1, sizeof *nums);
+/* The arguments of a register call (argv borrows regs and the strings). */
+struct register_args {
+	const char **argv;
+	size_t argc;
+	char (*nums)[2][24];
 	char nkeys[16];
-	snprintf_(nkeys, sizeof nkeys, "%zu", 4 + n);
-	size_t a = 0;
-	argv[a++] = nkeys;
-	argv[a++] = k->stream;
-	argv[a++] = k->mark;
-	argv[a++] = k->lease;
-	argv[a++] = k->held;
-	for (size_t i = 0; i < n; i++)
-		argv[a++] = regs[i].queue;
-	argv[a++] = k->group;
-	argv[a++] = first;
-	argv[a++] = last;
-	argv[a++] = force ? "1" : "0";
-	for (size_t i = 0; i < n; i++) {
-		snprintf_(nums[i][0], sizeof nums[i][0], "%d", regs[i].limit);
-		snprintf_(nums[i][1], sizeof nums[i][1], "%lld", (long long)regs[i].lease_ms);
-		argv[a++] = regs[i].id;
-		argv[a++] = nums[i][0];
-		argv[a++] = nums[i][1];
+};
+
+static void register_args(const struct keyorder *k, const char *first, const char *last,
+			  bool force, const struct keyorder_reg *regs, size_t n,
+			  struct register_args *a)
+{
+	a->argc = 1 + 4 + n + 4 + 3 * n;
+	a->argv = xcalloc(a->argc, sizeof *a->argv);
+	a->nums = xcalloc(n + 1, sizeof *a->nums);
+	snprintf_(a->nkeys, sizeof a->nkeys, "%zu", 4 + n);
+	size_t i = 0;
+	a->argv[i++] = a->nkeys;
+	a->argv[i++] = k->stream;
+	a->argv[i++] = k->mark;
+	a->argv[i++] = k->lease;
+	a->argv[i++] = k->held;
+	for (size_t j = 0; j < n; j++)
+		a->argv[i++] = regs[j].queue;
+	a->argv[i++] = k->group;
+	a->argv[i++] = first;
+	a->argv[i++] = last;
+	a->argv[i++] = force ? "1" : "0";
+	for (size_t j = 0; j < n; j++) {
+		snprintf_(a->nums[j][0], sizeof a->nums[j][0], "%d", regs[j].limit);
+		snprintf_(a->nums[j][1], sizeof a->nums[j][1], "%lld", (long long)regs[j].lease_ms);
+		a->argv[i++] = regs[j].id;
+		a->argv[i++] = a->nums[j][0];
+		a->argv[i++] = a->nums[j][1];
 	}
-	redisReply *rep = run(r, &register_script, (int)argc, argv, err);
-	free(argv);
-	free(nums);
-	if (!rep)
-		return -1;
+}
+
+static void register_args_free(struct register_args *a)
+{
+	free(a->argv);
+	free(a->nums);
+}
+
+int keyorder_register_append(const struct keyorder *k, struct redis *r, const char *first,
+			     const char *last, struct keyorder_reg *regs, size_t n)
+{
+	struct register_args a;
+	register_args(k, first, last, false, regs, n, &a);
+	int rc = redis_append_script(r, &register_script, (int)a.argc, a.argv, NULL);
+	register_args_free(&a);
+	return rc;
+}
+
+int keyorder_register_take(redisReply *rep, struct keyorder_reg *regs, size_t n, char **err)
+{
+	if (redis_reply_is_noscript(rep)) {
+		freeReplyObject(rep);
+		return -2;
+	}
 	int rc = -1;
-	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
 	    rep->element[0]->type == REDIS_REPLY_INTEGER &&
 	    rep->element[1]->type == REDIS_REPLY_ARRAY) {
 		rc = (int)rep->element[0]->integer;
@@ -346,9 +383,25 @@ int keyorder_register(const struct keyorder *k, struct redis *r, const char *fir
 					   out->element[i]->integer == 1;
 	}
 	if (rc < 0 && err)
-		*err = xstrdup("unexpected reply");
-	freeReplyObject(rep);
+		*err = xstrdup(!rep				 ? "no reply"
+			       : rep->type == REDIS_REPLY_ERROR ? rep->str
+								: "unexpected reply");
+	if (rep)
+		freeReplyObject(rep);
 	return rc;
+}
+
+int keyorder_register(const struct keyorder *k, struct redis *r, const char *first,
+		      const char *last, bool force, struct keyorder_reg *regs, size_t n,
+		      char **err)
+{
+	struct register_args a;
+	register_args(k, first, last, force, regs, n, &a);
+	redisReply *rep = redis_script_run(r, &register_script, (int)a.argc, a.argv, NULL);
+	register_args_free(&a);
+	if (!rep && err)
+		*err = xstrdup(redis_errmsg(r));
+	return rep ? keyorder_register_take(rep, regs, n, err) : -1;
 }
 
 int keyorder_acquire(const struct keyorder *k, struct redis *r, const char *id,
@@ -400,16 +453,6 @@ int keyorder_acquire(const struct keyorder *k, struct redis *r, const char *id,
 	return rc;
 }
 
-int keyorder_release(const struct keyorder *k, struct redis *r, const char *id)
-{
-	const char *argv[] = {"4", k->stream, k->retry, k->lease, k->held, k->group, id};
-	redisReply *rep = run(r, &release_script, (int)ARRAY_LEN(argv), argv, NULL);
-	if (!rep)
-		return -1;
-	int n = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
-	freeReplyObject(rep);
-	return n;
-}
 
 /* renew and keep: a script over ids, after nkeys keys. */
 static int over_ids(const struct keyorder *k, struct redis *r, const struct redis_script *s,
@@ -435,6 +478,12 @@ static int over_ids(const struct keyorder *k, struct redis *r, const struct redi
 	int rc = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
 	freeReplyObject(rep);
 	return rc;
+}
+
+int keyorder_release(const struct keyorder *k, struct redis *r, const char *const *ids, size_t n)
+{
+	const char *keys[] = {k->stream, k->retry, k->lease, k->held};
+	return over_ids(k, r, &release_script, keys, ARRAY_LEN(keys), ids, n);
 }
 
 int keyorder_renew(const struct keyorder *k, struct redis *r, const char *const *ids, size_t n)

@@ -65,6 +65,7 @@ struct event;
 struct keyorder {
 	char *stream, *group;
 	char *mark, *lease, *held, *retry; /* the keys above, and the retry index */
+	char *queue;			   /* the queues' common prefix */
 };
 
 /* One queue a message takes its place in. */
@@ -115,6 +116,12 @@ int64_t keyorder_lease_ms(int64_t timeout_ns);
 int keyorder_register(const struct keyorder *k, struct redis *r, const char *first,
 		      const char *last, bool force, struct keyorder_reg *regs, size_t n,
 		      char **err);
+/* The same in a pipeline (never forced): queued here, its reply taken by
+ * keyorder_register_take (which frees it; -2: the server does not know
+ * the script, so register with keyorder_register). */
+int keyorder_register_append(const struct keyorder *k, struct redis *r, const char *first,
+			     const char *last, struct keyorder_reg *regs, size_t n);
+int keyorder_register_take(redisReply *rep, struct keyorder_reg *regs, size_t n, char **err);
 
 /*
  * Whether message id may run now in each of its queues (regs[0..n), all of
@@ -125,9 +132,10 @@ int keyorder_register(const struct keyorder *k, struct redis *r, const char *fir
 int keyorder_acquire(const struct keyorder *k, struct redis *r, const char *id,
 		     const struct keyorder_reg *regs, size_t n, char **behind, size_t *which);
 
-/* Message id is done: it leaves its queues and the next ones wake.
- * Returns how many woke (due now in the retry index), -1 on error. */
-int keyorder_release(const struct keyorder *k, struct redis *r, const char *id);
+/* Messages ids[0..n) are done (acknowledged or dead-lettered): they leave
+ * their queues and the next ones wake. Returns how many woke (due now in
+ * the retry index), -1 on error. */
+int keyorder_release(const struct keyorder *k, struct redis *r, const char *const *ids, size_t n);
 
 /* Renews the leases of the messages this worker holds (ids[0..n)). */
 int keyorder_renew(const struct keyorder *k, struct redis *r, const char *const *ids, size_t n);
@@ -143,13 +151,16 @@ int keyorder_keep(const struct keyorder *k, struct redis *r, const char *const *
  * consumer_scripts.c, which ends leases): each script defines TTL (the
  * keys' life, ms) and has the stream in KEYS[1], the group in ARGV[1].
  *   pending(id)       the message is still pending in the group
- *   enter(q, id, xx)  id at the back of queue q (xx: only if in it: moved)
+ *   enter(q, id, xx)  id at the back of queue q (xx: only if in it: moved);
+ *                     0 when it made the queue (nil: look with within)
  *   note(h, id, q, l) the held hash lists q (limit l) for id
  *   prune(q, l)       stale members (no longer pending) among q's first l
  *                     removed, at most 16 looked at
  *   within(q, id, l)  id is among q's first l members (after prune)
  *   wake(q, l, w, now) the waiting members (score +inf in retry index w)
- *                     now within q's first l are made due now; how many
+ *                     now within q's first l are made due now; how many.
+ *                     A queue's life (TTL) starts when it is made and again
+ *                     at each wake, so a queue in use does not expire
  *   queues(h, id)     the {queue, limit} pairs the held hash lists for id
  */
 #define KEYORDER_LUA_PRELUDE \
@@ -159,9 +170,15 @@ int keyorder_keep(const struct keyorder *k, struct redis *r, const char *const *
 	"end\n" \
 	"local function enter(q, id, xx)\n" \
 	"  local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')\n" \
-	"  local s = last[2] and (tonumber(last[2]) + 1) or 0\n" \
-	"  redis.call('ZADD', q, xx and 'XX' or 'NX', s, id)\n" \
-	"  redis.call('PEXPIRE', q, TTL)\n" \
+	"  if last[1] == id then return nil end\n" \
+	"  if not last[1] then\n" \
+	"    if xx then return nil end\n" \
+	"    redis.call('ZADD', q, 0, id)\n" \
+	"    redis.call('PEXPIRE', q, TTL)\n" \
+	"    return 0\n" \
+	"  end\n" \
+	"  redis.call('ZADD', q, xx and 'XX' or 'NX', tonumber(last[2]) + 1, id)\n" \
+	"  return nil\n" \
 	"end\n" \
 	"local function note(h, id, q, l)\n" \
 	"  local cur = redis.call('HGET', h, id) or ''\n" \
@@ -186,6 +203,8 @@ int keyorder_keep(const struct keyorder *k, struct redis *r, const char *const *
 	"  return r and r < l\n" \
 	"end\n" \
 	"local function wake(q, l, w, now)\n" \
+	"  if not redis.call('ZRANGE', q, 0, 0)[1] then return 0 end\n" \
+	"  redis.call('PEXPIRE', q, TTL)\n" \
 	"  prune(q, l)\n" \
 	"  local from, n = l - 17, 0\n" \
 	"  if from < 0 then from = 0 end\n" \
