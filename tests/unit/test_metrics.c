@@ -691,6 +691,10 @@ TEST(exact_rendering)
 		"# HELP function_dlq_entries_total Dead-letter queue entries per function.",
 		"# TYPE function_dlq_entries_total counter",
 		"function_dlq_entries_total{function=\"fn\"} 0",
+		"# HELP key_waits_total Invocations that waited for their key (key_concurrency) per "
+		"function.",
+		"# TYPE key_waits_total counter",
+		"key_waits_total{function=\"fn\"} 0",
 		"# HELP handler_duration_seconds Handler invocation duration in seconds.",
 		"# TYPE handler_duration_seconds histogram",
 		"handler_duration_seconds_bucket{function=\"fn\",handler=\"h\",le=\"0.005\"} 0",
@@ -1017,7 +1021,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 35);
+	CHECK_INT(nfam, 36);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
