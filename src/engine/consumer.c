@@ -1,7 +1,7 @@
 /*
- * Stream consumer: the reader, reclaim, sampler, prober, acker and worker
- * threads, the local buffer and the holds; what happens to one message is
- * delivery.c's. See consumer.h for the thread layout; the design notes
+ * Stream consumer: the reclaim, retrier, sampler, prober, acker and worker
+ * threads, the local buffer and the holds; the reader thread is
+ * consumer_read.c's and what happens to one message delivery.c's. See consumer.h for the thread layout; the design notes
  * that matter when changing this file:
  *
  * - The buffer counts messages read (or reclaimed) and not yet released.
@@ -23,6 +23,7 @@
  *   with the XACK pipelined ahead of its next read (matches_nothing).
  */
 #include "engine/consumer.h"
+#include "engine/consumer_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -46,67 +47,9 @@
 #include "engine/slots.h"
 #include "base/util.h"
 
-/* How long the reader waits for more room before a small read. */
-#define READ_COALESCE_NS (1 * NS_PER_MS)
-
-struct ack {
-	char *id;
-	char *key;  /* invocation-state key to delete, or NULL */
-	bool keyed; /* leaves its per-key queues first (keyorder.h) */
-};
-
-struct consumer {
-	struct consumer_config cfg;
-	struct redis_uri uri;
-	char *stream, *group, *name, *dlq;
-	size_t budget; /* bytes per read reply (CONSUMER_READ_BUDGET) */
-
-	pthread_mutex_t lock;
-	pthread_cond_t work;  /* a message was queued / stop */
-	pthread_cond_t space; /* buffer room / stop */
-	struct delivery_msg *head, *tail;
-	int buffered;
-	/* Buffer room the reader leaves to the retrier and the reclaim while
-	 * they wait for some, so that sustained traffic cannot starve them. */
-	int reserved;
-	char **held; /* ids held locally, for reclaim dedup */
-	size_t nheld, capheld;
-	/* What happens to each message a worker takes, with the plans parked
-	 * for a concurrency slot (under lock: delivery.h). */
-	struct delivery *delivery;
-
-	pthread_mutex_t ack_lock;
-	pthread_cond_t ack_cond;
-	struct ack *acks;
-	size_t nacks, capacks;
-	int ack_stop;
-
-	atomic_int stop;
-	struct slots *slots;
-
-	/* Holds (consumer_hold): the bits in force, since when each started
-	 * (monotonic), and whose turn it is to probe the daemon. */
-	pthread_mutex_t gate_lock;
-	pthread_cond_t gate_cond;
-	unsigned hold;
-	int64_t hold_since[2];
-
-	/* The retrier (retry index, invocation.h): when it looks next (wall
-	 * ms), under lock; retry_cond wakes it early. */
-	char *retry_key;
-	int64_t retry_wake_ms;
-	pthread_cond_t retry_cond;
-	char reclaim_cursor[64]; /* where the next reclaim pass goes on */
-	struct keyorder *keys;	 /* per-key order's Redis keys (keyorder.h) */
-
-	pthread_t reader, reclaimer, retrier, acker, sampler, prober;
-	pthread_t *workers;
-	int nworkers;
-};
-
 /* ---- small helpers ----------------------------------------------------- */
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
+void consumer_timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -116,7 +59,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, int64_t ns)
 	pthread_cond_timedwait(cv, m, &ts);
 }
 
-static bool held_locked(struct consumer *c, const char *id)
+bool consumer_held_locked(struct consumer *c, const char *id)
 {
 	for (size_t i = 0; i < c->nheld; i++)
 		if (strcmp(c->held[i], id) == 0)
@@ -125,7 +68,7 @@ static bool held_locked(struct consumer *c, const char *id)
 }
 
 /* Counts a message in the local buffer until release(); lock held. */
-static void hold_locked(struct consumer *c, const char *id)
+void consumer_hold_locked(struct consumer *c, const char *id)
 {
 	if (c->nheld == c->capheld) {
 		c->capheld = c->capheld ? c->capheld * 2 : 32;
@@ -136,9 +79,9 @@ static void hold_locked(struct consumer *c, const char *id)
 }
 
 /* Queues a message for the workers (takes ownership); lock held. */
-static void enqueue_locked(struct consumer *c, struct delivery_msg *m)
+void consumer_enqueue_locked(struct consumer *c, struct delivery_msg *m)
 {
-	hold_locked(c, m->id);
+	consumer_hold_locked(c, m->id);
 	m->next = NULL;
 	if (c->tail)
 		c->tail->next = m;
@@ -152,7 +95,7 @@ static void enqueue_locked(struct consumer *c, struct delivery_msg *m)
 /* Releases the buffer slots of n messages: one lock and one wake-up for a
  * whole ACK batch, so the reader is not woken (and the lock not contended)
  * once per message. */
-static void release_ids(struct consumer *c, const char *const *ids, size_t n)
+void consumer_release_ids(struct consumer *c, const char *const *ids, size_t n)
 {
 	pthread_mutex_lock(&c->lock);
 	for (size_t k = 0; k < n; k++) {
@@ -175,7 +118,7 @@ static void release_ids(struct consumer *c, const char *const *ids, size_t n)
 static void release(struct consumer *c, const char *id)
 {
 	const char *ids[1] = {id};
-	release_ids(c, ids, 1);
+	consumer_release_ids(c, ids, 1);
 }
 
 /* Whether a field is one Relay reads: the read scripts' WANTED (the
@@ -200,7 +143,7 @@ static bool field_wanted(const redisReply *f)
  * (CONSUMER_ENTRY_COST, as measure() counts it). NULL for a deleted entry
  * (nil fields) or one that is not an entry.
  */
-static struct delivery_msg *msg_from_entry(const redisReply *e, size_t *cost)
+struct delivery_msg *consumer_msg_from_entry(const redisReply *e, size_t *cost)
 {
 	if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
 	    e->element[0]->type != REDIS_REPLY_STRING)
@@ -230,7 +173,7 @@ static struct delivery_msg *msg_from_entry(const redisReply *e, size_t *cost)
 	return m;
 }
 
-static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
+struct redis *consumer_conn_new(struct consumer *c, int command_timeout_ms)
 {
 	struct redis_opts o = {.connect_timeout_ms = 5000,
 			       .command_timeout_ms = command_timeout_ms};
@@ -238,7 +181,7 @@ static struct redis *conn_new(struct consumer *c, int command_timeout_ms)
 }
 
 /* Connected, or -1 when stopping. */
-static int ensure_conn(struct consumer *c, struct redis *r)
+int consumer_ensure_conn(struct consumer *c, struct redis *r)
 {
 	if (redis_is_connected(r))
 		return 0;
@@ -247,7 +190,7 @@ static int ensure_conn(struct consumer *c, struct redis *r)
 
 /* Queues XACK <stream> <group> <ids...> on r (the reply is read later).
  * Returns redis_append_argv's result. */
-static int append_xack(const struct consumer *c, struct redis *r, const char *const *ids, size_t n)
+int consumer_append_xack(const struct consumer *c, struct redis *r, const char *const *ids, size_t n)
 {
 	const char **argv = xcalloc(n + 3, sizeof *argv);
 	argv[0] = "XACK";
@@ -278,18 +221,14 @@ int consumer_ensure_group(struct redis *r, const char *stream, const char *group
 
 /* At most room entries, and only as many as the byte budget holds at
  * CONSUMER_ENTRY_MAX each (at least one). */
-static int read_count(const struct consumer *c, int room)
+int consumer_read_count(const struct consumer *c, int room)
 {
 	size_t fit = c->budget / CONSUMER_ENTRY_MAX;
 	return fit < 1 ? 1 : fit < (size_t)room ? (int)fit : room;
 }
 
-/* The arguments the scripts share (after "2", the number of keys). */
-struct read_args {
-	char count[16], emax[24], ts[RFC3339_STR_MAX];
-};
 
-static void read_args_fill(int n, struct read_args *a)
+void consumer_read_args_fill(int n, struct consumer_read_args *a)
 {
 	snprintf_(a->count, sizeof a->count, "%d", n);
 	snprintf_(a->emax, sizeof a->emax, "%d", CONSUMER_ENTRY_MAX);
@@ -301,7 +240,7 @@ static void read_args_fill(int n, struct read_args *a)
  * a message read and done with, never transferred. fresh: from a read of
  * new messages (counted as received).
  */
-static void report_too_large(struct consumer *c, const redisReply *big, bool fresh)
+void consumer_report_too_large(struct consumer *c, const redisReply *big, bool fresh)
 {
 	for (size_t i = 0; big && i < big->elements; i++) {
 		const redisReply *e = big->element[i];
@@ -328,310 +267,6 @@ static void report_too_large(struct consumer *c, const redisReply *big, bool fre
 		metrics_inc(METRIC_DLQ_ENTRIES);
 		metrics_inc(METRIC_EVENTS_PROCESSED);
 	}
-}
-
-/* ---- reader ------------------------------------------------------------ */
-
-/*
- * Whether a freshly read message matches nothing: then the reader
- * acknowledges it itself, with the XACK pipelined ahead of its next read
- * (architecture.md: "an XACK can travel with the next XREADGROUP"). No
- * hand-off to a worker and no extra round trip keeps the no-match path
- * close to a bare XREADGROUP + XACK loop (bench/consume). A message that
- * matches, or claims to be a scheduled occurrence (*scheduled set), takes
- * its decoded event to the worker; a malformed one is decoded again by the
- * worker, which dead-letters it with the reason. Called without the
- * consumer lock: decoding a large event takes a while.
- */
-static bool matches_nothing(struct consumer *c, const struct snapshot *snap, uint32_t *ids,
-			    struct delivery_msg *m, bool *scheduled, size_t *nids)
-{
-	*scheduled = false;
-	*nids = 0;
-	if (c->cfg.test_before_decode)
-		c->cfg.test_before_decode(c->cfg.test_ctx);
-	struct event *ev = NULL;
-	if (event_decode((const char *const *)m->fields, m->lens, m->nfields, &ev, NULL) !=
-	    EVENT_OK)
-		return false;
-	if (schedule_claimed(ev)) {
-		*scheduled = true;
-		m->ev = ev;
-		return false;
-	}
-	if ((*nids = pattern_set_match(snap->set, ev, now_wall_ns(), ids)) == 0) {
-		event_free(ev);
-		return true;
-	}
-	m->ev = ev;
-	return false;
-}
-
-/* Message ids (owned strings). */
-struct idlist {
-	char **v;
-	size_t n, cap;
-};
-
-static void idlist_push(struct idlist *l, char *id)
-{
-	if (l->n == l->cap) {
-		l->cap = l->cap ? l->cap * 2 : 32;
-		l->v = xrealloc(l->v, l->cap * sizeof *l->v);
-	}
-	l->v[l->n++] = id;
-}
-
-static void idlist_clear(struct idlist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i]);
-	l->n = 0;
-}
-
-/* Whether message id is one relay dlq replay published: its script records
- * each in relay:<stream>:replays, taken off here, so a producer's own
- * relay_replay_of is not counted (nor a redelivery twice). */
-static bool replayed_by_relay(const struct consumer *c, struct redis *r, const char *id)
-{
-	redisReply *rep = redis_command(r, "HDEL relay:%s:replays %s", c->stream, id);
-	bool yes = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
-	if (rep)
-		freeReplyObject(rep);
-	return yes;
-}
-
-/*
- * A batch of messages read, decoded and matched (take_batch), not yet
- * queued: with key_concurrency its messages first take their places in
- * their keys' queues (keyorder.h), once every batch read before it has
- * (batch_register). A fresh read's registration travels with the next
- * read (reader_read), so it costs no round trip of its own.
- */
-struct batch {
-	struct delivery_msg **ms; /* k of them, NULL where dropped */
-	bool *skip;		  /* matches nothing: acknowledged with the next read */
-	size_t k;
-	bool recovered;
-	struct keyorder_regs regs; /* regs.n > 0 or keyed: to register */
-	bool keyed;
-	char first[48], last[48]; /* the read's first and last entry ids */
-};
-
-static void batch_free(struct batch *b)
-{
-	if (!b)
-		return;
-	for (size_t i = 0; i < b->k; i++)
-		delivery_msg_free(b->ms[i]);
-	free(b->ms);
-	free(b->skip);
-	keyorder_regs_free(&b->regs);
-	free(b);
-}
-
-/* Sets keys_acquired on each message all of whose places the
- * registration found within their limits. */
-static void batch_acquired(struct batch *b)
-{
-	for (size_t i = 0, j = 0; i < b->k; i++) {
-		if (!b->ms[i])
-			continue;
-		bool any = false, all = true;
-		for (; j < b->regs.n && b->regs.v[j].id == b->ms[i]->id; j++) {
-			any = true;
-			all = all && b->regs.v[j].acquired;
-		}
-		b->ms[i]->keys_acquired = any && all;
-	}
-}
-
-/*
- * Registers b on r, waiting up to KEYORDER_GAP_WAIT_MS for a batch another
- * worker read earlier to be registered first (then registering anyway).
- * A failure leaves its messages to ask when they run (at the back).
- */
-static void batch_register(struct consumer *c, struct redis *r, struct batch *b)
-{
-	int64_t end = now_mono_ns() + KEYORDER_GAP_WAIT_MS * NS_PER_MS, pause = 1;
-	char *err = NULL;
-	int rc;
-	bool force = false;
-	while ((rc = keyorder_register(c->keys, r, b->first, b->last, force, b->regs.v, b->regs.n,
-				       &err)) == 1 &&
-	       !atomic_load(&c->stop)) {
-		if (now_mono_ns() >= end) {
-			log_warn(LOG_ATTRS("message_id", b->first),
-				 "an earlier read of the group was not registered for per-key "
-				 "order in time (its worker stopped?); registering this one "
-				 "without it");
-			force = true;
-			continue;
-		}
-		sleep_ms_interruptible(pause, &c->stop);
-		pause = pause < 32 ? pause * 2 : pause;
-	}
-	if (rc < 0) {
-		log_warn(LOG_ATTRS("message_id", b->first, "error", err ? err : ""),
-			 "cannot register a read for per-key order; its messages ask when they run");
-		free(err);
-		return;
-	}
-	batch_acquired(b);
-}
-
-/* Queues b's messages for the workers and puts those that match nothing
- * on *fast (acknowledged with the next read); frees b. */
-static void batch_commit(struct consumer *c, struct batch *b, struct idlist *fast)
-{
-	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < b->k; i++) {
-		struct delivery_msg *m = b->ms[i];
-		if (!m)
-			continue;
-		b->ms[i] = NULL;
-		if (!b->skip[i]) {
-			m->fresh = !b->recovered;
-			enqueue_locked(c, m);
-			continue;
-		}
-		log_debug(LOG_ATTRS("message_id", m->id), "no rule matched; acknowledging");
-		metrics_inc(METRIC_EVENTS_PROCESSED);
-		hold_locked(c, m->id);
-		idlist_push(fast, m->id);
-		m->id = NULL;
-		delivery_msg_free(m);
-	}
-	metrics_gauge_set(METRIC_BUFFERED_EVENTS, c->buffered);
-	pthread_mutex_unlock(&c->lock);
-	batch_free(b);
-}
-
-/* An entry's id (the first element of {id, fields}), or "". */
-static const char *entry_id(const redisReply *e)
-{
-	return e->type == REDIS_REPLY_ARRAY && e->elements == 2 &&
-			       e->element[0]->type == REDIS_REPLY_STRING
-		       ? e->element[0]->str
-		       : "";
-}
-
-/* Decodes and matches each message of b (outside the lock), counting them
- * as received, and collects their places in per-key queues. */
-static void batch_match(struct consumer *c, struct redis *r, struct batch *b)
-{
-	struct snapshot *snap = registry_acquire(c->cfg.registry);
-	uint32_t *ids = xcalloc(snap->nrules + 1, sizeof *ids);
-	b->keyed = snap->nkeyed > 0;
-	for (size_t i = 0; i < b->k; i++) {
-		struct delivery_msg *m = b->ms[i];
-		if (!m)
-			continue;
-		log_debug(LOG_ATTRS("message_id", m->id),
-			  b->recovered ? "message read (recovered)" : "message read");
-		bool scheduled;
-		size_t nids;
-		b->skip[i] = matches_nothing(c, snap, ids, m, &scheduled, &nids);
-		for (size_t j = 0; b->keyed && !scheduled && j < nids; j++)
-			keyorder_regs_add(c->keys, &b->regs, m->id, snap->rules[ids[j]].fv->fn,
-					  m->ev, snap->rules[ids[j]].rule->timeout_ns);
-		/* Scheduled occurrences are not events. */
-		size_t rlen;
-		if (!scheduled)
-			metrics_inc(METRIC_EVENTS_RECEIVED);
-		if (!scheduled && delivery_msg_field(m, "relay_replay_of", &rlen) &&
-		    replayed_by_relay(c, r, m->id))
-			metrics_inc(METRIC_DLQ_REPLAYED);
-	}
-	free(ids);
-	registry_release(c->cfg.registry, snap);
-}
-
-/*
- * Takes in the entries of one read, or those the recover script answered
- * (recovered: the ones this process holds already are left alone; each
- * entry is counted as received once either way). Decodes and matches each
- * outside the lock (batch_match), registers the batch for per-key order
- * when a function is keyed, then queues the messages (batch_commit). An
- * entry of a read whose fields cost more than CONSUMER_ENTRY_MAX (it can
- * be within the guard's bound as sent, see consumer.h) is not taken: its
- * id joins *over, for the recover script to dead-letter. With defer
- * non-NULL (a fresh read), a batch to register is left in *defer instead,
- * for the next read to carry (unless entries went to *over: those are
- * recovered at once, after it).
- */
-static void take_batch(struct consumer *c, struct redis *r, const redisReply *entries,
-		       bool recovered, struct idlist *fast, struct idlist *over,
-		       struct batch **defer)
-{
-	size_t n = entries->elements, nover = over ? over->n : 0;
-	struct batch *b = xcalloc(1, sizeof *b);
-	b->ms = xcalloc(n + 1, sizeof *b->ms);
-	b->skip = xcalloc(n + 1, sizeof *b->skip);
-	b->recovered = recovered;
-	if (n) {
-		snprintf_(b->first, sizeof b->first, "%s", entry_id(entries->element[0]));
-		snprintf_(b->last, sizeof b->last, "%s", entry_id(entries->element[n - 1]));
-	}
-	for (size_t i = 0; i < n; i++) {
-		size_t cost;
-		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
-		if (!m)
-			continue;
-		if (cost > CONSUMER_ENTRY_MAX) {
-			if (!recovered) {
-				idlist_push(over, m->id);
-				m->id = NULL;
-			} else { /* the script measured it: cannot happen */
-				log_warn(LOG_ATTRS("message_id", m->id),
-					 "recovered entry over the limit left pending");
-			}
-			delivery_msg_free(m);
-			continue;
-		}
-		b->ms[b->k++] = m;
-	}
-	if (recovered) {
-		/* Still in progress here: the running marker protects it; no
-		 * second local copy. */
-		pthread_mutex_lock(&c->lock);
-		for (size_t i = 0; i < b->k; i++)
-			if (held_locked(c, b->ms[i]->id)) {
-				delivery_msg_free(b->ms[i]);
-				b->ms[i] = NULL;
-			}
-		pthread_mutex_unlock(&c->lock);
-	}
-	batch_match(c, r, b);
-	if (b->keyed && n && b->first[0] && b->last[0]) {
-		if (defer && (!over || over->n == nover)) {
-			*defer = b;
-			return;
-		}
-		batch_register(c, r, b);
-	}
-	batch_commit(c, b, fast);
-}
-
-/* A read's error reply: NOGROUP recreates the group, anything else waits. */
-static void read_failed(struct consumer *c, struct redis *r, redisReply *rep)
-{
-	char err[256];
-	snprintf_(err, sizeof err, "%s", rep->str);
-	freeReplyObject(rep);
-	if (strncmp(err, "NOGROUP", 7) == 0) {
-		/* Redis lost the group (restarted without persistence):
-		 * recreate it rather than stop consuming. */
-		char *why = NULL;
-		log_warn(LOG_ATTRS("stream", c->stream, "group", c->group, "error", err),
-			 "consumer group missing; recreating it");
-		if (consumer_ensure_group(r, c->stream, c->group, &why) < 0)
-			log_warn(LOG_ATTRS("error", why), "cannot recreate the consumer group");
-		free(why);
-	} else {
-		log_warn(LOG_ATTRS("error", err), "reading the stream failed");
-	}
-	sleep_ms_interruptible(1000, &c->stop);
 }
 
 /* ---- holds ------------------------------------------------------------- */
@@ -670,7 +305,7 @@ void consumer_hold(struct consumer *c, unsigned hold, bool on)
 	pthread_mutex_unlock(&c->gate_lock);
 }
 
-static bool holding(struct consumer *c, unsigned mask)
+bool consumer_holding(struct consumer *c, unsigned mask)
 {
 	pthread_mutex_lock(&c->gate_lock);
 	bool held = (c->hold & mask) != 0;
@@ -679,11 +314,11 @@ static bool holding(struct consumer *c, unsigned mask)
 }
 
 /* The reader's gate: returns once no hold is in force (or at stop). */
-static void gate_pass(struct consumer *c)
+void consumer_gate_pass(struct consumer *c)
 {
 	pthread_mutex_lock(&c->gate_lock);
 	while (c->hold && !atomic_load(&c->stop))
-		timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
+		consumer_timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
 	pthread_mutex_unlock(&c->gate_lock);
 }
 
@@ -698,10 +333,10 @@ static void *prober_main(void *arg)
 {
 	struct consumer *c = arg;
 	while (!atomic_load(&c->stop)) {
-		bool held = holding(c, CONSUMER_HOLD_DOCKER);
+		bool held = consumer_holding(c, CONSUMER_HOLD_DOCKER);
 		pthread_mutex_lock(&c->gate_lock);
 		if (!atomic_load(&c->stop))
-			timed_wait(&c->gate_cond, &c->gate_lock,
+			consumer_timed_wait(&c->gate_cond, &c->gate_lock,
 				   held ? CONSUMER_PROBE_NS : CONSUMER_WATCH_NS);
 		held = (c->hold & CONSUMER_HOLD_DOCKER) != 0;
 		pthread_mutex_unlock(&c->gate_lock);
@@ -720,133 +355,9 @@ static bool docker_wait(struct consumer *c)
 {
 	pthread_mutex_lock(&c->gate_lock);
 	while ((c->hold & CONSUMER_HOLD_DOCKER) && !atomic_load(&c->stop))
-		timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
+		consumer_timed_wait(&c->gate_cond, &c->gate_lock, 500 * NS_PER_MS);
 	pthread_mutex_unlock(&c->gate_lock);
 	return !atomic_load(&c->stop);
-}
-
-/* Between looks at the stop flag while a read blocks in Redis. */
-#define READ_STOP_SLICE_MS 200
-
-/*
- * The reply to the read just queued, which may block in Redis for up to
- * block_ms (plus the usual margin). Waits in slices so that a stop or a
- * hold is prompt: either abandons the read by closing the connection
- * (entries Redis delivers at that instant stay pending for this consumer
- * and come back through the reclaim, as after a crash). NULL on failure.
- */
-static redisReply *read_reply(struct consumer *c, struct redis *r)
-{
-	int64_t end = now_mono_ns() + (int64_t)(c->cfg.block_ms + 10000) * NS_PER_MS;
-	for (;;) {
-		if (atomic_load(&c->stop) || holding(c, ~0u)) {
-			redis_disconnect(r);
-			return NULL;
-		}
-		int64_t left = (end - now_mono_ns()) / NS_PER_MS;
-		if (left <= READ_STOP_SLICE_MS)
-			return redis_get_reply(r, left > 0 ? (int)left : 1);
-		redisReply *rep = NULL;
-		if (redis_wait_reply(r, READ_STOP_SLICE_MS, &rep) != 0)
-			return rep;
-	}
-}
-
-static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone);
-
-/*
- * Runs the recover script from id over at most n of this consumer's pending
- * entries and takes in its answer like a read's: the entries it returns
- * are queued (or acknowledged with the next read when they match nothing),
- * the too-large ones reported, the gone ones dropped. On a failure they
- * stay pending and come back through the reclaim once idle long enough.
- */
-static void recover(struct consumer *c, struct redis *r, const char *id, int n, struct idlist *fast)
-{
-	struct read_args a;
-	read_args_fill(n, &a);
-	const char *argv[] = {"2", c->stream, c->dlq, c->group, c->name, a.count, a.emax, a.ts, id};
-	redisReply *rep = redis_script_run(r, consumer_scripts_recover(), (int)ARRAY_LEN(argv), argv, NULL);
-	if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
-	    rep->element[0]->type != REDIS_REPLY_ARRAY || rep->element[0]->elements != 2 ||
-	    rep->element[0]->element[1]->type != REDIS_REPLY_ARRAY ||
-	    rep->element[1]->type != REDIS_REPLY_ARRAY ||
-	    rep->element[2]->type != REDIS_REPLY_ARRAY) {
-		log_warn(LOG_ATTRS("message_id", id, "error",
-				   !rep				    ? redis_errmsg(r)
-				   : rep->type == REDIS_REPLY_ERROR ? rep->str
-								    : "unexpected reply"),
-			 "cannot read the entries of a refused read through the recover "
-			 "script; they stay pending and come back through the reclaim");
-		if (rep)
-			freeReplyObject(rep);
-		return;
-	}
-	take_batch(c, r, rep->element[0]->element[1], true, fast, NULL, NULL);
-	report_too_large(c, rep->element[1], true);
-	drop_gone(c, r, rep->element[2]);
-	freeReplyObject(rep);
-}
-
-/* A read of n entries the guard refused (redis_set_guard): the batch is
- * pending for this consumer and unread. Reconnects and recovers it from
- * its first id. */
-static void recover_refused(struct consumer *c, struct redis *r, int n, struct idlist *fast)
-{
-	char first[REDIS_GUARD_FIRST_MAX + 1];
-	snprintf_(first, sizeof first, "%s", redis_guard_first(r));
-	if (!first[0]) {
-		log_warn(LOG_ATTRS("error", redis_errmsg(r)),
-			 "a read was refused before its first entry id; its entries stay "
-			 "pending and come back through the reclaim");
-		return;
-	}
-	log_debug(LOG_ATTRS("message_id", first, "error", redis_errmsg(r)),
-		  "read refused by the reply guard; reading its batch through the recover "
-		  "script");
-	if (ensure_conn(c, r) < 0)
-		return;
-	recover(c, r, first, n, fast);
-}
-
-/* The reader thread's state between reads. */
-struct reader {
-	struct consumer *c;
-	struct redis *r;
-	char block[16];
-	/* No-match messages read last time, acknowledged with the next read;
-	 * entries of the last read that cost more than the limit. */
-	struct idlist fast, over;
-	/* The last read's batch, registered for per-key order with the next
-	 * read and queued then (take_batch), or NULL. */
-	struct batch *pending;
-};
-
-/*
- * Room for the next read, waiting until the buffer has some. The consumer
- * lock is held only for these waits: decoding and matching happen in
- * take_batch, outside it. The fast ones do not count: they are ACKed
- * before the next read executes.
- */
-static int reader_room(struct consumer *c, size_t nfast)
-{
-	pthread_mutex_lock(&c->lock);
-	/* Room reserved by a waiting retrier or reclaim is theirs. */
-	while (c->buffered + c->reserved - (int)nfast >= c->cfg.max_buffered &&
-	       !atomic_load(&c->stop))
-		timed_wait(&c->space, &c->lock, 500 * NS_PER_MS);
-	/* Less than half the buffer free: wait a moment for the ACKs in
-	 * flight to free more, so one read fetches a batch rather than a
-	 * message or two (bench/consume). */
-	if (c->cfg.max_buffered - (c->buffered + c->reserved - (int)nfast) <
-		    (c->cfg.max_buffered + 1) / 2 &&
-	    !atomic_load(&c->stop))
-		timed_wait(&c->space, &c->lock, READ_COALESCE_NS);
-	int room = c->cfg.max_buffered - (c->buffered + c->reserved - (int)nfast);
-	if (room < 1)
-		room = 1; /* a reservation came meanwhile: one more at most */
-	pthread_mutex_unlock(&c->lock);
-	return room;
 }
 
 /*
@@ -865,7 +376,7 @@ static int room_reserve(struct consumer *c, int want, int64_t wait_ns)
 	int room;
 	while ((room = c->cfg.max_buffered - c->buffered) <= 0 &&
 	       !atomic_load(&c->stop) && now_mono_ns() < end)
-		timed_wait(&c->space, &c->lock, end - now_mono_ns());
+		consumer_timed_wait(&c->space, &c->lock, end - now_mono_ns());
 	pthread_mutex_unlock(&c->lock);
 	return room < 0 ? 0 : room > want ? want : room;
 }
@@ -876,149 +387,6 @@ static void room_done(struct consumer *c, int want)
 	c->reserved -= want;
 	pthread_cond_broadcast(&c->space);
 	pthread_mutex_unlock(&c->lock);
-}
-
-/* The reply to the fast ones' XACK, sent ahead of a read. */
-static void reader_ack_reply(struct reader *rd)
-{
-	redisReply *ack = redis_get_reply(rd->r, -1);
-	/* A read the guard refused came after the XACK was done. */
-	if ((!ack && !redis_guard_tripped(rd->r)) || (ack && ack->type == REDIS_REPLY_ERROR))
-		log_warn(LOG_ATTRS("error", ack ? ack->str : redis_errmsg(rd->r)),
-			 "acknowledgement lost; the messages stay pending and will be reclaimed");
-	if (ack)
-		freeReplyObject(ack);
-}
-
-/*
- * One round trip: the XACK of the fast ones (if any), the registration of
- * the last read's batch (if one waits: rd->pending), then XREADGROUP of at
- * most n new entries, without BLOCK while a batch waits. Returns the
- * read's reply, NULL on failure. The fast ones' buffer slots are released
- * either way: ACKed or, on a dropped connection, left pending for the
- * reclaim. The waiting batch is queued either way, registered by a call of
- * its own when the pipelined one did not do it (an earlier batch not yet
- * registered, a failure).
- */
-static redisReply *reader_read(struct reader *rd, int n)
-{
-	struct consumer *c = rd->c;
-	struct batch *b = rd->pending;
-	char count[16];
-	snprintf_(count, sizeof count, "%d", n);
-	const char *argv[] = {"XREADGROUP", "GROUP",   c->group,  c->name,   "COUNT", count,
-			      "BLOCK",	    rd->block, "STREAMS", c->stream, ">"};
-	const char *nb[] = {"XREADGROUP", "GROUP",   c->group,	c->name,
-			    "COUNT",	  count,     "STREAMS", c->stream, ">"};
-	if (rd->fast.n)
-		append_xack(c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
-	bool reg = b && keyorder_register_append(c->keys, rd->r, b->first, b->last, b->regs.v,
-						 b->regs.n) == 0;
-	int regrc = -1;
-	redisReply *rep = NULL;
-	if ((b ? redis_append_argv(rd->r, (int)ARRAY_LEN(nb), nb, NULL)
-	       : redis_append_argv(rd->r, (int)ARRAY_LEN(argv), argv, NULL)) == 0) {
-		if (rd->fast.n)
-			reader_ack_reply(rd);
-		if (reg)
-			regrc = keyorder_register_take(redis_get_reply(rd->r, -1), b->regs.v,
-						       b->regs.n, NULL);
-		if (redis_is_connected(rd->r))
-			rep = read_reply(c, rd->r);
-	}
-	release_ids(c, (const char *const *)rd->fast.v, rd->fast.n);
-	idlist_clear(&rd->fast);
-	if (b) {
-		rd->pending = NULL;
-		if (regrc == 0)
-			batch_acquired(b);
-		else if (ensure_conn(c, rd->r) == 0)
-			batch_register(c, rd->r, b);
-		batch_commit(c, b, &rd->fast);
-	}
-	return rep;
-}
-
-/*
- * Takes in (and frees) the reply to a read of n entries: its entries go to
- * take_batch, then those over the limit through the recover script; a read
- * the guard refused is recovered whole; an error is logged (read_failed).
- */
-static void reader_take(struct reader *rd, redisReply *rep, int n)
-{
-	struct consumer *c = rd->c;
-	if (!rep) {
-		if (redis_guard_tripped(rd->r))
-			recover_refused(c, rd->r, n, &rd->fast);
-		else if (!atomic_load(&c->stop) && !holding(c, ~0u))
-			log_warn(LOG_ATTRS("error", redis_errmsg(rd->r)),
-				 "redis read failed; reconnecting");
-		return;
-	}
-	if (rep->type == REDIS_REPLY_ERROR) {
-		read_failed(c, rd->r, rep);
-		return;
-	}
-	/* [[stream, entries]], or nil when BLOCK ran out. */
-	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
-	    rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
-	    rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY)
-		take_batch(c, rd->r, rep->element[0]->element[1], false, &rd->fast, &rd->over,
-			   &rd->pending);
-	else if (rep->type != REDIS_REPLY_NIL)
-		log_warn(NULL, "unexpected reply to XREADGROUP");
-	freeReplyObject(rep);
-	for (size_t i = 0; i < rd->over.n && !atomic_load(&c->stop); i++)
-		recover(c, rd->r, rd->over.v[i], 1, &rd->fast);
-	idlist_clear(&rd->over);
-}
-
-/* Stopping with no-match messages read: acknowledges them now. */
-static void reader_finish(struct reader *rd)
-{
-	if (rd->fast.n && redis_is_connected(rd->r)) {
-		append_xack(rd->c, rd->r, (const char *const *)rd->fast.v, rd->fast.n);
-		redisReply *ack = redis_get_reply(rd->r, -1);
-		if (ack)
-			freeReplyObject(ack);
-	}
-	release_ids(rd->c, (const char *const *)rd->fast.v, rd->fast.n);
-	idlist_clear(&rd->fast);
-	/* Read, never queued: they stay pending for the reclaim. */
-	batch_free(rd->pending);
-	free(rd->fast.v);
-	free(rd->over.v);
-	redis_free(rd->r);
-}
-
-static void *reader_main(void *arg)
-{
-	struct consumer *c = arg;
-	struct reader rd = {.c = c, .r = conn_new(c, c->cfg.block_ms + 10000)};
-	/* Every entry of a read bounded as sent (consumer.h, cost model). */
-	redis_set_guard(rd.r, 3, CONSUMER_ENTRY_SENT_MAX, CONSUMER_ENTRY_SENT_ELEMENTS);
-	snprintf_(rd.block, sizeof rd.block, "%d", c->cfg.block_ms);
-	while (!atomic_load(&c->stop)) {
-		/* A hold stops the reading, not what was read already. */
-		if (rd.pending && holding(c, ~0u) && ensure_conn(c, rd.r) == 0) {
-			batch_register(c, rd.r, rd.pending);
-			batch_commit(c, rd.pending, &rd.fast);
-			rd.pending = NULL;
-		}
-		gate_pass(c);
-		if (atomic_load(&c->stop) || ensure_conn(c, rd.r) < 0)
-			break;
-		int room = reader_room(c, rd.fast.n);
-		if (atomic_load(&c->stop))
-			break;
-		/* The waiting batch is queued before this read's entries. */
-		if (rd.pending)
-			room = room > (int)rd.pending->k ? room - (int)rd.pending->k : 1;
-		int n = read_count(c, room);
-		reader_take(&rd, reader_read(&rd, n), n);
-	}
-	reader_finish(&rd);
-	return NULL;
 }
 
 /* ---- reclaim ----------------------------------------------------------- */
@@ -1032,7 +400,7 @@ static void *reader_main(void *arg)
  * written: there is no payload left to dead-letter. One WARN per message.
  * gone: the script's array of their ids.
  */
-static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gone)
+void consumer_drop_gone(struct consumer *c, struct redis *r, const redisReply *gone)
 {
 	size_t n = 0;
 	const char **ids = xcalloc(gone->elements + 1, sizeof *ids);
@@ -1050,7 +418,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 			 "without running or dead-lettering it");
 	}
 	int sent = 0;
-	if (n > 0 && append_xack(c, r, ids, n) == 0) {
+	if (n > 0 && consumer_append_xack(c, r, ids, n) == 0) {
 		sent++;
 		if (redis_append_argv(r, (int)n + 1, del, NULL) == 0)
 			sent++;
@@ -1072,7 +440,7 @@ static void drop_gone(struct consumer *c, struct redis *r, const redisReply *gon
 
 /*
  * Queues the entries the reclaim script answered, except those this
- * process holds already; returns how many. Like take_batch, the copies are
+ * process holds already; returns how many. Like the reader's, the copies are
  * made (and the duplicates freed) outside the consumer lock, which is taken
  * once to check and queue them: checking and queueing under one hold, so a
  * message is never queued twice.
@@ -1083,7 +451,7 @@ static int take_reclaimed(struct consumer *c, const redisReply *entries, bool du
 	struct delivery_msg **ms = xcalloc(n + 1, sizeof *ms);
 	for (size_t i = 0; i < n; i++) {
 		size_t cost;
-		struct delivery_msg *m = msg_from_entry(entries->element[i], &cost);
+		struct delivery_msg *m = consumer_msg_from_entry(entries->element[i], &cost);
 		if (m) {
 			m->retry_due = due;
 			ms[k++] = m;
@@ -1094,11 +462,11 @@ static int take_reclaimed(struct consumer *c, const redisReply *entries, bool du
 	for (size_t i = 0; i < k; i++) {
 		/* One held already is still ours and in progress here: the
 		 * running marker protects it; no second local copy (freed below). */
-		if (held_locked(c, ms[i]->id))
+		if (consumer_held_locked(c, ms[i]->id))
 			continue;
 		log_debug(LOG_ATTRS("message_id", ms[i]->id),
 			  due ? "due retry claimed" : "message reclaimed");
-		enqueue_locked(c, ms[i]);
+		consumer_enqueue_locked(c, ms[i]);
 		ms[i] = NULL;
 		claimed++;
 	}
@@ -1124,15 +492,15 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 	char idle[32];
 	snprintf_(idle, sizeof idle, "%" PRId64, (int64_t)(c->cfg.min_pending_idle_ns / NS_PER_MS));
 	for (int rounds = 0; rounds < 100 && !atomic_load(&c->stop); rounds++) {
-		int want = read_count(c, c->cfg.max_buffered);
+		int want = consumer_read_count(c, c->cfg.max_buffered);
 		int room = room_reserve(c, want, NS_PER_SEC);
 		if (room <= 0) {
 			room_done(c, want);
 			log_debug(NULL, "reclaim paused: no buffer room within a second");
 			return;
 		}
-		struct read_args a;
-		read_args_fill(room, &a);
+		struct consumer_read_args a;
+		consumer_read_args_fill(room, &a);
 		const char *argv[] = {"3",	 c->stream, c->dlq,  c->retry_key, c->group,
 				      c->name,	 a.count,   a.emax,  a.ts,	   idle,
 				      c->reclaim_cursor};
@@ -1161,8 +529,8 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 			  (int)rep->element[0]->len, rep->element[0]->str);
 		int claimed = take_reclaimed(c, rep->element[1], false);
 		room_done(c, want);
-		report_too_large(c, rep->element[2], false);
-		drop_gone(c, r, rep->element[3]);
+		consumer_report_too_large(c, rep->element[2], false);
+		consumer_drop_gone(c, r, rep->element[3]);
 		freeReplyObject(rep);
 		if (claimed)
 			log_debug(NULL, "reclaimed %d idle message(s)", claimed);
@@ -1174,12 +542,12 @@ static void reclaim_once(struct consumer *c, struct redis *r)
 static void *reclaim_main(void *arg)
 {
 	struct consumer *c = arg;
-	struct redis *r = conn_new(c, 10000);
+	struct redis *r = consumer_conn_new(c, 10000);
 	while (!atomic_load(&c->stop)) {
 		sleep_ms_interruptible(c->cfg.reclaim_interval_ns / NS_PER_MS, &c->stop);
-		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
+		if (atomic_load(&c->stop) || consumer_ensure_conn(c, r) < 0)
 			break;
-		if (holding(c, ~0u)) {
+		if (consumer_holding(c, ~0u)) {
 			log_debug(NULL, "reclaim skipped: reading is on hold");
 		} else {
 			reclaim_once(c, r);
@@ -1292,8 +660,8 @@ static void retry_scheduled(void *arg, int64_t due_ms)
  */
 static int64_t retry_once(struct consumer *c, struct redis *r, int want, int *looked)
 {
-	struct read_args a;
-	read_args_fill(want, &a);
+	struct consumer_read_args a;
+	consumer_read_args_fill(want, &a);
 	const char *argv[] = {"5",	     c->stream,	      c->dlq, c->retry_key,
 			      c->keys->lease, c->keys->held, c->group, c->name,
 			      a.count,	     a.emax,	      a.ts};
@@ -1316,8 +684,8 @@ static int64_t retry_once(struct consumer *c, struct redis *r, int want, int *lo
 	int claimed = take_reclaimed(c, rep->element[1], true);
 	if (claimed)
 		log_debug(NULL, "claimed %d due retry(ies)", claimed);
-	report_too_large(c, rep->element[2], false);
-	drop_gone(c, r, rep->element[3]);
+	consumer_report_too_large(c, rep->element[2], false);
+	consumer_drop_gone(c, r, rep->element[3]);
 	*looked = (int)rep->element[4]->integer;
 	int64_t next = rep->element[0]->len ? strtoll(rep->element[0]->str, NULL, 10) : 0;
 	freeReplyObject(rep);
@@ -1379,21 +747,21 @@ static void leases(struct consumer *c, struct redis *r, bool keep)
 static void *retrier_main(void *arg)
 {
 	struct consumer *c = arg;
-	struct redis *r = conn_new(c, 10000);
+	struct redis *r = consumer_conn_new(c, 10000);
 	int64_t due = 0; /* the next due time the index answered; 0: none */
 	int64_t renewed = 0;
 	while (!atomic_load(&c->stop)) {
 		pthread_mutex_lock(&c->lock);
 		int64_t wake;
 		while (!atomic_load(&c->stop) && (wake = c->retry_wake_ms) > now_wall_ms())
-			timed_wait(&c->retry_cond, &c->lock, (wake - now_wall_ms()) * NS_PER_MS);
+			consumer_timed_wait(&c->retry_cond, &c->lock, (wake - now_wall_ms()) * NS_PER_MS);
 		c->retry_wake_ms = now_wall_ms() + CONSUMER_RETRY_POLL_MS;
 		pthread_mutex_unlock(&c->lock);
-		if (atomic_load(&c->stop) || ensure_conn(c, r) < 0)
+		if (atomic_load(&c->stop) || consumer_ensure_conn(c, r) < 0)
 			break;
-		if (holding(c, ~0u))
+		if (consumer_holding(c, ~0u))
 			continue;
-		int want = read_count(c, c->cfg.max_buffered), looked = 0;
+		int want = consumer_read_count(c, c->cfg.max_buffered), looked = 0;
 		bool known_due = due > 0 && due <= now_wall_ms();
 		int room = room_reserve(c, want, known_due ? NS_PER_SEC : 0);
 		int64_t next = retry_once(c, r, room, &looked);
@@ -1454,7 +822,7 @@ static void sample_backlog(struct consumer *c, struct redis *r)
 static void *sampler_main(void *arg)
 {
 	struct consumer *c = arg;
-	struct redis *r = conn_new(c, 10000);
+	struct redis *r = consumer_conn_new(c, 10000);
 	while (!atomic_load(&c->stop)) {
 		if (redis_is_connected(r) || redis_connect(r) == 0)
 			sample_backlog(c, r);
@@ -1506,11 +874,11 @@ static void release_keys(struct consumer *c, struct redis *r, const struct ack *
 static void *acker_main(void *arg)
 {
 	struct consumer *c = arg;
-	struct redis *r = conn_new(c, 10000);
+	struct redis *r = consumer_conn_new(c, 10000);
 	for (;;) {
 		pthread_mutex_lock(&c->ack_lock);
 		while (c->nacks == 0 && !c->ack_stop)
-			timed_wait(&c->ack_cond, &c->ack_lock, 500 * NS_PER_MS);
+			consumer_timed_wait(&c->ack_cond, &c->ack_lock, 500 * NS_PER_MS);
 		if (c->nacks == 0 && c->ack_stop) {
 			pthread_mutex_unlock(&c->ack_lock);
 			break;
@@ -1540,7 +908,7 @@ static void *acker_main(void *arg)
 				sleep_ms_interruptible(500, NULL);
 				continue;
 			}
-			if (append_xack(c, r, ids, n) < 0 ||
+			if (consumer_append_xack(c, r, ids, n) < 0 ||
 			    (nd > 1 && redis_append_argv(r, nd, dargv, NULL) < 0))
 				continue;
 			redisReply *rep = redis_get_reply(r, -1);
@@ -1561,7 +929,7 @@ static void *acker_main(void *arg)
 				 "acknowledgement lost; %zu message(s) stay pending and will be "
 				 "reclaimed",
 				 n);
-		release_ids(c, ids, n);
+		consumer_release_ids(c, ids, n);
 		for (size_t i = 0; i < n; i++) {
 			free(batch[i].id);
 			free(batch[i].key);
@@ -1610,7 +978,7 @@ static void settle(struct consumer *c, struct delivery_end *e)
 static void *worker_main(void *arg)
 {
 	struct consumer *c = arg;
-	struct redis *r = conn_new(c, 10000);
+	struct redis *r = consumer_conn_new(c, 10000);
 	for (;;) {
 		/* A parked plan that can take a slot now goes before new
 		 * messages. */
@@ -1627,7 +995,7 @@ static void *worker_main(void *arg)
 					c->tail = NULL;
 				break;
 			}
-			timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
+			consumer_timed_wait(&c->work, &c->lock, 500 * NS_PER_MS);
 		}
 		pthread_mutex_unlock(&c->lock);
 		struct delivery_end e;
@@ -1724,7 +1092,7 @@ struct consumer *consumer_start(const struct consumer_config *cfg)
 		snprintf_(name, sizeof name, "worker-%d", i + 1);
 		start_thread(&c->workers[i], name, worker_main, c);
 	}
-	start_thread(&c->reader, "reader", reader_main, c);
+	start_thread(&c->reader, "reader", consumer_reader_main, c);
 	start_thread(&c->reclaimer, "reclaim", reclaim_main, c);
 	start_thread(&c->retrier, "retrier", retrier_main, c);
 	start_thread(&c->sampler, "sampler", sampler_main, c);
@@ -1765,8 +1133,8 @@ void consumer_stop(struct consumer *c)
 	/* Buffered but never started: they stay pending in Redis, and their
 	 * per-key places go to another worker at once. */
 	if (c->nheld) {
-		struct redis *r = conn_new(c, 2000);
-		if (ensure_conn(c, r) == 0)
+		struct redis *r = consumer_conn_new(c, 2000);
+		if (consumer_ensure_conn(c, r) == 0)
 			leases(c, r, true);
 		redis_free(r);
 	}

@@ -8,7 +8,7 @@
 
 /*
  * New messages are read with a plain XREADGROUP on a guarded connection
- * (reader_main); the scripts here read what that cannot, looking at every
+ * (consumer_read.c); the scripts here read what that cannot, looking at every
  * entry inside Redis before anything is transferred (consumer.h, cost
  * model): the batch of a read the guard refused, an entry the guard let
  * through that still costs more than CONSUMER_ENTRY_MAX (recover_lua), and
