@@ -4,6 +4,7 @@ containers, end to end through `relay start`, in the same run.
 
     bench/warm.py [--relay build/relay] [--events 1000] [--fresh 40]
                   [--latency 100] [--gap 0.05] [--no-node] [--keep-logs DIR]
+                  [--keyed]
 
 Starts a private redis-server and one relay (MAX_CONCURRENCY=8,
 STANDBY_MAX=0, in its own UTS namespace) over three functions that print
@@ -24,6 +25,12 @@ function (so that their containers exist), it measures:
   idle cost   `docker stats --no-stream` of the warm containers 5 s after the
               last event (memory and CPU%, under the 0.05 CPU idle bound).
 
+With --keyed, a fourth function, the warm Python one again with
+`key_concurrency: {key: k}`, takes --events events over 1,000 key values
+(k = t0 ... t999), in bursts alternating with the unkeyed Python
+function's, three each: the median events/s of each and their ratio
+(key_concurrency's cost with real containers; goal >= 0.9).
+
 Prints every figure and the ratio warm/fresh events/s (goal:
 >= 50x; XADD->output p50 <= 10 ms). Exit status 0 when the goals hold, 1
 when one is missed, 2 on error. Cleans up (relay SIGTERM, containers of its
@@ -43,6 +50,7 @@ import time
 PID = os.getpid()
 HOST = f"wbench-{PID}"
 PY, NODE, FRESH = f"wb-py-{PID}", f"wb-node-{PID}", f"wb-fresh-{PID}"
+PYK = f"wb-pyk-{PID}"
 LINE = re.compile(r'^relay: function "([^"]+)" handler "ok\.handler": e2e (\S+)$')
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -124,6 +132,7 @@ def main():
     ap.add_argument("--gap", type=float, default=0.05)
     ap.add_argument("--no-node", dest="node", action="store_false")
     ap.add_argument("--keep-logs")
+    ap.add_argument("--keyed", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="relay-bench-warm-")
     redis_proc = relay = log = None
@@ -145,6 +154,9 @@ def main():
                 "def handler(event):\n    print('e2e', event['n'])\n"),
                (FRESH, "python3.14", "ok.py", "",
                 "def handler(event):\n    print('e2e', event['n'])\n")]
+        if args.keyed:
+            fns.append((PYK, "python3.14", "ok.py", "warm: {}\nkey_concurrency: {key: k}\n",
+                        "def handler(event):\n    print('e2e', event['n'])\n"))
         if args.node:
             fns.append((NODE, "node24", "ok.mjs", "warm: {}\n",
                         "export function handler(event) {\n  console.log('e2e', event.n);\n}\n"))
@@ -205,7 +217,8 @@ def main():
 
         def burst(fn, n, tag):
             cmds = b"".join(Redis.encode("XADD", "events", "*", "event",
-                                         f'{{"fn":"{fn}","n":"{tag}{i}"}}') for i in range(n))
+                                         f'{{"fn":"{fn}","n":"{tag}{i}","k":"t{i % 1000}"}}')
+                            for i in range(n))
             c0, t0 = cpu_s(relay.pid), time.monotonic()
             r.sock.sendall(cmds)
             for _ in range(n):
@@ -258,6 +271,17 @@ def main():
             eps, cpu, dt = burst(fn, args.events, "b")
             res[fn] = (lat, eps, cpu, dt, gauge0, retired1 - retired0)
         feps, fcpu, fdt = burst(FRESH, args.fresh, "f")
+        keyed = None
+        if args.keyed:
+            for i in range(16):
+                xadd(PYK, f"w{i}")
+            wait(lambda: all((PYK, f"w{i}") in seen for i in range(16)), 300, "warm-up keyed")
+            wait_ack(time.monotonic() + 120, "after the keyed warm-up")
+            plain, kd = [], []
+            for rnd in range(3):
+                for fn, out in ((PYK, kd), (PY, plain)) if rnd % 2 == 0 else ((PY, plain), (PYK, kd)):
+                    out.append(burst(fn, args.events, f"k{rnd}-")[0])
+            keyed = (sorted(plain)[1], sorted(kd)[1], plain, kd)
 
         time.sleep(5)
         ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=relay.warm=true",
@@ -280,10 +304,18 @@ def main():
                   f"p50 {pct(lat, .5):.2f} ms, p95 {pct(lat, .95):.2f} ms, max {max(lat):.2f} ms "
                   f"({int(gauge or 0)} warm containers, {int(retired)} retired meanwhile)")
             ok = ok and eps >= 50 * feps and pct(lat, .5) <= 10
+        if keyed:
+            p50, k50, plain, kd = keyed
+            print(f"keyed  {PYK} (key_concurrency, 1,000 keys) vs {PY}, {args.events} events "
+                  f"a burst, 3 bursts each alternating: {k50:.1f} vs {p50:.1f} events/s = "
+                  f"{k50 / p50:.2f} (goal >= 0.9); bursts {[round(x) for x in kd]} vs "
+                  f"{[round(x) for x in plain]}")
+            ok = ok and k50 >= 0.9 * p50
         print("idle warm containers (docker stats, 5 s after the last event):")
         for line in stats.splitlines():
             print("       " + line)
-        print("goals (>= 50x fresh events/s, p50 <= 10 ms):", "met" if ok else "MISSED")
+        print("goals (>= 50x fresh events/s, p50 <= 10 ms%s):" %
+              (", keyed >= 0.9x" if keyed else ""), "met" if ok else "MISSED")
         return 0 if ok else 1
     except Exception as e:
         print(f"bench/warm: {e}", file=sys.stderr)
@@ -303,7 +335,7 @@ def main():
             redis_proc.terminate()
         imgs = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
                               capture_output=True, text=True).stdout.split()
-        mine = [i for i in imgs if re.match(rf"relay-fn-wb-(py|node|fresh)-{PID}:", i)]
+        mine = [i for i in imgs if re.match(rf"relay-fn-wb-(py|pyk|node|fresh)-{PID}:", i)]
         if mine:
             subprocess.run(["docker", "rmi", "-f", *mine], capture_output=True)
         if log:
