@@ -42,7 +42,7 @@
  * whole file, and "template" for a problem with the top-level map. */
 static const char *const roots[] = {"template.yaml", "template",    "runtime", "concurrency",
 				    "events",	     "schedules",   "env",     "secrets",
-				    "warm",	     "match_arrays", "retry"};
+				    "warm",	     "match_arrays", "retry",   "key_concurrency"};
 
 /* Length of a quoted key "..." at s, or 0; "..." follows the closing quote
  * when the key was cut. Pattern paths escape '"' and '\\' (escapes true);
