@@ -137,6 +137,7 @@ static void batch_acquired(struct batch *b)
 			all = all && b->regs.v[j].acquired;
 		}
 		b->ms[i]->keys_acquired = any && all;
+		b->ms[i]->keys_registered = any;
 	}
 }
 

@@ -1110,7 +1110,7 @@ static void plan_finish(struct delivery *d, struct delivery_plan *p, struct deli
 	out->id = p->m->id;
 	p->m->id = NULL;
 	out->key = NULL;
-	out->keyed = p->end == DELIVERY_ACK && p->keyed;
+	out->keyed = p->end == DELIVERY_ACK && (p->keyed || p->m->keys_registered);
 	if (p->end == DELIVERY_ACK) {
 		out->key = p->key;
 		p->key = NULL;
@@ -1169,7 +1169,7 @@ static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan 
  * its acknowledgement: delivery_end.keyed.) */
 static void plan_release_keys(struct delivery *d, struct redis *r, struct delivery_plan *p)
 {
-	if (!p->keyed || p->end == DELIVERY_ACK || !p->dead_lettered)
+	if ((!p->keyed && !p->m->keys_registered) || p->end == DELIVERY_ACK || !p->dead_lettered)
 		return;
 	const char *id = p->m->id;
 	int woken = ensure_conn(d, r) < 0 ? -1 : keyorder_release(d->cfg.keys, r, &id, 1);

@@ -60,6 +60,9 @@ struct delivery_msg {
 	/* Registered by its reader with the queues of its keyed functions and
 	 * found within their limits (keyorder.h): it runs without asking. */
 	bool keys_acquired;
+	/* Registered with some (keys_acquired or not): it leaves them when it
+	 * is acknowledged, even when nothing keyed runs it any more. */
+	bool keys_registered;
 	struct delivery_msg *next; /* the consumer's queue */
 };
 
