@@ -38,8 +38,15 @@ $2events:
 ${3:-}"
 }
 
+# ky_rm_containers: the containers of this file's relays (hostnames ky-*),
+# a killed relay's among them; no other file's.
+ky_rm_containers() {
+	docker ps -a --format '{{.ID}} {{.Label "relay.hostname"}}' | awk '$2 ~ /^ky-/ { print $1 }' |
+		xargs -r docker rm -f >/dev/null 2>&1
+}
+
 ky_trap() {
-	trap 'ky_rc=$?; docker ps -aq --filter label=relay.function | xargs -r docker rm -f >/dev/null 2>&1; rm_fn_images "ky-*"; (exit $ky_rc); it_cleanup' EXIT
+	trap 'ky_rc=$?; ky_rm_containers; rm_fn_images "ky-*"; (exit $ky_rc); it_cleanup' EXIT
 }
 
 # ky_xadd FN TAG TENANT [EXTRA-JSON]: the message id.
