@@ -194,7 +194,21 @@ void otlp_span_free(struct otlp_span *s)
  * that nothing is lost and the document stays valid). */
 static void put_str(struct buf *b, const char *s)
 {
-	size_t n = strlen(s);
+	size_t n = strlen(s), plain = 0;
+	/* Most text (names, ids, attribute values) is printable ASCII with
+	 * nothing to escape: copied as it is, without the UTF-8 check. */
+	while (plain < n) {
+		unsigned char c = (unsigned char)s[plain];
+		if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+			break;
+		plain++;
+	}
+	if (plain == n) {
+		buf_append(b, "\"", 1);
+		buf_append(b, s, n);
+		buf_append(b, "\"", 1);
+		return;
+	}
 	char *escaped = NULL;
 	for (size_t i = 0; i < n;) {
 		uint32_t rune;
@@ -233,10 +247,14 @@ static void put_str(struct buf *b, const char *s)
 
 static void put_hex(struct buf *b, const uint8_t *p, size_t n)
 {
-	char h[33];
-	hex_encode(p, n, h);
-	buf_appendf(b, "\"%s\"", h);
+	char h[35];
+	hex_encode(p, n, h + 1);
+	h[0] = h[2 * n + 1] = '"';
+	buf_append(b, h, 2 * n + 2);
 }
+
+/* A constant piece of the document. */
+#define PUT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
 
 /* {"key":K,"value":{"stringValue":V}} or {"intValue":"N"} */
 static void put_attr(struct buf *b, const char *key, const char *str, int64_t num)
@@ -244,7 +262,7 @@ static void put_attr(struct buf *b, const char *key, const char *str, int64_t nu
 	buf_append(b, "{\"key\":", 7);
 	put_str(b, key);
 	if (str) {
-		buf_appendf(b, ",\"value\":{\"stringValue\":");
+		PUT(b, ",\"value\":{\"stringValue\":");
 		put_str(b, str);
 		buf_append(b, "}}", 2);
 	} else {
@@ -254,19 +272,19 @@ static void put_attr(struct buf *b, const char *key, const char *str, int64_t nu
 
 static void put_span(struct buf *b, const struct otlp_span *s)
 {
-	buf_appendf(b, "{\"traceId\":");
+	PUT(b, "{\"traceId\":");
 	put_hex(b, s->trace_id, 16);
-	buf_appendf(b, ",\"spanId\":");
+	PUT(b, ",\"spanId\":");
 	put_hex(b, s->span_id, 8);
 	if (s->has_parent) {
-		buf_appendf(b, ",\"parentSpanId\":");
+		PUT(b, ",\"parentSpanId\":");
 		put_hex(b, s->parent_id, 8);
 	}
 	if (s->trace_state) {
-		buf_appendf(b, ",\"traceState\":");
+		PUT(b, ",\"traceState\":");
 		put_str(b, s->trace_state);
 	}
-	buf_appendf(b, ",\"name\":");
+	PUT(b, ",\"name\":");
 	put_str(b, s->name);
 	buf_appendf(b,
 		    ",\"kind\":%d,\"startTimeUnixNano\":\"%" PRId64 "\",\"endTimeUnixNano\":\"%" PRId64
@@ -278,11 +296,11 @@ static void put_span(struct buf *b, const struct otlp_span *s)
 		const struct otlp_attr *a = &s->attrs[i];
 		put_attr(b, a->key, a->is_int ? NULL : a->str, a->num);
 	}
-	buf_appendf(b, "],\"status\":{");
+	PUT(b, "],\"status\":{");
 	if (s->status != OTLP_STATUS_UNSET)
 		buf_appendf(b, "\"code\":%d%s", s->status, s->status_message ? "," : "");
 	if (s->status_message) {
-		buf_appendf(b, "\"message\":");
+		PUT(b, "\"message\":");
 		put_str(b, s->status_message);
 	}
 	buf_append(b, "}}", 2);
@@ -293,19 +311,19 @@ char *otlp_encode(const struct otlp_kv *resource, size_t nresource,
 {
 	struct buf b;
 	buf_init(&b, SIZE_MAX / 2);
-	buf_appendf(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+	PUT(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
 	for (size_t i = 0; i < nresource; i++) {
 		if (i)
 			buf_append(&b, ",", 1);
 		put_attr(&b, resource[i].key, resource[i].value, 0);
 	}
-	buf_appendf(&b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"relay\"},\"spans\":[");
+	PUT(&b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"relay\"},\"spans\":[");
 	for (size_t i = 0; i < n; i++) {
 		if (i)
 			buf_append(&b, ",", 1);
 		put_span(&b, spans[i]);
 	}
-	buf_appendf(&b, "]}]}]}");
+	PUT(&b, "]}]}]}");
 	return buf_steal(&b);
 }
 
