@@ -145,7 +145,7 @@ scrape() { curl -s --max-time 5 "http://$METRICS_ADDR/metrics"; }
 
 # limit: 2 on one tenant (six events of a second each): two at a time,
 # never three, and the waits are counted; events without the key are not
-# limited (four of them run together).
+# limited (more than two of four run together).
 test_limit_two_runs_two_at_a_time_and_events_without_the_key_are_not_limited() {
 	ky_trap
 	ky_env
@@ -167,13 +167,14 @@ key_concurrency: {key: new_image.tenant_id, limit: 2}
 	scrape >"$TMP/m"
 	awk '$1 == "key_waits_total{function=\"ky-two\"}" { found = 1; exit !($2 >= 4) } END { exit !found }' "$TMP/m" ||
 		fail "key_waits_total: $(grep key_waits "$TMP/m")"
-	# Without the key: not limited.
+	# Without the key: not limited (more than 2 at once; 4 s each, so that
+	# the containers started for the third and fourth overlap them).
 	for n in 1 2 3 4; do
-		last=$(ky_xadd ky-two "nk-$n" - ',"sleep":1')
+		last=$(ky_xadd ky-two "nk-$n" - ',"sleep":4')
 	done
 	wait_for 120 ky_all_acked "$last" || fail "keyless events not acknowledged"
 	ky_runs "$TMP/a.log" | grep '^nk-' >"$TMP/runs2"
-	[ "$(ky_max_overlap "$TMP/runs2")" -eq 4 ] || fail "keyless in flight at once: $(ky_max_overlap "$TMP/runs2"), want 4: $(cat "$TMP/runs2")"
+	[ "$(ky_max_overlap "$TMP/runs2")" -ge 3 ] || fail "keyless in flight at once: $(ky_max_overlap "$TMP/runs2"), want 3 or 4: $(cat "$TMP/runs2")"
 	stop_relay_pid "$RELAY_PID"
 }
 
@@ -217,8 +218,11 @@ test_a_failing_event_holds_only_its_own_key_until_dead_lettered() {
 }
 
 # A worker killed with -9 while its handler holds a key: the key is
-# released within the rule's timeout (10 s), and the next event of that
-# key runs on the other worker.
+# released within the rule's timeout (10 s, counted from when the event
+# took its place, before the kill), and the next event of that key runs on
+# the other worker. The bound adds 4 s for the retrier's poll and a
+# container start on a loaded daemon; without the lease the key would wait
+# for the crashed invocation's running deadline, over 100 s.
 test_a_worker_killed_while_holding_a_key_releases_it_within_the_timeout() {
 	ky_trap
 	ky_env
@@ -226,19 +230,25 @@ test_a_worker_killed_while_holding_a_key_releases_it_within_the_timeout() {
 ' '    timeout: 10s
 '
 	start_relay_as "$TMP/a.log" ky-kill-a
-	local a=$RELAY_PID k2 t0
-	ky_xadd ky-kill k-1 k ',"sleep":60' >/dev/null
-	wait_for 60 grep -q "KY-START k-1" "$TMP/a.log" || fail "k-1 did not start"
+	local a=$RELAY_PID b victim survivor t0
 	start_relay_as "$TMP/b.log" ky-kill-b
-	k2=$(ky_xadd ky-kill k-2 k ',"sleep":0')
-	wait_for 30 grep -q 'msg="waiting for its key' "$TMP/b.log" "$TMP/a.log" || fail "k-2 did not wait"
+	b=$RELAY_PID
+	ky_xadd ky-kill k-1 k ',"sleep":60' >/dev/null
+	wait_for 60 grep -q "KY-START k-1" "$TMP/a.log" "$TMP/b.log" || fail "k-1 did not start"
+	if grep -q "KY-START k-1" "$TMP/a.log"; then
+		victim=$a survivor=$TMP/b.log RELAY_PID=$b
+	else
+		victim=$b survivor=$TMP/a.log RELAY_PID=$a
+	fi
+	ky_xadd ky-kill k-2 k ',"sleep":0' >/dev/null
+	wait_for 30 grep -q 'msg="waiting for its key' "$TMP/a.log" "$TMP/b.log" || fail "k-2 did not wait"
 	t0=$(date +%s.%N)
-	kill9_relay_pid "$a"
-	wait_for 30 grep -q "KY-END k-2" "$TMP/b.log" || fail "k-2 never ran: $(grep -v 'docker request' "$TMP/b.log" | tail -n 30)"
+	kill9_relay_pid "$victim"
+	wait_for 30 grep -q "KY-END k-2" "$survivor" || fail "k-2 never ran: $(grep -v 'docker request' "$survivor" | tail -n 30)"
 	local s2
-	s2=$(sed -n 's/.*KY-START k-2 k \([0-9.]*\)$/\1/p' "$TMP/b.log")
-	awk -v a="$t0" -v b="$s2" 'BEGIN { exit !(b - a <= 12) }' ||
-		fail "k-2 started $(awk -v a="$t0" -v b="$s2" 'BEGIN { print b - a }') s after the kill, want <= 10 s + 2"
+	s2=$(sed -n 's/.*KY-START k-2 k \([0-9.]*\)$/\1/p' "$survivor")
+	awk -v a="$t0" -v b="$s2" 'BEGIN { exit !(b - a <= 14) }' ||
+		fail "k-2 started $(awk -v a="$t0" -v b="$s2" 'BEGIN { print b - a }') s after the kill, want <= 10 s + 4"
 	stop_relay_pid "$RELAY_PID"
 }
 
