@@ -290,3 +290,29 @@ test_invalid_key_concurrency_fails_validate_and_inspect_shows_a_valid_one() {
 	[ "$(python3 -c 'import json,sys; print(json.load(sys.stdin)["key_concurrency"])' <"$TMP/out")" = \
 		"{'key': 'new_image.tenant_id', 'limit': 3}" ] || fail "inspect --json: $(cat "$TMP/out")"
 }
+
+# The plain build under valgrind through the keyed paths: registration,
+# waiting, wake-up, release, lease renewal, and a graceful stop with a
+# keyed event still waiting: no memory errors, no leaks.
+test_valgrind_keyed_paths() {
+	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
+	ky_trap
+	ky_env
+	ky_fn ky-vg 'key_concurrency: {key: new_image.tenant_id}
+'
+	relay_bg "$TMP/a.log" unshare --uts sh -c "hostname ky-vg-a && exec valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 '$RELAY_PLAIN' start"
+	wait_for 120 grep -qF 'msg="worker started"' "$TMP/a.log" || fail "relay did not start: $(tail -n 20 "$TMP/a.log")"
+	local last n
+	for n in 1 2 3; do
+		ky_xadd ky-vg "v-$n" v ',"sleep":0.5' >/dev/null
+	done
+	last=$(ky_xadd ky-vg w-1 w)
+	wait_for 120 ky_all_acked "$last" || fail "not all acknowledged: $(grep -v 'docker request' "$TMP/a.log" | tail -n 30)"
+	grep -q 'msg="waiting for its key' "$TMP/a.log" || fail "no event waited"
+	# One more that waits behind a long one when the stop comes.
+	ky_xadd ky-vg v-4 v ',"sleep":3' >/dev/null
+	ky_xadd ky-vg v-5 v >/dev/null
+	wait_for 60 grep -q "KY-START v-4" "$TMP/a.log" || fail "v-4 did not start"
+	stop_relay_pid "$RELAY_PID"
+	grep -q "ERROR SUMMARY: 0 errors" "$TMP/a.log" || fail "valgrind: $(grep -A5 'definitely lost\|Invalid' "$TMP/a.log" | head -n 20)"
+}
