@@ -6,21 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
-
-static const char *kind(const json_t *j)
-{
-	switch (json_typeof(j)) {
-	case JSON_OBJECT: return "a map";
-	case JSON_ARRAY: return "a list";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a boolean";
-	case JSON_NULL: return "null";
-	}
-	return "?";
-}
+#include "model/retry.h"
 
 /* The path's segments, or -1 with one error line. */
 static int parse_path(const json_t *v, struct keyconc *out, struct strlist *errors)
@@ -29,7 +15,7 @@ static int parse_path(const json_t *v, struct keyconc *out, struct strlist *erro
 		strlist_addf(errors,
 			     "key_concurrency.key: must be a dotted path into the event such as "
 			     "new_image.tenant_id, not %s",
-			     kind(v));
+			     retry_json_kind(v));
 		return -1;
 	}
 	const char *s = json_string_value(v);
@@ -75,7 +61,7 @@ static int parse_limit(const json_t *v, struct keyconc *out, struct strlist *err
 {
 	if (!json_is_integer(v)) {
 		strlist_addf(errors, "key_concurrency.limit: must be an integer from 1 to %d, not %s",
-			     KEYCONC_LIMIT_MAX, kind(v));
+			     KEYCONC_LIMIT_MAX, retry_json_kind(v));
 		return -1;
 	}
 	json_int_t l = json_integer_value(v);
@@ -96,7 +82,7 @@ int keyconc_parse(const json_t *j, struct keyconc *out, struct strlist *errors)
 	out->limit = 1;
 	if (!json_is_object(j)) {
 		strlist_addf(errors, "key_concurrency: must be a map of key and limit, not %s",
-			     kind(j));
+			     retry_json_kind(j));
 		return -1;
 	}
 	int bad = 0;

@@ -127,7 +127,7 @@ char *retry_policy_describe(const struct retry_policy *p)
 /* ---- parsing ------------------------------------------------------------ */
 
 /* "a string", "a list", ... for messages. */
-static const char *json_kind(const json_t *j)
+const char *retry_json_kind(const json_t *j)
 {
 	switch (json_typeof(j)) {
 	case JSON_OBJECT: return "a map";
@@ -175,7 +175,7 @@ static int parse_delay(const json_t *j, const char *path, int64_t max, const cha
 {
 	if (!json_is_string(j)) {
 		strlist_addf(errors, "%s: must be a Go duration string such as 2s or 1m, not %s",
-			     path, json_kind(j));
+			     path, retry_json_kind(j));
 		return -1;
 	}
 	const char *s = json_string_value(j);
@@ -226,7 +226,7 @@ static int parse_backoff_list(const json_t *j, const char *path, struct retry_po
 static int parse_number(const json_t *j, const char *path, double *v, struct strlist *errors)
 {
 	if (!json_is_number(j)) {
-		strlist_addf(errors, "%s: must be a number, not %s", path, json_kind(j));
+		strlist_addf(errors, "%s: must be a number, not %s", path, retry_json_kind(j));
 		return -1;
 	}
 	*v = json_number_value(j);
@@ -311,7 +311,7 @@ static int parse_no_retry(const json_t *j, const char *path, struct retry_policy
 {
 	if (!json_is_array(j)) {
 		strlist_addf(errors, "%s: must be a list of exit codes (1 to 255), not %s", path,
-			     json_kind(j));
+			     retry_json_kind(j));
 		return -1;
 	}
 	size_t n = json_array_size(j);
@@ -324,7 +324,7 @@ static int parse_no_retry(const json_t *j, const char *path, struct retry_policy
 		const json_t *v = json_array_get(j, i);
 		if (!json_is_integer(v)) {
 			strlist_addf(errors, "%s[%zu]: must be an integer exit code (1 to 255), not %s",
-				     path, i, json_kind(v));
+				     path, i, retry_json_kind(v));
 			bad = -1;
 			continue;
 		}
@@ -353,7 +353,7 @@ int retry_policy_parse(const json_t *j, const char *path, struct retry_policy *o
 	if (!json_is_object(j)) {
 		strlist_addf(errors,
 			     "%s: must be a map of backoff, max_age and no_retry_exit_codes, not %s",
-			     path, json_kind(j));
+			     path, retry_json_kind(j));
 		return -1;
 	}
 	int bad = 0;
@@ -378,7 +378,7 @@ int retry_policy_parse(const json_t *j, const char *path, struct retry_policy *o
 			strlist_addf(errors,
 				     "%s: must be a list of delays such as [2s, 4s] or a map of "
 				     "initial, multiplier, max and jitter, not %s",
-				     p, json_kind(v));
+				     p, retry_json_kind(v));
 			bad = -1;
 		}
 		out->has_backoff = true;

@@ -68,6 +68,11 @@ struct retry_policy {
 int retry_policy_parse(const json_t *j, const char *path, struct retry_policy *out,
 		       struct strlist *errors);
 
+/* How a template error names the kind of a JSON value: "a map", "a
+ * list", "a string", "an integer", "a number", "a boolean", "null" (also
+ * keyconc.c's). */
+const char *retry_json_kind(const json_t *j);
+
 /* The built-in defaults, every key given: backoff [1m, 2m, 5m, 10m] (an
  * entry of override, when non-NULL, that is > 0 replaces its step: tests),
  * no max_age, no permanent exit code. */
