@@ -1050,6 +1050,74 @@ static void top_match_arrays(struct top *top, const struct ynode *n, bool presen
 /* warm: a mapping of idle (a duration, 1s..1h) and max_uses (an integer,
  * 1..100000); {} takes both defaults. An unknown key inside it is an error
  * (a misspelt bound would silently keep a container for an hour). */
+/* warm.idle, when given: a Go duration from 1s to 1h. False on an error. */
+static bool warm_idle(struct top *top, const struct ynode *n)
+{
+	bool here;
+	const struct ynode *v = map_get(n, "idle", &here);
+	if (!here)
+		return true;
+	struct yscalar y;
+	enum ytype vt = node_type(v, &y);
+	if (vt != Y_STR) {
+		err(top->c, "warm.idle", "must be a Go duration string such as 60s or 5m, not %s",
+		    type_name(vt));
+		return false;
+	}
+	int64_t d = 0;
+	char *s = xstrndup(y.text, y.len);
+	char *q = shown(&y);
+	bool ok = false;
+	if (duration_parse(s, &d) < 0 || strlen(s) != y.len)
+		err(top->c, "warm.idle", "%s is not a Go duration (such as 60s or 5m)", q);
+	else if (d < TEMPLATE_MIN_WARM_IDLE_NS)
+		err(top->c, "warm.idle", "%s is below the minimum of 1s", q);
+	else if (d > TEMPLATE_MAX_WARM_IDLE_NS)
+		err(top->c, "warm.idle", "%s exceeds the maximum of 1h", q);
+	else
+		ok = true;
+	if (ok)
+		top->t->warm_idle_ns = d;
+	free(q);
+	free(s);
+	return ok;
+}
+
+/* warm.max_uses, when given: an integer from 1 to the maximum. False on
+ * an error. */
+static bool warm_max_uses(struct top *top, const struct ynode *n)
+{
+	bool here;
+	const struct ynode *v = map_get(n, "max_uses", &here);
+	if (!here)
+		return true;
+	struct yscalar y;
+	enum ytype vt = node_type(v, &y);
+	if (vt != Y_INT) {
+		char *q = vt == Y_SEQ || vt == Y_MAP ? xstrdup(type_name(vt)) : shown(&y);
+		err(top->c, "warm.max_uses", "must be an integer from 1 to %d, not %s%s",
+		    TEMPLATE_MAX_WARM_MAX_USES, q,
+		    vt == Y_STR	   ? " (a string)"
+		    : vt == Y_BOOL ? " (a boolean)"
+				   : "");
+		free(q);
+		return false;
+	}
+	if (y.i < 1) {
+		err(top->c, "warm.max_uses",
+		    "%" PRId64 " is not positive; must be an integer from 1 to %d", y.i,
+		    TEMPLATE_MAX_WARM_MAX_USES);
+		return false;
+	}
+	if (y.i > TEMPLATE_MAX_WARM_MAX_USES) {
+		err(top->c, "warm.max_uses", "%" PRId64 " exceeds the maximum of %d", y.i,
+		    TEMPLATE_MAX_WARM_MAX_USES);
+		return false;
+	}
+	top->t->warm_max_uses = y.i;
+	return true;
+}
+
 static void top_warm(struct top *top, const struct ynode *n, bool present)
 {
 	struct template *t = top->t;
@@ -1079,64 +1147,9 @@ static void top_warm(struct top *top, const struct ynode *n, bool present)
 			ok = false;
 		}
 	}
-	bool here;
-	const struct ynode *v = map_get(n, "idle", &here);
-	if (here) {
-		struct yscalar y;
-		enum ytype vt = node_type(v, &y);
-		int64_t d = 0;
-		if (vt != Y_STR) {
-			err(top->c, "warm.idle",
-			    "must be a Go duration string such as 60s or 5m, not %s",
-			    type_name(vt));
-			ok = false;
-		} else {
-			char *s = xstrndup(y.text, y.len);
-			char *q = shown(&y);
-			if (duration_parse(s, &d) < 0 || strlen(s) != y.len) {
-				err(top->c, "warm.idle",
-				    "%s is not a Go duration (such as 60s or 5m)", q);
-				ok = false;
-			} else if (d < TEMPLATE_MIN_WARM_IDLE_NS) {
-				err(top->c, "warm.idle", "%s is below the minimum of 1s", q);
-				ok = false;
-			} else if (d > TEMPLATE_MAX_WARM_IDLE_NS) {
-				err(top->c, "warm.idle", "%s exceeds the maximum of 1h", q);
-				ok = false;
-			} else {
-				t->warm_idle_ns = d;
-			}
-			free(q);
-			free(s);
-		}
-	}
-	v = map_get(n, "max_uses", &here);
-	if (here) {
-		struct yscalar y;
-		enum ytype vt = node_type(v, &y);
-		if (vt != Y_INT) {
-			char *q = vt == Y_SEQ || vt == Y_MAP ? xstrdup(type_name(vt)) : shown(&y);
-			err(top->c, "warm.max_uses", "must be an integer from 1 to %d, not %s%s",
-			    TEMPLATE_MAX_WARM_MAX_USES, q,
-			    vt == Y_STR	   ? " (a string)"
-			    : vt == Y_BOOL ? " (a boolean)"
-					   : "");
-			free(q);
-			ok = false;
-		} else if (y.i < 1) {
-			err(top->c, "warm.max_uses",
-			    "%" PRId64 " is not positive; must be an integer from 1 to %d", y.i,
-			    TEMPLATE_MAX_WARM_MAX_USES);
-			ok = false;
-		} else if (y.i > TEMPLATE_MAX_WARM_MAX_USES) {
-			err(top->c, "warm.max_uses", "%" PRId64 " exceeds the maximum of %d", y.i,
-			    TEMPLATE_MAX_WARM_MAX_USES);
-			ok = false;
-		} else {
-			t->warm_max_uses = y.i;
-		}
-	}
-	t->warm = ok;
+	/* Both looked at, so that both report their errors. */
+	bool idle_ok = warm_idle(top, n), uses_ok = warm_max_uses(top, n);
+	t->warm = ok && idle_ok && uses_ok;
 }
 
 /* retry: the function's default retry policy (retry.h); read before the
