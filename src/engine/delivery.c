@@ -283,8 +283,7 @@ struct delivery_plan {
 	enum delivery_verdict end;   /* what the consumer does with the message */
 	bool dead_lettered;	     /* its DLQ entry is written */
 	struct trace_msg trace;	     /* its trace context and span (trace.h) */
-	struct keyorder_regs regs;   /* its places in per-key queues (keyorder.h) */
-	bool keyed;		     /* it holds them: released when it is done */
+	bool keyed; /* it holds places in per-key queues (keyorder.h): released when done */
 };
 
 static const struct delivery_msg *plan_msg(const struct delivery_plan *p)
@@ -1085,7 +1084,6 @@ static void plan_free(struct delivery *d, struct delivery_plan *p)
 		free(p->t[i].raw);
 	}
 	free(p->t);
-	keyorder_regs_free(&p->regs);
 	free(p->key);
 	free(p->sched_stdin);
 	if (p->snap)
@@ -1134,24 +1132,29 @@ static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan 
 		p->keyed = true;
 		return true;
 	}
+	struct keyorder_regs regs = {0};
 	for (size_t i = 0; i < p->n; i++)
-		keyorder_regs_add(d->cfg.keys, &p->regs, p->m->id, p->t[i].fv->fn, p->ev,
+		keyorder_regs_add(d->cfg.keys, &regs, p->m->id, p->t[i].fv->fn, p->ev,
 				  p->t[i].timeout_ns);
-	if (p->regs.n == 0)
+	if (regs.n == 0) {
+		keyorder_regs_free(&regs);
 		return true;
-	p->keyed = true;
+	}
 	char *behind = NULL;
 	size_t which = 0;
 	int rc = ensure_conn(d, r) < 0 ? -1
-				       : keyorder_acquire(d->cfg.keys, r, p->m->id, p->regs.v,
-							  p->regs.n, &behind, &which);
-	if (rc == 1)
+				       : keyorder_acquire(d->cfg.keys, r, p->m->id, regs.v, regs.n,
+							  &behind, &which);
+	if (rc == 1) {
+		keyorder_regs_free(&regs);
+		p->keyed = true;
 		return true;
+	}
 	if (rc < 0) {
 		log_warn(LOG_ATTRS("message_id", p->m->id, "error", redis_errmsg(r)),
 			 "cannot take the message's place in its key's queue; it stays pending");
 	} else {
-		const struct keyorder_reg *g = &p->regs.v[which < p->regs.n ? which : 0];
+		const struct keyorder_reg *g = &regs.v[which < regs.n ? which : 0];
 		char *value = keyorder_queue_value(g->queue);
 		metrics_function_key_wait(g->function);
 		log_debug(LOG_ATTRS("function", g->function, "message_id", p->m->id, "key", value,
@@ -1160,7 +1163,7 @@ static bool plan_keys(struct delivery *d, struct redis *r, struct delivery_plan 
 		free(value);
 	}
 	free(behind);
-	p->keyed = false; /* not released: it keeps its place */
+	keyorder_regs_free(&regs); /* not released: it keeps its place */
 	return false;
 }
 
