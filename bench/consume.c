@@ -32,7 +32,16 @@
  *             thread of this program answering 200 to every POST), and on
  *             with the collector down (a port that refuses); this
  *             process's VmRSS before and after the collector-down run
- *             shows the export queue's bound.
+ *             shows the export queue's bound. The sink counts the span
+ *             objects it received. Each row also reports this process's
+ *             CPU time per event (the sink thread's left out: a
+ *             collector's cost, not Relay's) and the up rows the exporter
+ *             thread's; the cost figures are medians of the per-round
+ *             ratios, each round's three rows having run side by side.
+ *
+ *   build/bench/consume RELAY ROUNDS trace
+ *
+ * runs only the traced rows, so that many rounds fit in a few minutes.
  *
  * For binary and on/off a poller reads XINFO GROUPS every millisecond on its
  * own connection: the clock starts at the first poll that sees the group
@@ -65,9 +74,11 @@
  * host:port) is the baseline with the same server-side work.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -91,6 +102,7 @@
 #include "io/redis.h"
 #include "engine/registry.h"
 #include "engine/trace.h"
+#include "io/otlp.h"
 #include "model/function.h"
 #include "base/util.h"
 
@@ -695,6 +707,10 @@ static double run_inprocess(struct redis *r, const char *stream, const char *las
 /* ---- d: tracing on the worker path ---------------------------------------- */
 
 static int sink_fd = -1;
+/* The sink thread's CPU time so far: a collector's cost, not Relay's. */
+static _Atomic int64_t sink_cpu_ns;
+/* Span objects the sink received. */
+static atomic_uint_fast64_t sink_spans;
 static int sink_port;
 static pthread_t sink_thread;
 
@@ -713,12 +729,21 @@ static void sink_serve(int fd)
 			if (need > sizeof buf)
 				return;
 			if (have >= need) {
+				/* Counted, so that "exported" is checked by what came. */
+				for (char *q = end; (q = memmem(q, need - (size_t)(q - buf),
+								"{\"traceId\":", 11));
+				     q += 11)
+					atomic_fetch_add(&sink_spans, 1);
 				static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: "
 							 "application/json\r\nContent-Length: 2\r\n\r\n{}";
 				if (write(fd, ok, sizeof ok - 1) < 0)
 					return;
 				memmove(buf, buf + need, have - need);
 				have -= need;
+				struct timespec ts;
+				clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+				atomic_store(&sink_cpu_ns,
+					     (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec);
 				continue;
 			}
 		}
@@ -786,8 +811,50 @@ static struct registry *traced_registry(bool keyed)
 
 enum traced_mode { TRACED_OFF, TRACED_UP, TRACED_DOWN };
 
+/* Spans exported and dropped by the last run of each mode. */
+static uint64_t span_counts[3][3]; /* exported, dropped, received */
+/* This process's CPU time per event in each mode and round (the sink's
+ * left out), and the exporter thread's share of it, in microseconds. */
+static double cpu_us[3][MAX_ROUNDS], exporter_us[MAX_ROUNDS];
+
+/* The CPU time of this process's thread named comm (the first found), or
+ * -1. */
+static int64_t thread_cpu_ns(const char *comm)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int64_t ns = -1;
+	while (d && ns < 0 && (de = readdir(d))) {
+		char path[300], name[32] = "";
+		snprintf_(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		bool match = fgets(name, sizeof name, f) && strcspn(name, "\n") == strlen(comm) &&
+			     strncmp(name, comm, strlen(comm)) == 0;
+		fclose(f);
+		snprintf_(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
+		long long v;
+		if (match && (f = fopen(path, "r"))) {
+			if (fscanf(f, "%lld", &v) == 1)
+				ns = v;
+			fclose(f);
+		}
+	}
+	if (d)
+		closedir(d);
+	return ns;
+}
+
+static int64_t process_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec - atomic_load(&sink_cpu_ns);
+}
+
 static double run_traced(struct redis *r, const char *stream, const char *last_id,
-			 enum traced_mode mode)
+			 enum traced_mode mode, int round)
 {
 	struct otel_settings s = {.sampler = OTEL_SAMPLER_PARENTBASED_ALWAYS_ON,
 				  .ratio = 1,
@@ -806,8 +873,17 @@ static double run_traced(struct redis *r, const char *stream, const char *last_i
 	if (trace_setup(&s, &why) < 0)
 		die(why);
 	struct registry *reg = traced_registry(false);
+	uint64_t e0 = otlp_spans_exported(), d0 = otlp_spans_dropped(),
+		 r0 = atomic_load(&sink_spans);
+	int64_t cpu0 = process_cpu_ns();
 	double rate = consume_inprocess(r, stream, last_id, reg);
+	if (mode == TRACED_UP)
+		exporter_us[round] = (double)thread_cpu_ns("otlp") / 1e3 / N_EVENTS;
 	trace_shutdown();
+	cpu_us[mode][round] = (double)(process_cpu_ns() - cpu0) / 1e3 / N_EVENTS;
+	span_counts[mode][0] = otlp_spans_exported() - e0;
+	span_counts[mode][1] = otlp_spans_dropped() - d0;
+	span_counts[mode][2] = atomic_load(&sink_spans) - r0;
 	registry_free(reg);
 	return rate;
 }
@@ -820,6 +896,65 @@ static double run_keyed(struct redis *r, const char *stream, const char *last_id
 	double rate = consume_inprocess(r, stream, last_id, reg);
 	registry_free(reg);
 	return rate;
+}
+
+/* One round of the traced rows, in an order that turns every round. */
+static void run_traced_round(struct redis *r, int round, double *toff, double *tup,
+			     double *tdown, long *rss_before, long *rss_after)
+{
+	char stream[64], last[64];
+	for (int k = 0; k < 3; k++) {
+		/* The order turns every round: off, up, down; up, down, off; ... */
+		enum traced_mode mode = (enum traced_mode)((k + round) % 3);
+		static const char *const names[] = {"off", "up", "down"};
+		snprintf_(stream, sizeof stream, "bench:traced-%s:%d", names[mode], round);
+		fill(r, stream, last, sizeof last);
+		if (mode == TRACED_DOWN)
+			rss_before[round] = proc_status_kib(getpid(), "VmRSS");
+		double v = run_traced(r, stream, last, mode, round);
+		if (mode == TRACED_DOWN)
+			rss_after[round] = proc_status_kib(getpid(), "VmRSS");
+		(mode == TRACED_OFF ? toff : mode == TRACED_UP ? tup : tdown)[round] = v;
+		drop(r, stream);
+	}
+	printf("round %d: matched, tracing off %.0f/s, export on %.0f/s (%" PRIu64
+	       " spans exported, %" PRIu64 " dropped, %" PRIu64
+	       " received), collector down %.0f/s (RSS %ld -> %ld "
+	       "KiB); CPU %.1f / %.1f / %.1f us/event\n",
+	       round + 1, toff[round], tup[round], span_counts[TRACED_UP][0],
+	       span_counts[TRACED_UP][1], span_counts[TRACED_UP][2], tdown[round], rss_before[round], rss_after[round],
+	       cpu_us[TRACED_OFF][round], cpu_us[TRACED_UP][round], cpu_us[TRACED_DOWN][round]);
+}
+
+/* The traced rows' medians, the costs and the RSS bound. */
+static void trace_summary(const double *toff, const double *tup, const double *tdown,
+			  const long *rss_before, const long *rss_after)
+{
+	/* Each round's modes ran side by side: the median of the per-round
+	 * ratios leaves out the machine's drift between rounds. */
+	double rup[MAX_ROUNDS], rdown[MAX_ROUNDS];
+	for (int k = 0; k < rounds; k++) {
+		rup[k] = tup[k] / toff[k];
+		rdown[k] = tdown[k] / toff[k];
+	}
+	double tcost = (1 - median(rup, rounds)) * 100, dcost = (1 - median(rdown, rounds)) * 100;
+	printf("%-40s %9.1f %%   1 - median(up / off) (target <= 3 %%: %s)\n",
+	       "tracing cost, export on", tcost, tcost <= 3 ? "met" : "NOT met");
+	printf("%-40s %9.1f %%   1 - median(down / off)\n", "tracing cost, collector down",
+	       dcost);
+	double coff = median(cpu_us[TRACED_OFF], rounds), cup = median(cpu_us[TRACED_UP], rounds),
+	       cdown = median(cpu_us[TRACED_DOWN], rounds);
+	printf("%-40s %10.1f / %.1f / %.1f us (off / up / down; export: +%.1f us = +%.1f %%)\n",
+	       "this process's CPU per event", coff, cup, cdown, cup - coff,
+	       (cup - coff) / coff * 100);
+	printf("%-40s %10.2f us per event (2 spans), in the up rows\n",
+	       "exporter thread's CPU", median(exporter_us, rounds));
+	long rss_growth = 0;
+	for (int k = 0; k < rounds; k++)
+		if (rss_after[k] - rss_before[k] > rss_growth)
+			rss_growth = rss_after[k] - rss_before[k];
+	printf("%-40s %10ld KiB over %d spans each run (queue bound: %d spans)\n",
+	       "RSS growth, collector down, at most", rss_growth, 2 * N_EVENTS, TRACE_QUEUE_MAX);
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -837,8 +972,9 @@ int main(int argc, char **argv)
 	const char *relay = argc > 1 ? argv[1] : "build/relay";
 	bool cluster = argc > 3 && strcmp(argv[3], "cluster") == 0;
 	bool keys_only = argc > 3 && strcmp(argv[3], "keys") == 0;
-	if (argc > 4 || (argc > 3 && !cluster && !keys_only))
-		die("usage: consume [RELAY_BINARY [ROUNDS [cluster|keys]]]");
+	bool trace_only = argc > 3 && strcmp(argv[3], "trace") == 0;
+	if (argc > 4 || (argc > 3 && !cluster && !keys_only && !trace_only))
+		die("usage: consume [RELAY_BINARY [ROUNDS [cluster|keys|trace]]]");
 	if (argc > 2) {
 		int64_t v;
 		if (parse_int64(argv[2], &v) < 0 || v < 1 || v > MAX_ROUNDS)
@@ -901,7 +1037,7 @@ int main(int argc, char **argv)
 	       N_EVENTS, rounds, "(private)", redis_port);
 	fflush(stdout);
 	for (int round = 0; round < rounds; round++) {
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 2 && !trace_only; k++) {
 			bool keyed = (k == 0) == (round % 2 == 0);
 			snprintf_(stream, sizeof stream, "bench:keyed-%s:%d", keyed ? "on" : "off",
 				  round);
@@ -909,11 +1045,17 @@ int main(int argc, char **argv)
 			(keyed ? kkeyed : kplain)[round] = run_keyed(r, stream, last, keyed);
 			drop(r, stream);
 		}
-		printf("round %d: matched, key_concurrency off %.0f/s, on (1,000 keys) %.0f/s\n",
-		       round + 1, kplain[round], kkeyed[round]);
+		if (!trace_only)
+			printf("round %d: matched, key_concurrency off %.0f/s, on (1,000 keys) "
+			       "%.0f/s\n",
+			       round + 1, kplain[round], kkeyed[round]);
 		fflush(stdout);
 		if (keys_only)
 			continue;
+		if (trace_only) {
+			run_traced_round(r, round, toff, tup, tdown, rss_before, rss_after);
+			continue;
+		}
 		snprintf_(stream, sizeof stream, "bench:minimal:%d", round);
 		evlen = fill(r, stream, last, sizeof last);
 		minimal[round] = run_minimal(r, stream);
@@ -933,24 +1075,7 @@ int main(int argc, char **argv)
 			(metrics ? on : off)[round] = run_inprocess(r, stream, last, metrics);
 			drop(r, stream);
 		}
-		for (int k = 0; k < 3; k++) {
-			/* The order turns every round: off, up, down; up, down, off; ... */
-			enum traced_mode mode = (enum traced_mode)((k + round) % 3);
-			static const char *const names[] = {"off", "up", "down"};
-			snprintf_(stream, sizeof stream, "bench:traced-%s:%d", names[mode], round);
-			fill(r, stream, last, sizeof last);
-			if (mode == TRACED_DOWN)
-				rss_before[round] = proc_status_kib(getpid(), "VmRSS");
-			double v = run_traced(r, stream, last, mode);
-			if (mode == TRACED_DOWN)
-				rss_after[round] = proc_status_kib(getpid(), "VmRSS");
-			(mode == TRACED_OFF ? toff : mode == TRACED_UP ? tup : tdown)[round] = v;
-			drop(r, stream);
-		}
-		printf("round %d: matched, tracing off %.0f/s, export on %.0f/s, collector down "
-		       "%.0f/s (RSS %ld -> %ld KiB)\n",
-		       round + 1, toff[round], tup[round], tdown[round], rss_before[round],
-		       rss_after[round]);
+		run_traced_round(r, round, toff, tup, tdown, rss_before, rss_after);
 		if (cluster) {
 			char saved[sizeof child_uri];
 			snprintf_(saved, sizeof saved, "%s", child_uri);
@@ -989,10 +1114,13 @@ int main(int argc, char **argv)
 	}
 	redis_free(r);
 	double mkp = median(kplain, rounds), mkk = median(kkeyed, rounds);
-	printf("\n%-40s %10.0f /s\n%-40s %10.0f /s\n%-40s %10.2f   (goal >= 0.90: %s)\n",
+	if (!trace_only)
+		printf("\n%-40s %10.0f /s\n%-40s %10.0f /s\n%-40s %10.2f   (goal >= 0.90: %s)\n",
 	       "matched, key_concurrency off", mkp, "matched, key_concurrency on 1,000 keys", mkk,
 	       "key_concurrency on / off", mkk / mkp, mkk / mkp >= 0.9 ? "met" : "NOT met");
-	if (keys_only) {
+	if (keys_only || trace_only) {
+		if (trace_only)
+			trace_summary(toff, tup, tdown, rss_before, rss_after);
 		docker_stub_stop();
 		return 0;
 	}
@@ -1033,18 +1161,7 @@ int main(int argc, char **argv)
 	printf("%-40s %10.2f\n", "in-process (metrics on) / minimal", mon / mm);
 	printf("%-40s %9.1f %%   (off - on) / off (target < 3 %%: %s)\n", "metrics cost", diff,
 	       diff < 3 ? "met" : "NOT met");
-	double mtoff = median(toff, rounds), mtup = median(tup, rounds),
-	       mtdown = median(tdown, rounds);
-	double tcost = (mtoff - mtup) / mtoff * 100, dcost = (mtoff - mtdown) / mtoff * 100;
-	printf("%-40s %9.1f %%   (off - up) / off (target <= 3 %%: %s)\n", "tracing cost, export on",
-	       tcost, tcost <= 3 ? "met" : "NOT met");
-	printf("%-40s %9.1f %%   (off - down) / off\n", "tracing cost, collector down", dcost);
-	long rss_growth = 0;
-	for (int k = 0; k < rounds; k++)
-		if (rss_after[k] - rss_before[k] > rss_growth)
-			rss_growth = rss_after[k] - rss_before[k];
-	printf("%-40s %10ld KiB over %d spans each run (queue bound: %d spans)\n",
-	       "RSS growth, collector down, at most", rss_growth, 2 * N_EVENTS, TRACE_QUEUE_MAX);
+	trace_summary(toff, tup, tdown, rss_before, rss_after);
 	if (cluster) {
 		double cmm = median(cminimal, rounds), cmb = median(cbinary, rounds);
 		printf("\n%-40s", "cluster node, events/s");

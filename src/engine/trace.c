@@ -7,6 +7,7 @@
  */
 #include "engine/trace.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,20 +98,23 @@ void trace_msg_adopt(struct trace_msg *t, const char *stored)
 	set_flags(t);
 }
 
-static struct otlp_span *span_of(const struct traceparent *ctx, const uint8_t *parent,
-				 const char *state, const char *name, int kind, int64_t start)
+/* A span of ctx (its trace and span ids) under parent (NULL: a root),
+ * from start to now. */
+static void span_of(struct otlp_span *s, const struct traceparent *ctx, const uint8_t *parent,
+		    const char *state, int kind, int64_t start)
 {
-	struct otlp_span *s = otlp_span_new(name, kind);
+	memset(s, 0, offsetof(struct otlp_span, attrs));
+	s->nattrs = 0;
 	memcpy(s->trace_id, ctx->trace_id, 16);
 	memcpy(s->span_id, ctx->span_id, 8);
 	if (parent) {
 		memcpy(s->parent_id, parent, 8);
 		s->has_parent = true;
 	}
-	s->trace_state = state ? xstrdup(state) : NULL;
+	s->trace_state = state;
+	s->kind = kind;
 	s->start_ns = start;
 	s->end_ns = now_wall_ns();
-	return s;
 }
 
 void trace_msg_end(struct trace_msg *t, const char *stream, const char *group,
@@ -119,21 +123,22 @@ void trace_msg_end(struct trace_msg *t, const char *stream, const char *group,
 	if (!t->recording)
 		return;
 	t->recording = false; /* once */
-	char *name = xasprintf("process %s", stream);
-	struct otlp_span *s = span_of(&t->ctx, t->has_parent ? t->parent_id : NULL, t->state,
-				      name, OTLP_KIND_CONSUMER, t->start_ns);
-	free(name);
-	otlp_span_attr_str(s, "messaging.system", "redis");
-	otlp_span_attr_str(s, "messaging.operation.type", "process");
-	otlp_span_attr_str(s, "messaging.destination.name", stream);
-	otlp_span_attr_str(s, "messaging.consumer.group.name", group);
-	otlp_span_attr_str(s, "messaging.message.id", message_id);
-	otlp_span_attr_str(s, "relay.outcome", outcome);
+	struct otlp_span s;
+	span_of(&s, &t->ctx, t->has_parent ? t->parent_id : NULL, t->state, OTLP_KIND_CONSUMER,
+		t->start_ns);
+	s.name[0] = "process ";
+	s.name[1] = stream;
+	otlp_span_attr_str(&s, "messaging.system", "redis");
+	otlp_span_attr_str(&s, "messaging.operation.type", "process");
+	otlp_span_attr_str(&s, "messaging.destination.name", stream);
+	otlp_span_attr_str(&s, "messaging.consumer.group.name", group);
+	otlp_span_attr_str(&s, "messaging.message.id", message_id);
+	otlp_span_attr_str(&s, "relay.outcome", outcome);
 	if (error) {
-		s->status = OTLP_STATUS_ERROR;
-		s->status_message = xstrdup(error);
+		s.status = OTLP_STATUS_ERROR;
+		s.status_message = error;
 	}
-	otlp_exporter_submit(exporter, s);
+	otlp_exporter_submit(exporter, &s);
 }
 
 void trace_msg_free(struct trace_msg *t)
@@ -156,20 +161,22 @@ void trace_inv_end(const struct trace_msg *m, const struct trace_inv *inv,
 {
 	if (!m->recording)
 		return;
-	char *name = xasprintf("invoke %s/%s", r->function, r->handler);
-	struct otlp_span *s = span_of(&inv->ctx, m->ctx.span_id, m->state, name,
-				      OTLP_KIND_INTERNAL, inv->start_ns);
-	free(name);
-	otlp_span_attr_str(s, "relay.function", r->function);
-	otlp_span_attr_str(s, "relay.handler", r->handler);
-	otlp_span_attr_int(s, "relay.attempt", r->attempt);
-	otlp_span_attr_int(s, "relay.exit_code", r->exit_code);
-	otlp_span_attr_str(s, "relay.outcome", r->outcome);
+	struct otlp_span s;
+	span_of(&s, &inv->ctx, m->ctx.span_id, m->state, OTLP_KIND_INTERNAL, inv->start_ns);
+	s.name[0] = "invoke ";
+	s.name[1] = r->function;
+	s.name[2] = "/";
+	s.name[3] = r->handler;
+	otlp_span_attr_str(&s, "relay.function", r->function);
+	otlp_span_attr_str(&s, "relay.handler", r->handler);
+	otlp_span_attr_int(&s, "relay.attempt", r->attempt);
+	otlp_span_attr_int(&s, "relay.exit_code", r->exit_code);
+	otlp_span_attr_str(&s, "relay.outcome", r->outcome);
 	if (r->start_mode)
-		otlp_span_attr_str(s, "relay.start_mode", r->start_mode);
+		otlp_span_attr_str(&s, "relay.start_mode", r->start_mode);
 	if (r->error) {
-		s->status = OTLP_STATUS_ERROR;
-		s->status_message = xstrdup(r->error);
+		s.status = OTLP_STATUS_ERROR;
+		s.status_message = r->error;
 	}
-	otlp_exporter_submit(exporter, s);
+	otlp_exporter_submit(exporter, &s);
 }

@@ -3,9 +3,13 @@
  * what the exporter thread does when the collector misbehaves.
  *
  * Design notes:
- * - The queue is a ring of span pointers under one mutex; the producer
- *   (a consumer worker) holds it for a pointer store, the exporter thread
- *   to take a batch. Encoding and the POST happen without it.
+ * - The queue is a ring of batches under one mutex, each batch the text of
+ *   its encoded spans. The producer (a consumer worker) holds the mutex to
+ *   encode its span into the last batch, the exporter thread to take the
+ *   oldest one, swapping its buffer for the one it sent last. So spans
+ *   cost no allocation once the buffers have grown, and none is freed on
+ *   another thread than the one that made it. The POST happens without
+ *   the mutex.
  * - The thread's curl handle is its own and kept for the whole run
  *   (connection reuse). Every request is bounded by CURLOPT_TIMEOUT_MS;
  *   at stop, a progress callback also cuts a request in flight at the
@@ -146,69 +150,58 @@ fail:
 
 /* ---- spans ---------------------------------------------------------------- */
 
-struct otlp_span *otlp_span_new(const char *name, int kind)
-{
-	struct otlp_span *s = xcalloc(1, sizeof *s);
-	s->name = xstrdup(name);
-	s->kind = kind;
-	return s;
-}
-
 void otlp_span_attr_str(struct otlp_span *s, const char *key, const char *value)
 {
-	if (s->nattrs == OTLP_SPAN_ATTRS)
-		return;
-	s->attrs[s->nattrs++] = (struct otlp_attr){key, false, xstrdup(value), 0};
+	if (s->nattrs < OTLP_SPAN_ATTRS)
+		s->attrs[s->nattrs++] = (struct otlp_attr){key, value, 0};
 }
 
 void otlp_span_attr_int(struct otlp_span *s, const char *key, int64_t value)
 {
-	if (s->nattrs == OTLP_SPAN_ATTRS)
-		return;
-	s->attrs[s->nattrs++] = (struct otlp_attr){key, true, NULL, value};
-}
-
-void otlp_span_free(struct otlp_span *s)
-{
-	if (!s)
-		return;
-	for (size_t i = 0; i < s->nattrs; i++)
-		free(s->attrs[i].str);
-	free(s->trace_state);
-	free(s->name);
-	free(s->status_message);
-	free(s);
+	if (s->nattrs < OTLP_SPAN_ATTRS)
+		s->attrs[s->nattrs++] = (struct otlp_attr){key, NULL, value};
 }
 
 /* ---- encoding ------------------------------------------------------------- */
 
 /*
- * Written straight into a buffer rather than through a jansson tree: one
- * allocation per request instead of a dozen per span, which is most of the
- * exporter's CPU (bench/consume, "traced"). The text is what jansson's
+ * Written straight into a buffer rather than through a jansson tree, with
+ * no allocation but the buffer's: the exporter's CPU is spent on the event
+ * path's machine (bench/consume, "traced"). The text is what jansson's
  * compact, order-preserving dump writes for the same document.
  */
 
-/* A JSON string of s: '"', '\\' and the C0 controls escaped as jansson
- * does; text that is not valid UTF-8 is first escaped by text_escape (so
- * that nothing is lost and the document stays valid). */
-static void put_str(struct buf *b, const char *s)
+/* Appends n bytes to b: buf_append, with its common case inline for the
+ * many short pieces of a span. */
+static inline void put(struct buf *b, const void *p, size_t n)
 {
-	size_t n = strlen(s), plain = 0;
+	if (b->data && n < b->cap - b->len) {
+		memcpy(b->data + b->len, p, n);
+		b->len += n;
+		b->data[b->len] = '\0';
+	} else {
+		buf_append(b, p, n);
+	}
+}
+
+/* A constant piece of the document. */
+#define PUT(b, lit) put((b), (lit), sizeof(lit) - 1)
+
+/* The inside of a JSON string for s: '"', '\\' and the C0 controls escaped
+ * as jansson does; text that is not valid UTF-8 is first escaped by
+ * text_escape (so that nothing is lost and the document stays valid). */
+static void put_str_body(struct buf *b, const char *s)
+{
 	/* Most text (names, ids, attribute values) is printable ASCII with
 	 * nothing to escape: copied as it is, without the UTF-8 check. */
-	while (plain < n) {
-		unsigned char c = (unsigned char)s[plain];
-		if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
-			break;
-		plain++;
-	}
-	if (plain == n) {
-		buf_append(b, "\"", 1);
-		buf_append(b, s, n);
-		buf_append(b, "\"", 1);
+	const unsigned char *p = (const unsigned char *)s;
+	while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+		p++;
+	if (!*p) {
+		put(b, s, (size_t)(p - (const unsigned char *)s));
 		return;
 	}
+	size_t n = strlen(s);
 	char *escaped = NULL;
 	for (size_t i = 0; i < n;) {
 		uint32_t rune;
@@ -221,7 +214,6 @@ static void put_str(struct buf *b, const char *s)
 		}
 		i += k;
 	}
-	buf_append(b, "\"", 1);
 	size_t run = 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -230,19 +222,30 @@ static void put_str(struct buf *b, const char *s)
 		buf_append(b, s + run, i - run);
 		run = i + 1;
 		switch (c) {
-		case '"': buf_append(b, "\\\"", 2); break;
-		case '\\': buf_append(b, "\\\\", 2); break;
-		case '\b': buf_append(b, "\\b", 2); break;
-		case '\f': buf_append(b, "\\f", 2); break;
-		case '\n': buf_append(b, "\\n", 2); break;
-		case '\r': buf_append(b, "\\r", 2); break;
-		case '\t': buf_append(b, "\\t", 2); break;
-		default: buf_appendf(b, "\\u%04x", c); break;
+		case '"': PUT(b, "\\\""); break;
+		case '\\': PUT(b, "\\\\"); break;
+		case '\b': PUT(b, "\\b"); break;
+		case '\f': PUT(b, "\\f"); break;
+		case '\n': PUT(b, "\\n"); break;
+		case '\r': PUT(b, "\\r"); break;
+		case '\t': PUT(b, "\\t"); break;
+		default: {
+			static const char hex[] = "0123456789abcdef";
+			char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+			buf_append(b, u, sizeof u);
+			break;
+		}
 		}
 	}
 	buf_append(b, s + run, n - run);
-	buf_append(b, "\"", 1);
 	free(escaped);
+}
+
+static void put_str(struct buf *b, const char *s)
+{
+	PUT(b, "\"");
+	put_str_body(b, s);
+	PUT(b, "\"");
 }
 
 static void put_hex(struct buf *b, const uint8_t *p, size_t n)
@@ -250,27 +253,45 @@ static void put_hex(struct buf *b, const uint8_t *p, size_t n)
 	char h[35];
 	hex_encode(p, n, h + 1);
 	h[0] = h[2 * n + 1] = '"';
-	buf_append(b, h, 2 * n + 2);
+	put(b, h, 2 * n + 2);
 }
 
-/* A constant piece of the document. */
-#define PUT(b, lit) buf_append((b), (lit), sizeof(lit) - 1)
+/* v in decimal, in quotes when quoted (OTLP's JSON form of a 64-bit
+ * integer). */
+static void put_int(struct buf *b, int64_t v, bool quoted)
+{
+	char d[24], *p = d + sizeof d;
+	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	if (quoted)
+		*--p = '"';
+	do {
+		*--p = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*--p = '-';
+	if (quoted)
+		*--p = '"';
+	put(b, p, (size_t)(d + sizeof d - p));
+}
 
 /* {"key":K,"value":{"stringValue":V}} or {"intValue":"N"} */
 static void put_attr(struct buf *b, const char *key, const char *str, int64_t num)
 {
-	buf_append(b, "{\"key\":", 7);
+	PUT(b, "{\"key\":");
 	put_str(b, key);
 	if (str) {
 		PUT(b, ",\"value\":{\"stringValue\":");
 		put_str(b, str);
-		buf_append(b, "}}", 2);
 	} else {
-		buf_appendf(b, ",\"value\":{\"intValue\":\"%" PRId64 "\"}}", num);
+		PUT(b, ",\"value\":{\"intValue\":");
+		put_int(b, num, true);
 	}
+	PUT(b, "}}");
 }
 
-static void put_span(struct buf *b, const struct otlp_span *s)
+/* Appends the span's JSON object to b. */
+static void encode_span(struct buf *b, const struct otlp_span *s)
 {
 	PUT(b, "{\"traceId\":");
 	put_hex(b, s->trace_id, 16);
@@ -284,46 +305,73 @@ static void put_span(struct buf *b, const struct otlp_span *s)
 		PUT(b, ",\"traceState\":");
 		put_str(b, s->trace_state);
 	}
-	PUT(b, ",\"name\":");
-	put_str(b, s->name);
-	buf_appendf(b,
-		    ",\"kind\":%d,\"startTimeUnixNano\":\"%" PRId64 "\",\"endTimeUnixNano\":\"%" PRId64
-		    "\",\"attributes\":[",
-		    s->kind, s->start_ns, s->end_ns);
+	PUT(b, ",\"name\":\"");
+	for (size_t i = 0; i < OTLP_NAME_PARTS && s->name[i]; i++)
+		put_str_body(b, s->name[i]);
+	PUT(b, "\",\"kind\":");
+	put_int(b, s->kind, false);
+	PUT(b, ",\"startTimeUnixNano\":");
+	put_int(b, s->start_ns, true);
+	PUT(b, ",\"endTimeUnixNano\":");
+	put_int(b, s->end_ns, true);
+	PUT(b, ",\"attributes\":[");
 	for (size_t i = 0; i < s->nattrs; i++) {
 		if (i)
-			buf_append(b, ",", 1);
-		const struct otlp_attr *a = &s->attrs[i];
-		put_attr(b, a->key, a->is_int ? NULL : a->str, a->num);
+			PUT(b, ",");
+		put_attr(b, s->attrs[i].key, s->attrs[i].str, s->attrs[i].num);
 	}
 	PUT(b, "],\"status\":{");
-	if (s->status != OTLP_STATUS_UNSET)
-		buf_appendf(b, "\"code\":%d%s", s->status, s->status_message ? "," : "");
+	if (s->status != OTLP_STATUS_UNSET) {
+		PUT(b, "\"code\":");
+		put_int(b, s->status, false);
+		if (s->status_message)
+			PUT(b, ",");
+	}
 	if (s->status_message) {
 		PUT(b, "\"message\":");
 		put_str(b, s->status_message);
 	}
-	buf_append(b, "}}", 2);
+	PUT(b, "}}");
 }
 
-char *otlp_encode(const struct otlp_kv *resource, size_t nresource,
-		  struct otlp_span *const *spans, size_t n)
+char *otlp_span_encode(const struct otlp_span *s)
 {
 	struct buf b;
 	buf_init(&b, SIZE_MAX / 2);
-	PUT(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+	encode_span(&b, s);
+	return buf_steal(&b);
+}
+
+/* The request around spans (len bytes: span objects separated by commas),
+ * into b (emptied first). */
+static void encode_request(struct buf *b, const struct otlp_kv *resource, size_t nresource,
+			   const char *spans, size_t len)
+{
+	buf_reset(b);
+	PUT(b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
 	for (size_t i = 0; i < nresource; i++) {
 		if (i)
-			buf_append(&b, ",", 1);
-		put_attr(&b, resource[i].key, resource[i].value, 0);
+			PUT(b, ",");
+		put_attr(b, resource[i].key, resource[i].value, 0);
 	}
-	PUT(&b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"relay\"},\"spans\":[");
+	PUT(b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"relay\"},\"spans\":[");
+	buf_append(b, spans, len);
+	PUT(b, "]}]}]}");
+}
+
+char *otlp_encode(const struct otlp_kv *resource, size_t nresource, char *const *spans,
+		  size_t n)
+{
+	struct buf list, b;
+	buf_init(&list, SIZE_MAX / 2);
+	buf_init(&b, SIZE_MAX / 2);
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			buf_append(&b, ",", 1);
-		put_span(&b, spans[i]);
+			PUT(&list, ",");
+		buf_append(&list, spans[i], strlen(spans[i]));
 	}
-	PUT(&b, "]}]}]}");
+	encode_request(&b, resource, nresource, list.data ? list.data : "", list.len);
+	buf_free(&list);
 	return buf_steal(&b);
 }
 
@@ -339,11 +387,21 @@ struct otlp_exporter {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* a batch is full / stop */
-	struct otlp_span **ring;
-	size_t head, count;
+	/* The queue: a ring of nbatches batches, used of them holding spans
+	 * from head on; the last of those is the one spans are added to. */
+	struct batch *batches;
+	size_t nbatches, head, used, count;
 	bool stopping;
 	int64_t flush_deadline; /* monotonic, once stopping */
 	pthread_t thread;
+};
+
+/* Encoded spans, separated by commas: the "spans" list of one request.
+ * Its buffer is kept when the batch is sent, so that a steady stream of
+ * spans allocates nothing. */
+struct batch {
+	struct buf text;
+	size_t n;
 };
 
 static size_t discard_body(char *p, size_t size, size_t n, void *ctx)
@@ -382,17 +440,17 @@ static void setup_curl(struct otlp_exporter *e, CURL *c)
 /* POSTs one batch; counts it as exported, or as a failure and dropped. A
  * failure is logged once when exports start failing and once when they
  * work again (*failing), never with a header value. */
-static void send_batch(struct otlp_exporter *e, CURL *c, struct otlp_span **batch, size_t n,
-		       bool *failing)
+static void send_batch(struct otlp_exporter *e, CURL *c, struct buf *body,
+		       const struct batch *batch, bool *failing)
 {
-	char *body = otlp_encode(e->resource, e->nresource, batch, n);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	size_t n = batch->n;
+	encode_request(body, e->resource, e->nresource, batch->text.data, batch->text.len);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body->data);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body->len);
 	CURLcode rc = curl_easy_perform(c);
 	long status = 0;
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	free(body);
 	if (rc == CURLE_OK && status >= 200 && status < 300) {
 		atomic_fetch_add(&exported, n);
 		if (*failing)
@@ -412,16 +470,25 @@ static void send_batch(struct otlp_exporter *e, CURL *c, struct otlp_span **batc
 	*failing = true;
 }
 
-/* Takes at most batch_max spans into batch; lock held. */
-static size_t take_locked(struct otlp_exporter *e, struct otlp_span **batch)
+/* Whether a batch waits to be sent: a full one, or (partial) when due. */
+static bool batch_ready_locked(const struct otlp_exporter *e, bool due)
 {
-	size_t n = 0;
-	while (e->count && n < e->batch_max) {
-		batch[n++] = e->ring[e->head];
-		e->head = (e->head + 1) % e->queue_max;
-		e->count--;
-	}
-	return n;
+	return e->used > 1 || (e->used == 1 && (due || e->batches[e->head].n == e->batch_max));
+}
+
+/* Takes the oldest batch into *out, whose buffer (emptied, with the
+ * capacity of the batch sent before) takes its place in the ring; lock
+ * held. */
+static void take_locked(struct otlp_exporter *e, struct batch *out)
+{
+	struct batch *b = &e->batches[e->head];
+	struct buf spare = out->text;
+	*out = *b;
+	b->text = spare;
+	b->n = 0;
+	e->count -= out->n;
+	e->head = (e->head + 1) % e->nbatches;
+	e->used--;
 }
 
 static void *exporter_main(void *arg)
@@ -430,39 +497,43 @@ static void *exporter_main(void *arg)
 	CURL *c = curl_easy_init();
 	if (c)
 		setup_curl(e, c);
-	struct otlp_span **batch = xcalloc(e->batch_max, sizeof *batch);
+	/* The request body, kept across requests: it grows to a batch's size
+	 * once. */
+	struct buf body;
+	buf_init(&body, SIZE_MAX / 2);
+	struct batch out = {0};
+	buf_init(&out.text, SIZE_MAX / 2);
 	bool failing = false;
 	pthread_mutex_lock(&e->lock);
 	for (;;) {
 		int64_t due = now_mono_ns() + e->interval_ns;
 		/* While exports fail, one attempt per interval: the spans that
 		 * come meanwhile are dropped at the queue, never encoded. */
-		while (!e->stopping && (failing || e->count < e->batch_max) &&
+		while (!e->stopping && (failing || !batch_ready_locked(e, false)) &&
 		       now_mono_ns() < due) {
 			struct timespec ts = {due / NS_PER_SEC, due % NS_PER_SEC};
 			pthread_cond_timedwait(&e->cond, &e->lock, &ts);
 		}
 		if (e->stopping && (!e->count || now_mono_ns() >= e->flush_deadline))
 			break;
-		size_t n = take_locked(e, batch);
+		if (!batch_ready_locked(e, true))
+			continue;
+		take_locked(e, &out);
 		pthread_mutex_unlock(&e->lock);
-		if (n && c)
-			send_batch(e, c, batch, n, &failing);
-		else if (n)
-			atomic_fetch_add(&dropped, n);
-		for (size_t i = 0; i < n; i++)
-			otlp_span_free(batch[i]);
+		if (c)
+			send_batch(e, c, &body, &out, &failing);
+		else
+			atomic_fetch_add(&dropped, out.n);
+		buf_reset(&out.text);
 		pthread_mutex_lock(&e->lock);
 	}
-	size_t left = e->count;
-	while (e->count) { /* past the flush bound */
-		otlp_span_free(e->ring[e->head]);
-		e->head = (e->head + 1) % e->queue_max;
-		e->count--;
-	}
+	size_t left = e->count; /* past the flush bound */
+	e->count = 0;
+	e->used = 0;
 	pthread_mutex_unlock(&e->lock);
 	atomic_fetch_add(&dropped, left);
-	free(batch);
+	buf_free(&out.text);
+	buf_free(&body);
 	if (c)
 		curl_easy_cleanup(c);
 	return NULL;
@@ -471,6 +542,10 @@ static void *exporter_main(void *arg)
 static struct curl_slist *header_list(const struct otlp_kv *h, size_t n)
 {
 	struct curl_slist *l = curl_slist_append(NULL, "Content-Type: application/json");
+	/* No "Expect: 100-continue" (libcurl's default for a body over 1 MiB):
+	 * a collector that ignores it would cost every large request a
+	 * second's wait. */
+	l = curl_slist_append(l, "Expect:");
 	for (size_t i = 0; i < n; i++) {
 		char *line = xasprintf("%s: %s", h[i].key, h[i].value);
 		l = curl_slist_append(l, line);
@@ -496,7 +571,9 @@ static void exporter_free(struct otlp_exporter *e)
 	curl_slist_free_all(e->headers); /* header values: libcurl's copies */
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);
-	free(e->ring);
+	for (size_t i = 0; i < e->nbatches; i++)
+		buf_free(&e->batches[i].text);
+	free(e->batches);
 	free(e);
 }
 
@@ -513,7 +590,12 @@ struct otlp_exporter *otlp_exporter_start(const struct otlp_exporter_config *cfg
 	e->interval_ns = cfg->interval_ns > 0 ? cfg->interval_ns : 2 * NS_PER_SEC;
 	e->queue_max = cfg->queue_max ? cfg->queue_max : 2048;
 	e->batch_max = cfg->batch_max ? cfg->batch_max : 512;
-	e->ring = xcalloc(e->queue_max, sizeof *e->ring);
+	if (e->batch_max > e->queue_max)
+		e->batch_max = e->queue_max;
+	e->nbatches = (e->queue_max + e->batch_max - 1) / e->batch_max;
+	e->batches = xcalloc(e->nbatches, sizeof *e->batches);
+	for (size_t i = 0; i < e->nbatches; i++)
+		buf_init(&e->batches[i].text, SIZE_MAX / 2);
 	pthread_mutex_init(&e->lock, NULL);
 	cond_init_monotonic(&e->cond);
 	int rc = thread_start(&e->thread, "otlp", exporter_main, e);
@@ -525,24 +607,44 @@ struct otlp_exporter *otlp_exporter_start(const struct otlp_exporter_config *cfg
 	return e;
 }
 
-void otlp_exporter_submit(struct otlp_exporter *e, struct otlp_span *s)
+/* The batch a span goes to, or NULL when the queue is full or stopping;
+ * lock held. */
+static struct batch *tail_locked(struct otlp_exporter *e)
 {
-	if (!e) {
-		otlp_span_free(s);
-		return;
+	if (e->stopping || e->count >= e->queue_max)
+		return NULL;
+	if (e->used) {
+		struct batch *t = &e->batches[(e->head + e->used - 1) % e->nbatches];
+		if (t->n < e->batch_max)
+			return t;
 	}
+	if (e->used == e->nbatches)
+		return NULL;
+	e->used++;
+	return &e->batches[(e->head + e->used - 1) % e->nbatches];
+}
+
+void otlp_exporter_submit(struct otlp_exporter *e, const struct otlp_span *s)
+{
+	if (!e)
+		return;
+	/* Encoded straight into its batch, under the lock (about a
+	 * microsecond): no allocation once the batches have grown, and none
+	 * at all when the queue is full, so that a collector that is down
+	 * costs the event path a lock, not an encoding. */
 	pthread_mutex_lock(&e->lock);
-	bool full = e->count == e->queue_max || e->stopping;
-	if (!full) {
-		e->ring[(e->head + e->count) % e->queue_max] = s;
-		if (++e->count == e->batch_max)
+	struct batch *t = tail_locked(e);
+	if (t) {
+		if (t->n)
+			PUT(&t->text, ",");
+		encode_span(&t->text, s);
+		e->count++;
+		if (++t->n == e->batch_max)
 			pthread_cond_signal(&e->cond);
 	}
 	pthread_mutex_unlock(&e->lock);
-	if (full) {
+	if (!t)
 		atomic_fetch_add(&dropped, 1);
-		otlp_span_free(s);
-	}
 }
 
 void otlp_exporter_stop(struct otlp_exporter *e, int64_t bound_ns)

@@ -11,9 +11,10 @@
  * (name "relay") per request.
  *
  * The exporter (one thread, "otlp", started with thread_start) owns a
- * bounded queue of spans: otlp_exporter_submit never blocks beyond one
- * short mutex hold and never waits for the network; a full queue drops the
- * span (counted). The thread sends a batch of at most batch_max spans when
+ * bounded queue of encoded spans: otlp_exporter_submit encodes the span in
+ * the caller's thread into the queue, never blocks beyond that one short
+ * mutex hold and never waits for the network; a full queue drops the span
+ * (counted) without encoding it. The thread sends a batch of at most batch_max spans when
  * that many wait, or every interval_ns, as one POST with
  * Content-Type: application/json and the configured headers, bounded by
  * timeout_ns (curl's whole-transfer timeout). A request that fails (no
@@ -60,39 +61,47 @@ struct otlp_kv {
 int otlp_kv_parse(const char *text, struct otlp_kv **out, size_t *n, char **why);
 void otlp_kv_free(struct otlp_kv *kv, size_t n);
 
+/* An attribute: a string value, or (str NULL) an integer one. */
 struct otlp_attr {
-	const char *key; /* static: a string literal */
-	bool is_int;
-	char *str;
+	const char *key; /* a string literal: attribute names are Relay's own */
+	const char *str;
 	int64_t num;
 };
 
-/* One finished span. Every string is owned (otlp_span_free). */
+#define OTLP_NAME_PARTS 4
+
+/*
+ * One finished span, as the encoder reads it. Nothing in it is owned: it
+ * lives on its maker's stack and points at the maker's strings, and
+ * otlp_exporter_submit encodes it before returning.
+ */
 struct otlp_span {
 	uint8_t trace_id[16], span_id[8], parent_id[8];
 	bool has_parent;
-	char *trace_state; /* NULL: none */
-	char *name;
+	const char *trace_state; /* NULL: none */
+	/* The name: these pieces in order, up to the first NULL. */
+	const char *name[OTLP_NAME_PARTS];
 	int kind;
 	int64_t start_ns, end_ns; /* Unix nanoseconds */
 	int status;		  /* OTLP_STATUS_UNSET or OTLP_STATUS_ERROR */
-	char *status_message;	  /* NULL: none */
+	const char *status_message; /* NULL: none */
 	struct otlp_attr attrs[OTLP_SPAN_ATTRS];
 	size_t nattrs;
 };
 
-/* A zeroed span named name (copied). */
-struct otlp_span *otlp_span_new(const char *name, int kind);
-/* Adds an attribute: key is kept as it is (a string literal: attribute
- * names are Relay's own), value copied; past OTLP_SPAN_ATTRS ignored. */
+/* Add an attribute (value kept as a pointer); past OTLP_SPAN_ATTRS
+ * ignored. */
 void otlp_span_attr_str(struct otlp_span *s, const char *key, const char *value);
 void otlp_span_attr_int(struct otlp_span *s, const char *key, int64_t value);
-void otlp_span_free(struct otlp_span *s);
 
-/* The ExportTraceServiceRequest of n spans under one resource (its
+/* The span's JSON object, as it appears in a request's "spans" list
+ * (malloc'd). */
+char *otlp_span_encode(const struct otlp_span *s);
+
+/* The ExportTraceServiceRequest of n encoded spans under one resource (its
  * attributes, in order), as compact JSON text (malloc'd). */
-char *otlp_encode(const struct otlp_kv *resource, size_t nresource,
-		  struct otlp_span *const *spans, size_t n);
+char *otlp_encode(const struct otlp_kv *resource, size_t nresource, char *const *spans,
+		  size_t n);
 
 struct otlp_exporter_config {
 	const char *url; /* the full traces URL, e.g. http://host:4318/v1/traces */
@@ -112,9 +121,10 @@ struct otlp_exporter;
 /* Copies cfg and starts the thread. NULL with *why when the thread
  * cannot start. */
 struct otlp_exporter *otlp_exporter_start(const struct otlp_exporter_config *cfg, char **why);
-/* Queues s (consumed: freed when dropped). Thread-safe, never blocks on
- * the network. NULL e frees s. */
-void otlp_exporter_submit(struct otlp_exporter *e, struct otlp_span *s);
+/* Queues s, encoded (s itself is not kept), or drops it (counted) when the
+ * queue is full: then it is not encoded at all. Thread-safe, never blocks
+ * on the network. NULL e: nothing. */
+void otlp_exporter_submit(struct otlp_exporter *e, const struct otlp_span *s);
 /* Sends what is queued, taking at most bound_ns for it (a request in
  * flight is abandoned at the bound), joins the thread and frees e. The
  * spans not sent are counted as dropped. NULL is fine. */

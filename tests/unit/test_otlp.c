@@ -2,6 +2,9 @@
  * key=value lists, and the exporter's bounds against collectors that do
  * not answer. */
 #include <arpa/inet.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +24,24 @@ static void fill(uint8_t *p, size_t n, uint8_t first)
 
 TEST(encode_exact)
 {
-	struct otlp_span *s = otlp_span_new("process events", OTLP_KIND_CONSUMER);
-	fill(s->trace_id, 16, 0xa0);
-	fill(s->span_id, 8, 0x10);
-	fill(s->parent_id, 8, 0x01);
-	s->has_parent = true;
-	s->trace_state = xstrdup("k=v");
-	s->start_ns = 1700000000000000001LL;
-	s->end_ns = 1700000000500000000LL;
-	otlp_span_attr_str(s, "messaging.system", "redis");
-	otlp_span_attr_int(s, "relay.attempt", 2);
-	s->status = OTLP_STATUS_ERROR;
-	s->status_message = xstrdup("exit \"1\"");
-	struct otlp_span *root = otlp_span_new("r", OTLP_KIND_INTERNAL);
-	fill(root->trace_id, 16, 1);
-	fill(root->span_id, 8, 2);
+	struct otlp_span s = {.name = {"process ", "events"}, .kind = OTLP_KIND_CONSUMER};
+	fill(s.trace_id, 16, 0xa0);
+	fill(s.span_id, 8, 0x10);
+	fill(s.parent_id, 8, 0x01);
+	s.has_parent = true;
+	s.trace_state = "k=v";
+	s.start_ns = 1700000000000000001LL;
+	s.end_ns = 1700000000500000000LL;
+	otlp_span_attr_str(&s, "messaging.system", "redis");
+	otlp_span_attr_int(&s, "relay.attempt", 2);
+	otlp_span_attr_int(&s, "relay.exit_code", -1);
+	s.status = OTLP_STATUS_ERROR;
+	s.status_message = "exit \"1\"\n\x01";
+	struct otlp_span root = {.name = {"r"}, .kind = OTLP_KIND_INTERNAL};
+	fill(root.trace_id, 16, 1);
+	fill(root.span_id, 8, 2);
 	struct otlp_kv res[] = {{"service.name", "relay"}, {"deployment.environment", "test"}};
-	struct otlp_span *spans[] = {s, root};
+	char *spans[] = {otlp_span_encode(&s), otlp_span_encode(&root)};
 	char *got = otlp_encode(res, 2, spans, 2);
 	CHECK_STR(got,
 		  "{\"resourceSpans\":[{\"resource\":{\"attributes\":["
@@ -50,32 +54,31 @@ TEST(encode_exact)
 		  "\"startTimeUnixNano\":\"1700000000000000001\","
 		  "\"endTimeUnixNano\":\"1700000000500000000\",\"attributes\":["
 		  "{\"key\":\"messaging.system\",\"value\":{\"stringValue\":\"redis\"}},"
-		  "{\"key\":\"relay.attempt\",\"value\":{\"intValue\":\"2\"}}],"
-		  "\"status\":{\"code\":2,\"message\":\"exit \\\"1\\\"\"}},"
+		  "{\"key\":\"relay.attempt\",\"value\":{\"intValue\":\"2\"}},"
+		  "{\"key\":\"relay.exit_code\",\"value\":{\"intValue\":\"-1\"}}],"
+		  "\"status\":{\"code\":2,\"message\":\"exit \\\"1\\\"\\n\\u0001\"}},"
 		  "{\"traceId\":\"0102030405060708090a0b0c0d0e0f10\",\"spanId\":\"0203040506070809\","
 		  "\"name\":\"r\",\"kind\":1,\"startTimeUnixNano\":\"0\",\"endTimeUnixNano\":\"0\","
 		  "\"attributes\":[],\"status\":{}}]}]}]}");
 	free(got);
-	otlp_span_free(s);
-	otlp_span_free(root);
+	free(spans[0]);
+	free(spans[1]);
 }
 
 TEST(encode_invalid_utf8_escaped)
 {
-	struct otlp_span *s = otlp_span_new("bad \xff name", OTLP_KIND_INTERNAL);
-	char *got = otlp_encode(NULL, 0, &s, 1);
-	CHECK(strstr(got, "\"name\":\"bad \\\\xff name\"") != NULL);
+	struct otlp_span s = {.name = {"invoke ", "bad \xff", "/", "name"}};
+	char *got = otlp_span_encode(&s);
+	CHECK(strstr(got, "\"name\":\"invoke bad \\\\xff/name\"") != NULL);
 	free(got);
-	otlp_span_free(s);
 }
 
 TEST(attrs_bounded)
 {
-	struct otlp_span *s = otlp_span_new("n", OTLP_KIND_INTERNAL);
+	struct otlp_span s = {.name = {"n"}};
 	for (int i = 0; i < OTLP_SPAN_ATTRS + 5; i++)
-		otlp_span_attr_int(s, "k", i);
-	CHECK_INT(s->nattrs, OTLP_SPAN_ATTRS);
-	otlp_span_free(s);
+		otlp_span_attr_int(&s, "k", i);
+	CHECK_INT(s.nattrs, OTLP_SPAN_ATTRS);
 }
 
 static const struct {
@@ -177,8 +180,9 @@ TEST(queue_bound_drops_and_counts)
 	/* 100 spans into a queue of 8 whose consumer hangs on the first batch:
 	 * submitting never waits for the network. */
 	int64_t t0 = now_mono_ns();
+	struct otlp_span s = {.name = {"s"}, .kind = OTLP_KIND_INTERNAL};
 	for (int i = 0; i < 100; i++)
-		otlp_exporter_submit(e, otlp_span_new("s", OTLP_KIND_INTERNAL));
+		otlp_exporter_submit(e, &s);
 	int64_t took = now_mono_ns() - t0;
 	/* 100 mutex holds: far below one request's 300 ms timeout. */
 	CHECK(took < 100 * NS_PER_MS);
@@ -209,13 +213,121 @@ TEST(refused_connection_counts_a_failure)
 	uint64_t dropped0 = otlp_spans_dropped(), failed0 = otlp_export_failures();
 	struct otlp_exporter *e = otlp_exporter_start(&cfg, &why);
 	REQUIRE(e != NULL);
+	struct otlp_span s = {.name = {"s"}, .kind = OTLP_KIND_INTERNAL};
 	for (int i = 0; i < 3; i++)
-		otlp_exporter_submit(e, otlp_span_new("s", OTLP_KIND_INTERNAL));
+		otlp_exporter_submit(e, &s);
 	otlp_exporter_stop(e, 2 * NS_PER_SEC);
 	CHECK_INT(otlp_export_failures() - failed0, 1);
 	CHECK_INT(otlp_spans_dropped() - dropped0, 3);
 }
 
+/* A collector on loopback: reads each request whole, checks that its body
+ * is a JSON ExportTraceServiceRequest, counts its spans (and the spans
+ * whose name is the one expected) and answers 200. */
+struct collector {
+	int fd, port;
+	pthread_t thread;
+	atomic_int requests, spans, bad;
+};
+
+static void collector_request(struct collector *c, const char *body, size_t len)
+{
+	json_error_t err;
+	json_t *doc = json_loadb(body, len, 0, &err);
+	json_t *spans = json_object_get(
+		json_array_get(json_object_get(json_array_get(json_object_get(doc, "resourceSpans"),
+								0),
+					       "scopeSpans"),
+			       0),
+		"spans");
+	size_t i;
+	json_t *sp;
+	if (!json_is_array(spans))
+		atomic_fetch_add(&c->bad, 1);
+	json_array_foreach(spans, i, sp)
+	{
+		const char *name = json_string_value(json_object_get(sp, "name"));
+		if (!name || strcmp(name, "invoke fn/h.handler") != 0)
+			atomic_fetch_add(&c->bad, 1);
+		atomic_fetch_add(&c->spans, 1);
+	}
+	atomic_fetch_add(&c->requests, 1);
+	json_decref(doc);
+}
+
+static void *collector_main(void *arg)
+{
+	struct collector *c = arg;
+	static char buf[1 << 22];
+	int fd;
+	while ((fd = accept(c->fd, NULL, NULL)) >= 0) {
+		size_t have = 0;
+		for (;;) {
+			char *end = memmem(buf, have, "\r\n\r\n", 4);
+			char *cl = end ? strcasestr(buf, "Content-Length:") : NULL;
+			size_t need = cl ? (size_t)(end - buf) + 4 + strtoul(cl + 15, NULL, 10) : 0;
+			if (cl && have >= need) {
+				collector_request(c, end + 4, need - (size_t)(end + 4 - buf));
+				static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+				if (write(fd, ok, sizeof ok - 1) < 0)
+					break;
+				memmove(buf, buf + need, have - need);
+				have -= need;
+				continue;
+			}
+			ssize_t n = have < sizeof buf - 1 ? read(fd, buf + have, sizeof buf - 1 - have) : 0;
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+			buf[have] = '\0';
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+TEST(batches_reach_the_collector_whole)
+{
+	struct collector c = {0};
+	c.fd = hanging_listener(&c.port);
+	REQUIRE(c.fd >= 0);
+	REQUIRE(pthread_create(&c.thread, NULL, collector_main, &c) == 0);
+	char url[64];
+	snprintf_(url, sizeof url, "http://127.0.0.1:%d/v1/traces", c.port);
+	/* Four batches of 50 in the queue: 1,000 spans in rounds of 150 make
+	 * every batch's buffer go out and come back several times. */
+	struct otlp_exporter_config cfg = {.url = url,
+					   .timeout_ns = 5 * NS_PER_SEC,
+					   .queue_max = 200,
+					   .batch_max = 50,
+					   .interval_ns = 20 * NS_PER_MS};
+	char *why = NULL;
+	uint64_t exported0 = otlp_spans_exported(), dropped0 = otlp_spans_dropped();
+	struct otlp_exporter *e = otlp_exporter_start(&cfg, &why);
+	REQUIRE(e != NULL);
+	struct otlp_span s = {.name = {"invoke ", "fn", "/", "h.handler"},
+			      .kind = OTLP_KIND_INTERNAL};
+	otlp_span_attr_str(&s, "relay.function", "fn");
+	int sent = 0;
+	while (sent < 1000) {
+		for (int i = 0; i < 150 && sent < 1000; i++, sent++)
+			otlp_exporter_submit(e, &s);
+		int64_t until = now_mono_ns() + 10 * NS_PER_SEC;
+		while (otlp_spans_exported() - exported0 < (uint64_t)sent && now_mono_ns() < until)
+			usleep(2000);
+	}
+	otlp_exporter_stop(e, 5 * NS_PER_SEC);
+	CHECK_INT(otlp_spans_exported() - exported0, 1000);
+	CHECK_INT(otlp_spans_dropped() - dropped0, 0);
+	CHECK_INT(atomic_load(&c.spans), 1000);
+	CHECK_INT(atomic_load(&c.bad), 0);
+	CHECK(atomic_load(&c.requests) >= 20); /* at most 50 spans a request */
+	shutdown(c.fd, SHUT_RDWR);
+	close(c.fd);
+	pthread_join(c.thread, NULL);
+}
+
 T_MAIN(T_CASE(encode_exact), T_CASE(encode_invalid_utf8_escaped), T_CASE(attrs_bounded),
        T_CASE(kv_table), T_CASE(kv_error_never_shows_a_value), T_CASE(kv_bounds),
-       T_CASE(queue_bound_drops_and_counts), T_CASE(refused_connection_counts_a_failure))
+       T_CASE(queue_bound_drops_and_counts), T_CASE(refused_connection_counts_a_failure),
+       T_CASE(batches_reach_the_collector_whole))
