@@ -263,3 +263,44 @@ test_trace_collector_down_or_hanging_costs_processing_nothing() {
 	stop_relay_pid "$RELAY_PID"
 	[ $((SECONDS - t0)) -le 12 ] || fail "stop took $((SECONDS - t0)) s with a hanging collector"
 }
+
+# The plain build under valgrind through the export path: spans encoded
+# into the queue's batches, a batch sent while events still come, a failed
+# attempt's ERROR status, the flush at stop: no memory errors, no leaks,
+# and every span reached the collector.
+test_trace_valgrind_export_path() {
+	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
+	trap 'tr_rc=$?; rm_fn_images tr-vg; (exit "$tr_rc"); it_cleanup' EXIT
+	redis_up
+	relay_env
+	write_fn tr-vg h.py 'def handler(event):
+    if event["n"] == "fail":
+        raise ValueError("fails")
+    print("vg", event["n"])
+' 'runtime: python3.14
+events:
+  - handler: h.handler
+    retries: 0
+    pattern: {kind: [vg]}
+'
+	tr_receiver "$TMP/rx" ok
+	export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$RX_PORT
+	relay_bg "$TMP/relay.log" unshare --uts sh -c "hostname tr-vg && exec valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 '$RELAY_PLAIN' start"
+	wait_for 120 grep -qF 'msg="worker started"' "$TMP/relay.log" || fail "relay did not start: $(tail -n 20 "$TMP/relay.log")"
+	local n last
+	for n in 1 2 3; do last=$(rcli XADD events '*' event "{\"kind\":\"vg\",\"n\":\"$n\"}"); done
+	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "not acknowledged: $(tail -n 20 "$TMP/relay.log")"
+	# A batch goes out within TRACE_INTERVAL_NS (2 s) while Relay runs.
+	wait_for 30 eval 'ls "$TMP"/rx/req-*.json >/dev/null 2>&1' || fail "no batch sent while running"
+	rcli XADD events '*' event '{"kind":"vg","n":"fail"}' >/dev/null
+	for n in 4 5; do last=$(rcli XADD events '*' event "{\"kind\":\"vg\",\"n\":\"$n\"}"); done
+	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "not acknowledged: $(tail -n 20 "$TMP/relay.log")"
+	wait_for 60 eval '[ "$(rcli XLEN relay:events:dlq)" = 1 ]' || fail "the failing event was not dead-lettered"
+	stop_relay_pid "$RELAY_PID"
+	grep -q "ERROR SUMMARY: 0 errors" "$TMP/relay.log" || fail "valgrind: $(grep -A5 'definitely lost\|Invalid' "$TMP/relay.log" | head -n 20)"
+	tr_spans "$TMP/rx" >"$TMP/spans.json"
+	# Six events, two spans each; the failed one's spans say ERROR.
+	[ "$(jq length "$TMP/spans.json")" = 12 ] || fail "spans: $(jq -c 'map({traceId, name})' "$TMP/spans.json")"
+	[ "$(jq '[.[] | select(.status.code == 2)] | length' "$TMP/spans.json")" = 2 ] ||
+		fail "ERROR spans: $(jq -c 'map(select(.status.code == 2))' "$TMP/spans.json")"
+}
