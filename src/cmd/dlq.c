@@ -839,8 +839,10 @@ static int check_selection(const struct cmd *self, const struct cmd_args *args)
 	return 2;
 }
 
-/* Replays one entry: 0, or 1 after printing why it was not. */
-static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
+/* The stream entry id is replayed to (malloc'd into *stream): 0, or 1
+ * after printing why it is not replayed (gone, or no decodable event:
+ * refused before the script). */
+static int replay_target(struct dlq_ctx *c, const char *id, char **stream)
 {
 	struct dlq_entry *e = NULL;
 	int got = read_one(c, id, &e);
@@ -848,7 +850,6 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 		return 1;
 	if (got == 0)
 		return cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
-	/* Refused before the script when the event does not decode. */
 	size_t elen = 0;
 	const char *ev_text = dlq_view_entry_get(e, "event", &elen);
 	struct event *ev = NULL;
@@ -863,9 +864,50 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 	}
 	event_free(ev);
 	const char *os = dlq_view_entry_get(e, "original_stream", NULL);
-	char *stream = xstrdup(os && *os ? os : c->stream);
+	*stream = xstrdup(os && *os ? os : c->stream);
 	dlq_view_entry_free(e);
+	return 0;
+}
 
+/* What the replay script answered for id, printed: 0 when replayed (or,
+ * dry, would be), else 1. */
+static int replay_report(struct dlq_ctx *c, const char *id, const char *stream,
+			 redisReply *rep)
+{
+	const char *what = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+					   rep->element[0]->type == REDIS_REPLY_STRING
+				   ? rep->element[0]->str
+				   : NULL;
+	const char *a1 = what && rep->elements >= 2 ? rep->element[1]->str : "";
+	const char *a2 = what && rep->elements >= 3 ? rep->element[2]->str : "";
+	if (!what)
+		return redis_fail(c, rep);
+	if (strcmp(what, "gone") == 0)
+		return cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
+	if (strcmp(what, "malformed") == 0)
+		return cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id, a1);
+	if (strcmp(what, "limit") == 0)
+		return cmd_fail("dlq replay: %s: refused: already replayed %s times (--force "
+				"replays it anyway)",
+				id, a1);
+	bool dry = strcmp(what, "dry") == 0;
+	if (!dry && strcmp(what, "ok") != 0)
+		return redis_fail(c, NULL);
+	char *shown = text_escaped(stream, strlen(stream), 0, 0);
+	if (dry)
+		printf("%s would be replayed to %s (replay %s)\n", id, shown, a1);
+	else
+		printf("%s replayed as %s on %s (replay %s)\n", id, a1, shown, a2);
+	free(shown);
+	return 0;
+}
+
+/* Replays one entry: 0, or 1 after printing why it was not. */
+static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
+{
+	char *stream = NULL;
+	if (replay_target(c, id, &stream))
+		return 1;
 	char max[16];
 	snprintf_(max, sizeof max, "%d", DLQ_REPLAY_MAX);
 	char *replays = xasprintf("relay:%s:replays", stream);
@@ -886,36 +928,7 @@ static int replay_one(struct dlq_ctx *c, const char *id, bool force, bool dry)
 	for (size_t i = 0; i < ARRAY_LEN(argv); i++)
 		lens[i] = strlen(argv[i]);
 	redisReply *rep = redis_script_run(c->r, &replay_script, (int)ARRAY_LEN(argv), argv, lens);
-	int rc = 1;
-	const char *what = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-					   rep->element[0]->type == REDIS_REPLY_STRING
-				   ? rep->element[0]->str
-				   : NULL;
-	const char *a1 = what && rep->elements >= 2 ? rep->element[1]->str : "";
-	const char *a2 = what && rep->elements >= 3 ? rep->element[2]->str : "";
-	if (!what) {
-		redis_fail(c, rep);
-	} else if (strcmp(what, "gone") == 0) {
-		cmd_fail("dlq replay: %s: gone (replayed or removed meanwhile)", id);
-	} else if (strcmp(what, "malformed") == 0) {
-		cmd_fail("dlq replay: %s: refused: no decodable event (%s)", id, a1);
-	} else if (strcmp(what, "limit") == 0) {
-		cmd_fail("dlq replay: %s: refused: already replayed %s times (--force replays it "
-			 "anyway)",
-			 id, a1);
-	} else if (strcmp(what, "dry") == 0) {
-		char *shown = text_escaped(stream, strlen(stream), 0, 0);
-		printf("%s would be replayed to %s (replay %s)\n", id, shown, a1);
-		free(shown);
-		rc = 0;
-	} else if (strcmp(what, "ok") == 0) {
-		char *shown = text_escaped(stream, strlen(stream), 0, 0);
-		printf("%s replayed as %s on %s (replay %s)\n", id, a1, shown, a2);
-		free(shown);
-		rc = 0;
-	} else {
-		redis_fail(c, NULL);
-	}
+	int rc = replay_report(c, id, stream, rep);
 	if (rep)
 		freeReplyObject(rep);
 	free(replays);

@@ -528,6 +528,39 @@ static size_t long_line(const char *text, size_t len, size_t max)
 	return 0;
 }
 
+/* Reads p's events into r's document: 0, or -1 with r->err set (from
+ * libfyaml's diagnostics in dc when the error is its own). */
+static int read_events(struct reader *r, struct fy_parser *p, const struct diag_ctx *dc)
+{
+	int rc = 0;
+	for (;;) {
+		/* The stream ends with an event (FYET_STREAM_END, which ends
+		 * the loop): no event before it is an error, libfyaml's own
+		 * or a failed allocation. */
+		struct fy_event *e = fy_parser_parse(p);
+		if (!e) {
+			rc = -1;
+			break;
+		}
+		rc = on_event(r, e);
+		fy_parser_event_free(p, e);
+		if (rc != 0)
+			break;
+	}
+	if (rc > 0)
+		rc = 0;
+	if (rc == 0 && r->depth > 0)
+		rc = fail_at(r, "incomplete document");
+	if (rc < 0 && !r->err)
+		/* libfyaml reports every syntax error; it stops without one
+		 * only when it could not allocate. */
+		r->err = dc->msg.len || dc->first.len
+				 ? yaml_error_text(dc->msg.len ? dc->msg.data : dc->first.data,
+						   r->name)
+				 : xasprintf("%s: out of memory reading the YAML", r->name);
+	return rc;
+}
+
 int yaml_parse(const char *text, size_t len, const char *name, const struct ylimits *lim,
 	       struct yaml_doc **out, char **err)
 {
@@ -573,32 +606,8 @@ int yaml_parse(const char *text, size_t len, const char *name, const struct ylim
 		.line = 1,
 		.col = 1,
 	};
-	int rc = 0;
 	compares = 0;
-	for (;;) {
-		/* The stream ends with an event (FYET_STREAM_END, which ends
-		 * the loop): no event before it is an error, libfyaml's own
-		 * or a failed allocation. */
-		struct fy_event *e = fy_parser_parse(p);
-		if (!e) {
-			rc = -1;
-			break;
-		}
-		rc = on_event(&r, e);
-		fy_parser_event_free(p, e);
-		if (rc != 0)
-			break;
-	}
-	if (rc > 0)
-		rc = 0;
-	if (rc == 0 && r.depth > 0)
-		rc = fail_at(&r, "incomplete document");
-	if (rc < 0 && !r.err)
-		/* libfyaml reports every syntax error; it stops without one
-		 * only when it could not allocate. */
-		r.err = dc.msg.len || dc.first.len
-				? yaml_error_text(dc.msg.len ? dc.msg.data : dc.first.data, name)
-				: xasprintf("%s: out of memory reading the YAML", name);
+	int rc = read_events(&r, p, &dc);
 	for (int i = 0; i < r.depth; i++)
 		frame_release(&r.stack[i]);
 	free(r.stack);
