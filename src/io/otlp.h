@@ -14,17 +14,17 @@
  * bounded queue of encoded spans: otlp_exporter_submit encodes the span in
  * the caller's thread into the queue, never blocks beyond that one short
  * mutex hold and never waits for the network; a full queue drops the span
- * (counted) without encoding it. The thread sends a batch of at most batch_max spans when
- * that many wait, or every interval_ns, as one POST with
- * Content-Type: application/json and the configured headers, bounded by
- * timeout_ns (curl's whole-transfer timeout). A request that fails (no
- * connection, timeout, a status other than 2xx) is counted as one export
- * failure and its spans as dropped, and while requests fail the next one
- * waits interval_ns (spans arriving meanwhile are dropped at the full
- * queue, never encoded): nothing is retried, so a collector
- * that is down, slow or hangs costs the event path nothing and memory at
- * most the queue. otlp_exporter_stop sends what is queued within a bound
- * and abandons the rest (counted as dropped).
+ * (counted) without encoding it. The thread sends a batch of at most
+ * batch_max spans when that many wait, or every interval_ns, as one POST
+ * with Content-Type: application/json, no Expect header and the configured
+ * headers, bounded by timeout_ns (curl's whole-transfer timeout). A request
+ * that fails (no connection, timeout, a status other than 2xx) is counted
+ * as one export failure and its spans as dropped, and while requests fail
+ * the next one waits interval_ns (spans arriving meanwhile are dropped at
+ * the full queue, never encoded): nothing is retried, so a collector that
+ * is down, slow or hangs costs the event path nothing and memory at most
+ * the queue. otlp_exporter_stop sends what is queued within a bound and
+ * abandons the rest (counted as dropped).
  *
  * Header values may be secrets: they are never logged; an error text names
  * the header, never its value.
