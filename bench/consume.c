@@ -954,7 +954,7 @@ static void trace_summary(const double *toff, const double *tup, const double *t
 		if (rss_after[k] - rss_before[k] > rss_growth)
 			rss_growth = rss_after[k] - rss_before[k];
 	printf("%-40s %10ld KiB over %d spans each run (queue bound: %d spans)\n",
-	       "RSS growth, collector down, at most", rss_growth, 2 * N_EVENTS, TRACE_QUEUE_MAX);
+	       "RSS growth, collector down, at most", rss_growth, 2 * N_EVENTS, OTEL_DEFAULT_BSP_QUEUE);
 }
 
 /* ---- main ---------------------------------------------------------------- */

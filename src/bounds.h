@@ -65,6 +65,7 @@
 #include "model/fingerprint.h"
 #include "git/gitsync.h"
 #include "engine/image.h"
+#include "model/otel.h"
 #include "model/pattern.h"
 #include "model/pattern_internal.h"
 #include "io/redis.h"
@@ -92,7 +93,8 @@
 	X("stream entry", "fields Relay reads", CONSUMER_ENTRY_MAX, MIB + KIB, "1 MiB + 1 KiB")    \
 	X("stream entry", "`tracestate` field", TRACEPARENT_STATE_MAX, 512, "512 bytes")            \
 	X("stream entry", "`tracestate` members", TRACEPARENT_STATE_MEMBERS, 32, "32")              \
-	X("span export", "spans queued", TRACE_QUEUE_MAX, 2048, "2,048")                           \
+	X("span export", "spans queued (`OTEL_BSP_MAX_QUEUE_SIZE`)", OTEL_BSP_QUEUE_LIMIT, 65536,   \
+	  "65,536")                                                                                \
 	X("span export", "shutdown flush", TRACE_FLUSH_NS, 5LL * 1000000000, "5 s")                \
 	X("OTEL_* list", "entries (headers, resource attributes)", OTLP_KV_MAX, 64, "64")          \
 	X("OTEL_* list", "bytes", OTLP_KV_TEXT_MAX, 8 * KIB, "8 KiB")                              \

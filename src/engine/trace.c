@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/duration.h"
 #include "base/util.h"
 #include "io/otlp.h"
 
@@ -32,9 +33,9 @@ int trace_setup(const struct otel_settings *s, char **why)
 		.nresource = s->nresource,
 		.ca_file = s->ca_file,
 		.timeout_ns = s->timeout_ns,
-		.queue_max = TRACE_QUEUE_MAX,
-		.batch_max = TRACE_BATCH_MAX,
-		.interval_ns = TRACE_INTERVAL_NS,
+		.queue_max = s->queue_max ? s->queue_max : OTEL_DEFAULT_BSP_QUEUE,
+		.batch_max = s->batch_max ? s->batch_max : OTEL_DEFAULT_BSP_BATCH,
+		.interval_ns = s->delay_ns ? s->delay_ns : OTEL_DEFAULT_BSP_DELAY_MS * NS_PER_MS,
 	};
 	exporter = otlp_exporter_start(&cfg, why);
 	return exporter ? 0 : -1;

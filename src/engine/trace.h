@@ -39,10 +39,8 @@
 
 /* The flush bound at shutdown. */
 #define TRACE_FLUSH_NS (5LL * 1000000000LL)
-/* The exporter's queue and batches (otlp.h). */
-#define TRACE_QUEUE_MAX 2048
-#define TRACE_BATCH_MAX 512
-#define TRACE_INTERVAL_NS (2LL * 1000000000LL)
+/* The exporter's queue, batches and delay: the OTEL_BSP_* settings
+ * (model/otel.h; a zero field of the settings takes the default). */
 
 /* Starts the exporter when s has an endpoint (s is copied where kept).
  * 0, or -1 with *why (malloc'd). */

@@ -92,18 +92,64 @@ static int load_kv(const char *name, const char *raw, struct otlp_kv **out, size
 	return -1;
 }
 
-static int load_timeout(struct otel_settings *s, char ***errs, int *nerrs)
+/* name's value raw (read with a literal getenv: tests/it/docs.sh) as a
+ * number of unit from lo to hi (def when unset) into *out: 0, or -1 after
+ * adding the error. */
+static int load_int(const char *name, const char *raw, const char *unit, int64_t lo, int64_t hi,
+		    int64_t def, int64_t *out, char ***errs, int *nerrs)
 {
-	const char *v = env(getenv("OTEL_EXPORTER_OTLP_TIMEOUT"));
-	int64_t ms = OTEL_DEFAULT_TIMEOUT_MS;
-	if (v && (parse_int64(v, &ms) < 0 || v[0] == '+' || ms <= 0 || ms > 600000)) {
-		add_err(errs, nerrs, "OTEL_EXPORTER_OTLP_TIMEOUT", v,
-			"not a number of milliseconds from 1 to 600000",
-			"milliseconds from 1 to 600000 (default 10000)");
-		return -1;
+	const char *v = env(raw);
+	*out = def;
+	if (!v)
+		return 0;
+	int64_t n;
+	if (parse_int64(v, &n) == 0 && v[0] != '+' && n >= lo && n <= hi) {
+		*out = n;
+		return 0;
 	}
+	char *why = xasprintf("not a number of %s from %lld to %lld", unit, (long long)lo,
+			      (long long)hi);
+	char *accepted = xasprintf("%s from %lld to %lld (default %lld)", unit, (long long)lo,
+				   (long long)hi, (long long)def);
+	add_err(errs, nerrs, name, v, why, accepted);
+	free(why);
+	free(accepted);
+	return -1;
+}
+
+static void load_timeout(struct otel_settings *s, char ***errs, int *nerrs)
+{
+	int64_t ms;
+	load_int("OTEL_EXPORTER_OTLP_TIMEOUT", getenv("OTEL_EXPORTER_OTLP_TIMEOUT"), "milliseconds",
+		 1, 600000, OTEL_DEFAULT_TIMEOUT_MS, &ms, errs, nerrs);
 	s->timeout_ns = ms * NS_PER_MS;
-	return 0;
+}
+
+/* The batch span processor: queue, batch (at most the queue) and delay. */
+static void load_bsp(struct otel_settings *s, char ***errs, int *nerrs)
+{
+	int64_t queue, batch, ms;
+	load_int("OTEL_BSP_MAX_QUEUE_SIZE", getenv("OTEL_BSP_MAX_QUEUE_SIZE"), "spans", 1,
+		 OTEL_BSP_QUEUE_LIMIT, OTEL_DEFAULT_BSP_QUEUE, &queue, errs, nerrs);
+	const char *raw = getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE");
+	if (load_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raw, "spans", 1, OTEL_BSP_QUEUE_LIMIT,
+		     OTEL_DEFAULT_BSP_BATCH, &batch, errs, nerrs) == 0 &&
+	    batch > queue) {
+		if (env(raw)) {
+			char *why = xasprintf("more than OTEL_BSP_MAX_QUEUE_SIZE, %lld",
+					      (long long)queue);
+			add_err(errs, nerrs, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", raw, why,
+				"spans from 1 to OTEL_BSP_MAX_QUEUE_SIZE (default 512)");
+			free(why);
+		}
+		batch = queue; /* a queue below the default batch: batches of all of it */
+	}
+	load_int("OTEL_BSP_SCHEDULE_DELAY", getenv("OTEL_BSP_SCHEDULE_DELAY"), "milliseconds",
+		 OTEL_BSP_DELAY_MIN_MS, OTEL_BSP_DELAY_MAX_MS, OTEL_DEFAULT_BSP_DELAY_MS, &ms, errs,
+		 nerrs);
+	s->queue_max = (size_t)queue;
+	s->batch_max = (size_t)batch;
+	s->delay_ns = ms * NS_PER_MS;
 }
 
 static const char *const sampler_names[] = {
@@ -194,6 +240,7 @@ int otel_settings_load(struct otel_settings *s, char ***errs, int *nerrs)
 	load_kv("OTEL_EXPORTER_OTLP_HEADERS", getenv("OTEL_EXPORTER_OTLP_HEADERS"), &s->headers,
 		&s->nheaders, errs, nerrs);
 	load_timeout(s, errs, nerrs);
+	load_bsp(s, errs, nerrs);
 	load_kv("OTEL_RESOURCE_ATTRIBUTES", getenv("OTEL_RESOURCE_ATTRIBUTES"), &attrs, &nattrs,
 		errs, nerrs);
 	load_sampler(s, errs, nerrs);

@@ -29,6 +29,15 @@ enum otel_sampler {
 
 #define OTEL_DEFAULT_SERVICE_NAME "relay"
 #define OTEL_DEFAULT_TIMEOUT_MS 10000
+/* The batch span processor's settings (OTEL_BSP_*): the export queue, the
+ * spans per request, and how long a partial batch waits. Relay's delay
+ * default is 2 s (the specification's 5 s). */
+#define OTEL_DEFAULT_BSP_QUEUE 2048
+#define OTEL_DEFAULT_BSP_BATCH 512
+#define OTEL_DEFAULT_BSP_DELAY_MS 2000
+#define OTEL_BSP_QUEUE_LIMIT 65536 /* about 45 MiB of typical spans */
+#define OTEL_BSP_DELAY_MIN_MS 10
+#define OTEL_BSP_DELAY_MAX_MS 600000
 
 struct otel_settings {
 	bool disabled;	  /* OTEL_SDK_DISABLED=true */
@@ -40,6 +49,9 @@ struct otel_settings {
 	struct otlp_kv *resource;
 	size_t nresource;
 	char *ca_file; /* OTEL_EXPORTER_OTLP_CERTIFICATE; NULL: the system's */
+	size_t queue_max;  /* OTEL_BSP_MAX_QUEUE_SIZE */
+	size_t batch_max;  /* OTEL_BSP_MAX_EXPORT_BATCH_SIZE, at most queue_max */
+	int64_t delay_ns;  /* OTEL_BSP_SCHEDULE_DELAY */
 	enum otel_sampler sampler;
 	double ratio; /* OTEL_TRACES_SAMPLER_ARG, 0..1 (default 1) */
 };

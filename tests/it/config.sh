@@ -137,6 +137,10 @@ test_bad_otel_values() {
 	expect_config_error OTEL_TRACES_SAMPLER sometimes "OTEL_TRACES_SAMPLER 'sometimes' is invalid (unknown sampler)"
 	expect_config_error OTEL_TRACES_SAMPLER_ARG 2 "OTEL_TRACES_SAMPLER_ARG '2' is invalid (not a number from 0 to 1)"
 	expect_config_error OTEL_SDK_DISABLED 1 "OTEL_SDK_DISABLED '1' is invalid (neither true nor false)"
+	expect_config_error OTEL_BSP_MAX_QUEUE_SIZE 0 \
+		"OTEL_BSP_MAX_QUEUE_SIZE '0' is invalid (not a number of spans from 1 to 65536)"
+	expect_config_error OTEL_BSP_SCHEDULE_DELAY 2s \
+		"OTEL_BSP_SCHEDULE_DELAY '2s' is invalid (not a number of milliseconds from 10 to 600000)"
 	expect_config_error OTEL_RESOURCE_ATTRIBUTES novalue "OTEL_RESOURCE_ATTRIBUTES 'novalue' is invalid (entry 1 has no '=')"
 	expect_config_error OTEL_EXPORTER_OTLP_HEADERS 'api-key=t0ps3cret,broken' \
 		"OTEL_EXPORTER_OTLP_HEADERS is invalid (entry 2 has no '=')"

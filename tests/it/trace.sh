@@ -135,7 +135,7 @@ test_trace_spans_connect_producer_relay_and_node_sdk() {
 	warm2=$(rcli XADD events '*' event '{"kind":"warm"}')
 	wait_for 90 acked_through "$REDIS_PORT" events relay "$warm2" || fail "not all acknowledged: $(grep -v "level=DEBUG" "$TMP/relay.log" | tail -n 30)"
 	# Every message's spans are queued by now; the exporter sends every
-	# TRACE_INTERVAL_NS (2 s) and at stop: stop, then read.
+	# OTEL_BSP_SCHEDULE_DELAY (2 s by default) and at stop: stop, then read.
 	stop_relay_pid "$RELAY_PID"
 
 	# The plain lines are as they always were (the Try-it contract).
@@ -243,7 +243,7 @@ test_trace_collector_down_or_hanging_costs_processing_nothing() {
 	wait "$up_pid" 2>/dev/null
 	down=$(tr_batch 8 down)
 	# Spans of the down batch are dropped and counted once the exporter
-	# tried (every TRACE_INTERVAL_NS, 2 s).
+	# tried (every OTEL_BSP_SCHEDULE_DELAY, 2 s by default).
 	wait_for 10 eval '[ "$(metric_value otel_export_failures_total)" -ge 1 ] && [ "$(metric_value otel_spans_dropped_total)" -ge 1 ]' ||
 		fail "no export failure or drop counted: $(curl -s "http://$METRICS_ADDR/metrics" | grep otel_)"
 	tr_receiver "$TMP/hang" hang "$port"
@@ -265,9 +265,9 @@ test_trace_collector_down_or_hanging_costs_processing_nothing() {
 }
 
 # The plain build under valgrind through the export path: spans encoded
-# into the queue's batches, a batch sent while events still come, a failed
-# attempt's ERROR status, the flush at stop: no memory errors, no leaks,
-# and every span reached the collector.
+# into the queue's batches (small ones: OTEL_BSP_*), a batch sent while
+# events still come, a failed attempt's ERROR status, the flush at stop: no
+# memory errors, no leaks, and every span reached the collector.
 test_trace_valgrind_export_path() {
 	[ -x "$RELAY_PLAIN" ] || fail "$RELAY_PLAIN not built (make all)"
 	trap 'tr_rc=$?; rm_fn_images tr-vg; (exit "$tr_rc"); it_cleanup' EXIT
@@ -285,13 +285,16 @@ events:
 '
 	tr_receiver "$TMP/rx" ok
 	export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$RX_PORT
+	# Batches of 4 spans, a partial one held for 10 minutes: only full
+	# batches go out while Relay runs, the rest at the stop.
+	export OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4 OTEL_BSP_SCHEDULE_DELAY=600000
 	relay_bg "$TMP/relay.log" unshare --uts sh -c "hostname tr-vg && exec valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 '$RELAY_PLAIN' start"
 	wait_for 120 grep -qF 'msg="worker started"' "$TMP/relay.log" || fail "relay did not start: $(tail -n 20 "$TMP/relay.log")"
 	local n last
 	for n in 1 2 3; do last=$(rcli XADD events '*' event "{\"kind\":\"vg\",\"n\":\"$n\"}"); done
 	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "not acknowledged: $(tail -n 20 "$TMP/relay.log")"
-	# A batch goes out within TRACE_INTERVAL_NS (2 s) while Relay runs.
-	wait_for 30 eval 'ls "$TMP"/rx/req-*.json >/dev/null 2>&1' || fail "no batch sent while running"
+	# Six spans so far: a full batch of 4 went out at once.
+	wait_for 30 eval 'ls "$TMP"/rx/req-*.json >/dev/null 2>&1' || fail "no full batch sent while running"
 	rcli XADD events '*' event '{"kind":"vg","n":"fail"}' >/dev/null
 	for n in 4 5; do last=$(rcli XADD events '*' event "{\"kind\":\"vg\",\"n\":\"$n\"}"); done
 	wait_for 120 acked_through "$REDIS_PORT" events relay "$last" || fail "not acknowledged: $(tail -n 20 "$TMP/relay.log")"
@@ -303,4 +306,7 @@ events:
 	[ "$(jq length "$TMP/spans.json")" = 12 ] || fail "spans: $(jq -c 'map({traceId, name})' "$TMP/spans.json")"
 	[ "$(jq '[.[] | select(.status.code == 2)] | length' "$TMP/spans.json")" = 2 ] ||
 		fail "ERROR spans: $(jq -c 'map(select(.status.code == 2))' "$TMP/spans.json")"
+	# OTEL_BSP_MAX_EXPORT_BATCH_SIZE: three requests of 4 spans.
+	[ "$(jq -s -c 'map([.resourceSpans[].scopeSpans[].spans[]] | length)' "$TMP"/rx/req-*.json)" = "[4,4,4]" ] ||
+		fail "spans per request: $(jq -s -c 'map([.resourceSpans[].scopeSpans[].spans[]] | length)' "$TMP"/rx/req-*.json)"
 }

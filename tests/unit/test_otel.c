@@ -14,6 +14,8 @@ static const char *const all_vars[] = {
 	"OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_RESOURCE_ATTRIBUTES",
 	"OTEL_SERVICE_NAME",	      "OTEL_TRACES_SAMPLER",
 	"OTEL_TRACES_SAMPLER_ARG",    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+	"OTEL_BSP_MAX_QUEUE_SIZE",    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	"OTEL_BSP_SCHEDULE_DELAY",
 };
 
 static void clear_env(void)
@@ -49,6 +51,9 @@ TEST(defaults_export_off)
 	CHECK(s.traces_url == NULL);
 	CHECK_INT(s.sampler, OTEL_SAMPLER_PARENTBASED_ALWAYS_ON);
 	CHECK_INT(s.timeout_ns, 10 * NS_PER_SEC);
+	CHECK_INT(s.queue_max, 2048);
+	CHECK_INT(s.batch_max, 512);
+	CHECK_INT(s.delay_ns, 2 * NS_PER_SEC);
 	CHECK_INT(s.nresource, 1);
 	CHECK_STR(s.resource[0].key, "service.name");
 	CHECK_STR(s.resource[0].value, "relay");
@@ -127,6 +132,21 @@ static const struct {
 	{"OTEL_TRACES_SAMPLER_ARG", "1.5",
 	 "OTEL_TRACES_SAMPLER_ARG '1.5' is invalid (not a number from 0 to 1); accepted: a number "
 	 "from 0 to 1 (the traceidratio samplers' ratio; default 1.0)"},
+	{"OTEL_BSP_MAX_QUEUE_SIZE", "65537",
+	 "OTEL_BSP_MAX_QUEUE_SIZE '65537' is invalid (not a number of spans from 1 to 65536); "
+	 "accepted: spans from 1 to 65536 (default 2048)"},
+	{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0",
+	 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE '0' is invalid (not a number of spans from 1 to 65536); "
+	 "accepted: spans from 1 to 65536 (default 512)"},
+	{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096",
+	 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE '4096' is invalid (more than OTEL_BSP_MAX_QUEUE_SIZE, "
+	 "2048); accepted: spans from 1 to OTEL_BSP_MAX_QUEUE_SIZE (default 512)"},
+	{"OTEL_BSP_SCHEDULE_DELAY", "5",
+	 "OTEL_BSP_SCHEDULE_DELAY '5' is invalid (not a number of milliseconds from 10 to "
+	 "600000); accepted: milliseconds from 10 to 600000 (default 2000)"},
+	{"OTEL_BSP_SCHEDULE_DELAY", "2s",
+	 "OTEL_BSP_SCHEDULE_DELAY '2s' is invalid (not a number of milliseconds from 10 to "
+	 "600000); accepted: milliseconds from 10 to 600000 (default 2000)"},
 	{"OTEL_SDK_DISABLED", "yes",
 	 "OTEL_SDK_DISABLED 'yes' is invalid (neither true nor false); accepted: true or false, "
 	 "case-insensitive (default false)"},
@@ -143,6 +163,31 @@ TEST(bad_values_name_the_variable)
 		CHECK(s.traces_url == NULL && s.resource == NULL); /* freed on errors */
 		free(e);
 	}
+	clear_env();
+}
+
+TEST(batch_processor_settings)
+{
+	clear_env();
+	setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100", 1);
+	setenv("OTEL_BSP_SCHEDULE_DELAY", "250", 1);
+	struct otel_settings s;
+	char *e = load(&s);
+	CHECK_STR(e, "");
+	/* A queue below the default batch: batches of the whole queue. */
+	CHECK_INT(s.queue_max, 100);
+	CHECK_INT(s.batch_max, 100);
+	CHECK_INT(s.delay_ns, 250 * NS_PER_MS);
+	free(e);
+	otel_settings_free(&s);
+	setenv("OTEL_BSP_MAX_QUEUE_SIZE", "65536", 1);
+	setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "65536", 1);
+	e = load(&s);
+	CHECK_STR(e, "");
+	CHECK_INT(s.queue_max, 65536);
+	CHECK_INT(s.batch_max, 65536);
+	free(e);
+	otel_settings_free(&s);
 	clear_env();
 }
 
@@ -194,4 +239,5 @@ TEST(ratio_proportion)
 }
 
 T_MAIN(T_CASE(defaults_export_off), T_CASE(endpoints_and_resource),
-       T_CASE(bad_values_name_the_variable), T_CASE(sampler_rules), T_CASE(ratio_proportion))
+       T_CASE(bad_values_name_the_variable), T_CASE(batch_processor_settings),
+       T_CASE(sampler_rules), T_CASE(ratio_proportion))
