@@ -932,6 +932,9 @@ int metrics_render(struct buf *b)
 	render_warm(out, fns, nfn);
 	render_counter(out, METRIC_CONSUMERS_DELETED);
 	/* The span exporter's own counters (otlp.h). */
+	family_header(out, "otel_spans_exported_total", "counter",
+		      "Spans the collector accepted (a 2xx answer to their request).");
+	sample_u64(out, "otel_spans_exported_total", NULL, NULL, NULL, otlp_spans_exported());
 	family_header(out, "otel_spans_dropped_total", "counter",
 		      "Spans dropped: the export queue was full, or their export failed.");
 	sample_u64(out, "otel_spans_dropped_total", NULL, NULL, NULL, otlp_spans_dropped());

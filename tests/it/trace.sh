@@ -239,6 +239,10 @@ test_trace_collector_down_or_hanging_costs_processing_nothing() {
 	tr_batch 1 warm >/dev/null # the first run of the image: not measured
 	up=$(tr_batch 8 up)
 	wait_for 10 eval 'ls "$TMP"/up/req-*.json >/dev/null 2>&1' || fail "collector up: nothing exported"
+	# What arrived is what is counted as exported.
+	tr_received() { jq -s 'map([.resourceSpans[].scopeSpans[].spans[]] | length) | add' "$TMP"/up/req-*.json; }
+	wait_for 10 eval '[ "$(tr_received)" -ge 2 ] && [ "$(metric_value otel_spans_exported_total)" = "$(tr_received)" ]' ||
+		fail "exported $(metric_value otel_spans_exported_total), received $(tr_received)"
 	kill "$up_pid"
 	wait "$up_pid" 2>/dev/null
 	down=$(tr_batch 8 down)

@@ -807,6 +807,9 @@ TEST(exact_rendering)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_exported_total Spans the collector accepted (a 2xx answer to their request).",
+		"# TYPE otel_spans_exported_total counter",
+		"otel_spans_exported_total 0",
 		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
 		"# TYPE otel_spans_dropped_total counter",
 		"otel_spans_dropped_total 0",
@@ -861,6 +864,9 @@ TEST(warm_families)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_exported_total Spans the collector accepted (a 2xx answer to their request).",
+		"# TYPE otel_spans_exported_total counter",
+		"otel_spans_exported_total 0",
 		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
 		"# TYPE otel_spans_dropped_total counter",
 		"otel_spans_dropped_total 0",
@@ -962,6 +968,9 @@ TEST(standby_families)
 		"pending entry and no live worker under the name.",
 		"# TYPE consumers_deleted_total counter",
 		"consumers_deleted_total 0",
+		"# HELP otel_spans_exported_total Spans the collector accepted (a 2xx answer to their request).",
+		"# TYPE otel_spans_exported_total counter",
+		"otel_spans_exported_total 0",
 		"# HELP otel_spans_dropped_total Spans dropped: the export queue was full, or their export failed.",
 		"# TYPE otel_spans_dropped_total counter",
 		"otel_spans_dropped_total 0",
@@ -1021,7 +1030,7 @@ TEST(exposition_is_well_formed)
 	int nfam = check_exposition(text, &err);
 	if (nfam < 0)
 		T_FAIL_("exposition rejected: %s", err);
-	CHECK_INT(nfam, 36);
+	CHECK_INT(nfam, 37);
 	free(err);
 
 	if (access("/usr/bin/promtool", X_OK) == 0) {
