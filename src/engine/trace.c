@@ -7,7 +7,6 @@
  */
 #include "engine/trace.h"
 
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,18 +103,15 @@ void trace_msg_adopt(struct trace_msg *t, const char *stored)
 static void span_of(struct otlp_span *s, const struct traceparent *ctx, const uint8_t *parent,
 		    const char *state, int kind, int64_t start)
 {
-	memset(s, 0, offsetof(struct otlp_span, attrs));
-	s->nattrs = 0;
+	*s = (struct otlp_span){.has_parent = parent != NULL,
+				.trace_state = state,
+				.kind = kind,
+				.start_ns = start,
+				.end_ns = now_wall_ns()};
 	memcpy(s->trace_id, ctx->trace_id, 16);
 	memcpy(s->span_id, ctx->span_id, 8);
-	if (parent) {
+	if (parent)
 		memcpy(s->parent_id, parent, 8);
-		s->has_parent = true;
-	}
-	s->trace_state = state;
-	s->kind = kind;
-	s->start_ns = start;
-	s->end_ns = now_wall_ns();
 }
 
 void trace_msg_end(struct trace_msg *t, const char *stream, const char *group,

@@ -230,9 +230,9 @@ static void put_str_body(struct buf *b, const char *s)
 		case '\r': PUT(b, "\\r"); break;
 		case '\t': PUT(b, "\\t"); break;
 		default: {
-			static const char hex[] = "0123456789abcdef";
-			char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-			buf_append(b, u, sizeof u);
+			char u[7] = "\\u00";
+			hex_encode(&c, 1, u + 4);
+			buf_append(b, u, 6);
 			break;
 		}
 		}

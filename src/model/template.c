@@ -1047,9 +1047,6 @@ static void top_match_arrays(struct top *top, const struct ynode *n, bool presen
 	}
 }
 
-/* warm: a mapping of idle (a duration, 1s..1h) and max_uses (an integer,
- * 1..100000); {} takes both defaults. An unknown key inside it is an error
- * (a misspelt bound would silently keep a container for an hour). */
 /* warm.idle, when given: a Go duration from 1s to 1h. False on an error. */
 static bool warm_idle(struct top *top, const struct ynode *n)
 {
@@ -1118,6 +1115,9 @@ static bool warm_max_uses(struct top *top, const struct ynode *n)
 	return true;
 }
 
+/* warm: a mapping of idle (a duration, 1s..1h) and max_uses (an integer,
+ * 1..100000); {} takes both defaults. An unknown key inside it is an error
+ * (a misspelt bound would silently keep a container for an hour). */
 static void top_warm(struct top *top, const struct ynode *n, bool present)
 {
 	struct template *t = top->t;
