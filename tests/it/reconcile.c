@@ -455,6 +455,8 @@ TEST(test_functions_dir_moved_away_and_replaced)
 	/* Within the 1 s retry (plus a slow machine's margin), not an hour. */
 	CHECK(now_ns() - t0 < 10 * SEC);
 	CHECK(WAIT_UNTIL(60, served_other_than(&r, a, img1)));
+	/* b is reconciled beside a, not after it: its line may come later. */
+	CHECK(WAIT_UNTIL(10, log_count("msg=\"invalid function skipped\"", b) >= 1));
 	CHECK_INT(log_count("msg=\"invalid function skipped\"", b), 1);
 	CHECK_INT(log_count(PASS_LINE, "reason=periodic"), 0);
 
